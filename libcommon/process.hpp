@@ -1,0 +1,70 @@
+// Child processes with pipes: long-lived line-protocol children (the reference worker, kernel-check's
+// per-GPU runner) and one-shot commands, with timeouts that kill the whole process group.
+#pragma once
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ca {
+
+struct SpawnOptions {
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env_overrides;  // added to (or replacing in) the environment
+  std::string working_dir;
+  bool capture_stderr = false;  // default: the child's stderr goes to ours
+  bool new_process_group = true;
+};
+
+class ChildProcess {
+ public:
+  ChildProcess() = default;
+  explicit ChildProcess(const SpawnOptions& options);  // throws EnvironmentError if exec fails
+  ~ChildProcess();
+  ChildProcess(ChildProcess&& other) noexcept;
+  ChildProcess& operator=(ChildProcess&& other) noexcept;
+
+  bool running();
+  pid_t pid() const { return pid_; }
+  // Writes all of `data` to the child's stdin; false if the child is gone.
+  bool write(const std::string& data);
+  void close_stdin();
+  // Reads one line (without '\n') from stdout; nullopt on timeout or EOF (see eof()).
+  std::optional<std::string> read_line(std::chrono::milliseconds timeout);
+  bool eof() const { return eof_; }
+  // Whatever stderr text has arrived (capture_stderr only), drained without blocking.
+  std::string drain_stderr();
+  // SIGKILL to the process group, then reap. Returns the wait status description.
+  void kill();
+  // Wait up to `timeout` for exit; returns the exit status (or 128+signal) or nullopt.
+  std::optional<int> wait(std::chrono::milliseconds timeout);
+  // "exit 3", "killed by signal 9 (SIGKILL)"
+  std::string status_text() const { return status_text_; }
+
+ private:
+  void reset();
+  pid_t pid_ = -1;
+  int stdin_fd_ = -1, stdout_fd_ = -1, stderr_fd_ = -1;
+  std::string out_buffer_;
+  bool eof_ = false;
+  std::optional<int> exit_status_;
+  std::string status_text_;
+};
+
+struct CommandResult {
+  int exit_status = -1;  // 128+signal when killed
+  bool timed_out = false;
+  std::string out, err;
+};
+
+// Runs a command to completion with stdin text, a timeout and an output cap (bytes per stream).
+CommandResult run_command(const SpawnOptions& options, const std::string& stdin_text,
+                          std::chrono::milliseconds timeout, std::size_t output_cap = 1 << 20);
+
+// The first executable of that name on PATH, or empty.
+std::string find_on_path(const std::string& name);
+
+}  // namespace ca

@@ -1,0 +1,71 @@
+// The shared record loop.
+#include "libcommon/record_loop.hpp"
+
+#include "libcommon/ids.hpp"
+#include "libcommon/log.hpp"
+
+namespace ca {
+
+Json Counts::to_json() const {
+  return Json{{"read", read}, {"done", done}, {"failed", failed}, {"skipped", skipped},
+              {"passed", passed}, {"bad", bad}, {"other_shard", other_shard}};
+}
+
+std::string Counts::text() const {
+  std::string s = log::cat(read, " read, ", done, " done, ", failed, " failed, ", skipped, " skipped, ", passed,
+                           " passed through, ", bad, bad == 1 ? " bad record" : " bad records");
+  if (other_shard) s += log::cat(", ", other_shard, " in other shards");
+  return s;
+}
+
+void mark_bad_record(Record& record, const FieldError& error, const std::string& tool, const std::string& where,
+                     bool strict) {
+  if (strict) throw InputError(where + ": " + error.field + ": " + error.reason);
+  log::warn(where, ": ", error.field, ": ", error.reason, " (record passed on with an error section)");
+  record["error"] = Record{{"tool", tool}, {"field", error.field}, {"reason", error.reason}, {"where", where}};
+}
+
+std::string record_key(const Record& record) {
+  for (const char* key : {"candidate_id", "task_id", "id"})
+    if (record.contains(key) && record[key].is_string()) return record[key].get<std::string>();
+  return content_id(record);
+}
+
+RecordLoop::RecordLoop(const CommonOptions& options) : options_(options) {}
+
+int RecordLoop::run(const std::function<Outcome(Record&)>& job, bool drop_skipped) {
+  RecordReader reader(options_.input);
+  RecordWriter writer(options_.output);
+  log::Progress progress;
+  Record record;
+  while (reader.next(record)) {
+    ++counts_.read;
+    if (!options_.shard.contains(record_key(record))) {
+      ++counts_.other_shard;
+      continue;
+    }
+    Outcome outcome;
+    try {
+      outcome = job(record);
+    } catch (const FieldError& e) {
+      mark_bad_record(record, e, options_.tool, reader.where(), options_.strict);
+      ++counts_.bad;
+      writer.write(record);
+      progress.tick();
+      continue;
+    }
+    switch (outcome) {
+      case Outcome::done: ++counts_.done; break;
+      case Outcome::failed: ++counts_.failed; break;
+      case Outcome::skipped: ++counts_.skipped; break;
+      case Outcome::passed: ++counts_.passed; break;
+    }
+    if (!(drop_skipped && outcome == Outcome::skipped)) writer.write(record);
+    progress.tick();
+  }
+  progress.finish();
+  log::info(counts_.text());
+  return kExitOk;
+}
+
+}  // namespace ca

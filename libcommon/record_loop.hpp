@@ -1,0 +1,44 @@
+// The per-record loop every streaming tool shares: read, shard, do the one job, write, count;
+// applies the bad-input rules of DESIGN.md §1 in one place.
+#pragma once
+#include <functional>
+#include <string>
+
+#include "libcommon/cli.hpp"
+#include "libcommon/errors.hpp"
+#include "libcommon/jsonl.hpp"
+
+namespace ca {
+
+enum class Outcome { done, failed, skipped, passed };  // passed: not this tool's business, passed on as is
+
+struct Counts {
+  int64_t read = 0, done = 0, failed = 0, skipped = 0, passed = 0, bad = 0, other_shard = 0;
+  Json to_json() const;
+  std::string text() const;  // "12 done, 3 failed, 0 skipped, 1 bad record"
+};
+
+// Adds an `error` section {tool, field, reason, line} and warns; under --strict throws InputError
+// naming the line and the field instead.
+void mark_bad_record(Record& record, const FieldError& error, const std::string& tool, const std::string& where,
+                     bool strict);
+
+// The key a record is sharded and resumed by: candidate_id, else task_id, else its content id.
+std::string record_key(const Record& record);
+
+class RecordLoop {
+ public:
+  explicit RecordLoop(const CommonOptions& options);
+  // Calls `job` on every record of this shard, in order, and writes it (unless the job returns
+  // skipped and `drop_skipped` is set). FieldError from the job becomes a bad record.
+  // Returns the exit code: 0 unless something fatal was thrown.
+  int run(const std::function<Outcome(Record&)>& job, bool drop_skipped = false);
+  const Counts& counts() const { return counts_; }
+  Counts& counts() { return counts_; }
+
+ private:
+  const CommonOptions& options_;
+  Counts counts_;
+};
+
+}  // namespace ca

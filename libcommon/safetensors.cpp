@@ -1,0 +1,161 @@
+// safetensors implementation.
+#include "libcommon/safetensors.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "libcommon/errors.hpp"
+
+namespace ca {
+
+std::size_t Tensor::dtype_size(const std::string& d) {
+  if (d == "F64" || d == "I64" || d == "U64") return 8;
+  if (d == "F32" || d == "I32" || d == "U32") return 4;
+  if (d == "F16" || d == "BF16" || d == "I16" || d == "U16") return 2;
+  if (d == "I8" || d == "U8" || d == "BOOL" || d == "F8_E4M3" || d == "F8_E5M2") return 1;
+  throw InputError("safetensors: unknown dtype '" + d + "'");
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return n;
+}
+
+Tensor Tensor::zeros(const std::string& dtype, std::vector<int64_t> shape) {
+  Tensor t{dtype, std::move(shape), {}};
+  t.data.assign(static_cast<std::size_t>(t.numel()) * dtype_size(dtype), 0);
+  return t;
+}
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError("cannot open safetensors file '" + path + "'");
+  uint64_t header_len = 0;
+  in.read(reinterpret_cast<char*>(&header_len), 8);
+  if (!in || header_len > (100ull << 20)) throw InputError("'" + path + "': not a safetensors file (bad header length)");
+  std::string header(header_len, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(header_len));
+  Json meta;
+  try {
+    meta = Json::parse(header);
+  } catch (const std::exception& e) {
+    throw InputError("'" + path + "': bad safetensors header: " + e.what());
+  }
+  in.seekg(0, std::ios::end);
+  uint64_t file_size = static_cast<uint64_t>(in.tellg());
+  uint64_t data_start = 8 + header_len;
+  SafetensorsFile out;
+  for (auto& [name, info] : meta.items()) {
+    if (name == "__metadata__") {
+      for (auto& [k, v] : info.items()) out.metadata[k] = v.is_string() ? v.get<std::string>() : v.dump();
+      continue;
+    }
+    Tensor t;
+    t.dtype = info.at("dtype").get<std::string>();
+    t.shape = info.at("shape").get<std::vector<int64_t>>();
+    auto offsets = info.at("data_offsets").get<std::vector<uint64_t>>();
+    if (offsets.size() != 2 || offsets[1] < offsets[0] || data_start + offsets[1] > file_size)
+      throw InputError("'" + path + "': tensor '" + name + "' has bad data_offsets");
+    uint64_t bytes = offsets[1] - offsets[0];
+    if (bytes != static_cast<uint64_t>(t.numel()) * Tensor::dtype_size(t.dtype))
+      throw InputError("'" + path + "': tensor '" + name + "' size does not match its shape and dtype");
+    t.data.resize(bytes);
+    in.seekg(static_cast<std::streamoff>(data_start + offsets[0]));
+    in.read(reinterpret_cast<char*>(t.data.data()), static_cast<std::streamsize>(bytes));
+    out.tensors.emplace(name, std::move(t));
+  }
+  return out;
+}
+
+void write_safetensors(const std::string& path, const TensorMap& tensors, const std::map<std::string, std::string>& metadata) {
+  Json header = Json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (auto& [name, t] : tensors) {
+    if (t.data.size() != static_cast<std::size_t>(t.numel()) * Tensor::dtype_size(t.dtype))
+      throw InternalError("write_safetensors: tensor '" + name + "' data does not match its shape");
+    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
+    offset += t.data.size();
+  }
+  std::string text = header.dump();
+  while ((text.size() + 8) % 8 != 0) text += ' ';  // align the data to 8 bytes, as the reference writer does
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw EnvironmentError("cannot write '" + tmp + "'");
+    uint64_t len = text.size();
+    out.write(reinterpret_cast<const char*>(&len), 8);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (auto& [name, t] : tensors) out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
+    if (!out) throw EnvironmentError("write failed for '" + tmp + "'");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw EnvironmentError("cannot rename '" + tmp + "' to '" + path + "'");
+}
+
+float bf16_to_float(uint16_t v) {
+  uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t float_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if (std::isnan(f)) return 0x7fc0;
+  uint32_t rounding = 0x7fff + ((bits >> 16) & 1);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+float fp16_to_float(uint16_t h) {
+  uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  float value;
+  if (exp == 0) value = std::ldexp(static_cast<float>(mant), -24);
+  else if (exp == 31) value = mant ? NAN : INFINITY;
+  else value = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
+  return sign ? -value : value;
+}
+
+uint16_t float_to_fp16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  uint32_t sign = (bits >> 16) & 0x8000;
+  if (std::isnan(f)) return static_cast<uint16_t>(sign | 0x7e00);
+  float a = std::fabs(f);
+  if (a >= 65520.0f) return static_cast<uint16_t>(sign | 0x7c00);
+  if (a < 6.103515625e-05f) {  // subnormal: multiples of 2^-24, round to nearest even
+    float q = std::nearbyint(a * 16777216.0f);
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(q));
+  }
+  int e;
+  float m = std::frexp(a, &e);                    // a = m * 2^e, m in [0.5, 1)
+  float scaled = std::nearbyint(m * 2048.0f);     // 11 significant bits
+  if (scaled >= 2048.0f) { scaled /= 2; ++e; }
+  uint32_t exp = static_cast<uint32_t>(e + 14);
+  uint32_t mant = static_cast<uint32_t>(scaled) - 1024;
+  return static_cast<uint16_t>(sign | (exp << 10) | mant);
+}
+
+std::vector<double> to_doubles(const Tensor& t) {
+  std::vector<double> out(static_cast<std::size_t>(t.numel()));
+  const auto* p = t.data.data();
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const std::string& d = t.dtype;
+    if (d == "F32") out[i] = reinterpret_cast<const float*>(p)[i];
+    else if (d == "F64") out[i] = reinterpret_cast<const double*>(p)[i];
+    else if (d == "F16") out[i] = fp16_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
+    else if (d == "BF16") out[i] = bf16_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
+    else if (d == "I64") out[i] = static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
+    else if (d == "I32") out[i] = reinterpret_cast<const int32_t*>(p)[i];
+    else if (d == "I16") out[i] = reinterpret_cast<const int16_t*>(p)[i];
+    else if (d == "I8") out[i] = reinterpret_cast<const int8_t*>(p)[i];
+    else if (d == "U8" || d == "BOOL") out[i] = p[i];
+    else throw InputError("to_doubles: unsupported dtype " + d);
+  }
+  return out;
+}
+
+}  // namespace ca

@@ -1,0 +1,419 @@
+// Run store implementation over the SQLite C API (linked statically).
+#include "libcommon/store.hpp"
+
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <map>
+#include <random>
+#include <variant>
+
+#include "ca/version.hpp"
+#include "libcommon/cli.hpp"
+#include "libcommon/errors.hpp"
+#include "libcommon/fields.hpp"
+#include "libcommon/ids.hpp"
+
+namespace ca {
+namespace {
+
+using Value = std::variant<std::nullptr_t, std::string, double, int64_t>;
+
+// Schema migrations: entry k moves user_version k to k+1. Never edit an entry once released.
+const std::vector<std::string> kMigrations = {
+    R"SQL(
+CREATE TABLE runs (run_id TEXT PRIMARY KEY, tool TEXT NOT NULL, version TEXT NOT NULL, argv TEXT NOT NULL,
+  host TEXT NOT NULL, gpu TEXT, started_at TEXT NOT NULL, ended_at TEXT, exit_status INTEGER, counts TEXT);
+CREATE TABLE tasks (task_id TEXT PRIMARY KEY, run_id TEXT, body TEXT NOT NULL);
+CREATE TABLE candidates (candidate_id TEXT PRIMARY KEY, task_id TEXT, run_id TEXT, body TEXT NOT NULL);
+CREATE TABLE checks (candidate_id TEXT NOT NULL, run_id TEXT NOT NULL, task_id TEXT, status TEXT,
+  correct INTEGER, body TEXT NOT NULL, PRIMARY KEY (candidate_id, run_id));
+CREATE TABLE profiles (candidate_id TEXT NOT NULL, run_id TEXT NOT NULL, task_id TEXT, time_us REAL,
+  speedup_vs_eager REAL, speedup_vs_compile REAL, body TEXT NOT NULL, PRIMARY KEY (candidate_id, run_id));
+CREATE TABLE baselines (baseline_key TEXT PRIMARY KEY, task_id TEXT NOT NULL, gpu TEXT, driver TEXT,
+  torch_version TEXT, method TEXT, time_us REAL, run_id TEXT, body TEXT NOT NULL);
+CREATE TABLE rewards (candidate_id TEXT NOT NULL, run_id TEXT NOT NULL, task_id TEXT, value REAL,
+  scheme TEXT, body TEXT NOT NULL, PRIMARY KEY (candidate_id, run_id));
+CREATE TABLE episodes (candidate_id TEXT NOT NULL, run_id TEXT NOT NULL, task_id TEXT, body TEXT NOT NULL,
+  PRIMARY KEY (candidate_id, run_id));
+CREATE TABLE ppo_steps (step_id TEXT NOT NULL, run_id TEXT NOT NULL, body TEXT NOT NULL,
+  PRIMARY KEY (step_id, run_id));
+CREATE TABLE filter_results (task_id TEXT NOT NULL, run_id TEXT NOT NULL, kept INTEGER NOT NULL,
+  reason TEXT, body TEXT NOT NULL, PRIMARY KEY (task_id, run_id));
+CREATE INDEX checks_task ON checks(task_id);
+CREATE INDEX profiles_task ON profiles(task_id);
+CREATE INDEX rewards_task ON rewards(task_id);
+)SQL",
+};
+
+const std::vector<std::string> kTables = {"runs",     "tasks",   "candidates", "checks",    "profiles",
+                                          "baselines", "rewards", "episodes",   "ppo_steps", "filter_results"};
+
+std::string now_iso() {
+  auto now = std::chrono::system_clock::now();
+  std::time_t t = std::chrono::system_clock::to_time_t(now);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  char buf[40];
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  char out[48];
+  std::snprintf(out, sizeof out, "%s.%03dZ", buf, static_cast<int>(ms));
+  return out;
+}
+
+std::string hostname() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+class Statement {
+ public:
+  Statement(sqlite3* db, const std::string& sql) : db_(db) {
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt_, nullptr) != SQLITE_OK)
+      throw InputError(std::string("store: ") + sqlite3_errmsg(db) + " in: " + sql.substr(0, 200));
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  void bind(const std::vector<Value>& values) {
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      int k = static_cast<int>(i + 1);
+      const Value& v = values[i];
+      if (std::holds_alternative<std::nullptr_t>(v)) sqlite3_bind_null(stmt_, k);
+      else if (auto* s = std::get_if<std::string>(&v)) sqlite3_bind_text(stmt_, k, s->data(), (int)s->size(), SQLITE_TRANSIENT);
+      else if (auto* d = std::get_if<double>(&v)) {
+        if (std::isfinite(*d)) sqlite3_bind_double(stmt_, k, *d);
+        else sqlite3_bind_null(stmt_, k);
+      } else sqlite3_bind_int64(stmt_, k, std::get<int64_t>(v));
+    }
+  }
+  bool step() {
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    throw EnvironmentError(std::string("store: ") + sqlite3_errmsg(db_));
+  }
+  sqlite3_stmt* get() { return stmt_; }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+Value optional_number(const Record& r, const char* key) {
+  if (r.contains(key) && r[key].is_number()) return r[key].get<double>();
+  if (r.contains(key) && r[key].is_object() && r[key].contains("median") && r[key]["median"].is_number())
+    return r[key]["median"].get<double>();
+  return nullptr;
+}
+
+std::string text_of(const Record& r, const char* key) {
+  return r.contains(key) && r[key].is_string() ? r[key].get<std::string>() : std::string();
+}
+
+}  // namespace
+
+std::string BaselineKey::text() const {
+  return task_id + "|" + gpu_name + "|" + driver + "|" + torch_version + "|" + method;
+}
+
+const std::vector<std::string>& Store::table_names() { return kTables; }
+
+Store::Store(const std::string& path, bool read_only) : path_(path) {
+  int flags = read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  if (sqlite3_open_v2(path.c_str(), &db_, flags | SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {
+    std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw EnvironmentError("cannot open store '" + path + "': " + msg);
+  }
+  sqlite3_busy_timeout(db_, 30000);
+  if (!read_only) {
+    exec("PRAGMA journal_mode=WAL");
+    // NORMAL in WAL mode survives a killed process (not a power cut) and keeps writes cheap.
+    exec("PRAGMA synchronous=NORMAL");
+    migrate();
+  } else if (schema_version() > kSchemaVersion) {
+    throw EnvironmentError("store '" + path + "' has a newer schema than this tool");
+  }
+}
+
+Store::~Store() {
+  if (db_) sqlite3_close(db_);
+}
+
+void Store::exec(const std::string& sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown";
+    sqlite3_free(err);
+    throw EnvironmentError("store '" + path_ + "': " + msg);
+  }
+}
+
+int Store::schema_version() {
+  Statement s(db_, "PRAGMA user_version");
+  s.step();
+  return sqlite3_column_int(s.get(), 0);
+}
+
+void Store::migrate() {
+  exec("BEGIN IMMEDIATE");
+  try {
+    int version = schema_version();
+    if (version > kSchemaVersion) throw EnvironmentError("store '" + path_ + "' has a newer schema (" +
+                                                         std::to_string(version) + ") than this tool");
+    for (int v = version; v < kSchemaVersion; ++v) {
+      exec(kMigrations[v]);
+      exec("PRAGMA user_version = " + std::to_string(v + 1));
+    }
+    exec("COMMIT");
+  } catch (...) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+}
+
+std::string Store::begin_run(const CommonOptions& options, const std::string& gpu) {
+  std::random_device rd;
+  run_id_ = content_id(Json{{"host", hostname()}, {"pid", getpid()}, {"t", now_iso()}, {"r", rd()}});
+  Json argv = options.argv;
+  Statement s(db_, "INSERT INTO runs (run_id, tool, version, argv, host, gpu, started_at) VALUES (?,?,?,?,?,?,?)");
+  s.bind({run_id_, options.tool, std::string(kVersion) + "+" + kGitRevision, argv.dump(), hostname(),
+          gpu.empty() ? Value(nullptr) : Value(gpu), now_iso()});
+  s.step();
+  return run_id_;
+}
+
+void Store::set_run_gpu(const std::string& gpu) {
+  Statement s(db_, "UPDATE runs SET gpu = ? WHERE run_id = ?");
+  s.bind({gpu, run_id_});
+  s.step();
+}
+
+void Store::end_run(int exit_status, const Json& counts) {
+  if (run_id_.empty()) return;
+  Statement s(db_, "UPDATE runs SET ended_at = ?, exit_status = ?, counts = ? WHERE run_id = ?");
+  s.bind({now_iso(), int64_t(exit_status), counts.dump(), run_id_});
+  s.step();
+}
+
+void Store::put_task(const Record& task) {
+  Statement s(db_, "INSERT OR REPLACE INTO tasks (task_id, run_id, body) VALUES (?,?,?)");
+  s.bind({text_of(task, "task_id"), run_id_, task.dump()});
+  s.step();
+}
+
+void Store::put_candidate(const Record& candidate) {
+  Statement s(db_, "INSERT OR REPLACE INTO candidates (candidate_id, task_id, run_id, body) VALUES (?,?,?,?)");
+  s.bind({text_of(candidate, "candidate_id"), text_of(candidate, "task_id"), run_id_, candidate.dump()});
+  s.step();
+}
+
+void Store::put_check(const std::string& candidate_id, const std::string& task_id, const Record& check) {
+  Statement s(db_, "INSERT OR REPLACE INTO checks (candidate_id, run_id, task_id, status, correct, body) VALUES (?,?,?,?,?,?)");
+  Value correct = check.contains("correct") && check["correct"].is_boolean() ? Value(int64_t(check["correct"].get<bool>())) : Value(nullptr);
+  s.bind({candidate_id, run_id_, task_id, text_of(check, "status"), correct, check.dump()});
+  s.step();
+}
+
+void Store::put_profile(const std::string& candidate_id, const std::string& task_id, const Record& prof) {
+  Statement s(db_, "INSERT OR REPLACE INTO profiles (candidate_id, run_id, task_id, time_us, speedup_vs_eager, "
+                   "speedup_vs_compile, body) VALUES (?,?,?,?,?,?,?)");
+  s.bind({candidate_id, run_id_, task_id, optional_number(prof, "time_us"), optional_number(prof, "speedup_vs_eager"),
+          optional_number(prof, "speedup_vs_compile"), prof.dump()});
+  s.step();
+}
+
+void Store::put_reward(const std::string& candidate_id, const std::string& task_id, const Record& reward) {
+  Statement s(db_, "INSERT OR REPLACE INTO rewards (candidate_id, run_id, task_id, value, scheme, body) VALUES (?,?,?,?,?,?)");
+  s.bind({candidate_id, run_id_, task_id, optional_number(reward, "value"), text_of(reward, "scheme"), reward.dump()});
+  s.step();
+}
+
+void Store::put_episode(const std::string& candidate_id, const std::string& task_id, const Record& episode) {
+  Statement s(db_, "INSERT OR REPLACE INTO episodes (candidate_id, run_id, task_id, body) VALUES (?,?,?,?)");
+  s.bind({candidate_id, run_id_, task_id, episode.dump()});
+  s.step();
+}
+
+void Store::put_ppo_step(const std::string& step_id, const Record& metrics) {
+  Statement s(db_, "INSERT OR REPLACE INTO ppo_steps (step_id, run_id, body) VALUES (?,?,?)");
+  s.bind({step_id, run_id_, metrics.dump()});
+  s.step();
+}
+
+void Store::put_filter_result(const std::string& task_id, bool kept, const std::string& reason, const Record& detail) {
+  Statement s(db_, "INSERT OR REPLACE INTO filter_results (task_id, run_id, kept, reason, body) VALUES (?,?,?,?,?)");
+  s.bind({task_id, run_id_, int64_t(kept), reason, detail.dump()});
+  s.step();
+}
+
+void Store::put_baseline(const BaselineKey& key, const Json& timing) {
+  Statement s(db_, "INSERT OR REPLACE INTO baselines (baseline_key, task_id, gpu, driver, torch_version, method, "
+                   "time_us, run_id, body) VALUES (?,?,?,?,?,?,?,?,?)");
+  Value time = nullptr;
+  if (timing.contains("time_us")) {
+    const Json& t = timing["time_us"];
+    if (t.is_number()) time = t.get<double>();
+    else if (t.is_object() && t.contains("median")) time = t["median"].get<double>();
+  }
+  s.bind({key.text(), key.task_id, key.gpu_name, key.driver, key.torch_version, key.method, time, run_id_, timing.dump()});
+  s.step();
+}
+
+std::optional<Record> Store::get_task(const std::string& task_id) {
+  Statement s(db_, "SELECT body FROM tasks WHERE task_id = ?");
+  s.bind({task_id});
+  if (!s.step()) return std::nullopt;
+  return Record::parse(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)));
+}
+
+std::optional<Json> Store::get_baseline(const BaselineKey& key) {
+  Statement s(db_, "SELECT body FROM baselines WHERE baseline_key = ?");
+  s.bind({key.text()});
+  if (!s.step()) return std::nullopt;
+  return Json::parse(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)));
+}
+
+std::optional<Record> Store::latest(const std::string& table, const std::string& candidate_id) {
+  bool known = false;
+  for (auto& t : kTables) known |= (t == table);
+  if (!known) throw InternalError("store: unknown table " + table);
+  Statement s(db_, "SELECT t.body FROM " + table + " t LEFT JOIN runs r USING (run_id) WHERE t.candidate_id = ? "
+                   "ORDER BY r.started_at DESC LIMIT 1");
+  s.bind({candidate_id});
+  if (!s.step()) return std::nullopt;
+  return Record::parse(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)));
+}
+
+void Store::query(const std::string& sql, const std::function<void(const Record&)>& row) {
+  Statement s(db_, sql);
+  while (s.step()) {
+    Record r = Record::object();
+    int n = sqlite3_column_count(s.get());
+    for (int i = 0; i < n; ++i) {
+      std::string name = sqlite3_column_name(s.get(), i);
+      switch (sqlite3_column_type(s.get(), i)) {
+        case SQLITE_INTEGER: r[name] = sqlite3_column_int64(s.get(), i); break;
+        case SQLITE_FLOAT: r[name] = sqlite3_column_double(s.get(), i); break;
+        case SQLITE_NULL: r[name] = nullptr; break;
+        default: {
+          std::string text(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), i)),
+                           static_cast<std::size_t>(sqlite3_column_bytes(s.get(), i)));
+          // JSON-bearing columns come back as JSON, so `query` output is records, not escaped strings.
+          if ((name == "body" || name == "argv" || name == "counts") && !text.empty() && (text[0] == '{' || text[0] == '[')) {
+            try {
+              r[name] = Record::parse(text);
+              break;
+            } catch (...) {
+            }
+          }
+          r[name] = text;
+        }
+      }
+    }
+    row(r);
+  }
+}
+
+Json Store::merge_from(const std::string& other_path) {
+  {
+    Store other(other_path, true);
+    if (other.schema_version() != kSchemaVersion)
+      throw InputError("store '" + other_path + "' has schema " + std::to_string(other.schema_version()) +
+                       ", expected " + std::to_string(kSchemaVersion) + " (open it once with this version to migrate)");
+  }
+  Json added = Json::object();
+  Statement attach(db_, "ATTACH DATABASE ? AS incoming");
+  attach.bind({other_path});
+  attach.step();
+  try {
+    exec("BEGIN IMMEDIATE");
+    for (const auto& table : kTables) {
+      int before = sqlite3_total_changes(db_);
+      exec("INSERT OR IGNORE INTO main." + table + " SELECT * FROM incoming." + table);
+      added[table] = sqlite3_total_changes(db_) - before;
+    }
+    exec("COMMIT");
+  } catch (...) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    sqlite3_exec(db_, "DETACH DATABASE incoming", nullptr, nullptr, nullptr);
+    throw;
+  }
+  exec("DETACH DATABASE incoming");
+  return added;
+}
+
+Json Store::summary() {
+  Json runs = Json::array();
+  query(R"SQL(
+SELECT r.run_id, r.tool, r.started_at, r.exit_status,
+  (SELECT COUNT(*) FROM tasks t WHERE t.run_id = r.run_id) AS tasks,
+  (SELECT COUNT(*) FROM candidates c WHERE c.run_id = r.run_id) AS candidates,
+  (SELECT COUNT(*) FROM checks c WHERE c.run_id = r.run_id) AS checks,
+  (SELECT AVG(correct) FROM checks c WHERE c.run_id = r.run_id) AS pass_rate,
+  (SELECT COUNT(*) FROM profiles p WHERE p.run_id = r.run_id) AS profiles,
+  (SELECT AVG(speedup_vs_eager > 1.0) FROM profiles p WHERE p.run_id = r.run_id) AS faster_than_eager,
+  (SELECT AVG(speedup_vs_compile > 1.0) FROM profiles p WHERE p.run_id = r.run_id) AS faster_than_compile,
+  (SELECT EXP(AVG(LN(speedup_vs_eager))) FROM profiles p WHERE p.run_id = r.run_id AND speedup_vs_eager > 0) AS geomean_speedup_vs_eager,
+  (SELECT EXP(AVG(LN(speedup_vs_compile))) FROM profiles p WHERE p.run_id = r.run_id AND speedup_vs_compile > 0) AS geomean_speedup_vs_compile,
+  (SELECT COUNT(*) FROM rewards w WHERE w.run_id = r.run_id) AS rewards,
+  (SELECT AVG(value) FROM rewards w WHERE w.run_id = r.run_id) AS reward_mean,
+  (SELECT COUNT(*) FROM episodes e WHERE e.run_id = r.run_id) AS episodes
+FROM runs r ORDER BY r.started_at)SQL",
+        [&](const Record& row) { runs.push_back(Json::parse(row.dump())); });
+  return runs;
+}
+
+void Store::in_transaction(const std::function<void()>& body) {
+  exec("BEGIN IMMEDIATE");
+  try {
+    body();
+    exec("COMMIT");
+  } catch (...) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+}
+
+std::string Store::import_record(const Record& record) {
+  std::string schema = text_of(record, "schema");
+  std::string kind;
+  in_transaction([&] {
+    if (schema.find("/ppo-metrics/") != std::string::npos || schema.find("/ppo-batch/") != std::string::npos) {
+      put_ppo_step(record.contains("step_id") ? record["step_id"].dump() : content_id(record), record);
+      kind = "ppo_step";
+      return;
+    }
+    std::string candidate_id = text_of(record, "candidate_id");
+    std::string task_id = text_of(record, "task_id");
+    if (candidate_id.empty()) {
+      if (task_id.empty()) throw FieldError("task_id", "missing (a record needs task_id or candidate_id to be stored)");
+      put_task(record);
+      kind = "task";
+      return;
+    }
+    Record bare = record;
+    for (const char* s : {"check", "prof", "reward", "episode"}) bare.erase(s);
+    put_candidate(bare);
+    kind = "candidate";
+    if (record.contains("check") && record["check"].is_object()) put_check(candidate_id, task_id, record["check"]);
+    if (record.contains("prof") && record["prof"].is_object()) put_profile(candidate_id, task_id, record["prof"]);
+    if (record.contains("reward") && record["reward"].is_object()) put_reward(candidate_id, task_id, record["reward"]);
+    if (record.contains("episode") && record["episode"].is_object()) put_episode(candidate_id, task_id, record["episode"]);
+  });
+  return kind;
+}
+
+std::unique_ptr<Store> open_store_for(const CommonOptions& options, const std::string& gpu) {
+  if (options.no_store) return nullptr;
+  auto store = std::make_unique<Store>(options.resolved_store_path());
+  store->begin_run(options, gpu);
+  return store;
+}
+
+}  // namespace ca

@@ -1,0 +1,89 @@
+// The run store: one SQLite file (WAL), schema versioned by PRAGMA user_version, every write its own
+// transaction so a kill -9 loses at most the record in flight (DESIGN.md §10).
+#pragma once
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "libcommon/jsonl.hpp"
+
+struct sqlite3;
+
+namespace ca {
+
+struct CommonOptions;
+
+// The identity of a baseline measurement: the same task on the same GPU, driver, torch and method
+// gives the same number, so it is measured once (DESIGN.md §6).
+struct BaselineKey {
+  std::string task_id, gpu_name, driver, torch_version, method;  // method: e.g. "compile/default/device/v1"
+  std::string text() const;
+};
+
+class Store {
+ public:
+  static constexpr int kSchemaVersion = 1;
+  static const std::vector<std::string>& table_names();
+
+  // Opens (creating if needed) and migrates. Throws EnvironmentError when it cannot.
+  explicit Store(const std::string& path, bool read_only = false);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  const std::string& path() const { return path_; }
+  int schema_version();
+
+  // Provenance (like samtools' @PG): one row per tool invocation.
+  std::string begin_run(const CommonOptions& options, const std::string& gpu = "");
+  void set_run_gpu(const std::string& gpu);
+  void end_run(int exit_status, const Json& counts = Json::object());
+  const std::string& run_id() const { return run_id_; }
+
+  void put_task(const Record& task);  // needs task_id
+  void put_candidate(const Record& candidate);  // needs candidate_id, task_id
+  void put_check(const std::string& candidate_id, const std::string& task_id, const Record& check);
+  void put_profile(const std::string& candidate_id, const std::string& task_id, const Record& prof);
+  void put_reward(const std::string& candidate_id, const std::string& task_id, const Record& reward);
+  void put_episode(const std::string& candidate_id, const std::string& task_id, const Record& episode);
+  void put_ppo_step(const std::string& step_id, const Record& metrics);
+  void put_filter_result(const std::string& task_id, bool kept, const std::string& reason, const Record& detail);
+  void put_baseline(const BaselineKey& key, const Json& timing);
+
+  std::optional<Record> get_task(const std::string& task_id);
+  std::optional<Json> get_baseline(const BaselineKey& key);
+  std::optional<Record> latest(const std::string& table, const std::string& candidate_id);  // body of newest row
+
+  // Rows of any SELECT as JSON objects (column name -> value; `body` columns parsed).
+  void query(const std::string& sql, const std::function<void(const Record&)>& row);
+  // Fold another store in; rows already present are skipped, so merging twice changes nothing.
+  // Returns rows added per table.
+  Json merge_from(const std::string& other_path);
+  // Per-run counts and rates, and an "all" line over the newest check/profile/reward per candidate.
+  Json summary();
+
+  // Runs `body` in one transaction (BEGIN IMMEDIATE ... COMMIT; ROLLBACK on an exception).
+  void in_transaction(const std::function<void()>& body);
+  // Routes a record of any kind to its tables (task, candidate and its check/prof/reward/episode
+  // sections, ppo metrics) in one transaction. Returns the kind it was stored as.
+  std::string import_record(const Record& record);
+
+  sqlite3* handle() { return db_; }
+
+ private:
+  void exec(const std::string& sql);
+  void migrate();
+  void insert(const std::string& sql, const std::vector<std::string>& text_args,
+              const std::vector<std::optional<double>>& number_args = {});
+
+  std::string path_;
+  sqlite3* db_ = nullptr;
+  std::string run_id_;
+};
+
+// --no-store gives nullptr; otherwise the store opened and a run begun.
+std::unique_ptr<Store> open_store_for(const CommonOptions& options, const std::string& gpu = "");
+
+}  // namespace ca

@@ -1,0 +1,143 @@
+// Units of libcommon: records, ids, fields, shards, safetensors, processes.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "libcommon/cli.hpp"
+#include "libcommon/errors.hpp"
+#include "libcommon/fields.hpp"
+#include "libcommon/ids.hpp"
+#include "libcommon/jsonl.hpp"
+#include "libcommon/paths.hpp"
+#include "libcommon/process.hpp"
+#include "libcommon/record_loop.hpp"
+#include "libcommon/safetensors.hpp"
+
+using namespace ca;
+
+static std::string write_temp(const std::string& dir, const std::string& name, const std::string& text) {
+  std::string path = dir + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST_CASE("jsonl reader keeps key order and names the bad line") {
+  PrivateTempDir dir("unit");
+  auto path = write_temp(dir.path(), "a.jsonl", "{\"z\":1,\"a\":2}\n\n{\"b\":[1,2]}\n{oops\n");
+  RecordReader reader(path);
+  Record r;
+  REQUIRE(reader.next(r));
+  CHECK(r.dump() == "{\"z\":1,\"a\":2}");
+  REQUIRE(reader.next(r));
+  CHECK(reader.line_number() == 3);
+  try {
+    reader.next(r);
+    FAIL("expected an InputError");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("line 4") != std::string::npos);
+    CHECK(e.exit_code == kExitBadInput);
+  }
+}
+
+TEST_CASE("a non-object line is bad input") {
+  CHECK_THROWS_AS(parse_record_line("[1,2]", "line 1"), InputError);
+  CHECK_NOTHROW(parse_record_line("{\"a\": 1}", "line 1"));
+}
+
+TEST_CASE("content ids are canonical: key order and spacing do not matter") {
+  Record a = Record::parse("{\"b\":1,\"a\":{\"y\":2,\"x\":[1,2]}}");
+  Record b = Record::parse("{\"a\": {\"x\": [1, 2], \"y\": 2}, \"b\": 1}");
+  CHECK(content_id(a) == content_id(b));
+  CHECK(content_id(a).size() == 16);
+  CHECK(canonical_json(a) == "{\"a\":{\"x\":[1,2],\"y\":2},\"b\":1}");
+  CHECK(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  Record c = Record::parse("{\"b\":2,\"a\":{\"y\":2,\"x\":[1,2]}}");
+  CHECK(content_id(a) != content_id(c));
+}
+
+TEST_CASE("typed fields name what is wrong") {
+  Record r = Record::parse(R"({"check":{"correct":true,"n":"x"},"prof":{"time_us":-1}})");
+  CHECK(get_required<bool>(r, "/check/correct") == true);
+  CHECK_FALSE(get_optional<double>(r, "/prof/missing").has_value());
+  try {
+    get_required<double>(r, "/check/n");
+    FAIL("expected FieldError");
+  } catch (const FieldError& e) {
+    CHECK(e.field == "check.n");
+    CHECK(e.reason.find("expected a number") != std::string::npos);
+  }
+  CHECK_THROWS_AS(get_required<bool>(r, "/check/absent"), FieldError);
+  CHECK_THROWS_AS(get_positive(r, "/prof/time_us"), FieldError);
+}
+
+TEST_CASE("bad records get an error section, or are fatal under --strict") {
+  Record r = Record::parse(R"({"task_id":"t1"})");
+  mark_bad_record(r, FieldError("prof.time_us", "missing"), "reward-calc", "line 3", false);
+  CHECK(r["error"]["field"] == "prof.time_us");
+  CHECK(r["error"]["tool"] == "reward-calc");
+  CHECK(r["task_id"] == "t1");
+  Record s = Record::parse(R"({"task_id":"t1"})");
+  CHECK_THROWS_AS(mark_bad_record(s, FieldError("x", "missing"), "t", "line 3", true), InputError);
+}
+
+TEST_CASE("shards partition keys deterministically") {
+  Shard a = Shard::parse("0/3"), b = Shard::parse("1/3"), c = Shard::parse("2/3");
+  int total = 0;
+  for (int i = 0; i < 300; ++i) {
+    std::string key = "task" + std::to_string(i);
+    int n = a.contains(key) + b.contains(key) + c.contains(key);
+    CHECK(n == 1);
+    total += a.contains(key);
+  }
+  CHECK(total > 60);
+  CHECK(total < 140);
+  CHECK_THROWS_AS(Shard::parse("3/3"), UsageError);
+  CHECK_THROWS_AS(Shard::parse("x"), UsageError);
+  CHECK_THROWS_AS(Shard::parse("1/2x"), UsageError);
+}
+
+TEST_CASE("safetensors round trip, and half-precision conversions") {
+  PrivateTempDir dir("unit");
+  TensorMap tensors;
+  Tensor f = Tensor::zeros("F32", {2, 3});
+  for (int i = 0; i < 6; ++i) f.as<float>()[i] = 0.5f * i - 1;
+  tensors["w"] = f;
+  Tensor h = Tensor::zeros("BF16", {4});
+  for (int i = 0; i < 4; ++i) h.as<uint16_t>()[i] = float_to_bf16(1.5f * i);
+  tensors["b"] = h;
+  std::string path = dir.path() + "/t.safetensors";
+  write_safetensors(path, tensors, {{"format", "pt"}});
+  auto back = read_safetensors(path);
+  CHECK(back.metadata["format"] == "pt");
+  REQUIRE(back.tensors.count("w"));
+  CHECK(back.tensors["w"].shape == std::vector<int64_t>{2, 3});
+  CHECK(back.tensors["w"].data == f.data);
+  auto d = to_doubles(back.tensors["b"]);
+  CHECK(d[3] == doctest::Approx(4.5));
+  CHECK(fp16_to_float(float_to_fp16(0.333333f)) == doctest::Approx(0.333333f).epsilon(1e-3));
+  CHECK(fp16_to_float(float_to_fp16(65504.0f)) == 65504.0f);
+  CHECK(fp16_to_float(float_to_fp16(1e-6f)) == doctest::Approx(1e-6f).epsilon(0.05));
+  CHECK(bf16_to_float(float_to_bf16(1.0f + 1.0f / 512)) == 1.0f);  // ties round to even
+}
+
+TEST_CASE("child processes: lines, timeouts and kill") {
+  SpawnOptions opts;
+  opts.argv = {"sh", "-c", "read x; echo got:$x; sleep 30"};
+  ChildProcess child(opts);
+  child.write("hello\n");
+  auto line = child.read_line(std::chrono::milliseconds(5000));
+  REQUIRE(line.has_value());
+  CHECK(*line == "got:hello");
+  CHECK_FALSE(child.read_line(std::chrono::milliseconds(100)).has_value());
+  child.kill();
+  CHECK(child.status_text().find("signal 9") != std::string::npos);
+
+  auto r = run_command({{"sh", "-c", "cat; echo err >&2; exit 3"}}, "in\n", std::chrono::milliseconds(5000));
+  CHECK(r.exit_status == 3);
+  CHECK(r.out == "in\n");
+  CHECK(r.err == "err\n");
+  auto t = run_command({{"sleep", "10"}}, "", std::chrono::milliseconds(200));
+  CHECK(t.timed_out);
+  CHECK_THROWS_AS(ChildProcess(SpawnOptions{{"/nonexistent/binary"}}), EnvironmentError);
+}
