@@ -1,0 +1,62 @@
+// NVRTC compilation of a bundle's kernels, with a cubin cache on disk keyed by
+// sha256(sources, name expressions, flags, NVRTC version), written atomically; per-kernel
+// resources (registers, static shared memory, stack, spills) and module-scope device memory.
+//
+//   CompileOptions opt; opt.arch = "sm_90";
+//   CompileResult r = compile_bundle(kernels, plan.kernel_names(), opt);
+//   if (!r.ok) ... r.first_error ...; else r.cubin, r.lowered["softmax<256>"], r.resources
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "libcommon/bundle/signature.hpp"
+#include "libcommon/jsonl.hpp"
+
+namespace ca::bundle {
+
+struct CompileOptions {
+  std::string arch = "sm_90";             // sm_XX
+  std::vector<std::string> extra_flags;   // appended to the defaults
+  std::string cache_dir;                  // empty: default_cache_dir()
+  bool use_cache = true;
+};
+
+struct KernelResources {
+  std::string mangled;
+  int registers = 0;
+  int64_t static_shared_bytes = 0, stack_bytes = 0, spill_store_bytes = 0, spill_load_bytes = 0;
+  Json to_json() const;
+};
+
+struct CompileResult {
+  bool ok = false;
+  bool cached = false;
+  double compile_ms = 0;
+  std::string log;          // NVRTC's whole log (ptxas -v lines included)
+  std::string first_error;  // "fused.cu(3): error: expected a \";\""
+  bool name_error = false;  // the failure is in a kernel name expression (a plan problem)
+  std::string failed_name;  // that name expression
+  std::string cubin, ptx;
+  std::map<std::string, std::string> lowered;  // name expression -> mangled name
+  std::vector<std::string> flags;
+  std::string nvrtc_version, key;
+  std::map<std::string, KernelResources> resources;  // by mangled name
+  int64_t module_global_bytes = 0;    // writable __device__ memory (.nv.global + .nv.global.init)
+  int64_t module_constant_bytes = 0;  // __constant__ memory
+  Json resources_json() const;
+};
+
+std::string default_cache_dir();
+// The main translation unit includes every .cu/.cpp file of the bundle in name order; .cuh/.h files
+// are headers only. Never throws for a compile error (r.ok = false); EnvironmentError without NVRTC.
+CompileResult compile_bundle(const std::map<std::string, std::string>& kernels, const std::vector<std::string>& names,
+                             const CompileOptions& options);
+// Signatures of the compiled kernels, by name expression (mangled name first, PTX as fallback).
+std::map<std::string, KernelSignature> signatures_of(const CompileResult& r);
+// The precision the PTX really computes in: fp8, fp16, bf16, tf32 or fp32 (the lowest seen).
+std::string ptx_precision(const std::string& ptx);
+// Section sizes of a cubin (ELF): {".nv.global": 400, ".nv.shared._Z2k2ILi128EEvPf": 512, ...}.
+std::map<std::string, int64_t> cubin_sections(const std::string& cubin);
+
+}  // namespace ca::bundle

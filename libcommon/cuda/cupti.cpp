@@ -1,0 +1,204 @@
+// CUPTI activity tracing through dlopen (see cupti.hpp).
+#include "libcommon/cuda/cupti.hpp"
+
+#include <cupti.h>
+#include <cxxabi.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "libcommon/cuda/dl.hpp"
+#include "libcommon/log.hpp"
+
+namespace ca::cuda {
+
+namespace {
+
+// The CUPTI entry points we use, resolved by name from the library we opened.
+struct CuptiApi {
+  decltype(&::cuptiGetResultString) get_result_string = nullptr;
+  decltype(&::cuptiGetVersion) get_version = nullptr;
+  decltype(&::cuptiSubscribe) subscribe = nullptr;
+  decltype(&::cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
+  decltype(&::cuptiActivityEnable) enable = nullptr;
+  decltype(&::cuptiActivityFlushAll) flush_all = nullptr;
+  decltype(&::cuptiActivityGetNextRecord) next_record = nullptr;
+  decltype(&::cuptiActivityGetNumDroppedRecords) num_dropped = nullptr;
+};
+CuptiApi api;
+CUpti_SubscriberHandle subscriber = nullptr;
+
+constexpr std::size_t kBufferBytes = 8 << 20;
+
+std::string result_text(CUptiResult r) {
+  const char* s = nullptr;
+  if (api.get_result_string && api.get_result_string(r, &s) == CUPTI_SUCCESS && s) return s;
+  return "CUPTI error " + std::to_string(int(r));
+}
+
+template <class F> bool load(void* lib, const char* name, F& fn) {
+  fn = reinterpret_cast<F>(::dlsym(lib, name));
+  return fn != nullptr;
+}
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = *buffer ? kBufferBytes : 0;
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid_size) {
+  if (!buffer) return;
+  CuptiTracer::instance().take_buffer(buffer, valid_size);
+  std::free(buffer);
+}
+
+// A no-op callback: holding a subscriber makes a second profiling tool see us, and lets us see it.
+void CUPTIAPI no_op_callback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
+
+}  // namespace
+
+CuptiTracer& CuptiTracer::instance() {
+  static CuptiTracer* tracer = new CuptiTracer();  // never destroyed: CUPTI may call back at exit
+  return *tracer;
+}
+
+CuptiTracer::CuptiTracer() { open(); }
+
+void CuptiTracer::open() {
+  // A profiler that injected itself (ncu, nsys, compute-sanitizer) owns CUPTI in this process.
+  for (const char* var : {"CUDA_INJECTION64_PATH", "NV_COMPUTE_PROFILER_PERFWORKS_DIR"}) {
+    if (const char* v = std::getenv(var); v && *v) {
+      why_ = std::string("another profiler is attached (") + var + " is set, running under ncu/nsys?)";
+      return;
+    }
+  }
+  // libcupti ships with the toolkit (lib64, or extras/CUPTI/lib64) and with torch's pip wheels
+  // (nvidia/cuda_cupti/lib), which open_library also searches.
+  std::vector<std::string> names;
+  if (const char* p = std::getenv("CUDA_AGENT_CUPTI"); p && *p) names.emplace_back(p);
+  names.insert(names.end(), {"libcupti.so.13", "libcupti.so", "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13",
+                             "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so", "/usr/local/cuda/lib/libcupti.so.13",
+                             "/usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13"});
+  void* lib = nullptr;
+  try {
+    lib = open_library(names, "CUPTI (libcupti)");
+  } catch (const std::exception& e) {
+    why_ = std::string(e.what()) + "; set CUDA_AGENT_CUPTI to its path";
+    return;
+  }
+  {
+    Dl_info info{};
+    library_path_ = ::dladdr(::dlsym(lib, "cuptiGetVersion"), &info) && info.dli_fname ? info.dli_fname : names.back();
+  }
+  bool ok = load(lib, "cuptiGetResultString", api.get_result_string) && load(lib, "cuptiGetVersion", api.get_version) &&
+            load(lib, "cuptiSubscribe", api.subscribe) &&
+            load(lib, "cuptiActivityRegisterCallbacks", api.register_callbacks) &&
+            load(lib, "cuptiActivityEnable", api.enable) && load(lib, "cuptiActivityFlushAll", api.flush_all) &&
+            load(lib, "cuptiActivityGetNextRecord", api.next_record);
+  load(lib, "cuptiActivityGetNumDroppedRecords", api.num_dropped);
+  if (!ok) {
+    why_ = library_path_ + " lacks a CUPTI activity entry point";
+    return;
+  }
+  api.get_version(&version_);
+  CUptiResult r = api.subscribe(&subscriber, reinterpret_cast<CUpti_CallbackFunc>(&no_op_callback), nullptr);
+  if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+    why_ = "another CUPTI subscriber is active (running under ncu, nsys or a framework profiler?)";
+    return;
+  }
+  if (r != CUPTI_SUCCESS) {
+    why_ = "cuptiSubscribe: " + result_text(r);
+    return;
+  }
+  if ((r = api.register_callbacks(&buffer_requested, &buffer_completed)) != CUPTI_SUCCESS) {
+    why_ = "cuptiActivityRegisterCallbacks: " + result_text(r);
+    return;
+  }
+  // CONCURRENT_KERNEL (not KERNEL): records without serializing kernels.
+  if ((r = api.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)) != CUPTI_SUCCESS) {
+    why_ = "cuptiActivityEnable(CONCURRENT_KERNEL): " + result_text(r);
+    return;
+  }
+  available_ = true;
+  log::debug("CUPTI ", version_, " from ", library_path_);
+}
+
+void CuptiTracer::take_buffer(uint8_t* buffer, std::size_t valid_bytes) {
+  CUpti_Activity* record = nullptr;
+  std::vector<KernelActivity> got;
+  while (api.next_record(buffer, valid_bytes, &record) == CUPTI_SUCCESS) {
+    if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
+    const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+    KernelActivity a;
+    a.name = k->name ? k->name : "?";
+    a.start_ns = k->start;
+    a.end_ns = k->end;
+    a.correlation_id = k->correlationId;
+    a.device_id = k->deviceId;
+    a.stream_id = k->streamId;
+    a.graph_id = k->graphId;
+    a.grid[0] = k->gridX, a.grid[1] = k->gridY, a.grid[2] = k->gridZ;
+    a.block[0] = k->blockX, a.block[1] = k->blockY, a.block[2] = k->blockZ;
+    a.registers_per_thread = k->registersPerThread;
+    a.static_shared_bytes = k->staticSharedMemory;
+    a.dynamic_shared_bytes = k->dynamicSharedMemory;
+    got.push_back(std::move(a));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  records_.insert(records_.end(), std::make_move_iterator(got.begin()), std::make_move_iterator(got.end()));
+}
+
+void CuptiTracer::begin() {
+  if (!available_) return;
+  api.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  std::lock_guard<std::mutex> lock(mutex_);
+  records_.clear();
+}
+
+std::vector<KernelActivity> CuptiTracer::end() {
+  if (!available_) return {};
+  CUptiResult r = api.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  if (r != CUPTI_SUCCESS) log::warn("cuptiActivityFlushAll: ", result_text(r));
+  if (api.num_dropped) {
+    size_t dropped = 0;
+    if (api.num_dropped(nullptr, 0, &dropped) == CUPTI_SUCCESS) dropped_ += dropped;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<KernelActivity> out;
+  out.swap(records_);
+  return out;
+}
+
+std::vector<double> device_time_per_call_us(const std::vector<KernelActivity>& records) {
+  struct Call {
+    uint64_t first_start = UINT64_MAX;
+    double sum_us = 0;
+  };
+  std::map<uint32_t, Call> calls;
+  for (const auto& r : records) {
+    Call& c = calls[r.correlation_id];
+    c.first_start = std::min(c.first_start, r.start_ns);
+    c.sum_us += r.duration_us();
+  }
+  std::vector<Call> ordered;
+  for (auto& [id, c] : calls) ordered.push_back(c);
+  std::sort(ordered.begin(), ordered.end(), [](const Call& a, const Call& b) { return a.first_start < b.first_start; });
+  std::vector<double> out;
+  for (const auto& c : ordered) out.push_back(c.sum_us);
+  return out;
+}
+
+std::string demangle(const std::string& mangled) {
+  int status = 0;
+  char* d = abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status);
+  if (status != 0 || !d) return mangled;
+  std::string out(d);
+  std::free(d);
+  return out;
+}
+
+}  // namespace ca::cuda

@@ -1,0 +1,67 @@
+// CUPTI activity tracing, opened with dlopen at run time: per-kernel device times (start/end on
+// the GPU's clock) with launch shape and resources, for kernel-prof's device_time_us and per-kernel
+// breakdown. When CUPTI is missing or another tool holds it (e.g. under ncu or nsys), tracing is
+// unavailable and why() says so; callers then fall back to CUDA events alone.
+#pragma once
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ca::cuda {
+
+struct KernelActivity {
+  std::string name;  // mangled, as the driver knows it
+  uint64_t start_ns = 0, end_ns = 0;
+  uint32_t correlation_id = 0;  // one per API call: all kernels of one graph launch share it
+  uint32_t device_id = 0, stream_id = 0, graph_id = 0;
+  int grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
+  int registers_per_thread = 0;
+  int static_shared_bytes = 0, dynamic_shared_bytes = 0;
+  double duration_us() const { return double(end_ns - start_ns) / 1e3; }
+};
+
+class CuptiTracer {
+ public:
+  // The process's one tracer (CUPTI's activity API is process-wide). The first call opens the
+  // library and enables concurrent-kernel records; it never throws.
+  static CuptiTracer& instance();
+
+  bool available() const { return available_; }
+  // Why tracing is off ("libcupti not found (tried ...)", "another CUPTI subscriber is active
+  // (running under ncu/nsys?)", ...); empty when available.
+  const std::string& why() const { return why_; }
+  const std::string& library_path() const { return library_path_; }
+  uint32_t version() const { return version_; }
+
+  // Drops every kernel record so far (flushes first): what follows begin() is what end() returns.
+  // Call with the device idle (after a synchronize), since pending kernels may land on either side.
+  void begin();
+  // Flushes (the caller has synchronized the device) and returns the kernel records since begin(),
+  // in completion order as CUPTI delivered them.
+  std::vector<KernelActivity> end();
+  uint64_t dropped_records() const { return dropped_; }
+
+  // Called by CUPTI's buffer callback; public only for that.
+  void take_buffer(uint8_t* buffer, std::size_t valid_bytes);
+
+ private:
+  CuptiTracer();
+  void open();
+  bool available_ = false;
+  std::string why_, library_path_;
+  uint32_t version_ = 0;
+  uint64_t dropped_ = 0;
+  std::mutex mutex_;
+  std::vector<KernelActivity> records_;
+};
+
+// Groups kernel records into calls: records sharing a correlation id (one graph launch or one
+// kernel launch) form one call, ordered by their first start. Returns per-call device time in us
+// (the sum of its kernels' durations, as the published profiler summed device time).
+std::vector<double> device_time_per_call_us(const std::vector<KernelActivity>& records);
+
+// Demangled name when the C++ runtime can ("void scale_add<float>(float const*, ...)"), else as is.
+std::string demangle(const std::string& mangled);
+
+}  // namespace ca::cuda

@@ -1,0 +1,58 @@
+// dlopen helpers for the CUDA libraries.
+#include "libcommon/cuda/dl.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "libcommon/errors.hpp"
+
+namespace ca::cuda {
+
+static std::vector<std::string> extra_dirs() {
+  std::vector<std::string> dirs;
+  if (const char* home = std::getenv("CUDA_HOME"); home && *home) dirs.push_back(std::string(home) + "/lib64");
+  dirs.push_back("/usr/local/cuda/lib64");
+  // pip's nvidia-* wheels (torch brings cuDNN and cuBLAS this way on the device).
+  for (const char* base : {"/usr/local/lib", "/usr/lib"}) {
+    std::error_code ec;
+    for (auto& py : std::filesystem::directory_iterator(base, ec)) {
+      auto nv = py.path() / "dist-packages" / "nvidia";
+      auto nv2 = py.path() / "site-packages" / "nvidia";
+      for (auto& root : {nv, nv2}) {
+        std::error_code ec2;
+        for (auto& sub : std::filesystem::directory_iterator(root, ec2))
+          if (std::filesystem::exists(sub.path() / "lib")) dirs.push_back((sub.path() / "lib").string());
+      }
+    }
+  }
+  return dirs;
+}
+
+void* open_library(const std::vector<std::string>& names, const std::string& what) {
+  std::string last_error;
+  for (const auto& name : names) {
+    if (void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL)) return h;
+    if (const char* e = dlerror()) last_error = e;
+  }
+  for (const auto& dir : extra_dirs())
+    for (const auto& name : names) {
+      std::string path = dir + "/" + name;
+      if (!std::filesystem::exists(path)) continue;
+      if (void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL)) return h;
+      if (const char* e = dlerror()) last_error = e;
+    }
+  std::string tried;
+  for (const auto& n : names) tried += (tried.empty() ? "" : ", ") + n;
+  throw EnvironmentError(what + " not available (tried " + tried + ")" +
+                         (last_error.empty() ? "" : ": " + last_error));
+}
+
+void* library_symbol(void* handle, const char* name, const std::string& what) {
+  void* p = dlsym(handle, name);
+  if (!p) throw EnvironmentError(what + ": symbol " + name + " missing (library too old?)");
+  return p;
+}
+
+}  // namespace ca::cuda
