@@ -1,0 +1,155 @@
+"""The `filters` op: the published task filters (runs in eager and torch.compile, deterministic,
+non-degenerate outputs, eager time in a range), each verdict with the evidence for it."""
+import hashlib
+
+import torch
+
+from .tasks import TaskError
+
+ORDER = ["runs_eager", "runs_compile", "deterministic", "no_nan_inf", "not_constant", "input_dependent",
+         "eager_time_ms"]
+
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(t):
+    """A same-size integer view, so equality is bit equality (NaN == NaN, -0 != +0)."""
+    t = t.contiguous()
+    if t.dtype == torch.bool or not (t.is_floating_point() or t.is_complex()):
+        return t
+    if t.is_complex():
+        t = torch.view_as_real(t).contiguous()
+    return t.view(_INT_OF_SIZE[t.element_size()])
+
+
+def bit_equal(a_list, b_list):
+    if len(a_list) != len(b_list):
+        return False
+    for a, b in zip(a_list, b_list):
+        if a.shape != b.shape or a.dtype != b.dtype or not torch.equal(_bits(a), _bits(b)):
+            return False
+    return True
+
+
+def _verdict(ok, detail, **extra):
+    v = {"pass": ok, "detail": detail}
+    v.update(extra)
+    return v
+
+
+def _skipped(detail):
+    return {"pass": None, "detail": detail}
+
+
+def _constant(t):
+    if t.numel() <= 1:
+        return None  # a single value says nothing about constancy
+    flat = t.detach().reshape(-1)
+    if flat.is_floating_point():
+        flat = flat[torch.isfinite(flat)]
+        if flat.numel() <= 1:
+            return True
+    return bool((flat == flat[0]).all())
+
+
+def run(worker, req):
+    lo, hi = req.get("eager_time_range_ms", [1, 100])
+    check_compile = bool(req.get("check_compile", True))
+    code = req.get("code")
+    if code is None:
+        task = worker.task(req)  # the loaded one
+        load_err = None
+        temp = False
+    else:
+        tid = req.get("task_id") or "filter-" + hashlib.sha1(code.encode("utf-8")).hexdigest()[:16]
+        temp = not req.get("task_id")
+        task, load_err = None, None
+        try:
+            task = worker.load(str(tid), code, req.get("init_inputs"), int(req.get("init_seed", 0)),
+                               bool(req.get("eval", False)))
+        except TaskError as e:
+            load_err = e
+    v = {}
+    try:
+        if load_err is not None:
+            v["runs_eager"] = _verdict(False, "%s: %s" % (load_err.stage, load_err.detail),
+                                       stage=load_err.stage, traceback=load_err.traceback)
+            for name in ORDER[1:]:
+                v[name] = _skipped("not run: runs_eager failed")
+            return _answer(v, None)
+        inputs0 = task.to_device(task.make_inputs(0)[0])
+        out_a = task.forward(inputs0)
+        v["runs_eager"] = _verdict(True, "%d output(s)" % len(out_a))
+
+        on_gpu = task.device.type == "cuda"
+        if not check_compile:
+            v["runs_compile"] = _skipped("not asked (check_compile false)")
+        elif not on_gpu:
+            v["runs_compile"] = _skipped("skipped on CPU: torch.compile is checked on a GPU only")
+        elif not hasattr(torch, "compile"):
+            v["runs_compile"] = _skipped("torch %s has no torch.compile" % torch.__version__)
+        else:
+            try:
+                out_c = task.forward(inputs0, fn=task.compiled_model("default"))
+                diff = max([float((c.double() - a.double()).abs().max()) if c.numel() else 0.0
+                            for c, a in zip(out_c, out_a)] or [0.0])
+                v["runs_compile"] = _verdict(True, "compiled and ran; max |compile - eager| = %.3g" % diff,
+                                             max_abs_diff=diff)
+            except TaskError as e:
+                v["runs_compile"] = _verdict(False, "%s: %s" % (e.stage, e.detail), traceback=e.traceback)
+
+        out_b = task.forward(inputs0)
+        v["deterministic"] = _verdict(bit_equal(out_a, out_b),
+                                      "two runs on the same inputs are bit-equal" if bit_equal(out_a, out_b)
+                                      else "two runs on the same inputs differ (a stochastic op?)")
+
+        bad = [i for i, o in enumerate(out_a)
+               if (o.is_floating_point() or o.is_complex()) and o.numel() and not bool(torch.isfinite(o).all())]
+        v["no_nan_inf"] = _verdict(not bad, "all outputs finite" if not bad
+                                   else "NaN or Inf in output(s) %s" % ",".join(map(str, bad)))
+
+        consts = [_constant(o) for o in out_a]
+        judged = [c for c in consts if c is not None]
+        if not judged:
+            v["not_constant"] = _verdict(True, "single-element outputs: judged by input_dependent only")
+        else:
+            ok = not all(judged)
+            v["not_constant"] = _verdict(ok, "some output varies" if ok else "every output is one constant value")
+
+        inputs1 = task.to_device(task.make_inputs(1)[0])
+        out_1 = task.forward(inputs1)
+        same_inputs = all(torch.equal(_bits(x), _bits(y)) for x, y in zip(inputs0, inputs1)
+                          if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
+                          and x.dtype == y.dtype)
+        dep = not bit_equal(out_a, out_1)
+        v["input_dependent"] = _verdict(dep, "outputs differ for seeds 0 and 1" if dep else
+                                        "outputs equal for seeds 0 and 1" +
+                                        (" (get_inputs gave the same inputs)" if same_inputs else ""))
+
+        if not on_gpu:
+            v["eager_time_ms"] = _skipped("skipped on CPU: eager time is measured on a GPU only")
+        else:
+            from .timing import quick_eager_ms
+            ms, _ = quick_eager_ms(task)
+            v["eager_time_ms"] = _verdict(lo <= ms <= hi, "eager median %.4g ms, range [%g, %g]" % (ms, lo, hi),
+                                          value=ms)
+        return _answer(v, task.load_answer())
+    except TaskError as e:
+        # A later stage raised (e.g. the second input draw): that verdict fails, the rest are skipped.
+        for name in ORDER:
+            if name not in v:
+                v[name] = _verdict(False, "%s: %s" % (e.stage, e.detail), traceback=e.traceback)
+                break
+        for name in ORDER:
+            v.setdefault(name, _skipped("not run: an earlier check raised"))
+        return _answer(v, task.load_answer() if task is not None else None)
+    finally:
+        if temp and task is not None:
+            worker.tasks.pop(task.task_id, None)
+            task.drop()
+
+
+def _answer(v, load):
+    verdicts = {name: v[name] for name in ORDER}
+    reason = next((name for name in ORDER if verdicts[name]["pass"] is False), None)
+    return {"verdicts": verdicts, "kept": reason is None, "reason": reason, "load": load}

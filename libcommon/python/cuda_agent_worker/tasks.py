@@ -1,0 +1,385 @@
+"""Tasks in KernelBench format (class Model, get_inputs, get_init_inputs): loading the untrusted code,
+seeded inputs with the distribution get_inputs used, reference runs with pinned precision."""
+import contextlib
+import hashlib
+import inspect
+import math
+import os
+import random
+import sys
+import traceback
+import types
+
+import torch
+
+from . import safetensors_io
+
+
+class TaskError(Exception):
+    """The task code raised (or broke a rule of the format) at `stage`."""
+
+    def __init__(self, stage, detail, tb=""):
+        Exception.__init__(self, "%s: %s" % (stage, detail))
+        self.stage = stage
+        self.detail = detail
+        self.traceback = tb
+
+
+def _task_traceback(limit_lines=12):
+    lines = traceback.format_exc().rstrip().splitlines()
+    return "\n".join(lines[-limit_lines:])
+
+
+@contextlib.contextmanager
+def stage(name):
+    """Any exception of the task code inside becomes a TaskError naming the stage."""
+    try:
+        yield
+    except TaskError:
+        raise
+    except MemoryError:
+        raise TaskError(name, "MemoryError (over the worker's memory limit?)", _task_traceback())
+    except Exception as e:  # the task's own exception, whatever its type
+        msg = ("%s: %s" % (type(e).__name__, e)).strip().splitlines()
+        raise TaskError(name, msg[0][:500] if msg else type(e).__name__, _task_traceback())
+
+
+def seed_all(seed):
+    seed = int(seed)
+    random.seed(seed)
+    torch.manual_seed(seed)  # every device's generator too
+    try:
+        import numpy
+        numpy.random.seed(seed % (2 ** 32))
+    except ImportError:
+        pass
+
+
+# ---- precision -------------------------------------------------------------------------------------
+
+def _has_new_precision_api():
+    try:  # torch 1.x's matmul object raises AssertionError for unknown attributes
+        return "fp32_precision" in dir(torch.backends.cuda.matmul) or \
+            getattr(torch.backends.cuda.matmul, "fp32_precision", None) is not None
+    except Exception:
+        return False
+
+
+def set_tf32(on):
+    """TF32 for matmul and cuDNN. torch >= 2.9 has fp32_precision (mixing it with the legacy
+    allow_tf32 flags is an error there), older versions only the legacy flags."""
+    if _has_new_precision_api():
+        try:
+            torch.backends.cuda.matmul.fp32_precision = "tf32" if on else "ieee"
+            torch.backends.cudnn.conv.fp32_precision = "tf32" if on else "ieee"
+            torch.backends.cudnn.rnn.fp32_precision = "tf32" if on else "ieee"
+            return
+        except Exception:
+            pass
+    torch.backends.cuda.matmul.allow_tf32 = bool(on)
+    torch.backends.cudnn.allow_tf32 = bool(on)
+
+
+def get_tf32():
+    if _has_new_precision_api():
+        try:
+            return (torch.backends.cuda.matmul.fp32_precision == "tf32",
+                    torch.backends.cudnn.conv.fp32_precision == "tf32")
+        except Exception:
+            pass
+    return bool(torch.backends.cuda.matmul.allow_tf32), bool(torch.backends.cudnn.allow_tf32)
+
+
+_AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
+_current_autocast = [None]
+
+
+def precision_record():
+    mm, cd = get_tf32()
+    ac = _current_autocast[0]
+    name = ac or ("tf32" if (mm or cd) else "fp32")
+    return {"name": name, "matmul_tf32": mm, "cudnn_tf32": cd, "autocast": ac}
+
+
+@contextlib.contextmanager
+def precision(mode, device):
+    """fp32 (TF32 off), tf32 (TF32 on), fp16/bf16 (autocast, TF32 off). Restored to fp32 after."""
+    if mode not in ("fp32", "tf32", "fp16", "bf16"):
+        raise ValueError("precision must be fp32, tf32, fp16 or bf16, not %r" % (mode,))
+    set_tf32(mode == "tf32")
+    ctx = contextlib.nullcontext() if hasattr(contextlib, "nullcontext") else contextlib.suppress()
+    if mode in _AUTOCAST:
+        dev_type = "cuda" if str(device).startswith("cuda") else "cpu"
+        ctx = torch.autocast(device_type=dev_type, dtype=_AUTOCAST[mode])
+        _current_autocast[0] = mode
+    try:
+        with ctx:
+            yield
+    finally:
+        _current_autocast[0] = None
+        set_tf32(False)
+
+
+# ---- input distributions ---------------------------------------------------------------------------
+
+def _describe_call(fname, args, kwargs):
+    ints = [a for a in args if isinstance(a, int) and not isinstance(a, bool)]
+    if fname in ("randn", "randn_like"):
+        return {"kind": "normal", "mean": 0.0, "std": 1.0}
+    if fname in ("rand", "rand_like"):
+        return {"kind": "uniform", "low": 0.0, "high": 1.0}
+    if fname in ("randint", "randint_like"):
+        # randint(high, size) | randint(low, high, size); randint_like(t, high) | (t, low, high)
+        low, high = (ints[0], ints[1]) if len(ints) >= 2 else (0, ints[0] if ints else None)
+        return {"kind": "randint", "low": kwargs.get("low", low), "high": kwargs.get("high", high)}
+    if fname == "randperm":
+        return {"kind": "randperm"}
+    if fname in ("ones", "ones_like"):
+        return {"kind": "constant", "value": 1}
+    if fname in ("zeros", "zeros_like"):
+        return {"kind": "constant", "value": 0}
+    if fname in ("full", "full_like"):
+        v = args[1] if len(args) > 1 else kwargs.get("fill_value")
+        return {"kind": "constant", "value": v if isinstance(v, (int, float)) else None}
+    if fname == "uniform_":
+        low = args[0] if len(args) > 0 else kwargs.get("from", kwargs.get("a", 0.0))
+        high = args[1] if len(args) > 1 else kwargs.get("to", kwargs.get("b", 1.0))
+        return {"kind": "uniform", "low": float(low), "high": float(high)}
+    if fname == "normal_":
+        mean = args[0] if len(args) > 0 else kwargs.get("mean", 0.0)
+        std = args[1] if len(args) > 1 else kwargs.get("std", 1.0)
+        return {"kind": "normal", "mean": float(mean), "std": float(std)}
+    return {"kind": "derived"}
+
+
+_TRACKED_TORCH = ("randn", "rand", "randint", "randn_like", "rand_like", "randint_like", "randperm",
+                  "ones", "zeros", "full", "ones_like", "zeros_like", "full_like")
+_TRACKED_TENSOR = ("uniform_", "normal_")
+
+
+@contextlib.contextmanager
+def track_distributions(made):
+    """Wraps the torch factories so each tensor get_inputs returns can be traced to its draw.
+    `made` maps id(tensor) -> (tensor, description); tensors are held so ids stay unique."""
+    saved = []
+
+    def wrap(owner, fname):
+        orig = getattr(owner, fname)
+
+        def wrapper(*args, **kwargs):
+            out = orig(*args, **kwargs)
+            if isinstance(out, torch.Tensor):
+                made[id(out)] = (out, _describe_call(fname, args[1:] if owner is torch.Tensor else args, kwargs))
+            return out
+        wrapper.__name__ = fname
+        saved.append((owner, fname, orig))
+        setattr(owner, fname, wrapper)
+
+    for f in _TRACKED_TORCH:
+        if hasattr(torch, f):
+            wrap(torch, f)
+    for f in _TRACKED_TENSOR:
+        wrap(torch.Tensor, f)
+    try:
+        yield
+    finally:
+        for owner, fname, orig in reversed(saved):
+            setattr(owner, fname, orig)
+
+
+def _finite(x):
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def tensor_stats(t):
+    if t.numel() == 0:
+        return {}
+    d = t.detach()
+    if d.dtype == torch.bool:
+        return {"mean": _finite(d.double().mean())}
+    d = d.double()
+    s = {"min": _finite(d.min()), "max": _finite(d.max()), "mean": _finite(d.mean())}
+    s["std"] = _finite(d.std()) if d.numel() > 1 else 0.0
+    return s
+
+
+def _jsonable(v):
+    if isinstance(v, (bool, int, str)) or v is None:
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, torch.Tensor) and v.numel() == 1:
+        return _jsonable(v.item())
+    return repr(v)
+
+
+def tensor_spec(t):
+    return {"shape": list(t.shape), "dtype": safetensors_io.dtype_name(t.dtype)}
+
+
+def flatten_outputs(out):
+    """A tensor -> [it]; tuples/lists/dicts flattened in order; Python numbers -> 0-d tensors."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        res = []
+        for o in out:
+            res.extend(flatten_outputs(o))
+        return res
+    if isinstance(out, dict):
+        return flatten_outputs([out[k] for k in out])
+    if isinstance(out, (bool, int, float)):
+        return [torch.tensor(out)]
+    if out is None:
+        return []
+    raise TaskError("forward", "forward returned a %s, not tensors" % type(out).__name__)
+
+
+# ---- a loaded task ---------------------------------------------------------------------------------
+
+class Task(object):
+    def __init__(self, task_id, code, device, work_dir, init_inputs=None, init_seed=0, eval_mode=False):
+        self.task_id = str(task_id)
+        self.code = code
+        self.device = torch.device(device)
+        self.compiled = {}
+        self.module = self._exec(code, work_dir)
+        for name in ("Model", "get_inputs"):
+            if not hasattr(self.module, name):
+                raise TaskError("exec", "the code defines no %s (KernelBench format: class Model, "
+                                        "get_inputs(), get_init_inputs())" % name)
+        seed_all(init_seed)
+        if init_inputs is None:
+            if hasattr(self.module, "get_init_inputs"):
+                with stage("get_init_inputs"):
+                    init_inputs = self.module.get_init_inputs()
+            else:
+                init_inputs = []
+        if not isinstance(init_inputs, (list, tuple)):
+            init_inputs = [init_inputs]
+        self.init_inputs = list(init_inputs)
+        with stage("init"):
+            self.model = self.module.Model(*self.init_inputs)
+            if not isinstance(self.model, torch.nn.Module):
+                raise TaskError("init", "Model(...) is a %s, not a torch.nn.Module" % type(self.model).__name__)
+            self.model = self.model.to(self.device)
+            if eval_mode:
+                self.model.eval()
+        self.initial_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        self.input_names = self._forward_names()
+        inputs, self.input_specs = self.make_inputs(0)
+        outs = self.forward(self.to_device(inputs))
+        self.output_specs = [dict(index=i, **tensor_spec(o)) for i, o in enumerate(outs)]
+
+    def _exec(self, code, work_dir):
+        digest = hashlib.sha1(code.encode("utf-8")).hexdigest()[:12]
+        safe_id = "".join(c if c.isalnum() else "_" for c in self.task_id)[:48]
+        modname = "cuda_agent_task_%s_%s" % (safe_id, digest)
+        # A real file, so inspect/linecache (tracebacks, torch.compile) can read the source.
+        path = os.path.join(work_dir, modname + ".py")
+        with open(path, "w") as f:
+            f.write(code)
+        mod = types.ModuleType(modname)
+        mod.__file__ = path
+        sys.modules[modname] = mod
+        self.modname = modname
+        with stage("exec"):
+            exec(compile(code, path, "exec"), mod.__dict__)
+        return mod
+
+    def _forward_names(self):
+        try:
+            params = list(inspect.signature(self.model.forward).parameters.values())
+        except (TypeError, ValueError):
+            return []
+        return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+    def make_inputs(self, seed):
+        """CPU-or-wherever-get_inputs-put-them values for a seed, and their specs."""
+        seed_all(seed)
+        made = {}
+        with stage("get_inputs"):
+            with track_distributions(made):
+                values = self.module.get_inputs()
+            if not isinstance(values, (list, tuple)):
+                values = [values]
+            values = list(values)
+        specs = []
+        for i, v in enumerate(values):
+            name = self.input_names[i] if i < len(self.input_names) else "input%d" % i
+            if isinstance(v, torch.Tensor):
+                hit = made.get(id(v))
+                dist = dict(hit[1]) if hit is not None and hit[0] is v else {"kind": "derived"}
+                dist["stats"] = tensor_stats(v)
+                specs.append(dict(index=i, name=name, distribution=dist, **tensor_spec(v)))
+            else:
+                specs.append({"index": i, "name": name, "shape": None, "dtype": type(v).__name__,
+                              "distribution": {"kind": "scalar", "value": _jsonable(v)}})
+        return values, specs
+
+    def to_device(self, values):
+        return [v.to(self.device) if isinstance(v, torch.Tensor) else v for v in values]
+
+    def restore(self):
+        self.model.load_state_dict(self.initial_state)
+
+    def forward(self, inputs, fn=None, prec="fp32"):
+        """Outputs (flattened) of one call on device inputs, from the load-time state."""
+        self.restore()
+        with stage("forward"):
+            with precision(prec, self.device), torch.no_grad():
+                out = (fn or self.model)(*inputs)
+            outs = [o.detach() for o in flatten_outputs(out)]
+        return outs
+
+    def compiled_model(self, mode):
+        """torch.compile of the model, cached per mode ("default" or "max-autotune")."""
+        if not hasattr(torch, "compile"):
+            raise RuntimeError("torch %s has no torch.compile" % torch.__version__)
+        if mode not in self.compiled:
+            self.compiled[mode] = torch.compile(self.model, mode=None if mode == "default" else mode)
+        return self.compiled[mode]
+
+    def load_answer(self):
+        return {
+            "task_id": self.task_id,
+            "inputs": self.input_specs,
+            "init_inputs": _jsonable(self.init_inputs),
+            "params": [dict(name=k, **tensor_spec(v)) for k, v in self.initial_state.items()],
+            "outputs": self.output_specs,
+        }
+
+    def drop(self):
+        sys.modules.pop(self.modname, None)
+
+
+def write_inputs(path, values):
+    tensors, meta = {}, {}
+    for i, v in enumerate(values):
+        if isinstance(v, torch.Tensor):
+            tensors["inputs.%d" % i] = v
+        else:
+            import json
+            meta["inputs.%d" % i] = json.dumps(_jsonable(v))
+    safetensors_io.write(path, tensors, meta)
+
+
+def read_inputs(path):
+    import json
+    tensors, meta = safetensors_io.read(path)
+    values = {}
+    for k, t in tensors.items():
+        if k.startswith("inputs."):
+            values[int(k.split(".", 1)[1])] = t
+    for k, v in meta.items():
+        if k.startswith("inputs."):
+            values[int(k.split(".", 1)[1])] = json.loads(v)
+    n = len(values)
+    if sorted(values) != list(range(n)):
+        raise ValueError("%s: inputs are not numbered inputs.0..inputs.%d" % (path, n - 1))
+    return [values[i] for i in range(n)]

@@ -1,0 +1,197 @@
+"""The `time` op: kernel-prof's method applied to eager and torch.compile baselines (warm-up, L2
+flush before every timed call, CUDA events, input sets rotated, stop on a stable median, profiler
+device time)."""
+import math
+import time
+
+import torch
+
+from .tasks import TaskError, precision, stage
+
+TIMED_RANGE = "cuda_agent_timed_call"
+
+
+def _quantile(s, q):
+    if not s:
+        return None
+    pos = q * (len(s) - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def median_rel_ci(s):
+    """Relative half-width of the distribution-free 95% CI of the median of sorted `s`: order
+    statistics at ranks n/2 -+ 1.96 sqrt(n)/2 (None below 3 samples)."""
+    n = len(s)
+    if n < 3:
+        return None
+    half = 1.96 * math.sqrt(n) / 2.0
+    lo = max(0, int(math.floor(n / 2.0 - half)) - 1)
+    hi = min(n - 1, int(math.ceil(1 + n / 2.0 + half)) - 1)
+    med = _quantile(s, 0.5)
+    if med <= 0:
+        return None
+    return (s[hi] - s[lo]) / (2.0 * med)
+
+
+def summarize(xs):
+    s = sorted(xs)
+    if not s:
+        return None
+    return {"median": _quantile(s, 0.5), "p10": _quantile(s, 0.1), "p90": _quantile(s, 0.9),
+            "mean": sum(s) / len(s), "min": s[0], "n": len(s), "rel_ci": median_rel_ci(s)}
+
+
+def default_flush_bytes(device):
+    if device.type != "cuda":
+        return 0
+    props = torch.cuda.get_device_properties(device)
+    l2 = getattr(props, "L2_cache_size", 0) or (50 << 20)
+    return 2 * int(l2)
+
+
+def _event_time(fn, inputs, flush):
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    if flush is not None:
+        flush.zero_()
+    start.record()
+    fn(*inputs)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000.0  # ms -> us
+
+
+def _wall_time(fn, inputs, flush):
+    if flush is not None:
+        flush.zero_()
+    t = time.perf_counter()
+    fn(*inputs)
+    return (time.perf_counter() - t) * 1e6
+
+
+def _device_time_of(event):
+    for attr in ("device_time_total", "cuda_time_total"):
+        v = getattr(event, attr, None)
+        if v is not None:
+            return float(v)
+    return 0.0
+
+
+def profiled_device_times(fn, sets, flush, calls):
+    """Summed kernel time (us) of each call, from torch.profiler: each call in a record_function
+    range whose device time counts the kernels launched inside it (the flush stays outside)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+    try:
+        from torch.autograd import DeviceType
+        cpu_type = DeviceType.CPU
+    except ImportError:
+        cpu_type = None
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i in range(calls):
+            if flush is not None:
+                flush.zero_()
+            with record_function(TIMED_RANGE):
+                fn(*sets[i % len(sets)])
+            torch.cuda.synchronize()
+    per_call = []
+    for e in prof.events():
+        if e.name != TIMED_RANGE:
+            continue
+        if cpu_type is not None and getattr(e, "device_type", cpu_type) != cpu_type:
+            continue
+        per_call.append(_device_time_of(e))
+    return per_call
+
+
+def time_task(task, req):
+    mode = req.get("mode", "eager")
+    prec = req.get("precision", "fp32")
+    metric = req.get("metric", "device")
+    if mode not in ("eager", "compile", "compile-max-autotune"):
+        raise ValueError("mode must be eager, compile or compile-max-autotune, not %r" % (mode,))
+    if metric not in ("device", "wall"):
+        raise ValueError("metric must be device or wall, not %r" % (metric,))
+    warmup = int(req.get("warmup", 3))
+    min_runs = max(3, int(req.get("min_runs", 10)))
+    max_runs = max(min_runs, int(req.get("max_runs", 1000)))
+    budget_s = float(req.get("budget_s", 10.0))
+    target = float(req.get("rel_ci", 0.01))
+    input_sets = max(1, int(req.get("input_sets", 3)))
+    seed = int(req.get("seed", 0))
+    on_gpu = task.device.type == "cuda"
+    flush_bytes = req.get("flush_bytes")
+    flush_bytes = default_flush_bytes(task.device) if flush_bytes is None else int(flush_bytes)
+
+    compile_s = None
+    compile_cached = None
+    if mode == "eager":
+        fn = task.model
+    else:
+        cmode = "default" if mode == "compile" else "max-autotune"
+        compile_cached = cmode in task.compiled
+        with stage("compile"):
+            fn = task.compiled_model(cmode)
+    sets = [task.to_device(task.make_inputs(seed + i)[0]) for i in range(input_sets)]
+    task.restore()
+    flush = torch.empty(flush_bytes, dtype=torch.uint8, device=task.device) if flush_bytes > 0 else None
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
+    timer = _event_time if on_gpu else _wall_time
+
+    times = []
+    device_times = None
+    stop = "max_runs"
+    with precision(prec, task.device), torch.no_grad():
+        t0 = time.perf_counter()
+        with stage("compile" if mode != "eager" else "forward"):
+            fn(*sets[0])
+            sync()
+        first_call_s = time.perf_counter() - t0
+        if mode != "eager":
+            compile_s = first_call_s
+        with stage("forward"):
+            for i in range(warmup):
+                fn(*sets[(i + 1) % len(sets)])
+            sync()
+            start = time.perf_counter()
+            while len(times) < max_runs:
+                times.append(timer(fn, sets[len(times) % len(sets)], flush))
+                if len(times) >= min_runs:
+                    rc = median_rel_ci(sorted(times))
+                    if rc is not None and rc < target:
+                        stop = "rel_ci"
+                        break
+                if time.perf_counter() - start > budget_s and len(times) >= 3:
+                    stop = "budget"
+                    break
+            if on_gpu and metric == "device":
+                calls = max(5, min(30, len(times)))
+                device_times = profiled_device_times(fn, sets, flush, calls)
+    time_us = summarize(times)
+    device_time_us = summarize(device_times) if device_times else None
+    if device_time_us is not None and device_time_us["median"] <= 0:
+        device_time_us = None  # kernels not attributed to the range: say so rather than report 0
+    value = device_time_us["median"] if (metric == "device" and device_time_us) else time_us["median"]
+    return {
+        "time_us": time_us,
+        "device_time_us": device_time_us,
+        "value_us": value,
+        "value_metric": "device" if (metric == "device" and device_time_us) else "wall",
+        "mode": mode,
+        "precision": prec,
+        "metric": metric,
+        "compile_s": compile_s,
+        "compile_cached": compile_cached,
+        "method": {"warmup": warmup, "min_runs": min_runs, "max_runs": max_runs, "budget_s": budget_s,
+                   "rel_ci": target, "input_sets": input_sets, "flush_bytes": flush_bytes, "seed": seed,
+                   "timer": "cuda_events" if on_gpu else "perf_counter", "stop": stop,
+                   "device_time": "torch.profiler kernel sum per call" if device_time_us else None},
+    }
+
+
+def quick_eager_ms(task):
+    """The eager median for the filters' time range (a short budget)."""
+    ans = time_task(task, {"mode": "eager", "precision": "fp32", "metric": "wall", "warmup": 2,
+                           "min_runs": 5, "max_runs": 50, "budget_s": 2.0, "rel_ci": 0.02})
+    return ans["time_us"]["median"] / 1000.0, ans

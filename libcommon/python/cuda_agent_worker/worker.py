@@ -1,0 +1,321 @@
+"""The worker's request loop: JSON Lines in on stdin, answers out on a private copy of stdout,
+task code under CPU-time and memory limits. See PROTOCOL.md."""
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import resource
+import shutil
+import sys
+import tempfile
+import traceback
+
+PROTOCOL_OUT = None  # the real stdout, set by main()
+
+
+def emit(obj):
+    PROTOCOL_OUT.write(json.dumps(_clean(obj), allow_nan=False, separators=(",", ":")) + "\n")
+    PROTOCOL_OUT.flush()
+
+
+def _clean(v):
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
+
+
+class BadRequest(Exception):
+    pass
+
+
+class NoDevice(Exception):
+    pass
+
+
+class Unsupported(Exception):
+    pass
+
+
+class UnknownTask(Exception):
+    pass
+
+
+def need(req, key, kind=None):
+    if key not in req:
+        raise BadRequest("'%s' needs field '%s'" % (req.get("op"), key))
+    v = req[key]
+    if kind is not None and not isinstance(v, kind):
+        raise BadRequest("'%s': field '%s' has the wrong type" % (req.get("op"), key))
+    return v
+
+
+class Worker(object):
+    def __init__(self, torch, device, work_dir, cpu_seconds):
+        from . import tasks
+        self.torch = torch
+        self.tasks_mod = tasks
+        self.device = device
+        self.work_dir = work_dir
+        self.cpu_seconds = cpu_seconds
+        self.tasks = {}
+        tasks.set_tf32(False)  # the reference precision; every op restores it
+        if hasattr(torch, "set_float32_matmul_precision") and not tasks._has_new_precision_api():
+            torch.set_float32_matmul_precision("highest")
+
+    # -- framing ---------------------------------------------------------------------------------
+    def hello(self):
+        torch = self.torch
+        h = {"ok": True, "op": "hello", "pid": os.getpid(), "torch_version": torch.__version__,
+             "python": platform.python_version(), "device": self.device,
+             "compile_available": hasattr(torch, "compile"), "cuda": torch.version.cuda}
+        if self.device.startswith("cuda"):
+            h["device_name"] = torch.cuda.get_device_name(torch.device(self.device))
+            props = torch.cuda.get_device_properties(torch.device(self.device))
+            h["sm"] = "%d%d" % (props.major, props.minor)
+            h["l2_bytes"] = getattr(props, "L2_cache_size", None)
+        else:
+            h["device_name"] = platform.processor() or platform.machine()
+        return h
+
+    def base(self, req):
+        return {"ok": True, "id": req.get("id"), "op": req.get("op"),
+                "torch_version": self.torch.__version__, "device": self.device,
+                "precision": self.tasks_mod.precision_record()}
+
+    def limit_cpu(self):
+        """This request may use cpu_seconds more CPU time (all threads); then SIGXCPU ends us."""
+        if self.cpu_seconds <= 0:
+            return
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        used = ru.ru_utime + ru.ru_stime
+        soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        want = int(math.ceil(used + self.cpu_seconds))
+        if hard != resource.RLIM_INFINITY:
+            want = min(want, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (want, hard))
+
+    def handle(self, req):
+        op = req.get("op")
+        fn = getattr(self, "op_" + str(op).replace("-", "_"), None) if isinstance(op, str) else None
+        if fn is None:
+            raise BadRequest("unknown op %r (load, inputs, reference, time, filters, similarity, ping, unload)" % (op,))
+        self.limit_cpu()
+        ans = self.base(req)
+        ans.update(fn(req))
+        return ans
+
+    # -- ops ---------------------------------------------------------------------------------------
+    def task(self, req):
+        tid = str(need(req, "task_id"))
+        if tid not in self.tasks:
+            raise UnknownTask("task %s is not loaded in this worker (send 'load' first)" % tid)
+        return self.tasks[tid]
+
+    def load(self, task_id, code, init_inputs=None, init_seed=0, eval_mode=False):
+        old = self.tasks.pop(task_id, None)
+        if old is not None:
+            old.drop()
+        t = self.tasks_mod.Task(task_id, code, self.device, self.work_dir, init_inputs=init_inputs,
+                                init_seed=init_seed, eval_mode=eval_mode)
+        self.tasks[task_id] = t
+        return t
+
+    def op_ping(self, req):
+        h = self.hello()
+        h.pop("ok")
+        h.pop("op")
+        return h
+
+    def op_load(self, req):
+        t = self.load(str(need(req, "task_id")), need(req, "code", str), req.get("init_inputs"),
+                      int(req.get("init_seed", 0)), bool(req.get("eval", False)))
+        return t.load_answer()
+
+    def op_unload(self, req):
+        t = self.tasks.pop(str(need(req, "task_id")), None)
+        if t is not None:
+            t.drop()
+        return {"unloaded": t is not None}
+
+    def op_inputs(self, req):
+        t = self.task(req)
+        seed = need(req, "seed", int)
+        out = need(req, "out", str)
+        values, specs = t.make_inputs(seed)
+        self.tasks_mod.write_inputs(out, values)
+        return {"task_id": t.task_id, "seed": seed, "out": out, "inputs": specs}
+
+    def op_reference(self, req):
+        from . import safetensors_io
+        t = self.task(req)
+        inputs = self.tasks_mod.read_inputs(need(req, "inputs", str))
+        out = need(req, "out", str)
+        outs = t.forward(t.to_device(inputs))
+        safetensors_io.write(out, {"outputs.%d" % i: o for i, o in enumerate(outs)})
+        ans = {"task_id": t.task_id, "out": out,
+               "outputs": [dict(index=i, **self.tasks_mod.tensor_spec(o)) for i, o in enumerate(outs)]}
+        if req.get("params_out"):
+            safetensors_io.write(req["params_out"], {"params." + k: v for k, v in t.initial_state.items()})
+            ans["params_out"] = req["params_out"]
+        return ans
+
+    def op_time(self, req):
+        from . import timing
+        t = self.task(req)
+        if t.device.type != "cuda" and not req.get("allow_cpu"):
+            raise NoDevice("'time' needs a GPU (this worker runs on %s)" % self.device)
+        mode = req.get("mode", "eager")
+        if mode != "eager" and not hasattr(self.torch, "compile"):
+            raise Unsupported("torch %s has no torch.compile" % self.torch.__version__)
+        try:
+            ans = timing.time_task(t, req)
+        except ValueError as e:
+            raise BadRequest(str(e))
+        ans["task_id"] = t.task_id
+        # The precision the numbers were taken under (the common record shows the restored fp32).
+        prec = ans.pop("precision")
+        ans["precision"] = {"name": prec, "matmul_tf32": prec == "tf32", "cudnn_tf32": prec == "tf32",
+                            "autocast": prec if prec in ("fp16", "bf16") else None}
+        return ans
+
+    def op_filters(self, req):
+        from . import filters
+        return filters.run(self, req)
+
+    def op_similarity(self, req):
+        from . import similarity
+        try:
+            return similarity.run(req)
+        except (ValueError, SyntaxError, OSError) as e:
+            raise BadRequest("similarity: %s" % e)
+
+
+def _error(req_id, op, kind, detail, **extra):
+    ans = {"ok": False, "id": req_id, "op": op, "error": kind, "detail": detail}
+    ans.update(extra)
+    return ans
+
+
+def serve(worker, stdin):
+    from .tasks import TaskError
+    for line in stdin:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            req = json.loads(line)
+            if not isinstance(req, dict):
+                raise ValueError("not an object")
+        except ValueError as e:
+            emit(_error(None, None, "bad_request", "request is not a JSON object: %s" % e))
+            continue
+        rid, op = req.get("id"), req.get("op")
+        try:
+            ans = worker.handle(req)
+        except TaskError as e:
+            ans = _error(rid, op, "task_error", e.detail, stage=e.stage, traceback=e.traceback,
+                         task_id=req.get("task_id"))
+        except BadRequest as e:
+            ans = _error(rid, op, "bad_request", str(e))
+        except UnknownTask as e:
+            ans = _error(rid, op, "unknown_task", str(e), task_id=req.get("task_id"))
+        except NoDevice as e:
+            ans = _error(rid, op, "no_device", str(e))
+        except Unsupported as e:
+            ans = _error(rid, op, "unsupported", str(e))
+        except MemoryError:
+            ans = _error(rid, op, "task_error", "MemoryError", stage="unknown")
+        except (OSError, ValueError) as e:  # unreadable input files and the like
+            ans = _error(rid, op, "bad_request", "%s: %s" % (type(e).__name__, e))
+        except Exception as e:
+            ans = _error(rid, op, "internal", "%s: %s" % (type(e).__name__, e),
+                         traceback="\n".join(traceback.format_exc().splitlines()[-12:]))
+        emit(ans)
+        if worker.device.startswith("cuda") and not ans.get("ok"):
+            # A failed task may leave the CUDA context poisoned (illegal address): check it, so the
+            # next request does not fail for this one's sake.
+            try:
+                worker.torch.cuda.synchronize()
+            except Exception as e:
+                sys.stderr.write("cuda_agent_worker: CUDA context broken (%s); exiting\n" % e)
+                sys.stderr.flush()
+                os._exit(70)
+
+
+def main(argv=None):
+    global PROTOCOL_OUT
+    ap = argparse.ArgumentParser(prog="python3 -m cuda_agent_worker", description=__doc__)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--cpu-seconds", type=float, default=600)
+    ap.add_argument("--memory-mb", type=int, default=16384)
+    ap.add_argument("--log", default="")
+    ap.add_argument("--work-dir", default="")
+    args = ap.parse_args(argv)
+
+    # The protocol gets a private copy of fd 1; fd 1 and 2 go to the log, so whatever task code
+    # prints (Python or C) never lands in the protocol stream.
+    proto_fd = os.dup(1)
+    if args.log:
+        fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(fd, 2)
+        os.close(fd)
+    os.dup2(2, 1)
+    PROTOCOL_OUT = os.fdopen(proto_fd, "w")
+    try:
+        sys.stdout.reconfigure(line_buffering=True)
+        sys.stderr.reconfigure(line_buffering=True)
+    except AttributeError:
+        pass
+
+    try:
+        import torch
+    except Exception as e:  # ImportError, or a broken install
+        emit({"ok": False, "op": "hello", "error": "no_torch",
+              "detail": "%s cannot import torch (%s: %s); install PyTorch (Debian: python3-torch, "
+                        "`make deps`) or set CUDA_AGENT_PYTHON" % (sys.executable, type(e).__name__, e)})
+        return 3
+    device = args.device
+    if device != "cpu":
+        ok = device.startswith("cuda") and torch.cuda.is_available()
+        idx = 0
+        if ok and ":" in device:
+            try:
+                idx = int(device.split(":", 1)[1])
+            except ValueError:
+                ok = False
+        if ok and idx >= torch.cuda.device_count():
+            ok = False
+        if not ok:
+            emit({"ok": False, "op": "hello", "error": "no_device",
+                  "detail": "device %s is not available to torch %s (cuda available: %s, devices: %d)"
+                            % (device, torch.__version__, torch.cuda.is_available(),
+                               torch.cuda.device_count() if torch.cuda.is_available() else 0)})
+            return 3
+        device = "cuda:%d" % idx
+        torch.cuda.set_device(idx)
+    elif args.memory_mb > 0:
+        # Address-space limit on CPU only: CUDA reserves far more virtual memory than it uses, so on a
+        # GPU the client's resident-set watch is the limit.
+        lim = args.memory_mb << 20
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            lim = min(lim, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (lim, hard))
+
+    own_dir = not args.work_dir
+    work_dir = tempfile.mkdtemp(prefix="cuda-agent-tasks-") if own_dir else os.path.join(args.work_dir, "tasks-%d" % os.getpid())
+    if not own_dir:
+        os.makedirs(work_dir, mode=0o700, exist_ok=True)
+    worker = Worker(torch, device, work_dir, args.cpu_seconds)
+    emit(worker.hello())
+    try:
+        serve(worker, sys.stdin)
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return 0
