@@ -1,0 +1,453 @@
+// The native transformer: config, parameter layout, forward and backward over one sequence, and the
+// Hugging Face checkpoint layout. Every op is a plain loop; the CUDA path (a later issue) tests against it.
+#include "libcommon/nn/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <random>
+
+#include "libcommon/errors.hpp"
+#include "libcommon/nn/ops.hpp"
+#include "libcommon/paths.hpp"
+#include "libcommon/safetensors.hpp"
+
+namespace ca::nn {
+
+// ---------------------------------------------------------------------------------------------
+// Config
+
+namespace {
+int get_int(const Json& j, const char* key, std::optional<int> fallback = std::nullopt) {
+  if (!j.contains(key) || j[key].is_null()) {
+    if (fallback) return *fallback;
+    throw InputError(std::string("config.json: missing '") + key + "'");
+  }
+  if (!j[key].is_number_integer()) throw InputError(std::string("config.json: '") + key + "' must be an integer");
+  return j[key].get<int>();
+}
+double get_double(const Json& j, const char* key, double fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_number()) throw InputError(std::string("config.json: '") + key + "' must be a number");
+  return j[key].get<double>();
+}
+const char* kKnownKeys[] = {"model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                            "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings",
+                            "rms_norm_eps", "rope_theta", "tie_word_embeddings", "attention_bias", "architectures",
+                            "torch_dtype", "num_labels", "hidden_act"};
+}  // namespace
+
+Config Config::from_json(const Json& j) {
+  Config c;
+  c.model_type = j.value("model_type", std::string("qwen2"));
+  if (c.model_type != "qwen2" && c.model_type != "llama")
+    throw InputError("config.json: model_type '" + c.model_type + "' is not supported (qwen2, llama)");
+  c.vocab_size = get_int(j, "vocab_size");
+  c.hidden_size = get_int(j, "hidden_size");
+  c.intermediate_size = get_int(j, "intermediate_size");
+  c.num_hidden_layers = get_int(j, "num_hidden_layers");
+  c.num_attention_heads = get_int(j, "num_attention_heads");
+  c.num_key_value_heads = get_int(j, "num_key_value_heads", c.num_attention_heads);
+  c.head_dim = get_int(j, "head_dim", c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+  c.max_position_embeddings = get_int(j, "max_position_embeddings", 2048);
+  c.rms_norm_eps = get_double(j, "rms_norm_eps", 1e-6);
+  c.rope_theta = get_double(j, "rope_theta", 10000.0);
+  c.tie_word_embeddings = j.value("tie_word_embeddings", false);
+  c.attention_bias = c.model_type == "qwen2" ? true : j.value("attention_bias", false);
+  if (j.contains("hidden_act") && j["hidden_act"] != "silu")
+    throw InputError("config.json: hidden_act must be silu (SwiGLU), got " + j["hidden_act"].dump());
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+    throw InputError("config.json: rope_scaling is not supported by the native model");
+  if (j.contains("architectures") && j["architectures"].is_array())
+    for (auto& a : j["architectures"])
+      if (a.is_string() && a.get<std::string>().find("ForTokenClassification") != std::string::npos) c.value_head = true;
+  for (auto& [k, v] : j.items()) {
+    bool known = false;
+    for (const char* key : kKnownKeys) known = known || k == key;
+    if (!known) c.extra[k] = v;
+  }
+  c.validate();
+  return c;
+}
+
+Json Config::to_json() const {
+  std::string arch = model_type == "qwen2" ? "Qwen2" : "Llama";
+  Json j = extra;
+  j["architectures"] = Json::array({arch + (value_head ? "ForTokenClassification" : "ForCausalLM")});
+  j["model_type"] = model_type;
+  j["vocab_size"] = vocab_size;
+  j["hidden_size"] = hidden_size;
+  j["intermediate_size"] = intermediate_size;
+  j["num_hidden_layers"] = num_hidden_layers;
+  j["num_attention_heads"] = num_attention_heads;
+  j["num_key_value_heads"] = num_key_value_heads;
+  j["head_dim"] = head_dim;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["rms_norm_eps"] = rms_norm_eps;
+  j["rope_theta"] = rope_theta;
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  j["hidden_act"] = "silu";
+  j["torch_dtype"] = "float32";
+  if (model_type == "llama") j["attention_bias"] = attention_bias;
+  if (value_head) j["num_labels"] = 1;
+  return j;
+}
+
+void Config::validate() const {
+  auto positive = [](int v, const char* name) {
+    if (v <= 0) throw InputError(std::string("config: ") + name + " must be positive");
+  };
+  positive(vocab_size, "vocab_size");
+  positive(hidden_size, "hidden_size");
+  positive(intermediate_size, "intermediate_size");
+  positive(num_hidden_layers, "num_hidden_layers");
+  positive(num_attention_heads, "num_attention_heads");
+  positive(num_key_value_heads, "num_key_value_heads");
+  positive(head_dim, "head_dim");
+  if (num_attention_heads % num_key_value_heads != 0)
+    throw InputError("config: num_attention_heads must be a multiple of num_key_value_heads");
+  if (head_dim % 2 != 0) throw InputError("config: head_dim must be even (RoPE rotates pairs)");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameter layout
+
+template <class T> std::size_t Model<T>::add_param(const std::string& name, std::vector<int64_t> shape) {
+  ParamInfo p;
+  p.name = name;
+  p.shape = std::move(shape);
+  p.size = 1;
+  for (auto s : p.shape) p.size *= static_cast<std::size_t>(s);
+  p.offset = params_.empty() ? 0 : params_.back().offset + params_.back().size;
+  params_.push_back(p);
+  return p.offset;
+}
+
+template <class T> Model<T>::Model(const Config& config) : config_(config) {
+  config_.validate();
+  const int64_t C = config_.hidden_size, F = config_.intermediate_size, V = config_.vocab_size;
+  const int64_t QD = int64_t(config_.num_attention_heads) * config_.head_dim;
+  const int64_t KD = int64_t(config_.num_key_value_heads) * config_.head_dim;
+  embed_offset = add_param("model.embed_tokens.weight", {V, C});
+  for (int l = 0; l < config_.num_hidden_layers; ++l) {
+    std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerOffsets o{};
+    o.input_norm = add_param(p + "input_layernorm.weight", {C});
+    o.q = add_param(p + "self_attn.q_proj.weight", {QD, C});
+    o.k = add_param(p + "self_attn.k_proj.weight", {KD, C});
+    o.v = add_param(p + "self_attn.v_proj.weight", {KD, C});
+    if (config_.attention_bias) {
+      o.q_bias = add_param(p + "self_attn.q_proj.bias", {QD});
+      o.k_bias = add_param(p + "self_attn.k_proj.bias", {KD});
+      o.v_bias = add_param(p + "self_attn.v_proj.bias", {KD});
+    }
+    o.o = add_param(p + "self_attn.o_proj.weight", {C, QD});
+    o.post_norm = add_param(p + "post_attention_layernorm.weight", {C});
+    o.gate = add_param(p + "mlp.gate_proj.weight", {F, C});
+    o.up = add_param(p + "mlp.up_proj.weight", {F, C});
+    o.down = add_param(p + "mlp.down_proj.weight", {C, F});
+    layer_offsets.push_back(o);
+  }
+  final_norm_offset = add_param("model.norm.weight", {C});
+  if (config_.value_head) {
+    score_weight_offset = add_param("score.weight", {1, C});
+    score_bias_offset = add_param("score.bias", {1});
+  } else if (config_.tie_word_embeddings) {
+    lm_head_offset = embed_offset;
+  } else {
+    lm_head_offset = add_param("lm_head.weight", {V, C});
+  }
+  weights.assign(params_.back().offset + params_.back().size, T(0));
+  grads.assign(weights.size(), T(0));
+  for (auto& p : params_)
+    if (p.name.find("norm.weight") != std::string::npos) std::fill_n(weights.begin() + p.offset, p.size, T(1));
+}
+
+template <class T> const ParamInfo& Model<T>::param(const std::string& name) const {
+  for (auto& p : params_)
+    if (p.name == name) return p;
+  throw InternalError("native model: no parameter '" + name + "'");
+}
+
+template <class T> void Model<T>::init_random(uint64_t seed, double std) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, std);
+  for (auto& p : params_) {
+    bool is_norm = p.name.find("norm.weight") != std::string::npos;
+    bool is_bias = p.name.size() > 5 && p.name.substr(p.name.size() - 5) == ".bias";
+    for (std::size_t i = 0; i < p.size; ++i)
+      weights[p.offset + i] = is_norm ? T(1) : is_bias ? T(0) : T(normal(rng));
+  }
+}
+
+template <class T> void Model<T>::zero_grad() { std::fill(grads.begin(), grads.end(), T(0)); }
+
+// ---------------------------------------------------------------------------------------------
+// Forward and backward over one sequence
+
+template <class T> void Model<T>::forward(const std::vector<int>& tokens, Activations<T>& a) const {
+  const int Tn = static_cast<int>(tokens.size());
+  const int C = config_.hidden_size, F = config_.intermediate_size, V = config_.vocab_size;
+  const int H = config_.num_attention_heads, KV = config_.num_key_value_heads, D = config_.head_dim;
+  const T eps = T(config_.rms_norm_eps);
+  if (Tn == 0) throw InputError("native model: empty sequence");
+  if (Tn > config_.max_position_embeddings)
+    throw InputError("native model: sequence of " + std::to_string(Tn) + " tokens is longer than max_position_embeddings " +
+                     std::to_string(config_.max_position_embeddings));
+  a.seq_len = Tn;
+  a.tokens = tokens;
+  a.layers.resize(config_.num_hidden_layers);
+  const T* W = weights.data();
+
+  std::vector<T> x(std::size_t(Tn) * C);
+  for (int t = 0; t < Tn; ++t) {
+    int tok = tokens[t];
+    if (tok < 0 || tok >= V)
+      throw InputError("native model: token id " + std::to_string(tok) + " outside the vocabulary of " + std::to_string(V));
+    std::copy_n(W + embed_offset + std::size_t(tok) * C, C, x.begin() + std::size_t(t) * C);
+  }
+  for (int l = 0; l < config_.num_hidden_layers; ++l) {
+    const LayerOffsets& o = layer_offsets[l];
+    LayerActivations<T>& L = a.layers[l];
+    L.x_in = x;
+    L.xn1.resize(x.size());
+    L.rstd1.resize(Tn);
+    rmsnorm_forward(L.xn1.data(), L.rstd1.data(), x.data(), W + o.input_norm, Tn, C, eps);
+    L.q.resize(std::size_t(Tn) * H * D);
+    L.k.resize(std::size_t(Tn) * KV * D);
+    L.v.resize(std::size_t(Tn) * KV * D);
+    const bool bias = config_.attention_bias;
+    matmul_forward(L.q.data(), L.xn1.data(), W + o.q, bias ? W + o.q_bias : nullptr, Tn, C, H * D);
+    matmul_forward(L.k.data(), L.xn1.data(), W + o.k, bias ? W + o.k_bias : nullptr, Tn, C, KV * D);
+    matmul_forward(L.v.data(), L.xn1.data(), W + o.v, bias ? W + o.v_bias : nullptr, Tn, C, KV * D);
+    for (int t = 0; t < Tn; ++t) {
+      for (int h = 0; h < H; ++h) rope_forward(L.q.data() + (std::size_t(t) * H + h) * D, t, D, config_.rope_theta);
+      for (int h = 0; h < KV; ++h) rope_forward(L.k.data() + (std::size_t(t) * KV + h) * D, t, D, config_.rope_theta);
+    }
+    L.probs.assign(std::size_t(H) * Tn * Tn, T(0));
+    L.att.assign(std::size_t(Tn) * H * D, T(0));
+    attention_forward(L.att.data(), L.probs.data(), L.q.data(), L.k.data(), L.v.data(), Tn, H, KV, D);
+    std::vector<T> proj(std::size_t(Tn) * C);
+    matmul_forward(proj.data(), L.att.data(), W + o.o, nullptr, Tn, H * D, C);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+    L.x_mid = x;
+    L.xn2.resize(x.size());
+    L.rstd2.resize(Tn);
+    rmsnorm_forward(L.xn2.data(), L.rstd2.data(), x.data(), W + o.post_norm, Tn, C, eps);
+    L.gate.resize(std::size_t(Tn) * F);
+    L.up.resize(std::size_t(Tn) * F);
+    L.act.resize(std::size_t(Tn) * F);
+    matmul_forward(L.gate.data(), L.xn2.data(), W + o.gate, nullptr, Tn, C, F);
+    matmul_forward(L.up.data(), L.xn2.data(), W + o.up, nullptr, Tn, C, F);
+    swiglu_forward(L.act.data(), L.gate.data(), L.up.data(), std::size_t(Tn) * F);
+    matmul_forward(proj.data(), L.act.data(), W + o.down, nullptr, Tn, F, C);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+  }
+  a.x_out = x;
+  a.xf.resize(x.size());
+  a.rstdf.resize(Tn);
+  rmsnorm_forward(a.xf.data(), a.rstdf.data(), x.data(), W + final_norm_offset, Tn, C, eps);
+  if (config_.value_head) {
+    a.values.resize(Tn);
+    matmul_forward(a.values.data(), a.xf.data(), W + score_weight_offset, W + score_bias_offset, Tn, C, 1);
+  } else {
+    a.logits.resize(std::size_t(Tn) * V);
+    matmul_forward(a.logits.data(), a.xf.data(), W + lm_head_offset, nullptr, Tn, C, V);
+  }
+}
+
+template <class T> void Model<T>::backward(const Activations<T>& a, const std::vector<T>& dout) {
+  const int Tn = a.seq_len;
+  const int C = config_.hidden_size, F = config_.intermediate_size, V = config_.vocab_size;
+  const int H = config_.num_attention_heads, KV = config_.num_key_value_heads, D = config_.head_dim;
+  const T* W = weights.data();
+  T* G = grads.data();
+  std::vector<T> dxf(std::size_t(Tn) * C, T(0));
+  if (config_.value_head) {
+    if (dout.size() != std::size_t(Tn)) throw InternalError("native model: dvalues has the wrong size");
+    matmul_backward(dxf.data(), G + score_weight_offset, G + score_bias_offset, dout.data(), a.xf.data(),
+                    W + score_weight_offset, Tn, C, 1);
+  } else {
+    if (dout.size() != std::size_t(Tn) * V) throw InternalError("native model: dlogits has the wrong size");
+    matmul_backward(dxf.data(), G + lm_head_offset, nullptr, dout.data(), a.xf.data(), W + lm_head_offset, Tn, C, V);
+  }
+  std::vector<T> dx(std::size_t(Tn) * C, T(0));  // gradient of the residual stream
+  rmsnorm_backward(dx.data(), G + final_norm_offset, dxf.data(), a.x_out.data(), W + final_norm_offset,
+                   a.rstdf.data(), Tn, C);
+  std::vector<T> dact(std::size_t(Tn) * F), dgate(std::size_t(Tn) * F), dup(std::size_t(Tn) * F);
+  std::vector<T> dxn(std::size_t(Tn) * C), datt(std::size_t(Tn) * H * D);
+  std::vector<T> dq(std::size_t(Tn) * H * D), dk(std::size_t(Tn) * KV * D), dv(std::size_t(Tn) * KV * D);
+  for (int l = config_.num_hidden_layers - 1; l >= 0; --l) {
+    const LayerOffsets& o = layer_offsets[l];
+    const LayerActivations<T>& L = a.layers[l];
+    // MLP: x_out = x_mid + down(silu(gate(xn2)) * up(xn2))
+    std::fill(dact.begin(), dact.end(), T(0));
+    matmul_backward(dact.data(), G + o.down, nullptr, dx.data(), L.act.data(), W + o.down, Tn, F, C);
+    swiglu_backward(dgate.data(), dup.data(), dact.data(), L.gate.data(), L.up.data(), std::size_t(Tn) * F);
+    std::fill(dxn.begin(), dxn.end(), T(0));
+    matmul_backward(dxn.data(), G + o.gate, nullptr, dgate.data(), L.xn2.data(), W + o.gate, Tn, C, F);
+    matmul_backward(dxn.data(), G + o.up, nullptr, dup.data(), L.xn2.data(), W + o.up, Tn, C, F);
+    rmsnorm_backward(dx.data(), G + o.post_norm, dxn.data(), L.x_mid.data(), W + o.post_norm, L.rstd2.data(), Tn, C);
+    // Attention: x_mid = x_in + o_proj(attention(rope(q), rope(k), v))
+    std::fill(datt.begin(), datt.end(), T(0));
+    matmul_backward(datt.data(), G + o.o, nullptr, dx.data(), L.att.data(), W + o.o, Tn, H * D, C);
+    std::fill(dq.begin(), dq.end(), T(0));
+    std::fill(dk.begin(), dk.end(), T(0));
+    std::fill(dv.begin(), dv.end(), T(0));
+    attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), L.probs.data(), L.q.data(), L.k.data(),
+                       L.v.data(), Tn, H, KV, D);
+    for (int t = 0; t < Tn; ++t) {
+      for (int h = 0; h < H; ++h) rope_backward(dq.data() + (std::size_t(t) * H + h) * D, t, D, config_.rope_theta);
+      for (int h = 0; h < KV; ++h) rope_backward(dk.data() + (std::size_t(t) * KV + h) * D, t, D, config_.rope_theta);
+    }
+    const bool bias = config_.attention_bias;
+    std::fill(dxn.begin(), dxn.end(), T(0));
+    matmul_backward(dxn.data(), G + o.q, bias ? G + o.q_bias : nullptr, dq.data(), L.xn1.data(), W + o.q, Tn, C, H * D);
+    matmul_backward(dxn.data(), G + o.k, bias ? G + o.k_bias : nullptr, dk.data(), L.xn1.data(), W + o.k, Tn, C, KV * D);
+    matmul_backward(dxn.data(), G + o.v, bias ? G + o.v_bias : nullptr, dv.data(), L.xn1.data(), W + o.v, Tn, C, KV * D);
+    rmsnorm_backward(dx.data(), G + o.input_norm, dxn.data(), L.x_in.data(), W + o.input_norm, L.rstd1.data(), Tn, C);
+  }
+  for (int t = 0; t < Tn; ++t) {
+    T* row = G + embed_offset + std::size_t(a.tokens[t]) * C;
+    for (int c = 0; c < C; ++c) row[c] += dx[std::size_t(t) * C + c];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-token head math
+
+template <class T> void token_logprob_entropy(const T* z, int V, int target, double temperature, T& logprob, T& entropy) {
+  const T inv = T(1.0 / temperature);
+  T mx = z[0] * inv;
+  for (int j = 1; j < V; ++j) mx = std::max(mx, z[j] * inv);
+  T sum = 0;
+  for (int j = 0; j < V; ++j) sum += std::exp(z[j] * inv - mx);
+  const T lse = mx + std::log(sum);
+  T ent = 0;
+  for (int j = 0; j < V; ++j) {
+    T lp = z[j] * inv - lse;
+    ent -= std::exp(lp) * lp;
+  }
+  logprob = z[target] * inv - lse;
+  entropy = ent;
+}
+
+template <class T> void token_head_backward(const T* z, int V, int target, double temperature, T c_lp, T c_ent, T* dz) {
+  // d logp_y / dz_j = (delta_jy - p_j) / tau;  d H / dz_j = -p_j (log p_j + H) / tau.
+  const T inv = T(1.0 / temperature);
+  T mx = z[0] * inv;
+  for (int j = 1; j < V; ++j) mx = std::max(mx, z[j] * inv);
+  T sum = 0;
+  for (int j = 0; j < V; ++j) sum += std::exp(z[j] * inv - mx);
+  const T lse = mx + std::log(sum);
+  T ent = 0;
+  for (int j = 0; j < V; ++j) {
+    T lp = z[j] * inv - lse;
+    ent -= std::exp(lp) * lp;
+  }
+  for (int j = 0; j < V; ++j) {
+    T lp = z[j] * inv - lse, p = std::exp(lp);
+    T g = c_lp * ((j == target ? T(1) : T(0)) - p) - c_ent * p * (lp + ent);
+    dz[j] += g * inv;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hugging Face layout
+
+namespace {
+template <class T> void copy_in(const Tensor& t, T* dst, const ParamInfo& p, const std::string& path) {
+  if (t.shape != p.shape) {
+    Json want = p.shape, got = t.shape;
+    throw InputError("'" + path + "': tensor '" + p.name + "' has shape " + got.dump() + ", the config wants " + want.dump());
+  }
+  if (t.dtype == "F32") {
+    const float* s = t.as<float>();
+    for (std::size_t i = 0; i < p.size; ++i) dst[i] = T(s[i]);
+  } else {
+    std::vector<double> d = to_doubles(t);
+    for (std::size_t i = 0; i < p.size; ++i) dst[i] = T(d[i]);
+  }
+}
+}  // namespace
+
+template <class T> Model<T> load_model(const std::string& dir, bool as_critic) {
+  namespace fs = std::filesystem;
+  std::string config_path = dir + "/config.json";
+  if (!fs::is_directory(dir)) throw InputError("checkpoint '" + dir + "' is not a folder (config.json + model.safetensors)");
+  Json cj;
+  try {
+    cj = Json::parse(read_file(config_path));
+  } catch (const Json::exception& e) {
+    throw InputError("'" + config_path + "': " + e.what());
+  }
+  Config config = Config::from_json(cj);
+  TensorMap tensors;
+  std::vector<std::string> files;
+  for (auto& entry : fs::directory_iterator(dir))
+    if (entry.path().extension() == ".safetensors") files.push_back(entry.path().string());
+  std::sort(files.begin(), files.end());
+  if (files.empty()) throw InputError("checkpoint '" + dir + "' has no .safetensors file");
+  std::map<std::string, std::string> origin;
+  for (auto& f : files) {
+    auto st = read_safetensors(f);
+    for (auto& [name, t] : st.tensors) {
+      origin[name] = f;
+      tensors[name] = std::move(t);
+    }
+  }
+  bool has_score = tensors.count("score.weight") > 0;
+  if (as_critic && !has_score) config.value_head = true;  // a causal LM as the critic's starting point
+  if (!as_critic && config.value_head) throw InputError("checkpoint '" + dir + "' is a critic (score head), not a policy");
+  Model<T> model(config);
+  for (auto& p : model.params()) {
+    auto it = tensors.find(p.name);
+    if (it == tensors.end()) {
+      if (p.name == "score.weight" || p.name == "score.bias") continue;  // fresh value head: zero
+      throw InputError("checkpoint '" + dir + "': tensor '" + p.name + "' is missing");
+    }
+    copy_in(it->second, model.weights.data() + p.offset, p, origin[p.name]);
+  }
+  if (as_critic && !has_score)
+    for (auto* name : {"score.weight", "score.bias"}) {
+      auto& p = model.param(name);
+      std::fill_n(model.weights.begin() + p.offset, p.size, T(0));
+    }
+  return model;
+}
+
+template <class T> void save_model(const Model<T>& model, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  TensorMap tensors;
+  for (auto& p : model.params()) {
+    Tensor t = Tensor::zeros("F32", p.shape);
+    float* d = t.as<float>();
+    for (std::size_t i = 0; i < p.size; ++i) d[i] = float(model.weights[p.offset + i]);
+    tensors.emplace(p.name, std::move(t));
+  }
+  write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  write_file_atomic(dir + "/config.json", model.config().to_json().dump(2) + "\n");
+}
+
+template <class To, class From> Model<To> convert_model(const Model<From>& from) {
+  Model<To> to(from.config());
+  for (std::size_t i = 0; i < from.weights.size(); ++i) to.weights[i] = To(from.weights[i]);
+  return to;
+}
+
+template class Model<float>;
+template class Model<double>;
+template Model<float> load_model<float>(const std::string&, bool);
+template Model<double> load_model<double>(const std::string&, bool);
+template void save_model<float>(const Model<float>&, const std::string&);
+template void save_model<double>(const Model<double>&, const std::string&);
+template Model<double> convert_model<double, float>(const Model<float>&);
+template Model<float> convert_model<float, double>(const Model<double>&);
+template void token_logprob_entropy<float>(const float*, int, int, double, float&, float&);
+template void token_logprob_entropy<double>(const double*, int, int, double, double&, double&);
+template void token_head_backward<float>(const float*, int, int, double, float, float, float*);
+template void token_head_backward<double>(const double*, int, int, double, double, double, double*);
+
+}  // namespace ca::nn

@@ -1,0 +1,57 @@
+// ppo-step's smaller subcommands: `advantages` (the math on sequence records), `sample` (episodes from a
+// native policy, for tests and toy tasks), `init` (a random native model in HF layout).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "libcommon/cli.hpp"
+#include "libcommon/nn/model.hpp"
+#include "libcommon/nn/sample.hpp"
+#include "libcommon/record_loop.hpp"
+
+namespace ca::ppo {
+
+struct AdvantageSettings {
+  std::string estimator = "gae";
+  double gamma = 1.0, lam = 0.95;
+  bool whiten = true, grpo_norm_by_std = true;
+};
+// Reads every sequence record, computes over the batch (whitening and GRPO groups need all of it),
+// writes each record back with advantages and returns; bad records pass with an error section.
+int run_advantages(const CommonOptions& options, const AdvantageSettings& settings);
+
+struct SampleSettings {
+  std::string policy;
+  int samples = 1;
+  uint64_t seed = 0;
+  nn::SampleOptions options;
+};
+
+// Prompt record {prompt_token_ids, task_id or id, ...} -> one record per response: the prompt record's
+// keys plus episode_id and an episode section with a user turn (the prompt) and an assistant turn
+// (token ids and logprobs).
+class Sampler {
+ public:
+  explicit Sampler(const SampleSettings& settings);
+  std::vector<Record> responses(const Record& prompt);  // throws FieldError for a bad prompt record
+  std::string summary() const;
+
+ private:
+  SampleSettings settings_;
+  nn::Model<float> model_;
+  std::mt19937_64 rng_;
+  int64_t prompts_ = 0, responses_ = 0, tokens_ = 0;
+  double seconds_ = 0;
+};
+// The `sample` subcommand's loop (several records out per record in).
+int run_sample(const CommonOptions& options, const SampleSettings& settings);
+
+struct InitSettings {
+  std::string config_path, out;
+  bool critic = false;
+  double std = 0.02;
+  uint64_t seed = 0;
+};
+void init_model(const InitSettings& settings);
+
+}  // namespace ca::ppo

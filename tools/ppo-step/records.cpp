@@ -1,0 +1,129 @@
+// Parsing of ppo-step's input records.
+#include "tools/ppo-step/records.hpp"
+
+#include <cmath>
+
+#include "libcommon/errors.hpp"
+#include "libcommon/fields.hpp"
+#include "libcommon/ids.hpp"
+
+namespace ca::ppo {
+
+namespace {
+std::vector<double> number_array(const Record& record, const std::string& key) {
+  if (!record.contains(key)) throw FieldError(key, "missing");
+  const Record& a = record[key];
+  if (!a.is_array()) throw FieldError(key, std::string("expected an array of numbers, got ") + a.type_name());
+  std::vector<double> out;
+  out.reserve(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].is_number()) throw FieldError(key + "[" + std::to_string(i) + "]", "expected a number");
+    out.push_back(a[i].get<double>());
+  }
+  return out;
+}
+
+std::string key_text(const Record& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+}  // namespace
+
+Sequence parse_sequence(const Record& record, bool need_values) {
+  Sequence s;
+  s.id = record.contains("id") ? key_text(record["id"]) : content_id(record);
+  s.group = record.contains("group") ? key_text(record["group"]) : s.id;
+  s.mask = number_array(record, "response_mask");
+  for (std::size_t i = 0; i < s.mask.size(); ++i)
+    if (s.mask[i] != 0 && s.mask[i] != 1) throw FieldError("response_mask[" + std::to_string(i) + "]", "must be 0 or 1");
+  const std::size_t n = s.mask.size();
+  if (need_values) {
+    s.values = number_array(record, "values");
+    if (s.values.size() != n) throw FieldError("values", "length differs from response_mask");
+  } else {
+    s.values.assign(n, 0.0);
+  }
+  if (record.contains("token_rewards")) {
+    s.token_rewards = number_array(record, "token_rewards");
+    if (s.token_rewards.size() != n) throw FieldError("token_rewards", "length differs from response_mask");
+  } else {
+    auto reward = get_optional<double>(record, "/reward");
+    if (!reward) throw FieldError("reward", "missing (or give token_rewards)");
+    if (last_model_token(s.mask) < 0) throw FieldError("response_mask", "has no model token to place the reward on");
+    s.token_rewards = outcome_token_rewards(s.mask, *reward);
+  }
+  return s;
+}
+
+void write_sequence_result(Record& record, const Sequence& s) {
+  record["advantages"] = s.advantages;
+  record["returns"] = s.returns;
+  if (!record.contains("schema")) record["schema"] = "cuda-agent/ppo-batch/v1";
+}
+
+std::size_t Trajectory::model_tokens() const {
+  std::size_t n = 0;
+  for (double m : mask) n += m > 0;
+  return n;
+}
+
+Trajectory parse_episode(const Record& record, const EpisodeFields& fields) {
+  Trajectory tr;
+  for (const char* key : {"episode_id", "candidate_id", "id", "task_id"})
+    if (record.contains(key)) {
+      tr.id = key_text(record[key]);
+      break;
+    }
+  if (tr.id.empty()) tr.id = content_id(record);
+  const auto group_ptr = Record::json_pointer(fields.group_pointer);
+  tr.group = record.contains(group_ptr) ? key_text(record.at(group_ptr)) : tr.id;
+
+  if (!fields.reward_pointer.empty()) {
+    tr.reward = get_required<double>(record, fields.reward_pointer);
+  } else if (record.contains("reward") && record["reward"].is_number()) {
+    tr.reward = record["reward"].get<double>();
+  } else if (record.contains("reward") && record["reward"].is_object()) {
+    tr.reward = get_required<double>(record, "/reward/reward");
+  } else {
+    throw FieldError("reward", "missing (a number, or reward.reward as reward-calc writes it)");
+  }
+  if (!std::isfinite(tr.reward)) throw FieldError("reward", "not finite");
+
+  const auto turns_ptr = Record::json_pointer("/episode/turns");
+  if (!record.contains(turns_ptr) || !record.at(turns_ptr).is_array()) throw FieldError("episode.turns", "missing or not an array");
+  const Record& turns = record.at(turns_ptr);
+  tr.response_start = -1;
+  for (std::size_t i = 0; i < turns.size(); ++i) {
+    const Record& turn = turns[i];
+    const std::string where = "episode.turns[" + std::to_string(i) + "]";
+    if (!turn.is_object()) throw FieldError(where, "expected an object");
+    if (!turn.contains("role") || !turn["role"].is_string()) throw FieldError(where + ".role", "missing or not a string");
+    const std::string role = turn["role"];
+    if (!turn.contains("token_ids") || !turn["token_ids"].is_array())
+      throw FieldError(where + ".token_ids", "missing (training needs the token ids of every turn)");
+    const Record& ids = turn["token_ids"];
+    const bool assistant = role == "assistant";
+    std::vector<double> lps;
+    bool have_lps = assistant && turn.contains("logprobs") && !turn["logprobs"].is_null();
+    if (have_lps) {
+      lps = number_array(turn, "logprobs");
+      if (lps.size() != ids.size()) throw FieldError(where + ".logprobs", "length differs from token_ids");
+    }
+    if (assistant && !have_lps && !ids.empty()) tr.has_old_logprobs = false;
+    if (role == "tool" && turn.contains("error") && turn["error"].is_boolean() && turn["error"].get<bool>())
+      tr.clean_tool_use = false;
+    if (assistant && tr.response_start < 0 && !ids.empty()) tr.response_start = int(tr.tokens.size());
+    for (std::size_t j = 0; j < ids.size(); ++j) {
+      if (!ids[j].is_number_integer() || ids[j].get<int64_t>() < 0)
+        throw FieldError(where + ".token_ids[" + std::to_string(j) + "]", "expected a non-negative integer");
+      tr.tokens.push_back(ids[j].get<int>());
+      tr.mask.push_back(assistant ? 1.0 : 0.0);
+      tr.old_logprobs.push_back(have_lps ? lps[j] : NAN);
+    }
+  }
+  if (record.contains(Record::json_pointer("/episode/clean_tool_use")) &&
+      record.at(Record::json_pointer("/episode/clean_tool_use")) == false)
+    tr.clean_tool_use = false;
+  if (tr.response_start < 0) throw FieldError("episode.turns", "no assistant turn with tokens");
+  if (tr.response_start == 0) throw FieldError("episode.turns", "no prompt before the first assistant turn");
+  return tr;
+}
+
+}  // namespace ca::ppo

@@ -1,0 +1,39 @@
+// What ppo-step reads from records: a sequence for `advantages`, a trajectory from an episode record.
+// A missing or mistyped field throws FieldError naming it (the record loop's bad-record rule).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "libcommon/jsonl.hpp"
+#include "tools/ppo-step/advantages.hpp"
+
+namespace ca::ppo {
+
+// `advantages` input: id, group, response_mask, values (GAE), reward or token_rewards.
+Sequence parse_sequence(const Record& record, bool need_values);
+// Adds advantages and returns (and the schema tag when the record has none).
+void write_sequence_result(Record& record, const Sequence& s);
+
+// One episode flattened for training. Token t of `tokens` is scored by the model's output at t - 1.
+struct Trajectory {
+  std::string id, group;
+  std::vector<int> tokens;            // every turn's token ids, in order
+  int response_start = 0;             // index of the first token of the first assistant turn
+  std::vector<double> mask;           // per token: 1 = assistant (trained), 0 = prompt or tool
+  std::vector<double> old_logprobs;   // per token; NaN where the record gave none
+  bool has_old_logprobs = true;       // every assistant token had a recorded logprob
+  double reward = 0;
+  bool clean_tool_use = true;         // no tool turn carried an error
+  std::size_t response_tokens() const { return tokens.size() - std::size_t(response_start); }
+  std::size_t model_tokens() const;
+};
+
+struct EpisodeFields {
+  std::string reward_pointer;          // empty: `reward` (a number) or `reward.reward`
+  std::string group_pointer = "/task_id";
+};
+
+// Reads episode.turns[] = {role, token_ids, logprobs (assistant, optional), error (tool, optional)}.
+Trajectory parse_episode(const Record& record, const EpisodeFields& fields);
+
+}  // namespace ca::ppo

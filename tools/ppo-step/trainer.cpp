@@ -1,0 +1,414 @@
+// The training step: scoring the batch with the current models, advantages, mini-batch updates with
+// gradient accumulation over sequences, clipping and AdamW, checkpoints and metrics.
+#include "tools/ppo-step/trainer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <optional>
+#include <random>
+
+#include "libcommon/errors.hpp"
+#include "libcommon/ids.hpp"
+#include "libcommon/log.hpp"
+#include "libcommon/nn/optim.hpp"
+#include "libcommon/paths.hpp"
+#include "tools/ppo-step/losses.hpp"
+
+namespace ca::ppo {
+
+namespace fs = std::filesystem;
+
+namespace {
+// Inputs to the model: every token but the last; position t - 1 scores token t.
+std::vector<int> model_inputs(const Trajectory& tr) { return {tr.tokens.begin(), tr.tokens.end() - 1}; }
+
+std::string optimizer_path(const std::string& ckpt) {
+  return ckpt.empty() ? std::string() : ckpt + "/trainer_state/optimizer.safetensors";
+}
+
+bool is_critic_checkpoint(const std::string& dir) {
+  try {
+    return nn::Config::from_json(Json::parse(read_file(dir + "/config.json"))).value_head;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+int64_t read_step(const std::string& ckpt) {
+  std::string path = ckpt + "/trainer_state/state.json";
+  if (!fs::exists(path)) return 0;
+  try {
+    return Json::parse(read_file(path)).value("step", int64_t(0));
+  } catch (const Json::exception&) {
+    throw InputError("'" + path + "': not JSON");
+  }
+}
+
+void write_state(const std::string& ckpt, int64_t step, const std::string& mode) {
+  fs::create_directories(ckpt + "/trainer_state");
+  write_file_atomic(ckpt + "/trainer_state/state.json", Json{{"step", step}, {"mode", mode}}.dump() + "\n");
+}
+
+struct Mean {
+  double sum = 0;
+  int64_t n = 0;
+  void add(double v) { sum += v, ++n; }
+  Json json() const { return n ? Json(sum / double(n)) : Json(nullptr); }
+};
+}  // namespace
+
+struct Trainer::UpdateStats {
+  Mean pg_loss, kl_loss, entropy, clip_high, clip_low, clip_dual, approx_kl, actor_grad_norm, sft_loss;
+  Mean vf_loss, vf_clipfrac, critic_grad_norm;
+  double vf_loss_first = NAN, vf_loss_last = NAN;
+  int64_t actor_steps = 0, critic_steps = 0, trained_tokens = 0;
+};
+
+TokenStats score_policy(const nn::Model<float>& model, const Trajectory& tr, double temperature) {
+  TokenStats s;
+  const std::size_t n = tr.tokens.size();
+  s.logprobs.assign(n, NAN);
+  s.entropies.assign(n, NAN);
+  nn::Activations<float> acts;
+  model.forward(model_inputs(tr), acts);
+  const int V = model.config().vocab_size;
+  for (std::size_t t = std::size_t(tr.response_start); t < n; ++t) {
+    float lp, ent;
+    nn::token_logprob_entropy(acts.logits.data() + (t - 1) * V, V, tr.tokens[t], temperature, lp, ent);
+    s.logprobs[t] = lp;
+    s.entropies[t] = ent;
+  }
+  return s;
+}
+
+std::vector<double> score_critic(const nn::Model<float>& critic, const Trajectory& tr) {
+  std::vector<double> v(tr.tokens.size(), 0.0);
+  nn::Activations<float> acts;
+  critic.forward(model_inputs(tr), acts);
+  for (std::size_t t = 1; t < tr.tokens.size(); ++t) v[t] = acts.values[t - 1];
+  return v;
+}
+
+void copy_checkpoint_extras(const std::string& from, const std::string& to) {
+  if (from.empty() || fs::equivalent(fs::path(from), fs::path(to))) return;
+  for (auto& e : fs::directory_iterator(from)) {
+    if (!e.is_regular_file()) continue;
+    auto name = e.path().filename().string();
+    if (name == "config.json" || e.path().extension() == ".safetensors" || name == "model.safetensors.index.json") continue;
+    fs::copy_file(e.path(), fs::path(to) / name, fs::copy_options::overwrite_existing);
+  }
+}
+
+Trainer::Trainer(const TrainConfig& config, StepPaths paths, uint64_t seed)
+    : config_(config), paths_(std::move(paths)), seed_(seed), shuffle_state_(seed) {}
+
+std::vector<std::vector<std::size_t>> Trainer::mini_batches(std::size_t n, int size) {
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(shuffle_state_++);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::size_t per = size <= 0 ? n : std::size_t(size);
+  std::vector<std::vector<std::size_t>> out;
+  for (std::size_t i = 0; i < n; i += per) out.emplace_back(order.begin() + i, order.begin() + std::min(n, i + per));
+  return out;
+}
+
+void Trainer::update_actor(nn::Model<float>& policy, const std::vector<Trajectory>& batch,
+                           const std::vector<std::vector<double>>& old_lp, const std::vector<std::vector<double>>& ref_lp,
+                           const std::vector<std::vector<double>>& adv, const ModelTrainConfig& mc, bool sft,
+                           const std::string& state_in, const std::string& state_out, UpdateStats& st) {
+  nn::AdamW opt;
+  if (opt.load(optimizer_path(state_in), policy.num_parameters())) log::verbose("actor optimizer state from ", state_in);
+  const int V = policy.config().vocab_size;
+  const bool kl_loss = !sft && config_.kl.as_loss;
+  for (int epoch = 0; epoch < mc.epochs; ++epoch)
+    for (auto& mb : mini_batches(batch.size(), mc.mini_batch_size)) {
+      double n_tokens = 0;
+      for (auto i : mb) n_tokens += double(batch[i].model_tokens());
+      if (n_tokens == 0) continue;
+      policy.zero_grad();
+      Mean pg, kl, ent, high, low, dual, akl, nll;
+      for (auto i : mb) {
+        const Trajectory& tr = batch[i];
+        nn::Activations<float> acts;
+        policy.forward(model_inputs(tr), acts);
+        std::vector<float> dlogits(acts.logits.size(), 0.0f);
+        for (std::size_t t = std::size_t(tr.response_start); t < tr.tokens.size(); ++t) {
+          if (tr.mask[t] == 0) continue;
+          const float* row = acts.logits.data() + (t - 1) * V;
+          float lp_f, ent_f;
+          nn::token_logprob_entropy(row, V, tr.tokens[t], config_.temperature, lp_f, ent_f);
+          const double lp = lp_f, h = ent_f;
+          double c_lp = 0, c_ent = 0;
+          if (sft) {
+            nll.add(-lp);
+            c_lp = -1.0 / n_tokens;
+          } else {
+            auto pl = policy_token_loss(lp, old_lp[i][t], adv[i][t], config_.clip);
+            pg.add(pl.loss);
+            high.add(pl.clipped_high);
+            low.add(pl.clipped_low);
+            dual.add(pl.dual_clipped);
+            akl.add(old_lp[i][t] - lp);
+            c_lp = pl.dloss_dlogp;
+            if (kl_loss) {
+              kl.add(kl_estimate(lp, ref_lp[i][t], config_.kl.kind));
+              c_lp += config_.kl.coef * kl_estimate_grad(lp, ref_lp[i][t], config_.kl.kind);
+            }
+            c_lp /= n_tokens;
+            c_ent = -config_.entropy_coeff / n_tokens;
+          }
+          ent.add(h);
+          nn::token_head_backward(row, V, tr.tokens[t], config_.temperature, float(c_lp), float(c_ent),
+                                  dlogits.data() + (t - 1) * V);
+        }
+        policy.backward(acts, dlogits);
+        st.trained_tokens += int64_t(tr.tokens.size() - 1);
+      }
+      double norm = nn::clip_grad_norm(policy.grads, mc.grad_clip);
+      if (!std::isfinite(norm)) {
+        log::warn("actor gradient norm is not finite: update skipped");
+        continue;
+      }
+      opt.step(policy.weights, policy.grads, mc.adamw);
+      ++st.actor_steps;
+      st.actor_grad_norm.add(norm);
+      st.entropy.add(ent.sum / double(std::max<int64_t>(1, ent.n)));
+      if (sft) {
+        st.sft_loss.add(nll.sum / double(std::max<int64_t>(1, nll.n)));
+      } else {
+        st.pg_loss.add(pg.sum / double(pg.n));
+        st.clip_high.add(high.sum / double(high.n));
+        st.clip_low.add(low.sum / double(low.n));
+        st.clip_dual.add(dual.sum / double(dual.n));
+        st.approx_kl.add(akl.sum / double(akl.n));
+        if (kl_loss) st.kl_loss.add(kl.sum / double(kl.n));
+      }
+    }
+  opt.save(optimizer_path(state_out));
+}
+
+void Trainer::update_critic(nn::Model<float>& critic, const std::vector<Trajectory>& batch,
+                            const std::vector<std::vector<double>>& old_values,
+                            const std::vector<std::vector<double>>& returns, const std::string& state_in,
+                            const std::string& state_out, UpdateStats& st) {
+  nn::AdamW opt;
+  if (opt.load(optimizer_path(state_in), critic.num_parameters())) log::verbose("critic optimizer state from ", state_in);
+  const ModelTrainConfig& mc = config_.critic;
+  for (int epoch = 0; epoch < mc.epochs; ++epoch)
+    for (auto& mb : mini_batches(batch.size(), mc.mini_batch_size)) {
+      double n_tokens = 0;
+      for (auto i : mb) n_tokens += double(batch[i].model_tokens());
+      if (n_tokens == 0) continue;
+      critic.zero_grad();
+      Mean loss, clipped;
+      for (auto i : mb) {
+        const Trajectory& tr = batch[i];
+        nn::Activations<float> acts;
+        critic.forward(model_inputs(tr), acts);
+        std::vector<float> dvalues(acts.values.size(), 0.0f);
+        for (std::size_t t = std::size_t(tr.response_start); t < tr.tokens.size(); ++t) {
+          if (tr.mask[t] == 0) continue;
+          auto vl = value_token_loss(acts.values[t - 1], old_values[i][t], returns[i][t], config_.cliprange_value);
+          loss.add(vl.loss);
+          clipped.add(vl.clipped);
+          dvalues[t - 1] = float(vl.dloss_dv / n_tokens);
+        }
+        critic.backward(acts, dvalues);
+        st.trained_tokens += int64_t(tr.tokens.size() - 1);
+      }
+      double norm = nn::clip_grad_norm(critic.grads, mc.grad_clip);
+      if (!std::isfinite(norm)) {
+        log::warn("critic gradient norm is not finite: update skipped");
+        continue;
+      }
+      opt.step(critic.weights, critic.grads, mc.adamw);
+      ++st.critic_steps;
+      const double mean_loss = loss.sum / double(loss.n);
+      if (std::isnan(st.vf_loss_first)) st.vf_loss_first = mean_loss;
+      st.vf_loss_last = mean_loss;
+      st.vf_loss.add(mean_loss);
+      st.vf_clipfrac.add(clipped.sum / double(clipped.n));
+      st.critic_grad_norm.add(norm);
+    }
+  opt.save(optimizer_path(state_out));
+}
+
+Record Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string& mode = paths_.mode;
+  const bool use_critic = mode == "value-pretrain" || (mode == "ppo" && config_.estimator == "gae");
+  const bool use_actor = mode == "ppo" || mode == "rft";
+  const bool need_ref = mode == "ppo" && (config_.kl.in_reward || config_.kl.as_loss);
+  if (use_actor && paths_.policy.empty()) throw UsageError("--mode " + mode + " needs --policy CKPT");
+  if (use_critic && paths_.critic.empty() && mode == "ppo")
+    throw UsageError("--mode ppo with the GAE estimator needs --critic CKPT (or set algorithm.estimator: grpo)");
+  if (mode == "value-pretrain" && paths_.critic.empty() && paths_.policy.empty())
+    throw UsageError("--mode value-pretrain needs --critic CKPT (or --policy CKPT to start a critic from)");
+  if (need_ref && paths_.ref.empty()) throw UsageError("KL in the reward or as a loss needs --ref CKPT");
+  if (paths_.out.empty()) throw UsageError("--out CKPT is required");
+
+  int64_t kept_skipped = skipped;
+  if (mode == "rft") {
+    std::vector<Trajectory> kept;
+    for (auto& tr : batch)
+      if (tr.reward > config_.rft_min_reward && (!config_.rft_require_clean_tools || tr.clean_tool_use))
+        kept.push_back(std::move(tr));
+    kept_skipped += int64_t(batch.size() - kept.size());
+    log::info("rft: ", kept.size(), " of ", batch.size(), " trajectories kept (reward > ", config_.rft_min_reward,
+              config_.rft_require_clean_tools ? ", clean tool use)" : ")");
+    batch = std::move(kept);
+  }
+  if (batch.empty()) throw InputError("no trajectories to train on");
+
+  const std::string critic_in = paths_.critic.empty() ? paths_.policy : paths_.critic;
+  const std::string critic_out =
+      mode == "value-pretrain" ? paths_.out : (paths_.critic_out.empty() ? paths_.out + "/critic" : paths_.critic_out);
+  const std::string step_source = use_actor ? paths_.policy : critic_in;
+  const int64_t step = read_step(step_source) + 1;
+
+  std::optional<nn::Model<float>> policy, critic, ref;
+  if (use_actor) policy = nn::load_model<float>(paths_.policy);
+  if (use_critic) critic = nn::load_model<float>(critic_in, /*as_critic=*/true);
+  if (need_ref) ref = nn::load_model<float>(paths_.ref);
+  const auto t_loaded = std::chrono::steady_clock::now();
+
+  // Score the batch with the models as they are (old logprobs, values, reference logprobs).
+  const std::size_t B = batch.size();
+  std::vector<std::vector<double>> old_lp(B), ref_lp(B), values(B), adv(B), returns(B);
+  int64_t recomputed = 0, total_tokens = 0, model_tokens = 0;
+  std::vector<Sequence> seqs(B);
+  for (std::size_t i = 0; i < B; ++i) {
+    Trajectory& tr = batch[i];
+    total_tokens += int64_t(tr.tokens.size());
+    model_tokens += int64_t(tr.model_tokens());
+    if (mode == "ppo") {
+      if (!tr.has_old_logprobs || config_.recompute_old_logprobs) {
+        old_lp[i] = score_policy(*policy, tr, config_.temperature).logprobs;
+        ++recomputed;
+      } else {
+        old_lp[i] = tr.old_logprobs;
+      }
+      if (need_ref) ref_lp[i] = score_policy(*ref, tr, config_.temperature).logprobs;
+    }
+    if (use_critic) values[i] = score_critic(*critic, tr);
+    if (mode == "rft") continue;
+    // Response-level arrays for the estimator.
+    const std::size_t s0 = std::size_t(tr.response_start), n = tr.tokens.size();
+    Sequence& s = seqs[i];
+    s.id = tr.id;
+    s.group = tr.group;
+    s.mask.assign(tr.mask.begin() + s0, tr.mask.end());
+    s.values = use_critic ? std::vector<double>(values[i].begin() + s0, values[i].end()) : std::vector<double>(n - s0, 0.0);
+    s.token_rewards = outcome_token_rewards(s.mask, tr.reward);
+    if (mode == "ppo" && config_.kl.in_reward)
+      for (std::size_t t = s0; t < n; ++t)
+        if (tr.mask[t] > 0) s.token_rewards[t - s0] -= config_.kl.coef * kl_estimate(old_lp[i][t], ref_lp[i][t], config_.kl.kind);
+  }
+  if (recomputed) log::info("old logprobs recomputed with the policy for ", recomputed, " of ", B, " trajectories");
+
+  UpdateStats st;
+  Record metrics;
+  metrics["schema"] = "cuda-agent/ppo-metrics/v1";
+  if (mode != "rft") {
+    const std::string estimator = mode == "value-pretrain" ? "gae" : config_.estimator;
+    compute_advantages(seqs, estimator, config_.gamma, config_.lam, config_.whiten, config_.grpo_norm_by_std);
+    for (std::size_t i = 0; i < B; ++i) {
+      const std::size_t s0 = std::size_t(batch[i].response_start), n = batch[i].tokens.size();
+      adv[i].assign(n, 0.0);
+      returns[i].assign(n, 0.0);
+      for (std::size_t t = s0; t < n; ++t) {
+        adv[i][t] = seqs[i].advantages[t - s0];
+        returns[i][t] = seqs[i].returns[t - s0];
+      }
+    }
+  }
+
+  // A critic started from a causal LM has no optimizer state of its own yet.
+  const bool critic_has_state = use_critic && is_critic_checkpoint(critic_in);
+  if (use_critic) update_critic(*critic, batch, values, returns, critic_has_state ? critic_in : "", critic_out, st);
+  if (mode == "ppo") update_actor(*policy, batch, old_lp, ref_lp, adv, config_.actor, false, paths_.policy, paths_.out, st);
+  if (mode == "rft") update_actor(*policy, batch, old_lp, ref_lp, adv, config_.rft, true, paths_.policy, paths_.out, st);
+  const auto t_trained = std::chrono::steady_clock::now();
+
+  if (policy) {
+    nn::save_model(*policy, paths_.out);
+    copy_checkpoint_extras(paths_.policy, paths_.out);
+    write_state(paths_.out, step, mode);
+  }
+  if (critic) {
+    nn::save_model(*critic, critic_out);
+    write_state(critic_out, step, mode);
+  }
+
+  // Metrics.
+  double reward_sum = 0, reward_ss = 0;
+  for (auto& tr : batch) reward_sum += tr.reward;
+  const double reward_mean = reward_sum / double(B);
+  for (auto& tr : batch) reward_ss += (tr.reward - reward_mean) * (tr.reward - reward_mean);
+  const double compute_s = std::chrono::duration<double>(t_trained - t_loaded).count();
+  Json ids = Json::array();
+  for (auto& tr : batch) ids.push_back(tr.id);
+  metrics["step_id"] = content_id(Json{{"mode", mode}, {"out", paths_.out}, {"step", step}, {"episodes", ids}});
+  metrics["step"] = step;
+  metrics["mode"] = mode;
+  metrics["policy"] = paths_.policy.empty() ? Json(nullptr) : Json(paths_.policy);
+  metrics["critic"] = use_critic ? Json(critic_in) : Json(nullptr);
+  metrics["out"] = policy ? Json(paths_.out) : Json(nullptr);
+  metrics["critic_out"] = critic ? Json(critic_out) : Json(nullptr);
+  metrics["seed"] = seed_;
+  metrics["episodes"] = int64_t(B);
+  metrics["episodes_skipped"] = kept_skipped;
+  metrics["tokens"] = total_tokens;
+  metrics["model_tokens"] = model_tokens;
+  metrics["reward_mean"] = reward_mean;
+  metrics["reward_std"] = B > 1 ? std::sqrt(reward_ss / double(B - 1)) : 0.0;
+  if (mode != "rft") {
+    std::vector<const std::vector<double>*> a, r, m;
+    for (auto& s : seqs) a.push_back(&s.advantages), r.push_back(&s.returns), m.push_back(&s.mask);
+    metrics["advantage_mean"] = masked_mean(a, m);
+    metrics["return_mean"] = masked_mean(r, m);
+  }
+  if (use_critic) {
+    std::vector<double> all_r, all_v, all_m;
+    for (std::size_t i = 0; i < B; ++i) {
+      all_r.insert(all_r.end(), seqs[i].returns.begin(), seqs[i].returns.end());
+      all_v.insert(all_v.end(), seqs[i].values.begin(), seqs[i].values.end());
+      all_m.insert(all_m.end(), seqs[i].mask.begin(), seqs[i].mask.end());
+    }
+    metrics["value_mean"] = token_mean(all_v, all_m);
+    metrics["explained_variance"] = explained_variance(all_r, all_v, all_m);
+  }
+  Json losses = Json::object();
+  if (mode == "ppo") {
+    losses["pg_loss"] = st.pg_loss.json();
+    if (config_.kl.as_loss) losses["kl_loss"] = st.kl_loss.json();
+    losses["entropy_bonus"] = config_.entropy_coeff > 0 ? Json(-config_.entropy_coeff * (st.entropy.n ? st.entropy.sum / st.entropy.n : 0.0)) : Json(0.0);
+    metrics["pg_clipfrac_high"] = st.clip_high.json();
+    metrics["pg_clipfrac_low"] = st.clip_low.json();
+    metrics["pg_clipfrac_dual"] = st.clip_dual.json();
+    metrics["approx_kl"] = st.approx_kl.json();
+  }
+  if (mode == "rft") losses["sft_loss"] = st.sft_loss.json();
+  if (use_critic) {
+    losses["vf_loss"] = st.vf_loss.json();
+    metrics["vf_loss_first"] = std::isnan(st.vf_loss_first) ? Json(nullptr) : Json(st.vf_loss_first);
+    metrics["vf_loss_last"] = std::isnan(st.vf_loss_last) ? Json(nullptr) : Json(st.vf_loss_last);
+    metrics["vf_clipfrac"] = st.vf_clipfrac.json();
+  }
+  metrics["losses"] = losses;
+  if (use_actor) metrics["entropy"] = st.entropy.json();
+  metrics["grad_norm"] = Json{{"actor", use_actor ? st.actor_grad_norm.json() : Json(nullptr)},
+                              {"critic", use_critic ? st.critic_grad_norm.json() : Json(nullptr)}};
+  metrics["optimizer_steps"] = Json{{"actor", st.actor_steps}, {"critic", st.critic_steps}};
+  metrics["trained_tokens"] = st.trained_tokens;
+  metrics["tokens_per_s"] = compute_s > 0 ? double(st.trained_tokens) / compute_s : 0.0;
+  metrics["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  metrics["config"] = config_.to_json();
+  return metrics;
+}
+
+}  // namespace ca::ppo

@@ -1,0 +1,62 @@
+// One training step of the native model on a batch of trajectories: ppo (actor and critic with GAE, or
+// actor with GRPO), value-pretrain (critic only) or rft (supervised on the good trajectories).
+// Writes the new checkpoint(s) with their optimizer state and returns the metrics record.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "libcommon/jsonl.hpp"
+#include "libcommon/nn/model.hpp"
+#include "tools/ppo-step/config.hpp"
+#include "tools/ppo-step/records.hpp"
+
+namespace ca::ppo {
+
+struct StepPaths {
+  std::string mode;        // ppo | value-pretrain | rft
+  std::string policy;      // --policy CKPT
+  std::string critic;      // --critic CKPT
+  std::string ref;         // --ref CKPT (KL)
+  std::string out;         // --out CKPT
+  std::string critic_out;  // --critic-out CKPT (ppo; default OUT/critic)
+};
+
+// The model-side quantities of one trajectory, per token (index t scores tokens[t]; t = 0 unused).
+struct TokenStats {
+  std::vector<double> logprobs, entropies, values;
+};
+
+// Logprobs and entropies of every token under `model` (temperature as configured).
+TokenStats score_policy(const nn::Model<float>& model, const Trajectory& tr, double temperature);
+// Values of every token's state (the critic's output at the previous position).
+std::vector<double> score_critic(const nn::Model<float>& critic, const Trajectory& tr);
+
+class Trainer {
+ public:
+  Trainer(const TrainConfig& config, StepPaths paths, uint64_t seed);
+  // Runs the step; `skipped` counts records dropped before (bad or filtered) for the metrics.
+  Record run(std::vector<Trajectory>& batch, int64_t skipped);
+
+ private:
+  struct UpdateStats;
+  void update_actor(nn::Model<float>& policy, const std::vector<Trajectory>& batch,
+                    const std::vector<std::vector<double>>& old_lp, const std::vector<std::vector<double>>& ref_lp,
+                    const std::vector<std::vector<double>>& adv, const ModelTrainConfig& mc, bool sft,
+                    const std::string& state_in, const std::string& state_out, UpdateStats& stats);
+  void update_critic(nn::Model<float>& critic, const std::vector<Trajectory>& batch,
+                     const std::vector<std::vector<double>>& old_values, const std::vector<std::vector<double>>& returns,
+                     const std::string& state_in, const std::string& state_out, UpdateStats& stats);
+  std::vector<std::vector<std::size_t>> mini_batches(std::size_t n, int size);
+
+  TrainConfig config_;
+  StepPaths paths_;
+  uint64_t seed_;
+  uint64_t shuffle_state_;
+};
+
+// Copies the files of a checkpoint folder that are not weights or config (tokenizer, generation
+// config, chat template) so vLLM can serve the new folder as it did the old one.
+void copy_checkpoint_extras(const std::string& from, const std::string& to);
+
+}  // namespace ca::ppo
