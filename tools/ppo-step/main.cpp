@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   app.add_option("--out", paths.out, "Where the new checkpoint goes (value-pretrain: the critic)");
   app.add_option("--critic-out", paths.critic_out, "Where the new critic goes in ppo mode (default OUT/critic)");
   app.add_option("--config", config_path, "YAML coefficients (ppo-step config prints every key and default)");
-  app.add_option("--reward-field", fields.reward_pointer, "JSON pointer of the reward (default /reward or /reward/reward)");
+  app.add_option("--reward-field", fields.reward_pointer, "JSON pointer of the reward (default /reward if a number, else /reward/value)");
   app.add_option("--group-field", fields.group_pointer, "JSON pointer of the group key (GRPO)")->capture_default_str();
   cli.add_io_options();
   cli.add_store_options();

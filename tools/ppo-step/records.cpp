@@ -80,9 +80,9 @@ Trajectory parse_episode(const Record& record, const EpisodeFields& fields) {
   } else if (record.contains("reward") && record["reward"].is_number()) {
     tr.reward = record["reward"].get<double>();
   } else if (record.contains("reward") && record["reward"].is_object()) {
-    tr.reward = get_required<double>(record, "/reward/reward");
+    tr.reward = get_required<double>(record, "/reward/value");  // reward-calc's section
   } else {
-    throw FieldError("reward", "missing (a number, or reward.reward as reward-calc writes it)");
+    throw FieldError("reward", "missing (a number, or the reward section's value as reward-calc writes it)");
   }
   if (!std::isfinite(tr.reward)) throw FieldError("reward", "not finite");
 

@@ -29,7 +29,7 @@ struct Trajectory {
 };
 
 struct EpisodeFields {
-  std::string reward_pointer;          // empty: `reward` (a number) or `reward.reward`
+  std::string reward_pointer;          // empty: `reward` (a number) or `reward.value` (reward-calc)
   std::string group_pointer = "/task_id";
 };
 
