@@ -1,0 +1,135 @@
+// ops-synth: synthesize training tasks from the op catalog, filter them with the reference worker,
+// and import KernelBench / CUDA-Agent-Ops-6K problems as the same task records.
+#include <chrono>
+#include <random>
+
+#include "libcommon/cli.hpp"
+#include "libcommon/errors.hpp"
+#include "libcommon/log.hpp"
+#include "libcommon/store.hpp"
+#include "tools/ops-synth/catalog.hpp"
+#include "tools/ops-synth/filter.hpp"
+#include "tools/ops-synth/generate.hpp"
+#include "tools/ops-synth/import.hpp"
+
+namespace {
+
+int run_generate(const ca::CommonOptions& common, int64_t n, const std::string& catalog_path,
+                 ops_synth::GenOptions opt) {
+  auto started = std::chrono::steady_clock::now();
+  ops_synth::Catalog catalog = ops_synth::Catalog::load(catalog_path);
+  if (common.seed) {
+    opt.seed = *common.seed;
+  } else {
+    std::random_device rd;
+    opt.seed = ((static_cast<uint64_t>(rd()) << 32) | rd()) & ((1ull << 53) - 1);
+    ca::log::info("seed ", opt.seed, " (pass --seed ", opt.seed, " to reproduce)");
+  }
+  ca::log::verbose("catalog ", catalog.path, ": ", catalog.ops.size(), " ops, ", catalog.modules.size(), " modules");
+  ops_synth::Generator gen(catalog, opt);
+  auto store = ca::open_store_for(common);
+  ca::RecordWriter out(common.output);
+  ca::log::Progress progress("tasks", n);
+  std::vector<ca::Record> pending;
+  auto flush_store = [&] {
+    if (!store || pending.empty()) return;
+    store->in_transaction([&] {
+      for (const auto& r : pending) store->put_task(r);
+    });
+    pending.clear();
+  };
+  std::array<int64_t, ops_synth::kCategories> per_category{};
+  for (int64_t i = 0; i < n; ++i) {
+    // Sharding is by index, and every shard walks the whole sequence so near-duplicates are judged
+    // the same way: the shards' union is exactly the unsharded output.
+    ca::Record rec = gen.task(i);
+    if (common.shard.count > 1 && i % common.shard.count != common.shard.index) continue;
+    out.write(rec);
+    ++per_category[static_cast<std::size_t>(gen.category_of(i))];
+    if (store) {
+      pending.push_back(std::move(rec));
+      if (pending.size() >= 512) flush_store();
+    }
+    progress.tick();
+  }
+  flush_store();
+  progress.finish();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ca::Json counts = {{"written", out.count()}, {"near_duplicates_skipped", gen.duplicates()},
+                     {"retries", gen.retries()}};
+  std::string mix;
+  for (int c = 0; c < ops_synth::kCategories; ++c)
+    mix += (c ? " " : "") + ops_synth::category_name(c) + ":" + std::to_string(per_category[static_cast<std::size_t>(c)]);
+  ca::log::info(out.count(), " tasks written (", mix, "), ", gen.duplicates(), " near-duplicates skipped, ",
+                gen.retries(), " retries, ", ca::log::cat(static_cast<int64_t>(out.count() / std::max(secs, 1e-9))),
+                " tasks/s");
+  if (store) store->end_run(ca::kExitOk, counts);
+  return ca::kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ca::Cli cli("ops-synth", "Synthesize, filter and import training tasks (KernelBench format, Ops-6K compatible).",
+              "ops-synth generate -n 8000 --seed 1 | ops-synth filter -j 16 --decontaminate KernelBench/ | head -n 6000",
+              "agent-run(1), kernel-check(1), run-store(1), cuda-agent(7)");
+  auto& app = cli.app();
+  auto& common = cli.options();
+  app.require_subcommand(1);
+
+  // generate
+  int64_t n = 100;
+  std::string catalog_path, mix_text, ops_text;
+  ops_synth::GenOptions gen;
+  auto* generate = app.add_subcommand("generate", "Stack 1-5 catalog ops (or one standalone module) into tasks");
+  generate->add_option("-n,--count", n, "Number of tasks")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cli.add_seed_option(generate);
+  generate->add_option("--sizes", gen.sizes, "gpu (eager 1-100 ms estimated) or tiny (CPU tests)")
+      ->capture_default_str()->check(CLI::IsMember({"gpu", "tiny"}));
+  generate->add_option("--gpu-profile", gen.gpu_profile, "GPU the eager time is estimated for (" +
+                       ops_synth::gpu_profile_names() + ")")->capture_default_str();
+  generate->add_option("--min-ms", gen.min_ms, "Lowest estimated eager time (--sizes gpu)")->capture_default_str();
+  generate->add_option("--max-ms", gen.max_ms, "Highest estimated eager time (--sizes gpu)")->capture_default_str();
+  generate->add_option("--mix", mix_text, "Category weights, e.g. 1=0.034,2=0.8377,3=0.0762,4=0.028,5=0.0123,module=0.0118 "
+                                          "(default: the published Ops-6K mix)");
+  generate->add_option("--ops", ops_text, "Comma-separated op names: chains use only these");
+  generate->add_flag("--allow-stochastic", gen.allow_stochastic, "Also use stochastic ops (dropout, RReLU)");
+  generate->add_option("--catalog", catalog_path, "Op catalog YAML (default: datasets/ops/catalog.yaml)");
+  generate->add_option("-o,--output", common.output, "Output JSON Lines ('-' = stdout)")->capture_default_str();
+  cli.add_store_options(generate);
+  generate->add_option("--shard", common.shard_text, "Emit only tasks with index % n == i (i/n)");
+
+  // filter
+  ops_synth::FilterOptions filt;
+  auto* filter = app.add_subcommand("filter", "Keep the tasks that pass the published filters (reference worker)");
+  cli.add_io_options(filter);
+  cli.add_store_options(filter);
+  cli.add_record_options(filter);
+  filt.register_with(filter);
+
+  // import
+  ops_synth::ImportOptions imp;
+  auto* import = app.add_subcommand("import", "KernelBench problem dirs or Ops-6K JSONL rows -> task records");
+  import->add_option("-o,--output", common.output, "Output JSON Lines ('-' = stdout)")->capture_default_str();
+  cli.add_store_options(import);
+  cli.add_record_options(import);
+  imp.register_with(import);
+
+  return cli.run(argc, argv, [&]() -> int {
+    if (catalog_path.empty() && *generate) catalog_path = ops_synth::default_catalog_path();
+    if (*generate) {
+      if (!mix_text.empty()) gen.mix = ops_synth::parse_mix(mix_text);
+      if (!ops_text.empty()) {
+        std::stringstream ss(ops_text);
+        std::string item;
+        while (std::getline(ss, item, ','))
+          if (!item.empty()) gen.only_ops.push_back(item);
+      }
+      if (gen.min_ms <= 0 || gen.max_ms <= gen.min_ms) throw ca::UsageError("--min-ms/--max-ms: need 0 < min < max");
+      return run_generate(common, n, catalog_path, gen);
+    }
+    if (*filter) return ops_synth::run_filter(common, filt);
+    if (*import) return ops_synth::run_import(common, imp);
+    return ca::kExitUsage;
+  });
+}
