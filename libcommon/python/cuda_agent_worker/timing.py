@@ -141,6 +141,7 @@ def time_task(task, req):
 
     times = []
     device_times = None
+    device_error = None
     stop = "max_runs"
     with precision(prec, task.device), torch.no_grad():
         t0 = time.perf_counter()
@@ -167,11 +168,15 @@ def time_task(task, req):
                     break
             if on_gpu and metric == "device":
                 calls = max(5, min(30, len(times)))
-                device_times = profiled_device_times(fn, sets, flush, calls)
+                try:
+                    device_times = profiled_device_times(fn, sets, flush, calls)
+                except RuntimeError as e:  # no CUPTI, profiler busy: report events only, say why
+                    device_error = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
     time_us = summarize(times)
     device_time_us = summarize(device_times) if device_times else None
     if device_time_us is not None and device_time_us["median"] <= 0:
         device_time_us = None  # kernels not attributed to the range: say so rather than report 0
+        device_error = "the profiler attributed no kernel time to the timed calls"
     value = device_time_us["median"] if (metric == "device" and device_time_us) else time_us["median"]
     return {
         "time_us": time_us,
@@ -186,7 +191,8 @@ def time_task(task, req):
         "method": {"warmup": warmup, "min_runs": min_runs, "max_runs": max_runs, "budget_s": budget_s,
                    "rel_ci": target, "input_sets": input_sets, "flush_bytes": flush_bytes, "seed": seed,
                    "timer": "cuda_events" if on_gpu else "perf_counter", "stop": stop,
-                   "device_time": "torch.profiler kernel sum per call" if device_time_us else None},
+                   "device_time": "torch.profiler kernel sum per call" if device_time_us else None,
+                   "device_time_error": device_error},
     }
 
 

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# worker-ping (the WorkerClient driver): help, a round trip, and exit 3 with a clear message when
+# the interpreter has no torch or the device is missing.
+set -euo pipefail
+P="$CA_BIN/worker-ping"
+FX="$CA_TESTS/worker/fixtures"
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+py() { /usr/bin/python3 "$@"; }
+
+"$P" --help | grep -q "Example" || fail "--help has no example"
+set +e; "$P" --frobnicate 2>/dev/null; rc=$?; set -e
+[ "$rc" = 1 ] || fail "bad flag should exit 1, got $rc"
+
+# Round trip: load from a file, inputs, reference; answers in order, one per request.
+printf '%s\n' '{"op":"ping"}' \
+  "{\"op\":\"load\",\"task_id\":\"lr\",\"code_file\":\"$FX/linear_relu.py\"}" \
+  "{\"op\":\"inputs\",\"task_id\":\"lr\",\"seed\":3,\"out\":\"$T/in.safetensors\"}" \
+  "{\"op\":\"reference\",\"task_id\":\"lr\",\"inputs\":\"$T/in.safetensors\",\"out\":\"$T/out.safetensors\"}" \
+  | "$P" > "$T/answers.jsonl"
+[ "$(wc -l < "$T/answers.jsonl")" = 4 ] || fail "expected 4 answers: $(cat "$T/answers.jsonl")"
+py - "$T/answers.jsonl" <<'PY' || fail "answers wrong"
+import json, sys
+answers = [json.loads(l) for l in open(sys.argv[1])]
+assert all(a["ok"] for a in answers), answers
+assert [a["id"] for a in answers] == sorted(a["id"] for a in answers)
+assert answers[1]["outputs"][0]["shape"] == [16, 64]
+assert answers[3]["outputs"][0]["dtype"] == "F32"
+PY
+# The file is plain safetensors: header length, JSON header, data of the right size.
+py - "$T/out.safetensors" <<'PY' || fail "safetensors layout"
+import json, struct, sys, os
+data = open(sys.argv[1], "rb").read()
+(n,) = struct.unpack("<Q", data[:8])
+h = json.loads(data[8:8 + n])
+assert n % 8 == 0
+s, e = h["outputs.0"]["data_offsets"]
+assert e - s == 16 * 64 * 4 and 8 + n + e == len(data)
+PY
+
+# No torch in the interpreter named by CUDA_AGENT_PYTHON: exit 3, and the message says torch.
+printf '#!/bin/sh\nexec /usr/bin/python3 -S "$@"\n' > "$T/python-no-torch"; chmod +x "$T/python-no-torch"
+set +e; echo '{"op":"ping"}' | CUDA_AGENT_PYTHON="$T/python-no-torch" "$P" 2> "$T/err"; rc=$?; set -e
+[ "$rc" = 3 ] || fail "no torch should exit 3, got $rc"
+grep -q "torch" "$T/err" || fail "message does not mention torch: $(cat "$T/err")"
+set +e; echo '{"op":"ping"}' | CUDA_AGENT_PYTHON=/nonexistent/python3 "$P" 2> "$T/err"; rc=$?; set -e
+[ "$rc" = 3 ] || fail "a missing interpreter should exit 3, got $rc"
+grep -q "/nonexistent/python3" "$T/err" || fail "message does not name the interpreter: $(cat "$T/err")"
+
+# A GPU asked for where torch sees none: exit 3 naming the device.
+if ! py -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  set +e; echo '{"op":"ping"}' | "$P" --device cuda:0 2> "$T/err"; rc=$?; set -e
+  [ "$rc" = 3 ] || fail "cuda:0 without a GPU should exit 3, got $rc"
+  grep -q "no_device" "$T/err" || fail "message does not say no_device: $(cat "$T/err")"
+fi
+echo "worker_cli: ok"

@@ -1,0 +1,411 @@
+// Units of the reference worker through ca::WorkerClient on CPU torch: specs, seeded inputs,
+// references checked against a C++ recomputation, filters on every fixture, and the failure paths
+// (raise, hang, kill, exit, CPU and memory limits, no torch).
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "libcommon/errors.hpp"
+#include "libcommon/paths.hpp"
+#include "libcommon/safetensors.hpp"
+#include "libcommon/worker/worker_client.hpp"
+
+using namespace ca;
+using namespace std::chrono;
+
+namespace {
+
+std::string fixtures() {
+  const char* f = std::getenv("CA_WORKER_FIXTURES");
+  if (f && *f) return f;
+  const char* src = std::getenv("CA_SRC");
+  return std::string(src ? src : ".") + "/tests/worker/fixtures";
+}
+
+std::string fixture(const std::string& name) { return read_file(fixtures() + "/" + name + ".py"); }
+
+// One worker shared by the cases that do not break it (a start costs an `import torch`).
+WorkerClient& shared() {
+  static WorkerClient client([] {
+    WorkerOptions o;
+    o.request_timeout = seconds(120);
+    return o;
+  }());
+  return client;
+}
+
+Json load(WorkerClient& c, const std::string& name, const std::string& task_id = "") {
+  return c.request({{"op", "load"}, {"task_id", task_id.empty() ? name : task_id}, {"code", fixture(name)}});
+}
+
+std::string bytes_of(const std::string& path) { return read_file(path); }
+
+std::string str(const Json& a) { return a.dump().substr(0, 800); }
+
+}  // namespace
+
+TEST_CASE("worker: finds a python with torch and says hello") {
+  auto py = WorkerClient::find_python();
+  CHECK(!py.empty());
+  auto& c = shared();
+  CHECK(c.hello().value("ok", false));
+  CHECK(!c.hello().value("torch_version", std::string()).empty());
+  CHECK(c.hello().value("device", std::string()) == "cpu");
+  auto a = c.request({{"op", "ping"}});
+  CHECK(a.value("ok", false));
+  CHECK(a["precision"]["matmul_tf32"] == false);
+  CHECK(a["precision"]["cudnn_tf32"] == false);
+  CHECK(a["precision"]["autocast"].is_null());
+  // The private temp dir: 0700, under /dev/shm when there is one.
+  struct stat st {};
+  REQUIRE(stat(c.temp_dir().c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  if (access("/dev/shm", W_OK) == 0) CHECK(c.temp_dir().rfind("/dev/shm/", 0) == 0);
+}
+
+TEST_CASE("worker: load gives input, param and output specs") {
+  auto& c = shared();
+  auto a = load(c, "linear_relu");
+  REQUIRE_MESSAGE(a.value("ok", false), str(a));
+  CHECK(a["torch_version"].is_string());
+  REQUIRE(a["inputs"].size() == 1);
+  CHECK(a["inputs"][0]["name"] == "x");
+  CHECK(a["inputs"][0]["shape"] == Json::array({16, 32}));
+  CHECK(a["inputs"][0]["dtype"] == "F32");
+  CHECK(a["inputs"][0]["distribution"]["kind"] == "normal");
+  CHECK(a["inputs"][0]["distribution"]["std"] == 1.0);
+  CHECK(a["init_inputs"] == Json::array({32, 64}));
+  REQUIRE(a["params"].size() == 2);
+  CHECK(a["params"][0]["name"] == "linear.weight");
+  CHECK(a["params"][0]["shape"] == Json::array({64, 32}));
+  CHECK(a["params"][1]["name"] == "linear.bias");
+  REQUIRE(a["outputs"].size() == 1);
+  CHECK(a["outputs"][0]["shape"] == Json::array({16, 64}));
+
+  auto s = load(c, "softmax");
+  REQUIRE_MESSAGE(s.value("ok", false), str(s));
+  CHECK(s["inputs"][0]["distribution"]["kind"] == "uniform");
+  CHECK(s["inputs"][0]["distribution"]["low"] == -2.0);
+  CHECK(s["inputs"][0]["distribution"]["high"] == 2.0);
+  CHECK(s["params"].empty());
+
+  auto b = load(c, "conv_bn");
+  REQUIRE_MESSAGE(b.value("ok", false), str(b));
+  std::vector<std::string> names;
+  for (auto& p : b["params"]) names.push_back(p["name"]);
+  CHECK(std::count(names.begin(), names.end(), "bn.running_mean") == 1);
+  CHECK(std::count(names.begin(), names.end(), "bn.num_batches_tracked") == 1);
+  CHECK(b["outputs"][0]["shape"] == Json::array({4, 8, 16, 16}));
+
+  auto t = load(c, "two_outputs");
+  REQUIRE_MESSAGE(t.value("ok", false), str(t));
+  REQUIRE(t["outputs"].size() == 2);
+  CHECK(t["outputs"][0]["shape"] == Json::array({6}));
+  CHECK(t["outputs"][1]["shape"] == Json::array({6, 3}));
+  CHECK(t["inputs"][1]["name"] == "idx");
+  CHECK(t["inputs"][1]["dtype"] == "I64");
+  CHECK(t["inputs"][1]["distribution"]["kind"] == "randint");
+  CHECK(t["inputs"][1]["distribution"]["low"] == 0);
+  CHECK(t["inputs"][1]["distribution"]["high"] == 10);
+}
+
+TEST_CASE("worker: the same seed gives byte-identical inputs, also from a fresh worker") {
+  auto& c = shared();
+  REQUIRE(load(c, "two_outputs").value("ok", false));
+  auto p1 = c.temp_path("in"), p2 = c.temp_path("in"), p3 = c.temp_path("in");
+  for (auto& [path, seed] : std::vector<std::pair<std::string, int>>{{p1, 5}, {p2, 5}, {p3, 6}}) {
+    auto a = c.request({{"op", "inputs"}, {"task_id", "two_outputs"}, {"seed", seed}, {"out", path}});
+    REQUIRE_MESSAGE(a.value("ok", false), str(a));
+  }
+  CHECK(bytes_of(p1) == bytes_of(p2));
+  CHECK(bytes_of(p1) != bytes_of(p3));
+  auto f = read_safetensors(p1);
+  REQUIRE(f.tensors.count("inputs.0"));
+  REQUIRE(f.tensors.count("inputs.1"));
+  CHECK(f.tensors["inputs.0"].dtype == "F32");
+  CHECK(f.tensors["inputs.0"].shape == std::vector<int64_t>{6, 10});
+  CHECK(f.tensors["inputs.1"].dtype == "I64");
+  for (int64_t i = 0; i < f.tensors["inputs.1"].numel(); ++i) {
+    auto v = f.tensors["inputs.1"].as<int64_t>()[i];
+    CHECK((v >= 0 && v < 10));
+  }
+  // A second worker process (another interpreter start) writes the same bytes.
+  WorkerClient other;
+  REQUIRE(load(other, "two_outputs").value("ok", false));
+  auto p4 = other.temp_path("in");
+  REQUIRE(other.request({{"op", "inputs"}, {"task_id", "two_outputs"}, {"seed", 5}, {"out", p4}}).value("ok", false));
+  CHECK(bytes_of(p1) == bytes_of(p4));
+}
+
+TEST_CASE("worker: reference of linear+relu matches a C++ recomputation from the exported params") {
+  auto& c = shared();
+  REQUIRE(load(c, "linear_relu").value("ok", false));
+  auto in = c.temp_path("in"), out = c.temp_path("out"), params = c.temp_path("params");
+  REQUIRE(c.request({{"op", "inputs"}, {"task_id", "linear_relu"}, {"seed", 11}, {"out", in}}).value("ok", false));
+  auto a = c.request({{"op", "reference"}, {"task_id", "linear_relu"}, {"inputs", in}, {"out", out}, {"params_out", params}});
+  REQUIRE_MESSAGE(a.value("ok", false), str(a));
+  CHECK(a["precision"]["matmul_tf32"] == false);
+  auto x = read_safetensors(in).tensors.at("inputs.0");
+  auto y = read_safetensors(out).tensors.at("outputs.0");
+  auto p = read_safetensors(params).tensors;
+  REQUIRE(p.count("params.linear.weight"));
+  REQUIRE(p.count("params.linear.bias"));
+  auto& w = p["params.linear.weight"];
+  auto& b = p["params.linear.bias"];
+  REQUIRE(y.shape == std::vector<int64_t>{16, 64});
+  double max_err = 0;
+  int positives = 0;
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 64; ++j) {
+      double acc = b.as<float>()[j];
+      for (int k = 0; k < 32; ++k) acc += double(x.as<float>()[i * 32 + k]) * w.as<float>()[j * 32 + k];
+      double ref = std::max(0.0, acc);
+      positives += ref > 0;
+      max_err = std::max(max_err, std::abs(ref - y.as<float>()[i * 64 + j]));
+    }
+  CHECK(max_err < 1e-5);
+  CHECK(positives > 100);  // the relu does not zero everything: the check has teeth
+}
+
+TEST_CASE("worker: conv+bn reference is repeatable (buffers reset) and the params are the construction's") {
+  auto& c = shared();
+  REQUIRE(load(c, "conv_bn").value("ok", false));
+  auto in = c.temp_path("in"), o1 = c.temp_path("out"), o2 = c.temp_path("out"), pa = c.temp_path("p"),
+       pb = c.temp_path("p");
+  REQUIRE(c.request({{"op", "inputs"}, {"task_id", "conv_bn"}, {"seed", 1}, {"out", in}}).value("ok", false));
+  REQUIRE(c.request({{"op", "reference"}, {"task_id", "conv_bn"}, {"inputs", in}, {"out", o1}, {"params_out", pa}}).value("ok", false));
+  REQUIRE(c.request({{"op", "reference"}, {"task_id", "conv_bn"}, {"inputs", in}, {"out", o2}, {"params_out", pb}}).value("ok", false));
+  CHECK(bytes_of(o1) == bytes_of(o2));
+  CHECK(bytes_of(pa) == bytes_of(pb));
+  auto p = read_safetensors(pa).tensors;
+  // Running stats as constructed (zeros / ones), not as drifted by the forward calls.
+  for (int i = 0; i < 8; ++i) {
+    CHECK(p["params.bn.running_mean"].as<float>()[i] == 0.0f);
+    CHECK(p["params.bn.running_var"].as<float>()[i] == 1.0f);
+  }
+  CHECK(p["params.bn.num_batches_tracked"].dtype == "I64");
+  // Same init_seed -> same parameters in another load (construction is seeded).
+  REQUIRE(load(c, "conv_bn", "conv_bn_again").value("ok", false));
+  auto pc = c.temp_path("p"), o3 = c.temp_path("out");
+  REQUIRE(c.request({{"op", "reference"}, {"task_id", "conv_bn_again"}, {"inputs", in}, {"out", o3}, {"params_out", pc}}).value("ok", false));
+  CHECK(bytes_of(pa) == bytes_of(pc));
+  CHECK(bytes_of(o1) == bytes_of(o3));
+}
+
+TEST_CASE("worker: task output on stdout does not break the protocol; scalar inputs travel in metadata") {
+  auto& c = shared();
+  auto a = load(c, "prints");
+  REQUIRE_MESSAGE(a.value("ok", false), str(a));
+  CHECK(a["inputs"][0]["distribution"]["kind"] == "derived");
+  CHECK(a["inputs"][1]["distribution"]["kind"] == "scalar");
+  CHECK(a["inputs"][1]["distribution"]["value"] == 5);
+  auto in = c.temp_path("in"), out = c.temp_path("out");
+  REQUIRE(c.request({{"op", "inputs"}, {"task_id", "prints"}, {"seed", 2}, {"out", in}}).value("ok", false));
+  auto f = read_safetensors(in);
+  CHECK(f.metadata["inputs.1"] == "5");
+  auto r = c.request({{"op", "reference"}, {"task_id", "prints"}, {"inputs", in}, {"out", out}});
+  REQUIRE_MESSAGE(r.value("ok", false), str(r));
+  auto x = f.tensors.at("inputs.0");
+  auto y = read_safetensors(out).tensors.at("outputs.0");
+  for (int i = 0; i < 16; ++i) CHECK(y.as<float>()[i] == doctest::Approx(5.0f * x.as<float>()[i]));
+}
+
+TEST_CASE("worker: a task that raises gets an error answer and the worker lives on") {
+  auto& c = shared();
+  pid_t pid = c.worker_pid();
+  auto a = load(c, "raises");
+  CHECK_FALSE(a.value("ok", true));
+  CHECK(a["error"] == "task_error");
+  CHECK(a["stage"] == "forward");
+  CHECK(a["detail"].get<std::string>().find("always raises") != std::string::npos);
+  CHECK(c.request({{"op", "ping"}}).value("ok", false));
+  CHECK(c.worker_pid() == pid);
+  // Bad requests are answered, not fatal.
+  auto b = c.request({{"op", "inputs"}, {"task_id", "linear_relu"}});
+  CHECK(b["error"] == "bad_request");
+  CHECK(c.request({{"op", "frobnicate"}})["error"] == "bad_request");
+  CHECK(c.request({{"op", "inputs"}, {"task_id", "never-loaded"}, {"seed", 0}, {"out", c.temp_path("x")}})["error"] == "unknown_task");
+  CHECK(c.request({{"op", "load"}, {"task_id", "syntax"}, {"code", "class Model(:\n"}})["stage"] == "exec");
+  CHECK(c.request({{"op", "load"}, {"task_id", "nomodel"}, {"code", "x = 1\n"}})["stage"] == "exec");
+  CHECK(c.worker_pid() == pid);
+}
+
+TEST_CASE("worker: on CPU, time answers no_device; the method runs with allow_cpu") {
+  auto& c = shared();
+  REQUIRE(load(c, "linear_relu").value("ok", false));
+  auto a = c.request({{"op", "time"}, {"task_id", "linear_relu"}, {"mode", "eager"}});
+  CHECK_FALSE(a.value("ok", true));
+  CHECK(a["error"] == "no_device");
+  auto b = c.request({{"op", "time"}, {"task_id", "linear_relu"}, {"allow_cpu", true}, {"min_runs", 10},
+                      {"budget_s", 3}, {"rel_ci", 0.05}});
+  REQUIRE_MESSAGE(b.value("ok", false), str(b));
+  CHECK(b["time_us"]["median"].get<double>() > 0);
+  CHECK(b["time_us"]["n"].get<int>() >= 3);
+  CHECK(b["method"]["timer"] == "perf_counter");
+  CHECK(b["mode"] == "eager");
+  CHECK(b["precision"]["name"] == "fp32");
+  // torch.compile on torch 1.x is said to be unsupported, not attempted.
+  if (!c.hello().value("compile_available", false)) {
+    auto d = c.request({{"op", "time"}, {"task_id", "linear_relu"}, {"mode", "compile"}, {"allow_cpu", true}});
+    CHECK(d["error"] == "unsupported");
+  }
+}
+
+TEST_CASE("worker: each filter verdict on its fixture") {
+  auto& c = shared();
+  struct Case {
+    const char* fixture;
+    bool kept;
+    const char* reason;
+  };
+  for (auto k : {Case{"linear_relu", true, ""}, Case{"conv_bn", true, ""}, Case{"softmax", true, ""},
+                 Case{"two_outputs", true, ""}, Case{"raises", false, "runs_eager"},
+                 Case{"stochastic_dropout", false, "deterministic"}, Case{"stochastic_rand", false, "deterministic"},
+                 Case{"nan_output", false, "no_nan_inf"}, Case{"constant", false, "not_constant"},
+                 Case{"input_independent", false, "input_dependent"}}) {
+    std::string name = k.fixture;
+    CAPTURE(name);
+    auto a = c.request({{"op", "filters"}, {"code", fixture(k.fixture)}, {"check_compile", true}});
+    REQUIRE_MESSAGE(a.value("ok", false), str(a));
+    CHECK(a["kept"] == k.kept);
+    if (k.kept) {
+      CHECK(a["reason"].is_null());
+    } else {
+      CHECK(a["reason"] == k.reason);
+    }
+    auto& v = a["verdicts"];
+    // On CPU these two are skipped, and say why.
+    CHECK(v["runs_compile"]["pass"].is_null());
+    CHECK(v["eager_time_ms"]["pass"].is_null());
+    if (name != "raises") {
+      CHECK(v["runs_compile"]["detail"].get<std::string>().find("CPU") != std::string::npos);
+    } else {
+      CHECK(v["deterministic"]["detail"].get<std::string>().find("runs_eager failed") != std::string::npos);
+    }
+    if (std::string(k.fixture) == "constant") CHECK(v["input_dependent"]["pass"] == false);
+    if (std::string(k.fixture) == "input_independent") CHECK(v["not_constant"]["pass"] == true);
+    if (std::string(k.fixture) == "stochastic_rand") CHECK(v["no_nan_inf"]["pass"] == true);
+  }
+}
+
+TEST_CASE("worker: similarity of Model classes") {
+  auto& c = shared();
+  auto a = c.request({{"op", "similarity"}, {"code", fixture("linear_relu")}, {"dir", fixtures()}});
+  REQUIRE_MESSAGE(a.value("ok", false), str(a));
+  CHECK(a["program"] == "linear_relu.py");
+  CHECK(a["max"].get<double>() == doctest::Approx(1.0));
+  // Renamed identifiers and other sizes are still the same program; another op is not.
+  std::string renamed =
+      "import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n"
+      "    def __init__(self, a, b):\n        super().__init__()\n        self.fc = nn.Linear(a, b)\n"
+      "    def forward(self, inp):\n        return torch.relu(self.fc(inp))\n";
+  auto b = c.request({{"op", "similarity"}, {"code", renamed},
+                      {"programs", {{{"name", "lr"}, {"code", fixture("linear_relu")}},
+                                    {{"name", "sm"}, {"code", fixture("softmax")}},
+                                    {{"name", "cb"}, {"code", fixture("conv_bn")}}}}});
+  REQUIRE_MESSAGE(b.value("ok", false), str(b));
+  CHECK(b["program"] == "lr");
+  CHECK(b["max"].get<double>() > 0.9);
+  auto s = c.request({{"op", "similarity"}, {"code", fixture("softmax")},
+                      {"programs", {{{"name", "cb"}, {"code", fixture("conv_bn")}}}}});
+  CHECK(s["max"].get<double>() < 0.9);
+}
+
+TEST_CASE("worker: a hang is cut off at the timeout and the next request is served") {
+  WorkerOptions o;
+  o.request_timeout = seconds(60);
+  WorkerClient c(o);
+  REQUIRE(load(c, "linear_relu").value("ok", false));
+  auto t0 = steady_clock::now();
+  auto a = c.request({{"op", "load"}, {"task_id", "hangs"}, {"code", fixture("hangs")}}, seconds(3));
+  double took = duration<double>(steady_clock::now() - t0).count();
+  CHECK_FALSE(a.value("ok", true));
+  CHECK(a["error"] == "timeout");
+  CHECK(took < 15);
+  // The next request is served by a restarted worker, which reloads linear_relu by itself.
+  auto in = c.temp_path("in");
+  auto b = c.request({{"op", "inputs"}, {"task_id", "linear_relu"}, {"seed", 0}, {"out", in}});
+  CHECK_MESSAGE(b.value("ok", false), str(b));
+  CHECK(c.restarts() == 1);
+}
+
+TEST_CASE("worker: a worker killed or exited by task code is restarted and the caller answered") {
+  WorkerClient c;
+  REQUIRE(load(c, "softmax").value("ok", false));
+  pid_t first = c.worker_pid();
+  auto a = load(c, "kills_worker");
+  CHECK_FALSE(a.value("ok", true));
+  CHECK(a["error"] == "worker_died");
+  CHECK(a["detail"].get<std::string>().find("signal 9") != std::string::npos);
+  auto b = c.request({{"op", "ping"}});
+  CHECK(b.value("ok", false));
+  CHECK(c.worker_pid() != first);
+  auto e = load(c, "exits_worker");
+  CHECK(e["error"] == "worker_died");
+  CHECK(e["detail"].get<std::string>().find("exit 7") != std::string::npos);
+  // softmax was loaded before both deaths: replayed transparently.
+  auto in = c.temp_path("in");
+  CHECK(c.request({{"op", "inputs"}, {"task_id", "softmax"}, {"seed", 3}, {"out", in}}).value("ok", false));
+  CHECK(c.restarts() == 2);
+}
+
+TEST_CASE("worker: the CPU-time limit ends a spinning task") {
+  WorkerOptions o;
+  o.cpu_seconds_limit = 2;
+  o.request_timeout = seconds(60);
+  WorkerClient c(o);
+  auto t0 = steady_clock::now();
+  auto a = load(c, "hangs");
+  double took = duration<double>(steady_clock::now() - t0).count();
+  CHECK(a["error"] == "worker_died");
+  CHECK(a["detail"].get<std::string>().find("signal 24") != std::string::npos);  // SIGXCPU
+  CHECK(took < 30);
+  CHECK(c.request({{"op", "ping"}}).value("ok", false));
+}
+
+TEST_CASE("worker: the memory limit turns a huge allocation into an error answer") {
+  WorkerOptions o;
+  o.memory_limit_mb = 3072;
+  WorkerClient c(o);
+  auto a = load(c, "memory_hog");
+  CHECK_FALSE(a.value("ok", true));
+  std::string err = a.value("error", std::string());
+  MESSAGE("memory_hog answer: ", str(a));
+  CHECK((err == "task_error" || err == "memory_limit"));
+  if (err == "task_error") CHECK(a["detail"].get<std::string>().find("allocate") != std::string::npos);
+  CHECK(load(c, "linear_relu").value("ok", false));
+}
+
+TEST_CASE("worker: without torch the client throws EnvironmentError and names it") {
+  PrivateTempDir dir("worker-test");
+  std::string fake = dir.path() + "/python-without-torch";
+  {
+    std::ofstream f(fake);
+    f << "#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n";  // -S: no site-packages, so no torch
+  }
+  std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+  WorkerOptions o;
+  o.python = fake;
+  try {
+    WorkerClient c(o);
+    FAIL("no exception");
+  } catch (const EnvironmentError& e) {
+    CHECK(std::string(e.what()).find("torch") != std::string::npos);
+    CHECK(e.exit_code == 3);
+  }
+  // The temp dir goes with the client.
+  std::string tmp;
+  {
+    WorkerClient c;
+    tmp = c.temp_dir();
+    CHECK(std::filesystem::exists(tmp));
+  }
+  CHECK_FALSE(std::filesystem::exists(tmp));
+}
