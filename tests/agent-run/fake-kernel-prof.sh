@@ -1,0 +1,1 @@
+fake-kernel-check.sh

@@ -1,0 +1,34 @@
+# Shared setup for agent-run's shell tests: a temp dir, the mock server, a task, assertions.
+set -euo pipefail
+: "${CA_BIN:?}" "${CA_SRC:?}"
+HERE="$CA_SRC/tests/agent-run"
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+TMP=$(mktemp -d)
+MOCK_PID=
+cleanup() { [ -n "$MOCK_PID" ] && kill "$MOCK_PID" 2>/dev/null; rm -rf "$TMP"; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# A small task record (KernelBench form).
+cat > "$TMP/task.jsonl" <<'JSON'
+{"task_id": "t-scale-add", "code": "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, a, b):\n        return a * 2.0 + b\n\ndef get_inputs():\n    return [torch.randn(4096), torch.randn(4096)]\n\ndef get_init_inputs():\n    return []\n"}
+JSON
+
+# start_mock SCRIPT: starts the mock server, sets PORT.
+start_mock() {
+  "$PY" "$HERE/mock_openai.py" "$1" "$TMP/port" "$TMP/requests.jsonl" 2>"$TMP/mock.err" &
+  MOCK_PID=$!
+  for _ in $(seq 100); do [ -s "$TMP/port" ] && break; sleep 0.1; done
+  [ -s "$TMP/port" ] || fail "mock server did not start: $(cat "$TMP/mock.err")"
+  PORT=$(cat "$TMP/port")
+}
+
+# py 'python code' FILE: runs assertions over a JSON Lines file (records in `recs`).
+py() {
+  "$PY" - "$2" <<PYEOF || fail "assertions failed"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+$1
+PYEOF
+}

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""A scripted OpenAI-compatible chat-completions server on loopback, for agent-run's tests.
+
+usage: mock_openai.py SCRIPT.json PORT_FILE REQUEST_LOG
+
+SCRIPT: {"expect_tools": [names], "steps": [step, ...]}. Each POST /v1/chat/completions takes the
+next step: {"status": 503} answers that HTTP status; {"message": {"content": ..., "tool_calls":
+[{"name": ..., "arguments": {...} | "raw text"}]}, "finish_reason": ...} answers a completion in the
+exact wire format (tool_calls with JSON-string arguments, usage, logprobs with token ids).
+Every request is checked (the tools offered, the tool answers to every earlier call); a violation
+is answered with HTTP 400 and logged. Each request is appended to REQUEST_LOG as one JSON line:
+{"n", "path", "status", "violations", "body"}. The chosen port is written to PORT_FILE.
+Standard library only.
+"""
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+SCRIPT = json.load(open(sys.argv[1]))
+PORT_FILE, LOG = sys.argv[2], sys.argv[3]
+STEPS = SCRIPT["steps"]
+LOCK = threading.Lock()
+STATE = {"next": 0, "n": 0}
+
+
+def check_request(body):
+    v = []
+    names = sorted(t.get("function", {}).get("name") for t in body.get("tools", []))
+    if "expect_tools" in SCRIPT and names != sorted(SCRIPT["expect_tools"]):
+        v.append("tools offered %s, expected %s" % (names, sorted(SCRIPT["expect_tools"])))
+    for t in body.get("tools", []):
+        if t.get("type") != "function" or "parameters" not in t.get("function", {}):
+            v.append("tool without type=function/parameters: %s" % json.dumps(t)[:100])
+    msgs = body.get("messages", [])
+    if not msgs or msgs[0].get("role") != "system":
+        v.append("first message is not the system prompt")
+    answered = {m.get("tool_call_id") for m in msgs if m.get("role") == "tool"}
+    for m in msgs:
+        for c in m.get("tool_calls") or []:
+            if not isinstance(c.get("function", {}).get("arguments"), str):
+                v.append("tool call %s: arguments are not a string" % c.get("id"))
+            if c.get("id") not in answered:
+                v.append("tool call %s has no tool answer" % c.get("id"))
+    for k in ("model", "temperature", "top_p", "max_tokens", "seed"):
+        if k not in body:
+            v.append("request without %s" % k)
+    return v
+
+
+def completion(step, n, prompt_chars):
+    msg = step.get("message", {})
+    calls = []
+    for i, c in enumerate(msg.get("tool_calls", [])):
+        args = c.get("arguments", {})
+        calls.append({"id": "call_%d_%d" % (n, i), "type": "function",
+                      "function": {"name": c["name"],
+                                   "arguments": args if isinstance(args, str) else json.dumps(args)}})
+    text = msg.get("content", "")
+    out = {"role": "assistant", "content": text if text or not calls else None}
+    if calls:
+        out["tool_calls"] = calls
+    n_tokens = max(1, (len(text) + sum(len(c["function"]["arguments"]) for c in calls)) // 4)
+    ids = [1000 + n * 100 + i for i in range(n_tokens)]
+    choice = {"index": 0, "message": out,
+              "finish_reason": step.get("finish_reason", "tool_calls" if calls else "stop"),
+              "logprobs": {"content": [{"token": "token_id:%d" % t, "logprob": -0.5, "bytes": None,
+                                        "top_logprobs": []} for t in ids]},
+              "token_ids": ids}
+    return {"id": "chatcmpl-%d" % n, "object": "chat.completion", "created": int(time.time()),
+            "model": "mock-model", "choices": [choice],
+            "usage": {"prompt_tokens": prompt_chars // 4, "completion_tokens": n_tokens,
+                      "total_tokens": prompt_chars // 4 + n_tokens}}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def reply(self, status, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path.rstrip("/").endswith("/models"):
+            self.reply(200, {"object": "list", "data": [{"id": "mock-model", "object": "model"}]})
+        else:
+            self.reply(404, {"error": "not found"})
+
+    def do_POST(self):
+        raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        with LOCK:
+            STATE["n"] += 1
+            n = STATE["n"]
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                body = None
+            entry = {"n": n, "path": self.path, "violations": [], "body": body}
+            if not self.path.endswith("/chat/completions"):
+                status, obj = 404, {"error": "not found"}
+            elif body is None:
+                status, obj = 400, {"error": "body is not JSON"}
+            else:
+                entry["violations"] = check_request(body)
+                if entry["violations"]:
+                    status, obj = 400, {"error": {"message": "; ".join(entry["violations"])}}
+                elif STATE["next"] >= len(STEPS):
+                    status, obj = 400, {"error": {"message": "script exhausted"}}
+                else:
+                    step = STEPS[STATE["next"]]
+                    STATE["next"] += 1
+                    if "status" in step:
+                        status, obj = step["status"], {"error": {"message": "scripted %d" % step["status"]}}
+                    else:
+                        status, obj = 200, completion(step, n, len(raw))
+            entry["status"] = status
+            with open(LOG, "a") as f:
+                f.write(json.dumps(entry) + "\n")
+        self.reply(status, obj)
+
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+with open(PORT_FILE + ".tmp", "w") as f:
+    f.write(str(server.server_address[1]))
+import os  # noqa: E402
+os.rename(PORT_FILE + ".tmp", PORT_FILE)
+server.serve_forever()

@@ -1,0 +1,275 @@
+// agent-run: episodes of an LLM agent writing CUDA bundles; one candidate record per episode.
+#include <csignal>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "libcommon/cli.hpp"
+#include "libcommon/errors.hpp"
+#include "libcommon/fields.hpp"
+#include "libcommon/ids.hpp"
+#include "libcommon/log.hpp"
+#include "libcommon/paths.hpp"
+#include "libcommon/record_loop.hpp"
+#include "libcommon/store.hpp"
+#include "tools/agent-run/episode.hpp"
+#include "tools/agent-run/sandbox.hpp"
+#include "tools/agent-run/toolbox.hpp"
+
+namespace agent = ca::agent;
+
+namespace {
+
+void on_sigint(int) { agent::g_interrupted = true; }
+
+// SKILL.md from kernel-check's guide; a minimal stand-in (and a warning) when it is not installed.
+std::string load_skill(std::string& path) {
+  if (path.empty()) {
+    try {
+      path = ca::data_dir() + "/skill/SKILL.md";
+    } catch (const ca::Error&) {
+      path = "datasets/skill/SKILL.md";
+    }
+  }
+  if (ca::file_exists(path)) return ca::read_file(path);
+  ca::log::warn("SKILL.md not found at ", path, "; the model gets a minimal built-in guide (use --skill FILE)");
+  return "# SKILL.md (minimal built-in guide)\n\nThe full guide was not found at " + path +
+         ".\n\nWrite CUDA C++ device code in kernels/*.cu (no host code, no PyTorch) and a plan in plan.yaml:\n\n"
+         "    dims: {N: inputs.0.shape[0]}\n    forward:\n      - launch: scale_add\n        grid: [cdiv(N, 256)]\n"
+         "        block: [256]\n        args: [inputs.0, inputs.1, outputs.0, N, 2.0]\n\n"
+         "Buffers: inputs.<i>, outputs.<i>, params.<state_dict name>, scratch.<name>. Kernels are compiled by "
+         "NVRTC, so declare them extern \"C\" or refer to them by their C++ name. Then compile(), verify(), "
+         "profile().\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ca::Cli cli("agent-run",
+              "Run agent episodes: an LLM writes a CUDA bundle for each task in a sandboxed workspace, calling "
+              "compile/verify/profile; one candidate record (bundle + episode) per episode on stdout.",
+              "agent-run --tasks tasks.jsonl --policy openai:http://127.0.0.1:8000/v1 -j 8 | kernel-check | "
+              "kernel-prof | reward-calc",
+              "kernel-check(1), kernel-prof(1), reward-calc(1), ppo-step(1), run-store(1)");
+  auto& app = cli.app();
+  auto& opt = cli.options();
+  cli.add_stream_options();
+
+  std::string tasks_file, policy_spec;
+  int jobs = 1, per_task = 1, first_uid = 60000;
+  agent::RunSettings s;
+  agent::PolicyOptions po;
+  std::string extra_text;
+  bool no_logprobs = false;
+  app.add_option("--tasks", tasks_file, "Task records (JSONL); default: the input (-i, stdin)");
+  app.add_option("--policy", policy_spec, "openai:URL (OpenAI-compatible server, e.g. http://host:8000/v1) or replay:FILE")
+      ->required();
+  app.add_option("-j,--jobs", jobs, "Episodes at once")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--episodes-per-task", per_task, "Episodes per task (a group for group-normalized advantages)")
+      ->check(CLI::Range(1, 100000))->capture_default_str();
+  auto* g = app.add_option_group("Episode limits");
+  g->add_option("--max-turns", s.max_turns, "Assistant turns per episode (published: 150 train, 200 eval)")
+      ->capture_default_str();
+  g->add_option("--max-context", s.max_context, "Context tokens (prompt + completion); estimated when the server gives no usage")
+      ->capture_default_str();
+  g->add_option("--episode-timeout", s.episode_timeout_s, "Wall seconds per episode")->capture_default_str();
+  g->add_option("--submit", s.submit, "final: the workspace as left (training); best: the best verified bundle by "
+                                      "speedup over compile (evaluation)")
+      ->check(CLI::IsMember({"final", "best"}))->capture_default_str();
+  g->add_option("--tool-output-chars", s.tool_output_chars, "A tool result is cut to this many characters")
+      ->capture_default_str();
+  auto* sb = app.add_option_group("Sandbox (bash, grep)");
+  sb->add_option("--bash-timeout", s.sandbox.wall_s, "Wall seconds per command")->capture_default_str();
+  sb->add_option("--bash-cpu", s.sandbox.cpu_s, "CPU seconds per process")->capture_default_str();
+  sb->add_option("--bash-memory", s.sandbox.memory_mib, "Address space per process, MiB")->capture_default_str();
+  sb->add_option("--bash-procs", s.sandbox.processes, "Processes of the sandbox user")->capture_default_str();
+  sb->add_option("--bash-output", s.sandbox.output_bytes, "Output bytes kept per command")->capture_default_str();
+  sb->add_option("--bash-file-size", s.sandbox.file_size_mib, "Largest file a command may write, MiB")
+      ->capture_default_str();
+  sb->add_option("--sandbox-uid", first_uid, "When root: commands run as uid N + worker (root ignores process limits)")
+      ->capture_default_str();
+  auto* lk = app.add_option_group("Locked tools (compile, verify, profile)");
+  lk->add_option("--kernel-check", s.kernel_check, "kernel-check binary (default: next to agent-run, or $CA_KERNEL_CHECK)");
+  lk->add_option("--kernel-prof", s.kernel_prof, "kernel-prof binary (default: next to agent-run, or $CA_KERNEL_PROF)");
+  lk->add_option("--check-arg", s.check_args, "Extra argument for kernel-check (repeat), e.g. --check-arg=--gpus=0");
+  lk->add_option("--prof-arg", s.prof_args, "Extra argument for kernel-prof (repeat)");
+  lk->add_option("--locked-timeout", s.locked_timeout_s, "Seconds per compile/verify/profile call")->capture_default_str();
+  lk->add_option("--skill", s.skill_path, "SKILL.md for the workspace (default: DATA/skill/SKILL.md)");
+  auto* pg = app.add_option_group("Policy openai:URL");
+  pg->add_option("--model", po.model, "Model name (default: the first one GET /models lists)");
+  pg->add_option("--temperature", po.temperature)->capture_default_str();
+  pg->add_option("--top-p", po.top_p)->capture_default_str();
+  pg->add_option("--max-tokens", po.max_tokens, "Tokens per assistant turn (also capped by the context left)")
+      ->capture_default_str();
+  pg->add_option("--api-key-env", po.api_key_env, "Environment variable holding the API key")->capture_default_str();
+  pg->add_option("--request-timeout", po.request_timeout_s, "Seconds per HTTP request")->capture_default_str();
+  pg->add_option("--retries", po.retries, "Retries on 429, 5xx and transport errors")->capture_default_str();
+  pg->add_option("--retry-base", po.retry_base_s, "First backoff in seconds (doubles each retry, at most 60)")
+      ->capture_default_str();
+  pg->add_flag("--no-logprobs", no_logprobs, "Do not ask for logprobs and token ids");
+  pg->add_option("--request-extra", extra_text, "JSON object merged into every request body");
+
+  return cli.run(argc, argv, [&]() -> int {
+    po.logprobs = !no_logprobs;
+    if (!extra_text.empty()) {
+      try {
+        po.extra = ca::Json::parse(extra_text);
+      } catch (const std::exception& e) {
+        throw ca::UsageError(std::string("--request-extra: not JSON: ") + e.what());
+      }
+      if (!po.extra.is_object()) throw ca::UsageError("--request-extra: expected a JSON object");
+    }
+    if (opt.resume) ca::log::warn("--resume does nothing for agent-run: episodes are samples, each one is new");
+    if (s.kernel_check.empty()) s.kernel_check = agent::default_locked_binary("kernel-check", "CA_KERNEL_CHECK");
+    if (s.kernel_prof.empty()) s.kernel_prof = agent::default_locked_binary("kernel-prof", "CA_KERNEL_PROF");
+    const std::string skill = load_skill(s.skill_path);
+    if (std::string why = agent::Sandbox::availability(); !why.empty())
+      ca::log::warn("the bash and grep tools will answer with an error: ", why);
+
+    auto policy = agent::make_policy(policy_spec, po);
+    const ca::Json policy_description = policy->describe();
+    auto store = ca::open_store_for(opt);
+    if (store) s.store_path = store->path();
+
+    ca::RecordReader reader(tasks_file.empty() ? opt.input : tasks_file);
+    ca::RecordWriter writer(opt.output);
+    const uint64_t base_seed = opt.seed ? *opt.seed : std::random_device{}() * 0x100000000ull + std::random_device{}();
+    if (!opt.seed) ca::log::verbose("seed ", base_seed);
+
+    struct sigaction sa {};
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESETHAND;  // a second Ctrl-C ends the process at once
+    sigaction(SIGINT, &sa, nullptr);
+
+    std::mutex in_mutex, out_mutex;
+    ca::Record current;
+    std::string current_id;
+    int left_of_current = 0;
+    int64_t next_seq = 0, next_to_write = 0;
+    bool input_done = false;
+    std::map<int64_t, ca::Record> finished;
+    ca::Counts counts;
+    std::map<std::string, int64_t> stops;
+    int status = ca::kExitOk;
+    std::string fatal;
+
+    auto emit = [&](int64_t seq, ca::Record rec) {
+      std::lock_guard<std::mutex> lock(out_mutex);
+      finished.emplace(seq, std::move(rec));
+      while (!finished.empty() && finished.begin()->first == next_to_write) {
+        writer.write(finished.begin()->second);
+        finished.erase(finished.begin());
+        ++next_to_write;
+      }
+    };
+
+    auto worker = [&](int slot) {
+      for (;;) {
+        agent::EpisodeInput ep;
+        int64_t seq;
+        {
+          std::lock_guard<std::mutex> lock(in_mutex);
+          if (agent::g_interrupted || input_done) return;
+          if (left_of_current == 0) {
+            ca::Record rec;
+            try {
+              if (!reader.next(rec)) {
+                input_done = true;
+                return;
+              }
+            } catch (const ca::Error& e) {  // a line that is not JSON breaks the stream
+              fatal = e.what();
+              status = e.exit_code;
+              input_done = true;
+              return;
+            }
+            ++counts.read;
+            try {
+              if (!opt.shard.contains(ca::record_key(rec))) {
+                ++counts.other_shard;
+                continue;
+              }
+              ca::get_required<std::string>(rec, "/code");
+              auto id = ca::get_optional<std::string>(rec, "/task_id");
+              current_id = id ? *id : ca::task_id_for(rec);
+              if (!id) rec["task_id"] = current_id;
+            } catch (const ca::FieldError& e) {
+              try {
+                ca::mark_bad_record(rec, e, "agent-run", reader.where(), opt.strict);
+              } catch (const ca::Error& fe) {
+                fatal = fe.what();
+                status = fe.exit_code;
+                input_done = true;
+                return;
+              }
+              ++counts.bad;
+              emit(next_seq++, rec);
+              continue;
+            }
+            current = rec;
+            left_of_current = per_task;
+            if (store) {
+              std::lock_guard<std::mutex> olock(out_mutex);
+              store->put_task(current);
+            }
+          }
+          --left_of_current;
+          seq = next_seq++;
+          ep.task = current;
+          ep.task_id = current_id;
+          ep.index = seq;
+          ep.seed = base_seed + static_cast<uint64_t>(seq);
+          ep.sandbox_uid = first_uid + slot;
+        }
+        ca::Record out;
+        try {
+          out = agent::run_episode(ep, *policy, policy_description, s, skill);
+        } catch (const std::exception& e) {
+          ca::log::error("task ", ep.task_id, ": episode failed: ", e.what());
+          out = ca::Record{{"task_id", ep.task_id},
+                           {"error", {{"tool", "agent-run"}, {"field", "episode"}, {"reason", e.what()}}}};
+        }
+        std::string stop = out.contains("episode") ? out["episode"]["stop_reason"].get<std::string>() : "error";
+        ca::log::info("task ", ep.task_id, " episode ", ep.index, ": ", stop,
+                      out.contains("episode") ? ", " + std::to_string(out["episode"]["counts"]["turns"].get<int64_t>()) +
+                                                    " turns"
+                                              : std::string());
+        {
+          std::lock_guard<std::mutex> lock(out_mutex);
+          ++stops[stop];
+          if (stop == "error" || stop == "policy_error") ++counts.failed;
+          else ++counts.done;
+          if (store && out.contains("candidate_id")) {
+            try {
+              store->import_record(out);
+            } catch (const std::exception& e) {
+              ca::log::warn("store: ", e.what());
+            }
+          }
+        }
+        emit(ep.index, std::move(out));
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int i = 0; i < jobs; ++i) threads.emplace_back(worker, i);
+    for (auto& t : threads) t.join();
+    {
+      // After an interrupt every finished episode is written, even past a gap in the order.
+      std::lock_guard<std::mutex> lock(out_mutex);
+      for (auto& [seq, rec] : finished) writer.write(rec);
+      finished.clear();
+    }
+    ca::Json by_stop = stops;
+    ca::log::info(counts.done + counts.failed, " episodes (", counts.done, " done, ", counts.failed,
+                  " policy errors), ", counts.bad, " bad records; stop reasons ", by_stop.dump());
+    if (store) store->end_run(status, counts.to_json());
+    if (!fatal.empty()) ca::log::error(fatal);
+    if (agent::g_interrupted && status == ca::kExitOk) {
+      ca::log::warn("interrupted: every finished episode was written");
+      return 130;
+    }
+    return status;
+  });
+}

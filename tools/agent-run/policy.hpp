@@ -1,0 +1,52 @@
+// Policies: what produces the assistant's turns. openai:URL talks to an OpenAI-compatible server
+// (vLLM, SGLang); replay:FILE plays scripted turns.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "libcommon/jsonl.hpp"
+#include "tools/agent-run/agent.hpp"
+
+namespace ca::agent {
+
+struct PolicyOptions {
+  std::string model;              // empty: the first model the server lists
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int64_t max_tokens = 8192;      // per assistant turn (also capped by the context left)
+  std::string api_key_env = "OPENAI_API_KEY";
+  double request_timeout_s = 600;
+  int retries = 6;                // after the first attempt
+  double retry_base_s = 1.0;      // backoff: base * 2^k, at most 60 s (Retry-After wins when given)
+  bool logprobs = true;           // ask for logprobs and token ids
+  Json extra = Json::object();    // merged into every request body
+};
+
+// What a turn may use: tokens left in the context, seconds left in the episode.
+struct TurnBudget {
+  int64_t max_tokens = 0;
+  double timeout_s = 0;
+};
+
+class PolicySession {
+ public:
+  virtual ~PolicySession() = default;
+  // The next assistant turn for this conversation; throws PolicyError when there is none to be had.
+  virtual AssistantTurn next(const Json& messages, const Json& tools, const TurnBudget& budget) = 0;
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  // The policy and its settings, for the episode record.
+  virtual Json describe() const = 0;
+  // One conversation; `seed` is the episode's sampling seed. Sessions may run on several threads.
+  virtual std::unique_ptr<PolicySession> start(const std::string& task_id, uint64_t seed) = 0;
+};
+
+// "openai:URL" | "replay:FILE"; throws UsageError on anything else.
+std::unique_ptr<Policy> make_policy(const std::string& spec, const PolicyOptions& options);
+std::unique_ptr<Policy> make_openai_policy(const std::string& base_url, const PolicyOptions& options);
+std::unique_ptr<Policy> make_replay_policy(const std::string& path);
+
+}  // namespace ca::agent

@@ -1,0 +1,260 @@
+// The openai:URL policy: chat completions with tools over libcurl, retries with backoff on 429, 5xx
+// and transport errors, token ids and logprobs recorded when the server returns them.
+#include <curl/curl.h>
+
+#include <strings.h>
+
+#include <chrono>
+#include <mutex>
+#include <cmath>
+#include <cstdlib>
+#include <thread>
+
+#include "libcommon/errors.hpp"
+#include "libcommon/log.hpp"
+#include "tools/agent-run/policy.hpp"
+
+namespace ca::agent {
+namespace {
+
+struct HttpResponse {
+  long status = 0;
+  std::string body;
+  double retry_after_s = -1;
+  std::string transport_error;  // non-empty when no HTTP answer came
+};
+
+size_t on_body(char* data, size_t size, size_t n, void* user) {
+  static_cast<std::string*>(user)->append(data, size * n);
+  return size * n;
+}
+
+size_t on_header(char* data, size_t size, size_t n, void* user) {
+  std::string h(data, size * n);
+  auto* r = static_cast<HttpResponse*>(user);
+  if (h.size() > 12 && strncasecmp(h.c_str(), "retry-after:", 12) == 0) {
+    char* end = nullptr;
+    double v = std::strtod(h.c_str() + 12, &end);
+    if (end != h.c_str() + 12 && v >= 0) r->retry_after_s = v;
+  }
+  return size * n;
+}
+
+int on_progress(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t) { return g_interrupted.load() ? 1 : 0; }
+
+HttpResponse http(const std::string& method, const std::string& url, const std::string& body,
+                  const std::string& api_key, double timeout_s) {
+  HttpResponse r;
+  CURL* curl = curl_easy_init();
+  if (!curl) {
+    r.transport_error = "curl_easy_init failed";
+    return r;
+  }
+  curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
+  headers = curl_slist_append(headers, "Accept: application/json");
+  if (!api_key.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + api_key).c_str());
+  char errbuf[CURL_ERROR_SIZE] = {0};
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  if (method == "POST") {
+    curl_easy_setopt(curl, CURLOPT_POST, 1L);
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str());
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+  }
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &r.body);
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &r);
+  curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
+  curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);  // threads: no SIGALRM for DNS timeouts
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max(1.0, timeout_s) * 1000));
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::min(30.0, std::max(1.0, timeout_s)) * 1000));
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
+  curl_easy_setopt(curl, CURLOPT_ACCEPT_ENCODING, "");
+  CURLcode rc = curl_easy_perform(curl);
+  if (rc != CURLE_OK) r.transport_error = std::string(curl_easy_strerror(rc)) + (errbuf[0] ? std::string(": ") + errbuf : "");
+  else curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &r.status);
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(curl);
+  return r;
+}
+
+std::string trim_slash(std::string s) {
+  while (!s.empty() && s.back() == '/') s.pop_back();
+  return s;
+}
+
+// Parses one chat-completions answer into a turn; throws std::runtime_error on a malformed one.
+AssistantTurn parse_completion(const Json& j) {
+  if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty())
+    throw std::runtime_error("answer without choices: " + j.dump().substr(0, 300));
+  const Json& choice = j["choices"][0];
+  const Json& msg = choice.at("message");
+  AssistantTurn t;
+  if (msg.contains("content") && msg["content"].is_string()) t.content = msg["content"];
+  for (const char* k : {"reasoning_content", "reasoning"})
+    if (!t.reasoning && msg.contains(k) && msg[k].is_string()) t.reasoning = msg[k].get<std::string>();
+  if (msg.contains("tool_calls") && msg["tool_calls"].is_array()) {
+    for (const auto& c : msg["tool_calls"]) {
+      ToolCall call;
+      call.id = c.value("id", "");
+      if (c.contains("function") && c["function"].is_object()) {
+        call.name = c["function"].value("name", "");
+        const Json& a = c["function"].contains("arguments") ? c["function"]["arguments"] : Json();
+        call.arguments = a.is_string() ? a.get<std::string>() : (a.is_null() ? "" : a.dump());
+      }
+      t.tool_calls.push_back(call);
+    }
+  }
+  if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) t.finish_reason = choice["finish_reason"];
+  if (j.contains("usage") && j["usage"].is_object()) {
+    t.prompt_tokens = j["usage"].value("prompt_tokens", -1);
+    t.completion_tokens = j["usage"].value("completion_tokens", -1);
+  }
+  // vLLM: choices[].token_ids with return_token_ids; logprobs.content[] with token and logprob.
+  if (choice.contains("token_ids") && choice["token_ids"].is_array()) t.token_ids = choice["token_ids"];
+  if (choice.contains("logprobs") && choice["logprobs"].is_object() && choice["logprobs"].contains("content") &&
+      choice["logprobs"]["content"].is_array()) {
+    Json lp = Json::array(), toks = Json::array(), ids = Json::array();
+    bool all_ids = true;
+    for (const auto& e : choice["logprobs"]["content"]) {
+      lp.push_back(e.value("logprob", 0.0));
+      std::string tok = e.value("token", "");
+      toks.push_back(tok);
+      // return_tokens_as_token_ids gives "token_id:123".
+      if (tok.rfind("token_id:", 0) == 0) ids.push_back(std::strtoll(tok.c_str() + 9, nullptr, 10));
+      else all_ids = false;
+    }
+    t.logprobs = lp;
+    t.tokens = toks;
+    if (t.token_ids.is_null() && all_ids && !ids.empty()) t.token_ids = ids;
+  }
+  return t;
+}
+
+class OpenAIPolicy;
+
+class OpenAISession : public PolicySession {
+ public:
+  OpenAISession(const OpenAIPolicy& policy, uint64_t seed) : policy_(policy), seed_(seed) {}
+  AssistantTurn next(const Json& messages, const Json& tools, const TurnBudget& budget) override;
+
+ private:
+  const OpenAIPolicy& policy_;
+  uint64_t seed_;
+};
+
+class OpenAIPolicy : public Policy {
+ public:
+  OpenAIPolicy(std::string base, PolicyOptions o) : base_(trim_slash(std::move(base))), opt_(std::move(o)) {
+    if (const char* k = std::getenv(opt_.api_key_env.c_str()); k && *k) key_ = k;
+    if (opt_.model.empty()) opt_.model = discover_model();
+  }
+  Json describe() const override {
+    return {{"kind", "openai"},           {"url", base_},
+            {"model", opt_.model},        {"temperature", opt_.temperature},
+            {"top_p", opt_.top_p},        {"max_tokens", opt_.max_tokens},
+            {"request_timeout_s", opt_.request_timeout_s}, {"retries", opt_.retries},
+            {"logprobs", opt_.logprobs},  {"api_key_env", opt_.api_key_env},
+            {"extra", opt_.extra}};
+  }
+  std::unique_ptr<PolicySession> start(const std::string&, uint64_t seed) override {
+    return std::make_unique<OpenAISession>(*this, seed);
+  }
+
+  // POST with retries. Returns the parsed answer; throws PolicyError when the retries are spent.
+  AssistantTurn complete(const Json& body, double budget_s) const {
+    const std::string url = base_ + "/chat/completions";
+    const std::string text = body.dump(-1, ' ', false, Json::error_handler_t::replace);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(budget_s);
+    std::string last;
+    for (int attempt = 0; attempt <= opt_.retries; ++attempt) {
+      if (g_interrupted) throw PolicyError("interrupted");
+      double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+      if (left <= 0) throw PolicyError("episode time ran out waiting for the server (" + last + ")");
+      auto t0 = std::chrono::steady_clock::now();
+      HttpResponse r = http("POST", url, text, key_, std::min(opt_.request_timeout_s, left));
+      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      bool retry = false;
+      if (!r.transport_error.empty()) {
+        last = r.transport_error;
+        retry = true;
+      } else if (r.status == 429 || r.status >= 500) {
+        last = "HTTP " + std::to_string(r.status) + ": " + r.body.substr(0, 200);
+        retry = true;
+      } else if (r.status != 200) {
+        // 4xx other than 429: the request itself is wrong (context too long, bad model); no retry.
+        throw PolicyError("HTTP " + std::to_string(r.status) + " from " + url + ": " + r.body.substr(0, 500));
+      } else {
+        try {
+          AssistantTurn t = parse_completion(Json::parse(r.body));
+          t.attempts = attempt + 1;
+          t.latency_ms = ms;
+          return t;
+        } catch (const std::exception& e) {
+          last = std::string("malformed answer: ") + e.what();
+          retry = true;
+        }
+      }
+      if (!retry || attempt == opt_.retries) break;
+      double wait = r.retry_after_s >= 0 ? r.retry_after_s : opt_.retry_base_s * std::pow(2.0, attempt);
+      wait = std::min(wait, 60.0);
+      log::warn("policy: ", last, "; retry ", attempt + 1, "/", opt_.retries, " in ", wait, " s");
+      auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait);
+      while (std::chrono::steady_clock::now() < until && !g_interrupted)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    throw PolicyError("no answer from " + url + " after " + std::to_string(opt_.retries + 1) + " attempts: " + last);
+  }
+
+  const PolicyOptions& options() const { return opt_; }
+
+ private:
+  std::string discover_model() {
+    HttpResponse r = http("GET", base_ + "/models", "", key_, 30);
+    if (!r.transport_error.empty() || r.status != 200) {
+      log::warn("policy: cannot list models at ", base_, "/models (",
+                r.transport_error.empty() ? "HTTP " + std::to_string(r.status) : r.transport_error,
+                "); using model 'default' (set --model)");
+      return "default";
+    }
+    try {
+      Json j = Json::parse(r.body);
+      return j.at("data").at(0).at("id").get<std::string>();
+    } catch (const std::exception&) {
+      log::warn("policy: no model listed at ", base_, "/models; using model 'default' (set --model)");
+      return "default";
+    }
+  }
+  std::string base_, key_;
+  PolicyOptions opt_;
+};
+
+AssistantTurn OpenAISession::next(const Json& messages, const Json& tools, const TurnBudget& budget) {
+  const PolicyOptions& o = policy_.options();
+  Json body = {{"model", o.model},
+               {"messages", messages},
+               {"tools", tools},
+               {"tool_choice", "auto"},
+               {"temperature", o.temperature},
+               {"top_p", o.top_p},
+               {"max_tokens", std::max<int64_t>(1, std::min(o.max_tokens, budget.max_tokens))},
+               {"seed", seed_ & 0x7fffffffffffffffULL}};
+  if (o.logprobs) {
+    body["logprobs"] = true;
+    body["return_token_ids"] = true;  // vLLM >= 0.10.2; servers that do not know it ignore it
+  }
+  for (auto& [k, v] : o.extra.items()) body[k] = v;
+  return policy_.complete(body, budget.timeout_s);
+}
+
+}  // namespace
+
+std::unique_ptr<Policy> make_openai_policy(const std::string& base_url, const PolicyOptions& options) {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  return std::make_unique<OpenAIPolicy>(base_url, options);
+}
+
+}  // namespace ca::agent

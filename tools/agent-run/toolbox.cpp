@@ -1,0 +1,284 @@
+// Tool schemas and dispatch.
+#include "tools/agent-run/toolbox.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <sstream>
+
+#include "libcommon/ids.hpp"
+#include "libcommon/log.hpp"
+#include "libcommon/paths.hpp"
+#include "libcommon/process.hpp"
+
+namespace ca::agent {
+namespace {
+
+Json function(const std::string& name, const std::string& description, Json properties,
+              std::vector<std::string> required) {
+  return {{"type", "function"},
+          {"function",
+           {{"name", name},
+            {"description", description},
+            {"parameters", {{"type", "object"}, {"properties", properties}, {"required", required}}}}}};
+}
+
+Json str(const std::string& description) { return {{"type", "string"}, {"description", description}}; }
+
+std::string cut(const std::string& text, int64_t max_chars) {
+  if (static_cast<int64_t>(text.size()) <= max_chars) return text;
+  return text.substr(0, static_cast<std::size_t>(max_chars)) + "\n[... cut at " + std::to_string(max_chars) +
+         " characters]";
+}
+
+// A required string argument, or the reason it is not there.
+bool arg(const Json& args, const char* name, std::string& out, std::string& why) {
+  if (!args.contains(name)) {
+    why = std::string("missing argument '") + name + "'";
+    return false;
+  }
+  if (!args[name].is_string()) {
+    why = std::string("argument '") + name + "' must be a string, got " + args[name].type_name();
+    return false;
+  }
+  out = args[name].get<std::string>();
+  return true;
+}
+
+}  // namespace
+
+const Json& tool_schemas() {
+  static const Json tools = Json::array({
+      function("read_file", "Read a text file of the workspace.", {{"path", str("Path relative to the workspace")}},
+               {"path"}),
+      function("write_file", "Create or overwrite a file of the workspace (parent folders are created).",
+               {{"path", str("Path relative to the workspace")}, {"content", str("The whole new content")}},
+               {"path", "content"}),
+      function("edit_file",
+               "Replace one exact, unique occurrence of `old` by `new` in a file (whitespace must match; "
+               "include enough context to make `old` unique).",
+               {{"path", str("Path relative to the workspace")},
+                {"old", str("Exact text to replace; must occur exactly once")},
+                {"new", str("Replacement text")}},
+               {"path", "old", "new"}),
+      function("list_files", "List files under a folder of the workspace (recursive, with sizes).",
+               {{"path", str("Folder relative to the workspace; default '.'")}}, {}),
+      function("grep", "Search files for an extended regular expression (grep -rnE).",
+               {{"pattern", str("Extended regular expression")},
+                {"path", str("File or folder relative to the workspace; default '.'")}},
+               {"pattern"}),
+      function("bash",
+               "Run a bash command in /workspace, in a sandbox: no network, nothing outside the workspace is "
+               "writable, limits on time, memory and processes. No GPU: use compile, verify and profile for that.",
+               {{"command", str("The command line")}}, {"command"}),
+      function("compile", "Compile kernels/*.cu and check plan.yaml against the kernels, without running them.",
+               Json::object(), {}),
+      function("verify",
+               "Compile and run the bundle (kernels/*.cu + plan.yaml) on the GPU against model.py's reference on "
+               "fresh random inputs; reports correctness and the first mismatch.",
+               Json::object(), {}),
+      function("profile",
+               "Verify, then time the bundle against PyTorch eager and torch.compile; reports times, speedups "
+               "and a per-kernel breakdown.",
+               Json::object(), {}),
+  });
+  return tools;
+}
+
+std::string default_locked_binary(const std::string& name, const char* env_var) {
+  if (const char* e = std::getenv(env_var); e && *e) return e;
+  return executable_dir() + "/" + name;
+}
+
+Toolbox::Toolbox(const RunSettings& settings, Workspace& workspace, const Record& task, const std::string& task_id,
+                 int uid)
+    : settings_(settings), workspace_(workspace), task_(task), task_id_(task_id),
+      sandbox_(workspace.root(), settings.sandbox, uid) {}
+
+ToolOutcome Toolbox::call(const ToolCall& call) {
+  auto start = std::chrono::steady_clock::now();
+  auto finish = [&](ToolOutcome o) {
+    o.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    o.text = cut(o.text, settings_.tool_output_chars);
+    return o;
+  };
+  auto malformed = [&](const std::string& why) {
+    ToolOutcome o;
+    o.ok = false;
+    o.malformed = true;
+    o.text = "error: " + why;
+    return finish(o);
+  };
+  static const std::vector<std::string> names = {"read_file", "write_file", "edit_file", "list_files", "grep",
+                                                 "bash",      "compile",    "verify",    "profile"};
+  if (std::find(names.begin(), names.end(), call.name) == names.end())
+    return malformed("unknown tool '" + call.name + "'; the tools are read_file, write_file, edit_file, list_files, "
+                     "grep, bash, compile, verify, profile");
+  Json args;
+  std::string text = call.arguments;
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) text = "{}";
+  try {
+    args = Json::parse(text);
+  } catch (const std::exception& e) {
+    return malformed("the arguments of " + call.name + " are not valid JSON (" + std::string(e.what()) +
+                     "); send a JSON object, for example {\"path\": \"kernels/k.cu\"}");
+  }
+  if (!args.is_object()) return malformed("the arguments of " + call.name + " must be a JSON object");
+
+  std::string why, path, a, b;
+  auto to_outcome = [&](const ToolAnswer& ans) {
+    ToolOutcome o;
+    o.text = ans.text;
+    o.ok = ans.ok;
+    return finish(o);
+  };
+  const std::string& n = call.name;
+  if (n == "read_file") {
+    if (!arg(args, "path", path, why)) return malformed(why);
+    return to_outcome(workspace_.read_file(path, settings_.tool_output_chars));
+  }
+  if (n == "write_file") {
+    if (!arg(args, "path", path, why) || !arg(args, "content", a, why)) return malformed(why);
+    return to_outcome(workspace_.write_file(path, a));
+  }
+  if (n == "edit_file") {
+    if (!arg(args, "path", path, why) || !arg(args, "old", a, why) || !arg(args, "new", b, why)) return malformed(why);
+    return to_outcome(workspace_.edit_file(path, a, b));
+  }
+  if (n == "list_files") {
+    path = ".";
+    if (args.contains("path") && !arg(args, "path", path, why)) return malformed(why);
+    return to_outcome(workspace_.list_files(path));
+  }
+  if (n == "grep" || n == "bash") {
+    if (std::string unavailable = Sandbox::availability(); !unavailable.empty()) {
+      ToolOutcome o;
+      o.ok = false;
+      o.text = "error: " + n + " is unavailable: " + unavailable;
+      return finish(o);
+    }
+    SandboxResult r;
+    if (n == "grep") {
+      if (!arg(args, "pattern", a, why)) return malformed(why);
+      path = ".";
+      if (args.contains("path") && !arg(args, "path", path, why)) return malformed(why);
+      std::string host = workspace_.resolve(path, &why);
+      if (host.empty()) return to_outcome(ToolAnswer::error(why));
+      r = sandbox_.run_argv({"grep", "-rnIE", "--", a, workspace_.sandbox_path(host)});
+      ToolOutcome o;
+      if (r.exit_status == 1 && !r.timed_out) o.text = "(no matches)";
+      else if (r.exit_status == 0) o.text = r.output + (r.output_truncated ? "\n" + r.report(sandbox_.limits()) : "");
+      else {
+        o.ok = false;
+        o.text = "error: " + r.output + "\n" + r.report(sandbox_.limits());
+      }
+      return finish(o);
+    }
+    if (!arg(args, "command", a, why)) return malformed(why);
+    r = sandbox_.run_shell(a);
+    ToolOutcome o;
+    o.ok = !r.sandbox_failed;
+    o.text = r.output;
+    if (!o.text.empty() && o.text.back() != '\n') o.text += "\n";
+    o.text += r.report(sandbox_.limits());
+    return finish(o);
+  }
+  return finish(locked(n));
+}
+
+// compile/verify/profile: the bundle is read once from the workspace into memory and fed on stdin,
+// so nothing the agent does afterwards (or in the sandbox) can change what is judged.
+ToolOutcome Toolbox::locked(const std::string& which) {
+  ToolOutcome o;
+  std::string notes;
+  Record bundle = workspace_.bundle(&notes);
+  std::string candidate_id = candidate_id_for(task_id_, bundle);
+  Record input = {{"task_id", task_id_}, {"candidate_id", candidate_id}, {"bundle", bundle}, {"task", task_}};
+  o.result = {{"tool", which}, {"candidate_id", candidate_id}, {"bundle", bundle}};
+  if (bundle["kernels"].empty()) {
+    o.ok = false;
+    o.text = "error: no kernel files under kernels/ (write kernels/<name>.cu first)";
+    o.result["error"] = o.text;
+    return o;
+  }
+  const std::string check_bin = settings_.kernel_check, prof_bin = settings_.kernel_prof;
+  for (const auto& bin : which == "profile" ? std::vector<std::string>{check_bin, prof_bin}
+                                             : std::vector<std::string>{check_bin}) {
+    if (access(bin.c_str(), X_OK) != 0) {
+      o.ok = false;
+      o.text = "error: " + which + " is unavailable: " + bin + " is not an executable (install it next to agent-run, "
+               "or set CA_KERNEL_CHECK / CA_KERNEL_PROF)";
+      o.result["error"] = o.text;
+      return o;
+    }
+  }
+  auto store_args = [&](std::vector<std::string>& argv) {
+    if (settings_.store_path.empty()) argv.push_back("--no-store");
+    else argv.insert(argv.end(), {"--store", settings_.store_path});
+  };
+  auto timeout = std::chrono::milliseconds(static_cast<int64_t>(settings_.locked_timeout_s * 1000));
+  SpawnOptions check;
+  check.argv = {check_bin};
+  if (which == "compile") check.argv.push_back("--compile-only");
+  store_args(check.argv);
+  check.argv.insert(check.argv.end(), settings_.check_args.begin(), settings_.check_args.end());
+  CommandResult cr = run_command(check, input.dump() + "\n", timeout, 64 << 20);
+  auto last_line = [](const std::string& out) {
+    std::istringstream s(out);
+    std::string line, last;
+    while (std::getline(s, line))
+      if (!line.empty() && line[0] == '{') last = line;
+    return last;
+  };
+  auto tail = [](const std::string& err) { return err.size() > 2000 ? err.substr(err.size() - 2000) : err; };
+  std::string line = last_line(cr.out);
+  Record checked;
+  try {
+    if (!line.empty()) checked = Record::parse(line);
+  } catch (const std::exception&) {
+  }
+  if (cr.timed_out || !checked.is_object() || !checked.contains("check")) {
+    o.ok = false;
+    o.text = "error: " + which + " failed: kernel-check " +
+             (cr.timed_out ? "timed out after " + std::to_string(timeout.count() / 1000) + " s"
+                           : "exit " + std::to_string(cr.exit_status) + " without a result") +
+             (cr.err.empty() ? "" : "\n" + tail(cr.err));
+    o.result["error"] = o.text;
+    return o;
+  }
+  o.result["check"] = checked["check"];
+  Json shown = {{"check", Json::parse(checked["check"].dump())}};
+  const Record& ck = checked["check"];
+  const bool correct = ck.is_object() && ck.contains("correct") && ck["correct"].is_boolean() && ck["correct"].get<bool>();
+  if (which == "profile" && correct) {
+    SpawnOptions prof;
+    prof.argv = {prof_bin};
+    store_args(prof.argv);
+    prof.argv.insert(prof.argv.end(), settings_.prof_args.begin(), settings_.prof_args.end());
+    CommandResult pr = run_command(prof, line + "\n", timeout, 64 << 20);
+    std::string pline = last_line(pr.out);
+    Record profiled;
+    try {
+      if (!pline.empty()) profiled = Record::parse(pline);
+    } catch (const std::exception&) {
+    }
+    if (pr.timed_out || !profiled.is_object() || !profiled.contains("prof")) {
+      o.ok = false;
+      o.text = "error: profile failed: kernel-prof " +
+               (pr.timed_out ? std::string("timed out") : "exit " + std::to_string(pr.exit_status) + " without a result") +
+               (pr.err.empty() ? "" : "\n" + tail(pr.err)) + "\ncheck: " + shown["check"].dump(1);
+      o.result["error"] = o.text;
+      return o;
+    }
+    o.result["prof"] = profiled["prof"];
+    shown["prof"] = Json::parse(profiled["prof"].dump());
+  } else if (which == "profile") {
+    shown["note"] = "not profiled: the bundle did not pass verification";
+  }
+  if (!notes.empty()) shown["bundle_notes"] = notes;
+  o.text = shown.dump(1);
+  return o;
+}
+
+}  // namespace ca::agent

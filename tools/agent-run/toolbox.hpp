@@ -1,0 +1,42 @@
+// The nine tools offered to the model (OpenAI function-calling schemas) and their dispatch:
+// file tools on the workspace, bash in the sandbox, and the locked compile/verify/profile that run
+// kernel-check and kernel-prof outside the sandbox on a snapshot of the bundle.
+#pragma once
+#include <string>
+
+#include "libcommon/jsonl.hpp"
+#include "tools/agent-run/agent.hpp"
+#include "tools/agent-run/sandbox.hpp"
+#include "tools/agent-run/workspace.hpp"
+
+namespace ca::agent {
+
+// The `tools` array of a chat-completions request.
+const Json& tool_schemas();
+
+struct ToolOutcome {
+  std::string text;       // what the model sees
+  bool ok = true;         // false: a tool error (malformed call, bad path, missing binary, ...)
+  bool malformed = false; // unknown tool, arguments not JSON, or a missing/mistyped argument
+  Record result = nullptr;  // compile/verify/profile: {tool, candidate_id, bundle, check, prof}
+  double elapsed_ms = 0;
+};
+
+class Toolbox {
+ public:
+  Toolbox(const RunSettings& settings, Workspace& workspace, const Record& task, const std::string& task_id, int uid);
+  ToolOutcome call(const ToolCall& call);
+
+ private:
+  ToolOutcome locked(const std::string& which);
+  const RunSettings& settings_;
+  Workspace& workspace_;
+  const Record& task_;
+  std::string task_id_;
+  Sandbox sandbox_;
+};
+
+// kernel-check / kernel-prof next to agent-run unless CA_KERNEL_CHECK / CA_KERNEL_PROF say otherwise.
+std::string default_locked_binary(const std::string& name, const char* env_var);
+
+}  // namespace ca::agent
