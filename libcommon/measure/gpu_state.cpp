@@ -1,0 +1,137 @@
+// GPU identity, SM clock (NVML through dlopen) and the L2 flush.
+#include "libcommon/measure/gpu_state.hpp"
+
+#include <cudaTypedefs.h>
+#include <dlfcn.h>
+
+#include <cstdio>
+
+#include "libcommon/cuda/dl.hpp"
+#include "libcommon/cuda/driver.hpp"
+#include "libcommon/log.hpp"
+
+namespace ca::measure {
+
+namespace {
+
+// Two driver entry points the shared Driver table does not carry, looked up through the same
+// libcuda's cuGetProcAddress (the library is already loaded by Driver::get()).
+void* driver_entry(const char* name, int version) {
+  void* h = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!h) return nullptr;
+  auto get_proc = reinterpret_cast<PFN_cuGetProcAddress_v12000>(::dlsym(h, "cuGetProcAddress_v2"));
+  if (!get_proc) return nullptr;
+  void* p = nullptr;
+  CUdriverProcAddressQueryResult status{};
+  if (get_proc(name, &p, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS) return nullptr;
+  return p;
+}
+
+// The few NVML calls used, declared here (no nvml.h in the toolkit image).
+struct Nvml {
+  using Device = void*;
+  int (*init)() = nullptr;
+  int (*by_pci)(const char*, Device*) = nullptr;
+  int (*clock)(Device, int, unsigned*) = nullptr;
+  int (*uuid)(Device, char*, unsigned) = nullptr;
+  int (*driver_version)(char*, unsigned) = nullptr;
+  bool ok = false;
+};
+constexpr int kNvmlClockSm = 1;
+
+Nvml& nvml() {
+  static Nvml n = [] {
+    Nvml m;
+    void* h = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) return m;
+    m.init = reinterpret_cast<int (*)()>(::dlsym(h, "nvmlInit_v2"));
+    m.by_pci = reinterpret_cast<int (*)(const char*, Nvml::Device*)>(::dlsym(h, "nvmlDeviceGetHandleByPciBusId_v2"));
+    m.clock = reinterpret_cast<int (*)(Nvml::Device, int, unsigned*)>(::dlsym(h, "nvmlDeviceGetClockInfo"));
+    m.uuid = reinterpret_cast<int (*)(Nvml::Device, char*, unsigned)>(::dlsym(h, "nvmlDeviceGetUUID"));
+    m.driver_version = reinterpret_cast<int (*)(char*, unsigned)>(::dlsym(h, "nvmlSystemGetDriverVersion"));
+    m.ok = m.init && m.by_pci && m.clock && m.init() == 0;
+    return m;
+  }();
+  return n;
+}
+
+std::string uuid_text(const CUuuid& u) {
+  const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
+  char s[64];
+  std::snprintf(s, sizeof s, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  return s;
+}
+
+}  // namespace
+
+Json GpuIdentity::to_json() const {
+  return Json{{"ordinal", ordinal}, {"name", name},         {"uuid", uuid},         {"arch", arch},
+              {"driver", driver},   {"l2_bytes", l2_bytes}, {"sm_count", sm_count}, {"pci_bus_id", pci_bus_id}};
+}
+
+GpuIdentity identify_gpu(int ordinal) {
+  auto& drv = cuda::Driver::get();
+  cuda::DeviceInfo info = drv.device_info(ordinal);
+  GpuIdentity g;
+  g.ordinal = ordinal;
+  g.name = info.name;
+  g.arch = info.arch();
+  g.sm_count = info.sm_count;
+  g.cuda_driver_version = drv.driver_version;
+  CUdevice dev = 0;
+  drv.check(drv.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
+  int l2 = 0, persisting = 0, bus = 0, device = 0, domain = 0;
+  drv.check(drv.cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev), "cuDeviceGetAttribute(L2)");
+  drv.cuDeviceGetAttribute(&persisting, CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, dev);
+  drv.cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, dev);
+  drv.cuDeviceGetAttribute(&device, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, dev);
+  drv.cuDeviceGetAttribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, dev);
+  g.l2_bytes = std::size_t(l2);
+  g.persisting_l2_max_bytes = std::size_t(persisting);
+  char pci[32];
+  std::snprintf(pci, sizeof pci, "%08x:%02x:%02x.0", domain, bus, device);
+  g.pci_bus_id = pci;
+  if (auto get_uuid = reinterpret_cast<PFN_cuDeviceGetUuid_v11040>(driver_entry("cuDeviceGetUuid", 11040))) {
+    CUuuid u{};
+    if (get_uuid(&u, dev) == CUDA_SUCCESS) g.uuid = uuid_text(u);
+  }
+  if (g.uuid.empty()) g.uuid = "pci-" + g.pci_bus_id;  // still unique per node, which is all the lock needs
+  g.driver = "cuda " + std::to_string(g.cuda_driver_version / 1000) + "." + std::to_string(g.cuda_driver_version % 1000 / 10);
+  if (nvml().ok && nvml().driver_version) {
+    char v[96] = {0};
+    if (nvml().driver_version(v, sizeof v) == 0) g.driver = v;
+  }
+  return g;
+}
+
+std::optional<int> sm_clock_mhz(const std::string& pci_bus_id) {
+  Nvml& n = nvml();
+  if (!n.ok) return std::nullopt;
+  Nvml::Device d = nullptr;
+  if (n.by_pci(pci_bus_id.c_str(), &d) != 0) return std::nullopt;
+  unsigned mhz = 0;
+  if (n.clock(d, kNvmlClockSm, &mhz) != 0) return std::nullopt;
+  return int(mhz);
+}
+
+L2Flusher::L2Flusher(std::size_t l2_bytes, double factor) {
+  auto& drv = cuda::Driver::get();
+  bytes_ = std::size_t(double(l2_bytes) * factor);
+  if (bytes_ < (1u << 20)) bytes_ = 1u << 20;
+  drv.check(drv.cuMemAlloc(&buffer_, bytes_), "cuMemAlloc(L2 flush buffer)");
+  reset_ = reinterpret_cast<CUresult (*)()>(driver_entry("cuCtxResetPersistingL2Cache", 11000));
+}
+
+L2Flusher::~L2Flusher() {
+  if (buffer_) cuda::Driver::get().cuMemFree(buffer_);
+}
+
+void L2Flusher::flush(CUstream stream) {
+  auto& drv = cuda::Driver::get();
+  if (reset_) drv.check(reset_(), "cuCtxResetPersistingL2Cache");
+  // A different byte each time, so no layer can skip a memset that changes nothing.
+  drv.check(drv.cuMemsetD8Async(buffer_, (unsigned char)(++counter_), bytes_, stream), "cuMemsetD8Async(L2 flush)");
+}
+
+}  // namespace ca::measure

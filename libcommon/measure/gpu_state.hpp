@@ -1,0 +1,52 @@
+// What a timing is measured on and the state it starts from: the GPU's identity (name, UUID,
+// driver), the SM clock (NVML, when present), and the L2 flush with the persisting-L2 reset that
+// precede every timed call (DESIGN.md §6).
+#pragma once
+#include <cuda.h>
+
+#include <optional>
+#include <string>
+
+#include "libcommon/jsonl.hpp"
+
+namespace ca::measure {
+
+struct GpuIdentity {
+  int ordinal = 0;
+  std::string name, uuid, arch;  // uuid "GPU-xxxxxxxx-xxxx-..." as nvidia-smi prints it
+  std::string driver;            // "580.159.04" from NVML, else "cuda 13.0" from the driver API
+  int cuda_driver_version = 0;   // 13000
+  std::size_t l2_bytes = 0;
+  std::size_t persisting_l2_max_bytes = 0;
+  int sm_count = 0;
+  std::string pci_bus_id;        // "0000:3b:00.0"
+  Json to_json() const;
+};
+
+// Needs the driver (ca::cuda::Driver::get() throws EnvironmentError without one).
+GpuIdentity identify_gpu(int ordinal);
+
+// Current SM clock in MHz through NVML (libnvidia-ml.so.1), or nullopt when NVML is absent.
+std::optional<int> sm_clock_mhz(const std::string& pci_bus_id);
+
+// Evicts the L2 before a timed call: a memset of a buffer twice the L2 (every line of it is then
+// someone else's), and resets persisting-L2 lines to normal (cuCtxResetPersistingL2Cache).
+// The current context must be the GPU's.
+class L2Flusher {
+ public:
+  L2Flusher(std::size_t l2_bytes, double factor = 2.0);
+  ~L2Flusher();
+  L2Flusher(const L2Flusher&) = delete;
+  L2Flusher& operator=(const L2Flusher&) = delete;
+  void flush(CUstream stream);
+  std::size_t bytes() const { return bytes_; }
+  bool resets_persisting() const { return reset_ != nullptr; }
+
+ private:
+  CUdeviceptr buffer_ = 0;
+  std::size_t bytes_ = 0;
+  unsigned counter_ = 0;
+  CUresult (*reset_)() = nullptr;
+};
+
+}  // namespace ca::measure

@@ -1,0 +1,156 @@
+// The timing loop (see timing_loop.hpp).
+#include "libcommon/measure/timing_loop.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <tuple>
+
+#include "libcommon/cuda/driver.hpp"
+#include "libcommon/log.hpp"
+
+namespace ca::measure {
+
+Json LoopOptions::to_json() const {
+  Json j = stop.to_json();
+  j["warmup_calls"] = warmup_calls;
+  j["warmup_min_s"] = warmup_min_s;
+  j["batch"] = batch;
+  return j;
+}
+
+Json KernelStat::to_json() const {
+  return Json{{"name", demangled},
+              {"mangled", name},
+              {"grid", {grid[0], grid[1], grid[2]}},
+              {"block", {block[0], block[1], block[2]}},
+              {"registers", registers_per_thread},
+              {"shared_bytes", static_shared_bytes + dynamic_shared_bytes},
+              {"static_shared_bytes", static_shared_bytes},
+              {"dynamic_shared_bytes", dynamic_shared_bytes},
+              {"launches", launches},
+              {"time_us", time_us.to_json()}};
+}
+
+std::vector<KernelStat> aggregate_kernels(const std::vector<cuda::KernelActivity>& records) {
+  using Key = std::tuple<std::string, int, int, int, int, int, int>;
+  std::map<Key, std::pair<KernelStat, std::vector<double>>> by;
+  for (const auto& r : records) {
+    Key key{r.name, r.grid[0], r.grid[1], r.grid[2], r.block[0], r.block[1], r.block[2]};
+    auto& [stat, times] = by[key];
+    if (times.empty()) {
+      stat.name = r.name;
+      stat.demangled = cuda::demangle(r.name);
+      std::copy(r.grid, r.grid + 3, stat.grid);
+      std::copy(r.block, r.block + 3, stat.block);
+      stat.registers_per_thread = r.registers_per_thread;
+      stat.static_shared_bytes = r.static_shared_bytes;
+      stat.dynamic_shared_bytes = r.dynamic_shared_bytes;
+    }
+    times.push_back(r.duration_us());
+  }
+  std::vector<KernelStat> out;
+  for (auto& [key, v] : by) {
+    v.first.launches = int64_t(v.second.size());
+    v.first.time_us = summarize(v.second);
+    out.push_back(std::move(v.first));
+  }
+  std::sort(out.begin(), out.end(), [](const KernelStat& a, const KernelStat& b) {
+    return a.time_us.mean * double(a.launches) > b.time_us.mean * double(b.launches);
+  });
+  return out;
+}
+
+namespace {
+struct Events {
+  std::vector<CUevent> start, end;
+  explicit Events(int n) {
+    auto& drv = cuda::Driver::get();
+    start.resize(n);
+    end.resize(n);
+    for (int i = 0; i < n; ++i) {
+      drv.check(drv.cuEventCreate(&start[i], CU_EVENT_DEFAULT), "cuEventCreate");
+      drv.check(drv.cuEventCreate(&end[i], CU_EVENT_DEFAULT), "cuEventCreate");
+    }
+  }
+  ~Events() {
+    auto& drv = cuda::Driver::get();
+    for (auto e : start) drv.cuEventDestroy(e);
+    for (auto e : end) drv.cuEventDestroy(e);
+  }
+};
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+}  // namespace
+
+LoopResult time_target(TimedTarget& target, CUstream stream, L2Flusher& flusher, const LoopOptions& options) {
+  auto& drv = cuda::Driver::get();
+  LoopResult result;
+  const int sets = std::max(1, target.input_sets());
+
+  // Warm-up: the same sequence as a timed call, untimed.
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < options.warmup_calls || seconds_since(t0) < options.warmup_min_s; ++i) {
+    target.prepare(i % sets, stream);
+    flusher.flush(stream);
+    target.enqueue(i % sets, stream);
+    drv.check(drv.cuStreamSynchronize(stream), "warm-up call");
+    if (i > 10000) break;
+  }
+  result.warmup_s = seconds_since(t0);
+
+  auto& cupti = cuda::CuptiTracer::instance();
+  const bool traced = options.use_cupti && cupti.available();
+  if (!traced) result.cupti_note = options.use_cupti ? "CUPTI unavailable: " + cupti.why() : "CUPTI off";
+  if (traced) cupti.begin();
+
+  const int batch = std::max(1, options.batch);
+  Events ev(batch);
+  StopTracker tracker(options.stop);
+  auto start = std::chrono::steady_clock::now();
+  int64_t call = 0;
+  for (;;) {
+    for (int b = 0; b < batch; ++b, ++call) {
+      const int set = int(call % sets);
+      target.prepare(set, stream);
+      flusher.flush(stream);
+      drv.check(drv.cuEventRecord(ev.start[b], stream), "cuEventRecord");
+      target.enqueue(set, stream);
+      drv.check(drv.cuEventRecord(ev.end[b], stream), "cuEventRecord");
+    }
+    drv.check(drv.cuStreamSynchronize(stream), "timed calls");
+    StopReason stop = StopReason::none;
+    for (int b = 0; b < batch; ++b) {
+      float ms = 0;
+      drv.check(drv.cuEventElapsedTime(&ms, ev.start[b], ev.end[b]), "cuEventElapsedTime");
+      result.event_us.push_back(double(ms) * 1e3);
+      stop = tracker.update(result.event_us, seconds_since(start));
+      if (stop != StopReason::none) break;  // later calls of the batch are dropped (events only)
+    }
+    if (stop != StopReason::none) {
+      result.stop = stop;
+      break;
+    }
+  }
+  result.timed_wall_s = seconds_since(start);
+  result.calls = call;
+  result.event = summarize(result.event_us);
+
+  if (traced) {
+    auto records = cupti.end();
+    std::vector<double> per_call = cuda::device_time_per_call_us(records);
+    if (int64_t(per_call.size()) != call) {
+      result.cupti_note = log::cat("CUPTI saw ", per_call.size(), " calls with kernels for ", call, " timed calls",
+                                   cupti.dropped_records() ? log::cat(" (", cupti.dropped_records(), " records dropped)") : "");
+    }
+    // The device-time sample keeps the calls whose events were kept, so both describe the same calls.
+    if (per_call.size() > result.event_us.size()) per_call.resize(result.event_us.size());
+    result.device_us = per_call;
+    result.device = summarize(per_call);
+    result.kernels = aggregate_kernels(records);
+  }
+  return result;
+}
+
+}  // namespace ca::measure

@@ -1,0 +1,66 @@
+// The timing method of DESIGN.md §6 for anything that can enqueue one call on a stream (a bundle's
+// forward steps replayed as a CUDA graph, a test's copy kernel): warm-up; before every timed call
+// the L2 flush, the persisting-L2 reset and the call's own preparation (output poisoning), all
+// outside the timed window; CUDA events around the call alone; input sets rotated; CUPTI kernel
+// records for device time per call; stop by the rule in stop_rule.hpp.
+#pragma once
+#include <cuda.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "libcommon/cuda/cupti.hpp"
+#include "libcommon/jsonl.hpp"
+#include "libcommon/measure/gpu_state.hpp"
+#include "libcommon/measure/stats.hpp"
+#include "libcommon/measure/stop_rule.hpp"
+
+namespace ca::measure {
+
+class TimedTarget {
+ public:
+  virtual ~TimedTarget() = default;
+  virtual int input_sets() const = 0;
+  // Untimed work before call on `set` (e.g. poisoning its outputs), enqueued on `stream`.
+  virtual void prepare(int set, CUstream stream) {}
+  // The timed call itself: enqueue one forward call on input set `set`.
+  virtual void enqueue(int set, CUstream stream) = 0;
+};
+
+struct LoopOptions {
+  StopRule stop;
+  int warmup_calls = 3;          // untimed calls first (module load, lazy init, clocks up)
+  double warmup_min_s = 0.05;    // ... and at least this long, so the clocks have ramped
+  int batch = 8;                 // calls enqueued before the host waits (the flush memset keeps the GPU behind)
+  bool use_cupti = true;
+  Json to_json() const;
+};
+
+struct KernelStat {  // one kernel of the call, aggregated over the timed calls
+  std::string name, demangled;
+  int grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
+  int registers_per_thread = 0, static_shared_bytes = 0, dynamic_shared_bytes = 0;
+  int64_t launches = 0;  // over all timed calls
+  Summary time_us;       // per launch
+  Json to_json() const;
+};
+
+struct LoopResult {
+  std::vector<double> event_us;   // per timed call, CUDA events around the call
+  std::vector<double> device_us;  // per timed call, sum of its kernels' CUPTI durations (empty without CUPTI)
+  Summary event, device;
+  std::vector<KernelStat> kernels;
+  StopReason stop = StopReason::none;
+  double timed_wall_s = 0, warmup_s = 0;
+  std::string cupti_note;  // why device time is missing or approximate; empty when all is well
+  int64_t calls = 0;       // timed calls made
+};
+
+// Times `target` on `stream` (the current context must be the GPU's; the caller holds the GPU lock).
+LoopResult time_target(TimedTarget& target, CUstream stream, L2Flusher& flusher, const LoopOptions& options);
+
+// Aggregates kernel records by (name, grid, block) into per-kernel statistics, ordered by total time.
+std::vector<KernelStat> aggregate_kernels(const std::vector<cuda::KernelActivity>& records);
+
+}  // namespace ca::measure
