@@ -102,6 +102,7 @@ TEST_CASE("failures: every failing status, correct=false, and failure_value") {
   CHECK(value(Record{{"check", {{"correct", false}, {"status", "policy_violation"}}}}, c) == -5);
   Record wrong_when_timed = passed({{"correct", false}, {"reason", "call 3 differs"}, {"time_us", 5}});
   CHECK(value(wrong_when_timed) == -1);
+  CHECK(value(passed({{"status", "failed"}, {"time_us", 5}})) == -1);
 }
 
 TEST_CASE("every scheme scores a failure with failure_value and a violation with the penalty") {

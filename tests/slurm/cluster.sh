@@ -7,6 +7,10 @@
 set -euo pipefail
 : "${CA_BIN:?}" "${CA_SRC:?}"
 export PATH="$CA_BIN:$PATH"
+# Run inside a Slurm job of a real cluster (CI on Slurm), its variables would leak into the tools'
+# --shard default and into sbatch: this test talks only to the cluster it starts.
+unset SLURM_ARRAY_TASK_ID SLURM_ARRAY_TASK_COUNT SLURM_ARRAY_TASK_MIN SLURM_ARRAY_TASK_MAX SLURM_ARRAY_JOB_ID \
+  SLURM_JOB_ID SLURM_JOBID SLURM_CONF SLURM_CLUSTER_NAME SLURM_PARTITION SBATCH_PARTITION SBATCH_ACCOUNT
 log() { echo "slurm test: $*" >&2; }
 
 if [[ $(id -u) != 0 ]]; then

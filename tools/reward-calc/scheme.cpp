@@ -202,7 +202,9 @@ Record score(const Record& record, const Config& config, Verdict* verdict) {
   }
   if (!record["prof"].is_object()) throw FieldError("prof", std::string("expected an object, got ") + record["prof"].type_name());
   // Outputs of the timed calls are checked too (DESIGN.md §6): right when checked, wrong when timed.
-  if (auto prof_correct = get_optional<bool>(record, "/prof/correct"); prof_correct && !*prof_correct) {
+  auto prof_correct = get_optional<bool>(record, "/prof/correct");
+  auto prof_status = get_optional<std::string>(record, "/prof/status");
+  if ((prof_correct && !*prof_correct) || (prof_status && *prof_status == "failed")) {
     auto prof_reason = get_optional<std::string>(record, "/prof/reason");
     r["value"] = number(config.failure_value);
     r["reason"] = "outputs of the timed calls were wrong" + (prof_reason ? ": " + *prof_reason : std::string());

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# pipeline.sh: the cuda-agent chain as a user runs it, on the shipped demo set (datasets/demo):
+#   tasks -> candidates (agent-run, replay policy) -> kernel-check -> kernel-prof -> reward-calc
+#   -> run-store summary
+# Each stage reads the previous stage's file and writes its own, so any stage can be rerun alone:
+#   bash examples/pipeline.sh              # every stage
+#   bash examples/pipeline.sh check prof   # only these (their inputs must exist in $CA_OUT)
+# On a machine without a GPU it runs the CPU part (compile-only checks) and says what it skipped.
+#
+# Environment: CA_BIN (folder of the binaries; default: PATH), CA_OUT (where files go; default
+# ./demo-run), CA_DEMO (the task set; default datasets/demo), CA_ARCH (compile-only target, sm_90).
+# ppo-step joins at the end once there are rewards: see the comment there.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [[ -n ${CA_BIN:-} ]]; then export PATH="$CA_BIN:$PATH"; fi   # the tools, as built
+demo=${CA_DEMO:-$repo/datasets/demo}                              # 8 tasks + a bundle for each
+out=${CA_OUT:-$PWD/demo-run}                                      # every stage's file lands here
+arch=${CA_ARCH:-sm_90}                                            # compile-only target without a GPU
+mkdir -p "$out"
+export CUDA_AGENT_STORE="$out/run.db"                             # one run store for every tool
+say() { echo "pipeline: $*" >&2; }
+
+# A GPU is there when the driver lists one; without it the GPU stages are skipped, not faked.
+# (CA_FORCE_CPU=1 takes the CPU path even on a GPU machine.)
+if [[ ${CA_FORCE_CPU:-0} != 1 ]] && nvidia-smi -L >/dev/null 2>&1; then gpu=1; else gpu=0; fi
+stages=("$@")
+((${#stages[@]})) || stages=(tasks candidates check prof reward summary)
+skipped=()
+
+for stage in "${stages[@]}"; do
+  case $stage in
+    tasks)
+      # The tasks: KernelBench-format records (ops-synth generate | ops-synth filter makes these at
+      # scale); stored so every later tool can find a task by its task_id.
+      cp "$demo/tasks.jsonl" "$out/tasks.jsonl"
+      run-store import -i "$out/tasks.jsonl"
+      say "tasks: $(wc -l < "$out/tasks.jsonl") in $out/tasks.jsonl"
+      ;;
+    candidates)
+      if command -v agent-run >/dev/null; then
+        # One episode per task; the replay policy plays a scripted agent (write the kernel and the
+        # plan, compile, verify) in place of an LLM server (--policy openai:http://host:8000/v1).
+        agent-run --tasks "$out/tasks.jsonl" --policy "replay:$demo/replay.jsonl" --submit final \
+          --max-turns 20 --seed 1 -o "$out/candidates.jsonl"
+      else
+        # No agent-run built: the demo's bundles go straight in as candidate records.
+        say "candidates: agent-run not found, using $demo/candidates.jsonl as the candidates"
+        cp "$demo/candidates.jsonl" "$out/candidates.jsonl"
+      fi
+      say "candidates: $(wc -l < "$out/candidates.jsonl") in $out/candidates.jsonl"
+      ;;
+    check)
+      if ((gpu)); then
+        # Compile with NVRTC, run in a child process per GPU on fresh inputs, compare with PyTorch.
+        kernel-check --tasks "$out/tasks.jsonl" -i "$out/candidates.jsonl" -o "$out/checked.jsonl"
+      else
+        # No GPU: compile, and check plans and policy rules only (status compiled, or the failure).
+        kernel-check --compile-only --arch "$arch" --tasks "$out/tasks.jsonl" \
+          -i "$out/candidates.jsonl" -o "$out/checked.jsonl"
+        skipped+=("check: correctness runs (no GPU: compile-only for $arch instead)")
+      fi
+      ;;
+    prof)
+      if ((gpu)); then
+        # Time the candidates that passed, and the eager and torch.compile baselines, the same way.
+        kernel-prof --tasks "$out/tasks.jsonl" --baselines eager,compile \
+          -i "$out/checked.jsonl" -o "$out/profiled.jsonl"
+      else
+        skipped+=("prof: timing needs a GPU")
+      fi
+      ;;
+    reward)
+      if ((gpu)); then
+        # The published milestone reward: -1 failed, 1 correct, 2 beats eager by >5%, 3 beats both.
+        reward-calc -i "$out/profiled.jsonl" -o "$out/rewarded.jsonl"
+        # Training would go on from here:
+        #   ppo-step --mode ppo --policy ckpt/step-0007 --out ckpt/step-0008 < "$out/rewarded.jsonl"
+      else
+        skipped+=("reward: a reward needs a judged and timed candidate (no GPU: not judged)")
+      fi
+      ;;
+    summary)
+      # Per run: counts, pass rate, speedups and their geomeans, mean reward.
+      run-store summary --table
+      ;;
+    *) say "unknown stage '$stage' (tasks candidates check prof reward summary)"; exit 1 ;;
+  esac
+done
+
+if ((${#skipped[@]})); then
+  say "no GPU used (nvidia-smi lists none, or CA_FORCE_CPU=1), so these were skipped:"
+  for s in "${skipped[@]}"; do say "  - $s"; done
+  say "the CPU part ran; on a GPU machine the same command runs every stage"
+fi
+# What each candidate got, one line each (the check verdict, and the reward when there is one).
+last="$out/rewarded.jsonl"; [[ -f $last ]] || last="$out/checked.jsonl"
+if [[ -f $last ]]; then
+  say "verdicts ($last):"
+  run-store query "SELECT json_extract(t.body, '\$.name') AS task, c.candidate_id, c.status, w.value AS reward
+                   FROM checks c LEFT JOIN tasks t ON t.task_id = c.task_id
+                   LEFT JOIN rewards w USING (candidate_id) ORDER BY c.rowid" >&2
+fi

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# examples/pipeline.sh on the demo set without a GPU (CA_FORCE_CPU=1): it must exit 0, say what
+# it skipped and why, and give the compile-only verdict each demo bundle was written for.
+# Also: the demo's generated files are up to date with their sources, and validate.
+set -euo pipefail
+: "${CA_BIN:?}" "${CA_SRC:?}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+py=${CUDA_AGENT_PYTHON:-/usr/bin/python3}
+for b in kernel-check run-store; do [[ -x $CA_BIN/$b ]] || fail "$CA_BIN/$b not built"; done
+
+"$py" "$CA_SRC/datasets/demo/build.py" --check || fail "datasets/demo is stale (run datasets/demo/build.py)"
+"$py" "$CA_SRC/tests/validate_schema.py" candidate "$CA_SRC/datasets/demo/candidates.jsonl" || fail "demo candidates"
+
+(cd "$tmp" && CA_FORCE_CPU=1 CA_OUT="$tmp/run" CA_BIN="$CA_BIN" bash "$CA_SRC/examples/pipeline.sh") \
+  > "$tmp/stdout" 2> "$tmp/stderr" || { cat "$tmp/stderr" >&2; fail "pipeline.sh exited $?"; }
+for want in "so these were skipped" "prof: timing needs a GPU" "reward: a reward needs" "check: correctness runs"; do
+  grep -qF "$want" "$tmp/stderr" || { cat "$tmp/stderr" >&2; fail "stderr lacks '$want'"; }
+done
+[[ $(wc -l < "$tmp/run/checked.jsonl") == 8 ]] || fail "expected 8 checked records"
+
+# The verdict per task, from the store the pipeline wrote.
+CUDA_AGENT_STORE="$tmp/run/run.db" "$CA_BIN/run-store" query \
+  "SELECT json_extract(t.body, '\$.name') AS task, c.status FROM checks c JOIN tasks t ON t.task_id = c.task_id
+   ORDER BY task" | sed 's/[{}"]//g' > "$tmp/verdicts"
+cat > "$tmp/expected" <<'V'
+task:gelu,status:policy_violation
+task:layernorm,status:compiled
+task:linear_relu,status:compiled
+task:relu_scale_add,status:compiled
+task:row_mean,status:compiled
+task:row_softmax,status:compiled
+task:silu,status:compile_error
+task:tanh_scale,status:plan_error
+V
+diff "$tmp/expected" "$tmp/verdicts" >&2 || fail "compile-only verdicts differ from what the bundles were written for"
+echo "pipeline (CPU part): ok" >&2
