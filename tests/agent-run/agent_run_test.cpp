@@ -55,7 +55,7 @@ TEST_CASE("toolbox: malformed calls are tool errors") {
   o = tb.call({"5", "list_files", ""});
   CHECK(o.ok);
   o = tb.call({"6", "compile", "{}"});
-  CHECK((!o.ok && o.text.find("no kernel files") != std::string::npos));
+  CHECK((!o.ok && o.text.find("kernels/ is empty and plan.yaml is empty") != std::string::npos));
   tb.call({"7", "write_file", "{\"path\": \"kernels/k.cu\", \"content\": \"x\"}"});
   o = tb.call({"8", "verify", "{}"});
   CHECK((!o.ok && o.text.find("/nonexistent/kernel-check is not an executable") != std::string::npos));

@@ -101,5 +101,30 @@ stops = [r["episode"]["stop_reason"] for r in recs]
 assert 1 <= len(recs) < 5 and stops[-1] == "interrupted" and all(s == "done" for s in stops[:-1]), stops
 print("SIGINT:", stops)
 ' "$TMP/int.jsonl"
+
+# CLI conventions: --help with an example, --version, a line that is not JSON is exit 2 naming it,
+# a bad --policy is a usage error.
+"$CA_BIN/agent-run" --help > "$TMP/help.txt"; grep -q "Example:" "$TMP/help.txt" || fail "--help has no example"
+"$CA_BIN/agent-run" --version > "$TMP/version.txt"; grep -q "agent-run" "$TMP/version.txt" || fail "--version"
+{ cat "$TMP/task.jsonl"; echo "{not json"; } > "$TMP/badline.jsonl"
+rc=0; "$CA_BIN/agent-run" --policy "replay:$TMP/script.jsonl" --no-store --tasks "$TMP/badline.jsonl" \
+  > "$TMP/badline.out" 2> "$TMP/badline.err" || rc=$?
+[ "$rc" = 2 ] || fail "a line that is not JSON: exit $rc, expected 2"
+grep -q "line 2" "$TMP/badline.err" || fail "the error does not name line 2: $(cat "$TMP/badline.err")"
+[ "$(wc -l < "$TMP/badline.out")" = 1 ] || fail "the episode before the bad line was not written"
+rc=0; "$CA_BIN/agent-run" --policy "bogus:x" --no-store < /dev/null 2> /dev/null || rc=$?
+[ "$rc" = 1 ] || fail "bad --policy: exit $rc, expected 1"
+
+# With a store: the task, the candidate and the episode are stored.
+"$CA_BIN/agent-run" --policy "replay:$TMP/script.jsonl" --store "$TMP/store.db" --tasks "$TMP/task.jsonl" > "$TMP/stored.jsonl" 2>/dev/null
+"$PY" - "$TMP/store.db" <<'PYEOF' || fail "store rows"
+import sqlite3, sys, json
+db = sqlite3.connect(sys.argv[1])
+n = {t: db.execute("SELECT COUNT(*) FROM " + t).fetchone()[0] for t in ("tasks", "candidates", "episodes")}
+assert n == {"tasks": 1, "candidates": 1, "episodes": 1}, n
+body = json.loads(db.execute("SELECT body FROM episodes").fetchone()[0])
+assert body["stop_reason"] == "done", body["stop_reason"]
+print("store:", n)
+PYEOF
 "$PY" "$CA_SRC/tests/validate_schema.py" episode "$TMP/many.jsonl"
 echo "replay: ok"

@@ -196,9 +196,10 @@ ToolOutcome Toolbox::locked(const std::string& which) {
   std::string candidate_id = candidate_id_for(task_id_, bundle);
   Record input = {{"task_id", task_id_}, {"candidate_id", candidate_id}, {"bundle", bundle}, {"task", task_}};
   o.result = {{"tool", which}, {"candidate_id", candidate_id}, {"bundle", bundle}};
-  if (bundle["kernels"].empty()) {
+  // A plan of library steps only (gemm, conv) needs no kernel file; an empty workspace is an error.
+  if (bundle["kernels"].empty() && bundle["plan"].get<std::string>().find_first_not_of(" \t\r\n") == std::string::npos) {
     o.ok = false;
-    o.text = "error: no kernel files under kernels/ (write kernels/<name>.cu first)";
+    o.text = "error: nothing to " + which + ": kernels/ is empty and plan.yaml is empty";
     o.result["error"] = o.text;
     return o;
   }
