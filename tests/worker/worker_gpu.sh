@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU (device) test of the reference worker: eager and torch.compile times of a fixture are positive
 # and repeatable within 5%, the compile answer records torch version and mode, the GPU reference
-# matches the CPU one (TF32 off), and the filters judge compile and eager time on the GPU.
+# matches a float64 recomputation (TF32 off), and the filters judge compile and eager time on the GPU.
 # Needs: a GPU and a python3 with CUDA torch 2.x. Answers are kept in $WORKER_GPU_OUT if set.
 set -euo pipefail
 P="$CA_BIN/worker-ping"
@@ -14,69 +14,84 @@ PY=$(command -v python3)
 {
   echo "{\"op\":\"load\",\"task_id\":\"gg\",\"code_file\":\"$FX/gemm_gelu.py\"}"
   for mode in eager eager compile compile; do
-    echo "{\"op\":\"time\",\"task_id\":\"gg\",\"mode\":\"$mode\",\"precision\":\"fp32\",\"metric\":\"device\",\"budget_s\":4,\"rel_ci\":0.01}"
+    echo "{\"op\":\"time\",\"task_id\":\"gg\",\"mode\":\"$mode\",\"precision\":\"fp32\",\"metric\":\"device\",\"budget_s\":3,\"rel_ci\":0.01}"
   done
   echo "{\"op\":\"time\",\"task_id\":\"gg\",\"mode\":\"eager\",\"precision\":\"tf32\",\"budget_s\":2}"
   echo "{\"op\":\"time\",\"task_id\":\"gg\",\"mode\":\"eager\",\"precision\":\"bf16\",\"budget_s\":2}"
   echo "{\"op\":\"load\",\"task_id\":\"lr\",\"code_file\":\"$FX/linear_relu.py\"}"
   echo "{\"op\":\"inputs\",\"task_id\":\"lr\",\"seed\":4,\"out\":\"$T/in.safetensors\"}"
   echo "{\"op\":\"reference\",\"task_id\":\"lr\",\"inputs\":\"$T/in.safetensors\",\"out\":\"$T/gpu_out.safetensors\",\"params_out\":\"$T/params.safetensors\"}"
-  echo "{\"op\":\"filters\",\"code_file\":\"$FX/linear_relu.py\",\"check_compile\":true}"
-  echo "{\"op\":\"filters\",\"code_file\":\"$FX/gemm_gelu.py\",\"check_compile\":true}"
+  # The loaded tasks are judged (no code): gg reuses its compiled module; lr skips compile (time).
+  echo "{\"op\":\"filters\",\"task_id\":\"lr\",\"check_compile\":false}"
+  echo "{\"op\":\"filters\",\"task_id\":\"gg\",\"check_compile\":true}"
 } > "$T/requests.jsonl"
-# code_file for filters too: worker-ping reads it for any op.
 start=$(date +%s)
 "$P" --device cuda:0 --timeout-ms 300000 < "$T/requests.jsonl" > "$OUTDIR/gpu_answers.jsonl"
 echo "worker_gpu: answers in $(( $(date +%s) - start )) s"
 
-# The CPU reference of the same inputs, for the numerics check.
-printf '%s\n' "{\"op\":\"load\",\"task_id\":\"lr\",\"code_file\":\"$FX/linear_relu.py\"}" \
-  "{\"op\":\"reference\",\"task_id\":\"lr\",\"inputs\":\"$T/in.safetensors\",\"out\":\"$T/cpu_out.safetensors\"}" \
-  | "$P" --device cpu > "$OUTDIR/cpu_answers.jsonl"
-
 "$PY" - "$OUTDIR/gpu_answers.jsonl" "$T" <<'PY'
 import json, sys, struct
-import numpy as np
+from array import array
 answers = [json.loads(l) for l in open(sys.argv[1])]
 T = sys.argv[2]
+failures = []
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
 for a in answers:
-    assert a["ok"], a
+    check(a["ok"], "answer not ok: %s" % json.dumps(a)[:600])
 load, e1, e2, c1, c2, tf, bf, lr, inp, ref, f_lr, f_gg = answers
 for t in (e1, e2, c1, c2, tf, bf):
-    assert t["time_us"]["median"] > 0, t
-    print("%-7s %-4s median %.1f us (events), device %s us, n=%d rel_ci=%.4f stop=%s" % (
-        t["mode"], t["precision"]["name"], t["time_us"]["median"],
+    check(t["time_us"]["median"] > 0 and t["value_us"] > 0, "time not positive: %s" % t)
+    print("%-7s %-4s events median %.1f us (p10 %.1f p90 %.1f), device %s us, n=%d rel_ci=%.4f stop=%s warmup %d calls" % (
+        t["mode"], t["precision"]["name"], t["time_us"]["median"], t["time_us"]["p10"], t["time_us"]["p90"],
         "%.1f" % t["device_time_us"]["median"] if t["device_time_us"] else None,
-        t["time_us"]["n"], t["time_us"]["rel_ci"] or -1, t["method"]["stop"]))
+        t["time_us"]["n"], t["time_us"]["rel_ci"] or -1, t["method"]["stop"], t["method"]["warmup_calls"]))
 def close(a, b, what):
     r = abs(a - b) / min(a, b)
     print("%s: %.1f vs %.1f us (%.2f%%)" % (what, a, b, 100 * r))
-    assert r < 0.05, "%s not repeatable within 5%%" % what
-close(e1["time_us"]["median"], e2["time_us"]["median"], "eager repeat")
-close(c1["time_us"]["median"], c2["time_us"]["median"], "compile repeat")
-assert e1["device_time_us"] and e1["device_time_us"]["median"] > 0, e1
-close(e1["device_time_us"]["median"], e2["device_time_us"]["median"], "eager device-time repeat")
+    check(r < 0.05, "%s not repeatable within 5%% (%.2f%%)" % (what, 100 * r))
+for x, y, name in ((e1, e2, "eager"), (c1, c2, "compile")):
+    check(x["value_metric"] == "device", "%s: no profiler device time: %s" % (name, x["method"]))
+    close(x["value_us"], y["value_us"], name + " repeat (value_us, profiler device time)")
+    close(x["time_us"]["median"], y["time_us"]["median"], name + " repeat (CUDA events)")
 for c in (c1, c2):
-    assert c["mode"] == "compile" and c["torch_version"] and c["torch_version"][0] >= "2", c
-    assert c["precision"] == {"name": "fp32", "matmul_tf32": False, "cudnn_tf32": False, "autocast": None}, c
-assert c1["compile_s"] > 0 and c2["compile_cached"] is True
-assert tf["precision"]["matmul_tf32"] is True and bf["precision"]["autocast"] == "bf16"
-assert tf["time_us"]["median"] < e1["time_us"]["median"], "tf32 should beat fp32 on a 4096 GEMM"
-assert ref["precision"]["matmul_tf32"] is False
+    check(c["mode"] == "compile" and c["torch_version"][:1] >= "2", "compile answer lacks mode/torch: %s" % c)
+    check(c["precision"] == {"name": "fp32", "matmul_tf32": False, "cudnn_tf32": False, "autocast": None},
+          "compile precision %s" % c["precision"])
+print("torch %s, compile_s %.2f (first), cached %s (second)" % (c1["torch_version"], c1["compile_s"], c2["compile_cached"]))
+check(c1["compile_s"] > 0 and c2["compile_cached"] is True, "compile_s / compile_cached")
+check(tf["precision"]["matmul_tf32"] is True and bf["precision"]["autocast"] == "bf16", "tf32/bf16 precision records")
+check(tf["value_us"] < 0.5 * e1["value_us"], "tf32 should beat fp32 by 2x on a 4096 GEMM")
+check(ref["precision"]["matmul_tf32"] is False, "reference precision")
 v = f_lr["verdicts"]
-assert v["runs_compile"]["pass"] is True, v
-assert v["eager_time_ms"]["pass"] is False and f_lr["reason"] == "eager_time_ms", f_lr  # ~0.02 ms < 1 ms
+check(v["runs_compile"]["pass"] is None, "lr runs_compile skipped: %s" % v["runs_compile"])
+check(v["eager_time_ms"]["pass"] is False and f_lr["reason"] == "eager_time_ms", "lr eager time below 1 ms: %s" % v)
 v = f_gg["verdicts"]
-assert f_gg["kept"] is True, f_gg
-assert 1 <= v["eager_time_ms"]["value"] <= 100
+check(f_gg["kept"] is True, "gg kept: %s" % json.dumps(f_gg["verdicts"])[:800])
+check(v["runs_compile"]["pass"] is True, "gg runs_compile: %s" % v["runs_compile"].get("detail"))
+check(v["eager_time_ms"]["value"] and 1 <= v["eager_time_ms"]["value"] <= 100, "gg eager ms")
 def read(path):
     data = open(path, "rb").read()
     (n,) = struct.unpack("<Q", data[:8]); h = json.loads(data[8:8 + n])
-    s, e = h["outputs.0"]["data_offsets"]
-    return np.frombuffer(data[8 + n + s:8 + n + e], dtype=np.float32)
-g, c = read(T + "/gpu_out.safetensors"), read(T + "/cpu_out.safetensors")
-nmse = float(((g - c) ** 2).sum() / (c ** 2).sum())
-print("linear_relu GPU vs CPU reference: nmse %.3g, max abs %.3g" % (nmse, float(np.abs(g - c).max())))
-assert nmse < 1e-10, nmse
+    out = {}
+    for k, info in h.items():
+        if k != "__metadata__" and info["dtype"] == "F32":
+            s, e = info["data_offsets"]
+            a = array("f"); a.frombytes(data[8 + n + s:8 + n + e]); out[k] = a
+    return out
+# The oracle: relu(x W^T + b) in plain Python (double), from the exported params and the inputs file.
+g = read(T + "/gpu_out.safetensors")["outputs.0"]
+x = read(T + "/in.safetensors")["inputs.0"]
+p = read(T + "/params.safetensors")
+w, b = p["params.linear.weight"], p["params.linear.bias"]
+c = [max(0.0, b[j] + sum(x[i * 32 + k] * w[j * 32 + k] for k in range(32))) for i in range(16) for j in range(64)]
+check(len(g) == len(c) == 16 * 64, "reference sizes")
+nmse = sum((u - v) ** 2 for u, v in zip(g, c)) / sum(v * v for v in c)
+print("linear_relu GPU reference vs a float64 recomputation: nmse %.3g, max abs %.3g" % (nmse, max(abs(u - v) for u, v in zip(g, c))))
+check(nmse < 1e-10, "GPU reference nmse %.3g" % nmse)
+if failures:
+    sys.exit("worker_gpu: %d check(s) failed" % len(failures))
 print("worker_gpu: ok")
 PY

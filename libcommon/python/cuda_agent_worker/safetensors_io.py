@@ -1,12 +1,12 @@
 """safetensors read/write without the safetensors package: 8-byte LE header length, JSON header
 (keys sorted, padded with spaces to a multiple of 8), raw little-endian data. Equal tensors give
 byte-identical files, which is what the `inputs` op's reproducibility promise rests on."""
+import ctypes
 import json
 import os
 import struct
 import sys
 
-import numpy as np
 import torch
 
 _TO_NAME = {
@@ -18,11 +18,6 @@ for _attr, _name in (("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2")):
     if hasattr(torch, _attr):
         _TO_NAME[getattr(torch, _attr)] = _name
 _FROM_NAME = {v: k for k, v in _TO_NAME.items()}
-# numpy has no bf16/fp8: those travel through an integer view of the same width.
-_NP = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.int16, "I64": np.int64,
-       "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
-       "F8_E4M3": np.uint8, "F8_E5M2": np.uint8}
-
 if sys.byteorder != "little":  # the format is little-endian; every host we target is too
     raise ImportError("cuda_agent_worker: big-endian hosts are not supported")
 
@@ -35,13 +30,12 @@ def dtype_name(dtype):
 
 
 def tensor_bytes(t):
+    """The raw little-endian bytes of a tensor (copied to the CPU, made contiguous); no numpy, so a
+    torch install without it still works."""
     t = t.detach().to("cpu").contiguous()
-    name = dtype_name(t.dtype)
-    if name == "BF16":
-        t = t.view(torch.int16)
-    elif name.startswith("F8_"):
-        t = t.view(torch.uint8)
-    return t.numpy().tobytes()
+    dtype_name(t.dtype)
+    n = t.numel() * t.element_size()
+    return ctypes.string_at(t.data_ptr(), n) if n else b""
 
 
 def write(path, tensors, metadata=None):
@@ -84,14 +78,20 @@ def read(path):
     meta = header.pop("__metadata__", {}) or {}
     for name, info in header.items():
         dt = info["dtype"]
-        if dt not in _NP:
+        if dt not in _FROM_NAME:
             raise ValueError("%s: tensor %s has unsupported dtype %s" % (path, name, dt))
+        dtype = _FROM_NAME[dt]
         start, end = info["data_offsets"]
-        arr = np.frombuffer(data[base + start:base + end], dtype=_NP[dt]).copy()
-        t = torch.from_numpy(arr).reshape(info["shape"])
-        if dt == "BF16":
-            t = t.view(torch.bfloat16)
-        elif dt.startswith("F8_"):
-            t = t.view(_FROM_NAME[dt])
-        out[name] = t
+        shape = [int(d) for d in info["shape"]]
+        count = 1
+        for d in shape:
+            count *= d
+        size = torch.empty(0, dtype=dtype).element_size()
+        if end - start != count * size or base + end > len(data):
+            raise ValueError("%s: tensor %s: data_offsets do not match shape and dtype" % (path, name))
+        if count == 0:
+            out[name] = torch.empty(shape, dtype=dtype)
+            continue
+        buf = bytearray(data[base + start:base + end])
+        out[name] = torch.frombuffer(buf, dtype=dtype).reshape(shape).clone()
     return out, meta

@@ -65,29 +65,45 @@ def _has_new_precision_api():
         return False
 
 
+def _backend_parts():
+    """(new-API object or None, legacy object, legacy attribute) for matmul and for cuDNN conv."""
+    new_ok = _has_new_precision_api()
+    mm_new = torch.backends.cuda.matmul if new_ok else None
+    conv_new = getattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision", None) if new_ok else None
+    conv_new = torch.backends.cudnn.conv if conv_new is not None else None
+    return ((mm_new, torch.backends.cuda.matmul, "allow_tf32"),
+            (conv_new, torch.backends.cudnn, "allow_tf32"))
+
+
 def set_tf32(on):
     """TF32 for matmul and cuDNN. torch >= 2.9 has fp32_precision (mixing it with the legacy
-    allow_tf32 flags is an error there), older versions only the legacy flags."""
+    allow_tf32 flags is discouraged there), older versions only the legacy flags."""
+    for new, legacy, attr in _backend_parts():
+        if new is not None:
+            try:
+                new.fp32_precision = "tf32" if on else "ieee"
+                continue
+            except Exception:
+                pass
+        setattr(legacy, attr, bool(on))
     if _has_new_precision_api():
         try:
-            torch.backends.cuda.matmul.fp32_precision = "tf32" if on else "ieee"
-            torch.backends.cudnn.conv.fp32_precision = "tf32" if on else "ieee"
             torch.backends.cudnn.rnn.fp32_precision = "tf32" if on else "ieee"
-            return
         except Exception:
             pass
-    torch.backends.cuda.matmul.allow_tf32 = bool(on)
-    torch.backends.cudnn.allow_tf32 = bool(on)
 
 
 def get_tf32():
-    if _has_new_precision_api():
-        try:
-            return (torch.backends.cuda.matmul.fp32_precision == "tf32",
-                    torch.backends.cudnn.conv.fp32_precision == "tf32")
-        except Exception:
-            pass
-    return bool(torch.backends.cuda.matmul.allow_tf32), bool(torch.backends.cudnn.allow_tf32)
+    res = []
+    for new, legacy, attr in _backend_parts():
+        if new is not None:
+            try:
+                res.append(new.fp32_precision == "tf32")
+                continue
+            except Exception:
+                pass
+        res.append(bool(getattr(legacy, attr)))
+    return tuple(res)
 
 
 _AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -333,7 +349,8 @@ class Task(object):
         self.restore()
         with stage("forward"):
             with precision(prec, self.device), torch.no_grad():
-                out = (fn or self.model)(*inputs)
+                # `fn or model` would call bool() on an OptimizedModule, which forwards len() and raises.
+                out = (fn if fn is not None else self.model)(*inputs)
             outs = [o.detach() for o in flatten_outputs(out)]
         return outs
 
