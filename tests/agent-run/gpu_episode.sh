@@ -17,7 +17,10 @@ def call(name, **args): return {"name": name, "arguments": args}
 turns = [{"content": "Reading the guide.", "tool_calls": [call("read_file", path="SKILL.md")]}]
 files = [call("write_file", path="kernels/" + f, content=open(os.path.join(b, f)).read())
          for f in sorted(os.listdir(b)) if f.endswith(".cu")]
-files.append(call("write_file", path="plan.yaml", content=open(os.path.join(b, "plan.yaml")).read()))
+# SKILL.md's plan for this bundle, in block style (the same plan; flow style is kernel-check's to parse).
+plan = ("dims:\n  N: inputs.0.shape[0]\nforward:\n  - launch: scale_add\n    grid:\n      - cdiv(N, 256)\n"
+        "    block:\n      - 256\n    args:\n      - inputs.0\n      - inputs.1\n      - outputs.0\n      - N\n      - 2.0\n")
+files.append(call("write_file", path="plan.yaml", content=plan))
 turns.append({"content": "Writing the bundle.", "tool_calls": files})
 for t in ("compile", "verify", "profile"):
     turns.append({"content": t, "tool_calls": [call(t)]})
