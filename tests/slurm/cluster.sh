@@ -151,7 +151,7 @@ wait_jobs() {
     [[ -z $(squeue -h -j "$ids" 2>/dev/null) ]] && return 0
     sleep 0.5
   done
-  log "jobs $ids still queued after 5 minutes:"; squeue >&2; return 1
+  log "jobs $ids still queued after 5 minutes:"; squeue -o "%i %j %T %r" >&2; return 1
 }
 job_state() { scontrol show job "$1" | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2; }
 array_states() { scontrol -o show job "$1" | grep -o 'ArrayTaskId=[0-9]* .*JobState=[A-Z_]*' | sed 's/ArrayTaskId=\([0-9]*\).*JobState=\([A-Z_]*\)/\1:\2/' | sort | paste -sd' '; }
@@ -202,4 +202,24 @@ cmp -s "$T/merged.ids" "$T/whole.ids" || { log "merged task_ids differ from the 
 [[ $(wc -l < "$work/synth.jsonl") == "$count" ]] || { log "synth.jsonl does not hold $count tasks"; exit 1; }
 [[ -z $(find "$work" -name '.publishing.*') ]] || { log "a temporary publish file was left behind"; exit 1; }
 log "ok: $count tasks from 4 shards (shard 2 resubmitted), each exactly once in $work/synth.db"
+
+# The rollout stages' plumbing on CPU: the demo candidates over 2 shards (compile-only checks,
+# since this cluster has no GPU and 2 CPUs: --gres=none and --cpus-per-task=1 override the script),
+# then the summary job.
+out2=$(CA_BIN="$T/bin" CHECK_ARGS="--compile-only --arch sm_90" "$CA_SRC/examples/slurm/submit.sh" --work "$work" \
+  --stages all --from rollout --rollout-shards 2 --candidates "$CA_SRC/datasets/demo/candidates.jsonl" -- --gres=none --cpus-per-task=1)
+echo "$out2" >&2
+rollout=$(echo "$out2" | sed -n 's/^rollout=//p')
+summary=$(echo "$out2" | sed -n 's/^summary=//p')
+[[ -n $rollout && -n $summary ]] || { log "submit.sh --stages all did not print job ids"; exit 1; }
+wait_jobs "$rollout" "$summary"
+states=$(array_states "$rollout")
+log "rollout array $rollout: $states; summary $summary: $(job_state "$summary")"
+[[ $states == "0:COMPLETED 1:COMPLETED" && $(job_state "$summary") == COMPLETED ]] || { log "rollout stages failed"; exit 1; }
+n_cand=$(wc -l < "$CA_SRC/datasets/demo/candidates.jsonl")
+[[ $(wc -l < "$work/rollout.jsonl") == "$n_cand" ]] || { log "rollout.jsonl does not hold $n_cand records"; exit 1; }
+run-store query --store "$work/rollout.db" "SELECT COUNT(*) AS n, COUNT(DISTINCT candidate_id) AS d FROM checks" > "$T/counts"
+grep -q "{\"n\":$n_cand,\"d\":$n_cand}" "$T/counts" || { log "rollout store: $(cat "$T/counts"), expected $n_cand checks"; exit 1; }
+[[ -s $work/summary.jsonl ]] || { log "no summary.jsonl"; exit 1; }
+log "ok: $n_cand candidates checked over 2 rollout shards, merged once each, summary written"
 status=0

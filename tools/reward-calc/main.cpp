@@ -78,7 +78,17 @@ int main(int argc, char** argv) {
           task_id = ca::get_optional<std::string>(record, "/task_id").value_or("");
         }
         ca::reward::Verdict verdict;
-        ca::Record reward = ca::reward::score(record, config, &verdict);
+        ca::Record reward;
+        try {
+          reward = ca::reward::score(record, config, &verdict);
+        } catch (const ca::FieldError& e) {
+          // An earlier tool already marked this record bad: keep its error (the first cause), pass on.
+          if (record.contains("error") && !opt.strict) {
+            ca::log::verbose("record ", ca::record_key(record), ": ", e.what(), " (already has an error section)");
+            return ca::Outcome::passed;
+          }
+          throw;
+        }
         if (store) store->put_reward(candidate_id, task_id, reward);
         double v = reward["value"].get<double>();
         ++histogram[reward["value"].dump()];
