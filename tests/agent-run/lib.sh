@@ -6,7 +6,11 @@ PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 TMP=$(mktemp -d)
 MOCK_PID=
-cleanup() { [ -n "$MOCK_PID" ] && kill "$MOCK_PID" 2>/dev/null; rm -rf "$TMP"; }
+cleanup() {
+  [ -n "$MOCK_PID" ] && kill "$MOCK_PID" 2>/dev/null
+  [ -n "${AGENT_RUN_KEEP:-}" ] && cp -r "$TMP"/. "$AGENT_RUN_KEEP"/ 2>/dev/null
+  rm -rf "$TMP"
+}
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
