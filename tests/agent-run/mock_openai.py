@@ -4,12 +4,13 @@
 usage: mock_openai.py SCRIPT.json PORT_FILE REQUEST_LOG
 
 SCRIPT: {"expect_tools": [names], "steps": [step, ...]}. Each POST /v1/chat/completions takes the
-next step: {"status": 503} answers that HTTP status; {"message": {"content": ..., "tool_calls":
+next step: {"status": 503} answers that HTTP status (with "retry_after": S, a Retry-After header); {"message": {"content": ..., "tool_calls":
 [{"name": ..., "arguments": {...} | "raw text"}]}, "finish_reason": ...} answers a completion in the
-exact wire format (tool_calls with JSON-string arguments, usage, logprobs with token ids).
+exact wire format (tool_calls with JSON-string arguments, usage, logprobs with token ids;
+"reasoning" adds reasoning_content, "no_usage" / "no_logprobs" leave those out).
 Every request is checked (the tools offered, the tool answers to every earlier call); a violation
 is answered with HTTP 400 and logged. Each request is appended to REQUEST_LOG as one JSON line:
-{"n", "path", "status", "violations", "body"}. The chosen port is written to PORT_FILE.
+{"n", "path", "status", "violations", "body", "time", "auth"}. The chosen port is written to PORT_FILE.
 Standard library only.
 """
 import json
@@ -59,6 +60,8 @@ def completion(step, n, prompt_chars):
                                    "arguments": args if isinstance(args, str) else json.dumps(args)}})
     text = msg.get("content", "")
     out = {"role": "assistant", "content": text if text or not calls else None}
+    if "reasoning" in msg:
+        out["reasoning_content"] = msg["reasoning"]
     if calls:
         out["tool_calls"] = calls
     n_tokens = max(1, (len(text) + sum(len(c["function"]["arguments"]) for c in calls)) // 4)
@@ -68,10 +71,15 @@ def completion(step, n, prompt_chars):
               "logprobs": {"content": [{"token": "token_id:%d" % t, "logprob": -0.5, "bytes": None,
                                         "top_logprobs": []} for t in ids]},
               "token_ids": ids}
-    return {"id": "chatcmpl-%d" % n, "object": "chat.completion", "created": int(time.time()),
-            "model": "mock-model", "choices": [choice],
-            "usage": {"prompt_tokens": prompt_chars // 4, "completion_tokens": n_tokens,
-                      "total_tokens": prompt_chars // 4 + n_tokens}}
+    if step.get("no_logprobs"):
+        del choice["logprobs"], choice["token_ids"]
+    answer = {"id": "chatcmpl-%d" % n, "object": "chat.completion", "created": int(time.time()),
+              "model": "mock-model", "choices": [choice],
+              "usage": {"prompt_tokens": prompt_chars // 4, "completion_tokens": n_tokens,
+                        "total_tokens": prompt_chars // 4 + n_tokens}}
+    if step.get("no_usage"):
+        del answer["usage"]
+    return answer
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -80,9 +88,11 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
-    def reply(self, status, obj):
+    def reply(self, status, obj, headers=None):
         data = json.dumps(obj).encode()
         self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -103,7 +113,9 @@ class Handler(BaseHTTPRequestHandler):
                 body = json.loads(raw)
             except ValueError:
                 body = None
-            entry = {"n": n, "path": self.path, "violations": [], "body": body}
+            entry = {"n": n, "path": self.path, "violations": [], "body": body, "time": time.time(),
+                     "auth": self.headers.get("Authorization")}
+            headers = {}
             if not self.path.endswith("/chat/completions"):
                 status, obj = 404, {"error": "not found"}
             elif body is None:
@@ -119,12 +131,14 @@ class Handler(BaseHTTPRequestHandler):
                     STATE["next"] += 1
                     if "status" in step:
                         status, obj = step["status"], {"error": {"message": "scripted %d" % step["status"]}}
+                        if "retry_after" in step:
+                            headers["Retry-After"] = str(step["retry_after"])
                     else:
                         status, obj = 200, completion(step, n, len(raw))
             entry["status"] = status
             with open(LOG, "a") as f:
                 f.write(json.dumps(entry) + "\n")
-        self.reply(status, obj)
+        self.reply(status, obj, headers)
 
 
 server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
