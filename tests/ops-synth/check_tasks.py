@@ -76,7 +76,8 @@ def main():
     for r in recs:
         c = r.get("synth", {}).get("category", r["data_source"].split("#")[-1])
         cats[c] = cats.get(c, 0) + 1
-        classes.update(r["name"].split("_") if r["data_source"].startswith("torch#") else [r["name"]])
+        if r["data_source"].startswith("torch#"):
+            classes.update(r["name"].split("_"))
     summary["mix_percent"] = {k: round(100.0 * v / len(recs), 2) for k, v in sorted(cats.items())}
     summary["op_classes"] = len(classes)
     if args.mix is not None:

@@ -1,7 +1,168 @@
-// ops-synth filter (placeholder until the worker client lands).
+// ops-synth filter: one `filters` request (and a `similarity` request when decontaminating) per
+// task, through N worker clients; kept tasks go on in input order, every drop is counted by reason.
 #include "tools/ops-synth/filter.hpp"
+
+#include <filesystem>
+#include <map>
+
 #include "libcommon/errors.hpp"
+#include "libcommon/fields.hpp"
+#include "libcommon/ids.hpp"
+#include "libcommon/log.hpp"
+#include "libcommon/record_loop.hpp"
+#include "libcommon/store.hpp"
+#include "tools/ops-synth/pool.hpp"
+
 namespace ops_synth {
-void FilterOptions::register_with(CLI::App* app) {}
-int run_filter(const ca::CommonOptions&, const FilterOptions&) { throw ca::EnvironmentError("filter: not built yet"); }
+
+void FilterOptions::register_with(CLI::App* app) {
+  app->add_option("-j,--jobs", jobs, "Reference workers in parallel (one Python process each)")->capture_default_str();
+  app->add_option("--device", device, "auto (cuda:0 if a GPU worker starts, else cpu), cpu, or cuda:0,cuda:1,...")
+      ->capture_default_str();
+  app->add_option("--min-ms", min_ms, "Lowest eager time kept (GPU only)")->capture_default_str();
+  app->add_option("--max-ms", max_ms, "Highest eager time kept (GPU only)")->capture_default_str();
+  app->add_flag("!--no-compile", check_compile, "Skip the torch.compile run");
+  app->add_flag("--keep-rejected", keep_rejected, "Also emit dropped tasks (filter.kept false, filter.reason)");
+  app->add_option("--decontaminate", decontaminate, "Directory of KernelBench-format .py problems (repeatable)")
+      ->check(CLI::ExistingDirectory);
+  app->add_option("--threshold", threshold, "Drop when the max AST similarity to a problem exceeds this")
+      ->capture_default_str();
+  app->add_option("--timeout", timeout_s, "Seconds per worker request (a hang is killed)")->capture_default_str();
 }
+
+namespace {
+
+// One task through the filters; fills record["filter"]. Returns the drop reason ("" when kept).
+std::string judge(ca::WorkerClient& worker, ca::Record& rec, const FilterOptions& opt) {
+  std::string code = ca::get_required<std::string>(rec, "/code");
+  std::string task_id = ca::get_optional<std::string>(rec, "/task_id").value_or(ca::task_id_for(rec));
+  ca::Json req = {{"op", "filters"}, {"task_id", task_id}, {"code", code},
+                  {"eager_time_range_ms", {opt.min_ms, opt.max_ms}}, {"check_compile", opt.check_compile}};
+  if (rec.contains("init_inputs") && rec["init_inputs"].is_array()) req["init_inputs"] = ca::Json::parse(rec["init_inputs"].dump());
+  ca::Json ans = worker.request(req);
+  ca::Record section;
+  std::string reason;
+  if (!ans.value("ok", false)) {
+    // timeout, worker_died, memory_limit: the task itself is the suspect.
+    reason = ans.value("error", std::string("worker_error"));
+    section["kept"] = false;
+    section["reason"] = reason;
+    section["detail"] = ans.value("detail", std::string());
+  } else {
+    bool kept = ans.value("kept", false);
+    if (!kept) reason = ans["reason"].is_string() ? ans["reason"].get<std::string>() : "rejected";
+    section["kept"] = kept;
+    section["reason"] = kept ? ca::Record(nullptr) : ca::Record(reason);
+    section["verdicts"] = ca::Record::parse(ans["verdicts"].dump());
+    section["device"] = ans.value("device", std::string());
+    section["torch_version"] = ans.value("torch_version", std::string());
+    // The worker's specs fill what the task record lacks (imported rows) and add the params.
+    if (ans.contains("load") && ans["load"].is_object()) {
+      const ca::Json& load = ans["load"];
+      for (const char* key : {"inputs", "outputs", "init_inputs", "params"})
+        if (!rec.contains(key) && load.contains(key)) rec[key] = ca::Record::parse(load[key].dump());
+    }
+  }
+  if (reason.empty() && !opt.decontaminate.empty()) {
+    ca::Record sim = ca::Record::object();
+    double best = 0;
+    std::string best_program;
+    for (const auto& dir : opt.decontaminate) {
+      ca::Json s = worker.request({{"op", "similarity"}, {"code", code}, {"dir", dir}});
+      if (!s.value("ok", false))
+        throw ca::EnvironmentError("similarity against " + dir + " failed: " + s.value("detail", s.dump()));
+      double m = s.value("max", 0.0);
+      if (m > best || best_program.empty()) {
+        best = m;
+        best_program = s["program"].is_string() ? dir + "/" + s["program"].get<std::string>() : "";
+      }
+    }
+    sim["max"] = best;
+    sim["program"] = best_program;
+    sim["threshold"] = opt.threshold;
+    section["similarity"] = sim;
+    if (best > opt.threshold) {
+      reason = "contaminated";
+      section["kept"] = false;
+      section["reason"] = reason;
+    }
+  }
+  rec["filter"] = std::move(section);
+  return reason;
+}
+
+}  // namespace
+
+int run_filter(const ca::CommonOptions& common, const FilterOptions& opt) {
+  for (const auto& d : opt.decontaminate)
+    if (!std::filesystem::is_directory(d)) throw ca::UsageError("--decontaminate: no directory " + d);
+  auto devices = resolve_devices(opt.device, opt.jobs, opt.timeout_s);
+  auto store = ca::open_store_for(common, devices[0]);
+  ca::RecordReader reader(common.input);
+  ca::RecordWriter writer(common.output);
+  ca::log::Progress progress("tasks");
+  std::map<std::string, int64_t> drops;
+  int64_t read = 0, kept = 0, bad = 0, other_shard = 0;
+  auto started = std::chrono::steady_clock::now();
+
+  auto next = [&](PoolItem& item) {
+    for (;;) {
+      if (!reader.next(item.record)) return false;
+      ++read;
+      if (!common.shard.contains(ca::record_key(item.record))) {
+        ++other_shard;
+        continue;
+      }
+      item.where = reader.where();
+      return true;
+    }
+  };
+  auto work = [&](ca::WorkerClient& worker, PoolItem& item) {
+    try {
+      item.result = judge(worker, item.record, opt);  // the drop reason, "" when kept
+    } catch (const ca::FieldError& e) {
+      ca::mark_bad_record(item.record, e, "ops-synth", item.where, common.strict);
+      item.bad = true;
+    }
+  };
+  auto emit = [&](PoolItem& item) {
+    progress.tick();
+    const std::string& reason = item.result;
+    if (item.bad) {
+      ++bad;
+      writer.write(item.record);
+      return;
+    }
+    std::string task_id = item.record.value("task_id", ca::task_id_for(item.record));
+    if (store) store->put_filter_result(task_id, reason.empty(), reason, item.record["filter"]);
+    if (reason.empty()) {
+      ++kept;
+      if (store) store->put_task(item.record);
+      writer.write(item.record);
+    } else {
+      ++drops[reason];
+      if (opt.keep_rejected) writer.write(item.record);
+    }
+  };
+  int status = ca::kExitOk;
+  try {
+    run_pool(opt.jobs, devices, opt.timeout_s, next, work, emit);
+  } catch (const ca::Error& e) {
+    if (store) store->end_run(e.exit_code, ca::Json{{"read", read}, {"kept", kept}});
+    throw;
+  }
+  progress.finish();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ca::Json by_reason = drops;
+  int64_t dropped = 0;
+  for (auto& [k, v] : drops) dropped += v;
+  ca::log::info(read, " read, ", kept, " kept, ", dropped, " dropped ", by_reason.dump(), ", ", bad, " bad records",
+                other_shard ? ca::log::cat(", ", other_shard, " in other shards") : std::string(), " in ",
+                ca::log::cat(static_cast<int64_t>(secs)), " s on ", devices[0], " x", opt.jobs);
+  if (store)
+    store->end_run(status, ca::Json{{"read", read}, {"kept", kept}, {"dropped", by_reason}, {"bad", bad},
+                                    {"seconds", secs}});
+  return status;
+}
+
+}  // namespace ops_synth

@@ -103,7 +103,10 @@ ca::Record distribution(const std::string& kind, int64_t high) {
   return ca::Record{{"kind", "normal"}, {"mean", 0.0}, {"std", 1.0}};
 }
 
-const std::vector<double> kTargetsMs = {1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48};
+// Eager-time targets (ms) drawn per task; the batch is scaled toward one of them.
+const std::vector<double> kTargetsMs = {2, 3, 4, 6, 8, 12, 16, 24, 32, 48};
+// Past this batch a task is more data than work; it is redrawn instead.
+constexpr int64_t kMaxBatch = 65536;
 
 }  // namespace
 
@@ -440,7 +443,7 @@ bool Generator::size_for_gpu(Built& b, Rng& rng) {
   // Scale the batch dimension toward the target; every shape and the estimate follow it.
   for (int it = 0; it < 24; ++it) {
     Shape s = b.start;
-    if (est < target / 1.41) s[0] *= 2;
+    if (est < target / 1.41 && s[0] * 2 <= kMaxBatch) s[0] *= 2;
     else if (est > target * 1.41 && s[0] > 1) s[0] = std::max<int64_t>(1, s[0] / 2);
     else break;
     std::vector<Applied> steps;
@@ -504,7 +507,7 @@ bool Generator::build_module(uint64_t seed, Built& b) {
   if (batch < m.constants.size()) {
     for (int it = 0; it < 24; ++it) {
       auto c2 = b.consts;
-      if (b.est_ms < target / 1.41) c2[batch] *= 2;
+      if (b.est_ms < target / 1.41 && c2[batch] * 2 <= kMaxBatch) c2[batch] *= 2;
       else if (b.est_ms > target * 1.41 && c2[batch] > 1) c2[batch] /= 2;
       else break;
       Built trial = b;

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# ops-synth filter on the CPU worker: verdicts on planted bad tasks (stochastic, constant output,
+# raising, NaN, input-independent, near copy of a fixture problem), generated tiny tasks mostly
+# kept, -j 2 keeps input order, --keep-rejected, the store's filter rows; then import of the
+# fixture KernelBench directories and of Ops-6K-style JSONL rows.
+source "$(dirname "$0")/lib.sh"
+PY=$(find_torch_python) || fail "no python with torch (set CUDA_AGENT_PYTHON)"
+export CUDA_AGENT_PYTHON="$PY"
+FIX="$CA_SRC/datasets/ops/fixtures/kernelbench"
+
+"$PY" "$HERE/planted/make_planted.py" "$FIX" > "$T/planted.jsonl"
+"$OS" filter --device cpu -j 2 --keep-rejected --decontaminate "$FIX" --store "$T/f.db" \
+  -i "$T/planted.jsonl" > "$T/out.jsonl" 2> "$T/err" || fail "filter failed: $(tail -5 "$T/err")"
+cat "$T/err" >&2
+python3 - "$T/planted.jsonl" "$T/out.jsonl" <<'PY' || fail "planted verdicts"
+import json, sys
+planted = [json.loads(l) for l in open(sys.argv[1])]
+out = [json.loads(l) for l in open(sys.argv[2])]
+assert [r["task_id"] for r in out] == [r["task_id"] for r in planted], "order or count changed"
+bad = 0
+for p, o in zip(planted, out):
+    f = o["filter"]
+    got = None if f["kept"] else f["reason"]
+    print("%-22s expect %-16s got %-16s sim %.3f" % (p["name"], p["expect"], got, f.get("similarity", {}).get("max", -1)))
+    if got != p["expect"]:
+        bad += 1
+sys.exit(1 if bad else 0)
+PY
+rows=$("$CA_BIN/run-store" query --store "$T/f.db" "SELECT COUNT(*) AS n FROM filter_results" 2>/dev/null || echo '{}')
+echo "$rows" | grep -q '"n":7' || fail "store filter rows: $rows"
+
+# Generated tiny tasks: most are kept; -j 3 emits in input order; without --keep-rejected only kept.
+"$OS" generate -n 24 --seed 3 --sizes tiny --no-store > "$T/gen.jsonl" 2>/dev/null
+"$OS" filter --device cpu -j 3 --no-store -i "$T/gen.jsonl" > "$T/kept.jsonl" 2> "$T/err2" || fail "filter gen: $(tail -3 "$T/err2")"
+tail -1 "$T/err2" >&2
+python3 - "$T/gen.jsonl" "$T/kept.jsonl" <<'PY' || fail "generated tasks filter"
+import json, sys
+gen = [json.loads(l)["task_id"] for l in open(sys.argv[1])]
+kept = [json.loads(l) for l in open(sys.argv[2])]
+ids = [k["task_id"] for k in kept]
+assert all(k["filter"]["kept"] for k in kept)
+assert ids == [g for g in gen if g in set(ids)], "not in input order"
+assert len(kept) >= 16, "only %d of 24 generated tasks kept" % len(kept)
+assert all("params" in k for k in kept), "params not filled from load"
+PY
+
+# A line that is not JSON: exit 2 naming the line.
+printf '%s\nnot json\n' "$(head -1 "$T/gen.jsonl")" > "$T/bad.jsonl"
+set +e; "$OS" filter --device cpu --no-store -i "$T/bad.jsonl" > /dev/null 2> "$T/err3"; rc=$?; set -e
+[ "$rc" = 2 ] && grep -q "line 2" "$T/err3" || fail "bad line: rc $rc, $(cat "$T/err3")"
+# A record without code: passed on with an error section; --strict: exit 2.
+echo '{"task_id":"0000000000000001"}' > "$T/nocode.jsonl"
+"$OS" filter --device cpu --no-store -i "$T/nocode.jsonl" > "$T/nc.jsonl" 2>/dev/null
+grep -q '"error"' "$T/nc.jsonl" || fail "record without code should get an error section"
+set +e; "$OS" filter --strict --device cpu --no-store -i "$T/nocode.jsonl" >/dev/null 2>&1; rc=$?; set -e
+[ "$rc" = 2 ] || fail "--strict: rc $rc"
+
+# import: fixture KernelBench levels (specs from the worker) and Ops-6K rows.
+"$OS" import --no-store "$FIX" > "$T/kb.jsonl" 2> "$T/err4" || fail "import kb: $(cat "$T/err4")"
+python3 - "$T/kb.jsonl" <<'PY' || fail "import kernelbench"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+assert len(recs) == 5, len(recs)
+conv = [r for r in recs if r["name"] == "3_Conv2d_Standard"][0]
+assert conv["data_source"] == "kernelbench#level1", conv["data_source"]
+assert conv["outputs"][0]["shape"] == [4, 16, 30, 30], conv["outputs"]
+assert conv["init_inputs"] == [3, 16, 3], conv["init_inputs"]
+assert any(p["name"] == "conv2d.weight" for p in conv["params"]), conv["params"]
+PY
+python3 - "$T/gen.jsonl" > "$T/ops6k.jsonl" <<'PY'
+import json, sys
+for l in list(open(sys.argv[1]))[:3]:
+    r = json.loads(l)
+    print(json.dumps({"ops": r["ops"], "data_source": r["data_source"], "code": r["code"]}))
+PY
+"$OS" import --no-store -j 2 "$T/ops6k.jsonl" > "$T/imp.jsonl" 2>/dev/null || fail "import ops6k"
+python3 - "$T/gen.jsonl" "$T/imp.jsonl" <<'PY' || fail "import ops6k rows"
+import json, sys
+gen = [json.loads(l) for l in open(sys.argv[1])][:3]
+imp = [json.loads(l) for l in open(sys.argv[2])]
+assert len(imp) == 3
+for g, i in zip(gen, imp):
+    assert i["ops"] == g["ops"] and i["data_source"] == g["data_source"]
+    assert [o["shape"] for o in i["outputs"]] == [o["shape"] for o in g["outputs"]], (i["outputs"], g["outputs"])
+    assert i["init_inputs"] == g["init_inputs"]
+PY
+CA_SRC="$CA_SRC" "$PY" "$CA_SRC/tests/validate_schema.py" task "$T/imp.jsonl" || fail "imported records: schema"
+echo "ops-synth filter/import (cpu): ok"

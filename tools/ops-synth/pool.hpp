@@ -1,0 +1,33 @@
+// N reference-worker clients in threads over a record stream, results emitted in input order
+// (ops-synth filter -j N, import -j N).
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "libcommon/jsonl.hpp"
+#include "libcommon/worker/worker_client.hpp"
+
+namespace ops_synth {
+
+// "auto" -> cuda:0 when a worker can start there, else cpu; "cpu"; "cuda" or "cuda:0,cuda:1".
+// Returns one device per job (round robin over the list).
+std::vector<std::string> resolve_devices(const std::string& spec, int jobs, double timeout_s);
+
+struct PoolItem {
+  int64_t index = 0;
+  ca::Record record;
+  std::string where;   // "line N" for messages
+  std::string result;  // what the work function decided (its caller's convention)
+  bool bad = false;    // a FieldError made it a bad record
+};
+
+// Calls `next` (main thread) until it returns false, runs `work` on `jobs` threads (each with its
+// own WorkerClient on its device), and calls `emit` (main thread) for every item in input order.
+// An exception from `work` other than FieldError stops everything and is rethrown.
+void run_pool(int jobs, const std::vector<std::string>& devices, double timeout_s,
+              const std::function<bool(PoolItem&)>& next,
+              const std::function<void(ca::WorkerClient&, PoolItem&)>& work,
+              const std::function<void(PoolItem&)>& emit);
+
+}  // namespace ops_synth
