@@ -15,6 +15,7 @@ start=$(date +%s.%N)
   > "$T/out.jsonl" 2> "$T/err" || fail "filter: $(tail -5 "$T/err")"
 end=$(date +%s.%N)
 tail -1 "$T/err" >&2
+if [ -n "${OPS_SYNTH_KEEP:-}" ]; then cp "$T/gen.jsonl" "$T/out.jsonl" "$T/err" "$OPS_SYNTH_KEEP/"; fi
 python3 - "$T/out.jsonl" "$N" "$start" "$end" "$J" <<'PY' || fail "gpu filter"
 import collections, json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
@@ -34,7 +35,7 @@ for r in recs:
     if f["kept"]:
         ms = v["eager_time_ms"].get("value")
         if ms is None or not (1 <= ms <= 100):
-            problems.append("%s kept with eager %.3f ms" % (r["name"], ms))
+            problems.append("%s kept with eager %s ms" % (r["name"], ms))
 eager = sorted(r["filter"]["verdicts"]["eager_time_ms"]["value"] for r in recs
                if r["filter"].get("verdicts") and r["filter"]["verdicts"]["eager_time_ms"].get("value") is not None)
 est_vs_real = sorted(r["filter"]["verdicts"]["eager_time_ms"]["value"] / r["estimates"]["eager_ms"] for r in recs
