@@ -25,7 +25,10 @@ say() { echo "pipeline: $*" >&2; }
 # (CA_FORCE_CPU=1 takes the CPU path even on a GPU machine.)
 if [[ ${CA_FORCE_CPU:-0} != 1 ]] && nvidia-smi -L >/dev/null 2>&1; then gpu=1; else gpu=0; fi
 stages=("$@")
-((${#stages[@]})) || stages=(tasks candidates check prof reward summary)
+if ((${#stages[@]} == 0)); then
+  stages=(tasks candidates check prof reward summary)
+  rm -f "$out"/run.db "$out"/run.db-wal "$out"/run.db-shm "$out"/*.jsonl   # a whole run starts afresh
+fi
 skipped=()
 
 for stage in "${stages[@]}"; do
