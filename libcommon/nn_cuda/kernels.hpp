@@ -1,0 +1,19 @@
+// The native transformer's CUDA kernels as one source string for NVRTC, and the template
+// instantiations the host code launches (name expressions: "rmsnorm_forward<__nv_bfloat16>").
+#pragma once
+#include <string>
+#include <vector>
+
+namespace ca::nn_cuda {
+
+extern const char* const kKernelSource;
+// Head sizes the fused attention kernels are instantiated for (the head size is a template argument
+// so the per-thread rows live in registers).
+inline constexpr int kHeadDims[] = {16, 32, 64, 128};
+std::vector<std::string> kernel_names();
+// Name expression of an attention kernel ("attention_forward", "attention_backward_dq",
+// "attention_backward_dkv") for element type T ("float", "__nv_bfloat16") and head size D.
+std::string attention_name(const std::string& kernel, const std::string& T, int D);
+int attention_rows_per_block(int D);  // query rows (forward, dq) or key rows (dkv) per block
+
+}  // namespace ca::nn_cuda

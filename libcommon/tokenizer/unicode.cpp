@@ -1,0 +1,78 @@
+// UTF-8 decoding and the character classes of the pre-tokenizer regexes.
+#include "libcommon/tokenizer/unicode.hpp"
+
+#include <algorithm>
+
+namespace ca::tokenizer {
+
+namespace {
+bool in_ranges(const CodepointRange* r, std::size_t n, uint32_t cp) {
+  const CodepointRange* end = r + n;
+  const CodepointRange* it = std::upper_bound(r, end, cp, [](uint32_t v, const CodepointRange& x) { return v < x.lo; });
+  return it != r && cp <= (it - 1)->hi;
+}
+}  // namespace
+
+bool is_letter(uint32_t cp) {
+  if (cp < 0x80) return (cp | 0x20) >= 'a' && (cp | 0x20) <= 'z';
+  return in_ranges(kLetterRanges, kLetterRanges_count, cp);
+}
+
+bool is_number(uint32_t cp) {
+  if (cp < 0x80) return cp >= '0' && cp <= '9';
+  return in_ranges(kNumberRanges, kNumberRanges_count, cp);
+}
+
+bool is_whitespace(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+std::vector<Codepoint> decode_utf8(const std::string& s) {
+  std::vector<Codepoint> out;
+  out.reserve(s.size());
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    uint32_t cp = 0xFFFD;
+    bool ok = len > 0 && i + len <= s.size();
+    if (ok) {
+      cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+      for (std::size_t k = 1; k < len && ok; ++k) {
+        const unsigned char cc = static_cast<unsigned char>(s[i + k]);
+        ok = (cc & 0xC0) == 0x80;
+        cp = (cp << 6) | (cc & 0x3F);
+      }
+    }
+    if (!ok) {
+      cp = 0xFFFD;
+      len = 1;
+    }
+    out.push_back({cp, i, len});
+    i += len;
+  }
+  return out;
+}
+
+std::string encode_utf8(uint32_t cp) {
+  std::string out;
+  if (cp < 0x80) {
+    out += char(cp);
+  } else if (cp < 0x800) {
+    out += char(0xC0 | (cp >> 6));
+    out += char(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += char(0xE0 | (cp >> 12));
+    out += char(0x80 | ((cp >> 6) & 0x3F));
+    out += char(0x80 | (cp & 0x3F));
+  } else {
+    out += char(0xF0 | (cp >> 18));
+    out += char(0x80 | ((cp >> 12) & 0x3F));
+    out += char(0x80 | ((cp >> 6) & 0x3F));
+    out += char(0x80 | (cp & 0x3F));
+  }
+  return out;
+}
+
+}  // namespace ca::tokenizer

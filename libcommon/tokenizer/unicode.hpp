@@ -1,0 +1,32 @@
+// The little Unicode a byte-level BPE pre-tokenizer needs: UTF-8 decoding with byte offsets, and the
+// letter (\p{L}), number (\p{N}) and white-space (\s) classes of its regex.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ca::tokenizer {
+
+struct CodepointRange {
+  uint32_t lo, hi;
+};
+extern const CodepointRange kLetterRanges[];
+extern const std::size_t kLetterRanges_count;
+extern const CodepointRange kNumberRanges[];
+extern const std::size_t kNumberRanges_count;
+
+bool is_letter(uint32_t cp);
+bool is_number(uint32_t cp);
+bool is_whitespace(uint32_t cp);  // Unicode White_Space, as the regex engines' \s
+
+// One code point and where its bytes are in the text. An invalid byte is one code point U+FFFD of
+// one byte, so every byte of the text belongs to exactly one entry.
+struct Codepoint {
+  uint32_t cp;
+  std::size_t offset, length;
+};
+std::vector<Codepoint> decode_utf8(const std::string& text);
+std::string encode_utf8(uint32_t cp);
+
+}  // namespace ca::tokenizer

@@ -1,0 +1,27 @@
+// The native transformer's kernels compile with NVRTC for sm_90 (no GPU needed, only NVRTC), every
+// instantiation the host code launches resolves, and the attention kernels do not spill badly.
+#include <doctest/doctest.h>
+
+#include <iostream>
+
+#include "libcommon/bundle/compile.hpp"
+#include "libcommon/nn_cuda/kernels.hpp"
+
+TEST_CASE("nn_cuda kernels compile for sm_90 and every launched name resolves") {
+  ca::bundle::CompileOptions opt;
+  opt.arch = "sm_90";
+  auto names = ca::nn_cuda::kernel_names();
+  auto r = ca::bundle::compile_bundle({{"nn_kernels.cu", ca::nn_cuda::kKernelSource}}, names, opt);
+  INFO(r.first_error);
+  REQUIRE(r.ok);
+  for (auto& n : names) {
+    CAPTURE(n);
+    REQUIRE(r.lowered.count(n) == 1);
+    auto it = r.resources.find(r.lowered[n]);
+    REQUIRE(it != r.resources.end());
+    if (n.rfind("attention", 0) == 0)
+      std::cerr << n << ": " << it->second.registers << " registers, " << it->second.static_shared_bytes << " B smem, "
+                << it->second.spill_store_bytes << " B spill stores\n";
+    CHECK(it->second.static_shared_bytes <= 48 * 1024);
+  }
+}

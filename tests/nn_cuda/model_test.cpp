@@ -1,0 +1,201 @@
+// The native model on CUDA against Model<double> on the CPU: logits, values, per-token logprobs and the
+// gradients of every parameter, in fp32 and bf16, with and without activation checkpointing; the KV
+// cache decoder against the CPU decoder; a training step (clip + AdamW) against the CPU optimizer.
+#include "libcommon/nn/model.hpp"
+#include "libcommon/nn/optim.hpp"
+#include "libcommon/nn/sample.hpp"
+#include "libcommon/nn_cuda/model.hpp"
+#include "tests/nn_cuda/common.hpp"
+
+using namespace nn_cuda_test;
+namespace nn = ca::nn;
+
+namespace {
+nn::Config tiny(bool llama, bool tied, bool critic) {
+  nn::Config c;
+  c.model_type = llama ? "llama" : "qwen2";
+  c.attention_bias = !llama;
+  c.vocab_size = 97;
+  c.hidden_size = 64;
+  c.intermediate_size = 160;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = llama ? 2 : 4;
+  c.num_key_value_heads = llama ? 1 : 2;
+  c.head_dim = llama ? 32 : 16;
+  c.max_position_embeddings = 128;
+  c.rope_theta = 10000.0;
+  c.tie_word_embeddings = tied;
+  c.value_head = critic;
+  return c;
+}
+
+std::vector<int> random_tokens(int n, int V, std::mt19937_64& rng) {
+  std::vector<int> t(n);
+  for (auto& x : t) x = int(rng() % V);
+  return t;
+}
+
+// Model<float> with random weights (and non-trivial norms and biases, so their gradients matter).
+nn::Model<float> random_model(const nn::Config& c, uint64_t seed) {
+  nn::Model<float> m(c);
+  m.init_random(seed, 0.08);
+  std::mt19937_64 rng(seed + 1);
+  std::normal_distribution<double> d(0.0, 0.1);
+  for (auto& p : m.params())
+    if (p.name.find("norm") != std::string::npos || p.name.find("bias") != std::string::npos)
+      for (std::size_t i = 0; i < p.size; ++i) m.weights[p.offset + i] += float(d(rng));
+  return m;
+}
+
+// bf16 keeps 8 bits of mantissa in every activation of a 2-layer model; fp32 differs from the
+// double oracle by summation order only.
+double logits_bound(DType dt) { return dt == DType::F32 ? 1e-8 : 2e-4; }
+double grads_bound(DType dt) { return dt == DType::F32 ? 1e-7 : 5e-3; }
+}  // namespace
+
+TEST_CASE("forward and backward from dlogits / dvalues match Model<double>") {
+  for (bool llama : {false, true})
+    for (bool tied : {false, true})
+      for (bool critic : {false, true})
+        for (DType dt : {DType::F32, DType::BF16})
+          for (bool ckpt : {false, true}) {
+            if (critic && tied) continue;
+            CAPTURE(llama);
+            CAPTURE(tied);
+            CAPTURE(critic);
+            CAPTURE(dtype_name(dt));
+            CAPTURE(ckpt);
+            nn::Config c = tiny(llama, tied, critic);
+            auto cpu = random_model(c, 11);
+            auto ref = nn::convert_model<double>(cpu);
+            std::mt19937_64 rng(12);
+            auto tokens = random_tokens(37, c.vocab_size, rng);
+            nn::Activations<double> acts;
+            ref.forward(tokens, acts);
+            const std::size_t n_out = critic ? tokens.size() : tokens.size() * c.vocab_size;
+            auto dout = randn(n_out, rng);
+            ref.zero_grad();
+            ref.backward(acts, std::vector<double>(dout.begin(), dout.end()));
+
+            CudaModel m(gpu(), cpu, {dt, ckpt});
+            m.forward(tokens);
+            if (critic)
+              CHECK_NMSE(m.values(), acts.values, logits_bound(dt));
+            else
+              CHECK_NMSE(m.logits(), acts.logits, logits_bound(dt));
+            m.backward(dout);
+            auto grads = m.grads();
+            CHECK_NMSE(grads, ref.grads, grads_bound(dt));
+            for (auto& p : cpu.params()) {  // each tensor on its own, so a small one is not hidden
+              std::vector<float> got(grads.begin() + p.offset, grads.begin() + p.offset + p.size);
+              std::vector<double> want(ref.grads.begin() + p.offset, ref.grads.begin() + p.offset + p.size);
+              INFO(p.name);
+              CHECK_NMSE(got, want, 10 * grads_bound(dt));
+            }
+          }
+}
+
+TEST_CASE("per-token logprobs and the backward of a PPO-style loss through the head") {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    CAPTURE(dtype_name(dt));
+    nn::Config c = tiny(false, false, false);
+    auto cpu = random_model(c, 21);
+    auto ref = nn::convert_model<double>(cpu);
+    std::mt19937_64 rng(22);
+    auto tokens = random_tokens(50, c.vocab_size, rng);
+    std::vector<int> targets(tokens.begin() + 1, tokens.end());
+    targets.push_back(-1);  // the last position has no next token
+    const double temp = 0.9;
+    nn::Activations<double> acts;
+    ref.forward(tokens, acts);
+    const int T = int(tokens.size()), V = c.vocab_size;
+    std::vector<double> lp(T, 0.0), ent(T, 0.0), dlogits(std::size_t(T) * V, 0.0);
+    auto c_lp = randn(T, rng), c_ent = randn(T, rng, 0.1);
+    c_lp[T - 1] = 0, c_ent[T - 1] = 0;
+    for (int t = 0; t + 1 < T; ++t) {
+      nn::token_logprob_entropy(acts.logits.data() + std::size_t(t) * V, V, targets[t], temp, lp[t], ent[t]);
+      nn::token_head_backward(acts.logits.data() + std::size_t(t) * V, V, targets[t], temp, double(c_lp[t]),
+                              double(c_ent[t]), dlogits.data() + std::size_t(t) * V);
+    }
+    ref.zero_grad();
+    ref.backward(acts, dlogits);
+
+    CudaModel m(gpu(), cpu, {dt, false});
+    m.forward(tokens);
+    auto got = m.token_logprobs(targets, temp);
+    got.entropy[T - 1] = 0;  // the masked row's entropy is defined on the GPU, not by the oracle
+    CHECK(got.logprob[T - 1] == 0.f);
+    CHECK_NMSE(got.logprob, lp, logits_bound(dt) * 10);
+    CHECK_NMSE(got.entropy, ent, logits_bound(dt) * 10);
+    m.backward_from_logprobs(c_lp, c_ent);
+    CHECK_NMSE(m.grads(), ref.grads, grads_bound(dt));
+  }
+}
+
+TEST_CASE("KV-cache decoding matches the full forward and the CPU decoder") {
+  nn::Config c = tiny(false, false, false);
+  auto cpu = random_model(c, 31);
+  std::mt19937_64 rng(32);
+  auto prompt = random_tokens(10, c.vocab_size, rng);
+  auto more = random_tokens(6, c.vocab_size, rng);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    CAPTURE(dtype_name(dt));
+    CudaModel m(gpu(), cpu, {dt, false});
+    CudaDecoder dec(m, 64);
+    dec.feed(prompt);
+    std::vector<int> all = prompt;
+    for (int tok : more) {
+      dec.step(tok);
+      all.push_back(tok);
+    }
+    nn::Activations<float> acts;
+    cpu.forward(all, acts);
+    std::vector<float> last(acts.logits.end() - c.vocab_size, acts.logits.end());
+    CHECK_NMSE(dec.logits(), last, logits_bound(dt) * 10);
+    CHECK(dec.length() == int(all.size()));
+  }
+  // Greedy generation in fp32 picks the same tokens as the CPU decoder.
+  CudaModel m(gpu(), cpu, {DType::F32, false});
+  CudaDecoder dec(m, 64);
+  nn::Decoder<float> cpu_dec(cpu, 64);
+  dec.feed(prompt);
+  cpu_dec.feed(prompt);
+  nn::SampleOptions opt;
+  opt.temperature = 0;
+  opt.max_new_tokens = 12;
+  std::mt19937_64 r1(5), r2(5);
+  auto a = generate(dec, opt, r1);
+  auto b = nn::generate(cpu_dec, opt, r2);
+  CHECK(a.tokens == b.tokens);
+  CHECK_NMSE(a.logprobs, b.logprobs, 1e-8);
+}
+
+TEST_CASE("a training step: gradient clipping and AdamW on the GPU match the CPU") {
+  nn::Config c = tiny(false, false, false);
+  auto cpu = random_model(c, 41);
+  std::mt19937_64 rng(42);
+  auto tokens = random_tokens(20, c.vocab_size, rng);
+  auto dout = randn(tokens.size() * c.vocab_size, rng);
+  nn::Activations<float> acts;
+  cpu.forward(tokens, acts);
+  cpu.zero_grad();
+  cpu.backward(acts, dout);
+  nn::AdamWConfig ac;
+  ac.lr = 1e-3;
+  double cpu_norm = nn::clip_grad_norm(cpu.grads, 0.5);
+  nn::AdamW opt(cpu.weights.size());
+  opt.step(cpu.weights, cpu.grads, ac);
+
+  CudaModel m(gpu(), random_model(c, 41), {DType::F32, false});
+  m.forward(tokens);
+  m.backward(dout);
+  double norm = m.clip_grad_norm(0.5);
+  CHECK(std::abs(norm - cpu_norm) <= 1e-4 * cpu_norm);
+  m.adamw_step(ac);
+  nn::Model<float> after(c);
+  m.download_weights(after);
+  CHECK_NMSE(after.weights, cpu.weights, 1e-7);
+  auto state = m.optimizer_state();
+  CHECK(state.t == 1);
+  CHECK_NMSE(state.m, opt.m, 1e-8);
+}
