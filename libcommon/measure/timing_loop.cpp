@@ -100,10 +100,10 @@ LoopResult time_target(TimedTarget& target, CUstream stream, L2Flusher& flusher,
   }
   result.warmup_s = seconds_since(t0);
 
-  auto& cupti = cuda::CuptiTracer::instance();
-  const bool traced = options.use_cupti && cupti.available();
-  if (!traced) result.cupti_note = options.use_cupti ? "CUPTI unavailable: " + cupti.why() : "CUPTI off";
-  if (traced) cupti.begin();
+  cuda::CuptiTracer* cupti = options.use_cupti ? &cuda::CuptiTracer::instance() : nullptr;
+  const bool traced = cupti && cupti->available();
+  if (!traced) result.cupti_note = cupti ? "CUPTI unavailable: " + cupti->why() : "CUPTI off (--no-cupti)";
+  if (traced) cupti->begin();
 
   const int batch = std::max(1, options.batch);
   Events ev(batch);
@@ -138,11 +138,11 @@ LoopResult time_target(TimedTarget& target, CUstream stream, L2Flusher& flusher,
   result.event = summarize(result.event_us);
 
   if (traced) {
-    auto records = cupti.end();
+    auto records = cupti->end();
     std::vector<double> per_call = cuda::device_time_per_call_us(records);
     if (int64_t(per_call.size()) != call) {
       result.cupti_note = log::cat("CUPTI saw ", per_call.size(), " calls with kernels for ", call, " timed calls",
-                                   cupti.dropped_records() ? log::cat(" (", cupti.dropped_records(), " records dropped)") : "");
+                                   cupti->dropped_records() ? log::cat(" (", cupti->dropped_records(), " records dropped)") : "");
     }
     // The device-time sample keeps the calls whose events were kept, so both describe the same calls.
     if (per_call.size() > result.event_us.size()) per_call.resize(result.event_us.size());

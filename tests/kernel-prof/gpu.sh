@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# kernel-prof end to end on the GPU (label gpu): a correct candidate is timed with eager and
+# compile baselines (positive, cached on the second run) and validates against the schema; a
+# bundle right at first that skips its work afterwards is rejected; a failed check passes through;
+# a tf32 candidate gets precision-matched baselines. Prints the wall time with cached baselines.
+set -euo pipefail
+KP="$CA_BIN/kernel-prof"
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+PY=$(command -v python3)
+export CUDA_AGENT_PYTHONPATH="${CUDA_AGENT_PYTHONPATH:-$CA_SRC/libcommon/python}"
+export CUDA_AGENT_LOCK_DIR="$T/locks"
+$PY "$CA_TESTS/kernel-prof/fixtures/make_records.py" "$T"
+ARGS=(--store "$T/s.db" --tasks "$T/tasks.jsonl" --baselines eager,compile --budget-s 2 --baseline-budget-s 2)
+
+"$KP" "${ARGS[@]}" -v < "$T/cands.jsonl" > "$T/out1.jsonl" 2> "$T/err1" || { cat "$T/err1"; fail "first run exit $?"; }
+cat "$T/err1" | tail -5
+$PY - "$T/out1.jsonl" <<'PY' || fail "first run records"
+import json, sys
+recs = {r["candidate_id"]: r for r in map(json.loads, open(sys.argv[1]))}
+g = recs["kp-good"]["prof"]
+assert g["status"] == "timed" and g["correct"] is True, g.get("reason")
+assert g["time_us"]["median"] > 0 and g["device_time_us"]["median"] > 0, g["time_us"]
+assert g["method"]["metric"] == "device" and g["method"]["input_sets"] == 3
+assert g["method"]["flush_bytes"] >= 2 * g["gpu"]["l2_bytes"]
+assert any("relu2" in k["name"] for k in g["kernels"]), g["kernels"]
+k = g["kernels"][0]
+assert k["block"] == [256, 1, 1] and k["grid"][0] == 4096 * 2048 // 256 and k["registers"] > 0, k
+assert all(o["ok"] for o in g["outputs_check"]) and len(g["outputs_check"]) == 3
+for mode in ("eager", "compile"):
+    b = g["baselines"][mode]
+    assert "error" not in b, b
+    assert b["time_us"]["median"] > 0 and b["cached"] is False, b
+assert g["speedup_vs_eager"] > 0 and g["speedup_vs_compile"] > 0
+c = recs["kp-cheat"]["prof"]
+assert c["status"] == "failed" and c["correct"] is False, c
+assert "wrong when timed" in c["reason"], c["reason"]
+assert "prof" not in recs["kp-failed"], "a failed check must pass through untouched"
+t = recs["kp-tf32"]["prof"]
+assert t["matched_precision"] == "tf32"
+assert t["baselines"]["compile_precision_matched"]["precision"] == "tf32"
+assert t["baselines"]["compile_precision_matched"]["time_us"]["median"] > 0
+print("run 1: candidate %.2f us (device), eager %.2f us, compile %.2f us, speedups %.2fx / %.2fx; calls %d, stop %s"
+      % (g["time_us"]["median"], g["baselines"]["eager"]["time_us"]["median"],
+         g["baselines"]["compile"]["time_us"]["median"], g["speedup_vs_eager"], g["speedup_vs_compile"],
+         g["method"]["calls"], g["method"]["stop"]))
+print("cheat rejected: " + c["reason"][:160])
+PY
+/usr/bin/env python3 -c 'import jsonschema' 2>/dev/null && { python3 "$CA_SRC/tests/validate_schema.py" prof "$T/out1.jsonl" || fail "schema"; }
+
+start=$(date +%s.%N)
+"$KP" "${ARGS[@]}" < "$T/good.jsonl" > "$T/out2.jsonl" 2> "$T/err2" || { cat "$T/err2"; fail "second run"; }
+end=$(date +%s.%N)
+$PY - "$T/out2.jsonl" "$start" "$end" <<'PY' || fail "second run: baselines not from the cache"
+import json, sys
+g = json.loads(open(sys.argv[1]).readline())["prof"]
+for mode in ("eager", "compile"):
+    assert g["baselines"][mode]["cached"] is True, g["baselines"][mode]
+    assert g["baselines"][mode]["time_us"]["median"] > 0
+print("run 2 (cached baselines): profile_s %.2f s for the candidate, whole process %.2f s (worker start included)"
+      % (g["profile_s"], float(sys.argv[3]) - float(sys.argv[2])))
+PY
+# --metrics: the roofline from the task's estimates always; ncu's counters where ncu can read them
+# (on gVisor machines it cannot: then the error is reported in prof.metrics.ncu, and printed here).
+"$KP" "${ARGS[@]}" --metrics < "$T/good.jsonl" > "$T/out3.jsonl" 2> "$T/err3" || { cat "$T/err3"; fail "--metrics run"; }
+$PY - "$T/out3.jsonl" <<'PY' || fail "--metrics"
+import json, sys
+m = json.loads(open(sys.argv[1]).readline())["prof"]["metrics"]
+r = m["roofline"]
+assert r["bound"] == "memory" and 0 < r["fraction_of_roof"] < 1.5, r
+print("roofline: %.3f FLOP/byte, %.2f TB/s achieved of %.2f peak, %.0f%% of roof" %
+      (r["intensity_flop_per_byte"], r["achieved_tb_per_s"], r["peak_dram_tb_per_s"], 100 * r["fraction_of_roof"]))
+n = m["ncu"]
+if "kernels" in n:
+    for k in n["kernels"]:
+        print("ncu: %s dram %.1f%% sm %.1f%% occupancy %.1f%% time %.2f us" % (k["name"][:40], k["dram_throughput_pct"],
+              k["sm_throughput_pct"], k["achieved_occupancy_pct"], k["gpu_time_duration_ns"] / 1e3))
+    assert any(k["dram_throughput_pct"] > 0 for k in n["kernels"])
+else:
+    print("ncu UNAVAILABLE here: " + json.dumps(n)[:600])
+PY
+echo "kernel-prof gpu e2e: ok"

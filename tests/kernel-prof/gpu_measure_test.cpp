@@ -1,0 +1,112 @@
+// GPU tests of kernel-prof's method on reference kernels (label gpu; run on the device):
+// a copy kernel's bandwidth against the device's own D2D copy rate, repeatability of one kernel
+// timed 5 times, proportionality (2x the work takes 1.8-2.2x), and CUPTI's per-kernel breakdown.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "libcommon/cuda/cupti.hpp"
+#include "libcommon/cuda/driver.hpp"
+#include "libcommon/measure/gpu_lock.hpp"
+#include "libcommon/measure/gpu_state.hpp"
+#include "libcommon/measure/timing_loop.hpp"
+#include "tools/kernel-prof/bench_kernels.hpp"
+
+using namespace ca;
+
+namespace {
+struct Gpu {
+  measure::GpuIdentity id;
+  CUstream stream = nullptr;
+  std::unique_ptr<measure::L2Flusher> flusher;
+  Gpu() {
+    cuda::CuptiTracer::instance();  // before the context, so every kernel is traced
+    auto& drv = cuda::Driver::get();
+    drv.primary_context(0);
+    id = measure::identify_gpu(0);
+    drv.check(drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    flusher = std::make_unique<measure::L2Flusher>(id.l2_bytes);
+  }
+};
+Gpu& gpu() {
+  static Gpu g;
+  return g;
+}
+measure::LoopOptions opts(double rel_ci = 0.005, double budget_s = 3) {
+  measure::LoopOptions o;
+  o.stop.min_runs = 20;
+  o.stop.rel_ci = rel_ci;
+  o.stop.budget_s = budget_s;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("the GPU and CUPTI are there") {
+  Gpu& g = gpu();
+  std::printf("GPU %s %s driver %s L2 %zu MiB flush %zu MiB, CUPTI: %s\n", g.id.name.c_str(), g.id.uuid.c_str(),
+              g.id.driver.c_str(), g.id.l2_bytes >> 20, g.flusher->bytes() >> 20,
+              cuda::CuptiTracer::instance().available() ? cuda::CuptiTracer::instance().library_path().c_str()
+                                                        : cuda::CuptiTracer::instance().why().c_str());
+  CHECK(g.id.l2_bytes > 0);
+  CHECK(g.flusher->bytes() >= 2 * g.id.l2_bytes);
+  CHECK(g.id.uuid.rfind("GPU-", 0) == 0);
+  REQUIRE(cuda::CuptiTracer::instance().available());
+}
+
+TEST_CASE("copy kernel bandwidth is within 15% of the device-to-device copy rate") {
+  Gpu& g = gpu();
+  const std::size_t n = 64u << 20;  // 256 MiB per buffer
+  prof::CopyKernelTarget copy(n, 2, g.id.arch);
+  prof::MemcpyTarget memcpy_target(n, 2);
+  auto rk = measure::time_target(copy, g.stream, *g.flusher, opts());
+  auto rm = measure::time_target(memcpy_target, g.stream, *g.flusher, opts());
+  CHECK(copy.verify(0));
+  CHECK(copy.verify(1));
+  double bw_kernel = double(copy.bytes_moved()) / (rk.event.median * 1e-6) / 1e12;
+  double bw_memcpy = double(memcpy_target.bytes_moved()) / (rm.event.median * 1e-6) / 1e12;
+  std::printf("copy kernel %.3f TB/s (%.1f us, n=%lld, rel_ci %.4f), cuMemcpyDtoD %.3f TB/s (%.1f us, n=%lld)\n",
+              bw_kernel, rk.event.median, (long long)rk.event.n, rk.event.rel_ci.value_or(-1), bw_memcpy,
+              rm.event.median, (long long)rm.event.n);
+  CHECK(bw_kernel > 0.85 * bw_memcpy);
+  CHECK(bw_kernel < 1.15 * bw_memcpy);
+}
+
+TEST_CASE("one kernel timed 5 times: spread under 2%") {
+  Gpu& g = gpu();
+  prof::CopyKernelTarget copy(48u << 20, 3, g.id.arch);  // ~100 us
+  std::vector<double> medians;
+  for (int i = 0; i < 5; ++i) medians.push_back(measure::time_target(copy, g.stream, *g.flusher, opts()).device.median);
+  double lo = *std::min_element(medians.begin(), medians.end()), hi = *std::max_element(medians.begin(), medians.end());
+  std::printf("5 timings (device): %.2f %.2f %.2f %.2f %.2f us, spread max/min - 1 = %.3f%%\n", medians[0], medians[1],
+              medians[2], medians[3], medians[4], (hi / lo - 1) * 100);
+  CHECK(lo > 0);
+  CHECK(hi / lo < 1.02);
+}
+
+TEST_CASE("twice the work takes 1.8-2.2x as long") {
+  Gpu& g = gpu();
+  prof::CopyKernelTarget one(16u << 20, 3, g.id.arch), two(32u << 20, 3, g.id.arch);
+  double t1 = measure::time_target(one, g.stream, *g.flusher, opts()).device.median;
+  double t2 = measure::time_target(two, g.stream, *g.flusher, opts()).device.median;
+  std::printf("n=16M: %.2f us, n=32M: %.2f us, ratio %.3f\n", t1, t2, t2 / t1);
+  CHECK(t2 / t1 > 1.8);
+  CHECK(t2 / t1 < 2.2);
+}
+
+TEST_CASE("CUPTI: one kernel per call, breakdown with its launch shape, device time close to events") {
+  Gpu& g = gpu();
+  prof::CopyKernelTarget copy(32u << 20, 2, g.id.arch);
+  auto r = measure::time_target(copy, g.stream, *g.flusher, opts());
+  CHECK(r.cupti_note == "");
+  REQUIRE(r.kernels.size() == 1);
+  CHECK(r.kernels[0].name == "copy_f4");
+  CHECK(r.kernels[0].block[0] == 256);
+  CHECK(r.kernels[0].grid[0] > 0);
+  CHECK(r.kernels[0].registers_per_thread > 0);
+  CHECK(r.device_us.size() == r.event_us.size());
+  std::printf("device %.2f us vs events %.2f us (n=%lld, stop %s)\n", r.device.median, r.event.median,
+              (long long)r.device.n, measure::stop_reason_name(r.stop));
+  CHECK(r.device.median <= r.event.median * 1.01);
+  CHECK(r.device.median >= r.event.median * 0.9);
+}

@@ -1,0 +1,236 @@
+// Units of libcommon/measure: statistics and the median's CI, the stop rule, the per-GPU lock;
+// and the CUPTI grouping of kernel records into calls.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <thread>
+
+#include "libcommon/cuda/cupti.hpp"
+#include "libcommon/errors.hpp"
+#include "libcommon/measure/gpu_lock.hpp"
+#include "libcommon/measure/stats.hpp"
+#include "libcommon/measure/stop_rule.hpp"
+
+using namespace ca::measure;
+
+TEST_CASE("summary of 1..10") {
+  std::vector<double> v{10, 9, 8, 7, 6, 5, 4, 3, 2, 1};
+  Summary s = summarize(v);
+  CHECK(s.n == 10);
+  CHECK(s.median == doctest::Approx(5.5));
+  CHECK(s.mean == doctest::Approx(5.5));
+  CHECK(s.p10 == doctest::Approx(1.9));  // numpy.percentile(range(1,11), 10)
+  CHECK(s.p90 == doctest::Approx(9.1));
+  CHECK(s.min == 1);
+  CHECK(s.max == 10);
+  REQUIRE(s.rel_ci.has_value());
+  // n = 10: ranks 2 and 9 (coverage 97.9%); half-width max(5.5-2, 9-5.5) = 3.5.
+  CHECK(*s.rel_ci == doctest::Approx(3.5 / 5.5));
+}
+
+TEST_CASE("median CI ranks match the binomial table") {
+  CHECK(!median_ci_ranks(5).defined());  // 2/32 = 6.25% > 5%
+  auto r6 = median_ci_ranks(6);
+  CHECK(r6.lower_rank == 1);
+  CHECK(r6.upper_rank == 6);
+  auto r10 = median_ci_ranks(10);
+  CHECK(r10.lower_rank == 2);
+  CHECK(r10.upper_rank == 9);
+  auto r100 = median_ci_ranks(100);  // the textbook 40th and 61st order statistics
+  CHECK(r100.lower_rank == 40);
+  CHECK(r100.upper_rank == 61);
+}
+
+TEST_CASE("the median's CI covers the true median about 95% of the time") {
+  std::mt19937_64 rng(7);
+  std::lognormal_distribution<double> dist(0.0, 0.5);  // skewed, like timings; median exp(0) = 1
+  int covered = 0, trials = 2000;
+  for (int t = 0; t < trials; ++t) {
+    std::vector<double> v(31);
+    for (auto& x : v) x = dist(rng);
+    std::sort(v.begin(), v.end());
+    MedianCi ci = median_ci(v);
+    covered += (ci.lower <= 1.0 && 1.0 <= ci.upper);
+  }
+  double rate = double(covered) / trials;
+  CHECK(rate >= 0.94);   // exact coverage at n = 31 is 97.1%
+  CHECK(rate <= 0.99);
+}
+
+TEST_CASE("small samples have no CI") {
+  Summary s = summarize({1, 2, 3});
+  CHECK(!s.rel_ci.has_value());
+  CHECK(s.to_json()["rel_ci"].is_null());
+  CHECK(summarize({}).n == 0);
+}
+
+TEST_CASE("summary JSON round trip") {
+  Summary s = summarize({1, 2, 3, 4, 5, 6, 7, 8});
+  Summary t = Summary::from_json(s.to_json());
+  CHECK(t.median == s.median);
+  CHECK(t.n == s.n);
+  CHECK(t.rel_ci == s.rel_ci);
+}
+
+TEST_CASE("stop rule: converges on a tight sample, not before min_runs") {
+  StopRule rule;
+  rule.min_runs = 10;
+  rule.rel_ci = 0.01;
+  rule.budget_s = 100;
+  StopTracker tracker(rule);
+  std::vector<double> v;
+  std::mt19937 rng(1);
+  std::normal_distribution<double> noise(100.0, 0.1);
+  StopReason r = StopReason::none;
+  while (r == StopReason::none) {
+    v.push_back(noise(rng));
+    r = tracker.update(v, 0.0);
+  }
+  CHECK(r == StopReason::converged);
+  CHECK(v.size() == 10);
+  CHECK(tracker.last_rel_ci() < 0.01);
+}
+
+TEST_CASE("stop rule: a noisy sample runs to the budget or the cap") {
+  StopRule rule;
+  rule.min_runs = 10;
+  rule.max_runs = 200;
+  rule.rel_ci = 0.001;
+  rule.budget_s = 100;
+  StopTracker tracker(rule);
+  std::vector<double> v;
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<double> u(50, 150);
+  StopReason r = StopReason::none;
+  while (r == StopReason::none) {
+    v.push_back(u(rng));
+    r = tracker.update(v, 0.0);
+  }
+  CHECK(r == StopReason::max_runs);
+  CHECK(v.size() == 200);
+
+  StopTracker budget(rule);
+  std::vector<double> wide;
+  for (int i = 0; i < 20; ++i) wide.push_back(u(rng));
+  CHECK(budget.update(wide, 101.0) == StopReason::budget);
+}
+
+TEST_CASE("stop rule: below min_runs only a hard 4x budget stops") {
+  StopRule rule;
+  rule.min_runs = 10;
+  rule.budget_s = 1;
+  StopTracker tracker(rule);
+  std::vector<double> v{1, 2};
+  CHECK(tracker.update(v, 2.0) == StopReason::none);
+  CHECK(tracker.update(v, 4.5) == StopReason::budget);
+}
+
+namespace {
+struct LockDir {
+  std::string dir;
+  LockDir() {
+    char tmpl[] = "/tmp/ca-lock-test-XXXXXX";
+    dir = ::mkdtemp(tmpl);
+    ::setenv("CUDA_AGENT_LOCK_DIR", dir.c_str(), 1);
+  }
+  ~LockDir() {
+    std::system(("rm -rf " + dir).c_str());
+    ::unsetenv("CUDA_AGENT_LOCK_DIR");
+  }
+};
+}  // namespace
+
+TEST_CASE("GPU lock: path keyed by UUID, under CUDA_AGENT_LOCK_DIR") {
+  LockDir d;
+  CHECK(lock_path_for("GPU-1234-abcd") == d.dir + "/gpu-GPU-1234-abcd.lock");
+  CHECK(lock_path_for("a/b c") == d.dir + "/gpu-a_b_c.lock");
+}
+
+TEST_CASE("GPU lock: excludes another process until released; times out with the holder named") {
+  LockDir d;
+  int ready[2], go[2];
+  REQUIRE(::pipe(ready) == 0);
+  REQUIRE(::pipe(go) == 0);
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    GpuLock lock("GPU-test", 5);
+    char c = 1;
+    (void)!::write(ready[1], &c, 1);
+    (void)!::read(go[0], &c, 1);  // hold until told
+    lock.release();
+    ::_exit(0);
+  }
+  char c;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  GpuLock probe;
+  CHECK(!probe.try_acquire("GPU-test"));
+  CHECK(probe.try_acquire("GPU-other"));  // another GPU is free
+  probe.release();
+  bool threw = false;
+  try {
+    GpuLock blocked("GPU-test", 0.2);
+  } catch (const ca::EnvironmentError& e) {
+    threw = true;
+    CHECK(std::string(e.what()).find(std::to_string(child)) != std::string::npos);
+  }
+  CHECK(threw);
+  // Release after 0.3 s; a waiting lock gets it.
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    char g = 1;
+    (void)!::write(go[1], &g, 1);
+  });
+  GpuLock waited("GPU-test", 10);
+  CHECK(waited.held());
+  CHECK(waited.waited_s() >= 0.2);
+  releaser.join();
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status));
+}
+
+TEST_CASE("GPU lock: a killed holder frees the lock") {
+  LockDir d;
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    GpuLock lock("GPU-dead", 5);
+    char c = 1;
+    (void)!::write(ready[1], &c, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char c;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  GpuLock probe;
+  CHECK(!probe.try_acquire("GPU-dead"));
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  CHECK(probe.try_acquire("GPU-dead"));
+}
+
+TEST_CASE("CUPTI records group into calls by correlation id, ordered by start") {
+  using ca::cuda::KernelActivity;
+  auto k = [](uint32_t corr, uint64_t start, uint64_t end) {
+    KernelActivity a;
+    a.correlation_id = corr;
+    a.start_ns = start;
+    a.end_ns = end;
+    return a;
+  };
+  // Two graph replays (correlation 7 then 3) of two kernels each, delivered out of order.
+  std::vector<KernelActivity> recs{k(3, 5000, 6000), k(7, 1000, 2000), k(3, 6000, 8000), k(7, 2000, 2500)};
+  auto per_call = ca::cuda::device_time_per_call_us(recs);
+  REQUIRE(per_call.size() == 2);
+  CHECK(per_call[0] == doctest::Approx(1.5));
+  CHECK(per_call[1] == doctest::Approx(3.0));
+  CHECK(ca::cuda::demangle("_Z9scale_addPKfS0_Pfif") == "scale_add(float const*, float const*, float*, int, float)");
+  CHECK(ca::cuda::demangle("copy_kernel") == "copy_kernel");
+}

@@ -1,0 +1,79 @@
+// Baselines through the reference worker, cached in the store.
+#include "tools/kernel-prof/baselines.hpp"
+
+#include "libcommon/errors.hpp"
+#include "libcommon/log.hpp"
+
+namespace ca::prof {
+
+std::string baseline_method(const std::string& mode, const std::string& precision, const std::string& metric,
+                            int input_sets, double flush_factor) {
+  // v1: L2 flush (memset) before every call, CUDA events around the call, input sets rotated,
+  // median reported; device metric = torch.profiler kernel sums per call.
+  return log::cat(mode, "/", precision, "/", metric, "/sets=", input_sets, "/flush=", flush_factor, "xL2/v1");
+}
+
+Json BaselineTimer::load_task(const Record& task) {
+  const std::string task_id = task["task_id"].get<std::string>();
+  if (auto it = gpu_.loaded_tasks.find(task_id); it != gpu_.loaded_tasks.end()) return it->second;
+  if (!task.contains("code") || !task["code"].is_string()) throw FieldError("task.code", "missing (the task's PyTorch source)");
+  Json req{{"op", "load"}, {"task_id", task_id}, {"code", task["code"].get<std::string>()}};
+  if (task.contains("init_inputs")) req["init_inputs"] = Json::parse(task["init_inputs"].dump());
+  if (task.contains("seed") && task["seed"].is_number_integer()) req["init_seed"] = task["seed"].get<int64_t>();
+  Json answer = gpu_.worker().request(req);
+  if (!answer.value("ok", false))
+    throw FieldError("task", "the reference worker could not load task " + task_id + ": " + answer.value("error", std::string("?")) +
+                                 ": " + answer.value("detail", std::string()));
+  gpu_.loaded_tasks[task_id] = answer;
+  return answer;
+}
+
+Json BaselineTimer::time(const std::string& task_id, const std::string& mode, const std::string& precision,
+                         const std::string& metric, int input_sets) {
+  const std::string method = baseline_method(mode, precision, metric, input_sets, 2.0);
+  BaselineKey key{task_id, gpu_.identity().name, gpu_.identity().driver, gpu_.torch_version(), method};
+  if (store_ && !options_.refresh) {
+    if (auto cached = store_->get_baseline(key)) {
+      Json b = *cached;
+      b["cached"] = true;
+      return b;
+    }
+  }
+  Json req{{"op", "time"},
+           {"task_id", task_id},
+           {"mode", mode},
+           {"precision", precision},
+           {"metric", metric},
+           {"warmup", options_.warmup},
+           {"min_runs", options_.stop.min_runs},
+           {"max_runs", options_.stop.max_runs},
+           {"budget_s", options_.baseline_budget_s},
+           {"rel_ci", options_.stop.rel_ci},
+           {"input_sets", input_sets},
+           {"flush_bytes", gpu_.flusher().bytes()},
+           {"seed", options_.seed}};
+  Json a = gpu_.worker().request(req);
+  Json b{{"mode", mode}, {"precision", precision}};
+  if (!a.value("ok", false)) {
+    b["error"] = a.value("error", std::string("?"));
+    b["detail"] = a.value("detail", std::string());
+    log::warn("baseline ", mode, "/", precision, " of task ", task_id, ": ", b["error"].get<std::string>(), ": ",
+              b["detail"].get<std::string>());
+    return b;  // not cached: a failure may be transient
+  }
+  const Json dev = a.value("device_time_us", Json(nullptr));
+  const bool device = metric == "device" && dev.is_object();
+  b["time_us"] = device ? dev : a["time_us"];
+  b["metric"] = device ? "device" : "wall";
+  b["event_time_us"] = a["time_us"];
+  b["device_time_us"] = dev;
+  b["compile_s"] = a.value("compile_s", Json(nullptr));
+  b["method"] = a.value("method", Json::object());
+  b["torch_version"] = a.value("torch_version", gpu_.torch_version());
+  b["key"] = key.text();
+  if (store_) store_->put_baseline(key, b);
+  b["cached"] = false;
+  return b;
+}
+
+}  // namespace ca::prof

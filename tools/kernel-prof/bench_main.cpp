@@ -1,0 +1,100 @@
+// kernel-prof-bench: figures for kernel-prof's method on copy kernels of about 10 us, 100 us and
+// 1 ms: spread (max/min) of 10 repeated measurements, and agreement with ncu's gpu__time_duration.
+//   kernel-prof-bench [--repeats 10] [--ncu]       (prints a table on stdout)
+//   kernel-prof-bench --once N                     (ncu's target: N-float copy, once per set)
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "libcommon/cuda/cupti.hpp"
+#include "libcommon/cuda/driver.hpp"
+#include "libcommon/errors.hpp"
+#include "libcommon/log.hpp"
+#include "libcommon/measure/gpu_state.hpp"
+#include "libcommon/measure/timing_loop.hpp"
+#include "libcommon/paths.hpp"
+#include "libcommon/process.hpp"
+#include "tools/kernel-prof/bench_kernels.hpp"
+#include "tools/kernel-prof/roofline.hpp"
+
+using namespace ca;
+
+int main(int argc, char** argv) {
+  log::set_tool("kernel-prof-bench");
+  int repeats = 10;
+  bool with_ncu = false;
+  std::size_t once = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--ncu")) with_ncu = true;
+    else if (!std::strcmp(argv[i], "--once") && i + 1 < argc) once = std::stoull(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: kernel-prof-bench [--repeats N] [--ncu] | --once N_FLOATS\n");
+      return 1;
+    }
+  }
+  try {
+    if (once == 0) cuda::CuptiTracer::instance();
+    auto& drv = cuda::Driver::get();
+    drv.primary_context(0);
+    measure::GpuIdentity id = measure::identify_gpu(0);
+    CUstream stream = nullptr;
+    drv.check(drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    measure::L2Flusher flusher(id.l2_bytes);
+    if (once) {
+      prof::CopyKernelTarget t(once, 1, id.arch);
+      for (int k = 0; k < 5; ++k) {  // ncu times each launch; five give it a median too
+        flusher.flush(stream);
+        t.enqueue(0, stream);
+      }
+      drv.check(drv.cuStreamSynchronize(stream), "once");
+      return 0;
+    }
+    std::printf("# %s %s, driver %s, CUPTI %s\n", id.name.c_str(), id.uuid.c_str(), id.driver.c_str(),
+                cuda::CuptiTracer::instance().available() ? "on" : cuda::CuptiTracer::instance().why().c_str());
+    std::printf("%-10s %10s %10s %10s %9s %7s %12s %10s %8s\n", "n_floats", "median_us", "min_med", "max_med",
+                "spread_%", "calls", "ncu_med_us", "ncu_diff%", "wall_s");
+    for (std::size_t n : {std::size_t(5) << 20, std::size_t(54) << 20, std::size_t(540) << 20}) {
+      prof::CopyKernelTarget t(n, 2, id.arch);
+      measure::LoopOptions o;
+      o.stop.min_runs = 20;
+      o.stop.budget_s = 2;
+      std::vector<double> medians;
+      int64_t calls = 0;
+      auto t0 = std::chrono::steady_clock::now();
+      for (int r = 0; r < repeats; ++r) {
+        auto res = measure::time_target(t, stream, flusher, o);
+        medians.push_back(res.device_us.empty() ? res.event.median : res.device.median);
+        calls += res.calls;
+      }
+      double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / repeats;
+      auto s = measure::summarize(medians);
+      double ncu_us = -1;
+      if (with_ncu) {
+        SpawnOptions so;
+        std::string ncu = find_on_path("ncu");
+        so.argv = {ncu.empty() ? "ncu" : ncu, "--csv", "--clock-control", "none", "--cache-control", "all", "--metrics",
+                   "gpu__time_duration.sum", executable_dir() + "/kernel-prof-bench", "--once", std::to_string(n)};
+        so.capture_stderr = true;
+        auto r = run_command(so, "", std::chrono::milliseconds(120000));
+        std::vector<double> ts;
+        for (auto& k : prof::parse_ncu_csv(r.out))
+          if (k.metrics.count("gpu__time_duration.sum")) ts.push_back(k.metrics["gpu__time_duration.sum"] / 1e3);
+        if (!ts.empty()) ncu_us = measure::summarize(ts).median;
+        else std::fprintf(stderr, "ncu gave nothing (exit %d): %s\n", r.exit_status, r.err.substr(0, 400).c_str());
+      }
+      std::printf("%-10zu %10.2f %10.2f %10.2f %9.3f %7lld %12.2f %10.2f %8.2f\n", n, s.median, s.min, s.max,
+                  (s.max / s.min - 1) * 100, (long long)(calls / repeats), ncu_us,
+                  ncu_us > 0 ? (s.median / ncu_us - 1) * 100 : 0.0, wall);
+    }
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "kernel-prof-bench: %s\n", e.what());
+    return e.exit_code;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kernel-prof-bench: %s\n", e.what());
+    return 4;
+  }
+}

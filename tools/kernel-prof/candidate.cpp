@@ -1,0 +1,153 @@
+// One candidate on the GPU: bench setup, timing, outputs checked after the timed calls.
+#include "tools/kernel-prof/candidate.hpp"
+
+#include <cstdio>
+
+#include "libcommon/bundle/compile.hpp"
+#include "libcommon/bundle/plan.hpp"
+#include "libcommon/cuda/driver.hpp"
+#include "libcommon/errors.hpp"
+#include "libcommon/log.hpp"
+#include "libcommon/safetensors.hpp"
+#include "tools/kernel-check/compare.hpp"
+
+namespace ca::prof {
+
+CandidateBench::CandidateBench(const Record& bundle, const Json& loaded, const std::string& arch,
+                               const std::string& params_file, const std::vector<InputSetFiles>& sets) {
+  if (!bundle.contains("kernels") || !bundle["kernels"].is_object()) throw FieldError("bundle.kernels", "missing or not an object");
+  if (!bundle.contains("plan")) throw FieldError("bundle.plan", "missing");
+  std::map<std::string, std::string> kernels;
+  for (auto& [name, src] : bundle["kernels"].items()) {
+    if (!src.is_string()) throw FieldError("bundle.kernels." + name, "expected CUDA source text");
+    kernels[name] = src.get<std::string>();
+  }
+  bundle::Plan plan = bundle::Plan::parse(bundle["plan"]);
+  bundle::CompileOptions copt;
+  copt.arch = arch;
+  bundle::CompileResult cr = bundle::compile_bundle(kernels, plan.kernel_names(), copt);
+  if (!cr.ok) throw std::runtime_error("compile: " + cr.first_error);
+  bundle::BoundPlan bound = bundle::bind_plan(plan, bundle::signatures_of(cr), bundle::IoSpec::from_json(loaded));
+  TensorMap params;
+  if (!params_file.empty()) params = read_safetensors(params_file).tensors;
+  auto& drv = cuda::Driver::get();
+  for (const auto& s : sets) {
+    auto ex = std::make_unique<bundle::Executor>(bound, cr.cubin);
+    ex->upload_tensors(params);
+    ex->run_init();
+    ex->upload_tensors(read_safetensors(s.inputs).tensors);
+    ex->synchronize();
+    graphs_.push_back(ex->capture_forward());
+    std::vector<std::pair<CUdeviceptr, size_t>> outs;
+    for (const auto& b : ex->plan().buffers)
+      if (b.space == bundle::Space::output && b.bytes > 0) outs.emplace_back(ex->device_pointer(b.ref), size_t(b.bytes));
+    outputs_.push_back(outs);
+    executors_.push_back(std::move(ex));
+  }
+  drv.check(drv.cuCtxSynchronize(), "candidate setup");
+}
+
+CandidateBench::~CandidateBench() {
+  auto& drv = cuda::Driver::get();
+  for (auto g : graphs_) drv.cuGraphExecDestroy(g);
+}
+
+void CandidateBench::prepare(int set, CUstream stream) {
+  auto& drv = cuda::Driver::get();
+  // NaN in every output byte: a call that skips its work leaves NaN behind, which the check sees.
+  for (auto& [ptr, bytes] : outputs_[set]) drv.check(drv.cuMemsetD8Async(ptr, 0xFF, bytes, stream), "poison outputs");
+}
+
+void CandidateBench::enqueue(int set, CUstream stream) {
+  auto& drv = cuda::Driver::get();
+  drv.check(drv.cuGraphLaunch(graphs_[set], stream), "cuGraphLaunch");
+}
+
+std::vector<InputSetFiles> make_input_sets(GpuSession& gpu, const std::string& task_id, int count, uint64_t seed,
+                                           std::string* params_file) {
+  WorkerClient& w = gpu.worker();
+  std::vector<InputSetFiles> sets;
+  for (int k = 0; k < count; ++k) {
+    InputSetFiles f;
+    f.seed = seed + uint64_t(k);
+    f.inputs = w.temp_path("prof-in");
+    f.reference = w.temp_path("prof-ref");
+    Json a = w.request({{"op", "inputs"}, {"task_id", task_id}, {"seed", f.seed}, {"out", f.inputs}});
+    if (!a.value("ok", false))
+      throw EnvironmentError("reference worker: inputs for task " + task_id + ": " + a.value("error", std::string("?")) + ": " +
+                             a.value("detail", std::string()));
+    Json req{{"op", "reference"}, {"task_id", task_id}, {"inputs", f.inputs}, {"out", f.reference}};
+    if (k == 0 && params_file) {
+      *params_file = w.temp_path("prof-params");
+      req["params_out"] = *params_file;
+    }
+    Json b = w.request(req);
+    if (!b.value("ok", false))
+      throw EnvironmentError("reference worker: reference for task " + task_id + ": " + b.value("error", std::string("?")) +
+                             ": " + b.value("detail", std::string()));
+    sets.push_back(f);
+  }
+  return sets;
+}
+
+void remove_files(const CandidateTiming& timing) {
+  if (!timing.params_file.empty()) std::remove(timing.params_file.c_str());
+  for (const auto& s : timing.sets) {
+    std::remove(s.inputs.c_str());
+    std::remove(s.reference.c_str());
+  }
+}
+
+CandidateTiming time_candidate(GpuSession& gpu, const Record& record, const Record& task, const Json& loaded,
+                               const ProfOptions& options) {
+  CandidateTiming result;
+  const std::string task_id = task["task_id"].get<std::string>();
+  result.sets = make_input_sets(gpu, task_id, options.input_sets, options.seed, &result.params_file);
+  result.input_sets = int(result.sets.size());
+  const std::string tolerance = record["check"].value("tolerance", std::string("default"));
+  auto fail = [&](const std::string& why) {
+    result.outputs_ok = false;
+    result.failure = why;
+    return result;
+  };
+  std::unique_ptr<CandidateBench> bench;
+  try {
+    bench = std::make_unique<CandidateBench>(record["bundle"], loaded, gpu.identity().arch, result.params_file, result.sets);
+  } catch (const FieldError&) {
+    throw;
+  } catch (const cuda::CudaError& e) {
+    if (e.sticky()) throw InternalError(std::string("the GPU context died while setting up the candidate: ") + e.what());
+    return fail(std::string("setup: ") + e.what());
+  } catch (const std::exception& e) {
+    return fail(std::string("setup: ") + e.what());
+  }
+  measure::LoopOptions lo;
+  lo.stop = options.stop;
+  lo.warmup_calls = options.warmup;
+  lo.use_cupti = !options.no_cupti;
+  try {
+    result.loop = measure::time_target(*bench, gpu.stream(), gpu.flusher(), lo);
+  } catch (const cuda::CudaError& e) {
+    if (e.sticky()) throw InternalError(std::string("the GPU context died during the timed calls: ") + e.what());
+    return fail(std::string("timed calls: ") + e.what());
+  }
+  // The last timed call on every set left its outputs in place: compare them with the reference.
+  for (int k = 0; k < result.input_sets; ++k) {
+    TensorMap got = bench->executor(k).download_outputs();
+    TensorMap want = read_safetensors(result.sets[k].reference).tensors;
+    kc::CompareResult cmp = kc::compare_outputs(got, want, tolerance, -1, -1);
+    Json entry = cmp.to_json();
+    entry["set"] = k;
+    entry["seed"] = result.sets[k].seed;
+    entry["ok"] = cmp.ok;
+    result.outputs_check.push_back(entry);
+    if (!cmp.ok && result.outputs_ok) {
+      result.outputs_ok = false;
+      result.failure = log::cat("input set ", k, " (seed ", result.sets[k].seed, ") after ", result.loop.calls,
+                                " timed calls: ", cmp.reason);
+    }
+  }
+  return result;
+}
+
+}  // namespace ca::prof

@@ -1,0 +1,66 @@
+// Timing one candidate bundle: compiled (NVRTC, cached) and bound with the shared bundle library,
+// one executor per input set with its forward steps captured in a CUDA graph, the timing loop of
+// libcommon/measure, and the outputs of the timed calls checked against the reference worker's.
+#pragma once
+#include <cuda.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "libcommon/bundle/executor.hpp"
+#include "libcommon/jsonl.hpp"
+#include "libcommon/measure/timing_loop.hpp"
+#include "tools/kernel-prof/gpu_session.hpp"
+#include "tools/kernel-prof/options.hpp"
+
+namespace ca::prof {
+
+// Files the reference worker wrote for one input set (inside its private temp dir).
+struct InputSetFiles {
+  uint64_t seed = 0;
+  std::string inputs, reference;
+};
+
+// The candidate ready to run: one executor and one graph per input set, params uploaded, init run.
+class CandidateBench : public measure::TimedTarget {
+ public:
+  // Throws bundle::PlanError, CudaError, FieldError (record lacks its bundle), or
+  // std::runtime_error("compile: ...") when the bundle no longer compiles.
+  CandidateBench(const Record& bundle, const Json& loaded, const std::string& arch, const std::string& params_file,
+                 const std::vector<InputSetFiles>& sets);
+  ~CandidateBench() override;
+  int input_sets() const override { return int(executors_.size()); }
+  void prepare(int set, CUstream stream) override;  // poison the set's outputs (NaN bytes)
+  void enqueue(int set, CUstream stream) override;  // replay the set's graph
+  bundle::Executor& executor(int set) { return *executors_[set]; }
+
+ private:
+  std::vector<std::unique_ptr<bundle::Executor>> executors_;
+  std::vector<CUgraphExec> graphs_;
+  std::vector<std::vector<std::pair<CUdeviceptr, size_t>>> outputs_;  // per set
+};
+
+struct CandidateTiming {
+  measure::LoopResult loop;
+  int input_sets = 0;
+  bool outputs_ok = true;
+  std::string failure;  // what was wrong when timed
+  Json outputs_check = Json::array();  // per input set: {set, seed, ok, max_abs_err, ...}
+  std::string params_file;             // kept for --metrics' replay, removed by the caller
+  std::vector<InputSetFiles> sets;
+};
+
+// Asks the worker for the input sets (seeds options.seed + k) and their reference outputs.
+std::vector<InputSetFiles> make_input_sets(GpuSession& gpu, const std::string& task_id, int count, uint64_t seed,
+                                           std::string* params_file);
+
+// `loaded` is the worker's load answer for the task (tensor specs). Never throws for a candidate
+// that goes wrong when timed: outputs_ok false and `failure` say what happened.
+CandidateTiming time_candidate(GpuSession& gpu, const Record& record, const Record& task, const Json& loaded,
+                               const ProfOptions& options);
+
+// Removes the worker files of a timing.
+void remove_files(const CandidateTiming& timing);
+
+}  // namespace ca::prof

@@ -1,0 +1,40 @@
+// One opened GPU for kernel-prof: identity, primary context, a stream, the L2 flusher, and the
+// reference worker on the same device (started on first need).
+#pragma once
+#include <cuda.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "libcommon/measure/gpu_state.hpp"
+#include "libcommon/worker/worker_client.hpp"
+
+namespace ca::prof {
+
+class GpuSession {
+ public:
+  // Throws EnvironmentError (exit 3) without a driver or that GPU.
+  // `trace`: open CUPTI (not under ncu, which owns it in --replay-once).
+  explicit GpuSession(int ordinal, bool trace = true);
+  ~GpuSession();
+  const measure::GpuIdentity& identity() const { return id_; }
+  CUstream stream() const { return stream_; }
+  measure::L2Flusher& flusher() { return *flusher_; }
+  void make_current() const;
+  // The worker on cuda:<ordinal>; EnvironmentError when no python with torch and CUDA is found.
+  WorkerClient& worker();
+  bool worker_started() const { return worker_ != nullptr; }
+  std::string torch_version();
+  // Worker `load` answers by task_id (the worker keeps the task; the client replays it after a restart).
+  std::map<std::string, Json> loaded_tasks;
+
+ private:
+  measure::GpuIdentity id_;
+  CUcontext ctx_ = nullptr;
+  CUstream stream_ = nullptr;
+  std::unique_ptr<measure::L2Flusher> flusher_;
+  std::unique_ptr<WorkerClient> worker_;
+};
+
+}  // namespace ca::prof

@@ -1,0 +1,45 @@
+// kernel-prof: time candidates that passed kernel-check, and their task's eager and torch.compile
+// baselines, with one method (DESIGN.md §6); adds the `prof` section.
+#include "libcommon/cli.hpp"
+#include "libcommon/errors.hpp"
+#include "libcommon/log.hpp"
+#include "libcommon/record_loop.hpp"
+#include "libcommon/store.hpp"
+#include "tools/kernel-prof/multi_gpu.hpp"
+#include "tools/kernel-prof/options.hpp"
+#include "tools/kernel-prof/profiler.hpp"
+#include "tools/kernel-prof/replay.hpp"
+
+int main(int argc, char** argv) {
+  ca::Cli cli("kernel-prof",
+              "Time candidates whose check passed against their task's eager and torch.compile baselines: L2 "
+              "flushed before every call, CUDA-graph replays between CUDA events, CUPTI kernel times, input sets "
+              "rotated, until the median's 95% CI is within 1%; outputs of timed calls checked again. Records "
+              "whose check failed (or that have none) pass through untouched.",
+              "kernel-check --tasks tasks.jsonl < cands.jsonl | kernel-prof --tasks tasks.jsonl --gpus 0,1 "
+              "--baselines eager,compile --metric device > profiled.jsonl",
+              "kernel-check(1), reward-calc(1), run-store(1), ncu(1)");
+  cli.add_stream_options();
+  ca::prof::ProfOptions opt;
+  opt.register_with(cli.app());
+  auto& common = cli.options();
+  return cli.run(argc, argv, [&]() -> int {
+    opt.validate();
+    if (common.seed) opt.seed = *common.seed;
+    if (!opt.replay_once.empty()) return ca::prof::replay_once(opt.replay_once, opt.gpus.front());
+    if (opt.gpus.size() > 1) return ca::prof::run_on_gpus(opt, common, argc, argv);
+    auto store = ca::open_store_for(common);
+    ca::prof::Profiler profiler(opt, common, store.get());
+    ca::RecordLoop loop(common);
+    int status = ca::kExitOk;
+    try {
+      status = loop.run([&](ca::Record& record) { return profiler.profile(record); });
+    } catch (const ca::Error& e) {
+      ca::log::error(e.what());
+      ca::log::info(loop.counts().text());
+      status = e.exit_code;
+    }
+    if (store) store->end_run(status, loop.counts().to_json());
+    return status;
+  });
+}

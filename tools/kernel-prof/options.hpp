@@ -1,0 +1,31 @@
+// kernel-prof's own options (the shared ones come from ca::Cli).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "libcommon/cli.hpp"
+#include "libcommon/measure/stop_rule.hpp"
+
+namespace ca::prof {
+
+struct ProfOptions {
+  std::string metric = "device";                          // device | wall
+  std::vector<std::string> baselines{"eager", "compile"};  // eager, compile, compile-max-autotune
+  std::vector<int> gpus{0};
+  std::string tasks_path;                                 // --tasks FILE
+  bool refresh = false;                                   // re-measure cached baselines
+  bool metrics = false;                                   // --metrics: ncu counters and roofline
+  bool no_cupti = false;
+  int input_sets = 3;
+  int warmup = 3;
+  measure::StopRule stop;                                 // --min-runs --max-runs --rel-ci --budget-s
+  double baseline_budget_s = 10;
+  double lock_timeout_s = 600;
+  uint64_t seed = 0;
+  std::string replay_once;                                // hidden: ncu's one-shot target                                      // inputs of set k use seed + k
+
+  void register_with(CLI::App& app);
+  void validate() const;  // UsageError on bad combinations
+};
+
+}  // namespace ca::prof

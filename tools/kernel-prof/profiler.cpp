@@ -1,0 +1,184 @@
+// The profiler: candidate, baselines, speedups (see profiler.hpp).
+#include "tools/kernel-prof/profiler.hpp"
+
+#include <chrono>
+#include <cmath>
+
+#include "libcommon/errors.hpp"
+#include "libcommon/fields.hpp"
+#include "libcommon/log.hpp"
+#include "libcommon/measure/gpu_lock.hpp"
+#include "libcommon/measure/gpu_state.hpp"
+#include "tools/kernel-prof/baselines.hpp"
+#include "tools/kernel-prof/candidate.hpp"
+#include "tools/kernel-prof/gpu_session.hpp"
+#include "tools/kernel-prof/roofline.hpp"
+
+namespace ca::prof {
+
+bool check_passed(const Record& record) {
+  if (!record.contains("check") || record["check"].is_null()) return false;
+  if (!record["check"].is_object()) throw FieldError("check", "expected an object, got " + std::string(record["check"].type_name()));
+  return get_required<bool>(record, "/check/correct");
+}
+
+Profiler::Profiler(const ProfOptions& options, const CommonOptions& common, Store* store)
+    : options_(options), common_(common), store_(store) {
+  if (!options_.tasks_path.empty()) {
+    RecordReader reader(options_.tasks_path);
+    Record task;
+    while (reader.next(task))
+      if (task.contains("task_id") && task["task_id"].is_string()) tasks_[task["task_id"].get<std::string>()] = task;
+    log::verbose("--tasks: ", tasks_.size(), " tasks from ", options_.tasks_path);
+  }
+}
+
+Profiler::~Profiler() = default;
+
+Record Profiler::find_task(const Record& record, const std::string& task_id) {
+  if (record.contains("task") && record["task"].is_object()) return record["task"];
+  if (auto it = tasks_.find(task_id); it != tasks_.end()) return it->second;
+  if (store_)
+    if (auto t = store_->get_task(task_id)) return *t;
+  if (record.contains("code") && record["code"].is_string()) return record;  // a task record carrying a bundle
+  throw FieldError("task", "task " + task_id + " not found (give --tasks FILE, a `task` object, or a store holding it)");
+}
+
+GpuSession& Profiler::gpu() {
+  if (!gpu_) {
+    try {
+      gpu_ = std::make_unique<GpuSession>(options_.gpus.front(), !options_.no_cupti);
+    } catch (const EnvironmentError& e) {
+      throw EnvironmentError(std::string(e.what()) +
+                             ": a record passed its check and needs a GPU to be timed (records whose check failed "
+                             "pass through without one)");
+    }
+    if (store_) store_->set_run_gpu(gpu_->identity().name + " " + gpu_->identity().uuid);
+  }
+  return *gpu_;
+}
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+Json clock_json(const std::optional<int>& mhz) { return mhz ? Json(*mhz) : Json(nullptr); }
+std::string underscored(std::string s) {
+  for (char& c : s)
+    if (c == '-') c = '_';
+  return s;
+}
+}  // namespace
+
+Outcome Profiler::profile(Record& record) {
+  if (!check_passed(record)) return Outcome::passed;
+  const std::string task_id = get_required<std::string>(record, "/task_id");
+  if (!record.contains("bundle") || !record["bundle"].is_object()) throw FieldError("bundle", "missing (a passing check needs its bundle to be timed)");
+  GpuSession& g = gpu();  // first: without a GPU no passing record can be timed (exit 3)
+  g.make_current();
+  Record task = find_task(record, task_id);
+  if (!task.contains("task_id")) task["task_id"] = task_id;
+  const std::string precision = record["check"].value("precision", std::string("fp32"));
+
+  const auto started = std::chrono::steady_clock::now();
+  measure::GpuLock lock(g.identity().uuid, options_.lock_timeout_s);
+
+  Record prof;
+  prof["gpu"] = g.identity().to_json();
+  prof["lock_wait_s"] = lock.waited_s();
+  auto clock_start = measure::sm_clock_mhz(g.identity().pci_bus_id);
+
+  BaselineTimer baselines(g, store_, options_);
+  Json loaded = baselines.load_task(task);
+
+  CandidateTiming cand = time_candidate(g, record, task, loaded, options_);
+  struct Cleanup {
+    const CandidateTiming& t;
+    ~Cleanup() { remove_files(t); }
+  } cleanup{cand};
+  auto clock_end = measure::sm_clock_mhz(g.identity().pci_bus_id);
+  prof["sm_clock_mhz"] = {{"start", clock_json(clock_start)}, {"end", clock_json(clock_end)}};
+
+  // The selected metric: CUPTI kernel sums per call, unless CUPTI could not give them.
+  const bool have_device = !cand.loop.device_us.empty();
+  std::string metric_used = options_.metric;
+  Json notes = Json::array();
+  if (options_.metric == "device" && !have_device) {
+    metric_used = "wall";
+    notes.push_back("device time unavailable (" + cand.loop.cupti_note + "); time_us is CUDA-event time");
+  } else if (!cand.loop.cupti_note.empty()) {
+    notes.push_back(cand.loop.cupti_note);
+  }
+  const measure::Summary& chosen = metric_used == "device" ? cand.loop.device : cand.loop.event;
+
+  Json method = options_.stop.to_json();
+  method["metric"] = metric_used;
+  method["warmup_calls"] = options_.warmup;
+  method["input_sets"] = cand.input_sets;
+  method["seed"] = options_.seed;
+  method["flush_bytes"] = g.flusher().bytes();
+  method["persisting_l2_reset"] = g.flusher().resets_persisting();
+  method["timer"] = "cuda_events around cuGraphLaunch";
+  method["device_timer"] = have_device ? "cupti concurrent-kernel records, summed per call" : "none";
+  method["stop"] = measure::stop_reason_name(cand.loop.stop);
+  method["calls"] = cand.loop.calls;
+  method["timed_wall_s"] = cand.loop.timed_wall_s;
+  prof["method"] = method;
+  prof["time_us"] = chosen.to_json();
+  prof["event_time_us"] = cand.loop.event.to_json();
+  prof["device_time_us"] = have_device ? cand.loop.device.to_json() : Json(nullptr);
+  Json kernels = Json::array();
+  for (const auto& k : cand.loop.kernels) kernels.push_back(k.to_json());
+  prof["kernels"] = kernels;
+  prof["outputs_check"] = cand.outputs_check;
+
+  if (!cand.outputs_ok) {
+    prof["status"] = "failed";
+    prof["correct"] = false;
+    prof["reason"] = "wrong when timed: " + cand.failure;
+    prof["notes"] = notes;
+    prof["profile_s"] = seconds_since(started);
+    record["prof"] = prof;
+    log::warn(record.value("candidate_id", task_id), ": ", prof["reason"].get<std::string>());
+    if (store_) store_->put_profile(record.value("candidate_id", std::string()), task_id, prof);
+    return Outcome::failed;
+  }
+
+  // Baselines, with the same method and the same input seeds.
+  Json base = Json::object();
+  for (const auto& mode : options_.baselines) base[mode] = baselines.time(task_id, mode, "fp32", metric_used, cand.input_sets);
+  prof["baselines"] = base;
+  auto speedup = [&](const Json& b) -> Json {
+    if (!b.contains("time_us") || !b["time_us"].is_object() || chosen.median <= 0) return nullptr;
+    return b["time_us"]["median"].get<double>() / chosen.median;
+  };
+  if (base.contains("eager")) prof["speedup_vs_eager"] = speedup(base["eager"]);
+  if (base.contains("compile")) prof["speedup_vs_compile"] = speedup(base["compile"]);
+  if (base.contains("compile-max-autotune")) prof["speedup_vs_compile_max_autotune"] = speedup(base["compile-max-autotune"]);
+  // Precision-matched: the kernel computes in reduced precision, so also time the baselines allowed
+  // the same (TF32 on, or autocast to fp16/bf16); reward-calc reads them as <mode>_precision_matched.
+  if (precision == "tf32" || precision == "fp16" || precision == "bf16") {
+    prof["matched_precision"] = precision;
+    for (const auto& mode : options_.baselines) {
+      Json b = baselines.time(task_id, mode, precision, metric_used, cand.input_sets);
+      prof["speedup_vs_" + underscored(mode) + "_precision_matched"] = speedup(b);
+      prof["baselines"][mode + "_precision_matched"] = b;
+    }
+  }
+  if (metric_used == "wall")
+    notes.push_back("wall metric: eager and compile times include PyTorch's Python launch overhead per call; the "
+                    "candidate's is one CUDA-graph launch");
+  if (options_.metrics) prof["metrics"] = kernel_metrics(g, record, task, loaded, cand, options_);
+  prof["status"] = "timed";
+  prof["correct"] = true;
+  prof["notes"] = notes;
+  prof["profile_s"] = seconds_since(started);
+  record["prof"] = prof;
+  if (store_) store_->put_profile(record.value("candidate_id", std::string()), task_id, prof);
+  log::verbose(record.value("candidate_id", task_id), ": ", chosen.median, " us (", metric_used, "), vs eager ",
+               prof.value("speedup_vs_eager", Json(nullptr)).dump(), ", vs compile ",
+               prof.value("speedup_vs_compile", Json(nullptr)).dump());
+  return Outcome::done;
+}
+
+}  // namespace ca::prof

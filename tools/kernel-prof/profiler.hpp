@@ -1,0 +1,42 @@
+// The profiler: for each record whose check passed, time the candidate and its task's baselines
+// on one GPU and add the `prof` section; other records pass through untouched.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+
+#include "libcommon/cli.hpp"
+#include "libcommon/jsonl.hpp"
+#include "libcommon/record_loop.hpp"
+#include "libcommon/store.hpp"
+#include "tools/kernel-prof/options.hpp"
+
+namespace ca::prof {
+
+class GpuSession;  // the opened GPU, its lock, stream, L2 flusher and reference worker
+
+class Profiler {
+ public:
+  Profiler(const ProfOptions& options, const CommonOptions& common, Store* store);
+  ~Profiler();
+  // Adds `prof` (status "timed" or "failed") to a record whose check passed; returns passed for
+  // every other record, untouched. Throws EnvironmentError when a record needs the GPU and there is
+  // none; FieldError for a record missing what it needs.
+  Outcome profile(Record& record);
+
+ private:
+  Record find_task(const Record& record, const std::string& task_id);
+  GpuSession& gpu();
+
+  const ProfOptions& options_;
+  const CommonOptions& common_;
+  Store* store_;
+  std::map<std::string, Record> tasks_;  // --tasks, by task_id
+  std::unique_ptr<GpuSession> gpu_;
+};
+
+// Whether the record's check passed: false without a `check` section; FieldError when `check`
+// lacks a boolean `correct`.
+bool check_passed(const Record& record);
+
+}  // namespace ca::prof
