@@ -31,7 +31,7 @@ while (($#)); do
     --from) from=$2; shift 2 ;;
     --shards) shards=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "submit.sh: unknown option $1 (see --help)" >&2; exit 1 ;;
   esac
 done
