@@ -32,6 +32,21 @@ assert a == b, (a, b)
 PY
 grep -q "3 passed through" "$T/err" || fail "summary should count 3 passed through: $(cat "$T/err")"
 
+# --gpus 0,1: one child per GPU, records dealt round-robin, written back in input order.
+$PY -c '
+import json
+for i in range(9):
+    print(json.dumps({"task_id": "t%d" % i, "candidate_id": "c%d" % i, "check": {"status": "incorrect", "correct": False}, "i": i}))
+' > "$T/many.jsonl"
+"$KP" --no-store --gpus 0,1 < "$T/many.jsonl" > "$T/many.out" 2> "$T/err" || fail "--gpus 0,1: exit $?: $(cat "$T/err")"
+$PY - "$T/many.jsonl" "$T/many.out" <<'PY' || fail "--gpus 0,1 changed or reordered records"
+import json, sys
+a = [json.loads(l, object_pairs_hook=list) for l in open(sys.argv[1])]
+b = [json.loads(l, object_pairs_hook=list) for l in open(sys.argv[2])]
+assert a == b, (a[:2], b[:2])
+PY
+grep -q "9 records dealt to 2 GPUs" "$T/err" || fail "--gpus summary: $(cat "$T/err")"
+
 # A line that is not JSON: exit 2 naming the line; earlier records are written.
 printf '{"task_id":"t1","check":{"correct":false}}\n{oops\n' > "$T/bad.jsonl"
 set +e; "$KP" --no-store < "$T/bad.jsonl" > "$T/out2" 2> "$T/err"; rc=$?; set -e
