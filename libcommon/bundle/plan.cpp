@@ -67,9 +67,151 @@ static Json yaml_node_to_json(const YAML::Node& n) {
   }
 }
 
+namespace {
+
+// YAML's flow collections ([a, b], {k: v}) split on every comma and treat '[' as a nested list, so
+// `grid: [cdiv(N, 256)]` or `{N: inputs.0.shape[0]}` (DESIGN.md's own example) would be torn
+// apart. Before YAML sees the text, every scalar inside a flow collection is quoted, with commas
+// inside parentheses and index brackets (shape[0]) kept in the scalar.
+class FlowQuoter {
+ public:
+  explicit FlowQuoter(const std::string& s) : s_(s) {}
+
+  std::string run() {
+    bool value_start = true;  // at the start of a line's content or after ": " / "- "
+    while (i_ < s_.size()) {
+      char c = s_[i_];
+      if (c == '#' && (i_ == 0 || std::isspace(static_cast<unsigned char>(s_[i_ - 1])))) {
+        while (i_ < s_.size() && s_[i_] != '\n') out_ += s_[i_++];
+        continue;
+      }
+      if (c == '"' || c == '\'') {
+        copy_quoted();
+        value_start = false;
+        continue;
+      }
+      if (value_start && (c == '[' || c == '{')) {
+        flow();
+        value_start = false;
+        continue;
+      }
+      out_ += c;
+      ++i_;
+      if (c == '\n') value_start = true;
+      else if ((c == ':' || c == '-') && (i_ >= s_.size() || s_[i_] == ' ' || s_[i_] == '\n')) value_start = true;
+      else if (!std::isspace(static_cast<unsigned char>(c))) value_start = false;
+    }
+    return out_;
+  }
+
+ private:
+  void copy_quoted() {
+    char q = s_[i_];
+    out_ += s_[i_++];
+    while (i_ < s_.size()) {
+      char c = s_[i_];
+      out_ += c;
+      ++i_;
+      if (q == '"' && c == '\\' && i_ < s_.size()) {
+        out_ += s_[i_++];
+        continue;
+      }
+      if (c == q) break;
+    }
+  }
+  void skip_space() {
+    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) out_ += s_[i_++];
+  }
+  // One scalar inside a flow collection, up to ',' ']' '}' (or ": " in a map when `key`).
+  void scalar(bool key) {
+    std::string text;
+    int paren = 0, index = 0;
+    while (i_ < s_.size()) {
+      char c = s_[i_];
+      if (paren == 0 && index == 0) {
+        if (c == ',' || c == ']' || c == '}') break;
+        if (key && c == ':' && (i_ + 1 >= s_.size() || std::isspace(static_cast<unsigned char>(s_[i_ + 1])))) break;
+      }
+      if (c == '(') ++paren;
+      else if (c == ')') --paren;
+      else if (c == '[') ++index;
+      else if (c == ']') --index;
+      text += c;
+      ++i_;
+    }
+    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+    if (text == "null" || text == "~" || text.empty()) {
+      out_ += text;
+      return;
+    }
+    out_ += '"';
+    for (char c : text) {
+      if (c == '"' || c == '\\') out_ += '\\';
+      out_ += c == '\n' ? ' ' : c;
+    }
+    out_ += '"';
+  }
+  void item(bool key) {
+    skip_space();
+    if (i_ >= s_.size()) return;
+    char c = s_[i_];
+    if (c == '[' || c == '{') flow();
+    else if (c == '"' || c == '\'') copy_quoted();
+    else scalar(key);
+    skip_space();
+  }
+  void flow() {
+    char open = s_[i_], close = open == '[' ? ']' : '}';
+    out_ += s_[i_++];
+    skip_space();
+    if (i_ < s_.size() && s_[i_] == close) {
+      out_ += s_[i_++];
+      return;
+    }
+    while (i_ < s_.size()) {
+      item(open == '{');
+      if (open == '{' && i_ < s_.size() && s_[i_] == ':') {
+        out_ += s_[i_++];
+        item(false);
+      }
+      if (i_ >= s_.size()) return;  // unterminated: YAML will say so
+      char c = s_[i_];
+      out_ += c;
+      ++i_;
+      if (c == close) return;
+      if (c != ',') return;  // malformed: let YAML report it
+    }
+  }
+
+  const std::string& s_;
+  size_t i_ = 0;
+  std::string out_;
+};
+
+}  // namespace
+
+// A JSON plan object in the same shape YAML gives: key order kept in "__order".
+static Json ordered_to_json(const Record& r) {
+  if (r.is_object()) {
+    Json o = Json::object(), order = Json::array();
+    for (auto& [k, v] : r.items()) {
+      o[k] = ordered_to_json(v);
+      order.push_back(k);
+    }
+    o["__order"] = order;
+    return o;
+  }
+  if (r.is_array()) {
+    Json a = Json::array();
+    for (auto& v : r) a.push_back(ordered_to_json(v));
+    return a;
+  }
+  return Json::parse(r.dump());
+}
+
 Json yaml_to_json(const std::string& text) {
   try {
-    return yaml_node_to_json(YAML::Load(text));
+    return yaml_node_to_json(YAML::Load(FlowQuoter(text).run()));
   } catch (const YAML::Exception& e) {
     throw PlanError("plan: not valid YAML: " + std::string(e.what()));
   }
@@ -266,15 +408,15 @@ Step parse_step(const Json& s, const std::string& section, int index) {
 
 }  // namespace
 
-Plan Plan::parse_text(const std::string& text) {
-  return parse(Record(yaml_to_json(text)));
-}
+static Plan plan_from_json(const Json& p);
+
+Plan Plan::parse_text(const std::string& text) { return plan_from_json(yaml_to_json(text)); }
 
 Plan Plan::parse(const Record& plan_in) {
-  Json p;
-  // JSON is YAML: one reader for both keeps key order (dims) and number spellings ("2.0").
-  if (plan_in.is_string()) p = yaml_to_json(plan_in.get<std::string>());
-  else p = yaml_to_json(plan_in.dump());
+  return plan_from_json(plan_in.is_string() ? yaml_to_json(plan_in.get<std::string>()) : ordered_to_json(plan_in));
+}
+
+static Plan plan_from_json(const Json& p) {
   if (!p.is_object()) throw PlanError("plan: expected a map with forward (and dims, scratch, init)");
   static const std::set<std::string> known = {"dims", "scratch", "buffers", "init", "forward", "outputs", "__order"};
   for (auto& [k, v] : p.items())
@@ -419,6 +561,15 @@ const TensorSpec* IoSpec::find(const BufferRef& ref, int* index) const {
     }
   }
   return nullptr;
+}
+
+Json IoSpec::to_json() const {
+  auto list = [](const std::vector<TensorSpec>& v) {
+    Json a = Json::array();
+    for (auto& t : v) a.push_back(Json{{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}});
+    return a;
+  };
+  return Json{{"inputs", list(inputs)}, {"outputs", list(outputs)}, {"params", list(params)}, {"init_inputs", init_values}};
 }
 
 int64_t IoSpec::io_bytes() const {

@@ -126,6 +126,7 @@ struct IoSpec {
   // `init_inputs` from a task record or a worker reply; missing parts stay empty.
   static IoSpec from_json(const Json& task);
   const TensorSpec* find(const BufferRef& ref, int* index = nullptr) const;
+  Json to_json() const;  // the form from_json reads
   int64_t io_bytes() const;  // inputs + outputs
 };
 

@@ -1,0 +1,413 @@
+// The executor: buffers with guard zones, the module, argument binding, steps on one stream.
+#include "libcommon/bundle/executor.hpp"
+
+#include <cstring>
+#include <random>
+
+#include "libcommon/cuda/cublaslt.hpp"
+#include "libcommon/cuda/cudnn.hpp"
+#include "libcommon/cuda/driver.hpp"
+#include "libcommon/errors.hpp"
+#include "libcommon/ids.hpp"
+
+namespace ca::bundle {
+
+using cuda::CudaError;
+using cuda::Driver;
+
+std::string GuardViolation::text() const {
+  return std::string(before ? "wrote before the start of " : "wrote past the end of ") + buffer + " (guard zone byte " +
+         std::to_string(offset) + ")";
+}
+
+namespace {
+
+struct GemmPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  const BoundGemm* g = nullptr;
+};
+
+struct ConvPlan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnConvolutionFwdAlgo_t algo{};
+  size_t workspace_bytes = 0;
+  const BoundConv* c = nullptr;
+};
+
+cudnnDataType_t dnn_type(const std::string& dtype) {
+  if (dtype == "F16") return CUDNN_DATA_HALF;
+  if (dtype == "BF16") return CUDNN_DATA_BFLOAT16;
+  return CUDNN_DATA_FLOAT;
+}
+
+cudaDataType_t data_type(const std::string& dtype) {
+  if (dtype == "F16") return CUDA_R_16F;
+  if (dtype == "BF16") return CUDA_R_16BF;
+  return CUDA_R_32F;
+}
+
+}  // namespace
+
+struct Executor::Impl {
+  std::vector<std::vector<std::vector<uint8_t>>> arg_storage;  // per launch step: per arg bytes
+  std::vector<std::vector<void*>> arg_ptrs;
+  cublasLtHandle_t lt = nullptr;
+  CUdeviceptr workspace = 0;
+  size_t workspace_bytes = 32u << 20;
+  std::vector<GemmPlan> gemms;  // per step index (init then forward); desc null for non-gemm
+  std::vector<ConvPlan> convs;  // likewise for conv steps
+  cudnnHandle_t dnn = nullptr;
+  CUdeviceptr conv_workspace = 0;
+  size_t conv_workspace_bytes = 0;
+  std::vector<uint8_t> guard_bytes;
+  uint32_t guard_pattern = 0;
+};
+
+Executor::Executor(const BoundPlan& plan, const std::string& cubin, ExecutorOptions options)
+    : plan_(plan), options_(options), impl_(std::make_unique<Impl>()) {
+  auto& d = Driver::get();
+  d.check(d.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  for (const auto& b : plan_.buffers) {
+    CUdeviceptr p = 0;
+    size_t total = options_.guard_bytes * 2 + static_cast<size_t>(b.bytes);
+    d.check(d.cuMemAlloc(&p, total), "cuMemAlloc(" + b.ref + ", " + std::to_string(total) + " bytes)");
+    d.check(d.cuMemsetD8(p, 0, total), "cuMemsetD8");
+    base_.push_back(p);
+  }
+  d.check(d.cuModuleLoadData(&module_, cubin.data()), "cuModuleLoadData");
+  size_t step_count = plan_.init.size() + plan_.forward.size();
+  impl_->arg_storage.resize(step_count);
+  impl_->arg_ptrs.resize(step_count);
+  impl_->gemms.resize(step_count);
+  impl_->convs.resize(step_count);
+  size_t si = 0;
+  for (auto* steps : {&plan_.init, &plan_.forward})
+    for (const auto& s : *steps) {
+      CUfunction f = nullptr;
+      if (s.kind == Step::kLaunch) {
+        d.check(d.cuModuleGetFunction(&f, module_, s.launch.mangled.c_str()), s.label + ": cuModuleGetFunction");
+        if (s.launch.shared > 48 * 1024)
+          d.check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(s.launch.shared)),
+                  s.label + ": dynamic shared memory of " + std::to_string(s.launch.shared) + " bytes");
+        auto& storage = impl_->arg_storage[si];
+        for (const auto& a : s.launch.args) {
+          if (a.buffer >= 0) {
+            CUdeviceptr p = base_[a.buffer] + options_.guard_bytes;
+            std::vector<uint8_t> bytes(sizeof p);
+            std::memcpy(bytes.data(), &p, sizeof p);
+            storage.push_back(bytes);
+          } else {
+            storage.push_back(a.scalar);
+          }
+        }
+        for (auto& bytes : storage) impl_->arg_ptrs[si].push_back(bytes.data());
+      } else if (s.kind == Step::kGemm) {
+        const auto& lt = cuda::CublasLt::get();
+        if (!impl_->lt) {
+          lt.check(lt.create(&impl_->lt), "cublasLtCreate");
+          d.check(d.cuMemAlloc(&impl_->workspace, impl_->workspace_bytes), "cuMemAlloc(cuBLASLt workspace)");
+        }
+        const BoundGemm& g = s.gemm;
+        GemmPlan gp;
+        gp.g = &g;
+        cudaDataType_t dt = data_type(g.dtype);
+        cublasComputeType_t ct = g.compute == "tf32" && g.dtype == "F32" ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+        lt.check(lt.matmulDescCreate(&gp.desc, ct, CUDA_R_32F), "cublasLtMatmulDescCreate");
+        // Row-major out = op(A) op(B) is column-major out^T = op(B)^T op(A)^T: B goes first.
+        cublasOperation_t op_first = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+        cublasOperation_t op_second = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+        lt.check(lt.matmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first), "TRANSA");
+        lt.check(lt.matmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second), "TRANSB");
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+        bool bias = g.bias >= 0;
+        if (g.activation == "relu") epi = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+        else if (g.activation == "gelu") epi = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+        else if (bias) epi = CUBLASLT_EPILOGUE_BIAS;
+        lt.check(lt.matmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "EPILOGUE");
+        if (bias) {
+          CUdeviceptr bp = base_[g.bias] + options_.guard_bytes;
+          void* bptr = reinterpret_cast<void*>(bp);
+          lt.check(lt.matmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bptr, sizeof bptr), "BIAS_POINTER");
+          cudaDataType_t bt = data_type(plan_.buffers[g.bias].dtype);
+          lt.check(lt.matmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), "BIAS_DATA_TYPE");
+        }
+        uint64_t m = g.n, n = g.m, k = g.k;  // column-major problem
+        // first operand (B): stored column-major as [N,K] (op N) or [K,N] (op T)
+        uint64_t fr = g.trans_b ? k : m, fc = g.trans_b ? m : k;
+        uint64_t sr = g.trans_a ? n : k, sc = g.trans_a ? k : n;
+        lt.check(lt.matrixLayoutCreate(&gp.a, dt, fr, fc, fr), "layout first");
+        lt.check(lt.matrixLayoutCreate(&gp.b, dt, sr, sc, sr), "layout second");
+        lt.check(lt.matrixLayoutCreate(&gp.c, dt, m, n, m), "layout out");
+        if (g.batch > 1) {
+          int32_t bc = static_cast<int32_t>(g.batch);
+          int64_t sa = static_cast<int64_t>(fr * fc), sb = static_cast<int64_t>(sr * sc), scc = static_cast<int64_t>(m * n);
+          for (auto [layout, stride] : {std::pair{gp.a, sa}, std::pair{gp.b, sb}, std::pair{gp.c, scc}}) {
+            lt.check(lt.matrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc), "BATCH_COUNT");
+            lt.check(lt.matrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+                     "BATCH_OFFSET");
+          }
+        }
+        cublasLtMatmulPreference_t pref;
+        lt.check(lt.preferenceCreate(&pref), "preferenceCreate");
+        lt.check(lt.preferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &impl_->workspace_bytes,
+                                           sizeof impl_->workspace_bytes),
+                 "MAX_WORKSPACE");
+        cublasLtMatmulHeuristicResult_t heur{};
+        int found = 0;
+        cublasStatus_t st = lt.algoGetHeuristic(impl_->lt, gp.desc, gp.a, gp.b, gp.c, gp.c, pref, 1, &heur, &found);
+        lt.preferenceDestroy(pref);
+        if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+          throw CudaError(CUDA_ERROR_NOT_SUPPORTED, s.label + ": cuBLASLt has no algorithm for this gemm (status " +
+                                                        std::to_string(static_cast<int>(st)) + ")");
+        gp.algo = heur.algo;
+        impl_->gemms[si] = gp;
+      } else {
+        const auto& dnn = cuda::Cudnn::get();
+        if (!impl_->dnn) dnn.check(dnn.create(&impl_->dnn), "cudnnCreate");
+        const BoundConv& c = s.conv;
+        ConvPlan cp;
+        cp.c = &c;
+        cudnnDataType_t dt = dnn_type(c.dtype);
+        auto i32 = [](int64_t v) { return static_cast<int>(v); };
+        dnn.check(dnn.createTensorDescriptor(&cp.x), "cudnnCreateTensorDescriptor");
+        dnn.check(dnn.setTensor4dDescriptor(cp.x, CUDNN_TENSOR_NCHW, dt, i32(c.n), i32(c.c), i32(c.h), i32(c.wd)), s.label + ": x");
+        dnn.check(dnn.createTensorDescriptor(&cp.y), "cudnnCreateTensorDescriptor");
+        dnn.check(dnn.setTensor4dDescriptor(cp.y, CUDNN_TENSOR_NCHW, dt, i32(c.n), i32(c.k), i32(c.p), i32(c.q)), s.label + ": out");
+        dnn.check(dnn.createFilterDescriptor(&cp.w), "cudnnCreateFilterDescriptor");
+        dnn.check(dnn.setFilter4dDescriptor(cp.w, dt, CUDNN_TENSOR_NCHW, i32(c.k), i32(c.c / c.groups), i32(c.r), i32(c.s)),
+                  s.label + ": w");
+        dnn.check(dnn.createConvolutionDescriptor(&cp.conv), "cudnnCreateConvolutionDescriptor");
+        dnn.check(dnn.setConvolution2dDescriptor(cp.conv, i32(c.padding[0]), i32(c.padding[1]), i32(c.stride[0]), i32(c.stride[1]),
+                                                 i32(c.dilation[0]), i32(c.dilation[1]), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                  s.label + ": convolution");
+        dnn.check(dnn.setConvolutionGroupCount(cp.conv, i32(c.groups)), s.label + ": groups");
+        // fp32 stays fp32 (FMA only, no TF32), like the reference with TF32 off.
+        dnn.check(dnn.setConvolutionMathType(cp.conv, dt == CUDNN_DATA_FLOAT ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH), s.label + ": math");
+        if (c.bias >= 0) {
+          dnn.check(dnn.createTensorDescriptor(&cp.bias), "cudnnCreateTensorDescriptor");
+          dnn.check(dnn.setTensor4dDescriptor(cp.bias, CUDNN_TENSOR_NCHW, dnn_type(plan_.buffers[c.bias].dtype), 1, i32(c.k), 1, 1),
+                    s.label + ": bias");
+        }
+        cudnnConvolutionFwdAlgoPerf_t perf[8];
+        int found = 0;
+        dnn.check(dnn.getConvolutionForwardAlgorithm_v7(impl_->dnn, cp.x, cp.w, cp.conv, cp.y, 8, &found, perf), s.label + ": algorithm");
+        bool ok = false;
+        for (int a = 0; a < found && !ok; ++a)
+          if (perf[a].status == CUDNN_STATUS_SUCCESS) {
+            cp.algo = perf[a].algo;
+            ok = true;
+          }
+        if (!ok) throw CudaError(CUDA_ERROR_NOT_SUPPORTED, s.label + ": cuDNN has no algorithm for this convolution");
+        dnn.check(dnn.getConvolutionForwardWorkspaceSize(impl_->dnn, cp.x, cp.w, cp.conv, cp.y, cp.algo, &cp.workspace_bytes),
+                  s.label + ": workspace");
+        if (cp.workspace_bytes > impl_->conv_workspace_bytes) {
+          if (impl_->conv_workspace) d.cuMemFree(impl_->conv_workspace);
+          impl_->conv_workspace_bytes = cp.workspace_bytes;
+          d.check(d.cuMemAlloc(&impl_->conv_workspace, cp.workspace_bytes), "cuMemAlloc(cuDNN workspace)");
+        }
+        impl_->convs[si] = cp;
+      }
+      functions_.push_back(f);
+      ++si;
+    }
+}
+
+Executor::~Executor() {
+  auto& d = Driver::get();
+  if (impl_->lt) {
+    const auto& lt = cuda::CublasLt::get();
+    for (auto& gp : impl_->gemms) {
+      if (gp.desc) lt.matmulDescDestroy(gp.desc);
+      if (gp.a) lt.matrixLayoutDestroy(gp.a);
+      if (gp.b) lt.matrixLayoutDestroy(gp.b);
+      if (gp.c) lt.matrixLayoutDestroy(gp.c);
+    }
+    lt.destroy(impl_->lt);
+    d.cuMemFree(impl_->workspace);
+  }
+  if (impl_->dnn) {
+    const auto& dnn = cuda::Cudnn::get();
+    for (auto& cp : impl_->convs) {
+      if (cp.x) dnn.destroyTensorDescriptor(cp.x);
+      if (cp.y) dnn.destroyTensorDescriptor(cp.y);
+      if (cp.bias) dnn.destroyTensorDescriptor(cp.bias);
+      if (cp.w) dnn.destroyFilterDescriptor(cp.w);
+      if (cp.conv) dnn.destroyConvolutionDescriptor(cp.conv);
+    }
+    dnn.destroy(impl_->dnn);
+    if (impl_->conv_workspace) d.cuMemFree(impl_->conv_workspace);
+  }
+  if (module_) d.cuModuleUnload(module_);
+  for (auto p : base_) d.cuMemFree(p);
+  if (stream_) d.cuStreamDestroy(stream_);
+}
+
+CUdeviceptr Executor::device_pointer(const std::string& ref) const {
+  int i = plan_.buffer_index(ref);
+  if (i < 0) throw InternalError("executor: no buffer " + ref);
+  return base_[i] + options_.guard_bytes;
+}
+
+void Executor::upload(const std::string& ref, const void* data, size_t bytes) {
+  int i = plan_.buffer_index(ref);
+  if (i < 0) throw InternalError("executor: no buffer " + ref);
+  if (static_cast<int64_t>(bytes) != plan_.buffers[i].bytes)
+    throw InputError(ref + ": " + std::to_string(bytes) + " bytes given, the buffer has " + std::to_string(plan_.buffers[i].bytes));
+  auto& d = Driver::get();
+  if (bytes) d.check(d.cuMemcpyHtoD(base_[i] + options_.guard_bytes, data, bytes), "upload " + ref);
+}
+
+void Executor::upload_tensors(const TensorMap& tensors) {
+  for (const auto& [name, t] : tensors)
+    if (plan_.buffer_index(name) >= 0) upload(name, t.data.data(), t.data.size());
+}
+
+std::vector<uint8_t> Executor::download(const std::string& ref) {
+  int i = plan_.buffer_index(ref);
+  if (i < 0) throw InternalError("executor: no buffer " + ref);
+  std::vector<uint8_t> out(static_cast<size_t>(plan_.buffers[i].bytes));
+  auto& d = Driver::get();
+  if (!out.empty()) d.check(d.cuMemcpyDtoH(out.data(), base_[i] + options_.guard_bytes, out.size()), "download " + ref);
+  return out;
+}
+
+TensorMap Executor::download_outputs() {
+  TensorMap out;
+  for (const auto& b : plan_.buffers)
+    if (b.space == Space::output) {
+      Tensor t;
+      t.dtype = b.dtype;
+      t.shape = b.shape;
+      t.data = download(b.ref);
+      out[b.ref] = std::move(t);
+    }
+  return out;
+}
+
+std::string Executor::hash(const std::string& ref) {
+  auto bytes = download(ref);
+  return sha256_hex(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+}
+
+void Executor::poison_outputs() {
+  auto& d = Driver::get();
+  for (size_t i = 0; i < plan_.buffers.size(); ++i)
+    if (plan_.buffers[i].space == Space::output && plan_.buffers[i].bytes)
+      d.check(d.cuMemsetD8Async(base_[i] + options_.guard_bytes, 0xFF, plan_.buffers[i].bytes, stream_), "poison outputs");
+}
+
+void Executor::fill_guards(uint32_t pattern) {
+  auto& d = Driver::get();
+  if (impl_->guard_bytes.size() != options_.guard_bytes || impl_->guard_pattern != pattern) {
+    std::mt19937 gen(pattern);
+    impl_->guard_bytes.resize(options_.guard_bytes);
+    for (auto& b : impl_->guard_bytes) b = static_cast<uint8_t>(gen());
+    impl_->guard_pattern = pattern;
+  }
+  for (size_t i = 0; i < plan_.buffers.size(); ++i) {
+    d.check(d.cuMemcpyHtoD(base_[i], impl_->guard_bytes.data(), options_.guard_bytes), "fill guard");
+    d.check(d.cuMemcpyHtoD(base_[i] + options_.guard_bytes + plan_.buffers[i].bytes, impl_->guard_bytes.data(),
+                           options_.guard_bytes),
+            "fill guard");
+  }
+}
+
+std::vector<GuardViolation> Executor::check_guards(uint32_t pattern) {
+  if (impl_->guard_pattern != pattern || impl_->guard_bytes.empty()) throw InternalError("check_guards before fill_guards");
+  auto& d = Driver::get();
+  std::vector<GuardViolation> bad;
+  std::vector<uint8_t> zone(options_.guard_bytes);
+  for (size_t i = 0; i < plan_.buffers.size(); ++i)
+    for (bool before : {true, false}) {
+      CUdeviceptr p = before ? base_[i] : base_[i] + options_.guard_bytes + plan_.buffers[i].bytes;
+      d.check(d.cuMemcpyDtoH(zone.data(), p, zone.size()), "read guard");
+      for (size_t k = 0; k < zone.size(); ++k)
+        if (zone[k] != impl_->guard_bytes[k]) {
+          // Before the buffer the interesting byte is the one nearest to it.
+          int64_t off = static_cast<int64_t>(k);
+          if (before)
+            for (size_t j = zone.size(); j-- > 0;)
+              if (zone[j] != impl_->guard_bytes[j]) {
+                off = static_cast<int64_t>(j) - static_cast<int64_t>(zone.size());
+                break;
+              }
+          bad.push_back(GuardViolation{plan_.buffers[i].ref, before, off});
+          break;
+        }
+    }
+  return bad;
+}
+
+void Executor::run_steps(const std::vector<BoundStep>& steps, CUstream stream) {
+  auto& d = Driver::get();
+  size_t offset = &steps == &plan_.init ? 0 : plan_.init.size();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const BoundStep& s = steps[i];
+    size_t si = offset + i;
+    if (s.kind == Step::kLaunch) {
+      const auto& L = s.launch;
+      d.check(d.cuLaunchKernel(functions_[si], L.grid[0], L.grid[1], L.grid[2], L.block[0], L.block[1], L.block[2], L.shared,
+                               stream, impl_->arg_ptrs[si].data(), nullptr),
+              s.label);
+    } else if (s.kind == Step::kGemm) {
+      const auto& lt = cuda::CublasLt::get();
+      const GemmPlan& gp = impl_->gemms[si];
+      const BoundGemm& g = *gp.g;
+      float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
+      auto ptr = [&](int b) { return reinterpret_cast<void*>(base_[b] + options_.guard_bytes); };
+      cublasStatus_t st = lt.matmul(impl_->lt, gp.desc, &alpha, ptr(g.b), gp.a, ptr(g.a), gp.b, &beta, ptr(g.out), gp.c, ptr(g.out),
+                                    gp.c, &gp.algo, reinterpret_cast<void*>(impl_->workspace), impl_->workspace_bytes,
+                                    reinterpret_cast<cudaStream_t>(stream));
+      if (st != CUBLAS_STATUS_SUCCESS)
+        throw CudaError(CUDA_ERROR_UNKNOWN, s.label + ": cublasLtMatmul failed (status " + std::to_string(static_cast<int>(st)) + ")");
+    } else {
+      const auto& dnn = cuda::Cudnn::get();
+      const ConvPlan& cp = impl_->convs[si];
+      const BoundConv& c = *cp.c;
+      auto ptr = [&](int b) { return reinterpret_cast<void*>(base_[b] + options_.guard_bytes); };
+      float one = 1.0f, zero = 0.0f;
+      dnn.check(dnn.setStream(impl_->dnn, reinterpret_cast<cudaStream_t>(stream)), s.label + ": cudnnSetStream");
+      dnn.check(dnn.convolutionForward(impl_->dnn, &one, cp.x, ptr(c.x), cp.w, ptr(c.w), cp.conv, cp.algo,
+                                       reinterpret_cast<void*>(impl_->conv_workspace), cp.workspace_bytes, &zero, cp.y, ptr(c.out)),
+                s.label + ": cudnnConvolutionForward");
+      if (c.bias >= 0) dnn.check(dnn.addTensor(impl_->dnn, &one, cp.bias, ptr(c.bias), &one, cp.y, ptr(c.out)), s.label + ": bias");
+    }
+  }
+}
+
+void Executor::run_init() {
+  run_steps(plan_.init, stream_);
+  synchronize();
+}
+
+void Executor::forward(CUstream stream) { run_steps(plan_.forward, stream); }
+
+void Executor::synchronize() {
+  auto& d = Driver::get();
+  d.check(d.cuStreamSynchronize(stream_), "forward");
+}
+
+CUgraphExec Executor::capture_forward() {
+  auto& d = Driver::get();
+  d.check(d.cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+  try {
+    forward(stream_);
+  } catch (...) {
+    CUgraph g;
+    d.cuStreamEndCapture(stream_, &g);
+    throw;
+  }
+  CUgraph graph;
+  d.check(d.cuStreamEndCapture(stream_, &graph), "cuStreamEndCapture");
+  CUgraphExec exec;
+  CUresult r = d.cuGraphInstantiateWithFlags(&exec, graph, 0);
+  d.cuGraphDestroy(graph);
+  d.check(r, "cuGraphInstantiate");
+  return exec;
+}
+
+}  // namespace ca::bundle

@@ -1,0 +1,228 @@
+// Units for the bundle library (expressions, signatures, plans) and kernel-check's policy and compare.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "libcommon/bundle/compile.hpp"
+#include "libcommon/errors.hpp"
+#include "libcommon/bundle/expr.hpp"
+#include "libcommon/bundle/plan.hpp"
+#include "libcommon/bundle/signature.hpp"
+#include "tools/kernel-check/compare.hpp"
+#include "tools/kernel-check/policy.hpp"
+
+using namespace ca::bundle;
+
+static ExprContext ctx_of(std::map<std::string, Value> vars) {
+  return ExprContext{[vars](const std::string& r) -> std::optional<Value> {
+    auto it = vars.find(r);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  }};
+}
+
+TEST_CASE("expressions: arithmetic, functions, references") {
+  auto c = ctx_of({{"N", Value::integer(1000)}, {"inputs.0.shape[1]", Value::integer(64)}});
+  CHECK(Expr::parse("cdiv(N, 256)").eval_int(c) == 4);
+  CHECK(Expr::parse("cdiv(1024, 256)").eval_int(c) == 4);
+  CHECK(Expr::parse("min(N, 7, 9) + max(1, 2)").eval_int(c) == 9);
+  CHECK(Expr::parse("-(N - 1) / 3 * 2 % 7").eval_int(c) == (-(999) / 3 * 2 % 7));
+  CHECK(Expr::parse("inputs.0.shape[1] * 2").eval_int(c) == 128);
+  CHECK(Expr::parse("N / 3").eval_int(c) == 333);  // C division
+  Value f = Expr::parse("N * 0.5").eval(c);
+  CHECK(f.is_float);
+  CHECK(f.f == doctest::Approx(500.0));
+  CHECK(Expr::parse("2.0f").eval(c).is_float);
+  CHECK_FALSE(Expr::parse("N+1").is_integral() == false);
+  CHECK(Expr::parse("cdiv(inputs.x.shape[-1], 4)").references() == std::set<std::string>{"inputs.x.shape[-1]"});
+  CHECK_THROWS_WITH_AS(Expr::parse("M + 1").eval(c), doctest::Contains("unbound name 'M'"), ExprError);
+  CHECK_THROWS_AS(Expr::parse("cdiv(N,").eval(c), ExprError);
+  CHECK_THROWS_AS(Expr::parse("foo(1)").eval(c), ExprError);
+  CHECK_THROWS_WITH_AS(Expr::parse("N / (N - N)").eval(c), doctest::Contains("division by zero"), ExprError);
+  CHECK_THROWS_AS(Expr::parse("1 2").eval(c), ExprError);
+}
+
+TEST_CASE("signatures from mangled names") {
+  auto s = demangle_kernel("_Z9scale_addPKfS0_Pfif");
+  REQUIRE(s);
+  CHECK(s->name == "scale_add");
+  REQUIRE(s->params.size() == 5);
+  CHECK(s->params[0].kind == ParamType::kPointer);
+  CHECK(s->params[0].is_const);
+  CHECK(s->params[0].dtype == "F32");
+  CHECK(s->params[1].text == "const float*");
+  CHECK(s->params[2].text == "float*");
+  CHECK_FALSE(s->params[2].is_const);
+  CHECK(s->params[3].kind == ParamType::kInteger);
+  CHECK(s->params[4].kind == ParamType::kFloat);
+
+  auto t = demangle_kernel("_Z12softmax_rowsILi256EEvPKfPfii");
+  REQUIRE(t);
+  CHECK(t->name == "softmax_rows");
+  REQUIRE(t->params.size() == 4);
+  CHECK(t->params[0].text == "const float*");
+
+  auto h = demangle_kernel("_Z4gelu6__halfP13__nv_bfloat16PK6float4l");
+  REQUIRE(h);
+  REQUIRE(h->params.size() == 4);
+  CHECK(h->params[0].dtype == "F16");
+  CHECK(h->params[1].dtype == "BF16");
+  CHECK(h->params[2].dtype == "F32");
+  CHECK(h->params[2].lanes == 4);
+  CHECK(h->params[3].size_bytes == 8);
+
+  auto tp = demangle_kernel("_Z4copyIfEvPKT_PS0_i");  // template<class T> copy(const T*, T*, int)
+  REQUIRE(tp);
+  REQUIRE(tp->params.size() == 3);
+  CHECK(tp->params[0].text == "const float*");
+  CHECK(tp->params[1].text == "float*");
+
+  auto ns = demangle_kernel("_ZN2ns6kernelEPfj");
+  REQUIRE(ns);
+  CHECK(ns->name == "kernel");
+  CHECK(ns->params.size() == 2);
+  CHECK_FALSE(demangle_kernel("plain_c_name"));
+
+  std::string ptx = ".visible .entry plain(\n\t.param .u64 plain_param_0,\n\t.param .u32 plain_param_1,\n\t.param .f32 plain_param_2\n)\n{";
+  auto p = ptx_signature(ptx, "plain");
+  REQUIRE(p);
+  REQUIRE(p->params.size() == 3);
+  CHECK(p->params[0].size_bytes == 8);
+  CHECK(p->params[1].kind == ParamType::kInteger);
+  CHECK(p->params[2].kind == ParamType::kFloat);
+}
+
+static Signatures scale_add_sigs() { return {{"scale_add", *demangle_kernel("_Z9scale_addPKfS0_Pfif")}}; }
+
+static const char* kPlan = R"j(dims: {N: inputs.0.shape[0]}
+forward:
+  - launch: scale_add
+    grid: [cdiv(N, 256)]
+    block: [256]
+    args: [inputs.0, inputs.1, outputs.0, N, 2.0]
+)j";
+
+static IoSpec io_for(int64_t n) {
+  return IoSpec::from_json(ca::Json::parse(R"j({"inputs":[{"name":"a","shape":[)j" + std::to_string(n) +
+                                           R"j(],"dtype":"float32"},{"name":"b","shape":[)j" + std::to_string(n) +
+                                           R"j(],"dtype":"F32"}],"outputs":[{"shape":[)j" + std::to_string(n) + R"j(],"dtype":"F32"}]})j"));
+}
+
+TEST_CASE("plan: the DESIGN.md example parses, checks and binds") {
+  Plan plan = Plan::parse_text(kPlan);
+  CHECK(plan.dims.size() == 1);
+  CHECK(plan.forward.size() == 1);
+  CHECK(plan.kernel_names() == std::vector<std::string>{"scale_add"});
+  check_plan(plan, scale_add_sigs(), nullptr);  // without shapes
+  IoSpec io = io_for(1000);
+  BoundPlan b = bind_plan(plan, scale_add_sigs(), io);
+  REQUIRE(b.forward.size() == 1);
+  CHECK(b.forward[0].launch.grid[0] == 4);
+  CHECK(b.forward[0].launch.block[0] == 256);
+  CHECK(b.forward[0].launch.mangled == "_Z9scale_addPKfS0_Pfif");
+  REQUIRE(b.forward[0].launch.args.size() == 5);
+  int n = 0;
+  std::memcpy(&n, b.forward[0].launch.args[3].scalar.data(), 4);
+  CHECK(n == 1000);
+  float alpha = 0;
+  std::memcpy(&alpha, b.forward[0].launch.args[4].scalar.data(), 4);
+  CHECK(alpha == 2.0f);
+  CHECK(b.buffers[b.forward[0].launch.args[2].buffer].ref == "outputs.0");
+  // The same plan as a JSON object.
+  ca::Record j = ca::Record::parse(R"j({"dims":{"N":"inputs.a.shape[0]"},"forward":[{"launch":"scale_add","grid":["cdiv(N,256)"],"block":[256],"args":["inputs.0","inputs.1","outputs.0","N",2.0]}]})j");
+  BoundPlan bj = bind_plan(Plan::parse(j), scale_add_sigs(), io);
+  CHECK(bj.forward[0].launch.grid[0] == 4);
+}
+
+TEST_CASE("plan errors name the step and argument") {
+  auto err = [](const std::string& text, const IoSpec* io = nullptr) {
+    try {
+      Plan p = Plan::parse_text(text);
+      check_plan(p, scale_add_sigs(), io);
+    } catch (const PlanError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string base = kPlan;
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string s = base;
+    s.replace(s.find(from), from.size(), to);
+    return s;
+  };
+  CHECK(err(with("N, 2.0]", "2.0]")).find("4 arguments given, kernel scale_add takes 5") != std::string::npos);
+  CHECK(err(with("N, 2.0]", "N, 2]")).find("argument 5 is int") != std::string::npos);
+  CHECK(err(with("cdiv(N", "cdiv(Q")).find("unbound name 'Q'") != std::string::npos);
+  CHECK(err(with("launch: scale_add", "launch: nope")).find("not defined") != std::string::npos);
+  CHECK(err(with("outputs.0, N", "inputs.1, N")).find("outputs.0 is never written") != std::string::npos);
+  CHECK(err(with("forward:", "scratch:\n  t: {dtype: float32, shape: [N]}\nforward:")) == "no error");
+  CHECK(err(with("args: [inputs.0", "args: [scratch.nope")).find("scratch.nope is not declared") != std::string::npos);
+  IoSpec io = io_for(10);
+  CHECK(err(with("args: [inputs.0", "args: [inputs.2"), &io).find("inputs.2 does not exist") != std::string::npos);
+  IoSpec half = IoSpec::from_json(ca::Json::parse(R"j({"inputs":[{"shape":[4],"dtype":"float16"},{"shape":[4],"dtype":"float16"}],"outputs":[{"shape":[4],"dtype":"float16"}]})j"));
+  CHECK(err(kPlan, &half).find("(F16), kernel expects const float*") != std::string::npos);
+}
+
+TEST_CASE("gemm binding infers m, n, k from shapes") {
+  Plan p = Plan::parse_text(R"j(forward:
+  - gemm: {a: inputs.0, b: params.w, trans_b: true, bias: params.b, activation: relu, out: outputs.0}
+)j");
+  IoSpec io = IoSpec::from_json(ca::Json::parse(
+      R"j({"inputs":[{"shape":[8,32],"dtype":"F32"}],"params":[{"name":"w","shape":[16,32],"dtype":"F32"},{"name":"b","shape":[16],"dtype":"F32"}],"outputs":[{"shape":[8,16],"dtype":"F32"}]})j"));
+  BoundPlan b = bind_plan(p, {}, io);
+  CHECK(b.forward[0].gemm.m == 8);
+  CHECK(b.forward[0].gemm.n == 16);
+  CHECK(b.forward[0].gemm.k == 32);
+  CHECK(b.forward[0].gemm.activation == "relu");
+  Plan bad = Plan::parse_text("forward:\n  - gemm: {a: inputs.0, b: params.w, out: outputs.0}\n");
+  CHECK_THROWS_WITH_AS(bind_plan(bad, {}, io), doctest::Contains("inner sizes differ"), PlanError);
+}
+
+TEST_CASE("policy: comments stripped, lines kept; the default parses") {
+  std::string s = "a // clock64()\n/* printf(\n */ b \"// kept\"";
+  std::string t = kc::strip_comments(s);
+  CHECK(t.find("clock64") == std::string::npos);
+  CHECK(t.find("printf") == std::string::npos);
+  CHECK(std::count(t.begin(), t.end(), '\n') == 2);
+  CHECK(t.find("\"// kept\"") != std::string::npos);
+  kc::Policy p = kc::Policy::load("");
+  CHECK(p.max_module_global_bytes == 65536);
+  CHECK(p.forbidden.size() == 4);
+  auto v = p.check_sources({{"k.cu", "__global__ void k() {\n  long t = clock64();\n}\n"}});
+  REQUIRE(v);
+  CHECK(v->rule == "clock");
+  CHECK(v->line == 2);
+  CHECK_FALSE(p.check_sources({{"k.cu", "#include <cuda_fp16.h>\n#include \"k.cuh\"\n"}, {"k.cuh", ""}}));
+  CHECK_THROWS_AS(kc::Policy::parse("bogus_key: 1\n", "x.yaml"), ca::UsageError);
+}
+
+TEST_CASE("precision from PTX and ELF sections") {
+  CHECK(ca::bundle::ptx_precision("fma.rn.f32 %f1, %f2, %f3, %f4;") == "fp32");
+  CHECK(ca::bundle::ptx_precision("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == "tf32");
+  CHECK(ca::bundle::ptx_precision("fma.rn.f16 %h1, %h2, %h3, %h4;") == "fp16");
+  CHECK(ca::bundle::ptx_precision("fma.rn.bf16x2 %r1, %r2, %r3, %r4;") == "bf16");
+  CHECK(ca::bundle::cubin_sections("not an elf").empty());
+}
+
+TEST_CASE("compare: tolerances, NaN poison, reasons") {
+  auto t = [](std::vector<float> v) {
+    ca::Tensor x = ca::Tensor::zeros("F32", {static_cast<int64_t>(v.size())});
+    std::memcpy(x.data.data(), v.data(), v.size() * 4);
+    return x;
+  };
+  ca::TensorMap want{{"outputs.0", t({1, 2, 3, 100})}};
+  auto ok = kc::compare_outputs({{"outputs.0", t({1.005f, 2, 3, 100.5f})}}, want, "default", -1, -1);
+  CHECK(ok.ok);
+  CHECK(ok.max_abs_err == doctest::Approx(0.5));
+  auto strict = kc::compare_outputs({{"outputs.0", t({1.005f, 2, 3, 100})}}, want, "strict", -1, -1);
+  CHECK_FALSE(strict.ok);
+  CHECK(strict.reason.find("outputs.0[0]: expected 1, got 1.005") != std::string::npos);
+  auto nan = kc::compare_outputs({{"outputs.0", t({1, 2, NAN, 100})}}, want, "default", -1, -1);
+  CHECK_FALSE(nan.ok);
+  CHECK(nan.reason.find("never written") != std::string::npos);
+  CHECK(nan.mismatch_fraction == doctest::Approx(0.25));
+  auto zeros = kc::compare_outputs({{"outputs.0", t({0, 0, 0, 0})}}, want, "default", -1, -1);
+  CHECK(zeros.reason.find("4 of 4 elements differ") != std::string::npos);
+}

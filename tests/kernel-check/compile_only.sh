@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# kernel-check on a machine without a GPU: compile-only verdicts (good bundle, syntax error, every
+# plan error, every policy rule), the no_device exit, the cubin cache, bad input, and the schema.
+set -u
+KC="$CA_BIN/kernel-check"
+MK="python3 $CA_TESTS/kernel-check/make_candidate.py"
+B="$CA_SRC/datasets/skill/bundles"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+export CUDA_AGENT_CACHE="$T/cache"
+pass() { echo "ok   $1"; }
+# Failures go to a file: `... | expect` runs in a subshell, where a counter would be lost.
+fail() { echo "FAIL $1: $2"; echo "$1" >> "$T/failures"; }
+: > "$T/failures"
+
+# field FILE KEY: check.KEY of the first record (python, any python3).
+field() { python3 -c "import json,sys; r=json.loads(open(sys.argv[1]).readline()); v=r.get('check',{}).get(sys.argv[2]); print(json.dumps(v) if not isinstance(v,str) else v)" "$1" "$2"; }
+
+# expect NAME STATUS SUBSTRING [kernel-check args...] < candidate
+expect() {
+  local name=$1 status=$2 sub=$3; shift 3
+  "$KC" --compile-only --arch sm_90 --no-store "$@" > "$T/out.jsonl" 2> "$T/err.txt"
+  local rc=$?
+  local got reason
+  got=$(field "$T/out.jsonl" status)
+  reason=$(field "$T/out.jsonl" reason)
+  if [ $rc -ne 0 ]; then fail "$name" "exit $rc: $(tail -2 "$T/err.txt")"; return; fi
+  if [ "$got" != "$status" ]; then fail "$name" "status $got, expected $status ($reason)"; return; fi
+  case "$reason" in *"$sub"*) pass "$name: $reason" ;; *) fail "$name" "reason '$reason' lacks '$sub'" ;; esac
+  cat "$T/out.jsonl" >> "$T/all.jsonl"
+}
+
+# 1. The bar: the DESIGN.md §3 example compiles.
+$MK "$B/scale_add" > "$T/good.jsonl"
+expect "design example compiles" compiled "compile-only" < "$T/good.jsonl"
+[ "$(field "$T/out.jsonl" compiled)" = "true" ] && pass "compiled=true" || fail "compiled" "$(field "$T/out.jsonl" compiled)"
+ms=$(field "$T/out.jsonl" compile_ms)
+python3 -c "import sys; assert float(sys.argv[1]) > 0" "$ms" && pass "compile_ms=$ms" || fail "compile_ms" "$ms"
+[ "$(field "$T/out.jsonl" cached)" = "false" ] && pass "first compile not cached" || fail "cached" "first compile cached"
+python3 -c "
+import json,sys; r=json.loads(open(sys.argv[1]).readline())['check']
+k=r['resources']['kernels']['scale_add']; assert k['registers']>0, k; assert r['precision']=='fp32', r['precision']
+assert r['resources']['module_global_bytes']==0" "$T/out.jsonl" && pass "resources and precision" || fail "resources" "$(field "$T/out.jsonl" resources)"
+
+# 2. The cache: the same bundle again is a hit; a damaged entry is recompiled.
+expect "second compile" compiled "" < "$T/good.jsonl"
+[ "$(field "$T/out.jsonl" cached)" = "true" ] && pass "cache hit" || fail "cache" "second compile not cached"
+n=$(find "$T/cache" -name '*.json' | wc -l)
+[ "$n" -eq 1 ] && pass "one cache entry" || fail "cache entries" "$n"
+find "$T/cache" -name '*.json' -exec sh -c 'echo "{not json" > "$1"' _ {} \;
+expect "damaged cache entry" compiled "" < "$T/good.jsonl"
+[ "$(field "$T/out.jsonl" cached)" = "false" ] && pass "damaged entry recompiled" || fail "damaged" "used a damaged entry"
+expect "repaired cache entry" compiled "" < "$T/good.jsonl"
+[ "$(field "$T/out.jsonl" cached)" = "true" ] && pass "entry rewritten" || fail "rewrite" "not cached after repair"
+expect "--no-cache" compiled "" --no-cache < "$T/good.jsonl"
+[ "$(field "$T/out.jsonl" cached)" = "false" ] && pass "--no-cache compiles" || fail "--no-cache" "cached"
+
+# 3. Compile errors carry NVRTC's message.
+$MK "$B/scale_add" --replace fused.cu "out[i] = a[i] * alpha + b[i];" "out[i] = a[i] * alpha + b[i]" \
+  | expect "syntax error" compile_error "fused.cu(6): error"
+python3 -c "import json,sys; r=json.loads(open(sys.argv[1]).readline())['check']; assert 'expected a \";\"' in r['log'] and r['compiled'] is False" "$T/out.jsonl" \
+  && pass "log has NVRTC's message" || fail "log" "$(field "$T/out.jsonl" log)"
+
+# 4. Plan errors, each naming what is wrong.
+$MK "$B/scale_add" --plan-replace "N, 2.0]" "2.0]" | expect "missing argument" plan_error "kernel scale_add takes 5"
+[ "$(field "$T/out.jsonl" kernel)" = "scale_add" ] && pass "plan_error names the kernel" || fail "kernel field" "$(field "$T/out.jsonl" kernel)"
+$MK "$B/scale_add" --plan-replace "launch: scale_add" "launch: scale_sub" | expect "unknown kernel" plan_error "kernel 'scale_sub' is not defined"
+$MK "$B/scale_add" --plan-replace "N, 2.0]" "N, 2.0, 7]" | expect "too many arguments" plan_error "6 arguments given"
+$MK "$B/scale_add" --plan-replace "N, 2.0]" "N, 2]" | expect "int for float" plan_error "argument 5 is int"
+$MK "$B/scale_add" --plan-replace "N, 2.0]" "2.0, N]" | expect "float for int" plan_error "argument 4 is float"
+$MK "$B/scale_add" --plan-replace "args: [inputs.0," "args: [N," | expect "scalar for pointer" plan_error "kernel expects const float*"
+$MK "$B/scale_add" --plan-replace "N, 2.0]" "inputs.1, 2.0]" | expect "buffer for int" plan_error "is the buffer inputs.1, kernel expects int"
+$MK "$B/scale_add" --plan-replace "cdiv(N, 256)" "cdiv(M, 256)" | expect "unbound dim" plan_error "unbound name 'M'"
+$MK "$B/scale_add" --plan-replace "forward:" "init:
+  - launch: scale_add
+    grid: [1]
+    block: [1]
+    args: [inputs.0, inputs.1, outputs.0, N, 2.0]
+forward:" | expect "init touching an input" plan_error "init steps read params and write scratch"
+$MK "$B/scale_add" --plan-replace "forward:" "outputs: 2
+forward:" | expect "unwritten output declared" plan_error "outputs.1 is never written"
+$MK "$B/scale_add" --plan-replace "outputs.0, N" "inputs.0, N" | expect "output never written" plan_error "outputs.0 is never written"
+$MK "$B/scale_add" --plan-replace "block: [256]" "block: [2048]" | expect "block too big" plan_error "block[0] = 2048"
+$MK "$B/scale_add" --plan-replace "args: [inputs.0," "args: [inputs.7," | expect "no such input" plan_error "inputs.7 does not exist"
+$MK "$B/scale_add" --plan-replace "dims: {N: inputs.0.shape[0]}" "dims: {N: inputs.0.shape[0}" | expect "bad YAML" plan_error "not valid YAML"
+$MK "$B/scale_add" --plan-replace "launch: scale_add" "lunch: scale_add" | expect "unknown step kind" plan_error "unknown step kind"
+$MK "$B/row_softmax" --plan-replace "softmax_rows<256>" "softmax_rows<float>" | expect "bad template argument" plan_error "softmax_rows<float>"
+
+# 5. Policy rules, each naming the rule and the source line.
+$MK "$B/scale_add" --replace fused.cu "if (i < n)" "long long t = clock64(); if (i < n + (t & 0))" | expect "clock64" policy_violation "clock: fused.cu:5"
+$MK "$B/scale_add" --replace fused.cu "if (i < n)" 'unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); if (i < n + (t & 0))' \
+  | expect "globaltimer" policy_violation "globaltimer: fused.cu:5"
+$MK "$B/scale_add" --replace fused.cu "if (i < n)" 'if (i == 0) printf("hi\n"); if (i < n)' | expect "printf" policy_violation "printf: fused.cu:5"
+$MK "$B/scale_add" --replace fused.cu "if (i < n)" 'float* p = (float*)malloc(4); if (i < n)' | expect "device malloc" policy_violation "device_malloc: fused.cu:5"
+$MK "$B/scale_add" --replace fused.cu "if (i < n)" '#define TICK clo##ck64
+  long long t = TICK(); if (i < n + (t & 0))' | expect "clock behind a macro (PTX)" policy_violation "found in the PTX"
+$MK "$B/scale_add" --replace fused.cu "__global__" '#include <cstdio>
+__global__' | expect "header not allowed" policy_violation "allowed_headers: fused.cu:3"
+$MK "$B/scale_add" --replace fused.cu "__global__" '#include <cuda_fp16.h>
+__global__' | expect "allowed header" compiled ""
+$MK "$B/scale_add" --replace fused.cu "__global__" '__device__ float big_state[1 << 20];
+__global__' --replace fused.cu "if (i < n) out[i]" "big_state[i & 1023] = 1; if (i < n) out[i]" \
+  | expect "big module-scope array" policy_violation "max_module_global_bytes"
+$MK "$B/scale_add" --replace fused.cu "__global__" '__device__ float small_state[256];
+__global__' | expect "small module-scope array" compiled ""
+$MK "$B/scale_add" --replace fused.cu "// out[i]" "// printf( clock64( in a comment is fine
+// out[i]" | expect "comments ignored" compiled ""
+printf 'allowed_steps: [launch]\n' > "$T/nolib.yaml"
+$MK "$B/linear_relu_gemm" | expect "gemm allowed by default" compiled ""
+$MK "$B/linear_relu_gemm" | expect "gemm forbidden by --policy" policy_violation "allowed_steps" --policy "$T/nolib.yaml"
+printf 'max_forward_steps: 1\n' > "$T/onestep.yaml"
+$MK "$B/scale_add" --plan-replace "forward:" "forward:
+  - launch: scale_add
+    grid: [cdiv(N, 256)]
+    block: [256]
+    args: [inputs.0, inputs.1, outputs.0, N, 2.0]" | expect "max_forward_steps" policy_violation "forward has 2 steps" --policy "$T/onestep.yaml"
+$MK "$B/scale_add" --plan-replace "forward:" "scratch:
+  huge: {dtype: float32, shape: [N, 1024]}
+forward:" | expect "scratch cap" policy_violation "max_scratch_ratio"
+$MK "$B/scale_add" --plan-replace "forward:" "scratch:
+  tmp: {dtype: float32, shape: [N]}
+forward:" | expect "scratch within cap" compiled ""
+
+# 6. The other worked bundles compile.
+$MK "$B/row_softmax" | expect "row softmax" compiled ""
+$MK "$B/linear_relu_tiled" | expect "tiled linear" compiled ""
+
+# 7. Schema: every check section written above validates.
+if /usr/bin/python3 -c "import jsonschema" 2>/dev/null; then
+  CA_SRC="$CA_SRC" /usr/bin/python3 "$CA_SRC/tests/validate_schema.py" check "$T/all.jsonl" && pass "schema" || fail "schema" "check sections do not validate"
+else
+  fail "schema" "/usr/bin/python3 has no jsonschema"
+fi
+
+# 8. Without --compile-only and without a GPU: no_device, exit 3, CPU verdicts still given.
+( $MK "$B/scale_add"; $MK "$B/scale_add" --replace fused.cu "b[i];" "b[i]" ) \
+  | "$KC" --arch sm_90 --no-store > "$T/nodev.jsonl" 2> "$T/err.txt"
+rc=$?
+s1=$(sed -n 1p "$T/nodev.jsonl" | python3 -c "import json,sys; print(json.loads(sys.stdin.read())['check']['status'])")
+s2=$(sed -n 2p "$T/nodev.jsonl" | python3 -c "import json,sys; print(json.loads(sys.stdin.read())['check']['status'])")
+[ $rc -eq 3 ] && [ "$s1" = no_device ] && [ "$s2" = compile_error ] && pass "no_device, exit 3" || fail "no_device" "rc=$rc $s1 $s2: $(tail -2 "$T/err.txt")"
+grep -q "no GPU" "$T/err.txt" && pass "no_device message" || fail "no_device message" "$(cat "$T/err.txt")"
+
+# 9. Bad input: a non-JSON line is fatal (exit 2); a record without a bundle gets an error section.
+printf '{"task_id":"t"}\nnot json\n' | "$KC" --compile-only --no-store > "$T/bad.jsonl" 2> "$T/err.txt"
+rc=$?
+[ $rc -eq 2 ] && grep -q "line 2" "$T/err.txt" && pass "bad line: exit 2 naming the line" || fail "bad line" "rc=$rc $(cat "$T/err.txt")"
+printf '{"task_id":"t"}\n' | "$KC" --compile-only --no-store > "$T/bad.jsonl" 2> "$T/err.txt"
+rc=$?
+python3 -c "import json,sys; r=json.loads(open(sys.argv[1]).readline()); assert r['error']['field']=='bundle', r" "$T/bad.jsonl" && [ $rc -eq 0 ] \
+  && pass "missing bundle: error section" || fail "missing bundle" "rc=$rc $(cat "$T/bad.jsonl")"
+printf '{"task_id":"t"}\n' | "$KC" --compile-only --no-store --strict > /dev/null 2> "$T/err.txt"
+[ $? -eq 2 ] && pass "--strict: exit 2" || fail "--strict" "$(cat "$T/err.txt")"
+"$KC" --compile-only --arch bogus --no-store < "$T/good.jsonl" > /dev/null 2>&1
+[ $? -eq 1 ] && pass "bad --arch: exit 1" || fail "bad --arch" "not a usage error"
+
+# 10. Order: a stream of mixed candidates comes out in input order.
+( for i in 1 2 3; do $MK "$B/scale_add"; $MK "$B/row_softmax"; $MK "$B/scale_add" --replace fused.cu "b[i];" "b[i]"; done ) \
+  | "$KC" --compile-only --no-store -j 3 > "$T/order.jsonl" 2>/dev/null
+order=$(python3 -c "
+import json,sys
+print(' '.join(json.loads(l)['check']['status'] for l in open(sys.argv[1])))" "$T/order.jsonl")
+[ "$order" = "compiled compiled compile_error compiled compiled compile_error compiled compiled compile_error" ] \
+  && pass "input order kept" || fail "order" "$order"
+
+fails=$(wc -l < "$T/failures")
+echo "$fails failure(s)"
+[ "$fails" -eq 0 ]

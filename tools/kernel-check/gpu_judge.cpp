@@ -1,0 +1,225 @@
+// The GPU stage of a check.
+#include "tools/kernel-check/gpu_judge.hpp"
+
+#include <chrono>
+#include <cmath>
+
+#include "libcommon/errors.hpp"
+#include "libcommon/ids.hpp"
+#include "libcommon/log.hpp"
+#include "libcommon/paths.hpp"
+#include "libcommon/safetensors.hpp"
+#include "libcommon/worker/worker_client.hpp"
+#include "tools/kernel-check/compare.hpp"
+#include "tools/kernel-check/runner.hpp"
+
+namespace kc {
+
+struct GpuJudge::Lane {
+  int gpu = 0;
+  std::unique_ptr<ca::WorkerClient> worker;
+  std::unique_ptr<RunnerClient> runner;
+  std::map<std::string, ca::Json> loaded;  // task_id -> the worker's load answer
+  int64_t files = 0;
+};
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+double task_eager_ms(const ca::Json& task) {
+  for (const char* key : {"eager_ms", "eager_time_ms"})
+    if (task.contains(key) && task[key].is_number()) return task[key].get<double>();
+  if (task.contains("filters") && task["filters"].is_object()) {
+    const auto& f = task["filters"];
+    if (f.contains("eager_time_ms") && f["eager_time_ms"].is_number()) return f["eager_time_ms"].get<double>();
+  }
+  return 0;
+}
+
+}  // namespace
+
+GpuJudge::GpuJudge(const CheckOptions& options, const Policy& policy, std::vector<int> gpus, uint64_t base_seed)
+    : options_(options), policy_(policy), base_seed_(base_seed) {
+  for (int g : gpus) {
+    auto lane = std::make_unique<Lane>();
+    lane->gpu = g;
+    ca::WorkerOptions wo;
+    wo.device = "cuda:" + std::to_string(g);
+    lane->worker = std::make_unique<ca::WorkerClient>(wo);  // EnvironmentError without torch/GPU
+    lane->runner = std::make_unique<RunnerClient>(g);
+    free_.push_back(lane.get());
+    lanes_.push_back(std::move(lane));
+  }
+}
+
+GpuJudge::~GpuJudge() {
+  for (auto& l : lanes_) l->runner->kill();
+}
+
+size_t GpuJudge::lanes() const { return lanes_.size(); }
+
+void GpuJudge::judge(Prepared& p, const ca::Json& task, const std::string& task_id, const std::string& where) {
+  Lane* lane;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !free_.empty(); });
+    lane = free_.back();
+    free_.pop_back();
+  }
+  try {
+    judge_on(*lane, p, task, task_id);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(lane);
+    cv_.notify_one();
+    throw;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.push_back(lane);
+  cv_.notify_one();
+}
+
+void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std::string& task_id) {
+  ca::Record& check = p.check;
+  check["gpu"] = lane.gpu;
+  auto reference_failed = [&](const std::string& what, const ca::Json& ans) {
+    set_verdict(check, "runtime_error", "reference worker: " + what + ": " + ans.value("error", "?") + ": " + ans.value("detail", ""));
+    check["reference_error"] = true;
+  };
+  // 1. The task in this lane's worker: its specs bind the plan.
+  auto it = lane.loaded.find(task_id);
+  if (it == lane.loaded.end()) {
+    ca::Json req = {{"op", "load"}, {"task_id", task_id}, {"code", task.at("code")}};
+    if (task.contains("init_inputs")) req["init_inputs"] = task["init_inputs"];
+    ca::Json ans = lane.worker->request(req);
+    if (!ans.value("ok", false)) return reference_failed("load", ans);
+    it = lane.loaded.emplace(task_id, ans).first;
+  }
+  ca::bundle::IoSpec io = ca::bundle::IoSpec::from_json(it->second);
+  try {
+    auto bound = ca::bundle::bind_plan(p.plan, p.signatures, io);
+    check["precision"] = candidate_precision(p, &bound);
+    check["scratch_bytes"] = bound.scratch_bytes();
+    if (auto v = policy_.check_bound(bound, io)) {
+      check["violation"] = v->to_json();
+      set_verdict(check, "policy_violation", v->rule + ": " + v->reason);
+      return;
+    }
+  } catch (const ca::bundle::PlanError& e) {
+    set_verdict(check, "plan_error", e.what());
+    if (!e.kernel.empty()) check["kernel"] = e.kernel;
+    return;
+  }
+
+  // 2. Seeds: unpredictable unless --seed; each candidate gets its own sequence.
+  uint64_t cand_hash = std::stoull(ca::sha256_hex(check.value("candidate_id", "") + p.compiled->key).substr(0, 15), nullptr, 16);
+  std::vector<uint64_t> seeds;
+  for (int i = 0; i <= options_.trials; ++i) seeds.push_back(splitmix64(base_seed_ ^ cand_hash ^ (0x1000ULL * (i + 1))) >> 16);
+  double eager = task_eager_ms(task);
+  double watchdog_s = options_.timeout_s > 0 ? options_.timeout_s : std::max(2.0, eager * 50 / 1000.0);
+  auto watchdog = std::chrono::milliseconds(static_cast<int64_t>(watchdog_s * 1000) + 3000);  // + transfers
+  check["watchdog_s"] = watchdog_s;
+
+  // 3. The warm call's inputs, reference and params; then the runner loads the candidate.
+  auto tmp = [&](const std::string& stem) { return lane.worker->temp_path(stem); };
+  std::string cubin_path = tmp("cubin"), ptx_path = tmp("ptx");
+  ca::write_file_atomic(cubin_path, p.compiled->cubin);
+  ca::write_file_atomic(ptx_path, p.compiled->ptx);
+  std::vector<std::string> cleanup = {cubin_path, ptx_path};
+  struct Cleanup {
+    std::vector<std::string>& files;
+    ~Cleanup() {
+      for (auto& f : files) std::remove(f.c_str());
+    }
+  } cleanup_guard{cleanup};
+
+  auto make_trial_files = [&](uint64_t seed, bool with_params, std::string& in, std::string& ref, std::string& params) -> bool {
+    in = tmp("in");
+    ref = tmp("ref");
+    cleanup.push_back(in);
+    cleanup.push_back(ref);
+    ca::Json a = lane.worker->request({{"op", "inputs"}, {"task_id", task_id}, {"seed", seed}, {"out", in}});
+    if (!a.value("ok", false)) {
+      reference_failed("inputs", a);
+      return false;
+    }
+    ca::Json req = {{"op", "reference"}, {"task_id", task_id}, {"inputs", in}, {"out", ref}};
+    if (with_params) {
+      params = tmp("params");
+      cleanup.push_back(params);
+      req["params_out"] = params;
+    }
+    ca::Json b = lane.worker->request(req);
+    if (!b.value("ok", false)) {
+      reference_failed("reference", b);
+      return false;
+    }
+    return true;
+  };
+
+  std::string in, ref, params;
+  if (!make_trial_files(seeds[0], true, in, ref, params)) return;
+  ca::Json load = {{"op", "load"},         {"cubin", cubin_path}, {"ptx", ptx_path},         {"lowered", p.compiled->lowered},
+                   {"plan", p.plan_json},  {"io", io.to_json()},  {"params", params}};
+  ca::Json ans = lane.runner->request(load, watchdog + std::chrono::seconds(30));
+  auto runner_failed = [&](const ca::Json& a, const std::string& during) {
+    std::string err = a.value("error", "runtime_error");
+    if (err == "timeout") set_verdict(check, "timeout", during + ": no answer within " + std::to_string(watchdog_s) + " s (watchdog killed the runner)");
+    else if (err == "plan_error") set_verdict(check, "plan_error", a.value("detail", ""));
+    else set_verdict(check, "runtime_error", during + ": " + a.value("detail", err));
+  };
+  if (!ans.value("ok", false)) return runner_failed(ans, "init");
+
+  // 4. The warm call, then fresh inputs for every trial right after it.
+  ca::Json trials = ca::Json::array();
+  bool all_ok = true;
+  std::string first_reason;
+  double forward_ms_sum = 0;
+  for (size_t t = 0; t < seeds.size(); ++t) {
+    if (t > 0 && !make_trial_files(seeds[t], false, in, ref, params)) return;
+    std::string out = tmp("out");
+    cleanup.push_back(out);
+    uint32_t guard_seed = static_cast<uint32_t>(splitmix64(seeds[t] ^ 0xabcdef));
+    ca::Json run = lane.runner->request({{"op", "run"}, {"inputs", in}, {"out", out}, {"guard_seed", guard_seed}}, watchdog);
+    ca::Json trial = {{"seed", seeds[t]}, {"warm", t == 0}};
+    if (!run.value("ok", false)) {
+      runner_failed(run, t == 0 ? "warm call" : "trial " + std::to_string(t));
+      trials.push_back(trial);
+      check["trials"] = trials;
+      return;
+    }
+    forward_ms_sum += run.value("forward_ms", 0.0);
+    auto got = ca::read_safetensors(out).tensors;
+    auto want = ca::read_safetensors(ref).tensors;
+    CompareResult cmp = compare_outputs(got, want, options_.tolerance, options_.atol, options_.rtol);
+    trial.update(cmp.to_json());
+    std::string reason;
+    if (!run["guards"].empty()) reason = run["guards"][0].get<std::string>();
+    else if (!run["inputs_changed"].empty())
+      reason = "the forward call changed " + run["inputs_changed"][0].get<std::string>() + " (inputs and params are read-only)";
+    else if (!cmp.ok) reason = cmp.reason;
+    trial["ok"] = reason.empty();
+    if (!reason.empty()) {
+      trial["reason"] = reason;
+      if (all_ok) first_reason = (t == 0 ? "warm call: " : "trial " + std::to_string(t) + " (fresh inputs after a call): ") + reason;
+      all_ok = false;
+    }
+    trials.push_back(trial);
+    if (!all_ok) break;  // one failure decides; the rest would only cost time
+  }
+  check["trials"] = trials;
+  check["seed"] = base_seed_;
+  check["tolerance"] = options_.tolerance;
+  check["forward_ms_mean"] = forward_ms_sum / static_cast<double>(trials.size());
+  if (all_ok) set_verdict(check, "passed", "all " + std::to_string(trials.size()) + " calls match the reference");
+  else set_verdict(check, "incorrect", first_reason);
+  lane.runner->request({{"op", "unload"}}, std::chrono::seconds(30));
+}
+
+}  // namespace kc

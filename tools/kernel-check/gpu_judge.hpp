@@ -1,0 +1,38 @@
+// The GPU stage: one lane per GPU (a reference worker and a runner child), candidates judged on
+// whichever lane is free. References are computed by the worker and compared here, in the parent.
+#pragma once
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "libcommon/jsonl.hpp"
+#include "tools/kernel-check/options.hpp"
+#include "tools/kernel-check/policy.hpp"
+#include "tools/kernel-check/prepare.hpp"
+
+namespace kc {
+
+class GpuJudge {
+ public:
+  GpuJudge(const CheckOptions& options, const Policy& policy, std::vector<int> gpus, uint64_t base_seed);
+  ~GpuJudge();
+  size_t lanes() const;
+  // Runs the warm call and the trials, compares, and sets p.check (status, reason, trials, ...).
+  // Thread-safe: blocks until a lane is free.
+  void judge(Prepared& p, const ca::Json& task, const std::string& task_id, const std::string& where);
+
+ private:
+  struct Lane;
+  void judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std::string& task_id);
+  const CheckOptions& options_;
+  const Policy& policy_;
+  uint64_t base_seed_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  std::vector<Lane*> free_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+}  // namespace kc

@@ -1,0 +1,25 @@
+// kernel-check's own options (the shared ones come from ca::Cli).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace kc {
+
+struct CheckOptions {
+  bool compile_only = false;
+  std::string arch;          // empty: the device's, or sm_90 without one
+  std::string policy_path;   // empty: the shipped default
+  std::string tasks_path;    // JSONL of task records, by task_id
+  std::string cache_dir;
+  bool no_cache = false;
+  std::string tolerance = "default";  // default (atol=rtol=1e-2) or strict (1e-4 for fp32)
+  double atol = -1, rtol = -1;        // overrides
+  int trials = 5;                     // fresh-input trials after the warm call (>= 5)
+  std::string gpus;                   // "0,1"; empty: all visible
+  double timeout_s = 0;               // per call; 0: scaled from the task's eager time, >= 2 s
+  int jobs = 2;                       // compile threads
+  bool runner = false;                // internal: the per-GPU child
+  int runner_gpu = 0;
+};
+
+}  // namespace kc

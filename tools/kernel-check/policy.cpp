@@ -1,0 +1,219 @@
+// Policy loading and the rule checks.
+#include "tools/kernel-check/policy.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "libcommon/errors.hpp"
+#include "libcommon/paths.hpp"
+
+extern const char* kc_default_policy_yaml;  // generated from datasets/skill/policy.yaml
+
+namespace kc {
+
+ca::Json Violation::to_json() const {
+  ca::Json j{{"rule", rule}, {"reason", reason}};
+  if (!file.empty()) j["file"] = file;
+  if (line > 0) j["line"] = line;
+  return j;
+}
+
+const std::string& Policy::default_text() {
+  static const std::string text = kc_default_policy_yaml;
+  return text;
+}
+
+static void apply(Policy& p, const YAML::Node& n, const std::string& name) {
+  if (!n.IsMap()) throw ca::UsageError("policy " + name + ": expected a map");
+  static const std::vector<std::string> known = {"allowed_steps", "allowed_headers", "forbidden", "max_module_global_bytes",
+                                                 "max_scratch_ratio", "max_scratch_slack_bytes", "max_forward_steps", "max_init_steps"};
+  for (const auto& kv : n) {
+    std::string k = kv.first.as<std::string>();
+    if (std::find(known.begin(), known.end(), k) == known.end())
+      throw ca::UsageError("policy " + name + ": unknown key '" + k + "'");
+  }
+  if (n["allowed_steps"]) p.allowed_steps = n["allowed_steps"].as<std::vector<std::string>>();
+  if (n["allowed_headers"]) p.allowed_headers = n["allowed_headers"].as<std::vector<std::string>>();
+  if (n["forbidden"]) {
+    p.forbidden.clear();
+    for (const auto& f : n["forbidden"]) {
+      ForbiddenRule r;
+      r.rule = f["rule"].as<std::string>();
+      r.why = f["why"] ? f["why"].as<std::string>() : r.rule;
+      try {
+        if (f["source"]) {
+          r.source_text = f["source"].as<std::string>();
+          r.source = std::regex(r.source_text);
+        }
+        if (f["ptx"]) {
+          r.ptx_text = f["ptx"].as<std::string>();
+          r.ptx = std::regex(r.ptx_text);
+        }
+      } catch (const std::regex_error& e) {
+        throw ca::UsageError("policy " + name + ": rule " + r.rule + ": bad regular expression: " + e.what());
+      }
+      p.forbidden.push_back(std::move(r));
+    }
+  }
+  if (n["max_module_global_bytes"]) p.max_module_global_bytes = n["max_module_global_bytes"].as<int64_t>();
+  if (n["max_scratch_ratio"]) p.max_scratch_ratio = n["max_scratch_ratio"].as<double>();
+  if (n["max_scratch_slack_bytes"]) p.max_scratch_slack_bytes = n["max_scratch_slack_bytes"].as<int64_t>();
+  if (n["max_forward_steps"]) p.max_forward_steps = n["max_forward_steps"].as<int>();
+  if (n["max_init_steps"]) p.max_init_steps = n["max_init_steps"].as<int>();
+}
+
+Policy Policy::parse(const std::string& yaml, const std::string& name) {
+  Policy p;
+  try {
+    apply(p, YAML::Load(default_text()), "default");
+    if (name != "default") apply(p, YAML::Load(yaml), name);
+  } catch (const YAML::Exception& e) {
+    throw ca::UsageError("policy " + name + ": " + e.what());
+  }
+  p.source = name;
+  return p;
+}
+
+Policy Policy::load(const std::string& path) {
+  if (path.empty()) return parse(default_text(), "default");
+  if (!ca::file_exists(path)) throw ca::UsageError("--policy: no such file " + path);
+  return parse(ca::read_file(path), path);
+}
+
+std::string strip_comments(const std::string& s) {
+  std::string out = s;
+  enum { code, line_comment, block_comment, string_lit, char_lit } st = code;
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i], n = i + 1 < s.size() ? s[i + 1] : '\0';
+    switch (st) {
+      case code:
+        if (c == '/' && n == '/') { st = line_comment; out[i] = ' '; }
+        else if (c == '/' && n == '*') { st = block_comment; out[i] = out[i + 1] = ' '; ++i; }
+        else if (c == '"') st = string_lit;
+        else if (c == '\'') st = char_lit;
+        break;
+      case line_comment:
+        if (c == '\n') st = code;
+        else out[i] = ' ';
+        break;
+      case block_comment:
+        if (c == '*' && n == '/') { out[i] = out[i + 1] = ' '; ++i; st = code; }
+        else if (c != '\n') out[i] = ' ';
+        break;
+      case string_lit:
+        if (c == '\\') ++i;
+        else if (c == '"' || c == '\n') st = code;
+        break;
+      case char_lit:
+        if (c == '\\') ++i;
+        else if (c == '\'' || c == '\n') st = code;
+        break;
+    }
+  }
+  return out;
+}
+
+static int line_of(const std::string& text, size_t pos) {
+  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(pos), '\n'));
+}
+
+static std::string line_text(const std::string& text, size_t pos) {
+  size_t b = text.rfind('\n', pos);
+  b = b == std::string::npos ? 0 : b + 1;
+  size_t e = text.find('\n', pos);
+  std::string l = text.substr(b, e == std::string::npos ? std::string::npos : e - b);
+  l.erase(0, l.find_first_not_of(" \t"));
+  return l.size() > 80 ? l.substr(0, 80) + "..." : l;
+}
+
+std::optional<Violation> Policy::check_sources(const std::map<std::string, std::string>& kernels) const {
+  static const std::regex include_re(R"(^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"])");
+  for (const auto& [file, src] : kernels) {
+    std::string code = strip_comments(src);
+    std::istringstream lines(code);
+    std::string text;
+    int line = 0;
+    while (std::getline(lines, text)) {
+      ++line;
+      std::smatch m;
+      if (!std::regex_search(text, m, include_re)) continue;
+      std::string h = m[1];
+      if (kernels.count(h)) continue;
+      if (std::find(allowed_headers.begin(), allowed_headers.end(), h) != allowed_headers.end()) continue;
+      return Violation{"allowed_headers", file + ":" + std::to_string(line) + ": #include <" + h + "> is not an allowed header", file, line};
+    }
+    for (const auto& r : forbidden) {
+      if (!r.source) continue;
+      std::smatch m;
+      if (std::regex_search(code, m, *r.source)) {
+        size_t pos = static_cast<size_t>(m.position(0));
+        int line = line_of(code, pos);
+        return Violation{r.rule, file + ":" + std::to_string(line) + ": " + r.why + ": " + line_text(code, pos), file, line};
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Violation> Policy::check_plan(const ca::bundle::Plan& plan) const {
+  for (auto* section : {&plan.init, &plan.forward})
+    for (const auto& s : *section)
+      if (std::find(allowed_steps.begin(), allowed_steps.end(), s.kind_name()) == allowed_steps.end())
+        return Violation{"allowed_steps", s.label() + ": step kind '" + s.kind_name() + "' is not allowed by the policy"};
+  if (static_cast<int>(plan.forward.size()) > max_forward_steps)
+    return Violation{"max_forward_steps", "forward has " + std::to_string(plan.forward.size()) + " steps, the policy allows " +
+                                              std::to_string(max_forward_steps)};
+  if (static_cast<int>(plan.init.size()) > max_init_steps)
+    return Violation{"max_init_steps", "init has " + std::to_string(plan.init.size()) + " steps, the policy allows " +
+                                           std::to_string(max_init_steps)};
+  return std::nullopt;
+}
+
+std::optional<Violation> Policy::check_compiled(const ca::bundle::CompileResult& r) const {
+  // PTX backstop: constructs hidden behind macros or templates. -lineinfo gives .loc lines.
+  std::map<int, std::string> files;
+  static const std::regex file_re(R"re(^\s*\.file\s+(\d+)\s+"([^"]+)")re");
+  static const std::regex loc_re(R"(^\s*\.loc\s+(\d+)\s+(\d+))");
+  std::istringstream in(r.ptx);
+  std::string line;
+  std::string cur_file;
+  int cur_line = 0;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, file_re)) {
+      std::string path = m[2];
+      files[std::stoi(m[1])] = path.substr(path.find_last_of('/') + 1);
+      continue;
+    }
+    if (std::regex_search(line, m, loc_re)) {
+      cur_file = files[std::stoi(m[1])];
+      cur_line = std::stoi(m[2]);
+      continue;
+    }
+    for (const auto& rule : forbidden) {
+      if (!rule.ptx || !std::regex_search(line, *rule.ptx)) continue;
+      std::string where = cur_file.empty() ? "PTX" : cur_file + ":" + std::to_string(cur_line);
+      return Violation{rule.rule, where + ": " + rule.why + " (found in the PTX)", cur_file, cur_line};
+    }
+  }
+  if (r.module_global_bytes > max_module_global_bytes)
+    return Violation{"max_module_global_bytes",
+                     "module-scope __device__ memory is " + std::to_string(r.module_global_bytes) + " bytes, the policy allows " +
+                         std::to_string(max_module_global_bytes) + " (state across calls must be a declared scratch buffer)"};
+  return std::nullopt;
+}
+
+std::optional<Violation> Policy::check_bound(const ca::bundle::BoundPlan& bound, const ca::bundle::IoSpec& io) const {
+  int64_t scratch = bound.scratch_bytes();
+  double cap = max_scratch_ratio * static_cast<double>(io.io_bytes()) + static_cast<double>(max_scratch_slack_bytes);
+  if (static_cast<double>(scratch) > cap)
+    return Violation{"max_scratch_ratio", "scratch buffers total " + std::to_string(scratch) + " bytes, the policy allows " +
+                                              std::to_string(static_cast<int64_t>(cap)) + " (" + std::to_string(max_scratch_ratio) +
+                                              " x inputs+outputs + " + std::to_string(max_scratch_slack_bytes) + ")"};
+  return std::nullopt;
+}
+
+}  // namespace kc

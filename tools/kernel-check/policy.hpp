@@ -1,0 +1,53 @@
+// The policy: which step kinds, headers and constructs a bundle may use, caps on module-scope
+// memory, scratch size and steps. Default in datasets/skill/policy.yaml (compiled in).
+#pragma once
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "libcommon/bundle/compile.hpp"
+#include "libcommon/bundle/plan.hpp"
+
+namespace kc {
+
+struct Violation {
+  std::string rule;    // "clock", "allowed_headers", "max_module_global_bytes", ...
+  std::string reason;  // human-readable, with the place
+  std::string file;
+  int line = 0;
+  ca::Json to_json() const;
+};
+
+struct ForbiddenRule {
+  std::string rule, why, source_text, ptx_text;
+  std::optional<std::regex> source, ptx;
+};
+
+struct Policy {
+  std::vector<std::string> allowed_steps, allowed_headers;
+  std::vector<ForbiddenRule> forbidden;
+  int64_t max_module_global_bytes = 65536;
+  double max_scratch_ratio = 4.0;
+  int64_t max_scratch_slack_bytes = 16 << 20;
+  int max_forward_steps = 16, max_init_steps = 32;
+  std::string source = "default";  // "default" or the file path
+
+  static const std::string& default_text();
+  // Default first, then the file's keys over it. Throws UsageError for a malformed file.
+  static Policy load(const std::string& path);
+  static Policy parse(const std::string& yaml, const std::string& name);
+
+  // Source-level rules (headers, forbidden constructs) and plan-level rules (steps).
+  std::optional<Violation> check_sources(const std::map<std::string, std::string>& kernels) const;
+  std::optional<Violation> check_plan(const ca::bundle::Plan& plan) const;
+  // After compiling: PTX constructs and module memory.
+  std::optional<Violation> check_compiled(const ca::bundle::CompileResult& r) const;
+  // With shapes: scratch size against the task's inputs and outputs.
+  std::optional<Violation> check_bound(const ca::bundle::BoundPlan& bound, const ca::bundle::IoSpec& io) const;
+};
+
+// Comments replaced by spaces (newlines kept, so line numbers hold); string literals kept.
+std::string strip_comments(const std::string& source);
+
+}  // namespace kc

@@ -1,0 +1,160 @@
+// The CPU stage: bundle -> plan -> policy -> NVRTC -> plan checks.
+#include "tools/kernel-check/prepare.hpp"
+
+#include <regex>
+
+#include "libcommon/errors.hpp"
+#include "libcommon/fields.hpp"
+
+namespace kc {
+
+void set_verdict(ca::Record& check, const std::string& status, const std::string& reason) {
+  check["status"] = status;
+  check["reason"] = reason;
+  if (status == "passed") check["correct"] = true;
+  else if (status == "no_device") check["correct"] = nullptr;
+  else check["correct"] = false;
+}
+
+static std::string rank_precision(const std::string& a, const std::string& b) {
+  static const std::vector<std::string> order = {"fp8", "fp16", "bf16", "tf32", "fp32"};
+  auto ia = std::find(order.begin(), order.end(), a), ib = std::find(order.begin(), order.end(), b);
+  return ia < ib ? a : b;
+}
+
+std::string candidate_precision(const Prepared& p, const ca::bundle::BoundPlan* bound) {
+  std::string prec = p.compiled && p.compiled->ok && !p.kernels.empty() && !p.plan.kernel_names().empty()
+                         ? ca::bundle::ptx_precision(p.compiled->ptx)
+                         : "fp32";
+  for (auto* section : {&p.plan.init, &p.plan.forward})
+    for (auto& s : *section)
+      if (s.kind == ca::bundle::Step::kGemm && s.gemm.compute == "tf32") prec = rank_precision(prec, "tf32");
+  if (bound)
+    for (auto* section : {&bound->init, &bound->forward})
+      for (auto& s : *section) {
+        std::string dt = s.kind == ca::bundle::Step::kGemm ? s.gemm.dtype : s.kind == ca::bundle::Step::kConv ? s.conv.dtype : "";
+        if (dt == "F16") prec = rank_precision(prec, "fp16");
+        if (dt == "BF16") prec = rank_precision(prec, "bf16");
+      }
+  return prec;
+}
+
+// The identifier before any template argument list: "softmax<256>" -> "softmax".
+static std::string base_name(const std::string& expr) {
+  std::string s = expr.substr(0, expr.find('<'));
+  s.erase(s.find_last_not_of(" \t") + 1);
+  auto colon = s.rfind("::");
+  return colon == std::string::npos ? s : s.substr(colon + 2);
+}
+
+Prepared prepare_candidate(const ca::Record& record, const ca::Json* task, const Policy& policy,
+                           const PrepareOptions& options) {
+  Prepared p;
+  auto bundle = ca::get_required<ca::Record>(record, "/bundle");
+  if (!bundle.is_object()) throw ca::FieldError("bundle", "expected an object with kernels and plan");
+  auto kernels = ca::get_required<ca::Record>(record, "/bundle/kernels");
+  if (!kernels.is_object()) throw ca::FieldError("bundle.kernels", "expected an object {file: source}");
+  for (auto& [file, src] : kernels.items()) {
+    if (!src.is_string()) throw ca::FieldError("bundle.kernels." + file, "expected the source text");
+    p.kernels[file] = src.get<std::string>();
+  }
+  if (!bundle.contains("plan") || bundle["plan"].is_null()) throw ca::FieldError("bundle.plan", "missing");
+  p.plan_json = ca::Json::parse(bundle["plan"].dump());
+  if (task) p.io = ca::bundle::IoSpec::from_json(*task);
+  p.check["compiled"] = false;
+  p.check["correct"] = false;
+  p.check["arch"] = options.arch;
+
+  auto fail = [&](const std::string& status, const std::string& reason) {
+    set_verdict(p.check, status, reason);
+    p.final = true;
+    return p;
+  };
+
+  try {
+    p.plan = ca::bundle::Plan::parse(bundle["plan"]);
+  } catch (const ca::bundle::PlanError& e) {
+    return fail("plan_error", e.what());
+  }
+  if (p.kernels.empty() && !p.plan.kernel_names().empty())
+    return fail("plan_error", "the plan launches " + p.plan.kernel_names()[0] + " but the bundle has no kernel sources");
+  if (auto v = policy.check_plan(p.plan)) {
+    p.check["violation"] = v->to_json();
+    return fail("policy_violation", v->rule + ": " + v->reason);
+  }
+  if (auto v = policy.check_sources(p.kernels)) {
+    p.check["violation"] = v->to_json();
+    return fail("policy_violation", v->rule + ": " + v->reason);
+  }
+  // A kernel the sources never mention is a plan error, not a compile error.
+  std::string all_code;
+  for (auto& [f, s] : p.kernels) all_code += strip_comments(s) + "\n";
+  for (auto& name : p.plan.kernel_names()) {
+    std::string base = base_name(name);
+    std::regex ident("\\b" + std::regex_replace(base, std::regex(R"([^A-Za-z0-9_])"), "") + "\\b");
+    if (base.empty() || !std::regex_search(all_code, ident)) {
+      std::string where;
+      for (auto* section : {&p.plan.init, &p.plan.forward})
+        for (auto& s : *section)
+          if (where.empty() && s.kind == ca::bundle::Step::kLaunch && s.launch.kernel == name) where = s.label();
+      set_verdict(p.check, "plan_error", where + ": kernel '" + name + "' is not defined in the bundle's sources");
+      p.check["kernel"] = name;
+      p.final = true;
+      return p;
+    }
+  }
+
+  ca::bundle::CompileOptions copt;
+  copt.arch = options.arch;
+  copt.cache_dir = options.cache_dir;
+  copt.use_cache = options.use_cache;
+  copt.extra_flags = options.extra_flags;
+  auto result = std::make_shared<ca::bundle::CompileResult>(ca::bundle::compile_bundle(p.kernels, p.plan.kernel_names(), copt));
+  p.compiled = result;
+  p.check["compile_ms"] = std::round(result->compile_ms * 1000) / 1000;
+  p.check["cached"] = result->cached;
+  p.check["flags"] = result->flags;
+  p.check["nvrtc"] = result->nvrtc_version;
+  if (!result->ok) {
+    if (result->name_error) {
+      set_verdict(p.check, "plan_error", "kernel name '" + result->failed_name + "' does not name a kernel of the sources: " +
+                                             result->first_error);
+      p.check["kernel"] = result->failed_name;
+    } else {
+      set_verdict(p.check, "compile_error", result->first_error);
+    }
+    std::string log = result->log;
+    if (log.size() > 4000) log = log.substr(0, 4000) + "\n[... log truncated]";
+    p.check["log"] = log;
+    p.final = true;
+    return p;
+  }
+  p.check["compiled"] = true;
+  p.check["resources"] = result->resources_json();
+  p.check["precision"] = candidate_precision(p, nullptr);
+  if (auto v = policy.check_compiled(*result)) {
+    p.check["violation"] = v->to_json();
+    return fail("policy_violation", v->rule + ": " + v->reason);
+  }
+  p.signatures = ca::bundle::signatures_of(*result);
+  try {
+    ca::bundle::check_plan(p.plan, p.signatures, task ? &p.io : nullptr);
+    if (p.io.shapes_known()) {
+      auto bound = ca::bundle::bind_plan(p.plan, p.signatures, p.io);
+      p.check["precision"] = candidate_precision(p, &bound);
+      p.check["scratch_bytes"] = bound.scratch_bytes();
+      if (auto v = policy.check_bound(bound, p.io)) {
+        p.check["violation"] = v->to_json();
+        return fail("policy_violation", v->rule + ": " + v->reason);
+      }
+    }
+  } catch (const ca::bundle::PlanError& e) {
+    set_verdict(p.check, "plan_error", e.what());
+    if (!e.kernel.empty()) p.check["kernel"] = e.kernel;
+    p.final = true;
+    return p;
+  }
+  return p;
+}
+
+}  // namespace kc

@@ -1,0 +1,45 @@
+// The CPU stage of a check: read the bundle, parse the plan, apply the policy, compile with NVRTC,
+// check the plan against the kernels' signatures (and bind it when the task's shapes are known).
+// Everything kernel-check can decide without a GPU is decided here.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "libcommon/bundle/compile.hpp"
+#include "libcommon/bundle/plan.hpp"
+#include "libcommon/jsonl.hpp"
+#include "tools/kernel-check/policy.hpp"
+
+namespace kc {
+
+struct PrepareOptions {
+  std::string arch = "sm_90";
+  std::string cache_dir;
+  bool use_cache = true;
+  std::vector<std::string> extra_flags;
+};
+
+// The outcome of the CPU stage for one candidate.
+struct Prepared {
+  ca::Record check = ca::Record::object();  // the `check` section so far
+  bool final = false;                       // a verdict already (compile_error, plan_error, policy_violation)
+  ca::bundle::Plan plan;
+  ca::Json plan_json;                       // the plan as given (YAML text or object)
+  ca::bundle::IoSpec io;                    // from the task record; may lack shapes
+  std::shared_ptr<ca::bundle::CompileResult> compiled;
+  ca::bundle::Signatures signatures;
+  std::map<std::string, std::string> kernels;
+};
+
+// Reads record.bundle (kernels, plan); `task` may be null (no shapes known yet). Throws
+// ca::FieldError when the record lacks the bundle or has it mistyped.
+Prepared prepare_candidate(const ca::Record& record, const ca::Json* task, const Policy& policy,
+                           const PrepareOptions& options);
+
+// Sets status/reason (and compiled/correct) in a check section.
+void set_verdict(ca::Record& check, const std::string& status, const std::string& reason);
+// The precision of the candidate: the PTX's and that of any library step (tf32 gemm, fp16 buffers).
+std::string candidate_precision(const Prepared& p, const ca::bundle::BoundPlan* bound);
+
+}  // namespace kc

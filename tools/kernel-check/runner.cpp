@@ -1,0 +1,200 @@
+// The per-GPU runner child and its client.
+#include "tools/kernel-check/runner.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "libcommon/bundle/compile.hpp"
+#include "libcommon/bundle/executor.hpp"
+#include "libcommon/cuda/driver.hpp"
+#include "libcommon/errors.hpp"
+#include "libcommon/log.hpp"
+#include "libcommon/paths.hpp"
+#include "libcommon/safetensors.hpp"
+
+namespace kc {
+
+std::vector<int> parse_gpu_list(const std::string& text, int count) {
+  std::vector<int> gpus;
+  if (text.empty()) {
+    for (int i = 0; i < count; ++i) gpus.push_back(i);
+    return gpus;
+  }
+  std::stringstream ss(text);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    try {
+      size_t used = 0;
+      int g = std::stoi(part, &used);
+      if (used != part.size() || g < 0 || g >= count) throw std::out_of_range("gpu");
+      gpus.push_back(g);
+    } catch (const std::exception&) {
+      throw ca::UsageError("--gpus: '" + part + "' is not a GPU index below " + std::to_string(count));
+    }
+  }
+  if (gpus.empty()) throw ca::UsageError("--gpus: no GPU given");
+  return gpus;
+}
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+ca::Json error_answer(const std::string& error, const std::string& detail, bool sticky) {
+  return ca::Json{{"ok", false}, {"error", error}, {"detail", detail}, {"sticky", sticky}};
+}
+
+}  // namespace
+
+int runner_main(int gpu) {
+  // The protocol gets a private copy of stdout; fd 1 goes to stderr so nothing a kernel or a library
+  // prints can corrupt it.
+  int proto_fd = dup(1);
+  dup2(2, 1);
+  FILE* proto = fdopen(proto_fd, "w");
+  auto send = [&](const ca::Json& j) {
+    std::string line = j.dump() + "\n";
+    fwrite(line.data(), 1, line.size(), proto);
+    fflush(proto);
+  };
+  ca::log::set_tool("kernel-check runner " + std::to_string(gpu));
+  try {
+    auto& d = ca::cuda::Driver::get();
+    auto info = d.device_info(gpu);
+    d.primary_context(gpu);
+    send({{"ok", true}, {"op", "hello"}, {"gpu", gpu}, {"name", info.name}, {"arch", info.arch()}, {"pid", getpid()}});
+  } catch (const std::exception& e) {
+    send(error_answer("no_device", e.what(), true));
+    return ca::kExitEnvironment;
+  }
+  std::unique_ptr<ca::bundle::Executor> ex;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) continue;
+    ca::Json req;
+    try {
+      req = ca::Json::parse(line);
+    } catch (const std::exception& e) {
+      send(error_answer("bad_request", e.what(), false));
+      continue;
+    }
+    std::string op = req.value("op", "");
+    try {
+      if (op == "load") {
+        ex.reset();
+        auto t0 = std::chrono::steady_clock::now();
+        ca::bundle::CompileResult cr;
+        cr.cubin = ca::read_file(req.at("cubin"));
+        cr.ptx = ca::read_file(req.at("ptx"));
+        for (auto& [k, v] : req.at("lowered").items()) cr.lowered[k] = v.get<std::string>();
+        auto sigs = ca::bundle::signatures_of(cr);
+        ca::bundle::Plan plan = ca::bundle::Plan::parse(ca::Record::parse(req.at("plan").dump()));
+        ca::bundle::IoSpec io = ca::bundle::IoSpec::from_json(req.at("io"));
+        ca::bundle::BoundPlan bound = ca::bundle::bind_plan(plan, sigs, io);
+        ex = std::make_unique<ca::bundle::Executor>(bound, cr.cubin);
+        if (req.contains("params") && req["params"].is_string()) ex->upload_tensors(ca::read_safetensors(req["params"]).tensors);
+        ex->run_init();
+        send({{"ok", true}, {"init_ms", ms_since(t0)}});
+      } else if (op == "run") {
+        if (!ex) {
+          send(error_answer("bad_request", "run before load", false));
+          continue;
+        }
+        uint32_t seed = req.value("guard_seed", 12345u);
+        auto inputs = ca::read_safetensors(req.at("inputs")).tensors;
+        ex->upload_tensors(inputs);
+        std::vector<std::pair<std::string, std::string>> before;
+        for (auto& b : ex->plan().buffers)
+          if (b.space == ca::bundle::Space::input || b.space == ca::bundle::Space::param) before.emplace_back(b.ref, ex->hash(b.ref));
+        ex->poison_outputs();
+        ex->fill_guards(seed);
+        ex->synchronize();
+        auto t0 = std::chrono::steady_clock::now();
+        ex->forward(ex->stream());
+        ex->synchronize();
+        double forward_ms = ms_since(t0);
+        ca::Json changed = ca::Json::array(), guards = ca::Json::array();
+        for (auto& [ref, h] : before)
+          if (ex->hash(ref) != h) changed.push_back(ref);
+        for (auto& g : ex->check_guards(seed)) guards.push_back(g.text());
+        ca::write_safetensors(req.at("out"), ex->download_outputs());
+        send({{"ok", true}, {"forward_ms", forward_ms}, {"inputs_changed", changed}, {"guards", guards}});
+      } else if (op == "unload") {
+        ex.reset();
+        send({{"ok", true}});
+      } else if (op == "ping") {
+        send({{"ok", true}});
+      } else {
+        send(error_answer("bad_request", "unknown op '" + op + "'", false));
+      }
+    } catch (const ca::cuda::CudaError& e) {
+      send(error_answer("runtime_error", e.what(), e.sticky()));
+      if (e.sticky()) {
+        ex.release();  // the context is dead: freeing would fail; the process exits
+        return 0;
+      }
+    } catch (const ca::bundle::PlanError& e) {
+      send(error_answer("plan_error", e.what(), false));
+    } catch (const std::exception& e) {
+      send(error_answer("runtime_error", e.what(), false));
+    }
+  }
+  return 0;
+}
+
+RunnerClient::RunnerClient(int gpu) : gpu_(gpu) {}
+
+void RunnerClient::start() {
+  ca::SpawnOptions so;
+  so.argv = {ca::executable_dir() + "/kernel-check", "--runner", "--gpu", std::to_string(gpu_), "--no-store"};
+  child_ = std::make_unique<ca::ChildProcess>(so);
+  ++restarts_;
+  auto hello = child_->read_line(std::chrono::seconds(60));
+  if (!hello) {
+    child_->kill();
+    child_.reset();
+    throw ca::EnvironmentError("kernel-check runner for GPU " + std::to_string(gpu_) + " did not start");
+  }
+  ca::Json h = ca::Json::parse(*hello);
+  if (!h.value("ok", false)) {
+    child_->kill();
+    child_.reset();
+    throw ca::EnvironmentError("kernel-check runner for GPU " + std::to_string(gpu_) + ": " + h.value("detail", "failed"));
+  }
+}
+
+void RunnerClient::kill() {
+  if (child_) child_->kill();
+  child_.reset();
+}
+
+ca::Json RunnerClient::request(const ca::Json& req, std::chrono::milliseconds timeout) {
+  if (!child_ || !child_->running()) start();
+  if (!child_->write(req.dump() + "\n")) {
+    kill();
+    return error_answer("crashed", "runner gone before the request", true);
+  }
+  auto line = child_->read_line(timeout);
+  if (!line) {
+    bool eof = child_->eof();
+    child_->kill();
+    std::string status = child_->status_text();
+    child_.reset();
+    if (eof) return error_answer("crashed", "runner died: " + status, true);
+    return error_answer("timeout", "no answer within " + std::to_string(timeout.count()) + " ms: killed", true);
+  }
+  ca::Json ans = ca::Json::parse(*line);
+  if (!ans.value("ok", false) && ans.value("sticky", false)) {
+    child_->wait(std::chrono::seconds(5));
+    kill();
+  }
+  return ans;
+}
+
+}  // namespace kc

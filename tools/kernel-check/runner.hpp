@@ -1,0 +1,45 @@
+// The per-GPU child: `kernel-check --runner --gpu N`, spoken to over pipes in JSON Lines. It holds
+// the CUDA context, runs candidates with the bundle executor, and never sees reference outputs.
+// A fault (illegal address, trap) kills only this process; the parent respawns it.
+//
+// Requests (one JSON object per line) and answers:
+//   {"op":"load","cubin":F,"ptx":F,"lowered":{name:mangled},"plan":P,"io":IO,"params":F|null}
+//       -> {"ok":true,"init_ms":x}
+//   {"op":"run","inputs":F,"out":F,"guard_seed":N}
+//       -> {"ok":true,"forward_ms":x,"inputs_changed":["inputs.0"],"guards":["wrote past the end of outputs.0 ..."]}
+//   failures -> {"ok":false,"error":"runtime_error"|"plan_error"|"bad_request","detail":"...","sticky":bool}
+//   after a sticky fault the runner answers and exits: its context is gone.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "libcommon/jsonl.hpp"
+#include "libcommon/process.hpp"
+
+namespace kc {
+
+int runner_main(int gpu);
+
+// "0,2" -> {0, 2}; empty -> all `count` devices. Throws UsageError.
+std::vector<int> parse_gpu_list(const std::string& text, int count);
+
+class RunnerClient {
+ public:
+  explicit RunnerClient(int gpu);
+  // Sends one request; the answer, or {"ok":false,"error":"timeout"} (the child is killed) or
+  // {"ok":false,"error":"crashed","detail":"killed by signal 11 ..."}. Starts the child when needed.
+  ca::Json request(const ca::Json& req, std::chrono::milliseconds timeout);
+  void kill();
+  int restarts() const { return restarts_; }
+
+ private:
+  void start();
+  int gpu_;
+  std::unique_ptr<ca::ChildProcess> child_;
+  int restarts_ = -1;
+};
+
+}  // namespace kc
