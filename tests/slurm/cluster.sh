@@ -23,7 +23,7 @@ if [[ -n $missing ]]; then
   log "FAIL: not installed:$missing (apt-get install slurm-wlm munge, or make -f Makefile.wrap deps)"
   exit 1
 fi
-for b in ops-synth run-store; do
+for b in ops-synth run-store kernel-check kernel-prof reward-calc; do
   [[ -x $CA_BIN/$b ]] || { log "FAIL: $CA_BIN/$b not built"; exit 1; }
 done
 
