@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   auto& app = cli.app();
   auto& opt = cli.options();
   app.require_subcommand(0, 1);
+  app.fallthrough();  // -v/-q and the shared options work after a subcommand too
 
   // Training (no subcommand).
   ca::ppo::StepPaths paths;

@@ -1,6 +1,7 @@
 // Parsing of ppo-step's input records.
 #include "tools/ppo-step/records.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "libcommon/errors.hpp"
@@ -24,6 +25,101 @@ std::vector<double> number_array(const Record& record, const std::string& key) {
 }
 
 std::string key_text(const Record& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+}  // namespace
+
+namespace {
+// Turns as ppo-step sample (and a tokenizing policy) writes them: {role, token_ids, logprobs, error}.
+void parse_role_turns(const Record& turns, Trajectory& tr) {
+  tr.response_start = -1;
+  for (std::size_t i = 0; i < turns.size(); ++i) {
+    const Record& turn = turns[i];
+    const std::string where = "episode.turns[" + std::to_string(i) + "]";
+    if (!turn.is_object()) throw FieldError(where, "expected an object");
+    if (!turn.contains("role") || !turn["role"].is_string()) throw FieldError(where + ".role", "missing or not a string");
+    const std::string role = turn["role"];
+    if (!turn.contains("token_ids") || !turn["token_ids"].is_array())
+      throw FieldError(where + ".token_ids", "missing (training needs the token ids of every turn)");
+    const Record& ids = turn["token_ids"];
+    const bool assistant = role == "assistant";
+    std::vector<double> lps;
+    bool have_lps = assistant && turn.contains("logprobs") && !turn["logprobs"].is_null();
+    if (have_lps) {
+      lps = number_array(turn, "logprobs");
+      if (lps.size() != ids.size()) throw FieldError(where + ".logprobs", "length differs from token_ids");
+    }
+    if (assistant && !have_lps && !ids.empty()) tr.has_old_logprobs = false;
+    if (role == "tool" && turn.contains("error") && turn["error"].is_boolean() && turn["error"].get<bool>())
+      tr.clean_tool_use = false;
+    if (assistant && tr.response_start < 0 && !ids.empty()) tr.response_start = int(tr.tokens.size());
+    for (std::size_t j = 0; j < ids.size(); ++j) {
+      if (!ids[j].is_number_integer() || ids[j].get<int64_t>() < 0)
+        throw FieldError(where + ".token_ids[" + std::to_string(j) + "]", "expected a non-negative integer");
+      tr.tokens.push_back(ids[j].get<int>());
+      tr.mask.push_back(assistant ? 1.0 : 0.0);
+      tr.old_logprobs.push_back(have_lps ? lps[j] : NAN);
+    }
+  }
+}
+
+// Turns as agent-run writes them: {assistant: {token_ids, logprobs}, tool_results: [...], prompt_token_ids}.
+// The context the server saw is turn.prompt_token_ids (vLLM returns it with return_token_ids); the
+// trajectory is the last turn's prompt plus its completion, and every earlier completion must sit at its
+// own prompt's end inside it. A chat template that re-renders earlier turns breaks that: the record is
+// then refused, naming the turn, rather than trained on misaligned tokens.
+void parse_agent_run_turns(const Record& turns, Trajectory& tr) {
+  auto ints = [](const Record& a, const std::string& where) {
+    if (!a.is_array()) throw FieldError(where, "expected an array of token ids");
+    std::vector<int> out;
+    for (auto& v : a) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0) throw FieldError(where, "expected non-negative integers");
+      out.push_back(v.get<int>());
+    }
+    return out;
+  };
+  int last = -1;
+  for (std::size_t i = 0; i < turns.size(); ++i)
+    if (turns[i].contains("prompt_token_ids") && turns[i].contains("assistant") &&
+        turns[i]["assistant"].contains("token_ids") && !turns[i]["assistant"]["token_ids"].empty())
+      last = int(i);
+  if (last < 0)
+    throw FieldError("episode.turns[].prompt_token_ids",
+                     "missing: training needs the server's prompt and completion token ids (vLLM return_token_ids)");
+  const std::string lw = "episode.turns[" + std::to_string(last) + "]";
+  tr.tokens = ints(turns[last]["prompt_token_ids"], lw + ".prompt_token_ids");
+  auto tail = ints(turns[last]["assistant"]["token_ids"], lw + ".assistant.token_ids");
+  tr.tokens.insert(tr.tokens.end(), tail.begin(), tail.end());
+  tr.mask.assign(tr.tokens.size(), 0.0);
+  tr.old_logprobs.assign(tr.tokens.size(), NAN);
+  tr.response_start = -1;
+  for (int i = 0; i <= last; ++i) {
+    const Record& turn = turns[i];
+    const std::string where = "episode.turns[" + std::to_string(i) + "]";
+    if (turn.contains("tool_results") && turn["tool_results"].is_array())
+      for (auto& r : turn["tool_results"])
+        if (r.is_object() && r.value("malformed", false)) tr.clean_tool_use = false;
+    if (!turn.contains("assistant") || !turn["assistant"].contains("token_ids") || turn["assistant"]["token_ids"].empty())
+      continue;
+    if (!turn.contains("prompt_token_ids")) throw FieldError(where + ".prompt_token_ids", "missing");
+    auto prompt = ints(turn["prompt_token_ids"], where + ".prompt_token_ids");
+    auto completion = ints(turn["assistant"]["token_ids"], where + ".assistant.token_ids");
+    const std::size_t start = prompt.size(), end = start + completion.size();
+    if (end > tr.tokens.size() || !std::equal(prompt.begin(), prompt.end(), tr.tokens.begin()) ||
+        !std::equal(completion.begin(), completion.end(), tr.tokens.begin() + long(start)))
+      throw FieldError(where + ".prompt_token_ids", "this turn is not a prefix of the final context (re-rendered history)");
+    std::vector<double> lps;
+    if (turn["assistant"].contains("logprobs") && !turn["assistant"]["logprobs"].is_null()) {
+      lps = number_array(turn["assistant"], "logprobs");
+      if (lps.size() != completion.size()) throw FieldError(where + ".assistant.logprobs", "length differs from token_ids");
+    } else {
+      tr.has_old_logprobs = false;
+    }
+    for (std::size_t k = start; k < end; ++k) {
+      tr.mask[k] = 1.0;
+      if (!lps.empty()) tr.old_logprobs[k] = lps[k - start];
+    }
+    if (tr.response_start < 0) tr.response_start = int(start);
+  }
+}
 }  // namespace
 
 Sequence parse_sequence(const Record& record, bool need_values) {
@@ -89,37 +185,16 @@ Trajectory parse_episode(const Record& record, const EpisodeFields& fields) {
   const auto turns_ptr = Record::json_pointer("/episode/turns");
   if (!record.contains(turns_ptr) || !record.at(turns_ptr).is_array()) throw FieldError("episode.turns", "missing or not an array");
   const Record& turns = record.at(turns_ptr);
-  tr.response_start = -1;
-  for (std::size_t i = 0; i < turns.size(); ++i) {
-    const Record& turn = turns[i];
-    const std::string where = "episode.turns[" + std::to_string(i) + "]";
-    if (!turn.is_object()) throw FieldError(where, "expected an object");
-    if (!turn.contains("role") || !turn["role"].is_string()) throw FieldError(where + ".role", "missing or not a string");
-    const std::string role = turn["role"];
-    if (!turn.contains("token_ids") || !turn["token_ids"].is_array())
-      throw FieldError(where + ".token_ids", "missing (training needs the token ids of every turn)");
-    const Record& ids = turn["token_ids"];
-    const bool assistant = role == "assistant";
-    std::vector<double> lps;
-    bool have_lps = assistant && turn.contains("logprobs") && !turn["logprobs"].is_null();
-    if (have_lps) {
-      lps = number_array(turn, "logprobs");
-      if (lps.size() != ids.size()) throw FieldError(where + ".logprobs", "length differs from token_ids");
-    }
-    if (assistant && !have_lps && !ids.empty()) tr.has_old_logprobs = false;
-    if (role == "tool" && turn.contains("error") && turn["error"].is_boolean() && turn["error"].get<bool>())
-      tr.clean_tool_use = false;
-    if (assistant && tr.response_start < 0 && !ids.empty()) tr.response_start = int(tr.tokens.size());
-    for (std::size_t j = 0; j < ids.size(); ++j) {
-      if (!ids[j].is_number_integer() || ids[j].get<int64_t>() < 0)
-        throw FieldError(where + ".token_ids[" + std::to_string(j) + "]", "expected a non-negative integer");
-      tr.tokens.push_back(ids[j].get<int>());
-      tr.mask.push_back(assistant ? 1.0 : 0.0);
-      tr.old_logprobs.push_back(have_lps ? lps[j] : NAN);
-    }
+  if (!turns.empty() && turns[0].is_object() && turns[0].contains("assistant")) {
+    parse_agent_run_turns(turns, tr);
+  } else {
+    parse_role_turns(turns, tr);
   }
   if (record.contains(Record::json_pointer("/episode/clean_tool_use")) &&
       record.at(Record::json_pointer("/episode/clean_tool_use")) == false)
+    tr.clean_tool_use = false;
+  const auto malformed = Record::json_pointer("/episode/counts/malformed_calls");  // agent-run's count
+  if (record.contains(malformed) && record.at(malformed).is_number() && record.at(malformed).get<double>() > 0)
     tr.clean_tool_use = false;
   if (tr.response_start < 0) throw FieldError("episode.turns", "no assistant turn with tokens");
   if (tr.response_start == 0) throw FieldError("episode.turns", "no prompt before the first assistant turn");
