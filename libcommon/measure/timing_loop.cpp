@@ -139,6 +139,13 @@ LoopResult time_target(TimedTarget& target, CUstream stream, L2Flusher& flusher,
 
   if (traced) {
     auto records = cupti->end();
+    if (!options.ignore_kernels.empty())
+      records.erase(std::remove_if(records.begin(), records.end(),
+                                   [&](const cuda::KernelActivity& a) {
+                                     return std::find(options.ignore_kernels.begin(), options.ignore_kernels.end(),
+                                                      a.name) != options.ignore_kernels.end();
+                                   }),
+                    records.end());
     std::vector<double> per_call = cuda::device_time_per_call_us(records);
     if (int64_t(per_call.size()) != call) {
       result.cupti_note = log::cat("CUPTI saw ", per_call.size(), " calls with kernels for ", call, " timed calls",

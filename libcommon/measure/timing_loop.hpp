@@ -34,6 +34,7 @@ struct LoopOptions {
   double warmup_min_s = 0.05;    // ... and at least this long, so the clocks have ramped
   int batch = 8;                 // calls enqueued before the host waits (the flush memset keeps the GPU behind)
   bool use_cupti = true;
+  std::vector<std::string> ignore_kernels;  // launched by prepare() (e.g. a flush kernel): not the call's
   Json to_json() const;
 };
 

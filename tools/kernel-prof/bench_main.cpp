@@ -54,41 +54,60 @@ int main(int argc, char** argv) {
     }
     std::printf("# %s %s, driver %s, CUPTI %s\n", id.name.c_str(), id.uuid.c_str(), id.driver.c_str(),
                 cuda::CuptiTracer::instance().available() ? "on" : cuda::CuptiTracer::instance().why().c_str());
-    std::printf("%-10s %10s %10s %10s %9s %7s %12s %10s %8s\n", "n_floats", "median_us", "min_med", "max_med",
-                "spread_%", "calls", "ncu_med_us", "ncu_diff%", "wall_s");
+    // Flush methods: memset (kernel-prof's and the worker's), read (clean lines left in L2),
+    // none (a 1 MiB memset only: the previous call's data may still be in L2).
+    measure::L2Flusher tiny(0, 0.0);
+    prof::ReadFlush read_flush(2 * id.l2_bytes, id.arch);
+    std::printf("%-10s %-7s %10s %10s %10s %9s %6s %10s %8s\n", "n_floats", "flush", "median_us", "min_med",
+                "max_med", "spread_%", "calls", "events_us", "wall_s");
+    std::string ncu_lines;
     for (std::size_t n : {std::size_t(5) << 20, std::size_t(54) << 20, std::size_t(540) << 20}) {
       prof::CopyKernelTarget t(n, 2, id.arch);
-      measure::LoopOptions o;
-      o.stop.min_runs = 20;
-      o.stop.budget_s = 2;
-      std::vector<double> medians;
-      int64_t calls = 0;
-      auto t0 = std::chrono::steady_clock::now();
-      for (int r = 0; r < repeats; ++r) {
-        auto res = measure::time_target(t, stream, flusher, o);
-        medians.push_back(res.device_us.empty() ? res.event.median : res.device.median);
-        calls += res.calls;
+      prof::ReadFlushedTarget rt(t, read_flush);
+      for (const char* mode : {"memset", "read", "none"}) {
+        measure::LoopOptions o;
+        o.stop.min_runs = 20;
+        o.stop.budget_s = 2;
+        o.ignore_kernels = {"read_flush"};
+        measure::TimedTarget& target = std::string(mode) == "read" ? static_cast<measure::TimedTarget&>(rt) : t;
+        measure::L2Flusher& fl = std::string(mode) == "memset" ? flusher : tiny;
+        std::vector<double> medians, events;
+        int64_t calls = 0;
+        auto t0 = std::chrono::steady_clock::now();
+        const int reps = std::string(mode) == "memset" ? repeats : 3;
+        for (int r = 0; r < reps; ++r) {
+          auto res = measure::time_target(target, stream, fl, o);
+          medians.push_back(res.device_us.empty() ? res.event.median : res.device.median);
+          events.push_back(res.event.median);
+          calls += res.calls;
+        }
+        double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+        auto s = measure::summarize(medians);
+        std::printf("%-10zu %-7s %10.2f %10.2f %10.2f %9.3f %6lld %10.2f %8.2f\n", n, mode, s.median, s.min, s.max,
+                    (s.max / s.min - 1) * 100, (long long)(calls / reps), measure::summarize(events).median, wall);
       }
-      double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / repeats;
-      auto s = measure::summarize(medians);
-      double ncu_us = -1;
       if (with_ncu) {
-        SpawnOptions so;
-        std::string ncu = find_on_path("ncu");
-        so.argv = {ncu.empty() ? "ncu" : ncu, "--csv", "--clock-control", "none", "--cache-control", "all", "--metrics",
-                   "gpu__time_duration.sum", executable_dir() + "/kernel-prof-bench", "--once", std::to_string(n)};
-        so.capture_stderr = true;
-        auto r = run_command(so, "", std::chrono::milliseconds(120000));
-        std::vector<double> ts;
-        for (auto& k : prof::parse_ncu_csv(r.out))
-          if (k.metrics.count("gpu__time_duration.sum")) ts.push_back(k.metrics["gpu__time_duration.sum"] / 1e3);
-        if (!ts.empty()) ncu_us = measure::summarize(ts).median;
-        else std::fprintf(stderr, "ncu gave nothing (exit %d): %s\n", r.exit_status, r.err.substr(0, 400).c_str());
+        for (const char* cache : {"all", "none"}) {
+          SpawnOptions so;
+          std::string ncu = find_on_path("ncu");
+          so.argv = {ncu.empty() ? "ncu" : ncu, "--csv", "--clock-control", "none", "--cache-control", cache, "--metrics",
+                     "gpu__time_duration.sum", executable_dir() + "/kernel-prof-bench", "--once", std::to_string(n)};
+          so.capture_stderr = true;
+          auto r = run_command(so, "", std::chrono::milliseconds(120000));
+          std::vector<double> ts;
+          for (auto& k : prof::parse_ncu_csv(r.out))
+            if (k.metrics.count("gpu__time_duration.sum")) ts.push_back(k.metrics["gpu__time_duration.sum"] / 1e3);
+          char line[200];
+          if (!ts.empty())
+            std::snprintf(line, sizeof line, "ncu n_floats=%zu cache-control=%s: gpu__time_duration median %.2f us (%zu launches)\n",
+                          n, cache, measure::summarize(ts).median, ts.size());
+          else
+            std::snprintf(line, sizeof line, "ncu n_floats=%zu cache-control=%s: nothing (exit %d)\n", n, cache, r.exit_status);
+          ncu_lines += line;
+        }
       }
-      std::printf("%-10zu %10.2f %10.2f %10.2f %9.3f %7lld %12.2f %10.2f %8.2f\n", n, s.median, s.min, s.max,
-                  (s.max / s.min - 1) * 100, (long long)(calls / repeats), ncu_us,
-                  ncu_us > 0 ? (s.median / ncu_us - 1) * 100 : 0.0, wall);
     }
+    std::printf("%s", ncu_lines.c_str());
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "kernel-prof-bench: %s\n", e.what());
