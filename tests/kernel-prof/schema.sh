@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The prof schema against real kernel-prof output (records from the H200 run of gpu.sh, kept in
+# fixtures/prof_h200.jsonl), and against broken copies it must reject.
+set -euo pipefail
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+PY=/usr/bin/python3
+V="$CA_SRC/tests/validate_schema.py"
+S="$CA_TESTS/kernel-prof/fixtures/prof_h200.jsonl"
+$PY "$V" prof "$S" || fail "the stored device records do not validate"
+n=$($PY -c 'import json,sys; print(sum("prof" in json.loads(l) for l in open(sys.argv[1])))' "$S")
+[ "$n" = 3 ] || fail "expected 3 profiled records in the sample, got $n"
+# Each broken copy must be rejected.
+for mutation in 'del p["time_us"]' 'p["status"] = "fast"' 'p["time_us"]["median"] = "x"' \
+                'del p["baselines"]' 'p["kernels"][0]["grid"] = [1]' 'del p["gpu"]["uuid"]'; do
+  $PY - "$S" "$mutation" > "$T/bad.jsonl" <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+r = next(r for r in recs if r.get("prof", {}).get("status") == "timed")
+p = r["prof"]
+exec(sys.argv[2])
+print(json.dumps(r))
+PY
+  if $PY "$V" prof "$T/bad.jsonl" 2>/dev/null; then fail "schema accepted a record with: $mutation"; fi
+done
+echo "kernel-prof schema: ok"
