@@ -10,7 +10,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 PY=$(command -v python3)
 export CUDA_AGENT_PYTHONPATH="${CUDA_AGENT_PYTHONPATH:-$CA_SRC/libcommon/python}"
 export CUDA_AGENT_LOCK_DIR="$T/locks"
-$PY "$CA_TESTS/kernel-prof/fixtures/make_records.py" "$T"
+$PY "$CA_SRC/tests/kernel-prof/fixtures/make_records.py" "$T"
 ARGS=(--store "$T/s.db" --tasks "$T/tasks.jsonl" --baselines eager,compile --budget-s 2 --baseline-budget-s 2)
 
 "$KP" "${ARGS[@]}" -v < "$T/cands.jsonl" > "$T/out1.jsonl" 2> "$T/err1" || { cat "$T/err1"; fail "first run exit $?"; }

@@ -6,7 +6,7 @@ T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 PY=/usr/bin/python3
 V="$CA_SRC/tests/validate_schema.py"
-S="$CA_TESTS/kernel-prof/fixtures/prof_h200.jsonl"
+S="$CA_SRC/tests/kernel-prof/fixtures/prof_h200.jsonl"
 $PY "$V" prof "$S" || fail "the stored device records do not validate"
 n=$($PY -c 'import json,sys; print(sum("prof" in json.loads(l) for l in open(sys.argv[1])))' "$S")
 [ "$n" = 3 ] || fail "expected 3 profiled records in the sample, got $n"
