@@ -23,6 +23,7 @@ struct WorkerOptions {
   std::string python;                                  // interpreter; empty: find_python()
 };
 
+// One client owns one worker process; it is not thread-safe: give each thread (each -j slot) its own.
 class WorkerClient {
  public:
   // Finds the interpreter and starts the child at once (so a missing torch or device is reported
