@@ -131,6 +131,21 @@ assert all(hdr[k]["dtype"] == "F32" for k in names)
 print("checkpoint: %d tensors in HF layout" % len(names))
 PYEOF
 
+# The native forward (float32, KV cache) against an independent HF-style torch float64 forward, for
+# Qwen2 (biases, untied head) and Llama (tied embeddings, no biases), with weights large enough to matter.
+printf '%s\n' '{"model_type":"llama","vocab_size":40,"hidden_size":48,"intermediate_size":80,"num_hidden_layers":3,' \
+  '"num_attention_heads":6,"num_key_value_heads":2,"max_position_embeddings":64,"tie_word_embeddings":true,"rope_theta":500.0}' > llama.json
+$PPO init --model-config "$HERE/toy_model.json" --out qwen --seed 4 --std 0.3 -q
+$PPO init --model-config llama.json --out llama --seed 4 --std 0.3 -q
+printf '%s\n' '{"task_id":"a","prompt_token_ids":[0,1,2]}' '{"task_id":"b","prompt_token_ids":[5]}' > p2.jsonl
+for m in qwen llama; do
+  $PPO sample --policy $m -n 3 --max-new-tokens 12 --temperature 1.3 --seed 3 -q < p2.jsonl > s_$m.jsonl
+  $PY "$HERE/torch_reference.py" $m s_$m.jsonl --tol 1e-4 --temperature 1.3
+done
+$PPO init --model-config llama.json --out llama_other --seed 5 --std 0.3 -q
+$PPO sample --policy llama -n 3 --max-new-tokens 12 --seed 3 -q < p2.jsonl > s_t1.jsonl
+if $PY "$HERE/torch_reference.py" llama_other s_t1.jsonl > /dev/null; then fail "the torch reference accepted another model"; fi
+
 # Bad input: a record without reward is left out with a warning; --strict makes it fatal; usage errors.
 { head -3 episodes.jsonl; echo '{"task_id":"x","episode":{"turns":[{"role":"user","token_ids":[0]},{"role":"assistant","token_ids":[1]}]}}'; } > mixed.jsonl
 $PPO --mode rft --policy policy --out bad/1 --no-store -i mixed.jsonl > m.jsonl 2> err || fail "a bad record must not sink the step"
