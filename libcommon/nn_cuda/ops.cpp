@@ -191,9 +191,10 @@ void adamw_step(Gpu& gpu, Ptr w, Ptr g, Ptr m, Ptr v, Ptr copy_bf16, std::size_t
                 double eps, double weight_decay, long long t) {
   long long nn = (long long)n;
   float flr = float(lr), b1 = float(beta1), b2 = float(beta2), e = float(eps), wd = float(weight_decay);
+  float omb1 = float(1.0 - beta1), omb2 = float(1.0 - beta2);
   float bc1 = float(1.0 - std::pow(beta1, double(t))), bc2 = float(1.0 - std::pow(beta2, double(t)));
   gpu.launch("adamw_step<__nv_bfloat16>", {cdiv(nn, 256)}, {256}, 0,
-             {&w, &g, &m, &v, &copy_bf16, &nn, &flr, &b1, &b2, &e, &wd, &bc1, &bc2});
+             {&w, &g, &m, &v, &copy_bf16, &nn, &flr, &b1, &b2, &omb1, &omb2, &e, &wd, &bc1, &bc2});
 }
 
 }  // namespace ca::nn_cuda

@@ -29,7 +29,8 @@ TEST_CASE("matmul forward and backward (cuBLASLt) match the CPU loops") {
   struct Shape { int rows, K, N; };
   for (DType dt : kDTypes)
     for (Shape s : {Shape{1, 16, 8}, Shape{7, 32, 64}, Shape{64, 128, 96}, Shape{130, 256, 264}, Shape{5, 24, 1}}) {
-      CAPTURE(dtype_name(dt));
+      std::string dtype = dtype_name(dt);
+      CAPTURE(dtype);
       CAPTURE(s.rows);
       CAPTURE(s.K);
       CAPTURE(s.N);
@@ -73,7 +74,8 @@ TEST_CASE("rmsnorm forward and backward") {
   std::mt19937_64 rng(2);
   for (DType dt : kDTypes)
     for (auto [rows, C] : {std::pair{1, 64}, std::pair{17, 96}, std::pair{64, 1000}}) {
-      CAPTURE(dtype_name(dt));
+      std::string dtype = dtype_name(dt);
+      CAPTURE(dtype);
       CAPTURE(rows);
       CAPTURE(C);
       auto x = as_dtype(randn(std::size_t(rows) * C, rng, 2.0), dt);
@@ -105,7 +107,8 @@ TEST_CASE("rope forward and backward, strided rows, offset positions") {
   for (DType dt : kDTypes)
     for (auto [rows, heads, D, pos0] : {std::tuple{1, 1, 16, 0}, std::tuple{9, 3, 32, 5}, std::tuple{40, 4, 64, 100},
                                         std::tuple{8, 2, 128, 2000}}) {
-      CAPTURE(dtype_name(dt));
+      std::string dtype = dtype_name(dt);
+      CAPTURE(dtype);
       CAPTURE(D);
       const double theta = 1e6;
       const int ld = heads * D + 8;  // a wider row, as q inside the fused qkv
@@ -130,7 +133,8 @@ TEST_CASE("causal GQA attention forward and backward (fused kernels)") {
   for (DType dt : kDTypes)
     for (auto [T, H, KV, D] : {std::tuple{1, 2, 1, 16}, std::tuple{37, 4, 2, 32}, std::tuple{100, 4, 4, 64},
                                std::tuple{70, 2, 1, 128}, std::tuple{129, 6, 2, 64}}) {
-      CAPTURE(dtype_name(dt));
+      std::string dtype = dtype_name(dt);
+      CAPTURE(dtype);
       CAPTURE(T);
       CAPTURE(H);
       CAPTURE(KV);
@@ -180,7 +184,8 @@ TEST_CASE("swiglu forward and backward, gate and up strided in one matrix") {
   std::mt19937_64 rng(5);
   for (DType dt : kDTypes)
     for (auto [rows, F] : {std::pair{1, 32}, std::pair{33, 100}, std::pair{64, 1024}}) {
-      CAPTURE(dtype_name(dt));
+      std::string dtype = dtype_name(dt);
+      CAPTURE(dtype);
       CAPTURE(F);
       auto gu = as_dtype(randn(std::size_t(rows) * 2 * F, rng, 2.0), dt);
       std::vector<double> gate(std::size_t(rows) * F), up(gate.size());
@@ -218,7 +223,8 @@ TEST_CASE("token logprob, entropy and their backward (log-softmax with gather)")
   std::mt19937_64 rng(6);
   for (DType dt : kDTypes)
     for (auto [rows, V, temp] : {std::tuple{1, 50, 1.0}, std::tuple{9, 1000, 0.7}, std::tuple{16, 5003, 1.3}}) {
-      CAPTURE(dtype_name(dt));
+      std::string dtype = dtype_name(dt);
+      CAPTURE(dtype);
       CAPTURE(V);
       auto z = as_dtype(randn(std::size_t(rows) * V, rng, 3.0), dt);
       std::vector<int> targets(rows);

@@ -23,11 +23,11 @@ run() {  # name limit command...
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 for p in $parts; do
   case $p in
-    ops) run ops 120 "$BIN/nn_cuda_ops" ;;
-    model) run model 120 "$BIN/nn_cuda_model" ;;
-    hf) run hf 150 bash tests/nn_cuda/hf_parity.sh ;;
-    bench) run bench_native 90 "$BIN/nn-cuda-bench" --steps 5
-           run bench_torch 90 python3 bench/nn_cuda/bench_torch.py --steps 5 ;;
+    ops) run ops 45 "$BIN/nn_cuda_ops" ;;
+    model) run model 45 "$BIN/nn_cuda_model" ;;
+    hf) run hf 75 bash tests/nn_cuda/hf_parity.sh ;;
+    bench) run bench_native 40 "$BIN/nn-cuda-bench" --steps 5
+           run bench_torch 50 python3 bench/nn_cuda/bench_torch.py --steps 5 ;;
   esac
 done
 exit $status
