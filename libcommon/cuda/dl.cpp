@@ -14,8 +14,14 @@ static std::vector<std::string> extra_dirs() {
   std::vector<std::string> dirs;
   if (const char* home = std::getenv("CUDA_HOME"); home && *home) dirs.push_back(std::string(home) + "/lib64");
   dirs.push_back("/usr/local/cuda/lib64");
-  // pip's nvidia-* wheels (torch brings cuDNN and cuBLAS this way on the device).
-  for (const char* base : {"/usr/local/lib", "/usr/lib"}) {
+  // pip's nvidia-* wheels (torch brings cuDNN and cuBLAS this way): system site-packages and
+  // virtual environments under /opt (/opt/<name>/.venv/lib/python3.X/...).
+  std::vector<std::string> bases = {"/usr/local/lib", "/usr/lib"};
+  std::error_code ec0;
+  for (auto& opt : std::filesystem::directory_iterator("/opt", ec0))
+    for (const char* sub : {"/.venv/lib", "/venv/lib", "/lib"})
+      if (std::filesystem::exists(opt.path().string() + sub)) bases.push_back(opt.path().string() + sub);
+  for (const auto& base : bases) {
     std::error_code ec;
     for (auto& py : std::filesystem::directory_iterator(base, ec)) {
       auto nv = py.path() / "dist-packages" / "nvidia";

@@ -163,6 +163,14 @@ print(' '.join(json.loads(l)['check']['status'] for l in open(sys.argv[1])))" "$
 [ "$order" = "compiled compiled compile_error compiled compiled compile_error compiled compiled compile_error" ] \
   && pass "input order kept" || fail "order" "$order"
 
+# 11. The store: checks are rows; --resume reuses a final verdict instead of compiling again.
+$MK "$B/scale_add" --replace fused.cu "b[i];" "b[i]" > "$T/bad_syntax.jsonl"
+"$KC" --compile-only --store "$T/s.db" < "$T/bad_syntax.jsonl" > /dev/null 2> "$T/err1.txt"
+"$KC" --compile-only --store "$T/s.db" --resume < "$T/bad_syntax.jsonl" > "$T/resumed.jsonl" 2> "$T/err2.txt"
+rows=$("$CA_BIN/run-store" query "SELECT COUNT(*) AS n FROM checks" --store "$T/s.db" 2>/dev/null | python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['n'])" 2>/dev/null || echo "?")
+grep -q "1 skipped" "$T/err2.txt" && [ "$(field "$T/resumed.jsonl" status)" = compile_error ] \
+  && pass "--resume reuses the stored verdict (checks rows: $rows)" || fail "--resume" "$(cat "$T/err2.txt")"
+
 fails=$(wc -l < "$T/failures")
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

@@ -18,9 +18,11 @@ S=$B/scale_add
   echo "passed|gemm step";              $MK $B/linear_relu_gemm
   echo "passed|tiled gemm kernel";      $MK $B/linear_relu_tiled
   echo "passed|two outputs";            $MK $TB/two_outputs
+  echo "passed|conv step (cuDNN)";      $MK $TB/conv_bias
   echo "incorrect|writes zeros";        $MK $S --replace fused.cu "out[i] = a[i] * alpha + b[i];" "out[i] = 0.0f;"
   echo "incorrect|skips one element";   $MK $S --replace fused.cu "if (i < n)" "if (i < n && i != 4097)"
-  echo "incorrect|one past the end";    $MK $S --replace fused.cu "if (i < n)" "if (i <= n)"
+  echo "incorrect|one past the end";    $MK $S --replace fused.cu "if (i < n)" "if (i == n - 1) out[n] = 0.0f; if (i < n)"
+  echo "incorrect|one before the start"; $MK $S --replace fused.cu "if (i < n)" "if (i == 0) out[-1] = 0.0f; if (i < n)"
   echo "incorrect|modifies an input";   $MK $S --replace fused.cu "out[i] = a[i] * alpha + b[i];" "{ out[i] = a[i] * alpha + b[i]; ((float*)b)[i] = 0.0f; }"
   echo "incorrect|previous call";       $MK $S --replace fused.cu "__global__ void scale_add(const float* a, const float* b, float* out, int n, float alpha) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -70,9 +72,16 @@ for line in open(sys.argv[1]):
         assert len({t["seed"] for t in c["trials"]}) == len(c["trials"]), "seeds repeat"
 print("ok   passed records have a warm call and >= 5 fresh trials with distinct seeds")
 PY
+# The same good bundles as CUDA graph replays (how kernel-prof runs them).
+head -6 "$T/in.jsonl" > "$T/graph_in.jsonl"
+"$KC" --no-store --graph < "$T/graph_in.jsonl" > "$T/graph_out.jsonl" 2>> "$T/err.txt"
+g=$(python3 -c "import json,sys; print(' '.join(json.loads(l)['check']['status'] for l in open(sys.argv[1])))" "$T/graph_out.jsonl")
+[ "$g" = "passed passed passed passed passed passed" ] && echo "ok   --graph: $g" || { echo "FAIL --graph: $g"; fails=$((fails + 1)); }
 if python3 -c "import jsonschema" 2>/dev/null; then
   CA_SRC="$CA_SRC" python3 "$CA_SRC/tests/validate_schema.py" check "$T/out.jsonl" && echo "ok   schema" || { echo "FAIL schema"; fails=$((fails + 1)); }
+else
+  echo "note: schema not validated here (this python3 has no jsonschema); \$OUT/gpu_judge_out.jsonl can be validated with tests/validate_schema.py check"
 fi
-mkdir -p "${OUT:-$T}" && cp "$T/out.jsonl" "${OUT:-$T}/gpu_judge_out.jsonl" 2>/dev/null
+[ -n "${OUT:-}" ] && cp "$T/out.jsonl" "$OUT/gpu_judge_out.jsonl" && cp "$T/err.txt" "$OUT/gpu_judge_err.txt"
 echo "$fails failure(s)"
 [ $fails -eq 0 ]

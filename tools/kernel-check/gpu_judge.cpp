@@ -186,7 +186,7 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
     std::string out = tmp("out");
     cleanup.push_back(out);
     uint32_t guard_seed = static_cast<uint32_t>(splitmix64(seeds[t] ^ 0xabcdef));
-    ca::Json run = lane.runner->request({{"op", "run"}, {"inputs", in}, {"out", out}, {"guard_seed", guard_seed}}, watchdog);
+    ca::Json run = lane.runner->request({{"op", "run"}, {"inputs", in}, {"out", out}, {"guard_seed", guard_seed}, {"graph", options_.graph}}, watchdog);
     ca::Json trial = {{"seed", seeds[t]}, {"warm", t == 0}};
     if (!run.value("ok", false)) {
       runner_failed(run, t == 0 ? "warm call" : "trial " + std::to_string(t));
@@ -216,6 +216,7 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   check["trials"] = trials;
   check["seed"] = base_seed_;
   check["tolerance"] = options_.tolerance;
+  if (options_.graph) check["graph"] = true;
   check["forward_ms_mean"] = forward_ms_sum / static_cast<double>(trials.size());
   if (all_ok) set_verdict(check, "passed", "all " + std::to_string(trials.size()) + " calls match the reference");
   else set_verdict(check, "incorrect", first_reason);

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <deque>
 #include <future>
+#include <mutex>
 #include <random>
 #include <regex>
 
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
   app.add_option("--gpus", opt.gpus, "GPUs to use, e.g. 0,1 (default: all visible)");
   app.add_option("--timeout", opt.timeout_s, "Watchdog per call in seconds (default: 50x the task's eager time, at least 2 s)");
   app.add_option("-j,--jobs", opt.jobs, "Compile threads")->check(CLI::Range(1, 256));
+  app.add_flag("--graph", opt.graph, "Run every forward call as a CUDA graph replay (the way kernel-prof times it)");
   app.add_flag("--runner", opt.runner, "Internal: be the per-GPU child (JSON Lines on stdin/stdout)")->group("");
   app.add_option("--gpu", opt.runner_gpu, "Internal: the runner's GPU")->group("");
 
@@ -105,7 +107,9 @@ int main(int argc, char** argv) {
       std::future<void> done;
       std::optional<ca::FieldError> bad;
       std::string status;
+      bool resumed = false;
     };
+    std::mutex store_mu;  // the store is read from compile threads and written from this one
     std::deque<std::unique_ptr<Item>> window;
     const size_t window_size = static_cast<size_t>(opt.jobs) + (judge ? judge->lanes() : 0) + 1;
 
@@ -121,6 +125,7 @@ int main(int argc, char** argv) {
         } else if (auto it = tasks.find(task_id); it != tasks.end()) {
           task = &it->second;
         } else if (store) {
+          std::lock_guard<std::mutex> lock(store_mu);
           if (auto t = store->get_task(task_id)) {
             task_json = ca::Json::parse(t->dump());
             task = &task_json;
@@ -128,6 +133,19 @@ int main(int argc, char** argv) {
         }
         if (!rec.contains("candidate_id"))
           rec["candidate_id"] = ca::candidate_id_for(task_id, ca::get_required<ca::Record>(rec, "/bundle"));
+        // --resume: a verdict already in the store is reused (not a no_device or compile-only one).
+        if (common.resume && store) {
+          std::lock_guard<std::mutex> lock(store_mu);
+          if (auto prev = store->latest("checks", rec["candidate_id"].get<std::string>())) {
+            std::string st = prev->value("status", "");
+            if (st != "no_device" && st != "compiled") {
+              rec["check"] = *prev;
+              item.status = st;
+              item.resumed = true;
+              return;
+            }
+          }
+        }
         kc::Prepared p = kc::prepare_candidate(rec, task, policy, popt);
         if (!p.final && !opt.compile_only) {
           if (!judge) {
@@ -156,11 +174,15 @@ int main(int argc, char** argv) {
       if (item.bad) {
         ca::mark_bad_record(item.record, *item.bad, "kernel-check", item.where, common.strict);
         ++counts.bad;
+      } else if (item.resumed) {
+        ++counts.skipped;
+        ++by_status[item.status];
       } else {
         ++by_status[item.status];
         if (item.status == "no_device") ++no_device;
         if (item.status == "passed" || item.status == "compiled") ++counts.done;
         else ++counts.failed;
+        std::lock_guard<std::mutex> lock(store_mu);
         if (store) store->put_check(item.record["candidate_id"].get<std::string>(), item.record["task_id"].get<std::string>(),
                                     item.record["check"]);
         ca::log::verbose(item.where, ": ", item.status, ": ", item.record["check"].value("reason", ""));
