@@ -54,6 +54,15 @@ Config Config::from_json(const Json& j) {
   c.max_position_embeddings = get_int(j, "max_position_embeddings", 2048);
   c.rms_norm_eps = get_double(j, "rms_norm_eps", 1e-6);
   c.rope_theta = get_double(j, "rope_theta", 10000.0);
+  // transformers 5 writes RoPE settings under rope_parameters {rope_type, rope_theta}; only plain
+  // ("default") RoPE is supported, anything else is refused rather than silently mis-rotated.
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+    const Json& rp = j["rope_parameters"];
+    std::string type = rp.value("rope_type", std::string("default"));
+    if (type != "default")
+      throw InputError("config.json: rope_parameters.rope_type '" + type + "' is not supported by the native model");
+    c.rope_theta = get_double(rp, "rope_theta", c.rope_theta);
+  }
   c.tie_word_embeddings = j.value("tie_word_embeddings", false);
   c.attention_bias = c.model_type == "qwen2" ? true : j.value("attention_bias", false);
   if (j.contains("hidden_act") && j["hidden_act"] != "silu")

@@ -283,3 +283,12 @@ TEST_CASE("AdamW first step and gradient clipping") {
   clip_grad_norm(small, 1.0);
   CHECK(small[0] == 0.3f);
 }
+
+TEST_CASE("config.json from transformers 5: RoPE theta under rope_parameters") {
+  ca::Json j = {{"model_type", "qwen2"}, {"vocab_size", 32}, {"hidden_size", 16}, {"intermediate_size", 32},
+                {"num_hidden_layers", 1}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
+                {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}}};
+  CHECK(ca::nn::Config::from_json(j).rope_theta == 1000000.0);
+  j["rope_parameters"]["rope_type"] = "yarn";
+  CHECK_THROWS_AS(ca::nn::Config::from_json(j), ca::InputError);
+}
