@@ -3,7 +3,8 @@
 # plan error, every policy rule), the no_device exit, the cubin cache, bad input, and the schema.
 set -u
 KC="$CA_BIN/kernel-check"
-MK="python3 $CA_TESTS/kernel-check/make_candidate.py"
+HERE=$(cd "$(dirname "$0")" && pwd)  # CA_TESTS is this folder under ctest, tests/ by hand: use our own
+MK="python3 $HERE/make_candidate.py"
 B="$CA_SRC/datasets/skill/bundles"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT

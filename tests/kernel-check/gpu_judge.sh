@@ -4,9 +4,10 @@
 # correctly. Numerics are the worker's PyTorch reference (atol = rtol = 1e-2).
 set -u
 KC="$CA_BIN/kernel-check"
-MK="python3 $CA_TESTS/kernel-check/make_candidate.py"
+HERE=$(cd "$(dirname "$0")" && pwd)  # CA_TESTS is this folder under ctest, tests/ by hand: use our own
+MK="python3 $HERE/make_candidate.py"
 B="$CA_SRC/datasets/skill/bundles"
-TB="$CA_TESTS/kernel-check/bundles"
+TB="$HERE/bundles"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 export CUDA_AGENT_CACHE="$T/cache" CUDA_AGENT_PYTHONPATH="${CA_PYTHONPATH:-$CA_SRC/libcommon/python}"
