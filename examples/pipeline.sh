@@ -102,5 +102,7 @@ if [[ -f $last ]]; then
   say "verdicts ($last):"
   run-store query "SELECT json_extract(t.body, '\$.name') AS task, c.candidate_id, c.status, w.value AS reward
                    FROM checks c LEFT JOIN tasks t ON t.task_id = c.task_id
-                   LEFT JOIN rewards w USING (candidate_id) ORDER BY c.rowid" >&2
+                   LEFT JOIN rewards w USING (candidate_id)
+                   WHERE c.run_id = (SELECT run_id FROM runs WHERE tool = 'kernel-check' ORDER BY started_at DESC, rowid DESC LIMIT 1)
+                   ORDER BY c.rowid" >&2
 fi

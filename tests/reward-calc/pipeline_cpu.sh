@@ -23,6 +23,7 @@ done
 # The verdict per task, from the store the pipeline wrote.
 CUDA_AGENT_STORE="$tmp/run/run.db" "$CA_BIN/run-store" query \
   "SELECT json_extract(t.body, '\$.name') AS task, c.status FROM checks c JOIN tasks t ON t.task_id = c.task_id
+   WHERE c.run_id = (SELECT run_id FROM runs WHERE tool = 'kernel-check' ORDER BY started_at DESC, rowid DESC LIMIT 1)
    ORDER BY task" | sed 's/[{}"]//g' > "$tmp/verdicts"
 cat > "$tmp/expected" <<'V'
 task:gelu,status:policy_violation

@@ -15,6 +15,7 @@ cat "$tmp/stdout" "$tmp/stderr" | tail -30 >&2
 CUDA_AGENT_STORE="$tmp/run/run.db" "$CA_BIN/run-store" query \
   "SELECT json_extract(t.body, '\$.name') AS task, c.status, CAST(w.value AS INTEGER) AS reward
    FROM checks c JOIN tasks t ON t.task_id = c.task_id LEFT JOIN rewards w ON w.candidate_id = c.candidate_id
+   WHERE c.run_id = (SELECT run_id FROM runs WHERE tool = 'kernel-check' ORDER BY started_at DESC, rowid DESC LIMIT 1)
    ORDER BY task" | sed 's/[{}"]//g' > "$tmp/verdicts"
 cat "$tmp/verdicts" >&2
 expect() { grep -qx "$1" "$tmp/verdicts" || fail "expected a line '$1'"; }
