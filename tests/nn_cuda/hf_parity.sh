@@ -8,4 +8,4 @@ if ! "$PY" -c "import torch, transformers, tokenizers, safetensors; assert torch
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$PY" "$CA_TESTS/nn_cuda/hf_parity.py" --bin "$CA_BIN" --src "$CA_SRC" --work "$work"
+"$PY" "$(cd "$(dirname "$0")" && pwd)/hf_parity.py" --bin "$CA_BIN" --src "$CA_SRC" --work "$work"
