@@ -128,14 +128,18 @@ void ChildProcess::reset() {
     }
 }
 
+void ChildProcess::record_exit(int wait_status) {
+  exit_status_ = code_of(wait_status);
+  status_text_ = describe_status(wait_status);
+  pid_ = -1;
+}
+
 bool ChildProcess::running() {
   if (pid_ <= 0) return false;
   int status;
   pid_t r = waitpid(pid_, &status, WNOHANG);
   if (r == pid_) {
-    exit_status_ = code_of(status);
-    status_text_ = describe_status(status);
-    pid_ = -1;
+    record_exit(status);
     return false;
   }
   return true;
@@ -212,10 +216,7 @@ void ChildProcess::kill() {
   ::kill(-pid_, SIGKILL);  // the whole group: a hung child's own children go too
   ::kill(pid_, SIGKILL);
   int status;
-  if (waitpid(pid_, &status, 0) == pid_) {
-    exit_status_ = code_of(status);
-    status_text_ = describe_status(status);
-  }
+  if (waitpid(pid_, &status, 0) == pid_) record_exit(status);
   pid_ = -1;
 }
 
@@ -226,9 +227,7 @@ std::optional<int> ChildProcess::wait(std::chrono::milliseconds timeout) {
     int status;
     pid_t r = waitpid(pid_, &status, WNOHANG);
     if (r == pid_) {
-      exit_status_ = code_of(status);
-      status_text_ = describe_status(status);
-      pid_ = -1;
+      record_exit(status);
       return exit_status_;
     }
     if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;

@@ -46,6 +46,7 @@ class ChildProcess {
 
  private:
   void reset();
+  void record_exit(int wait_status);  // the reaped child's status, and forget its pid
   pid_t pid_ = -1;
   int stdin_fd_ = -1, stdout_fd_ = -1, stderr_fd_ = -1;
   std::string out_buffer_;

@@ -125,31 +125,9 @@ template <class T> int sample_token(const std::vector<T>& logits, double tempera
   return token;
 }
 
-template <class T> SampleResult generate(Decoder<T>& decoder, const SampleOptions& options, std::mt19937_64& rng) {
-  if (decoder.length() == 0) throw InputError("native model: generate needs a prompt of at least one token");
-  SampleResult r;
-  r.stop_reason = "length";
-  // Every emitted token is fed back, so the decoder's state covers the whole turn and the caller can
-  // append a tool result and continue.
-  for (int i = 0; i < options.max_new_tokens && decoder.length() < decoder.capacity(); ++i) {
-    float lp = 0;
-    int tok = sample_token(decoder.logits(), options.temperature, options.top_p, rng, lp);
-    r.tokens.push_back(tok);
-    r.logprobs.push_back(lp);
-    decoder.step(tok);
-    if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), tok) != options.stop_tokens.end()) {
-      r.stop_reason = "stop";
-      break;
-    }
-  }
-  return r;
-}
-
 template class Decoder<float>;
 template class Decoder<double>;
 template int sample_token<float>(const std::vector<float>&, double, double, std::mt19937_64&, float&);
 template int sample_token<double>(const std::vector<double>&, double, double, std::mt19937_64&, float&);
-template SampleResult generate<float>(Decoder<float>&, const SampleOptions&, std::mt19937_64&);
-template SampleResult generate<double>(Decoder<double>&, const SampleOptions&, std::mt19937_64&);
 
 }  // namespace ca::nn

@@ -1,11 +1,13 @@
 // Sampling from the native model with a KV cache: feed a prompt (or a tool result mid-episode), then
 // generate with temperature, top-p and a seed, getting each token's logprob back for PPO.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "libcommon/errors.hpp"
 #include "libcommon/nn/model.hpp"
 
 namespace ca::nn {
@@ -49,7 +51,31 @@ template <class T> class Decoder {
 template <class T> int sample_token(const std::vector<T>& logits, double temperature, double top_p, std::mt19937_64& rng,
                                     float& logprob);
 
+// The sampling loop for any incremental decoder (CPU Decoder<T>, nn_cuda::CudaDecoder): it needs
+// length(), capacity(), logits() and step(token). Every emitted token is fed back, so the decoder's
+// state covers the whole turn and the caller can append a tool result and continue.
+template <class AnyDecoder>
+SampleResult generate_from(AnyDecoder& decoder, const SampleOptions& options, std::mt19937_64& rng) {
+  if (decoder.length() == 0) throw InputError("native model: generate needs a prompt of at least one token");
+  SampleResult r;
+  r.stop_reason = "length";
+  for (int i = 0; i < options.max_new_tokens && decoder.length() < decoder.capacity(); ++i) {
+    float lp = 0;
+    int tok = sample_token(decoder.logits(), options.temperature, options.top_p, rng, lp);
+    r.tokens.push_back(tok);
+    r.logprobs.push_back(lp);
+    decoder.step(tok);
+    if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), tok) != options.stop_tokens.end()) {
+      r.stop_reason = "stop";
+      break;
+    }
+  }
+  return r;
+}
+
 // Continues from the decoder's state: needs at least one token fed. Generated tokens are fed as they go.
-template <class T> SampleResult generate(Decoder<T>& decoder, const SampleOptions& options, std::mt19937_64& rng);
+template <class T> SampleResult generate(Decoder<T>& decoder, const SampleOptions& options, std::mt19937_64& rng) {
+  return generate_from(decoder, options, rng);
+}
 
 }  // namespace ca::nn

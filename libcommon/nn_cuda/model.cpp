@@ -354,21 +354,7 @@ const std::vector<float>& CudaDecoder::feed(const std::vector<int>& tokens) {
 }
 
 nn::SampleResult generate(CudaDecoder& decoder, const nn::SampleOptions& options, std::mt19937_64& rng) {
-  if (decoder.length() == 0) throw InputError("native model: generate needs a prompt of at least one token");
-  nn::SampleResult r;
-  r.stop_reason = "length";
-  for (int i = 0; i < options.max_new_tokens && decoder.length() < decoder.capacity(); ++i) {
-    float lp = 0;
-    int tok = nn::sample_token(decoder.logits(), options.temperature, options.top_p, rng, lp);
-    r.tokens.push_back(tok);
-    r.logprobs.push_back(lp);
-    decoder.step(tok);
-    if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), tok) != options.stop_tokens.end()) {
-      r.stop_reason = "stop";
-      break;
-    }
-  }
-  return r;
+  return nn::generate_from(decoder, options, rng);
 }
 
 }  // namespace ca::nn_cuda
