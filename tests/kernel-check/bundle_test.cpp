@@ -10,7 +10,7 @@
 #include "libcommon/bundle/expr.hpp"
 #include "libcommon/bundle/plan.hpp"
 #include "libcommon/bundle/signature.hpp"
-#include "tools/kernel-check/compare.hpp"
+#include "libcommon/bundle/compare.hpp"
 #include "tools/kernel-check/policy.hpp"
 
 using namespace ca::bundle;
@@ -213,16 +213,16 @@ TEST_CASE("compare: tolerances, NaN poison, reasons") {
     return x;
   };
   ca::TensorMap want{{"outputs.0", t({1, 2, 3, 100})}};
-  auto ok = kc::compare_outputs({{"outputs.0", t({1.005f, 2, 3, 100.5f})}}, want, "default", -1, -1);
+  auto ok = ca::bundle::compare_outputs({{"outputs.0", t({1.005f, 2, 3, 100.5f})}}, want, "default", -1, -1);
   CHECK(ok.ok);
   CHECK(ok.max_abs_err == doctest::Approx(0.5));
-  auto strict = kc::compare_outputs({{"outputs.0", t({1.005f, 2, 3, 100})}}, want, "strict", -1, -1);
+  auto strict = ca::bundle::compare_outputs({{"outputs.0", t({1.005f, 2, 3, 100})}}, want, "strict", -1, -1);
   CHECK_FALSE(strict.ok);
   CHECK(strict.reason.find("outputs.0[0]: expected 1, got 1.005") != std::string::npos);
-  auto nan = kc::compare_outputs({{"outputs.0", t({1, 2, NAN, 100})}}, want, "default", -1, -1);
+  auto nan = ca::bundle::compare_outputs({{"outputs.0", t({1, 2, NAN, 100})}}, want, "default", -1, -1);
   CHECK_FALSE(nan.ok);
   CHECK(nan.reason.find("never written") != std::string::npos);
   CHECK(nan.mismatch_fraction == doctest::Approx(0.25));
-  auto zeros = kc::compare_outputs({{"outputs.0", t({0, 0, 0, 0})}}, want, "default", -1, -1);
+  auto zeros = ca::bundle::compare_outputs({{"outputs.0", t({0, 0, 0, 0})}}, want, "default", -1, -1);
   CHECK(zeros.reason.find("4 of 4 elements differ") != std::string::npos);
 }

@@ -10,7 +10,7 @@
 #include "libcommon/paths.hpp"
 #include "libcommon/safetensors.hpp"
 #include "libcommon/worker/worker_client.hpp"
-#include "tools/kernel-check/compare.hpp"
+#include "libcommon/bundle/compare.hpp"
 #include "tools/kernel-check/runner.hpp"
 
 namespace kc {
@@ -197,7 +197,7 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
     forward_ms_sum += run.value("forward_ms", 0.0);
     auto got = ca::read_safetensors(out).tensors;
     auto want = ca::read_safetensors(ref).tensors;
-    CompareResult cmp = compare_outputs(got, want, options_.tolerance, options_.atol, options_.rtol);
+    ca::bundle::CompareResult cmp = ca::bundle::compare_outputs(got, want, options_.tolerance, options_.atol, options_.rtol);
     trial.update(cmp.to_json());
     std::string reason;
     if (!run["guards"].empty()) reason = run["guards"][0].get<std::string>();

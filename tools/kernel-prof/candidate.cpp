@@ -9,7 +9,7 @@
 #include "libcommon/errors.hpp"
 #include "libcommon/log.hpp"
 #include "libcommon/safetensors.hpp"
-#include "tools/kernel-check/compare.hpp"
+#include "libcommon/bundle/compare.hpp"
 
 namespace ca::prof {
 
@@ -135,7 +135,7 @@ CandidateTiming time_candidate(GpuSession& gpu, const Record& record, const Reco
   for (int k = 0; k < result.input_sets; ++k) {
     TensorMap got = bench->executor(k).download_outputs();
     TensorMap want = read_safetensors(result.sets[k].reference).tensors;
-    kc::CompareResult cmp = kc::compare_outputs(got, want, tolerance, -1, -1);
+    ca::bundle::CompareResult cmp = ca::bundle::compare_outputs(got, want, tolerance, -1, -1);
     Json entry = cmp.to_json();
     entry["set"] = k;
     entry["seed"] = result.sets[k].seed;

@@ -6,7 +6,7 @@
 #include "libcommon/jsonl.hpp"
 #include "libcommon/safetensors.hpp"
 
-namespace kc {
+namespace ca::bundle {
 
 struct Tolerance {
   double atol = 1e-2, rtol = 1e-2;
@@ -25,4 +25,4 @@ struct CompareResult {
 CompareResult compare_outputs(const ca::TensorMap& got, const ca::TensorMap& want, const std::string& mode, double atol,
                               double rtol);
 
-}  // namespace kc
+}  // namespace ca::bundle

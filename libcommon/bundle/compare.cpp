@@ -1,10 +1,10 @@
 // Output comparison.
-#include "tools/kernel-check/compare.hpp"
+#include "libcommon/bundle/compare.hpp"
 
 #include <cmath>
 #include <sstream>
 
-namespace kc {
+namespace ca::bundle {
 
 Tolerance Tolerance::for_dtype(const std::string& mode, const std::string& dtype, double atol_o, double rtol_o) {
   Tolerance t;
@@ -96,4 +96,4 @@ CompareResult compare_outputs(const ca::TensorMap& got, const ca::TensorMap& wan
   return r;
 }
 
-}  // namespace kc
+}  // namespace ca::bundle
