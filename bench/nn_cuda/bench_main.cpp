@@ -2,6 +2,8 @@
 // peak GPU memory of one PPO step (forward, per-token logprobs, PPO loss coefficients, backward, grad
 // clipping, AdamW) of the native model on CUDA, for a ~100M-parameter Qwen2-like config. A benchmark,
 // not a test: it prints one JSON line per sequence length; bench_torch.py measures PyTorch the same way.
+// CA_NN_CUDA_PROFILE=1 adds the GPU time by kernel on stderr; CA_NN_CUDA_ATTENTION=fma selects the
+// fp32-FMA attention kernels instead of the tensor-core ones.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -73,6 +75,7 @@ int main(int argc, char** argv) {
       };
       step();  // warm-up: cuBLASLt heuristics, allocations
       gpu.reset_peak();
+      gpu.profile_reset();
       std::vector<double> ms;
       for (int s = 0; s < steps; ++s) {
         auto t0 = std::chrono::steady_clock::now();
@@ -89,6 +92,7 @@ int main(int argc, char** argv) {
                       {"peak_mem_gib", double(gpu.peak_bytes()) / (1 << 30)},
                       {"gpu", gpu.info().name}};
       std::cout << out.dump() << std::endl;
+      gpu.profile_report("T=" + std::to_string(T) + ", " + std::to_string(steps) + " steps");
     }
   } catch (const ca::Error& e) {
     std::cerr << "nn-cuda-bench: " << e.what() << "\n";

@@ -1,6 +1,9 @@
 // The GPU runtime of the native transformer: context, stream, NVRTC module, cuBLASLt GEMMs, memory.
 #include "libcommon/nn_cuda/gpu.hpp"
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "libcommon/bundle/compile.hpp"
@@ -15,6 +18,30 @@ DType parse_dtype(const std::string& s) {
   if (s == "bf16" || s == "bfloat16") return DType::BF16;
   throw InputError("dtype '" + s + "' is not one of f32, bf16");
 }
+
+// Event pairs by kernel name; folded into totals (which syncs) every few thousand launches.
+struct Gpu::Profile {
+  struct Pending {
+    std::string name;
+    CUevent start, end;
+  };
+  std::vector<Pending> pending;
+  std::vector<CUevent> spare;
+  std::map<std::string, std::pair<double, long>> totals;  // ms, calls
+  void fold(const cuda::Driver& drv) {
+    for (auto& p : pending) {
+      drv.check(drv.cuEventSynchronize(p.end), "cuEventSynchronize");
+      float ms = 0.f;
+      drv.check(drv.cuEventElapsedTime(&ms, p.start, p.end), "cuEventElapsedTime");
+      auto& t = totals[p.name];
+      t.first += ms;
+      t.second += 1;
+      spare.push_back(p.start);
+      spare.push_back(p.end);
+    }
+    pending.clear();
+  }
+};
 
 Gpu::Gpu(int ordinal) {
   drv_ = &cuda::Driver::get();
@@ -41,10 +68,17 @@ Gpu::Gpu(int ordinal) {
   lt_ = &cuda::CublasLt::get();
   lt_->check(lt_->create(&lt_handle_), "cublasLtCreate");
   workspace_ = alloc(workspace_bytes_);
+  if (const char* a = std::getenv("CA_NN_CUDA_ATTENTION"); a && std::string(a) == "fma") tensor_core_attention = false;
+  if (const char* p = std::getenv("CA_NN_CUDA_PROFILE"); p && *p && std::string(p) != "0") profile_ = std::make_unique<Profile>();
 }
 
 Gpu::~Gpu() {
   // Teardown errors are ignored: the process is leaving or the context is already dead.
+  if (profile_) {
+    for (auto& p : profile_->pending) profile_->spare.insert(profile_->spare.end(), {p.start, p.end});
+    for (CUevent e : profile_->spare) drv_->cuEventDestroy(e);
+  }
+  if (scratch_) drv_->cuMemFree(scratch_);
   if (workspace_) drv_->cuMemFree(workspace_);
   gemm_plans_.clear();
   if (lt_handle_) lt_->destroy(lt_handle_);
@@ -63,9 +97,59 @@ void Gpu::launch(const std::string& name, std::vector<unsigned> grid, std::vecto
   grid.resize(3, 1);
   block.resize(3, 1);
   if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return;  // empty problem
+  if (profile_) profile_begin(name);
   check(drv_->cuLaunchKernel(it->second, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes, stream_,
                              args.data(), nullptr),
         name.c_str());
+  if (profile_) profile_end();
+}
+
+void Gpu::profile_begin(const std::string& name) const {
+  Profile& p = *profile_;
+  if (p.pending.size() >= 4096) p.fold(*drv_);
+  CUevent ev[2];
+  for (CUevent& e : ev) {
+    if (!p.spare.empty()) {
+      e = p.spare.back();
+      p.spare.pop_back();
+    } else {
+      check(drv_->cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
+    }
+  }
+  check(drv_->cuEventRecord(ev[0], stream_), "cuEventRecord");
+  p.pending.push_back({name, ev[0], ev[1]});
+}
+
+void Gpu::profile_end() const { check(drv_->cuEventRecord(profile_->pending.back().end, stream_), "cuEventRecord"); }
+
+void Gpu::profile_report(const std::string& title) {
+  if (!profile_) return;
+  profile_->fold(*drv_);
+  std::vector<std::pair<std::string, std::pair<double, long>>> rows(profile_->totals.begin(), profile_->totals.end());
+  std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.first > b.second.first; });
+  double total = 0;
+  for (auto& r : rows) total += r.second.first;
+  std::fprintf(stderr, "nn_cuda profile: %s: %.3f ms of kernels\n", title.c_str(), total);
+  for (auto& r : rows)
+    std::fprintf(stderr, "  %9.3f ms %5.1f%% %6ld calls  %s\n", r.second.first, 100 * r.second.first / total,
+                 r.second.second, r.first.c_str());
+  profile_->totals.clear();
+}
+
+void Gpu::profile_reset() {
+  if (!profile_) return;
+  profile_->fold(*drv_);
+  profile_->totals.clear();
+}
+
+CUdeviceptr Gpu::scratch(std::size_t bytes) {
+  if (bytes > scratch_bytes_) {
+    if (scratch_) free(scratch_, scratch_bytes_);
+    scratch_ = 0;
+    scratch_ = alloc(bytes);
+    scratch_bytes_ = bytes;
+  }
+  return scratch_;
 }
 
 CUdeviceptr Gpu::alloc(std::size_t bytes) {
@@ -173,11 +257,16 @@ void Gpu::gemm(const Gemm& g) {
                "BIAS_POINTER");
   const float alpha = g.alpha, beta = g.beta;
   CUdeviceptr c = g.c ? g.c : g.d;
+  if (profile_)
+    profile_begin("gemm " + std::string(g.trans_a ? "T" : "N") + (g.trans_b ? "T" : "N") + " " + std::to_string(g.m) +
+                  "x" + std::to_string(g.n) + "x" + std::to_string(g.k) + " " + dtype_name(g.in) + "->" +
+                  dtype_name(g.out));
   lt_->check(lt_->matmul(lt_handle_, plan->desc, &alpha, reinterpret_cast<const void*>(g.a), plan->la,
                          reinterpret_cast<const void*>(g.b), plan->lb, &beta, reinterpret_cast<const void*>(c), plan->lc,
                          reinterpret_cast<void*>(g.d), plan->lc, &plan->algo, reinterpret_cast<void*>(workspace_),
                          workspace_bytes_, reinterpret_cast<cudaStream_t>(stream_)),
              "cublasLtMatmul " + key);
+  if (profile_) profile_end();
 }
 
 Buffer to_device(Gpu& gpu, const std::vector<float>& host, DType dtype) {

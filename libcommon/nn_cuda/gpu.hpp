@@ -73,8 +73,29 @@ class Gpu {
   };
   void gemm(const Gemm& g);
 
+  // Stream-ordered scratch memory: grows (contents lost) to at least `bytes` and stays allocated. Only
+  // valid until the next call, which is safe because all work runs on one stream.
+  CUdeviceptr scratch(std::size_t bytes);
+
+  // bf16 attention on tensor cores (ops.cpp); false selects the fp32-FMA kernels, for comparison.
+  // CA_NN_CUDA_ATTENTION=fma in the environment sets it false.
+  bool tensor_core_attention = true;
+
+  // Per-kernel GPU time, for finding where a step goes: with CA_NN_CUDA_PROFILE=1 in the environment
+  // every launch and GEMM is bracketed by CUDA events (which costs a little), and profile_report()
+  // writes the totals by kernel to stderr, largest first, and starts over.
+  bool profiling() const { return profile_ != nullptr; }
+  void profile_report(const std::string& title);
+  void profile_reset();
+
  private:
   struct GemmPlan;
+  struct Profile;
+  void profile_begin(const std::string& name) const;
+  void profile_end() const;
+  std::unique_ptr<Profile> profile_;
+  CUdeviceptr scratch_ = 0;
+  std::size_t scratch_bytes_ = 0;
   const cuda::Driver* drv_ = nullptr;
   cuda::DeviceInfo info_;
   CUcontext ctx_ = nullptr;

@@ -355,6 +355,355 @@ __global__ void __launch_bounds__(BK) attention_backward_dkv(T* dk, T* dv, int l
     }
 }
 
+// ---- causal grouped-query attention on tensor cores (bf16, sm_80+): FlashAttention-2's schedule ----
+// Each warp owns 16 rows of a 64-row tile and multiplies with mma.sync m16n8k16 (bf16 in, fp32
+// accumulate). Fragment layouts (PTX ISA, "mma.m16n8k16"): lane = 4 g + t; an A fragment holds rows g
+// and g + 8, columns 2t, 2t+1 and 2t+8, 2t+9; a B fragment holds columns (k) 2t, 2t+1 and 2t+8, 2t+9
+// of row (n) g; the fp32 result holds rows g, g + 8 and columns 2t, 2t+1. The result of one product
+// (two adjacent 8-column tiles) is therefore the A fragment of the next one, with no shuffles.
+// Tiles live in shared memory as row-major bf16 with rows padded by 8 elements (16 bytes), which makes
+// the fragment loads conflict-free. A matrix needed as B along its rows is also stored transposed.
+// Global loads are 16 bytes wide: the host launches these kernels only for 16-byte aligned rows.
+#define kLog2e 1.4426950408889634f
+
+__device__ __forceinline__ void mma_16816(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<unsigned*>(&v);
+}
+__device__ __forceinline__ unsigned lds32(const bf16* p) { return *reinterpret_cast<const unsigned*>(p); }
+
+// A fragment of the 16 x 16 block at (r0, c0) of a row-major tile with row stride ld.
+__device__ __forceinline__ void load_a(unsigned* a, const bf16* tile, int ld, int r0, int c0, int g, int t) {
+  a[0] = lds32(tile + (r0 + g) * ld + c0 + 2 * t);
+  a[1] = lds32(tile + (r0 + g + 8) * ld + c0 + 2 * t);
+  a[2] = lds32(tile + (r0 + g) * ld + c0 + 8 + 2 * t);
+  a[3] = lds32(tile + (r0 + g + 8) * ld + c0 + 8 + 2 * t);
+}
+// acc[16 x 8N] += A (16 x K, fragments a[K/16]) * B where B[k][n] = tile[n0 + n][k] (tile row-major, stride ld).
+template <int K, int N8>
+__device__ __forceinline__ void mma_rows(float (*acc)[4], const unsigned (*a)[4], const bf16* tile, int ld, int g, int t) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk)
+#pragma unroll
+    for (int n = 0; n < N8; ++n) {
+      const bf16* p = tile + (n * 8 + g) * ld + kk * 16 + 2 * t;
+      mma_16816(acc[n], a[kk], lds32(p), lds32(p + 8));
+    }
+}
+// Packs a 16 x (16 K2) fp32 result into the A fragments of the next product.
+template <int K2>
+__device__ __forceinline__ void to_a(unsigned (*a)[4], const float (*c)[4]) {
+#pragma unroll
+  for (int j = 0; j < K2; ++j) {
+    a[j][0] = pack_bf16(c[2 * j][0], c[2 * j][1]);
+    a[j][1] = pack_bf16(c[2 * j][2], c[2 * j][3]);
+    a[j][2] = pack_bf16(c[2 * j + 1][0], c[2 * j + 1][1]);
+    a[j][3] = pack_bf16(c[2 * j + 1][2], c[2 * j + 1][3]);
+  }
+}
+// Loads rows [r0, r0 + R) of head columns [col, col + D) into a padded tile (zeros past `limit`), and
+// when `tr` is not null also its transpose tr[d][r] (row stride R + 8).
+template <int R, int D>
+__device__ __forceinline__ void load_tile(bf16* tile, bf16* tr, const bf16* src, int ld, int col, int r0, int limit) {
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int idx = threadIdx.x; idx < R * D / 8; idx += blockDim.x) {
+    const int r = idx / (D / 8), c = (idx % (D / 8)) * 8;
+    const uint4 v = r0 + r < limit ? *reinterpret_cast<const uint4*>(src + (long long)(r0 + r) * ld + col + c) : zero;
+    *reinterpret_cast<uint4*>(tile + r * (D + 8) + c) = v;
+    if (tr) {
+      const bf16* e = reinterpret_cast<const bf16*>(&v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) tr[(c + i) * (R + 8) + r] = e[i];
+    }
+  }
+}
+
+// Forward: 4 warps x 16 query rows; key tiles of BK. Heavy (late) query tiles are scheduled first.
+template <int D, int BK>
+__global__ void __launch_bounds__(128) attention_forward_tc(bf16* out, int ldo, float* lse, const bf16* q, int ldq,
+                                                            const bf16* k, const bf16* v, int ldkv, int Tq, int Tk,
+                                                            int pos0, int H, int KV, float scale) {
+  constexpr int BQ = 64, LD = D + 8, LDT = BK + 8;
+  __shared__ __align__(16) bf16 smem[(BK * LD + D * LDT) > BQ * LD ? (BK * LD + D * LDT) : BQ * LD];
+  bf16* qs = smem;
+  bf16* ks = smem;
+  bf16* vt = smem + BK * LD;
+  const int h = blockIdx.y, grp = h / (H / KV);
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int r0 = warp * 16;
+
+  load_tile<BQ, D>(qs, nullptr, q, ldq, h * D, q0, Tq);
+  __syncthreads();
+  unsigned qf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) load_a(qf[kk], qs, LD, r0, kk * 16, g, t);
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};
+  const int row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
+  const float sl2 = scale * kLog2e;
+  const int kend = min(Tk, pos0 + min(Tq, q0 + BQ));
+  for (int kb = 0; kb < kend; kb += BK) {
+    __syncthreads();  // the previous tile (or the query tile) is no longer read
+    load_tile<BK, D>(ks, nullptr, k, ldkv, grp * D, kb, Tk);
+    // V is needed transposed (B[k = key][n = d]).
+    for (int idx = threadIdx.x; idx < BK * D / 8; idx += blockDim.x) {
+      const int r = idx / (D / 8), c = (idx % (D / 8)) * 8;
+      uint4 val = make_uint4(0, 0, 0, 0);
+      if (kb + r < Tk) val = *reinterpret_cast<const uint4*>(v + (long long)(kb + r) * ldkv + grp * D + c);
+      const bf16* e = reinterpret_cast<const bf16*>(&val);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) vt[(c + i) * LDT + r] = e[i];
+    }
+    __syncthreads();
+    float s[BK / 8][4];
+#pragma unroll
+    for (int n = 0; n < BK / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    mma_rows<D, BK / 8>(s, qf, ks, LD, g, t);
+    // Scale to log2 units and mask: key j is visible to query row i when j < Tk and j <= pos0 + i
+    // (rows past Tq see every key, so they stay finite; they are never written).
+    float tmax[2] = {kNegInf, kNegInf};
+#pragma unroll
+    for (int n = 0; n < BK / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = kb + n * 8 + 2 * t + (e & 1), i = row[e >> 1];
+        const bool vis = j < Tk && (i >= Tq || j <= pos0 + i);
+        s[n][e] = vis ? s[n][e] * sl2 : kNegInf;
+        tmax[e >> 1] = fmaxf(tmax[e >> 1], s[n][e]);
+      }
+    float corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
+      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
+      const float m_new = fmaxf(m[r], tmax[r]);
+      corr[r] = m_new == kNegInf ? 1.f : exp2f(m[r] - m_new);
+      m[r] = m_new;
+    }
+    float rsum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n = 0; n < BK / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = m[e >> 1] == kNegInf ? 0.f : exp2f(s[n][e] - m[e >> 1]);
+        s[n][e] = p;
+        rsum[e >> 1] += p;
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * corr[r] + rsum[r];  // per-thread partial; reduced at the end
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      o[n][0] *= corr[0], o[n][1] *= corr[0];
+      o[n][2] *= corr[1], o[n][3] *= corr[1];
+    }
+    unsigned pf[BK / 16][4];
+    to_a<BK / 16>(pf, s);
+    mma_rows<BK, D / 8>(o, pf, vt, LDT, g, t);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = row[r];
+    if (i >= Tq) continue;
+    const float inv = 1.f / l[r];
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<unsigned*>(out + (long long)i * ldo + h * D + n * 8 + 2 * t) =
+          pack_bf16(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+    if (t == 0) lse[(long long)h * Tq + i] = (m[r] + log2f(l[r])) / kLog2e;
+  }
+}
+
+// dq = scale * sum_u p_iu (dp_iu - delta_i) k_u, with p = exp(scale q.k - lse) and dp = dout.v:
+// 4 warps x 16 query rows; q and dout sit in registers, key tiles of BK stream through shared memory.
+template <int D, int BK>
+__global__ void __launch_bounds__(128) attention_backward_dq_tc(bf16* dq, int lddq, const bf16* dout, int ldo,
+                                                                const float* lse, const float* delta, const bf16* q,
+                                                                int ldq, const bf16* k, const bf16* v, int ldkv, int Tq,
+                                                                int Tk, int pos0, int H, int KV, float scale) {
+  constexpr int BQ = 64, LD = D + 8, LDT = BK + 8;
+  constexpr int kStream = 2 * BK * LD + D * LDT, kRows = 2 * BQ * LD;
+  __shared__ __align__(16) bf16 smem[kStream > kRows ? kStream : kRows];
+  bf16 *qs = smem, *dos = smem + BQ * LD;             // phase 1: the query tile
+  bf16 *ks = smem, *vs = smem + BK * LD, *kt = smem + 2 * BK * LD;  // phase 2: key tiles
+  const int h = blockIdx.y, grp = h / (H / KV);
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int r0 = warp * 16;
+  load_tile<BQ, D>(qs, nullptr, q, ldq, h * D, q0, Tq);
+  load_tile<BQ, D>(dos, nullptr, dout, ldo, h * D, q0, Tq);
+  __syncthreads();
+  unsigned qf[D / 16][4], dof[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    load_a(qf[kk], qs, LD, r0, kk * 16, g, t);
+    load_a(dof[kk], dos, LD, r0, kk * 16, g, t);
+  }
+  const int row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
+  float lse2[2], dl[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    lse2[r] = row[r] < Tq ? lse[(long long)h * Tq + row[r]] * kLog2e : 0.f;
+    dl[r] = row[r] < Tq ? delta[(long long)h * Tq + row[r]] : 0.f;
+  }
+  float acc[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+  const float sl2 = scale * kLog2e;
+  const int kend = min(Tk, pos0 + min(Tq, q0 + BQ));
+  for (int kb = 0; kb < kend; kb += BK) {
+    __syncthreads();
+    load_tile<BK, D>(ks, kt, k, ldkv, grp * D, kb, Tk);
+    load_tile<BK, D>(vs, nullptr, v, ldkv, grp * D, kb, Tk);
+    __syncthreads();
+    float s[BK / 8][4], dp[BK / 8][4];
+#pragma unroll
+    for (int n = 0; n < BK / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.f;
+    mma_rows<D, BK / 8>(s, qf, ks, LD, g, t);
+    mma_rows<D, BK / 8>(dp, dof, vs, LD, g, t);
+#pragma unroll
+    for (int n = 0; n < BK / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = kb + n * 8 + 2 * t + (e & 1), i = row[e >> 1];
+        const bool vis = i < Tq && j < Tk && j <= pos0 + i;
+        const float p = vis ? exp2f(s[n][e] * sl2 - lse2[e >> 1]) : 0.f;
+        s[n][e] = p * (dp[n][e] - dl[e >> 1]);
+      }
+    unsigned dsf[BK / 16][4];
+    to_a<BK / 16>(dsf, s);
+    mma_rows<BK, D / 8>(acc, dsf, kt, LDT, g, t);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = row[r];
+    if (i >= Tq) continue;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<unsigned*>(dq + (long long)i * lddq + h * D + n * 8 + 2 * t) =
+          pack_bf16(acc[n][2 * r] * scale, acc[n][2 * r + 1] * scale);
+  }
+}
+
+// dk, dv of one query head h for a tile of 64 keys (4 warps x 16 keys), query tiles of BQ streaming by;
+// computed transposed (s^T = k q^T) so the key rows are the warps' rows. Each head writes its own fp32
+// partials [H, Tk, D]; attention_backward_kv_sum adds the heads of a group (no atomics, deterministic).
+template <int D, int BQ>
+__global__ void __launch_bounds__(128) attention_backward_dkv_tc(float* dk_part, float* dv_part, const bf16* dout,
+                                                                 int ldo, const float* lse, const float* delta,
+                                                                 const bf16* q, int ldq, const bf16* k, const bf16* v,
+                                                                 int ldkv, int Tq, int Tk, int pos0, int H, int KV,
+                                                                 float scale) {
+  constexpr int BK = 64, LD = D + 8, LDT = BQ + 8;
+  constexpr int kStream = 2 * BQ * LD + 2 * D * LDT, kRows = 2 * BK * LD;
+  __shared__ __align__(16) bf16 smem[kStream > kRows ? kStream : kRows];
+  __shared__ float ls[BQ], dls[BQ];
+  bf16 *kself = smem, *vself = smem + BK * LD;
+  bf16 *qs = smem, *dos = smem + BQ * LD, *qt = smem + 2 * BQ * LD, *dot = qt + D * LDT;
+  const int h = blockIdx.y, grp = h / (H / KV);
+  const int k0 = blockIdx.x * BK;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int r0 = warp * 16;
+  load_tile<BK, D>(kself, nullptr, k, ldkv, grp * D, k0, Tk);
+  load_tile<BK, D>(vself, nullptr, v, ldkv, grp * D, k0, Tk);
+  __syncthreads();
+  unsigned kf[D / 16][4], vf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    load_a(kf[kk], kself, LD, r0, kk * 16, g, t);
+    load_a(vf[kk], vself, LD, r0, kk * 16, g, t);
+  }
+  const int key[2] = {k0 + r0 + g, k0 + r0 + g + 8};
+  float dka[D / 8][4], dva[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dka[n][e] = dva[n][e] = 0.f;
+  const float sl2 = scale * kLog2e;
+  // Query row i sees key u when u <= pos0 + i: the first query tile that sees this key tile.
+  const int qstart = (max(0, k0 - pos0) / BQ) * BQ;
+  for (int qb = qstart; qb < Tq; qb += BQ) {
+    __syncthreads();
+    load_tile<BQ, D>(qs, qt, q, ldq, h * D, qb, Tq);
+    load_tile<BQ, D>(dos, dot, dout, ldo, h * D, qb, Tq);
+    for (int r = threadIdx.x; r < BQ; r += blockDim.x) {
+      const bool in = qb + r < Tq;
+      ls[r] = in ? lse[(long long)h * Tq + qb + r] * kLog2e : 0.f;
+      dls[r] = in ? delta[(long long)h * Tq + qb + r] : 0.f;
+    }
+    __syncthreads();
+    float st[BQ / 8][4], dpt[BQ / 8][4];
+#pragma unroll
+    for (int n = 0; n < BQ / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[n][e] = dpt[n][e] = 0.f;
+    mma_rows<D, BQ / 8>(st, kf, qs, LD, g, t);
+    mma_rows<D, BQ / 8>(dpt, vf, dos, LD, g, t);
+#pragma unroll
+    for (int n = 0; n < BQ / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = n * 8 + 2 * t + (e & 1), i = qb + c, u = key[e >> 1];
+        const bool vis = i < Tq && u < Tk && u <= pos0 + i;
+        const float p = vis ? exp2f(st[n][e] * sl2 - ls[c]) : 0.f;
+        st[n][e] = p;
+        dpt[n][e] = p * (dpt[n][e] - dls[c]);
+      }
+    unsigned pf[BQ / 16][4], dsf[BQ / 16][4];
+    to_a<BQ / 16>(pf, st);
+    to_a<BQ / 16>(dsf, dpt);
+    mma_rows<BQ, D / 8>(dva, pf, dot, LDT, g, t);
+    mma_rows<BQ, D / 8>(dka, dsf, qt, LDT, g, t);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int u = key[r];
+    if (u >= Tk) continue;
+    float* dkr = dk_part + ((long long)h * Tk + u) * D;
+    float* dvr = dv_part + ((long long)h * Tk + u) * D;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      const int d = n * 8 + 2 * t;
+      *reinterpret_cast<float2*>(dkr + d) = make_float2(dka[n][2 * r] * scale, dka[n][2 * r + 1] * scale);
+      *reinterpret_cast<float2*>(dvr + d) = make_float2(dva[n][2 * r], dva[n][2 * r + 1]);
+    }
+  }
+}
+
+// dk[u, g*D + d] = sum of the group's heads' partials (and dv likewise); one block per key row.
+__global__ void attention_backward_kv_sum(bf16* dk, bf16* dv, int lddkv, const float* dk_part, const float* dv_part,
+                                          int Tk, int H, int KV, int D) {
+  const int u = blockIdx.x, group = H / KV;
+  for (int idx = threadIdx.x; idx < KV * D; idx += blockDim.x) {
+    const int grp = idx / D, d = idx % D;
+    float sk = 0.f, sv = 0.f;
+    for (int h = grp * group; h < (grp + 1) * group; ++h) {
+      sk += dk_part[((long long)h * Tk + u) * D + d];
+      sv += dv_part[((long long)h * Tk + u) * D + d];
+    }
+    dk[(long long)u * lddkv + idx] = __float2bfloat16_rn(sk);
+    dv[(long long)u * lddkv + idx] = __float2bfloat16_rn(sv);
+  }
+}
+
 // ---- LM head: log-softmax of logits / temperature at the target, and the entropy, one block per row ----
 // lse is kept for the backward. Rows with target < 0 get logprob 0 (masked).
 template <class T> __global__ void token_logprob_forward(float* logprob, float* entropy, float* lse_out, const T* logits,
@@ -440,6 +789,10 @@ std::vector<std::string> kernel_names() {
       names.push_back(attention_name("attention_backward_dkv", T, D));
     }
   }
+  for (int D : kTensorCoreHeadDims)
+    for (const char* kernel : {"attention_forward_tc", "attention_backward_dq_tc", "attention_backward_dkv_tc"})
+      names.push_back(attention_tc_name(kernel, D));
+  names.push_back("attention_backward_kv_sum");
   names.push_back("convert<float, __nv_bfloat16>");
   names.push_back("convert<__nv_bfloat16, float>");
   names.push_back("sum_squares");
@@ -458,5 +811,12 @@ std::string attention_name(const std::string& kernel, const std::string& T, int 
 }
 
 int attention_rows_per_block(int D) { return D <= 64 ? 64 : 32; }
+
+// Tensor-core tiles: 64 rows per block; the streamed tile is 64 rows, or 32 for the backward kernels
+// at D = 128, to stay under 48 KiB of static shared memory.
+std::string attention_tc_name(const std::string& kernel, int D) {
+  const int stream = kernel == "attention_forward_tc" || D <= 64 ? 64 : 32;
+  return kernel + "<" + std::to_string(D) + ", " + std::to_string(stream) + ">";
+}
 
 }  // namespace ca::nn_cuda

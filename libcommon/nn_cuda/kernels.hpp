@@ -15,5 +15,9 @@ std::vector<std::string> kernel_names();
 // "attention_backward_dkv") for element type T ("float", "__nv_bfloat16") and head size D.
 std::string attention_name(const std::string& kernel, const std::string& T, int D);
 int attention_rows_per_block(int D);  // query rows (forward, dq) or key rows (dkv) per block
+// The tensor-core (mma.sync, bf16) attention kernels: head sizes, and the name expression of
+// "attention_forward_tc", "attention_backward_dq_tc" or "attention_backward_dkv_tc" for head size D.
+inline constexpr int kTensorCoreHeadDims[] = {64, 128};
+std::string attention_tc_name(const std::string& kernel, int D);
 
 }  // namespace ca::nn_cuda

@@ -1,7 +1,9 @@
 // Host launchers of the GPU ops: shapes to grids, the row-major to cuBLASLt column-major mapping.
 #include "libcommon/nn_cuda/ops.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <vector>
 
 #include "libcommon/errors.hpp"
@@ -104,11 +106,35 @@ bool attention_supports(int D) {
   return false;
 }
 
+namespace {
+// The tensor-core kernels take bf16 rows whose starts are 16-byte aligned (they load 8 elements at a
+// time) on sm_80 or newer; everything else, and fp32, goes to the FMA kernels.
+bool use_tensor_cores(const Gpu& gpu, DType dt, int D, std::initializer_list<Ptr> ptrs, std::initializer_list<int> lds) {
+  if (dt != DType::BF16 || !gpu.tensor_core_attention || gpu.info().cc_major < 8) return false;
+  if (std::find(std::begin(kTensorCoreHeadDims), std::end(kTensorCoreHeadDims), D) == std::end(kTensorCoreHeadDims))
+    return false;
+  for (Ptr p : ptrs)
+    if (p % 16 != 0) return false;
+  for (int ld : lds)
+    if (ld % 8 != 0) return false;
+  return true;
+}
+void check_head_dim(int D) {
+  if (!attention_supports(D)) throw InputError("nn_cuda attention: head_dim " + std::to_string(D) + " is not one of 16, 32, 64, 128");
+}
+constexpr int kTensorCoreRows = 64;  // query rows (forward, dq) or key rows (dkv) per block
+}  // namespace
+
 void attention_forward(Gpu& gpu, DType dt, Ptr out, int ldo, Ptr lse, Ptr q, int ldq, Ptr k_, Ptr v, int ldkv, int Tq,
                        int Tk, int pos0, int H, int KV, int D) {
-  if (!attention_supports(D)) throw InputError("nn_cuda attention: head_dim " + std::to_string(D) + " is not one of 16, 32, 64, 128");
-  const int rows = attention_rows_per_block(D);
+  check_head_dim(D);
   float scale = float(1.0 / std::sqrt(double(D)));
+  if (use_tensor_cores(gpu, dt, D, {out, q, k_, v}, {ldo, ldq, ldkv})) {
+    gpu.launch(attention_tc_name("attention_forward_tc", D), {cdiv(Tq, kTensorCoreRows), unsigned(H)}, {128}, 0,
+               {&out, &ldo, &lse, &q, &ldq, &k_, &v, &ldkv, &Tq, &Tk, &pos0, &H, &KV, &scale});
+    return;
+  }
+  const int rows = attention_rows_per_block(D);
   gpu.launch(attention_name("attention_forward", dtype_cpp(dt), D), {cdiv(Tq, rows), unsigned(H)}, {unsigned(rows)}, 0,
              {&out, &ldo, &lse, &q, &ldq, &k_, &v, &ldkv, &Tq, &Tk, &pos0, &H, &KV, &scale});
 }
@@ -116,10 +142,22 @@ void attention_forward(Gpu& gpu, DType dt, Ptr out, int ldo, Ptr lse, Ptr q, int
 void attention_backward(Gpu& gpu, DType dt, Ptr dq, int lddq, Ptr dk, Ptr dv, int lddkv, Ptr dout, Ptr out, int ldo,
                         Ptr lse, Ptr delta, Ptr q, int ldq, Ptr k_, Ptr v, int ldkv, int Tq, int Tk, int pos0, int H,
                         int KV, int D) {
-  if (!attention_supports(D)) throw InputError("nn_cuda attention: head_dim " + std::to_string(D) + " is not one of 16, 32, 64, 128");
-  const int rows = attention_rows_per_block(D);
+  check_head_dim(D);
   float scale = float(1.0 / std::sqrt(double(D)));
   gpu.launch(k("attention_backward_delta", dt), {unsigned(Tq)}, {128}, 0, {&delta, &dout, &out, &ldo, &Tq, &H, &D});
+  if (use_tensor_cores(gpu, dt, D, {dq, dk, dv, dout, q, k_, v}, {lddq, lddkv, ldo, ldq, ldkv})) {
+    gpu.launch(attention_tc_name("attention_backward_dq_tc", D), {cdiv(Tq, kTensorCoreRows), unsigned(H)}, {128}, 0,
+               {&dq, &lddq, &dout, &ldo, &lse, &delta, &q, &ldq, &k_, &v, &ldkv, &Tq, &Tk, &pos0, &H, &KV, &scale});
+    // Per-head fp32 partials of dk and dv, summed over each group by a second kernel.
+    const std::size_t part = std::size_t(H) * Tk * D;
+    Ptr dk_part = gpu.scratch(2 * part * 4), dv_part = dk_part + part * 4;
+    gpu.launch(attention_tc_name("attention_backward_dkv_tc", D), {cdiv(Tk, kTensorCoreRows), unsigned(H)}, {128}, 0,
+               {&dk_part, &dv_part, &dout, &ldo, &lse, &delta, &q, &ldq, &k_, &v, &ldkv, &Tq, &Tk, &pos0, &H, &KV, &scale});
+    gpu.launch("attention_backward_kv_sum", {unsigned(Tk)}, {128}, 0,
+               {&dk, &dv, &lddkv, &dk_part, &dv_part, &Tk, &H, &KV, &D});
+    return;
+  }
+  const int rows = attention_rows_per_block(D);
   gpu.launch(attention_name("attention_backward_dq", dtype_cpp(dt), D), {cdiv(Tq, rows), unsigned(H)}, {unsigned(rows)}, 0,
              {&dq, &lddq, &dout, &ldo, &lse, &delta, &q, &ldq, &k_, &v, &ldkv, &Tq, &Tk, &pos0, &H, &KV, &scale});
   gpu.launch(attention_name("attention_backward_dkv", dtype_cpp(dt), D), {cdiv(Tk, rows), unsigned(KV)}, {unsigned(rows)}, 0,

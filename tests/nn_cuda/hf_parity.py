@@ -41,12 +41,15 @@ def check(name, value, bound):
 
 
 # ---------------------------------------------------------------- model parity
-def model_parity():
+def model_parity(hidden_size, intermediate_size):
+    """Four heads, two KV heads: head_dim 32 runs the FMA attention kernels in bf16, head_dim 64 the
+    tensor-core ones."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
+    print(f"---- tiny Qwen2, hidden {hidden_size}, head_dim {hidden_size // 4}")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=256, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
+    cfg = Qwen2Config(vocab_size=256, hidden_size=hidden_size, intermediate_size=intermediate_size, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                       rms_norm_eps=1e-6, tie_word_embeddings=False, hidden_act="silu")
     model = Qwen2ForCausalLM(cfg).float()
@@ -55,7 +58,7 @@ def model_parity():
         for n, p in model.named_parameters():
             if "norm" in n or "bias" in n:
                 p.add_(0.1 * torch.randn_like(p))
-    ckpt = os.path.join(args.work, "tiny-qwen2")
+    ckpt = os.path.join(args.work, f"tiny-qwen2-{hidden_size}")
     model.save_pretrained(ckpt, safe_serialization=True)
     # The native loader reads rope_theta at the top level (transformers 5 writes rope_parameters).
     with open(os.path.join(ckpt, "config.json")) as f:
@@ -134,7 +137,7 @@ def model_parity():
             out = os.path.join(args.work, f"native-{dtype}.safetensors")
             subprocess.run([os.path.join(args.bin, "nn-cuda-parity"), ckpt, inp, dtype, out], check=True)
             got = load_file(out, device="cuda")
-            tag = f"native {dtype}{' +checkpointing' if ckpt_flag else ''} vs torch fp32"
+            tag = f"D={hidden_size // 4} native {dtype}{' +checkpointing' if ckpt_flag else ''} vs torch fp32"
             names = [n for n, _ in ref_model.named_parameters()]
             g_all = torch.cat([got["grad." + n].flatten() for n in names])
             r_all = torch.cat([ref_grads[n].flatten() for n in names])
@@ -221,7 +224,8 @@ def tokenizer_parity():
 
 
 try:
-    model_parity()
+    model_parity(128, 352)
+    model_parity(256, 704)
 except Exception as e:  # a crash is a failure with its reason, and the tokenizer part still runs
     import traceback
     traceback.print_exc()

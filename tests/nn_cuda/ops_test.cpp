@@ -128,12 +128,19 @@ TEST_CASE("rope forward and backward, strided rows, offset positions") {
     }
 }
 
+// bf16 at head sizes 64 and 128 runs the tensor-core kernels; `tensor_cores` false runs the FMA ones
+// on the same shapes. The longer shapes cross several 64-row tiles with ragged ends.
 TEST_CASE("causal GQA attention forward and backward (fused kernels)") {
   std::mt19937_64 rng(4);
+  for (bool tensor_cores : {true, false})
   for (DType dt : kDTypes)
     for (auto [T, H, KV, D] : {std::tuple{1, 2, 1, 16}, std::tuple{37, 4, 2, 32}, std::tuple{100, 4, 4, 64},
-                               std::tuple{70, 2, 1, 128}, std::tuple{129, 6, 2, 64}}) {
+                               std::tuple{70, 2, 1, 128}, std::tuple{129, 6, 2, 64}, std::tuple{333, 6, 2, 64},
+                               std::tuple{261, 4, 1, 128}}) {
+      if (!tensor_cores && dt == DType::F32) continue;  // fp32 has one path
+      gpu().tensor_core_attention = tensor_cores;
       std::string dtype = dtype_name(dt);
+      CAPTURE(tensor_cores);
       CAPTURE(dtype);
       CAPTURE(T);
       CAPTURE(H);
@@ -178,6 +185,7 @@ TEST_CASE("causal GQA attention forward and backward (fused kernels)") {
         CHECK_NMSE(to_host(gpu(), o2.ptr(), tail.size(), dt), tail, bound(dt));
       }
     }
+  gpu().tensor_core_attention = true;
 }
 
 TEST_CASE("swiglu forward and backward, gate and up strided in one matrix") {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the nn_cuda GPU tests, the Hugging Face parity and the benchmark on the device from a carried
 # folder of stripped binaries (BIN), each under its own time limit, logging to OUT.
-#   BIN=build-nncuda/devbin OUT=/tmp/out bash tests/nn_cuda/run_device.sh [ops model hf bench]
+#   BIN=build-nncuda/devbin OUT=/tmp/out bash tests/nn_cuda/run_device.sh [ops model hf bench profile]
 set -u
 BIN=$(cd "${BIN:?}" && pwd)
 OUT=${OUT:-/tmp/nn_cuda_out}
@@ -25,9 +25,10 @@ for p in $parts; do
   case $p in
     ops) run ops 45 "$BIN/nn_cuda_ops" ;;
     model) run model 45 "$BIN/nn_cuda_model" ;;
-    hf) run hf 75 bash tests/nn_cuda/hf_parity.sh ;;
-    bench) run bench_native 40 "$BIN/nn-cuda-bench" --steps 5
-           run bench_torch 50 python3 bench/nn_cuda/bench_torch.py --steps 5 ;;
+    hf) run hf 150 bash tests/nn_cuda/hf_parity.sh ;;
+    bench) run bench_native 60 "$BIN/nn-cuda-bench" --steps 5
+           run bench_torch 60 python3 bench/nn_cuda/bench_torch.py --steps 5 ;;
+    profile) CA_NN_CUDA_PROFILE=1 run profile_native 60 "$BIN/nn-cuda-bench" --steps 3 ;;
   esac
 done
 exit $status
