@@ -2,6 +2,7 @@
 // task, through N worker clients; kept tasks go on in input order, every drop is counted by reason.
 #include "tools/ops-synth/filter.hpp"
 
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -96,6 +97,9 @@ std::string judge(ca::WorkerClient& worker, ca::Record& rec, const FilterOptions
 int run_filter(const ca::CommonOptions& common, const FilterOptions& opt) {
   for (const auto& d : opt.decontaminate)
     if (!std::filesystem::is_directory(d)) throw ca::UsageError("--decontaminate: no directory " + d);
+  // Each worker's torch.compile would otherwise start its own pool of compile processes, one per core:
+  // jobs x cores processes on a node. The workers are the parallelism. A value already set wins.
+  if (opt.jobs > 1) setenv("TORCHINDUCTOR_COMPILE_THREADS", "1", 0);
   auto devices = resolve_devices(opt.device, opt.jobs, opt.timeout_s);
   auto store = ca::open_store_for(common, devices[0]);
   ca::RecordReader reader(common.input);

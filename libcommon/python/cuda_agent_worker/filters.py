@@ -6,8 +6,10 @@ import torch
 
 from .tasks import TaskError
 
-ORDER = ["runs_eager", "runs_compile", "deterministic", "no_nan_inf", "not_constant", "input_dependent",
-         "eager_time_ms"]
+# torch.compile costs seconds of CPU per task, the other checks milliseconds: it runs last, and only
+# on tasks that passed every other check (a task dropped earlier says "not run" for it).
+ORDER = ["runs_eager", "deterministic", "no_nan_inf", "not_constant", "input_dependent", "eager_time_ms",
+         "runs_compile"]
 
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -82,22 +84,6 @@ def run(worker, req):
         v["runs_eager"] = _verdict(True, "%d output(s)" % len(out_a))
 
         on_gpu = task.device.type == "cuda"
-        if not check_compile:
-            v["runs_compile"] = _skipped("not asked (check_compile false)")
-        elif not on_gpu:
-            v["runs_compile"] = _skipped("skipped on CPU: torch.compile is checked on a GPU only")
-        elif not hasattr(torch, "compile"):
-            v["runs_compile"] = _skipped("torch %s has no torch.compile" % torch.__version__)
-        else:
-            try:
-                out_c = task.forward(inputs0, fn=task.compiled_model("default"))
-                diff = max([float((c.double() - a.double()).abs().max()) if c.numel() else 0.0
-                            for c, a in zip(out_c, out_a)] or [0.0])
-                v["runs_compile"] = _verdict(True, "compiled and ran; max |compile - eager| = %.3g" % diff,
-                                             max_abs_diff=diff)
-            except TaskError as e:
-                v["runs_compile"] = _verdict(False, "%s: %s" % (e.stage, e.detail), traceback=e.traceback)
-
         out_b = task.forward(inputs0)
         v["deterministic"] = _verdict(bit_equal(out_a, out_b),
                                       "two runs on the same inputs are bit-equal" if bit_equal(out_a, out_b)
@@ -133,6 +119,25 @@ def run(worker, req):
             ms, _ = quick_eager_ms(task)
             v["eager_time_ms"] = _verdict(lo <= ms <= hi, "eager median %.4g ms, range [%g, %g]" % (ms, lo, hi),
                                           value=ms)
+        failed = next((name for name in ORDER if name in v and v[name]["pass"] is False), None)
+        if failed is not None:
+            v["runs_compile"] = _skipped("not run: %s failed" % failed)
+        elif not check_compile:
+            v["runs_compile"] = _skipped("not asked (check_compile false)")
+        elif not on_gpu:
+            v["runs_compile"] = _skipped("skipped on CPU: torch.compile is checked on a GPU only")
+        elif not hasattr(torch, "compile"):
+            v["runs_compile"] = _skipped("torch %s has no torch.compile" % torch.__version__)
+        else:
+            try:
+                out_c = task.forward(inputs0, fn=task.compiled_model("default"))
+                diff = max([float((c.double() - a.double()).abs().max()) if c.numel() else 0.0
+                            for c, a in zip(out_c, out_a)] or [0.0])
+                v["runs_compile"] = _verdict(True, "compiled and ran; max |compile - eager| = %.3g" % diff,
+                                             max_abs_diff=diff)
+            except TaskError as e:
+                v["runs_compile"] = _verdict(False, "%s: %s" % (e.stage, e.detail), traceback=e.traceback)
+
         return _answer(v, task.load_answer())
     except TaskError as e:
         # A later stage raised (e.g. the second input draw): that verdict fails, the rest are skipped.
