@@ -19,5 +19,6 @@ int attention_rows_per_block(int D);  // query rows (forward, dq) or key rows (d
 // "attention_forward_tc", "attention_backward_dq_tc" or "attention_backward_dkv_tc" for head size D.
 inline constexpr int kTensorCoreHeadDims[] = {64, 128};
 std::string attention_tc_name(const std::string& kernel, int D);
+unsigned attention_tc_dynamic_smem(int D);  // bytes of dynamic shared memory each of the three takes
 
 }  // namespace ca::nn_cuda

@@ -130,7 +130,8 @@ void attention_forward(Gpu& gpu, DType dt, Ptr out, int ldo, Ptr lse, Ptr q, int
   check_head_dim(D);
   float scale = float(1.0 / std::sqrt(double(D)));
   if (use_tensor_cores(gpu, dt, D, {out, q, k_, v}, {ldo, ldq, ldkv})) {
-    gpu.launch(attention_tc_name("attention_forward_tc", D), {cdiv(Tq, kTensorCoreRows), unsigned(H)}, {128}, 0,
+    gpu.launch(attention_tc_name("attention_forward_tc", D), {cdiv(Tq, kTensorCoreRows), unsigned(H)}, {128},
+               attention_tc_dynamic_smem(D),
                {&out, &ldo, &lse, &q, &ldq, &k_, &v, &ldkv, &Tq, &Tk, &pos0, &H, &KV, &scale});
     return;
   }
@@ -146,12 +147,14 @@ void attention_backward(Gpu& gpu, DType dt, Ptr dq, int lddq, Ptr dk, Ptr dv, in
   float scale = float(1.0 / std::sqrt(double(D)));
   gpu.launch(k("attention_backward_delta", dt), {unsigned(Tq)}, {128}, 0, {&delta, &dout, &out, &ldo, &Tq, &H, &D});
   if (use_tensor_cores(gpu, dt, D, {dq, dk, dv, dout, q, k_, v}, {lddq, lddkv, ldo, ldq, ldkv})) {
-    gpu.launch(attention_tc_name("attention_backward_dq_tc", D), {cdiv(Tq, kTensorCoreRows), unsigned(H)}, {128}, 0,
+    gpu.launch(attention_tc_name("attention_backward_dq_tc", D), {cdiv(Tq, kTensorCoreRows), unsigned(H)}, {128},
+               attention_tc_dynamic_smem(D),
                {&dq, &lddq, &dout, &ldo, &lse, &delta, &q, &ldq, &k_, &v, &ldkv, &Tq, &Tk, &pos0, &H, &KV, &scale});
     // Per-head fp32 partials of dk and dv, summed over each group by a second kernel.
     const std::size_t part = std::size_t(H) * Tk * D;
     Ptr dk_part = gpu.scratch(2 * part * 4), dv_part = dk_part + part * 4;
-    gpu.launch(attention_tc_name("attention_backward_dkv_tc", D), {cdiv(Tk, kTensorCoreRows), unsigned(H)}, {128}, 0,
+    gpu.launch(attention_tc_name("attention_backward_dkv_tc", D), {cdiv(Tk, kTensorCoreRows), unsigned(H)}, {128},
+               attention_tc_dynamic_smem(D),
                {&dk_part, &dv_part, &dout, &ldo, &lse, &delta, &q, &ldq, &k_, &v, &ldkv, &Tq, &Tk, &pos0, &H, &KV, &scale});
     gpu.launch("attention_backward_kv_sum", {unsigned(Tk)}, {128}, 0,
                {&dk, &dv, &lddkv, &dk_part, &dv_part, &Tk, &H, &KV, &D});
