@@ -288,8 +288,8 @@ class Task(object):
                 self.model.eval()
         self.initial_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         self.input_names = self._forward_names()
-        inputs, self.input_specs = self.make_inputs(0)
-        outs = self.forward(self.to_device(inputs))
+        inputs, self.input_specs = self.make_inputs(0, on_device=True)
+        outs = self.forward(inputs)
         self.output_specs = [dict(index=i, **tensor_spec(o)) for i, o in enumerate(outs)]
 
     def _exec(self, code, work_dir):
@@ -315,8 +315,11 @@ class Task(object):
             return []
         return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
-    def make_inputs(self, seed):
-        """CPU-or-wherever-get_inputs-put-them values for a seed, and their specs."""
+    def make_inputs(self, seed, stats=True, on_device=False):
+        """Values for a seed and their specs. get_inputs runs where it puts them (the CPU, as a rule),
+        so every device sees the same values. on_device moves them to the task's device first. The
+        stats (four passes over what may be gigabytes) are computed on the task's device, and left
+        out with stats=False, for draws whose specs nobody reads."""
         seed_all(seed)
         made = {}
         with stage("get_inputs"):
@@ -325,18 +328,20 @@ class Task(object):
             if not isinstance(values, (list, tuple)):
                 values = [values]
             values = list(values)
+        moved = self.to_device(values) if on_device or (stats and self.device.type != "cpu") else values
         specs = []
         for i, v in enumerate(values):
             name = self.input_names[i] if i < len(self.input_names) else "input%d" % i
             if isinstance(v, torch.Tensor):
                 hit = made.get(id(v))
                 dist = dict(hit[1]) if hit is not None and hit[0] is v else {"kind": "derived"}
-                dist["stats"] = tensor_stats(v)
+                if stats:
+                    dist["stats"] = tensor_stats(moved[i])
                 specs.append(dict(index=i, name=name, distribution=dist, **tensor_spec(v)))
             else:
                 specs.append({"index": i, "name": name, "shape": None, "dtype": type(v).__name__,
                               "distribution": {"kind": "scalar", "value": _jsonable(v)}})
-        return values, specs
+        return (moved if on_device else values), specs
 
     def to_device(self, values):
         return [v.to(self.device) if isinstance(v, torch.Tensor) else v for v in values]

@@ -105,7 +105,8 @@ def profiled_device_times(fn, sets, flush, calls):
     return per_call
 
 
-def time_task(task, req):
+def time_task(task, req, sets=None):
+    """The `time` op. sets: input sets already on the device (default: input_sets fresh draws)."""
     mode = req.get("mode", "eager")
     prec = req.get("precision", "fp32")
     metric = req.get("metric", "device")
@@ -136,7 +137,8 @@ def time_task(task, req):
         compile_cached = cmode in task.compiled
         with stage("compile"):
             fn = task.compiled_model(cmode)
-    sets = [task.to_device(task.make_inputs(seed + i)[0]) for i in range(input_sets)]
+    if sets is None:
+        sets = [task.make_inputs(seed + i, stats=False, on_device=True)[0] for i in range(input_sets)]
     task.restore()
     flush = torch.empty(flush_bytes, dtype=torch.uint8, device=task.device) if flush_bytes > 0 else None
     sync = torch.cuda.synchronize if on_gpu else (lambda: None)
@@ -204,8 +206,8 @@ def time_task(task, req):
     }
 
 
-def quick_eager_ms(task):
-    """The eager median for the filters' time range (a short budget)."""
+def quick_eager_ms(task, sets=None):
+    """The eager median for the filters' time range (a short budget), on the given input sets."""
     ans = time_task(task, {"mode": "eager", "precision": "fp32", "metric": "wall", "warmup": 2, "warmup_s": 0.2,
-                           "min_runs": 5, "max_runs": 50, "budget_s": 2.0, "rel_ci": 0.02})
+                           "min_runs": 5, "max_runs": 50, "budget_s": 2.0, "rel_ci": 0.02}, sets)
     return ans["time_us"]["median"] / 1000.0, ans
