@@ -252,6 +252,14 @@ void Store::put_filter_result(const std::string& task_id, bool kept, const std::
   s.step();
 }
 
+std::optional<Record> Store::latest_filter_result(const std::string& task_id) {
+  Statement s(db_, "SELECT f.body FROM filter_results f LEFT JOIN runs r USING (run_id) WHERE f.task_id = ? "
+                   "ORDER BY r.started_at DESC LIMIT 1");
+  s.bind({task_id});
+  if (!s.step()) return std::nullopt;
+  return Record::parse(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)));
+}
+
 void Store::put_baseline(const BaselineKey& key, const Json& timing) {
   Statement s(db_, "INSERT OR REPLACE INTO baselines (baseline_key, task_id, gpu, driver, torch_version, method, "
                    "time_us, run_id, body) VALUES (?,?,?,?,?,?,?,?,?)");

@@ -50,6 +50,7 @@ class Store {
   void put_episode(const std::string& candidate_id, const std::string& task_id, const Record& episode);
   void put_ppo_step(const std::string& step_id, const Record& metrics);
   void put_filter_result(const std::string& task_id, bool kept, const std::string& reason, const Record& detail);
+  std::optional<Record> latest_filter_result(const std::string& task_id);  // body of the newest row
   void put_baseline(const BaselineKey& key, const Json& timing);
 
   std::optional<Record> get_task(const std::string& task_id);

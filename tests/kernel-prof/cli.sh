@@ -76,6 +76,36 @@ J
   grep -q "needs a GPU" "$T/err" || fail "exit 3 message should say the record needs a GPU: $(cat "$T/err")"
   [ "$(wc -l < "$T/out4")" = 1 ] || fail "the failed record before it should have been written"
   grep -q '"c1"' "$T/out4" || fail "wrong record written"
+
+  # --resume: a profile of the same candidate and method in the store is reused without a GPU; one
+  # made with another seed is not (the record needs the GPU again: exit 3).
+  $PY - > "$T/profiled.jsonl" <<'PY'
+import json
+method = {"min_runs": 10, "max_runs": 10000, "rel_ci": 0.01, "budget_s": 10.0, "seed": 0, "warmup_calls": 3}
+for cid, seed in (("c2", 0), ("c5", 7)):
+    m = dict(method, seed=seed)
+    print(json.dumps({"task_id": "t2", "candidate_id": cid, "prof": {
+        "status": "timed", "correct": True, "method": m, "time_us": {"median": 12.5},
+        "baselines": {"eager": {"time_us": {"median": 30.0}}, "compile": {"time_us": {"median": 20.0}}},
+        "speedup_vs_eager": 2.4, "speedup_vs_compile": 1.6, "gpu": {"name": "NVIDIA H200"}}}))
+PY
+  "$KP" --help | grep -q -- "--resume" || fail "--help does not mention --resume"
+  "$CA_BIN/run-store" import --store "$T/s.db" < "$T/profiled.jsonl" 2> "$T/err" || fail "import: $(cat "$T/err")"
+  set +e; "$KP" --store "$T/s.db" --resume < "$T/pass.jsonl" > "$T/out5" 2> "$T/err"; rc=$?; set -e
+  [ "$rc" = 0 ] || fail "--resume with the profile in the store should need no GPU, got $rc: $(cat "$T/err")"
+  $PY - "$T/out5" <<'PY' || fail "--resume did not reuse the stored profile"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+assert len(recs) == 2 and recs[0]["candidate_id"] == "c1" and "prof" not in recs[0], recs[0]
+p = recs[1]["prof"]
+assert p["status"] == "timed" and p["speedup_vs_compile"] == 1.6 and p["time_us"]["median"] == 12.5, p
+PY
+  grep -q "1 skipped" "$T/err" || fail "a reused profile counts as skipped: $(cat "$T/err")"
+  sed 's/"c2"/"c5"/' "$T/pass.jsonl" > "$T/pass5.jsonl"
+  set +e; "$KP" --store "$T/s.db" --resume < "$T/pass5.jsonl" > /dev/null 2> "$T/err"; rc=$?; set -e
+  [ "$rc" = 3 ] || fail "a profile made with another seed must not be reused (exit 3 without a GPU), got $rc"
+  set +e; "$KP" --store "$T/s.db" < "$T/pass.jsonl" > /dev/null 2> "$T/err"; rc=$?; set -e
+  [ "$rc" = 3 ] || fail "without --resume the stored profile is not reused (exit 3 without a GPU), got $rc"
 fi
 
 # The man page renders.

@@ -29,6 +29,25 @@ PY
 rows=$("$CA_BIN/run-store" query --store "$T/f.db" "SELECT COUNT(*) AS n FROM filter_results" 2>/dev/null || echo '{}')
 echo "$rows" | grep -q '"n":7' || fail "store filter rows: $rows"
 
+# --resume reuses the stored verdicts made with the same options (no worker call: the same verdicts,
+# counted as reused); other options (--max-ms) are judged again.
+"$OS" filter --device cpu -j 2 --keep-rejected --decontaminate "$FIX" --store "$T/f.db" --resume \
+  -i "$T/planted.jsonl" > "$T/out_resumed.jsonl" 2> "$T/err_r" || fail "filter --resume: $(tail -5 "$T/err_r")"
+grep -q "7 verdicts reused" "$T/err_r" || fail "--resume should reuse 7 verdicts: $(tail -2 "$T/err_r")"
+python3 - "$T/out.jsonl" "$T/out_resumed.jsonl" <<'PY' || fail "--resume changed the verdicts"
+import json, sys
+a = [json.loads(l)["filter"] for l in open(sys.argv[1])]
+b = [json.loads(l)["filter"] for l in open(sys.argv[2])]
+assert len(a) == len(b) == 7
+for x, y in zip(a, b):
+    assert x["reason"] == y["reason"] and x["verdicts"] == y["verdicts"] and x["options"] == y["options"], (x, y)
+PY
+rows=$("$CA_BIN/run-store" query --store "$T/f.db" "SELECT COUNT(*) AS n FROM filter_results" 2>/dev/null || echo '{}')
+echo "$rows" | grep -q '"n":7' || fail "a resumed run must not add filter rows: $rows"
+"$OS" filter --device cpu -j 2 --keep-rejected --decontaminate "$FIX" --store "$T/f.db" --resume --max-ms 50 \
+  -i "$T/planted.jsonl" > /dev/null 2> "$T/err_r2" || fail "filter --resume --max-ms: $(tail -5 "$T/err_r2")"
+grep -q "verdicts reused" "$T/err_r2" && fail "other options must be judged again: $(tail -2 "$T/err_r2")"
+
 # Generated tiny tasks: most are kept; -j 3 emits in input order; without --keep-rejected only kept.
 "$OS" generate -n 24 --seed 3 --sizes tiny --no-store > "$T/gen.jsonl" 2>/dev/null
 "$OS" filter --device cpu -j 3 --no-store -i "$T/gen.jsonl" > "$T/kept.jsonl" 2> "$T/err2" || fail "filter gen: $(tail -3 "$T/err2")"

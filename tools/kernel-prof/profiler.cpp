@@ -70,10 +70,39 @@ std::string underscored(std::string s) {
 }
 }  // namespace
 
+std::optional<Record> Profiler::stored_profile(const std::string& candidate_id) {
+  if (!common_.resume || !store_ || candidate_id.empty()) return std::nullopt;
+  auto prev = store_->latest("profiles", candidate_id);
+  if (!prev || !prev->is_object()) return std::nullopt;
+  const std::string status = prev->value("status", "");
+  if (status != "timed" && status != "failed") return std::nullopt;
+  // The same method: seed, warm-up, stop rule and (for a timed one) every baseline asked for now.
+  const Record& m = (*prev)["method"];
+  auto same = [&](const std::string& key, double want) {
+    return m.contains(key) && m[key].is_number() && m[key].get<double>() == want;
+  };
+  if (!m.is_object() || !same("seed", double(options_.seed)) || !same("warmup_calls", options_.warmup))
+    return std::nullopt;
+  const Json stop = options_.stop.to_json();  // named: a temporary would die before the loop body
+  for (const auto& [key, value] : stop.items())
+    if (!same(key, value.get<double>())) return std::nullopt;
+  if (status == "timed")
+    for (const auto& mode : options_.baselines)
+      if (!prev->contains("baselines") || !(*prev)["baselines"].contains(mode)) return std::nullopt;
+  return prev;
+}
+
 Outcome Profiler::profile(Record& record) {
   if (!check_passed(record)) return Outcome::passed;
   const std::string task_id = get_required<std::string>(record, "/task_id");
   if (!record.contains("bundle") || !record["bundle"].is_object()) throw FieldError("bundle", "missing (a passing check needs its bundle to be timed)");
+  // --resume: a profile of this candidate already in the store, made the same way, is reused (no GPU
+  // needed). Which GPU made it is in its `gpu`; a store is meant for one kind of GPU.
+  if (auto prev = stored_profile(record.value("candidate_id", std::string()))) {
+    record["prof"] = *prev;
+    log::verbose(record.value("candidate_id", task_id), ": profile reused from the store (--resume)");
+    return Outcome::skipped;
+  }
   GpuSession& g = gpu();  // first: without a GPU no passing record can be timed (exit 3)
   g.make_current();
   Record task = find_task(record, task_id);

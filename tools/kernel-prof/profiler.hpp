@@ -2,6 +2,7 @@
 // on one GPU and add the `prof` section; other records pass through untouched.
 #pragma once
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 
@@ -26,6 +27,7 @@ class Profiler {
 
  private:
   Record find_task(const Record& record, const std::string& task_id);
+  std::optional<Record> stored_profile(const std::string& candidate_id);  // --resume
   GpuSession& gpu();
 
   const ProfOptions& options_;

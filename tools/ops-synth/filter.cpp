@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "libcommon/errors.hpp"
@@ -36,6 +37,17 @@ void FilterOptions::register_with(CLI::App* app) {
 namespace {
 
 // One task through the filters; fills record["filter"]. Returns the drop reason ("" when kept).
+// What a verdict depends on besides the task: an earlier verdict is reused (--resume) only when these
+// are the same.
+ca::Record verdict_options(const FilterOptions& opt) {
+  ca::Record o = {{"min_ms", opt.min_ms}, {"max_ms", opt.max_ms}, {"check_compile", opt.check_compile}};
+  if (!opt.decontaminate.empty()) {
+    o["decontaminate"] = opt.decontaminate;
+    o["threshold"] = opt.threshold;
+  }
+  return o;
+}
+
 std::string judge(ca::WorkerClient& worker, ca::Record& rec, const FilterOptions& opt) {
   std::string code = ca::get_required<std::string>(rec, "/code");
   std::string task_id = ca::get_optional<std::string>(rec, "/task_id").value_or(ca::task_id_for(rec));
@@ -91,8 +103,18 @@ std::string judge(ca::WorkerClient& worker, ca::Record& rec, const FilterOptions
       section["reason"] = reason;
     }
   }
+  section["options"] = verdict_options(opt);
   rec["filter"] = std::move(section);
   return reason;
+}
+
+// --resume: the stored verdict for this task when it was made with the same options and the worker
+// answered (a timeout or a dead worker is judged again).
+std::optional<ca::Record> stored_verdict(ca::Store& store, const std::string& task_id, const FilterOptions& opt) {
+  auto prev = store.latest_filter_result(task_id);
+  if (!prev || !prev->is_object() || !prev->contains("verdicts") || !prev->contains("options")) return std::nullopt;
+  if ((*prev)["options"] != verdict_options(opt)) return std::nullopt;
+  return prev;
 }
 
 }  // namespace
@@ -114,7 +136,7 @@ int run_filter(const ca::CommonOptions& common, const FilterOptions& opt) {
   ca::RecordWriter writer(common.output);
   ca::log::Progress progress("tasks");
   std::map<std::string, int64_t> drops;
-  int64_t read = 0, kept = 0, bad = 0, other_shard = 0;
+  int64_t read = 0, kept = 0, bad = 0, other_shard = 0, resumed = 0;
   auto started = std::chrono::steady_clock::now();
 
   auto next = [&](PoolItem& item) {
@@ -126,10 +148,19 @@ int run_filter(const ca::CommonOptions& common, const FilterOptions& opt) {
         continue;
       }
       item.where = reader.where();
+      if (common.resume && store) {
+        std::string task_id = item.record.value("task_id", ca::task_id_for(item.record));
+        if (auto prev = stored_verdict(*store, task_id, opt)) {
+          item.result = (*prev)["reason"].is_string() ? (*prev)["reason"].get<std::string>() : "";
+          item.record["filter"] = *prev;
+          item.resumed = true;
+        }
+      }
       return true;
     }
   };
   auto work = [&](ca::WorkerClient& worker, PoolItem& item) {
+    if (item.resumed) return;
     try {
       item.result = judge(worker, item.record, opt);  // the drop reason, "" when kept
     } catch (const ca::FieldError& e) {
@@ -146,10 +177,11 @@ int run_filter(const ca::CommonOptions& common, const FilterOptions& opt) {
       return;
     }
     std::string task_id = item.record.value("task_id", ca::task_id_for(item.record));
-    if (store) store->put_filter_result(task_id, reason.empty(), reason, item.record["filter"]);
+    if (item.resumed) ++resumed;
+    if (store && !item.resumed) store->put_filter_result(task_id, reason.empty(), reason, item.record["filter"]);
     if (reason.empty()) {
       ++kept;
-      if (store) store->put_task(item.record);
+      if (store && !item.resumed) store->put_task(item.record);
       writer.write(item.record);
     } else {
       ++drops[reason];
@@ -169,11 +201,12 @@ int run_filter(const ca::CommonOptions& common, const FilterOptions& opt) {
   int64_t dropped = 0;
   for (auto& [k, v] : drops) dropped += v;
   ca::log::info(read, " read, ", kept, " kept, ", dropped, " dropped ", by_reason.dump(), ", ", bad, " bad records",
-                other_shard ? ca::log::cat(", ", other_shard, " in other shards") : std::string(), " in ",
+                other_shard ? ca::log::cat(", ", other_shard, " in other shards") : std::string(),
+                resumed ? ca::log::cat(", ", resumed, " verdicts reused (--resume)") : std::string(), " in ",
                 ca::log::cat(static_cast<int64_t>(secs)), " s on ", devices[0], " x", opt.jobs);
   if (store)
     store->end_run(status, ca::Json{{"read", read}, {"kept", kept}, {"dropped", by_reason}, {"bad", bad},
-                                    {"seconds", secs}});
+                                    {"resumed", resumed}, {"seconds", secs}});
   return status;
 }
 

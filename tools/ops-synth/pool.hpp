@@ -20,6 +20,7 @@ struct PoolItem {
   std::string where;   // "line N" for messages
   std::string result;  // what the work function decided (its caller's convention)
   bool bad = false;    // a FieldError made it a bad record
+  bool resumed = false;  // decided by an earlier run (--resume): no worker call
 };
 
 // Calls `next` (main thread) until it returns false, runs `work` on `jobs` threads (each with its
