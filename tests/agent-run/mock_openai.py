@@ -6,7 +6,8 @@ usage: mock_openai.py SCRIPT.json PORT_FILE REQUEST_LOG
 SCRIPT: {"expect_tools": [names], "steps": [step, ...]}. Each POST /v1/chat/completions takes the
 next step: {"status": 503} answers that HTTP status (with "retry_after": S, a Retry-After header); {"message": {"content": ..., "tool_calls":
 [{"name": ..., "arguments": {...} | "raw text"}]}, "finish_reason": ...} answers a completion in the
-exact wire format (tool_calls with JSON-string arguments, usage, logprobs with token ids;
+exact wire format (tool_calls with JSON-string arguments, usage, logprobs with token ids,
+prompt_token_ids when the request asks return_token_ids;
 "reasoning" adds reasoning_content, "no_usage" / "no_logprobs" leave those out).
 Every request is checked (the tools offered, the tool answers to every earlier call); a violation
 is answered with HTTP 400 and logged. Each request is appended to REQUEST_LOG as one JSON line:
@@ -50,7 +51,32 @@ def check_request(body):
     return v
 
 
-def completion(step, n, prompt_chars):
+# Token ids as a ChatML server would give them (return_token_ids): each message is START, a few ids
+# of its role and text, END; an assistant message this server generated is GEN, its completion ids,
+# END; the prompt ends with GEN (the generation prompt). So every turn's prompt plus completion is a
+# prefix of the next turn's prompt, as with vLLM and a template that does not re-render history.
+START, END, GEN = 250, 251, 252
+GENERATED = {}
+
+
+def message_key(m):
+    calls = [c.get("id") for c in m.get("tool_calls") or []]
+    return json.dumps(["calls", calls] if calls else ["text", m.get("content") or ""])
+
+
+def prompt_token_ids(messages):
+    ids = []
+    for m in messages:
+        key = message_key(m)
+        if m.get("role") == "assistant" and key in GENERATED:
+            ids += [GEN] + GENERATED[key] + [END]
+        else:
+            text = ("%s:%s" % (m.get("role", ""), m.get("content") or "")).encode()[:24]
+            ids += [START] + [2 + b % 240 for b in text] + [END]
+    return ids + [GEN]
+
+
+def completion(step, n, prompt_chars, body):
     msg = step.get("message", {})
     calls = []
     for i, c in enumerate(msg.get("tool_calls", [])):
@@ -65,7 +91,9 @@ def completion(step, n, prompt_chars):
     if calls:
         out["tool_calls"] = calls
     n_tokens = max(1, (len(text) + sum(len(c["function"]["arguments"]) for c in calls)) // 4)
-    ids = [1000 + n * 100 + i for i in range(n_tokens)]
+    ids = [2 + (n * 37 + i * 11) % 240 for i in range(n_tokens)]
+    prompt_ids = prompt_token_ids(body.get("messages", []))
+    GENERATED[message_key(out)] = ids
     choice = {"index": 0, "message": out,
               "finish_reason": step.get("finish_reason", "tool_calls" if calls else "stop"),
               "logprobs": {"content": [{"token": "token_id:%d" % t, "logprob": -0.5, "bytes": None,
@@ -79,6 +107,8 @@ def completion(step, n, prompt_chars):
                         "total_tokens": prompt_chars // 4 + n_tokens}}
     if step.get("no_usage"):
         del answer["usage"]
+    if body.get("return_token_ids") and not step.get("no_logprobs"):
+        answer["prompt_token_ids"] = prompt_ids
     return answer
 
 
@@ -134,7 +164,7 @@ class Handler(BaseHTTPRequestHandler):
                         if "retry_after" in step:
                             headers["Retry-After"] = str(step["retry_after"])
                     else:
-                        status, obj = 200, completion(step, n, len(raw))
+                        status, obj = 200, completion(step, n, len(raw), body)
             entry["status"] = status
             with open(LOG, "a") as f:
                 f.write(json.dumps(entry) + "\n")

@@ -50,6 +50,7 @@ struct AssistantTurn {
   std::vector<ToolCall> tool_calls;
   std::string finish_reason;
   Json token_ids = nullptr;  // array of ints when the server returned them
+  Json prompt_token_ids = nullptr;  // the context the server saw, as token ids (vLLM return_token_ids)
   Json logprobs = nullptr;   // array of numbers (one per generated token) when returned
   Json tokens = nullptr;     // token strings of the logprobs, when returned
   int64_t prompt_tokens = -1, completion_tokens = -1;  // from usage; -1 when absent

@@ -66,14 +66,16 @@ Json turn_record(int index, const AssistantTurn& t, int64_t context_tokens, bool
   Json usage = Json::object();
   if (t.prompt_tokens >= 0) usage["prompt_tokens"] = t.prompt_tokens;
   if (t.completion_tokens >= 0) usage["completion_tokens"] = t.completion_tokens;
-  return {{"index", index},
-          {"assistant", a},
-          {"usage", usage},
-          {"attempts", t.attempts},
-          {"latency_ms", t.latency_ms},
-          {"tool_results", Json::array()},
-          {"context_tokens", context_tokens},
-          {"context_tokens_estimated", estimated}};
+  Json turn = {{"index", index},
+               {"assistant", a},
+               {"usage", usage},
+               {"attempts", t.attempts},
+               {"latency_ms", t.latency_ms},
+               {"tool_results", Json::array()},
+               {"context_tokens", context_tokens},
+               {"context_tokens_estimated", estimated}};
+  if (!t.prompt_token_ids.is_null()) turn["prompt_token_ids"] = t.prompt_token_ids;
+  return turn;
 }
 
 // The assistant message as it goes back to the server. Arguments that are not JSON are sent back

@@ -112,7 +112,9 @@ AssistantTurn parse_completion(const Json& j) {
     t.prompt_tokens = j["usage"].value("prompt_tokens", -1);
     t.completion_tokens = j["usage"].value("completion_tokens", -1);
   }
-  // vLLM: choices[].token_ids with return_token_ids; logprobs.content[] with token and logprob.
+  // vLLM (>= 0.10.2, return_token_ids): prompt_token_ids beside the choices and choices[].token_ids;
+  // logprobs.content[] with token and logprob. ppo-step trains on the two id lists.
+  if (j.contains("prompt_token_ids") && j["prompt_token_ids"].is_array()) t.prompt_token_ids = j["prompt_token_ids"];
   if (choice.contains("token_ids") && choice["token_ids"].is_array()) t.token_ids = choice["token_ids"];
   if (choice.contains("logprobs") && choice["logprobs"].is_object() && choice["logprobs"].contains("content") &&
       choice["logprobs"]["content"].is_array()) {

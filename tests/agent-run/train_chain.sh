@@ -1,0 +1,59 @@
+#!/bin/bash
+# From rollout to training without a GPU: agent-run against an OpenAI-compatible server that returns
+# token ids (vLLM's return_token_ids, mocked) records each turn's prompt_token_ids beside the
+# completion's token_ids and logprobs; every turn's context is a prefix of the next; ppo-step (GRPO)
+# trains a small native policy on the two episodes and masks the tool results.
+source "$CA_SRC/tests/agent-run/lib.sh"
+start_mock "$HERE/scripts/train.json"
+"$CA_BIN/agent-run" --policy "openai:http://127.0.0.1:$PORT/v1" --no-store --tasks "$TMP/task.jsonl" \
+  --episodes-per-task 2 --seed 4 --retry-base 0.05 > "$TMP/episodes.jsonl" 2> "$TMP/err.txt" \
+  || { cat "$TMP/err.txt"; fail "agent-run failed"; }
+py '
+assert len(recs) == 2, len(recs)
+for r in recs:
+    turns = r["episode"]["turns"]
+    assert len(turns) >= 2, turns
+    for i, t in enumerate(turns):
+        assert "prompt_token_ids" in t and t["assistant"]["token_ids"], ("turn %d lacks ids" % i, t)
+        assert len(t["assistant"]["logprobs"]) == len(t["assistant"]["token_ids"])
+    for a, b in zip(turns, turns[1:]):
+        ctx = a["prompt_token_ids"] + a["assistant"]["token_ids"]
+        assert b["prompt_token_ids"][:len(ctx)] == ctx, "turn %d is not a prefix of the next" % a["index"]
+print("episodes: %s turns, prompt ids %s" % ([len(r["episode"]["turns"]) for r in recs],
+      [len(r["episode"]["turns"][-1]["prompt_token_ids"]) for r in recs]))
+' "$TMP/episodes.jsonl"
+
+# Rewards as reward-calc would give them (these episodes have no kernel to check): 3 and 0.
+"$PY" - "$TMP/episodes.jsonl" > "$TMP/rewarded.jsonl" <<'PYEOF'
+import json, sys
+for i, l in enumerate(open(sys.argv[1])):
+    r = json.loads(l)
+    r["reward"] = {"value": [3, 0][i % 2], "scheme": "milestone", "reason": "test"}
+    print(json.dumps(r))
+PYEOF
+cat > "$TMP/model.json" <<'JSON'
+{"model_type": "qwen2", "vocab_size": 256, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 1024, "rms_norm_eps": 1e-6,
+ "rope_theta": 10000.0, "tie_word_embeddings": false}
+JSON
+cat > "$TMP/grpo.yaml" <<'YAML'
+algorithm:
+  estimator: grpo
+actor:
+  lr: 1.0e-2
+  epochs: 2
+YAML
+"$CA_BIN/ppo-step" init --model-config "$TMP/model.json" --out "$TMP/policy" --seed 3 -q || fail "ppo-step init"
+"$CA_BIN/ppo-step" --mode ppo --policy "$TMP/policy" --out "$TMP/step1" --config "$TMP/grpo.yaml" --seed 2 --no-store -q \
+  < "$TMP/rewarded.jsonl" > "$TMP/metrics.jsonl" 2> "$TMP/err.txt" || { cat "$TMP/err.txt"; fail "ppo-step on agent-run episodes"; }
+py '
+m = recs[0]
+print("ppo-step on agent-run episodes: %d episodes, %d tokens, %d trained, pg_loss %.4f" % (
+    m["episodes"], m["tokens"], m["model_tokens"], m["losses"]["pg_loss"]))
+assert m["episodes"] == 2 and m["optimizer_steps"]["actor"] > 0, m
+assert 0 < m["model_tokens"] < m["tokens"], "tool results and prompts must be masked"
+assert m["reward_std"] > 0 and m["advantage_mean"] != 0, m  # GRPO: the two rewards differ
+' "$TMP/metrics.jsonl"
+[ -f "$TMP/step1/model.safetensors" ] || fail "no checkpoint written"
+CA_SRC=$CA_SRC "$PY" "$CA_SRC/tests/validate_schema.py" episode "$TMP/episodes.jsonl" || fail "episodes do not validate"
+echo "train chain: ok"
