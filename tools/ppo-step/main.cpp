@@ -85,6 +85,8 @@ int main(int argc, char** argv) {
   auto* cfg = app.add_subcommand("config", "Print the default YAML configuration");
 
   return cli.run(argc, argv, [&]() -> int {
+    if (opt.resume)
+      ca::log::warn("--resume does nothing for ppo-step: a step starts from the checkpoint it is given (--policy)");
     const uint64_t seed = opt.seed ? *opt.seed : std::random_device{}();
     if (*cfg) {
       std::cout << ca::ppo::TrainConfig::default_yaml();

@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
                                 "Score a passed but unprofiled record as correct and not faster (milestone 1)");
 
   return cli.run(argc, argv, [&]() -> int {
+    if (opt.resume) ca::log::warn("--resume does nothing for reward-calc: a reward is computed again in microseconds");
     // Settings: defaults, then the YAML file, then the options given on the command line.
     ca::reward::Config cli_values = config;
     config = ca::reward::Config{};
