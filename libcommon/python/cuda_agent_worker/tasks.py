@@ -259,7 +259,8 @@ def flatten_outputs(out):
 # ---- a loaded task ---------------------------------------------------------------------------------
 
 class Task(object):
-    def __init__(self, task_id, code, device, work_dir, init_inputs=None, init_seed=0, eval_mode=False):
+    def __init__(self, task_id, code, device, work_dir, init_inputs=None, init_seed=0, eval_mode=False,
+                 keep_inputs=False):
         self.task_id = str(task_id)
         self.code = code
         self.device = torch.device(device)
@@ -290,6 +291,9 @@ class Task(object):
         self.input_names = self._forward_names()
         inputs, self.input_specs = self.make_inputs(0, on_device=True)
         outs = self.forward(inputs)
+        # keep_inputs: the seed-0 draw stays on the device for one taker (the filters op), which saves
+        # drawing gigabytes again on the CPU. It has been through one forward already.
+        self.load_inputs = inputs if keep_inputs else None
         self.output_specs = [dict(index=i, **tensor_spec(o)) for i, o in enumerate(outs)]
 
     def _exec(self, code, work_dir):
