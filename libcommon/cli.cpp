@@ -1,6 +1,7 @@
 // Shared CLI conventions.
 #include "libcommon/cli.hpp"
 
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 
@@ -97,7 +98,15 @@ void Cli::add_stream_options(CLI::App* target) {
   add_seed_option(target);
 }
 
+void report_error(const Error& e) {
+  if (e.exit_code == kExitOk) log::info(e.what());  // OutputClosed: the reader has what it wanted
+  else log::error(e.what());
+}
+
 int Cli::run(int argc, char** argv, const std::function<int()>& body) {
+  // A closed stdout shows up as EPIPE on write (OutputClosed), the same in every tool, instead of
+  // SIGPIPE killing some tools and not others (those with worker children ignore it already).
+  signal(SIGPIPE, SIG_IGN);
   for (int i = 0; i < argc; ++i) options_.argv.emplace_back(argv[i]);
   try {
     app_.parse(argc, argv);
@@ -120,7 +129,7 @@ int Cli::run(int argc, char** argv, const std::function<int()>& body) {
     options_.shard = options_.shard_text.empty() ? Shard::from_environment() : Shard::parse(options_.shard_text);
     return body();
   } catch (const Error& e) {
-    log::error(e.what());
+    report_error(e);
     return e.exit_code;
   } catch (const std::exception& e) {
     log::error("internal error: ", e.what());

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "libcommon/errors.hpp"
+
 namespace ca {
 
 // Deterministic sharding by record key: a record belongs to shard (hash(key) mod count).
@@ -64,5 +66,11 @@ class Cli {
   CLI::App app_;
   CommonOptions options_;
 };
+
+
+// Logs a tool-level error on stderr: as an error, or as information when it is not a failure
+// (OutputClosed, exit 0). Cli::run uses it for what reaches it; tools that catch Error to finish
+// their summary use it too.
+void report_error(const Error& e);
 
 }  // namespace ca

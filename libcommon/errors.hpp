@@ -15,6 +15,10 @@ struct UsageError : Error { explicit UsageError(const std::string& w) : Error(kE
 struct InputError : Error { explicit InputError(const std::string& w) : Error(kExitBadInput, w) {} };
 struct EnvironmentError : Error { explicit EnvironmentError(const std::string& w) : Error(kExitEnvironment, w) {} };
 struct InternalError : Error { explicit InternalError(const std::string& w) : Error(kExitInternal, w) {} };
+// The reader of our output went away (`tool | head -n 100`): not a failure, the reader has what it
+// asked for. The tool stops at once and exits 0, like a Unix filter stopped by SIGPIPE but without
+// failing `set -o pipefail` pipelines. A full disk stays an EnvironmentError.
+struct OutputClosed : Error { explicit OutputClosed(const std::string& w) : Error(kExitOk, w) {} };
 
 // A record that parses but lacks or mistypes a field the tool needs (DESIGN.md §1): it is passed on
 // with an `error` section, or is fatal under --strict.

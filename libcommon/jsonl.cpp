@@ -1,6 +1,8 @@
 // JSON Lines reader and writer.
 #include "libcommon/jsonl.hpp"
 
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 
 #include "libcommon/errors.hpp"
@@ -62,9 +64,14 @@ RecordWriter::RecordWriter(const std::string& path) {
 void RecordWriter::write(const Record& record) {
   std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   line += '\n';
+  errno = 0;
   out_->write(line.data(), static_cast<std::streamsize>(line.size()));
   out_->flush();
-  if (!*out_) throw EnvironmentError("write failed (closed pipe or full disk)");
+  if (!*out_) {
+    if (errno == EPIPE)
+      throw OutputClosed("output closed by its reader after " + std::to_string(count_) + " records: stopping");
+    throw EnvironmentError(std::string("write failed: ") + (errno ? std::strerror(errno) : "stream error"));
+  }
   ++count_;
 }
 

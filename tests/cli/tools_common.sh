@@ -22,4 +22,26 @@ done
 rm -f /tmp/help.$$
 [ "$found" -ge 1 ] || fail "no tools found in $CA_BIN"
 MANWIDTH=80 man -l "$CA_SRC/man/cuda-agent.7" | grep -q "RECORDS" || fail "cuda-agent(7)"
+
+# A reader that stops early (DESIGN.md's `... | head -n 6000`) is not a failure: the tool stops at
+# once, says so on stderr and exits 0, so `set -o pipefail` pipelines pass; the lines it did write are
+# whole. Both a tool with no worker children (ops-synth generate) and reward-calc over many records.
+if [ -x "$CA_BIN/ops-synth" ]; then
+  set +e
+  ( set -o pipefail; "$CA_BIN/ops-synth" generate -n 20000 --sizes tiny --no-store 2> /tmp/pipe_err.$$ | head -n 3 > /tmp/pipe_out.$$ )
+  rc=$?
+  set -e
+  [ "$rc" = 0 ] || fail "ops-synth generate | head -n 3 under pipefail: exit $rc: $(cat /tmp/pipe_err.$$)"
+  [ "$(wc -l < /tmp/pipe_out.$$)" = 3 ] || fail "head got $(wc -l < /tmp/pipe_out.$$) lines"
+  grep -q "output closed by its reader" /tmp/pipe_err.$$ || fail "no message about the closed output: $(cat /tmp/pipe_err.$$)"
+  if [ -x "$CA_BIN/reward-calc" ]; then
+    "$CA_BIN/ops-synth" generate -n 3000 --sizes tiny --no-store 2>/dev/null > /tmp/pipe_in.$$
+    set +e
+    ( set -o pipefail; "$CA_BIN/reward-calc" --no-store -q < /tmp/pipe_in.$$ 2>/dev/null | head -n 2 > /dev/null )
+    rc=$?
+    set -e
+    [ "$rc" = 0 ] || fail "reward-calc | head -n 2 under pipefail: exit $rc"
+  fi
+  rm -f /tmp/pipe_err.$$ /tmp/pipe_out.$$ /tmp/pipe_in.$$
+fi
 echo "tools_common: $found tools ok"

@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
     try {
       status = loop.run([&](ca::Record& record) { return profiler.profile(record); });
     } catch (const ca::Error& e) {
-      ca::log::error(e.what());
+      ca::report_error(e);
       ca::log::info(loop.counts().text());
       status = e.exit_code;
     }

@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
                    : ca::Outcome::failed;
       });
     } catch (const ca::Error& e) {
-      ca::log::error(e.what());
+      ca::report_error(e);
       status = e.exit_code;
     }
     // Counts per value when the scheme has few values (milestone), else the range.

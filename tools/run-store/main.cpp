@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
           }
         }
       } catch (const ca::Error& e) {
-        ca::log::error(e.what());
+        ca::report_error(e);
         status = e.exit_code;
       }
       ca::Json by_kind = kinds;
