@@ -2,8 +2,15 @@
 // result, the replay script format.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+
+#include "libcommon/nn/model.hpp"
+#include "libcommon/tokenizer/tokenizer.hpp"
 
 #include "tools/agent-run/episode.hpp"
 #include "tools/agent-run/policy.hpp"
@@ -97,4 +104,91 @@ TEST_CASE("replay: flat and per-task scripts; the end of a script is 'done'") {
 TEST_CASE("token estimate") {
   CHECK(estimate_tokens("") == 0);
   CHECK(estimate_tokens(std::string(400, 'x')) == 100);
+}
+
+// ---- native:DIR ----
+
+TEST_CASE("native policy: Qwen2.5 tool calls are parsed from a completion") {
+  std::string content;
+  auto calls = parse_tool_calls(
+      "I will look.\n<tool_call>\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"SKILL.md\"}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"compile\", \"arguments\": {}}\n</tool_call>",
+      content, 3);
+  REQUIRE(calls.size() == 2);
+  CHECK(content == "I will look.");
+  CHECK(calls[0].id == "call_3_0");
+  CHECK(calls[0].name == "read_file");
+  CHECK(ca::Json::parse(calls[0].arguments) == ca::Json{{"path", "SKILL.md"}});
+  CHECK(calls[1].name == "compile");
+  CHECK(calls[1].arguments == "{}");
+  // Not JSON, or not {name, arguments}: a call with no name and the model's own text.
+  calls = parse_tool_calls("<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \n</tool_call>", content, 0);
+  REQUIRE(calls.size() == 1);
+  CHECK(calls[0].name.empty());
+  CHECK(calls[0].arguments == "{\"name\": \"bash\", \"arguments\": {\"cmd\":");
+  // An unclosed block runs to the end; plain text has no calls.
+  calls = parse_tool_calls("x <tool_call>{\"name\": \"verify\", \"arguments\": \"{}\"}", content, 1);
+  REQUIRE(calls.size() == 1);
+  CHECK(calls[0].name == "verify");
+  CHECK(calls[0].arguments == "{}");
+  CHECK(content == "x");
+  CHECK(parse_tool_calls("just text", content, 0).empty());
+  CHECK(content == "just text");
+}
+
+TEST_CASE("native policy: the tools block lists every schema; turns extend one token context") {
+  ca::Json tools = ca::Json::array({{{"type", "function"}, {"function", {{"name", "read_file"}, {"parameters", ca::Json::object()}}}},
+                                    {{"type", "function"}, {"function", {{"name", "compile"}, {"parameters", ca::Json::object()}}}}});
+  std::string block = tools_system_block(tools);
+  CHECK(block.find("<tools>\n" + tools[0].dump() + "\n" + tools[1].dump() + "\n</tools>") != std::string::npos);
+  CHECK(block.find("<tool_call>") != std::string::npos);
+
+  // A small random checkpoint with the fixture tokenizer (303 tokens; the model pads to 320).
+  const char* src = std::getenv("CA_SRC");
+  REQUIRE(src != nullptr);
+  fs::path dir = fs::temp_directory_path() / ("native-policy-" + std::to_string(::getpid()));
+  ca::nn::Config c;
+  c.vocab_size = 320;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.max_position_embeddings = 2048;
+  ca::nn::Model<float> m(c);
+  m.init_random(5, 0.02);
+  ca::nn::save_model(m, dir.string());
+  fs::copy_file(fs::path(src) / "tests/nn_cuda/fixtures/tokenizer.json", dir / "tokenizer.json");
+
+  PolicyOptions o;
+  o.max_tokens = 12;
+  auto policy = make_native_policy(dir.string(), o);
+  CHECK(policy->describe()["kind"] == "native");
+  auto session = policy->start("t", 7);
+  ca::Json messages = ca::Json::array({{{"role", "system"}, {"content", "You write CUDA."}},
+                                       {{"role", "user"}, {"content", "Make it fast."}}});
+  AssistantTurn t1 = session->next(messages, tools, TurnBudget{1000, 60});
+  REQUIRE(t1.token_ids.is_array());
+  CHECK(t1.token_ids.size() == t1.logprobs.size());
+  CHECK(t1.token_ids.size() <= 12);
+  const auto p1 = t1.prompt_token_ids.get<std::vector<int>>();
+  const auto c1 = t1.token_ids.get<std::vector<int>>();
+  // The next turn after a tool result: its prompt is the first prompt, the completion as sampled, and more.
+  messages.push_back({{"role", "assistant"}, {"content", t1.content}});
+  messages.push_back({{"role", "tool"}, {"tool_call_id", "call_0_0"}, {"content", "SKILL.md\nmodel.py"}});
+  AssistantTurn t2 = session->next(messages, tools, TurnBudget{1000, 60});
+  const auto p2 = t2.prompt_token_ids.get<std::vector<int>>();
+  REQUIRE(p2.size() > p1.size() + c1.size());
+  CHECK(std::equal(p1.begin(), p1.end(), p2.begin()));
+  CHECK(std::equal(c1.begin(), c1.end(), p2.begin() + long(p1.size())));
+  auto tok = ca::tokenizer::Tokenizer::from_file((dir / "tokenizer.json").string());
+  std::vector<int> added(p2.begin() + long(p1.size() + c1.size()), p2.end());
+  std::string tail = tok.decode(added);
+  CHECK(tail.find("<|im_start|>user\n<tool_response>\nSKILL.md\nmodel.py\n</tool_response><|im_end|>\n<|im_start|>assistant\n") !=
+        std::string::npos);
+  std::string first = tok.decode(p1);
+  CHECK(first.rfind("<|im_start|>system\nYou write CUDA.\n\n# Tools", 0) == 0);
+  CHECK(first.find("<|im_start|>user\nMake it fast.<|im_end|>\n<|im_start|>assistant\n") != std::string::npos);
+  fs::remove_all(dir);
 }

@@ -2,7 +2,8 @@
 # From rollout to training without a GPU: agent-run against an OpenAI-compatible server that returns
 # token ids (vLLM's return_token_ids, mocked) records each turn's prompt_token_ids beside the
 # completion's token_ids and logprobs; every turn's context is a prefix of the next; ppo-step (GRPO)
-# trains a small native policy on the two episodes and masks the tool results.
+# trains a small native policy on the two episodes and masks the tool results. Then the same with
+# native:DIR sampling the episodes itself.
 source "$CA_SRC/tests/agent-run/lib.sh"
 start_mock "$HERE/scripts/train.json"
 "$CA_BIN/agent-run" --policy "openai:http://127.0.0.1:$PORT/v1" --no-store --tasks "$TMP/task.jsonl" \
@@ -24,13 +25,16 @@ print("episodes: %s turns, prompt ids %s" % ([len(r["episode"]["turns"]) for r i
 ' "$TMP/episodes.jsonl"
 
 # Rewards as reward-calc would give them (these episodes have no kernel to check): 3 and 0.
-"$PY" - "$TMP/episodes.jsonl" > "$TMP/rewarded.jsonl" <<'PYEOF'
+add_rewards() {  # IN OUT
+  "$PY" - "$1" > "$2" <<'PYEOF'
 import json, sys
 for i, l in enumerate(open(sys.argv[1])):
     r = json.loads(l)
     r["reward"] = {"value": [3, 0][i % 2], "scheme": "milestone", "reason": "test"}
     print(json.dumps(r))
 PYEOF
+}
+add_rewards "$TMP/episodes.jsonl" "$TMP/rewarded.jsonl"
 cat > "$TMP/model.json" <<'JSON'
 {"model_type": "qwen2", "vocab_size": 256, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
  "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 1024, "rms_norm_eps": 1e-6,
@@ -56,4 +60,38 @@ assert m["reward_std"] > 0 and m["advantage_mean"] != 0, m  # GRPO: the two rewa
 ' "$TMP/metrics.jsonl"
 [ -f "$TMP/step1/model.safetensors" ] || fail "no checkpoint written"
 CA_SRC=$CA_SRC "$PY" "$CA_SRC/tests/validate_schema.py" episode "$TMP/episodes.jsonl" || fail "episodes do not validate"
+
+# native:DIR, the same chain without a server: a small random checkpoint with the fixture tokenizer
+# samples the episodes on the CPU; ppo-step, training that same checkpoint, recomputes the logprobs
+# the sampler recorded, so the policy ratio starts at 1 (approx_kl ~ 0: ids, context and logprobs agree).
+sed 's/"vocab_size": 256/"vocab_size": 320/; s/"max_position_embeddings": 1024/"max_position_embeddings": 8192/' \
+  "$TMP/model.json" > "$TMP/native.json"
+"$CA_BIN/ppo-step" init --model-config "$TMP/native.json" --out "$TMP/native" --seed 3 -q || fail "ppo-step init (native)"
+cp "$CA_SRC/tests/nn_cuda/fixtures/tokenizer.json" "$TMP/native/"
+"$CA_BIN/agent-run" --policy "native:$TMP/native" --no-store --tasks "$TMP/task.jsonl" --episodes-per-task 2 \
+  --max-turns 2 --max-tokens 24 --seed 1 > "$TMP/native_episodes.jsonl" 2> "$TMP/err.txt" \
+  || { cat "$TMP/err.txt"; fail "agent-run --policy native"; }
+py '
+assert len(recs) == 2, len(recs)
+for r in recs:
+    e = r["episode"]
+    assert e["policy"]["kind"] == "native" and e["turns"], e.get("error")
+    t = e["turns"][0]
+    assert len(t["assistant"]["token_ids"]) == len(t["assistant"]["logprobs"]) > 0
+    assert len(t["prompt_token_ids"]) > 100, "the prompt holds the system prompt, the tools and the task"
+print("native episodes: stop reasons %s, completion tokens %s" % ([r["episode"]["stop_reason"] for r in recs],
+      [len(r["episode"]["turns"][0]["assistant"]["token_ids"]) for r in recs]))
+' "$TMP/native_episodes.jsonl"
+add_rewards "$TMP/native_episodes.jsonl" "$TMP/native_rewarded.jsonl"
+printf 'algorithm:\n  estimator: grpo\nactor:\n  lr: 1.0e-3\n  epochs: 1\n' > "$TMP/one_epoch.yaml"
+"$CA_BIN/ppo-step" --mode ppo --policy "$TMP/native" --out "$TMP/native_step1" --config "$TMP/one_epoch.yaml" --seed 2 \
+  --no-store -q < "$TMP/native_rewarded.jsonl" > "$TMP/native_metrics.jsonl" 2> "$TMP/err.txt" \
+  || { cat "$TMP/err.txt"; fail "ppo-step on native episodes"; }
+py '
+m = recs[0]
+print("ppo-step on native episodes: %d model tokens of %d, approx_kl %.2e" % (m["model_tokens"], m["tokens"], m["approx_kl"]))
+assert m["episodes"] == 2 and m["model_tokens"] > 0
+assert abs(m["approx_kl"]) < 1e-5, "the sampler and the trainer disagree on the logprobs: approx_kl %g" % m["approx_kl"]
+' "$TMP/native_metrics.jsonl"
+CA_SRC=$CA_SRC "$PY" "$CA_SRC/tests/validate_schema.py" episode "$TMP/native_episodes.jsonl" || fail "native episodes do not validate"
 echo "train chain: ok"

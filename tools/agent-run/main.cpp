@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   std::string extra_text;
   bool no_logprobs = false;
   app.add_option("--tasks", tasks_file, "Task records (JSONL); default: the input (-i, stdin)");
-  app.add_option("--policy", policy_spec, "openai:URL (OpenAI-compatible server, e.g. http://host:8000/v1) or replay:FILE")
+  app.add_option("--policy", policy_spec, "openai:URL (OpenAI-compatible server, e.g. http://host:8000/v1), replay:FILE, or native:DIR (a native checkpoint with its tokenizer.json, sampled on the CPU)")
       ->required();
   app.add_option("-j,--jobs", jobs, "Episodes at once")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--episodes-per-task", per_task, "Episodes per task (a group for group-normalized advantages)")

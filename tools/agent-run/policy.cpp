@@ -112,10 +112,8 @@ std::unique_ptr<Policy> make_policy(const std::string& spec, const PolicyOptions
   std::string kind = spec.substr(0, colon), rest = colon == std::string::npos ? "" : spec.substr(colon + 1);
   if (kind == "openai" && !rest.empty()) return make_openai_policy(rest, options);
   if (kind == "replay" && !rest.empty()) return make_replay_policy(rest);
-  if (kind == "native")
-    throw UsageError("--policy native:CKPT is not available in this build: the native model library does not yet "
-                     "expose sampling; serve the checkpoint with vLLM and use openai:URL");
-  throw UsageError("--policy: expected openai:URL or replay:FILE, got '" + spec + "'");
+  if (kind == "native" && !rest.empty()) return make_native_policy(rest, options);
+  throw UsageError("--policy: expected openai:URL, replay:FILE or native:DIR, got '" + spec + "'");
 }
 
 }  // namespace ca::agent

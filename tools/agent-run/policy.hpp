@@ -3,6 +3,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "libcommon/jsonl.hpp"
 #include "tools/agent-run/agent.hpp"
@@ -44,9 +45,19 @@ class Policy {
   virtual std::unique_ptr<PolicySession> start(const std::string& task_id, uint64_t seed) = 0;
 };
 
-// "openai:URL" | "replay:FILE"; throws UsageError on anything else.
+// "openai:URL" | "replay:FILE" | "native:DIR"; throws UsageError on anything else.
 std::unique_ptr<Policy> make_policy(const std::string& spec, const PolicyOptions& options);
 std::unique_ptr<Policy> make_openai_policy(const std::string& base_url, const PolicyOptions& options);
 std::unique_ptr<Policy> make_replay_policy(const std::string& path);
+// A Hugging Face folder of the native model (libcommon/nn) with its tokenizer.json, sampled on the CPU.
+std::unique_ptr<Policy> make_native_policy(const std::string& dir, const PolicyOptions& options);
+
+// Qwen2.5's tool format, as the native policy writes and reads it. The system prompt's suffix that
+// lists the tools (OpenAI tool schemas, one JSON per line inside <tools></tools>):
+std::string tools_system_block(const Json& tools);
+// The <tool_call>{"name": ..., "arguments": {...}}</tool_call> blocks of a completion, with ids
+// call_<turn>_<i>; `content` gets the text around them. A block that is not such JSON becomes a call
+// with no name and the block's text as its arguments (agent-run answers it as malformed).
+std::vector<ToolCall> parse_tool_calls(const std::string& text, std::string& content, int turn);
 
 }  // namespace ca::agent

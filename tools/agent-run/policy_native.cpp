@@ -1,0 +1,230 @@
+// native:CKPT: the assistant's turns sampled from a native checkpoint (libcommon/nn, on the CPU) with
+// its tokenizer.json and Qwen2.5's ChatML tool format, so the same episode records come out as from a
+// served model, and ppo-step can train on them.
+//
+// The context is kept as token ids, not re-rendered: each turn's prompt is the previous prompt, the
+// previous completion exactly as sampled, the end of that turn, and the new messages (tool results)
+// rendered and tokenized. So every turn's prompt_token_ids is a prefix of the next, which is what
+// ppo-step needs, and the KV cache carries over from turn to turn.
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <random>
+
+#include "libcommon/errors.hpp"
+#include "libcommon/nn/model.hpp"
+#include "libcommon/nn/sample.hpp"
+#include "libcommon/tokenizer/tokenizer.hpp"
+#include "libcommon/tokenizer/unicode.hpp"
+#include "tools/agent-run/policy.hpp"
+
+namespace ca::agent {
+
+namespace {
+namespace fs = std::filesystem;
+
+// Sampled byte tokens need not form valid UTF-8 (a random or young model cuts characters): invalid or
+// overlong sequences and surrogates become U+FFFD, as a server's detokenizer does, so the record can
+// be written as JSON.
+std::string valid_utf8(const std::string& text) {
+  std::string out;
+  for (const auto& c : tokenizer::decode_utf8(text)) {
+    const bool ok = c.cp <= 0x10FFFF && (c.cp < 0xD800 || c.cp > 0xDFFF);
+    out += tokenizer::encode_utf8(ok ? c.cp : 0xFFFD);
+  }
+  return out;
+}
+
+std::string text_of(const Json& message) {
+  if (!message.contains("content") || message["content"].is_null()) return "";
+  return message["content"].is_string() ? message["content"].get<std::string>() : message["content"].dump();
+}
+}  // namespace
+
+std::string tools_system_block(const Json& tools) {
+  if (!tools.is_array() || tools.empty()) return "";
+  std::string s =
+      "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+      "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+  for (const auto& t : tools) s += "\n" + t.dump();
+  s += "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+       "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+       "<args-json-object>}\n</tool_call>";
+  return s;
+}
+
+std::vector<ToolCall> parse_tool_calls(const std::string& text, std::string& content, int turn) {
+  static const std::string open = "<tool_call>", close = "</tool_call>";
+  std::vector<ToolCall> calls;
+  content.clear();
+  std::size_t pos = 0;
+  while (true) {
+    std::size_t a = text.find(open, pos);
+    if (a == std::string::npos) {
+      content += text.substr(pos);
+      break;
+    }
+    content += text.substr(pos, a - pos);
+    std::size_t b = text.find(close, a + open.size());
+    std::string inner = text.substr(a + open.size(), b == std::string::npos ? std::string::npos : b - a - open.size());
+    pos = b == std::string::npos ? text.size() : b + close.size();
+    // Trim the newlines the format puts around the JSON.
+    std::size_t s = inner.find_first_not_of(" \n\r\t"), e = inner.find_last_not_of(" \n\r\t");
+    inner = s == std::string::npos ? "" : inner.substr(s, e - s + 1);
+    ToolCall call;
+    call.id = "call_" + std::to_string(turn) + "_" + std::to_string(calls.size());
+    call.arguments = inner;  // malformed: the model's own text, which agent-run answers as malformed
+    if (Json::accept(inner)) {
+      Json j = Json::parse(inner);
+      if (j.is_object() && j.contains("name") && j["name"].is_string()) {
+        call.name = j["name"].get<std::string>();
+        const Json& args = j.contains("arguments") ? j["arguments"] : Json::object();
+        call.arguments = args.is_string() ? args.get<std::string>() : args.dump();
+      }
+    }
+    calls.push_back(call);
+  }
+  std::size_t s = content.find_first_not_of(" \n\r\t"), e = content.find_last_not_of(" \n\r\t");
+  content = s == std::string::npos ? "" : content.substr(s, e - s + 1);
+  return calls;
+}
+
+namespace {
+
+class NativePolicy;
+
+class NativeSession : public PolicySession {
+ public:
+  NativeSession(const NativePolicy& policy, uint64_t seed);
+  AssistantTurn next(const Json& messages, const Json& tools, const TurnBudget& budget) override;
+
+ private:
+  const NativePolicy& policy_;
+  nn::Decoder<float> decoder_;
+  std::mt19937_64 rng_;
+  std::vector<int> context_;  // every token fed so far
+  std::size_t seen_ = 0;      // messages already in the context (the last one is this session's turn)
+  int turn_ = 0;
+  bool open_turn_ = false;    // the last completion has not been closed with <|im_end|>\n yet
+};
+
+class NativePolicy : public Policy {
+ public:
+  NativePolicy(const std::string& dir, const PolicyOptions& options)
+      : dir_(dir), options_(options), model_(nn::load_model<float>(dir)) {
+    if (model_.config().value_head) throw InputError("native:" + dir + " is a critic, not a policy");
+    const std::string tok = (fs::path(dir) / "tokenizer.json").string();
+    if (!fs::exists(tok)) throw InputError("native:" + dir + " has no tokenizer.json");
+    tokenizer_ = tokenizer::Tokenizer::from_file(tok);
+    im_end_ = tokenizer_.token_id("<|im_end|>");
+    if (im_end_ < 0) throw InputError(tok + " has no <|im_end|> token: the ChatML template needs it");
+    for (const char* s : {"<|im_end|>", "<|endoftext|>"})
+      if (int id = tokenizer_.token_id(s); id >= 0) stop_.push_back(id);
+    if (tokenizer_.vocab_size() > model_.config().vocab_size)
+      throw InputError(tok + " has " + std::to_string(tokenizer_.vocab_size()) + " tokens, the model " +
+                       std::to_string(model_.config().vocab_size));
+  }
+  Json describe() const override {
+    return {{"kind", "native"},
+            {"checkpoint", dir_},
+            {"model", fs::path(dir_).filename().string()},
+            {"device", "cpu"},
+            {"temperature", options_.temperature},
+            {"top_p", options_.top_p},
+            {"max_tokens", options_.max_tokens},
+            {"max_position_embeddings", model_.config().max_position_embeddings}};
+  }
+  std::unique_ptr<PolicySession> start(const std::string&, uint64_t seed) override {
+    return std::make_unique<NativeSession>(*this, seed);
+  }
+
+  std::string dir_;
+  PolicyOptions options_;
+  nn::Model<float> model_;
+  tokenizer::Tokenizer tokenizer_;
+  int im_end_ = -1;
+  std::vector<int> stop_;
+};
+
+NativeSession::NativeSession(const NativePolicy& policy, uint64_t seed)
+    : policy_(policy), decoder_(policy.model_), rng_(seed) {}
+
+AssistantTurn NativeSession::next(const Json& messages, const Json& tools, const TurnBudget& budget) {
+  const auto& tok = policy_.tokenizer_;
+  if (!messages.is_array() || messages.size() <= seen_) throw PolicyError("native: no new message to answer");
+  std::vector<tokenizer::ChatMessage> fresh;
+  std::string text;
+  if (seen_ == 0) {
+    // The first prompt: the system message with the tool signatures, then the rest.
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      std::string role = messages[i].value("role", "user");
+      std::string content = text_of(messages[i]);
+      if (i == 0 && role == "system") content += tools_system_block(tools);
+      fresh.push_back({role, content});
+    }
+    tokenizer::ChatTemplateOptions o;
+    o.add_generation_prompt = true;
+    if (fresh.empty() || fresh[0].role != "system") o.default_system += tools_system_block(tools);
+    text = tokenizer::chatml(fresh, o);
+  } else {
+    // messages[seen_ - 1] is this session's last turn, already in the context as sampled.
+    for (std::size_t i = seen_; i < messages.size(); ++i)
+      fresh.push_back({messages[i].value("role", "user"), text_of(messages[i])});
+    tokenizer::ChatTemplateOptions o;
+    o.add_generation_prompt = true;
+    o.default_system.clear();
+    text = tokenizer::chatml(fresh, o);
+  }
+  std::vector<int> ids;
+  if (open_turn_) {
+    // Close the last turn as the template writes it: <|im_end|> (unless sampled) and a newline.
+    if (context_.empty() || context_.back() != policy_.im_end_) ids.push_back(policy_.im_end_);
+    auto nl = tok.encode("\n");
+    ids.insert(ids.end(), nl.begin(), nl.end());
+  }
+  auto rendered = tok.encode(text);
+  ids.insert(ids.end(), rendered.begin(), rendered.end());
+  if (decoder_.length() + int64_t(ids.size()) >= decoder_.capacity())
+    throw PolicyError("native: the context (" + std::to_string(decoder_.length() + ids.size()) +
+                      " tokens) reaches max_position_embeddings " + std::to_string(decoder_.capacity()));
+  const auto t0 = std::chrono::steady_clock::now();
+  decoder_.feed(ids);
+  context_.insert(context_.end(), ids.begin(), ids.end());
+
+  AssistantTurn t;
+  t.prompt_token_ids = Json(context_);
+  t.prompt_tokens = int64_t(context_.size());
+  nn::SampleOptions so;
+  so.temperature = policy_.options_.temperature;
+  so.top_p = policy_.options_.top_p;
+  int64_t room = decoder_.capacity() - decoder_.length();
+  int64_t max_new = std::min<int64_t>({policy_.options_.max_tokens, budget.max_tokens > 0 ? budget.max_tokens : room, room});
+  so.max_new_tokens = int(std::max<int64_t>(1, max_new));
+  so.stop_tokens = policy_.stop_;
+  nn::SampleResult r = nn::generate(decoder_, so, rng_);
+  context_.insert(context_.end(), r.tokens.begin(), r.tokens.end());
+  open_turn_ = true;
+
+  std::vector<int> body;  // the text's tokens: not the stop token, nor ids past the tokenizer's
+  for (std::size_t i = 0; i < r.tokens.size(); ++i)  // vocabulary (models pad theirs; a trained one
+    if (r.tokens[i] < tok.vocab_size() &&            // never samples the padding, a random one may)
+        !(r.stop_reason == "stop" && i + 1 == r.tokens.size()))
+      body.push_back(r.tokens[i]);
+  t.tool_calls = parse_tool_calls(valid_utf8(tok.decode(body)), t.content, turn_);
+  t.finish_reason = r.stop_reason == "length" ? "length" : (t.tool_calls.empty() ? "stop" : "tool_calls");
+  t.token_ids = Json(r.tokens);
+  t.logprobs = Json(std::vector<double>(r.logprobs.begin(), r.logprobs.end()));
+  t.completion_tokens = int64_t(r.tokens.size());
+  t.latency_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ++turn_;
+  seen_ = messages.size() + 1;  // agent-run appends this turn before the next call
+  return t;
+}
+
+}  // namespace
+
+std::unique_ptr<Policy> make_native_policy(const std::string& dir, const PolicyOptions& options) {
+  return std::make_unique<NativePolicy>(dir, options);
+}
+
+}  // namespace ca::agent
