@@ -327,35 +327,35 @@ template <class T> void Model<T>::backward(const Activations<T>& a, const std::v
 // ---------------------------------------------------------------------------------------------
 // Per-token head math
 
-template <class T> void token_logprob_entropy(const T* z, int V, int target, double temperature, T& logprob, T& entropy) {
-  const T inv = T(1.0 / temperature);
+namespace {
+// log sum_j exp(z_j / tau) and the entropy of softmax(z / tau), the shared part of the head's forward
+// and backward.
+template <class T> void log_sum_exp_entropy(const T* z, int V, T inv, T& lse, T& entropy) {
   T mx = z[0] * inv;
   for (int j = 1; j < V; ++j) mx = std::max(mx, z[j] * inv);
   T sum = 0;
   for (int j = 0; j < V; ++j) sum += std::exp(z[j] * inv - mx);
-  const T lse = mx + std::log(sum);
-  T ent = 0;
+  lse = mx + std::log(sum);
+  entropy = 0;
   for (int j = 0; j < V; ++j) {
     T lp = z[j] * inv - lse;
-    ent -= std::exp(lp) * lp;
+    entropy -= std::exp(lp) * lp;
   }
+}
+}  // namespace
+
+template <class T> void token_logprob_entropy(const T* z, int V, int target, double temperature, T& logprob, T& entropy) {
+  const T inv = T(1.0 / temperature);
+  T lse;
+  log_sum_exp_entropy(z, V, inv, lse, entropy);
   logprob = z[target] * inv - lse;
-  entropy = ent;
 }
 
 template <class T> void token_head_backward(const T* z, int V, int target, double temperature, T c_lp, T c_ent, T* dz) {
   // d logp_y / dz_j = (delta_jy - p_j) / tau;  d H / dz_j = -p_j (log p_j + H) / tau.
   const T inv = T(1.0 / temperature);
-  T mx = z[0] * inv;
-  for (int j = 1; j < V; ++j) mx = std::max(mx, z[j] * inv);
-  T sum = 0;
-  for (int j = 0; j < V; ++j) sum += std::exp(z[j] * inv - mx);
-  const T lse = mx + std::log(sum);
-  T ent = 0;
-  for (int j = 0; j < V; ++j) {
-    T lp = z[j] * inv - lse;
-    ent -= std::exp(lp) * lp;
-  }
+  T lse, ent;
+  log_sum_exp_entropy(z, V, inv, lse, ent);
   for (int j = 0; j < V; ++j) {
     T lp = z[j] * inv - lse, p = std::exp(lp);
     T g = c_lp * ((j == target ? T(1) : T(0)) - p) - c_ent * p * (lp + ent);
