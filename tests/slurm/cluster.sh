@@ -156,17 +156,25 @@ wait_jobs() {
 job_state() { scontrol show job "$1" | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2; }
 array_states() { scontrol -o show job "$1" | grep -o 'ArrayTaskId=[0-9]* .*JobState=[A-Z_]*' | sed 's/ArrayTaskId=\([0-9]*\).*JobState=\([A-Z_]*\)/\1:\2/' | sort | paste -sd' '; }
 
+# run_submission LABEL SCRIPT ARGS...: runs an examples/slurm script, takes the job ids it prints
+# (synth=ID, merge=ID) and waits for them; sets synth, merge and states (the array's task states).
+run_submission() {
+  local label=$1 out
+  shift
+  out=$(CA_BIN="$T/bin" "$@")
+  echo "$out" >&2
+  synth=$(echo "$out" | sed -n 's/^synth=//p')
+  merge=$(echo "$out" | sed -n 's/^merge=//p')
+  [[ -n $synth && -n $merge ]] || { log "$label: $1 did not print job ids"; exit 1; }
+  wait_jobs "$synth" "$merge"
+  states=$(array_states "$synth")
+  log "$label: synth array $synth: $states; merge $merge: $(job_state "$merge")"
+}
+
 work="$T/work"
 count=40 seed=7
-submit_out=$(CA_BIN="$T/bin" "$CA_SRC/examples/slurm/submit.sh" --work "$work" --stages synth --count $count \
-  --seed $seed --sizes tiny --synth-shards 4)
-echo "$submit_out" >&2
-synth=$(echo "$submit_out" | sed -n 's/^synth=//p')
-merge=$(echo "$submit_out" | sed -n 's/^merge=//p')
-[[ -n $synth && -n $merge ]] || { log "submit.sh did not print job ids"; exit 1; }
-wait_jobs "$synth" "$merge"
-states=$(array_states "$synth")
-log "first submission: synth array $synth: $states; merge $merge: $(job_state "$merge")"
+run_submission "first submission" "$CA_SRC/examples/slurm/submit.sh" --work "$work" --stages synth --count $count \
+  --seed $seed --sizes tiny --synth-shards 4
 [[ $states == "0:COMPLETED 1:COMPLETED 2:FAILED 3:COMPLETED" ]] || { log "unexpected array states"; exit 1; }
 [[ $(job_state "$merge") == CANCELLED ]] || { log "merge should be cancelled (afterok not met)"; exit 1; }
 [[ ! -e $work/synth.db ]] || { log "a merged store exists although a shard failed"; exit 1; }
@@ -177,16 +185,9 @@ grep -q 'failure injected' "$work/logs/ca-synth-${synth}_2.log" || { log "shard 
 
 # Resubmit only what failed.
 touch "$T/let-shard-2-pass"
-resubmit_out=$(CA_BIN="$T/bin" "$CA_SRC/examples/slurm/resubmit-failed.sh" --work "$work" synth)
-echo "$resubmit_out" >&2
-synth2=$(echo "$resubmit_out" | sed -n 's/^synth=//p')
-merge2=$(echo "$resubmit_out" | sed -n 's/^merge=//p')
-[[ -n $synth2 && -n $merge2 ]] || { log "resubmit-failed.sh did not print job ids"; exit 1; }
-wait_jobs "$synth2" "$merge2"
-states=$(array_states "$synth2")
-log "resubmission: synth array $synth2: $states; merge $merge2: $(job_state "$merge2")"
+run_submission "resubmission" "$CA_SRC/examples/slurm/resubmit-failed.sh" --work "$work" synth
 [[ $states == "2:COMPLETED" ]] || { log "the resubmission should run shard 2 only"; exit 1; }
-[[ $(job_state "$merge2") == COMPLETED ]] || { log "merge did not complete"; exit 1; }
+[[ $(job_state "$merge") == COMPLETED ]] || { log "merge did not complete"; exit 1; }
 # Nothing left to resubmit now.
 CA_BIN="$T/bin" "$CA_SRC/examples/slurm/resubmit-failed.sh" --work "$work" synth 2>&1 | grep -q 'nothing to resubmit' \
   || { log "resubmit-failed.sh should find nothing to do"; exit 1; }
