@@ -42,6 +42,25 @@ if [ -x "$CA_BIN/ops-synth" ]; then
     set -e
     [ "$rc" = 0 ] || fail "reward-calc | head -n 2 under pipefail: exit $rc"
   fi
+  # agent-run writes from its episode threads: the closed output stops new episodes, no crash.
+  if [ -x "$CA_BIN/agent-run" ]; then
+    echo '{"content": "Nothing to do."}' > /tmp/pipe_script.$$
+    python3 -c '
+import json
+for i in range(60):
+    print(json.dumps({"code": "import torch\nclass Model(torch.nn.Module):\n    def forward(self, a):\n        return a * %d.0\n"
+                      "def get_inputs():\n    return [torch.randn(8)]\n" % i}))' > /tmp/pipe_in.$$
+    set +e
+    ( set -o pipefail; "$CA_BIN/agent-run" --policy replay:/tmp/pipe_script.$$ --no-store -j 2 < /tmp/pipe_in.$$ \
+        2> /tmp/pipe_err.$$ | head -n 1 > /dev/null )
+    rc=$?
+    set -e
+    [ "$rc" = 0 ] || fail "agent-run | head -n 1 under pipefail: exit $rc: $(tail -3 /tmp/pipe_err.$$)"
+    grep -q "output closed by its reader" /tmp/pipe_err.$$ || fail "agent-run: no note about the closed output"
+    n=$(grep -c "episode [0-9]*: done" /tmp/pipe_err.$$ || true)
+    [ "$n" -lt 60 ] || fail "agent-run ran all 60 episodes after its output was closed"
+    rm -f /tmp/pipe_script.$$
+  fi
   rm -f /tmp/pipe_err.$$ /tmp/pipe_out.$$ /tmp/pipe_in.$$
 fi
 echo "tools_common: $found tools ok"

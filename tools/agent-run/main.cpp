@@ -1,4 +1,5 @@
 // agent-run: episodes of an LLM agent writing CUDA bundles; one candidate record per episode.
+#include <atomic>
 #include <csignal>
 #include <cstring>
 #include <map>
@@ -155,14 +156,29 @@ int main(int argc, char** argv) {
     int status = ca::kExitOk;
     std::string fatal;
 
+    // A failed write (the reader closed the output, a full disk) must not escape a worker thread:
+    // it is kept, no new episode starts, and it is reported once the workers have stopped.
+    std::exception_ptr write_error;  // guarded by out_mutex
+    int write_status = ca::kExitOk;
+    std::atomic<bool> output_gone{false};
+    auto write_ready = [&](bool all) {  // out_mutex held
+      if (write_error) return;
+      try {
+        while (!finished.empty() && (all || finished.begin()->first == next_to_write)) {
+          writer.write(finished.begin()->second);
+          finished.erase(finished.begin());
+          ++next_to_write;
+        }
+      } catch (const ca::Error& e) {
+        write_error = std::current_exception();
+        write_status = e.exit_code;
+        output_gone = true;
+      }
+    };
     auto emit = [&](int64_t seq, ca::Record rec) {
       std::lock_guard<std::mutex> lock(out_mutex);
       finished.emplace(seq, std::move(rec));
-      while (!finished.empty() && finished.begin()->first == next_to_write) {
-        writer.write(finished.begin()->second);
-        finished.erase(finished.begin());
-        ++next_to_write;
-      }
+      write_ready(false);
     };
 
     auto worker = [&](int slot) {
@@ -171,7 +187,7 @@ int main(int argc, char** argv) {
         int64_t seq;
         {
           std::lock_guard<std::mutex> lock(in_mutex);
-          if (agent::g_interrupted || input_done) return;
+          if (agent::g_interrupted || input_done || output_gone) return;
           if (left_of_current == 0) {
             ca::Record rec;
             try {
@@ -258,14 +274,15 @@ int main(int argc, char** argv) {
     {
       // After an interrupt every finished episode is written, even past a gap in the order.
       std::lock_guard<std::mutex> lock(out_mutex);
-      for (auto& [seq, rec] : finished) writer.write(rec);
+      write_ready(true);
       finished.clear();
     }
     ca::Json by_stop = stops;
     ca::log::info(counts.done + counts.failed, " episodes (", counts.done, " done, ", counts.failed,
                   " policy errors), ", counts.bad, " bad records; stop reasons ", by_stop.dump());
-    if (store) store->end_run(status, counts.to_json());
+    if (store) store->end_run(status != ca::kExitOk ? status : write_status, counts.to_json());
     if (!fatal.empty()) ca::log::error(fatal);
+    if (write_error && status == ca::kExitOk) std::rethrow_exception(write_error);
     if (agent::g_interrupted && status == ca::kExitOk) {
       ca::log::warn("interrupted: every finished episode was written");
       return 130;
