@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One call's worth of GPU work on a machine that got this checkout and .devcarry/ (see
+# scripts/pack-for-device.sh): unpack the build, then run the parts asked for, each under its own
+# time limit, within a total budget, and put every log into one archive (device runners often
+# return only a few files).
+#   OUT=/results BUDGET_S=560 bash scripts/device-session.sh gpu-tests nn-bench filter-throughput
+# Parts: gpu-tests (ctest -L gpu, the 50-task filter test excluded: filter-throughput measures it),
+# nn-tests (the native transformer's ops, model and Hugging Face parity), nn-bench (its benchmark
+# against PyTorch, with the per-kernel profile), filter-throughput (bench/ops_synth, -j 16 on cuda:0
+# for what time is left). The archive is $OUT/results.tgz; a summary is printed.
+set -u
+cd "$(dirname "$0")/.."
+t0=$(date +%s)
+OUT=${OUT:?set OUT to the folder that comes back}
+BUDGET_S=${BUDGET_S:-560}
+R=$(mktemp -d)
+left() { echo $((BUDGET_S - ($(date +%s) - t0))); }
+bash scripts/unpack-on-device.sh
+export CUDA_AGENT_CACHE=${CUDA_AGENT_CACHE:-$PWD/build/cache}
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+for part in "$@"; do
+  l=$(left)
+  [ "$l" -gt 30 ] || { echo "== $part skipped: $l s left"; continue; }
+  echo "== $part ($l s left)"
+  case $part in
+    gpu-tests)
+      timeout "$l" ctest --test-dir build -L gpu -E ops_synth_filter_gpu --output-on-failure > "$R/gpu-tests.log" 2>&1
+      echo "rc=$?"; grep -E "tests passed|Failed|Passed" "$R/gpu-tests.log" | tail -20 ;;
+    nn-tests)
+      BIN=build/bin OUT=$R/nn bash tests/nn_cuda/run_device.sh ops model hf 2>&1 | grep -E "^==|SUCCESS|FAIL|hf_parity" ;;
+    nn-bench)
+      BIN=build/bin OUT=$R/nn bash tests/nn_cuda/run_device.sh bench profile 2>&1 | grep -E "^==|tokens_per_s" | cut -c1-300
+      grep -A12 "nn_cuda profile" "$R/nn/profile_native.log" 2>/dev/null | head -30 ;;
+    filter-throughput)
+      s=$(( $(left) - 20 ))
+      BIN=build/bin JOBS=${JOBS:-16} DEVICES=${DEVICES:-cuda:0} SECONDS_MAX=$s N=${N:-4000} \
+        bash bench/ops_synth/filter_throughput.sh "$R/filter"
+      rm -f "$R/filter/gen.jsonl" ;;
+    *) echo "unknown part $part (gpu-tests nn-tests nn-bench filter-throughput)" ;;
+  esac
+done
+tar czf "$OUT/results.tgz" -C "$R" .
+echo "results: $OUT/results.tgz ($(du -h "$OUT/results.tgz" | cut -f1)), $(( $(date +%s) - t0 )) s"
