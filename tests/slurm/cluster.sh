@@ -156,38 +156,39 @@ wait_jobs() {
 job_state() { scontrol show job "$1" | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2; }
 array_states() { scontrol -o show job "$1" | grep -o 'ArrayTaskId=[0-9]* .*JobState=[A-Z_]*' | sed 's/ArrayTaskId=\([0-9]*\).*JobState=\([A-Z_]*\)/\1:\2/' | sort | paste -sd' '; }
 
-# run_submission LABEL SCRIPT ARGS...: runs an examples/slurm script, takes the job ids it prints
-# (synth=ID, merge=ID) and waits for them; sets synth, merge and states (the array's task states).
+# run_submission LABEL ARRAY AFTER [ENV=VALUE...] SCRIPT ARGS...: runs an examples/slurm script, takes
+# the two job ids it prints (ARRAY=ID for the array job, AFTER=ID for the job that depends on it) and
+# waits for them; sets array, after and states (the array's task states).
 run_submission() {
-  local label=$1 out
-  shift
-  out=$(CA_BIN="$T/bin" "$@")
+  local label=$1 array_key=$2 after_key=$3 out
+  shift 3
+  out=$(env CA_BIN="$T/bin" "$@")
   echo "$out" >&2
-  synth=$(echo "$out" | sed -n 's/^synth=//p')
-  merge=$(echo "$out" | sed -n 's/^merge=//p')
-  [[ -n $synth && -n $merge ]] || { log "$label: $1 did not print job ids"; exit 1; }
-  wait_jobs "$synth" "$merge"
-  states=$(array_states "$synth")
-  log "$label: synth array $synth: $states; merge $merge: $(job_state "$merge")"
+  array=$(echo "$out" | sed -n "s/^$array_key=//p")
+  after=$(echo "$out" | sed -n "s/^$after_key=//p")
+  [[ -n $array && -n $after ]] || { log "$label: did not print $array_key= and $after_key= job ids"; exit 1; }
+  wait_jobs "$array" "$after"
+  states=$(array_states "$array")
+  log "$label: $array_key array $array: $states; $after_key $after: $(job_state "$after")"
 }
 
 work="$T/work"
 count=40 seed=7
-run_submission "first submission" "$CA_SRC/examples/slurm/submit.sh" --work "$work" --stages synth --count $count \
+run_submission "first submission" synth merge "$CA_SRC/examples/slurm/submit.sh" --work "$work" --stages synth --count $count \
   --seed $seed --sizes tiny --synth-shards 4
 [[ $states == "0:COMPLETED 1:COMPLETED 2:FAILED 3:COMPLETED" ]] || { log "unexpected array states"; exit 1; }
-[[ $(job_state "$merge") == CANCELLED ]] || { log "merge should be cancelled (afterok not met)"; exit 1; }
+[[ $(job_state "$after") == CANCELLED ]] || { log "merge should be cancelled (afterok not met)"; exit 1; }
 [[ ! -e $work/synth.db ]] || { log "a merged store exists although a shard failed"; exit 1; }
 for i in 0 1 3; do
-  [[ -f $work/synth/shard-$i.done && -f $work/logs/ca-synth-${synth}_$i.log ]] || { log "shard $i: no marker or no %A_%a log"; exit 1; }
+  [[ -f $work/synth/shard-$i.done && -f $work/logs/ca-synth-${array}_$i.log ]] || { log "shard $i: no marker or no %A_%a log"; exit 1; }
 done
-grep -q 'failure injected' "$work/logs/ca-synth-${synth}_2.log" || { log "shard 2's log lacks the failure"; exit 1; }
+grep -q 'failure injected' "$work/logs/ca-synth-${array}_2.log" || { log "shard 2's log lacks the failure"; exit 1; }
 
 # Resubmit only what failed.
 touch "$T/let-shard-2-pass"
-run_submission "resubmission" "$CA_SRC/examples/slurm/resubmit-failed.sh" --work "$work" synth
+run_submission "resubmission" synth merge "$CA_SRC/examples/slurm/resubmit-failed.sh" --work "$work" synth
 [[ $states == "2:COMPLETED" ]] || { log "the resubmission should run shard 2 only"; exit 1; }
-[[ $(job_state "$merge") == COMPLETED ]] || { log "merge did not complete"; exit 1; }
+[[ $(job_state "$after") == COMPLETED ]] || { log "merge did not complete"; exit 1; }
 # Nothing left to resubmit now.
 CA_BIN="$T/bin" "$CA_SRC/examples/slurm/resubmit-failed.sh" --work "$work" synth 2>&1 | grep -q 'nothing to resubmit' \
   || { log "resubmit-failed.sh should find nothing to do"; exit 1; }
@@ -207,16 +208,10 @@ log "ok: $count tasks from 4 shards (shard 2 resubmitted), each exactly once in 
 # The rollout stages' plumbing on CPU: the demo candidates over 2 shards (compile-only checks,
 # since this cluster has no GPU and 2 CPUs: --gres=none and --cpus-per-task=1 override the script),
 # then the summary job.
-out2=$(CA_BIN="$T/bin" CHECK_ARGS="--compile-only --arch sm_90" "$CA_SRC/examples/slurm/submit.sh" --work "$work" \
-  --stages all --from rollout --rollout-shards 2 --candidates "$CA_SRC/datasets/demo/candidates.jsonl" -- --gres=none --cpus-per-task=1)
-echo "$out2" >&2
-rollout=$(echo "$out2" | sed -n 's/^rollout=//p')
-summary=$(echo "$out2" | sed -n 's/^summary=//p')
-[[ -n $rollout && -n $summary ]] || { log "submit.sh --stages all did not print job ids"; exit 1; }
-wait_jobs "$rollout" "$summary"
-states=$(array_states "$rollout")
-log "rollout array $rollout: $states; summary $summary: $(job_state "$summary")"
-[[ $states == "0:COMPLETED 1:COMPLETED" && $(job_state "$summary") == COMPLETED ]] || { log "rollout stages failed"; exit 1; }
+run_submission "rollout stages" rollout summary CHECK_ARGS="--compile-only --arch sm_90" \
+  "$CA_SRC/examples/slurm/submit.sh" --work "$work" --stages all --from rollout --rollout-shards 2 \
+  --candidates "$CA_SRC/datasets/demo/candidates.jsonl" -- --gres=none --cpus-per-task=1
+[[ $states == "0:COMPLETED 1:COMPLETED" && $(job_state "$after") == COMPLETED ]] || { log "rollout stages failed"; exit 1; }
 n_cand=$(wc -l < "$CA_SRC/datasets/demo/candidates.jsonl")
 [[ $(wc -l < "$work/rollout.jsonl") == "$n_cand" ]] || { log "rollout.jsonl does not hold $n_cand records"; exit 1; }
 run-store query --store "$work/rollout.db" "SELECT COUNT(*) AS n, COUNT(DISTINCT candidate_id) AS d FROM checks" > "$T/counts"
