@@ -2,12 +2,7 @@
 # The bar of issue 9: `ppo-step advantages` on a fixed batch of four sequences in two groups, with masked
 # tool tokens, matches an independent numpy reference of GAE (gamma 1, lambda 0.95, --no-whiten) and of
 # GRPO to 1e-6; also whitened GAE, the schema, and the bad-input rules.
-set -euo pipefail
-PPO=$CA_BIN/ppo-step
-HERE=$CA_TESTS   # tests/ppo-step (ca_shell_test passes the calling folder)
-PY=${CUDA_AGENT_PYTHON:-/usr/bin/python3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib.sh"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 $PPO advantages --estimator gae --gamma 1 --lam 0.95 --no-whiten -i "$HERE/batch4.jsonl" > "$tmp/gae.jsonl"

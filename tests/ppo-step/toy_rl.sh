@@ -3,12 +3,7 @@
 # the pattern 1 2 3 4 5 after the prompt 0, rewarded by a scorer with the fraction of positions right.
 # 30 PPO steps of 32 responses (GAE with a critic, clip-higher, 2 epochs of 4 mini-batches each) must clearly raise
 # the mean reward: the mean of the last 5 steps at least 0.3 above the first 5 (random: 1/8).
-set -euo pipefail
-PPO=$CA_BIN/ppo-step
-HERE=$CA_TESTS
-PY=${CUDA_AGENT_PYTHON:-/usr/bin/python3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib.sh"
 cd "$tmp"
 echo '{"task_id":"toy","prompt_token_ids":[0]}' > prompts.jsonl
 $PPO init --model-config "$HERE/toy_model.json" --out ck/0 --seed 1 -q

@@ -3,12 +3,7 @@
 # value pretraining lowers the value loss; rft filters by reward and lowers the NLL; ppo with GRPO,
 # KL as a loss and an entropy bonus runs; the checkpoint is Hugging Face layout (checked by an
 # independent reader); metrics validate against the schema; bad input follows the rules.
-set -euo pipefail
-PPO=$CA_BIN/ppo-step
-HERE=$CA_TESTS
-PY=${CUDA_AGENT_PYTHON:-/usr/bin/python3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib.sh"
 cd "$tmp"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 validate() { CA_SRC=$CA_SRC $PY "$CA_SRC/tests/validate_schema.py" ppo-metrics "$1"; }
