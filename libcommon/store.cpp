@@ -252,14 +252,6 @@ void Store::put_filter_result(const std::string& task_id, bool kept, const std::
   s.step();
 }
 
-std::optional<Record> Store::latest_filter_result(const std::string& task_id) {
-  Statement s(db_, "SELECT f.body FROM filter_results f LEFT JOIN runs r USING (run_id) WHERE f.task_id = ? "
-                   "ORDER BY r.started_at DESC LIMIT 1");
-  s.bind({task_id});
-  if (!s.step()) return std::nullopt;
-  return Record::parse(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)));
-}
-
 void Store::put_baseline(const BaselineKey& key, const Json& timing) {
   Statement s(db_, "INSERT OR REPLACE INTO baselines (baseline_key, task_id, gpu, driver, torch_version, method, "
                    "time_us, run_id, body) VALUES (?,?,?,?,?,?,?,?,?)");
@@ -287,13 +279,15 @@ std::optional<Json> Store::get_baseline(const BaselineKey& key) {
   return Json::parse(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)));
 }
 
-std::optional<Record> Store::latest(const std::string& table, const std::string& candidate_id) {
-  bool known = false;
-  for (auto& t : kTables) known |= (t == table);
-  if (!known) throw InternalError("store: unknown table " + table);
-  Statement s(db_, "SELECT t.body FROM " + table + " t LEFT JOIN runs r USING (run_id) WHERE t.candidate_id = ? "
-                   "ORDER BY r.started_at DESC LIMIT 1");
-  s.bind({candidate_id});
+std::optional<Record> Store::latest(const std::string& table, const std::string& key) {
+  static const std::map<std::string, std::string> key_column = {{"checks", "candidate_id"},   {"profiles", "candidate_id"},
+                                                                {"rewards", "candidate_id"},  {"episodes", "candidate_id"},
+                                                                {"filter_results", "task_id"}};
+  auto column = key_column.find(table);
+  if (column == key_column.end()) throw InternalError("store: no latest row by key in table " + table);
+  Statement s(db_, "SELECT t.body FROM " + table + " t LEFT JOIN runs r USING (run_id) WHERE t." + column->second +
+                   " = ? ORDER BY r.started_at DESC LIMIT 1");
+  s.bind({key});
   if (!s.step()) return std::nullopt;
   return Record::parse(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)));
 }

@@ -50,12 +50,13 @@ class Store {
   void put_episode(const std::string& candidate_id, const std::string& task_id, const Record& episode);
   void put_ppo_step(const std::string& step_id, const Record& metrics);
   void put_filter_result(const std::string& task_id, bool kept, const std::string& reason, const Record& detail);
-  std::optional<Record> latest_filter_result(const std::string& task_id);  // body of the newest row
   void put_baseline(const BaselineKey& key, const Json& timing);
 
   std::optional<Record> get_task(const std::string& task_id);
   std::optional<Json> get_baseline(const BaselineKey& key);
-  std::optional<Record> latest(const std::string& table, const std::string& candidate_id);  // body of newest row
+  // Body of the newest row (by its run's start) of a per-run result table for a key: the candidate_id
+  // in checks, profiles, rewards and episodes, the task_id in filter_results.
+  std::optional<Record> latest(const std::string& table, const std::string& key);
 
   // Rows of any SELECT as JSON objects (column name -> value; `body` columns parsed).
   void query(const std::string& sql, const std::function<void(const Record&)>& row);

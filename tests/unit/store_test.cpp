@@ -39,6 +39,12 @@ TEST_CASE("store: schema, records, baselines, merge and summary") {
     auto latest = a.latest("checks", "c1");
     REQUIRE(latest.has_value());
     CHECK((*latest)["status"] == "passed");
+    CHECK_FALSE(a.latest("checks", "t1").has_value());  // checks are keyed by candidate
+    a.put_filter_result("t1", false, "deterministic", Record{{"kept", false}, {"reason", "deterministic"}});
+    auto verdict = a.latest("filter_results", "t1");  // filter results by task
+    REQUIRE(verdict.has_value());
+    CHECK((*verdict)["reason"] == "deterministic");
+    CHECK_THROWS_AS(a.latest("tasks", "t1"), InternalError);
   }
   {
     Store b(b_path);

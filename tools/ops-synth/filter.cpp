@@ -111,7 +111,7 @@ std::string judge(ca::WorkerClient& worker, ca::Record& rec, const FilterOptions
 // --resume: the stored verdict for this task when it was made with the same options and the worker
 // answered (a timeout or a dead worker is judged again).
 std::optional<ca::Record> stored_verdict(ca::Store& store, const std::string& task_id, const FilterOptions& opt) {
-  auto prev = store.latest_filter_result(task_id);
+  auto prev = store.latest("filter_results", task_id);
   if (!prev || !prev->is_object() || !prev->contains("verdicts") || !prev->contains("options")) return std::nullopt;
   if ((*prev)["options"] != verdict_options(opt)) return std::nullopt;
   return prev;
