@@ -298,6 +298,25 @@ TEST_CASE("worker: each filter verdict on its fixture") {
   }
 }
 
+TEST_CASE("worker: a verdict lost to GPU memory is judged again once; other errors are not") {
+  // The message torch gives when the GPU is full (other workers may hold the memory), raised on the CPU.
+  auto with_error = [](const std::string& message) {
+    return "import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n"
+           "        if x.sum() > -1e9:\n            raise RuntimeError('" + message + "')\n        return x\n"
+           "def get_inputs():\n    return [torch.randn(8)]\ndef get_init_inputs():\n    return []\n";
+  };
+  auto& c = shared();
+  auto oom = c.request({{"op", "filters"}, {"code", with_error("CUDA out of memory. Tried to allocate 2.00 GiB")}});
+  REQUIRE_MESSAGE(oom.value("ok", false), str(oom));
+  CHECK(oom["reason"] == "runs_eager");
+  CHECK(oom["verdicts"]["runs_eager"]["detail"].get<std::string>().find("out of memory") != std::string::npos);
+  CHECK(oom["seconds"].get<double>() >= 0.5);  // the retry waits 0.5-2 s first
+  auto other = c.request({{"op", "filters"}, {"code", with_error("shapes do not match")}});
+  REQUIRE_MESSAGE(other.value("ok", false), str(other));
+  CHECK(other["reason"] == "runs_eager");
+  CHECK(other["seconds"].get<double>() < 0.5);
+}
+
 TEST_CASE("worker: filters judge an already loaded task when no code is given") {
   auto& c = shared();
   REQUIRE(load(c, "input_independent", "ii").value("ok", false));
