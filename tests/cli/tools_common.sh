@@ -25,42 +25,41 @@ MANWIDTH=80 man -l "$CA_SRC/man/cuda-agent.7" | grep -q "RECORDS" || fail "cuda-
 
 # A reader that stops early (DESIGN.md's `... | head -n 6000`) is not a failure: the tool stops at
 # once, says so on stderr and exits 0, so `set -o pipefail` pipelines pass; the lines it did write are
-# whole. Both a tool with no worker children (ops-synth generate) and reward-calc over many records.
-if [ -x "$CA_BIN/ops-synth" ]; then
+# whole. A tool with no worker children (ops-synth generate), reward-calc over many records, and
+# agent-run, which writes from its episode threads (no crash, no new episodes).
+P=/tmp/pipe.$$
+# into_head N INPUT TOOL ARGS...: TOOL < INPUT | head -n N under pipefail; its exit status; stderr in $P.err
+into_head() {
+  local n=$1 input=$2 rc
+  shift 2
   set +e
-  ( set -o pipefail; "$CA_BIN/ops-synth" generate -n 20000 --sizes tiny --no-store 2> /tmp/pipe_err.$$ | head -n 3 > /tmp/pipe_out.$$ )
+  ( set -o pipefail; "$@" < "$input" 2> "$P.err" | head -n "$n" > "$P.out" )
   rc=$?
   set -e
-  [ "$rc" = 0 ] || fail "ops-synth generate | head -n 3 under pipefail: exit $rc: $(cat /tmp/pipe_err.$$)"
-  [ "$(wc -l < /tmp/pipe_out.$$)" = 3 ] || fail "head got $(wc -l < /tmp/pipe_out.$$) lines"
-  grep -q "output closed by its reader" /tmp/pipe_err.$$ || fail "no message about the closed output: $(cat /tmp/pipe_err.$$)"
+  return $rc
+}
+if [ -x "$CA_BIN/ops-synth" ]; then
+  into_head 3 /dev/null "$CA_BIN/ops-synth" generate -n 20000 --sizes tiny --no-store \
+    || fail "ops-synth generate | head -n 3 under pipefail: exit $?: $(cat "$P.err")"
+  [ "$(wc -l < "$P.out")" = 3 ] || fail "head got $(wc -l < "$P.out") lines"
+  grep -q "output closed by its reader" "$P.err" || fail "no message about the closed output: $(cat "$P.err")"
   if [ -x "$CA_BIN/reward-calc" ]; then
-    "$CA_BIN/ops-synth" generate -n 3000 --sizes tiny --no-store 2>/dev/null > /tmp/pipe_in.$$
-    set +e
-    ( set -o pipefail; "$CA_BIN/reward-calc" --no-store -q < /tmp/pipe_in.$$ 2>/dev/null | head -n 2 > /dev/null )
-    rc=$?
-    set -e
-    [ "$rc" = 0 ] || fail "reward-calc | head -n 2 under pipefail: exit $rc"
+    "$CA_BIN/ops-synth" generate -n 3000 --sizes tiny --no-store 2>/dev/null > "$P.in"
+    into_head 2 "$P.in" "$CA_BIN/reward-calc" --no-store -q || fail "reward-calc | head -n 2 under pipefail: exit $?"
   fi
-  # agent-run writes from its episode threads: the closed output stops new episodes, no crash.
   if [ -x "$CA_BIN/agent-run" ]; then
-    echo '{"content": "Nothing to do."}' > /tmp/pipe_script.$$
+    echo '{"content": "Nothing to do."}' > "$P.script"
     python3 -c '
 import json
 for i in range(60):
     print(json.dumps({"code": "import torch\nclass Model(torch.nn.Module):\n    def forward(self, a):\n        return a * %d.0\n"
-                      "def get_inputs():\n    return [torch.randn(8)]\n" % i}))' > /tmp/pipe_in.$$
-    set +e
-    ( set -o pipefail; "$CA_BIN/agent-run" --policy replay:/tmp/pipe_script.$$ --no-store -j 2 < /tmp/pipe_in.$$ \
-        2> /tmp/pipe_err.$$ | head -n 1 > /dev/null )
-    rc=$?
-    set -e
-    [ "$rc" = 0 ] || fail "agent-run | head -n 1 under pipefail: exit $rc: $(tail -3 /tmp/pipe_err.$$)"
-    grep -q "output closed by its reader" /tmp/pipe_err.$$ || fail "agent-run: no note about the closed output"
-    n=$(grep -c "episode [0-9]*: done" /tmp/pipe_err.$$ || true)
+                      "def get_inputs():\n    return [torch.randn(8)]\n" % i}))' > "$P.in"
+    into_head 1 "$P.in" "$CA_BIN/agent-run" --policy "replay:$P.script" --no-store -j 2 \
+      || fail "agent-run | head -n 1 under pipefail: exit $?: $(tail -3 "$P.err")"
+    grep -q "output closed by its reader" "$P.err" || fail "agent-run: no note about the closed output"
+    n=$(grep -c "episode [0-9]*: done" "$P.err" || true)
     [ "$n" -lt 60 ] || fail "agent-run ran all 60 episodes after its output was closed"
-    rm -f /tmp/pipe_script.$$
   fi
-  rm -f /tmp/pipe_err.$$ /tmp/pipe_out.$$ /tmp/pipe_in.$$
+  rm -f "$P".*
 fi
 echo "tools_common: $found tools ok"
