@@ -2,12 +2,9 @@
 // task, through N worker clients; kept tasks go on in input order, every drop is counted by reason.
 #include "tools/ops-synth/filter.hpp"
 
-#include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <optional>
-#include <thread>
 
 #include "libcommon/errors.hpp"
 #include "libcommon/fields.hpp"
@@ -122,14 +119,6 @@ std::optional<ca::Record> stored_verdict(ca::Store& store, const std::string& ta
 int run_filter(const ca::CommonOptions& common, const FilterOptions& opt) {
   for (const auto& d : opt.decontaminate)
     if (!std::filesystem::is_directory(d)) throw ca::UsageError("--decontaminate: no directory " + d);
-  // Each worker's torch.compile would otherwise start its own pool of compile processes, one per core:
-  // jobs x cores processes on a node. The workers are the parallelism. A value already set wins.
-  // Likewise torch's CPU threads (input generation runs on the CPU): one share of the cores each.
-  if (opt.jobs > 1) {
-    setenv("TORCHINDUCTOR_COMPILE_THREADS", "1", 0);
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    setenv("OMP_NUM_THREADS", std::to_string(std::max(1u, cores / unsigned(opt.jobs))).c_str(), 0);
-  }
   auto devices = resolve_devices(opt.device, opt.jobs, opt.timeout_s);
   auto store = ca::open_store_for(common, devices[0]);
   ca::RecordReader reader(common.input);

@@ -1,7 +1,9 @@
 // The ordered worker pool: a bounded queue in, a reorder buffer out.
 #include "tools/ops-synth/pool.hpp"
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <exception>
 #include <map>
@@ -51,6 +53,14 @@ void run_pool(int jobs, const std::vector<std::string>& devices, double timeout_
   std::exception_ptr failure;
   const std::size_t max_queue = static_cast<std::size_t>(jobs) * 2;
 
+  // The workers are the parallelism: each gets one share of the cores for torch's CPU threads (input
+  // draws run on the CPU), and one inductor compile thread instead of a pool of processes per core
+  // (jobs x cores processes on a node). Values already in the environment win.
+  if (jobs > 1) {
+    setenv("TORCHINDUCTOR_COMPILE_THREADS", "1", 0);
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    setenv("OMP_NUM_THREADS", std::to_string(std::max(1u, cores / unsigned(jobs))).c_str(), 0);
+  }
   // Start every client first, so a missing torch or GPU is reported once, before any work; all at
   // once, because each takes seconds (Python imports torch and opens the GPU): one after the other,
   // 32 workers spent two minutes starting.
