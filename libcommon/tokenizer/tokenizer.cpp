@@ -334,7 +334,7 @@ std::string Tokenizer::decode(const std::vector<int>& ids, bool skip_special) co
         out += tok.substr(c.offset, c.length);  // not a byte-level symbol: keep as is
     }
   }
-  return out;
+  return valid_utf8(out);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ class Tokenizer {
   // pre-tokenized, mapped byte-by-byte and merged by BPE. The text should be NFC-normalized (Qwen's
   // normalizer): the native tokenizer does not normalize.
   std::vector<int> encode(const std::string& text) const;
+  // Always valid UTF-8: a sequence the byte tokens leave broken becomes U+FFFD (Hugging Face's decode does too).
   std::string decode(const std::vector<int>& ids, bool skip_special = false) const;
   // The pieces the pre-tokenizer's regex cuts the text into (no added-token handling).
   std::vector<std::string> pre_tokenize(const std::string& text) const;

@@ -28,6 +28,16 @@ bool is_whitespace(uint32_t cp) {
          (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
+std::string valid_utf8(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const auto& c : decode_utf8(text)) {
+    std::string e = c.cp <= 0x10FFFF && (c.cp < 0xD800 || c.cp > 0xDFFF) ? encode_utf8(c.cp) : std::string();
+    out += e.size() == c.length ? text.substr(c.offset, c.length) : encode_utf8(0xFFFD);  // overlong: sizes differ
+  }
+  return out;
+}
+
 std::vector<Codepoint> decode_utf8(const std::string& s) {
   std::vector<Codepoint> out;
   out.reserve(s.size());

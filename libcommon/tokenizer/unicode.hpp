@@ -28,5 +28,8 @@ struct Codepoint {
 };
 std::vector<Codepoint> decode_utf8(const std::string& text);
 std::string encode_utf8(uint32_t cp);
+// The text with every invalid, overlong or surrogate sequence replaced by U+FFFD, as a lossy UTF-8
+// decoder does: byte tokens need not end on a character boundary.
+std::string valid_utf8(const std::string& text);
 
 }  // namespace ca::tokenizer

@@ -32,6 +32,12 @@ TEST_CASE("unicode classes and UTF-8 decoding") {
   CHECK(c[3].cp == 0xFFFD);  // an invalid byte stays one entry of one byte
   CHECK(c[4].offset == 8);
   CHECK(encode_utf8(0x1F600) == "\xF0\x9F\x98\x80");
+  // Lossy repair: a stray byte, a cut sequence, an overlong 'A' and a surrogate each become U+FFFD.
+  CHECK(valid_utf8("a\xC3\xA9\xFFz") == "a\xC3\xA9\xEF\xBF\xBDz");
+  CHECK(valid_utf8("x\xE4\xB8") == "x\xEF\xBF\xBD\xEF\xBF\xBD");
+  CHECK(valid_utf8("\xC1\x81") == "\xEF\xBF\xBD");
+  CHECK(valid_utf8("\xED\xA0\x80") == "\xEF\xBF\xBD");
+  CHECK(valid_utf8("\xF0\x9F\x98\x80 ok") == "\xF0\x9F\x98\x80 ok");
 }
 
 TEST_CASE("Qwen2 pre-tokenizer splits as its regex does") {
@@ -72,6 +78,8 @@ TEST_CASE("decode(encode(text)) is the text, for code, prose and any UTF-8") {
     CAPTURE(s);
     CHECK(tok.decode(tok.encode(s)) == s);
   }
+  // Two of a character's three bytes (where a sampler may stop) decode to valid UTF-8.
+  CHECK(tok.decode(tok.encode("a\xE4\xB8")) == "a\xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
 TEST_CASE("tokenizer.json that the native tokenizer cannot honour is refused by name") {

@@ -15,25 +15,12 @@
 #include "libcommon/nn/model.hpp"
 #include "libcommon/nn/sample.hpp"
 #include "libcommon/tokenizer/tokenizer.hpp"
-#include "libcommon/tokenizer/unicode.hpp"
 #include "tools/agent-run/policy.hpp"
 
 namespace ca::agent {
 
 namespace {
 namespace fs = std::filesystem;
-
-// Sampled byte tokens need not form valid UTF-8 (a random or young model cuts characters): invalid or
-// overlong sequences and surrogates become U+FFFD, as a server's detokenizer does, so the record can
-// be written as JSON.
-std::string valid_utf8(const std::string& text) {
-  std::string out;
-  for (const auto& c : tokenizer::decode_utf8(text)) {
-    const bool ok = c.cp <= 0x10FFFF && (c.cp < 0xD800 || c.cp > 0xDFFF);
-    out += tokenizer::encode_utf8(ok ? c.cp : 0xFFFD);
-  }
-  return out;
-}
 
 std::string text_of(const Json& message) {
   if (!message.contains("content") || message["content"].is_null()) return "";
@@ -210,7 +197,7 @@ AssistantTurn NativeSession::next(const Json& messages, const Json& tools, const
     if (r.tokens[i] < tok.vocab_size() &&            // never samples the padding, a random one may)
         !(r.stop_reason == "stop" && i + 1 == r.tokens.size()))
       body.push_back(r.tokens[i]);
-  t.tool_calls = parse_tool_calls(valid_utf8(tok.decode(body)), t.content, turn_);
+  t.tool_calls = parse_tool_calls(tok.decode(body), t.content, turn_);
   t.finish_reason = r.stop_reason == "length" ? "length" : (t.tool_calls.empty() ? "stop" : "tool_calls");
   t.token_ids = Json(r.tokens);
   t.logprobs = Json(std::vector<double>(r.logprobs.begin(), r.logprobs.end()));
