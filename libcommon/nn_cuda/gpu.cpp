@@ -19,6 +19,15 @@ DType parse_dtype(const std::string& s) {
   throw InputError("dtype '" + s + "' is not one of f32, bf16");
 }
 
+int parse_device(const std::string& spec, const std::string& option) {
+  if (spec == "cpu") return -1;
+  if (spec == "cuda") return 0;
+  if (spec.rfind("cuda:", 0) == 0 && spec.size() > 5 && spec.size() < 9 &&
+      spec.find_first_not_of("0123456789", 5) == std::string::npos)
+    return std::stoi(spec.substr(5));
+  throw UsageError(option + ": expected cpu, cuda or cuda:N, got '" + spec + "'");
+}
+
 // Event pairs by kernel name; folded into totals (which syncs) every few thousand launches.
 struct Gpu::Profile {
   struct Pending {
@@ -71,6 +80,8 @@ Gpu::Gpu(int ordinal) {
   if (const char* a = std::getenv("CA_NN_CUDA_ATTENTION"); a && std::string(a) == "fma") tensor_core_attention = false;
   if (const char* p = std::getenv("CA_NN_CUDA_PROFILE"); p && *p && std::string(p) != "0") profile_ = std::make_unique<Profile>();
 }
+
+void Gpu::make_current() const { check(drv_->cuCtxSetCurrent(ctx_), "cuCtxSetCurrent"); }
 
 Gpu::~Gpu() {
   // Teardown errors are ignored: the process is leaving or the context is already dead.

@@ -27,6 +27,9 @@ inline std::size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
 inline const char* dtype_cpp(DType t) { return t == DType::F32 ? "float" : "__nv_bfloat16"; }
 inline const char* dtype_name(DType t) { return t == DType::F32 ? "f32" : "bf16"; }
 DType parse_dtype(const std::string& name);  // "f32"/"fp32"/"float32", "bf16"/"bfloat16"; InputError otherwise
+// A --device option of the tools that run the native model: "cpu" gives -1, "cuda" 0, "cuda:N" N;
+// anything else is a UsageError naming `option`.
+int parse_device(const std::string& spec, const std::string& option = "--device");
 
 // Host-side bf16 (round to nearest even): libcommon/safetensors.hpp's.
 using ca::bf16_to_float;
@@ -44,6 +47,9 @@ class Gpu {
   CUstream stream() const { return stream_; }
   void check(CUresult r, const char* what) const;
   void sync() const;
+  // The driver's context is per thread: a thread other than the constructing one calls this before
+  // its first GPU call. (Gpu is not thread-safe: callers serialize their use of it.)
+  void make_current() const;
 
   // Launches a kernel of kernels.cpp by its name expression; args are pointers to the arguments.
   void launch(const std::string& name, std::vector<unsigned> grid, std::vector<unsigned> block, unsigned shared_bytes,

@@ -36,3 +36,15 @@ recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 $1
 PYEOF
 }
+
+# add_rewards IN OUT: rewards as reward-calc would give them to episodes without a kernel to check,
+# alternating 3 and 0 so group-normalized advantages are not zero.
+add_rewards() {
+  "$PY" - "$1" > "$2" <<'PYEOF'
+import json, sys
+for i, l in enumerate(open(sys.argv[1])):
+    r = json.loads(l)
+    r["reward"] = {"value": [3, 0][i % 2], "scheme": "milestone", "reason": "test"}
+    print(json.dumps(r))
+PYEOF
+}

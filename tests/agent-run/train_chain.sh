@@ -24,16 +24,6 @@ print("episodes: %s turns, prompt ids %s" % ([len(r["episode"]["turns"]) for r i
       [len(r["episode"]["turns"][-1]["prompt_token_ids"]) for r in recs]))
 ' "$TMP/episodes.jsonl"
 
-# Rewards as reward-calc would give them (these episodes have no kernel to check): 3 and 0.
-add_rewards() {  # IN OUT
-  "$PY" - "$1" > "$2" <<'PYEOF'
-import json, sys
-for i, l in enumerate(open(sys.argv[1])):
-    r = json.loads(l)
-    r["reward"] = {"value": [3, 0][i % 2], "scheme": "milestone", "reason": "test"}
-    print(json.dumps(r))
-PYEOF
-}
 add_rewards "$TMP/episodes.jsonl" "$TMP/rewarded.jsonl"
 cat > "$TMP/model.json" <<'JSON'
 {"model_type": "qwen2", "vocab_size": 256, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,

@@ -27,7 +27,7 @@ if $PY "$HERE/advantages_reference.py" grpo "$HERE/batch4.jsonl" "$tmp/bad.jsonl
 fi
 
 # Records keep their keys; the schema validates.
-CA_SRC=$CA_SRC $PY "$CA_SRC/tests/validate_schema.py" ppo-batch "$tmp/gae.jsonl"
+validate ppo-batch "$tmp/gae.jsonl"
 head -1 "$tmp/gae.jsonl" | grep -q '"id":"a","group":"g1","response_mask"' || fail "keys not kept in order"
 
 # Bad input: a record missing a field passes with an error section; --strict makes it fatal; a line that

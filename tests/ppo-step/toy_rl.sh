@@ -6,18 +6,20 @@
 source "$(dirname "$0")/lib.sh"
 cd "$tmp"
 echo '{"task_id":"toy","prompt_token_ids":[0]}' > prompts.jsonl
-$PPO init --model-config "$HERE/toy_model.json" --out ck/0 --seed 1 -q
-$PPO init --model-config "$HERE/toy_model.json" --critic --out ck/0/critic --seed 2 -q
+# TOY_MODEL and TOY_TRAIN_ARGS let gpu_trainer.sh run the same task on a GPU.
+model=${TOY_MODEL:-$HERE/toy_model.json}
+$PPO init --model-config "$model" --out ck/0 --seed 1 -q
+$PPO init --model-config "$model" --critic --out ck/0/critic --seed 2 -q
 start=$(date +%s)
 for i in $(seq 0 29); do
   $PPO sample --policy ck/$i -n 32 --max-new-tokens 5 --seed $((1000 + i)) -q < prompts.jsonl \
     | $PY "$HERE/toy_scorer.py" 1,2,3,4,5 > ep.jsonl
   $PPO --mode ppo --policy ck/$i --critic ck/$i/critic --out ck/$((i + 1)) --config "$HERE/toy_ppo.yaml" \
-       --seed $i --store store.db -q < ep.jsonl >> metrics.jsonl
+       ${TOY_TRAIN_ARGS:-} --seed $i --store store.db -q < ep.jsonl >> metrics.jsonl
   rm -rf ck/$((i - 1))   # keep the disk small; the chain needs only the latest
 done
 echo "30 PPO steps in $(( $(date +%s) - start )) s"
-CA_SRC=$CA_SRC $PY "$CA_SRC/tests/validate_schema.py" ppo-metrics metrics.jsonl
+validate ppo-metrics metrics.jsonl
 $PY - metrics.jsonl <<'PYEOF'
 import json, sys
 m = [json.loads(l) for l in open(sys.argv[1])]

@@ -6,7 +6,6 @@
 source "$(dirname "$0")/lib.sh"
 cd "$tmp"
 fail() { echo "FAIL: $*" >&2; exit 1; }
-validate() { CA_SRC=$CA_SRC $PY "$CA_SRC/tests/validate_schema.py" ppo-metrics "$1"; }
 field() { $PY -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
 
 $PPO init --model-config "$HERE/toy_model.json" --out policy --seed 3 -q
@@ -35,7 +34,7 @@ for i in $(seq 1 9); do
   $PPO --mode value-pretrain --critic critic/$i --out critic/$((i + 1)) --config vp.yaml --seed 1 --no-store -q \
     < episodes.jsonl >> vp.jsonl
 done
-validate vp.jsonl
+validate ppo-metrics vp.jsonl
 $PY - vp.jsonl <<'PYEOF'
 import json, sys
 m = [json.loads(l) for l in open(sys.argv[1])]
@@ -63,7 +62,7 @@ print(n)' episodes.jsonl)
 $PPO --mode rft --policy policy --out rft/1 --config rft.yaml --seed 1 --no-store -q < episodes.jsonl > rft.jsonl
 $PPO --mode rft --policy rft/1 --out rft/2 --config rft.yaml --seed 1 --no-store -q < episodes.jsonl >> rft.jsonl
 $PPO --mode rft --policy rft/2 --out rft/3 --config rft.yaml --seed 1 --no-store -q < episodes.jsonl >> rft.jsonl
-validate rft.jsonl
+validate ppo-metrics rft.jsonl
 $PY - rft.jsonl "$want" <<'PYEOF'
 import json, sys
 m = [json.loads(l) for l in open(sys.argv[1])]
@@ -88,7 +87,7 @@ actor:
   entropy_coeff: 0.01
 YEOF
 $PPO --mode ppo --policy policy --ref policy --out grpo/1 --config grpo.yaml --seed 2 --no-store -q < episodes.jsonl > grpo.jsonl
-validate grpo.jsonl
+validate ppo-metrics grpo.jsonl
 $PY - grpo.jsonl <<'PYEOF'
 import json, sys
 m = json.loads(open(sys.argv[1]).readline())
@@ -155,6 +154,13 @@ printf 'actor:\n  learning_rate: 1\n' > typo.yaml
 $PPO --mode rft --policy policy --out bad/5 --config typo.yaml --no-store -i episodes.jsonl > /dev/null 2> err; [ $? -eq 1 ] || fail "typo in config"
 grep -q "unknown key 'actor.learning_rate'" err || fail "config key not named"
 echo '{' | $PPO --mode rft --policy policy --out bad/6 --no-store > /dev/null 2>&1; [ $? -eq 2 ] || fail "not JSON"
+$PPO --mode rft --policy policy --out bad/7 --device gpu --no-store < /dev/null > /dev/null 2> err; [ $? -eq 1 ] || fail "--device gpu"
+grep -q "device: expected cpu, cuda or cuda:N, got 'gpu'" err || fail "bad --device not named"
+if [ ! -e /dev/nvidiactl ]; then  # no GPU here: --device cuda is an environment error, and writes nothing
+  $PPO --mode rft --policy policy --out bad/8 --device cuda --no-store -i episodes.jsonl > out8 2> err; [ $? -eq 3 ] || fail "--device cuda without a GPU"
+  [ ! -s out8 ] && [ ! -e bad/8 ] || fail "--device cuda without a GPU wrote something"
+  head -2 err
+fi
 set -e
 $PPO config | grep -q "clip_ratio_high: 0.28" || fail "config defaults"
 echo "train modes: ok"

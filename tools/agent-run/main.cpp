@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   std::string extra_text;
   bool no_logprobs = false;
   app.add_option("--tasks", tasks_file, "Task records (JSONL); default: the input (-i, stdin)");
-  app.add_option("--policy", policy_spec, "openai:URL (OpenAI-compatible server, e.g. http://host:8000/v1), replay:FILE, or native:DIR (a native checkpoint with its tokenizer.json, sampled on the CPU)")
+  app.add_option("--policy", policy_spec, "openai:URL (OpenAI-compatible server, e.g. http://host:8000/v1), replay:FILE, or native:DIR (a native checkpoint with its tokenizer.json, sampled on --policy-device)")
       ->required();
   app.add_option("-j,--jobs", jobs, "Episodes at once")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--episodes-per-task", per_task, "Episodes per task (a group for group-normalized advantages)")
@@ -98,6 +98,11 @@ int main(int argc, char** argv) {
   lk->add_option("--prof-arg", s.prof_args, "Extra argument for kernel-prof (repeat)");
   lk->add_option("--locked-timeout", s.locked_timeout_s, "Seconds per compile/verify/profile call")->capture_default_str();
   lk->add_option("--skill", s.skill_path, "SKILL.md for the workspace (default: DATA/skill/SKILL.md)");
+  auto* np = app.add_option_group("Policy native:DIR");
+  np->add_option("--policy-device", po.device, "cpu, cuda or cuda:N: where the native policy samples")->capture_default_str();
+  np->add_option("--policy-dtype", po.dtype, "Compute dtype on cuda: bf16 or f32")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
   auto* pg = app.add_option_group("Policy openai:URL");
   pg->add_option("--model", po.model, "Model name (default: the first one GET /models lists)");
   pg->add_option("--temperature", po.temperature)->capture_default_str();
@@ -114,6 +119,7 @@ int main(int argc, char** argv) {
 
   return cli.run(argc, argv, [&]() -> int {
     po.logprobs = !no_logprobs;
+    po.max_context = s.max_context;
     if (!extra_text.empty()) {
       try {
         po.extra = ca::Json::parse(extra_text);

@@ -21,6 +21,10 @@ struct PolicyOptions {
   double retry_base_s = 1.0;      // backoff: base * 2^k, at most 60 s (Retry-After wins when given)
   bool logprobs = true;           // ask for logprobs and token ids
   Json extra = Json::object();    // merged into every request body
+  // native:DIR
+  std::string device = "cpu";     // cpu | cuda | cuda:N: where the policy samples
+  std::string dtype = "bf16";     // compute dtype on cuda
+  int64_t max_context = 0;        // the episode's context limit: sizes the KV cache (0: the model's window)
 };
 
 // What a turn may use: tokens left in the context, seconds left in the episode.
@@ -49,7 +53,8 @@ class Policy {
 std::unique_ptr<Policy> make_policy(const std::string& spec, const PolicyOptions& options);
 std::unique_ptr<Policy> make_openai_policy(const std::string& base_url, const PolicyOptions& options);
 std::unique_ptr<Policy> make_replay_policy(const std::string& path);
-// A Hugging Face folder of the native model (libcommon/nn) with its tokenizer.json, sampled on the CPU.
+// A Hugging Face folder of the native model (libcommon/nn) with its tokenizer.json, sampled on the CPU
+// or, with options.device cuda[:N], on a GPU (libcommon/nn_cuda).
 std::unique_ptr<Policy> make_native_policy(const std::string& dir, const PolicyOptions& options);
 
 // Qwen2.5's tool format, as the native policy writes and reads it. The system prompt's suffix that

@@ -1,5 +1,5 @@
-// native:CKPT: the assistant's turns sampled from a native checkpoint (libcommon/nn, on the CPU) with
-// its tokenizer.json and Qwen2.5's ChatML tool format, so the same episode records come out as from a
+// native:CKPT: the assistant's turns sampled from a native checkpoint (libcommon/nn on the CPU, or
+// libcommon/nn_cuda on a GPU with --policy-device cuda) with its tokenizer.json and Qwen2.5's ChatML tool format, so the same episode records come out as from a
 // served model, and ppo-step can train on them.
 //
 // The context is kept as token ids, not re-rendered: each turn's prompt is the previous prompt, the
@@ -9,11 +9,13 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <random>
 
 #include "libcommon/errors.hpp"
 #include "libcommon/nn/model.hpp"
 #include "libcommon/nn/sample.hpp"
+#include "libcommon/nn_cuda/model.hpp"
 #include "libcommon/tokenizer/tokenizer.hpp"
 #include "tools/agent-run/policy.hpp"
 
@@ -80,14 +82,70 @@ namespace {
 
 class NativePolicy;
 
+// The model's state for one episode: its KV cache on the CPU or the GPU. Episodes run on threads of
+// their own; on the GPU they take turns (one stream), holding the policy's lock for a whole feed or
+// response, so a response is sampled at full speed while other episodes run their tools.
+class ContextState {
+ public:
+  virtual ~ContextState() = default;
+  virtual int length() const = 0;
+  virtual int capacity() const = 0;
+  virtual void feed(const std::vector<int>& ids) = 0;
+  virtual nn::SampleResult generate(const nn::SampleOptions& options, std::mt19937_64& rng) = 0;
+};
+
+class CpuContext final : public ContextState {
+ public:
+  CpuContext(const nn::Model<float>& model, int max_len) : decoder_(model, max_len) {}
+  int length() const override { return decoder_.length(); }
+  int capacity() const override { return decoder_.capacity(); }
+  void feed(const std::vector<int>& ids) override { decoder_.feed(ids); }
+  nn::SampleResult generate(const nn::SampleOptions& o, std::mt19937_64& rng) override { return nn::generate(decoder_, o, rng); }
+
+ private:
+  nn::Decoder<float> decoder_;
+};
+
+class GpuContext final : public ContextState {
+ public:
+  GpuContext(nn_cuda::CudaModel& model, std::mutex& mutex, int max_len) : gpu_(model.gpu()), mutex_(mutex) {
+    auto lock = device();
+    decoder_ = std::make_unique<nn_cuda::CudaDecoder>(model, max_len);
+  }
+  ~GpuContext() override {
+    auto lock = device();  // the KV cache is freed on this thread
+    decoder_.reset();
+  }
+  int length() const override { return decoder_->length(); }
+  int capacity() const override { return decoder_->capacity(); }
+  void feed(const std::vector<int>& ids) override {
+    auto lock = device();
+    decoder_->feed(ids);
+  }
+  nn::SampleResult generate(const nn::SampleOptions& o, std::mt19937_64& rng) override {
+    auto lock = device();
+    return nn_cuda::generate(*decoder_, o, rng);
+  }
+
+ private:
+  std::unique_lock<std::mutex> device() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    gpu_.make_current();
+    return lock;
+  }
+  nn_cuda::Gpu& gpu_;
+  std::mutex& mutex_;
+  std::unique_ptr<nn_cuda::CudaDecoder> decoder_;
+};
+
 class NativeSession : public PolicySession {
  public:
-  NativeSession(const NativePolicy& policy, uint64_t seed);
+  NativeSession(const NativePolicy& policy, uint64_t seed, std::unique_ptr<ContextState> state);
   AssistantTurn next(const Json& messages, const Json& tools, const TurnBudget& budget) override;
 
  private:
   const NativePolicy& policy_;
-  nn::Decoder<float> decoder_;
+  std::unique_ptr<ContextState> state_;
   std::mt19937_64 rng_;
   std::vector<int> context_;  // every token fed so far
   std::size_t seen_ = 0;      // messages already in the context (the last one is this session's turn)
@@ -110,19 +168,39 @@ class NativePolicy : public Policy {
     if (tokenizer_.vocab_size() > model_.config().vocab_size)
       throw InputError(tok + " has " + std::to_string(tokenizer_.vocab_size()) + " tokens, the model " +
                        std::to_string(model_.config().vocab_size));
+    // The KV cache holds what an episode may reach, not the model's whole window.
+    max_len_ = model_.config().max_position_embeddings;
+    if (options_.max_context > 0) max_len_ = int(std::min<int64_t>(max_len_, options_.max_context + 1));
+    if (const int ordinal = nn_cuda::parse_device(options_.device, "--policy-device"); ordinal >= 0) {
+      gpu_ = std::make_unique<nn_cuda::Gpu>(ordinal);
+      nn_cuda::CudaModelOptions o;
+      o.dtype = nn_cuda::parse_dtype(options_.dtype);
+      cuda_model_ = std::make_unique<nn_cuda::CudaModel>(*gpu_, model_, o);
+      model_.grads = {};  // the CPU copy is not used for sampling any more
+    }
+  }
+  ~NativePolicy() override {
+    cuda_model_.reset();
+    gpu_.reset();
   }
   Json describe() const override {
     return {{"kind", "native"},
             {"checkpoint", dir_},
             {"model", fs::path(dir_).filename().string()},
-            {"device", "cpu"},
+            {"device", gpu_ ? "cuda:" + std::to_string(gpu_->info().ordinal) : "cpu"},
+            {"dtype", gpu_ ? options_.dtype : "f32"},
             {"temperature", options_.temperature},
             {"top_p", options_.top_p},
             {"max_tokens", options_.max_tokens},
             {"max_position_embeddings", model_.config().max_position_embeddings}};
   }
   std::unique_ptr<PolicySession> start(const std::string&, uint64_t seed) override {
-    return std::make_unique<NativeSession>(*this, seed);
+    std::unique_ptr<ContextState> state;
+    if (cuda_model_)
+      state = std::make_unique<GpuContext>(*cuda_model_, gpu_mutex_, max_len_);
+    else
+      state = std::make_unique<CpuContext>(model_, max_len_);
+    return std::make_unique<NativeSession>(*this, seed, std::move(state));
   }
 
   std::string dir_;
@@ -131,10 +209,14 @@ class NativePolicy : public Policy {
   tokenizer::Tokenizer tokenizer_;
   int im_end_ = -1;
   std::vector<int> stop_;
+  int max_len_ = 0;
+  std::unique_ptr<nn_cuda::Gpu> gpu_;
+  std::unique_ptr<nn_cuda::CudaModel> cuda_model_;
+  std::mutex gpu_mutex_;
 };
 
-NativeSession::NativeSession(const NativePolicy& policy, uint64_t seed)
-    : policy_(policy), decoder_(policy.model_), rng_(seed) {}
+NativeSession::NativeSession(const NativePolicy& policy, uint64_t seed, std::unique_ptr<ContextState> state)
+    : policy_(policy), state_(std::move(state)), rng_(seed) {}
 
 AssistantTurn NativeSession::next(const Json& messages, const Json& tools, const TurnBudget& budget) {
   const auto& tok = policy_.tokenizer_;
@@ -171,11 +253,11 @@ AssistantTurn NativeSession::next(const Json& messages, const Json& tools, const
   }
   auto rendered = tok.encode(text);
   ids.insert(ids.end(), rendered.begin(), rendered.end());
-  if (decoder_.length() + int64_t(ids.size()) >= decoder_.capacity())
-    throw PolicyError("native: the context (" + std::to_string(decoder_.length() + ids.size()) +
-                      " tokens) reaches max_position_embeddings " + std::to_string(decoder_.capacity()));
+  if (state_->length() + int64_t(ids.size()) >= state_->capacity())
+    throw PolicyError("native: the context (" + std::to_string(state_->length() + ids.size()) +
+                      " tokens) reaches the context limit of " + std::to_string(state_->capacity()) + " tokens");
   const auto t0 = std::chrono::steady_clock::now();
-  decoder_.feed(ids);
+  state_->feed(ids);
   context_.insert(context_.end(), ids.begin(), ids.end());
 
   AssistantTurn t;
@@ -184,11 +266,11 @@ AssistantTurn NativeSession::next(const Json& messages, const Json& tools, const
   nn::SampleOptions so;
   so.temperature = policy_.options_.temperature;
   so.top_p = policy_.options_.top_p;
-  int64_t room = decoder_.capacity() - decoder_.length();
+  int64_t room = state_->capacity() - state_->length();
   int64_t max_new = std::min<int64_t>({policy_.options_.max_tokens, budget.max_tokens > 0 ? budget.max_tokens : room, room});
   so.max_new_tokens = int(std::max<int64_t>(1, max_new));
   so.stop_tokens = policy_.stop_;
-  nn::SampleResult r = nn::generate(decoder_, so, rng_);
+  nn::SampleResult r = state_->generate(so, rng_);
   context_.insert(context_.end(), r.tokens.begin(), r.tokens.end());
   open_turn_ = true;
 

@@ -39,6 +39,13 @@ int main(int argc, char** argv) {
   app.add_option("--ref", paths.ref, "Reference policy for KL (algorithm.kl_in_reward / kl_loss)");
   app.add_option("--out", paths.out, "Where the new checkpoint goes (value-pretrain: the critic)");
   app.add_option("--critic-out", paths.critic_out, "Where the new critic goes in ppo mode (default OUT/critic)");
+  ca::ppo::DeviceOptions device;
+  app.add_option("--device", device.device, "cpu, cuda or cuda:N: where the models train (cuda: opened at run time)")
+      ->capture_default_str();
+  app.add_option("--dtype", device.dtype, "Compute dtype on cuda: bf16 or f32 (master weights, gradients and AdamW are fp32)")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
+  app.add_flag("--checkpointing", device.checkpointing, "cuda: recompute each layer in the backward instead of keeping its activations");
   app.add_option("--config", config_path, "YAML coefficients (ppo-step config prints every key and default)");
   app.add_option("--reward-field", fields.reward_pointer, "JSON pointer of the reward (default /reward if a number, else /reward/value)");
   app.add_option("--group-field", fields.group_pointer, "JSON pointer of the group key (GRPO)")->capture_default_str();
@@ -109,6 +116,7 @@ int main(int argc, char** argv) {
     if (paths.mode.empty()) throw ca::UsageError("give --mode ppo|rft|value-pretrain, or a subcommand (advantages, sample, init, config)");
     ca::ppo::TrainConfig config;
     if (!config_path.empty()) config.apply_yaml(ca::read_file(config_path), config_path);
+    ca::ppo::Trainer trainer(config, paths, seed, device);  // a bad --device fails before the input is read
     std::vector<ca::ppo::Trajectory> batch;
     int64_t bad = 0, read = 0;
     ca::RecordReader reader(opt.input);
@@ -125,7 +133,6 @@ int main(int argc, char** argv) {
       }
     }
     auto store = ca::open_store_for(opt);
-    ca::ppo::Trainer trainer(config, paths, seed);
     ca::Record metrics;
     try {
       metrics = trainer.run(batch, bad);

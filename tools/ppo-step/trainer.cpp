@@ -7,7 +7,6 @@
 #include <cmath>
 #include <filesystem>
 #include <numeric>
-#include <optional>
 #include <random>
 
 #include "libcommon/errors.hpp"
@@ -24,6 +23,13 @@ namespace fs = std::filesystem;
 namespace {
 // Inputs to the model: every token but the last; position t - 1 scores token t.
 std::vector<int> model_inputs(const Trajectory& tr) { return {tr.tokens.begin(), tr.tokens.end() - 1}; }
+// What position t - 1 scores: the response token t (only the trained ones when `trained_only`), else -1.
+std::vector<int> model_targets(const Trajectory& tr, bool trained_only) {
+  std::vector<int> targets(tr.tokens.size() - 1, -1);
+  for (std::size_t t = std::size_t(tr.response_start); t < tr.tokens.size(); ++t)
+    if (!trained_only || tr.mask[t] != 0) targets[t - 1] = tr.tokens[t];
+  return targets;
+}
 
 std::string optimizer_path(const std::string& ckpt) {
   return ckpt.empty() ? std::string() : ckpt + "/trainer_state/optimizer.safetensors";
@@ -67,28 +73,23 @@ struct Trainer::UpdateStats {
   int64_t actor_steps = 0, critic_steps = 0, trained_tokens = 0;
 };
 
-TokenStats score_policy(const nn::Model<float>& model, const Trajectory& tr, double temperature) {
+TokenStats score_policy(TrainModel& model, const Trajectory& tr, double temperature) {
   TokenStats s;
   const std::size_t n = tr.tokens.size();
+  auto scores = model.score(model_inputs(tr), model_targets(tr, false), temperature);
   s.logprobs.assign(n, NAN);
   s.entropies.assign(n, NAN);
-  nn::Activations<float> acts;
-  model.forward(model_inputs(tr), acts);
-  const int V = model.config().vocab_size;
   for (std::size_t t = std::size_t(tr.response_start); t < n; ++t) {
-    float lp, ent;
-    nn::token_logprob_entropy(acts.logits.data() + (t - 1) * V, V, tr.tokens[t], temperature, lp, ent);
-    s.logprobs[t] = lp;
-    s.entropies[t] = ent;
+    s.logprobs[t] = scores.logprob[t - 1];
+    s.entropies[t] = scores.entropy[t - 1];
   }
   return s;
 }
 
-std::vector<double> score_critic(const nn::Model<float>& critic, const Trajectory& tr) {
+std::vector<double> score_critic(TrainModel& critic, const Trajectory& tr) {
   std::vector<double> v(tr.tokens.size(), 0.0);
-  nn::Activations<float> acts;
-  critic.forward(model_inputs(tr), acts);
-  for (std::size_t t = 1; t < tr.tokens.size(); ++t) v[t] = acts.values[t - 1];
+  auto values = critic.values(model_inputs(tr));
+  for (std::size_t t = 1; t < tr.tokens.size(); ++t) v[t] = values[t - 1];
   return v;
 }
 
@@ -102,8 +103,8 @@ void copy_checkpoint_extras(const std::string& from, const std::string& to) {
   }
 }
 
-Trainer::Trainer(const TrainConfig& config, StepPaths paths, uint64_t seed)
-    : config_(config), paths_(std::move(paths)), seed_(seed), shuffle_state_(seed) {}
+Trainer::Trainer(const TrainConfig& config, StepPaths paths, uint64_t seed, DeviceOptions device)
+    : config_(config), paths_(std::move(paths)), seed_(seed), shuffle_state_(seed), backend_(std::move(device)) {}
 
 std::vector<std::vector<std::size_t>> Trainer::mini_batches(std::size_t n, int size) {
   std::vector<std::size_t> order(n);
@@ -116,13 +117,11 @@ std::vector<std::vector<std::size_t>> Trainer::mini_batches(std::size_t n, int s
   return out;
 }
 
-void Trainer::update_actor(nn::Model<float>& policy, const std::vector<Trajectory>& batch,
+void Trainer::update_actor(TrainModel& policy, const std::vector<Trajectory>& batch,
                            const std::vector<std::vector<double>>& old_lp, const std::vector<std::vector<double>>& ref_lp,
                            const std::vector<std::vector<double>>& adv, const ModelTrainConfig& mc, bool sft,
                            const std::string& state_in, const std::string& state_out, UpdateStats& st) {
-  nn::AdamW opt;
-  if (opt.load(optimizer_path(state_in), policy.num_parameters())) log::verbose("actor optimizer state from ", state_in);
-  const int V = policy.config().vocab_size;
+  if (policy.load_optimizer(optimizer_path(state_in))) log::verbose("actor optimizer state from ", state_in);
   const bool kl_loss = !sft && config_.kl.as_loss;
   for (int epoch = 0; epoch < mc.epochs; ++epoch)
     for (auto& mb : mini_batches(batch.size(), mc.mini_batch_size)) {
@@ -133,15 +132,12 @@ void Trainer::update_actor(nn::Model<float>& policy, const std::vector<Trajector
       Mean pg, kl, ent, high, low, dual, akl, nll;
       for (auto i : mb) {
         const Trajectory& tr = batch[i];
-        nn::Activations<float> acts;
-        policy.forward(model_inputs(tr), acts);
-        std::vector<float> dlogits(acts.logits.size(), 0.0f);
+        const std::vector<int> targets = model_targets(tr, true);
+        const auto scores = policy.score(model_inputs(tr), targets, config_.temperature);
+        std::vector<float> c_lp_of(targets.size(), 0.0f), c_ent_of(targets.size(), 0.0f);
         for (std::size_t t = std::size_t(tr.response_start); t < tr.tokens.size(); ++t) {
           if (tr.mask[t] == 0) continue;
-          const float* row = acts.logits.data() + (t - 1) * V;
-          float lp_f, ent_f;
-          nn::token_logprob_entropy(row, V, tr.tokens[t], config_.temperature, lp_f, ent_f);
-          const double lp = lp_f, h = ent_f;
+          const double lp = scores.logprob[t - 1], h = scores.entropy[t - 1];
           double c_lp = 0, c_ent = 0;
           if (sft) {
             nll.add(-lp);
@@ -162,18 +158,18 @@ void Trainer::update_actor(nn::Model<float>& policy, const std::vector<Trajector
             c_ent = -config_.entropy_coeff / n_tokens;
           }
           ent.add(h);
-          nn::token_head_backward(row, V, tr.tokens[t], config_.temperature, float(c_lp), float(c_ent),
-                                  dlogits.data() + (t - 1) * V);
+          c_lp_of[t - 1] = float(c_lp);
+          c_ent_of[t - 1] = float(c_ent);
         }
-        policy.backward(acts, dlogits);
+        policy.backward_scores(c_lp_of, c_ent_of);
         st.trained_tokens += int64_t(tr.tokens.size() - 1);
       }
-      double norm = nn::clip_grad_norm(policy.grads, mc.grad_clip);
+      double norm = policy.clip_grad_norm(mc.grad_clip);
       if (!std::isfinite(norm)) {
         log::warn("actor gradient norm is not finite: update skipped");
         continue;
       }
-      opt.step(policy.weights, policy.grads, mc.adamw);
+      policy.adamw_step(mc.adamw);
       ++st.actor_steps;
       st.actor_grad_norm.add(norm);
       st.entropy.add(ent.sum / double(std::max<int64_t>(1, ent.n)));
@@ -188,15 +184,14 @@ void Trainer::update_actor(nn::Model<float>& policy, const std::vector<Trajector
         if (kl_loss) st.kl_loss.add(kl.sum / double(kl.n));
       }
     }
-  opt.save(optimizer_path(state_out));
+  policy.save_optimizer(optimizer_path(state_out));
 }
 
-void Trainer::update_critic(nn::Model<float>& critic, const std::vector<Trajectory>& batch,
+void Trainer::update_critic(TrainModel& critic, const std::vector<Trajectory>& batch,
                             const std::vector<std::vector<double>>& old_values,
                             const std::vector<std::vector<double>>& returns, const std::string& state_in,
                             const std::string& state_out, UpdateStats& st) {
-  nn::AdamW opt;
-  if (opt.load(optimizer_path(state_in), critic.num_parameters())) log::verbose("critic optimizer state from ", state_in);
+  if (critic.load_optimizer(optimizer_path(state_in))) log::verbose("critic optimizer state from ", state_in);
   const ModelTrainConfig& mc = config_.critic;
   for (int epoch = 0; epoch < mc.epochs; ++epoch)
     for (auto& mb : mini_batches(batch.size(), mc.mini_batch_size)) {
@@ -207,25 +202,24 @@ void Trainer::update_critic(nn::Model<float>& critic, const std::vector<Trajecto
       Mean loss, clipped;
       for (auto i : mb) {
         const Trajectory& tr = batch[i];
-        nn::Activations<float> acts;
-        critic.forward(model_inputs(tr), acts);
-        std::vector<float> dvalues(acts.values.size(), 0.0f);
+        const auto values = critic.values(model_inputs(tr));
+        std::vector<float> dvalues(values.size(), 0.0f);
         for (std::size_t t = std::size_t(tr.response_start); t < tr.tokens.size(); ++t) {
           if (tr.mask[t] == 0) continue;
-          auto vl = value_token_loss(acts.values[t - 1], old_values[i][t], returns[i][t], config_.cliprange_value);
+          auto vl = value_token_loss(values[t - 1], old_values[i][t], returns[i][t], config_.cliprange_value);
           loss.add(vl.loss);
           clipped.add(vl.clipped);
           dvalues[t - 1] = float(vl.dloss_dv / n_tokens);
         }
-        critic.backward(acts, dvalues);
+        critic.backward_values(dvalues);
         st.trained_tokens += int64_t(tr.tokens.size() - 1);
       }
-      double norm = nn::clip_grad_norm(critic.grads, mc.grad_clip);
+      double norm = critic.clip_grad_norm(mc.grad_clip);
       if (!std::isfinite(norm)) {
         log::warn("critic gradient norm is not finite: update skipped");
         continue;
       }
-      opt.step(critic.weights, critic.grads, mc.adamw);
+      critic.adamw_step(mc.adamw);
       ++st.critic_steps;
       const double mean_loss = loss.sum / double(loss.n);
       if (std::isnan(st.vf_loss_first)) st.vf_loss_first = mean_loss;
@@ -234,7 +228,7 @@ void Trainer::update_critic(nn::Model<float>& critic, const std::vector<Trajecto
       st.vf_clipfrac.add(clipped.sum / double(clipped.n));
       st.critic_grad_norm.add(norm);
     }
-  opt.save(optimizer_path(state_out));
+  critic.save_optimizer(optimizer_path(state_out));
 }
 
 Record Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
@@ -270,10 +264,10 @@ Record Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
   const std::string step_source = use_actor ? paths_.policy : critic_in;
   const int64_t step = read_step(step_source) + 1;
 
-  std::optional<nn::Model<float>> policy, critic, ref;
-  if (use_actor) policy = nn::load_model<float>(paths_.policy);
-  if (use_critic) critic = nn::load_model<float>(critic_in, /*as_critic=*/true);
-  if (need_ref) ref = nn::load_model<float>(paths_.ref);
+  std::unique_ptr<TrainModel> policy, critic, ref;
+  if (use_actor) policy = backend_.load(paths_.policy);
+  if (use_critic) critic = backend_.load(critic_in, /*as_critic=*/true);
+  if (need_ref) ref = backend_.load(paths_.ref);
   const auto t_loaded = std::chrono::steady_clock::now();
 
   // Score the batch with the models as they are (old logprobs, values, reference logprobs).
@@ -308,6 +302,7 @@ Record Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
       for (std::size_t t = s0; t < n; ++t)
         if (tr.mask[t] > 0) s.token_rewards[t - s0] -= config_.kl.coef * kl_estimate(old_lp[i][t], ref_lp[i][t], config_.kl.kind);
   }
+  ref.reset();  // scored: its memory goes back before the updates
   if (recomputed) log::info("old logprobs recomputed with the policy for ", recomputed, " of ", B, " trajectories");
 
   UpdateStats st;
@@ -335,12 +330,12 @@ Record Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
   const auto t_trained = std::chrono::steady_clock::now();
 
   if (policy) {
-    nn::save_model(*policy, paths_.out);
+    policy->save(paths_.out);
     copy_checkpoint_extras(paths_.policy, paths_.out);
     write_state(paths_.out, step, mode);
   }
   if (critic) {
-    nn::save_model(*critic, critic_out);
+    critic->save(critic_out);
     write_state(critic_out, step, mode);
   }
 
@@ -407,6 +402,7 @@ Record Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
   metrics["trained_tokens"] = st.trained_tokens;
   metrics["tokens_per_s"] = compute_s > 0 ? double(st.trained_tokens) / compute_s : 0.0;
   metrics["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  metrics["device"] = backend_.describe();
   metrics["config"] = config_.to_json();
   return metrics;
 }

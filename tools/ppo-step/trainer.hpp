@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "libcommon/jsonl.hpp"
-#include "libcommon/nn/model.hpp"
+#include "tools/ppo-step/backend.hpp"
 #include "tools/ppo-step/config.hpp"
 #include "tools/ppo-step/records.hpp"
 
@@ -27,24 +27,24 @@ struct TokenStats {
   std::vector<double> logprobs, entropies, values;
 };
 
-// Logprobs and entropies of every token under `model` (temperature as configured).
-TokenStats score_policy(const nn::Model<float>& model, const Trajectory& tr, double temperature);
+// Logprobs and entropies of every response token under `model` (temperature as configured).
+TokenStats score_policy(TrainModel& model, const Trajectory& tr, double temperature);
 // Values of every token's state (the critic's output at the previous position).
-std::vector<double> score_critic(const nn::Model<float>& critic, const Trajectory& tr);
+std::vector<double> score_critic(TrainModel& critic, const Trajectory& tr);
 
 class Trainer {
  public:
-  Trainer(const TrainConfig& config, StepPaths paths, uint64_t seed);
+  Trainer(const TrainConfig& config, StepPaths paths, uint64_t seed, DeviceOptions device = {});
   // Runs the step; `skipped` counts records dropped before (bad or filtered) for the metrics.
   Record run(std::vector<Trajectory>& batch, int64_t skipped);
 
  private:
   struct UpdateStats;
-  void update_actor(nn::Model<float>& policy, const std::vector<Trajectory>& batch,
+  void update_actor(TrainModel& policy, const std::vector<Trajectory>& batch,
                     const std::vector<std::vector<double>>& old_lp, const std::vector<std::vector<double>>& ref_lp,
                     const std::vector<std::vector<double>>& adv, const ModelTrainConfig& mc, bool sft,
                     const std::string& state_in, const std::string& state_out, UpdateStats& stats);
-  void update_critic(nn::Model<float>& critic, const std::vector<Trajectory>& batch,
+  void update_critic(TrainModel& critic, const std::vector<Trajectory>& batch,
                      const std::vector<std::vector<double>>& old_values, const std::vector<std::vector<double>>& returns,
                      const std::string& state_in, const std::string& state_out, UpdateStats& stats);
   std::vector<std::vector<std::size_t>> mini_batches(std::size_t n, int size);
@@ -53,6 +53,7 @@ class Trainer {
   StepPaths paths_;
   uint64_t seed_;
   uint64_t shuffle_state_;
+  Backend backend_;
 };
 
 // Copies the files of a checkpoint folder that are not weights or config (tokenizer, generation

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# ppo-step --device cuda against the CPU trainer (the reference), on a device (label gpu):
+#  1. one PPO step (GAE with a critic, KL loss against a reference, entropy bonus) on the same
+#     episodes: every loss, KL, entropy and gradient norm, and each model's weight update, agree
+#     with the CPU's within 1e-3 in fp32 and 6e-2 in bf16 (AdamW eps is set large so the update is
+#     proportional to the gradient: the comparison sees the gradients, not their signs);
+#  2. activation checkpointing gives the same step as keeping the activations;
+#  3. the optimizer state crosses devices: a CPU step continues a GPU step and agrees with a GPU one;
+#  4. learning: rft on the GPU lowers the NLL over three chained steps, and the toy RL task of
+#     toy_rl.sh, trained on the GPU in bf16, raises its reward as on the CPU;
+#  5. a GPU that is not there is an environment error (exit 3) naming it.
+source "$(dirname "$0")/lib.sh"
+cd "$tmp"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+CMP="$PY $HERE/compare_steps.py"
+
+$PPO init --model-config "$HERE/gpu_model.json" --out policy --seed 3 -q
+$PPO init --model-config "$HERE/gpu_model.json" --out critic --critic --seed 4 -q
+$PPO init --model-config "$HERE/gpu_model.json" --out ref --seed 5 --std 0.025 -q
+$PY "$HERE/gpu_episodes.py" 96 7 8 > episodes.jsonl
+cat > step.yaml <<'YEOF'
+algorithm:
+  kl_loss: true
+  kl_coef: 0.1
+actor:
+  lr: 1.0
+  eps: 1.0
+  weight_decay: 0.0
+  grad_clip: 0.0
+  entropy_coeff: 0.01
+critic:
+  lr: 1.0
+  eps: 1.0
+  weight_decay: 0.0
+  grad_clip: 0.0
+YEOF
+step() {  # name, extra args...
+  local name=$1; shift
+  $PPO --mode ppo --policy policy --critic critic --ref ref --out "$name" --config step.yaml --seed 1 --no-store -q "$@" \
+    < episodes.jsonl > "$name.jsonl" || fail "ppo-step $* (exit $?)"
+}
+step cpu
+step f32 --device cuda --dtype f32
+step bf16 --device cuda --dtype bf16
+step bf16ck --device cuda --dtype bf16 --checkpointing
+validate ppo-metrics bf16.jsonl
+$PY -c 'import json,sys; d=json.load(open(sys.argv[1]))["device"]; print("device:", d); assert d["device"]=="cuda:0" and d["dtype"]=="bf16" and d["peak_bytes"]>0' bf16.jsonl
+echo "== cuda f32 vs cpu"
+$CMP 1e-3 cpu.jsonl f32.jsonl policy cpu f32 critic cpu/critic f32/critic || fail "fp32 step differs from the CPU's"
+echo "== cuda bf16 vs cpu"
+$CMP 6e-2 cpu.jsonl bf16.jsonl policy cpu bf16 critic cpu/critic bf16/critic || fail "bf16 step differs from the CPU's"
+echo "== bf16 with activation checkpointing vs without"
+$CMP 1e-5 bf16.jsonl bf16ck.jsonl policy bf16 bf16ck critic bf16/critic bf16ck/critic || fail "checkpointing changes the step"
+
+# A second step from the fp32 GPU checkpoint, once on each device: the AdamW state written by the GPU
+# is read by the CPU (and the step counter goes on).
+for dev in cpu cuda; do
+  $PPO --mode ppo --policy f32 --critic f32/critic --ref ref --out "two_$dev" --config step.yaml --seed 1 --no-store -q \
+    --device $dev --dtype f32 < episodes.jsonl > "two_$dev.jsonl" || fail "second step on $dev"
+done
+echo "== second step: cpu vs cuda, from the GPU's checkpoint and optimizer state"
+$CMP 1e-3 two_cpu.jsonl two_cuda.jsonl f32 two_cpu two_cuda || fail "the second step differs between devices"
+$PY -c 'import json,sys; assert json.load(open(sys.argv[1]))["step"] == 2' two_cpu.jsonl || fail "step counter"
+
+# rft on the GPU learns.
+printf 'rft:\n  lr: 1.0e-3\n  min_reward: 0.5\n  require_clean_tool_use: false\n' > rft.yaml
+for i in 1 2 3; do
+  prev=$([ $i = 1 ] && echo policy || echo rft$((i - 1)))
+  $PPO --mode rft --policy $prev --out rft$i --config rft.yaml --device cuda --no-store -q < episodes.jsonl >> rft.jsonl
+done
+$PY - rft.jsonl <<'PYEOF'
+import json, sys
+s = [json.loads(l)["losses"]["sft_loss"] for l in open(sys.argv[1])]
+print("rft on cuda: sft_loss by step", " ".join("%.4f" % x for x in s))
+assert s[2] < s[0] - 0.05, "rft on the GPU did not lower the NLL"
+PYEOF
+
+# The toy RL task, trained on the GPU (a head size the CUDA attention has: 16).
+printf '%s\n' '{"model_type": "qwen2", "vocab_size": 8, "hidden_size": 32, "intermediate_size": 64,' \
+  '"num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 32,' \
+  '"rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": false}' > toy16.json
+TOY_MODEL=$tmp/toy16.json TOY_TRAIN_ARGS="--device cuda --dtype bf16" bash "$HERE/toy_rl.sh" || fail "toy RL on the GPU"
+
+set +e
+$PPO --mode rft --policy policy --out nowhere --device cuda:63 --no-store -q < episodes.jsonl > /dev/null 2> err
+rc=$?
+set -e
+[ $rc = 3 ] || fail "a missing GPU gave exit $rc, want 3"
+cat err
+echo "ppo-step on cuda: ok"

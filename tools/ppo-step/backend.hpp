@@ -1,0 +1,70 @@
+// Where ppo-step's models live: the CPU (nn::Model<float>, the reference every CUDA op is tested
+// against) or a GPU (nn_cuda::CudaModel: bf16 or fp32 compute, fp32 master weights, gradients and
+// AdamW moments). The trainer sees one interface, so both run the same loss code and differ only in
+// the model's arithmetic.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "libcommon/jsonl.hpp"
+#include "libcommon/nn/model.hpp"
+#include "libcommon/nn/optim.hpp"
+
+namespace ca::nn_cuda {
+class Gpu;
+}
+
+namespace ca::ppo {
+
+struct DeviceOptions {
+  std::string device = "cpu";  // cpu | cuda | cuda:N
+  std::string dtype = "bf16";  // compute dtype on cuda: bf16 | f32 (the CPU is always fp32)
+  bool checkpointing = false;  // cuda: keep each layer's input only and recompute the layer in the backward
+};
+
+// A model being trained or scored, on one sequence at a time. Positions p = 0..T-1 of `inputs`;
+// targets[p] < 0 leaves position p out (its logprob and entropy are NaN, its gradient zero).
+class TrainModel {
+ public:
+  virtual ~TrainModel() = default;
+  virtual const nn::Config& config() const = 0;
+  virtual std::size_t num_parameters() const = 0;
+
+  struct Scores {
+    std::vector<double> logprob, entropy;  // of targets[p] under logits[p] / temperature
+  };
+  // Forward, then the per-position logprob and entropy (a policy).
+  virtual Scores score(const std::vector<int>& inputs, const std::vector<int>& targets, double temperature) = 0;
+  // Forward, then the value of every position (a critic).
+  virtual std::vector<double> values(const std::vector<int>& inputs) = 0;
+  // Adds the gradient of sum_p c_lp[p] * logprob[p] + c_ent[p] * entropy[p] (after score()).
+  virtual void backward_scores(const std::vector<float>& c_lp, const std::vector<float>& c_ent) = 0;
+  // Adds the gradient of sum_p dvalues[p] * value[p] (after values()).
+  virtual void backward_values(const std::vector<float>& dvalues) = 0;
+
+  virtual void zero_grad() = 0;
+  virtual double clip_grad_norm(double max_norm) = 0;  // the norm before clipping
+  virtual void adamw_step(const nn::AdamWConfig& config) = 0;
+  virtual bool load_optimizer(const std::string& path) = 0;  // false when there is no state yet
+  virtual void save_optimizer(const std::string& path) = 0;
+  virtual void save(const std::string& dir) = 0;  // weights and config.json (HF layout)
+};
+
+// Opens the device on the first load (so usage errors come first; no GPU: EnvironmentError, exit 3).
+class Backend {
+ public:
+  explicit Backend(DeviceOptions options);
+  ~Backend();
+  std::unique_ptr<TrainModel> load(const std::string& dir, bool as_critic = false);
+  // For the metrics: {"device": "cuda:0", "name": "NVIDIA H200", "dtype": "bf16", "peak_bytes": ...}.
+  Json describe() const;
+
+ private:
+  DeviceOptions options_;
+  bool cuda_ = false;
+  int ordinal_ = 0;
+  std::unique_ptr<nn_cuda::Gpu> gpu_;
+};
+
+}  // namespace ca::ppo
