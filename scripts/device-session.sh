@@ -4,9 +4,11 @@
 # time limit, within a total budget, and put every log into one archive (device runners often
 # return only a few files).
 #   OUT=/results BUDGET_S=560 bash scripts/device-session.sh gpu-tests nn-bench filter-throughput
-# Parts: gpu-tests (ctest -L gpu, the 50-task filter test excluded: filter-throughput measures it),
+# Parts: gpu-tests (ctest -L gpu, the 50-task filter test excluded: filter-throughput measures it;
+# GPU_TESTS=REGEX runs only the tests it matches),
 # nn-tests (the native transformer's ops, model and Hugging Face parity), nn-bench (its benchmark
-# against PyTorch, with the per-kernel profile), filter-throughput (bench/ops_synth, -j 16 on cuda:0
+# against PyTorch, with the per-kernel profile), ppo-bench (bench/ppo_step: ppo-step's own tokens/s
+# on the ~100M config), filter-throughput (bench/ops_synth, -j 16 on cuda:0
 # for what time is left). The archive is $OUT/results.tgz; a summary is printed.
 set -u
 cd "$(dirname "$0")/.."
@@ -24,19 +26,24 @@ for part in "$@"; do
   echo "== $part ($l s left)"
   case $part in
     gpu-tests)
-      timeout "$l" ctest --test-dir build -L gpu -E ops_synth_filter_gpu --output-on-failure > "$R/gpu-tests.log" 2>&1
+      timeout "$l" ctest --test-dir build -L gpu -E ops_synth_filter_gpu ${GPU_TESTS:+-R "$GPU_TESTS"} --output-on-failure \
+        > "$R/gpu-tests.log" 2>&1
       echo "rc=$?"; grep -E "tests passed|Failed|Passed" "$R/gpu-tests.log" | tail -20 ;;
     nn-tests)
       BIN=build/bin OUT=$R/nn bash tests/nn_cuda/run_device.sh ops model hf 2>&1 | grep -E "^==|SUCCESS|FAIL|hf_parity" ;;
     nn-bench)
       BIN=build/bin OUT=$R/nn bash tests/nn_cuda/run_device.sh bench profile 2>&1 | grep -E "^==|tokens_per_s" | cut -c1-300
       grep -A12 "nn_cuda profile" "$R/nn/profile_native.log" 2>/dev/null | head -30 ;;
+    ppo-bench)
+      timeout "$l" env BIN=build/bin OUT="$R/ppo" bash bench/ppo_step/throughput.sh > "$R/ppo-bench.log" 2>&1
+      echo "rc=$?"; grep '^{' "$R/ppo-bench.log"; tail -3 "$R/ppo-bench.log" | grep -v '^{'
+      rm -rf "$R/ppo/policy" "$R/ppo/critic" "$R"/ppo/ep_* ;;
     filter-throughput)
       s=$(( $(left) - 20 ))
       BIN=build/bin JOBS=${JOBS:-16} DEVICES=${DEVICES:-cuda:0} SECONDS_MAX=$s N=${N:-4000} \
         bash bench/ops_synth/filter_throughput.sh "$R/filter"
       rm -f "$R/filter/gen.jsonl" ;;
-    *) echo "unknown part $part (gpu-tests nn-tests nn-bench filter-throughput)" ;;
+    *) echo "unknown part $part (gpu-tests nn-tests nn-bench ppo-bench filter-throughput)" ;;
   esac
 done
 tar czf "$OUT/results.tgz" -C "$R" .
