@@ -24,6 +24,11 @@ PY=$(command -v python3)
   # The loaded tasks are judged (no code): gg reuses its compiled module; lr skips compile (time).
   echo "{\"op\":\"filters\",\"task_id\":\"lr\",\"check_compile\":false}"
   echo "{\"op\":\"filters\",\"task_id\":\"gg\",\"check_compile\":true}"
+  # From code, as ops-synth sends them: built on the GPU, and a task whose get_inputs cannot run there.
+  for f in gemm_gelu numpy_inputs; do
+    "$PY" -c 'import json,sys; print(json.dumps({"op": "filters", "code": open(sys.argv[1]).read(),
+      "check_compile": False, "eager_time_range_ms": [0, 1000]}))' "$FX/$f.py"
+  done
 } > "$T/requests.jsonl"
 start=$(date +%s)
 "$P" --device cuda:0 --timeout-ms 300000 < "$T/requests.jsonl" > "$OUTDIR/gpu_answers.jsonl"
@@ -41,7 +46,7 @@ def check(cond, what):
         print("FAIL:", what)
 for a in answers:
     check(a["ok"], "answer not ok: %s" % json.dumps(a)[:600])
-load, e1, e2, c1, c2, tf, bf, lr, inp, ref, f_lr, f_gg = answers
+load, e1, e2, c1, c2, tf, bf, lr, inp, ref, f_lr, f_gg, f_dev, f_np = answers
 for t in (e1, e2, c1, c2, tf, bf):
     check(t["time_us"]["median"] > 0 and t["value_us"] > 0, "time not positive: %s" % t)
     print("%-7s %-4s events median %.1f us (p10 %.1f p90 %.1f), device %s us, n=%d rel_ci=%.4f stop=%s warmup %d calls" % (
@@ -76,6 +81,11 @@ v = f_gg["verdicts"]
 check(f_gg["kept"] is True, "gg kept: %s" % json.dumps(f_gg["verdicts"])[:800])
 check(v["runs_compile"]["pass"] is True, "gg runs_compile: %s" % v["runs_compile"].get("detail"))
 check(v["eager_time_ms"]["value"] and 1 <= v["eager_time_ms"]["value"] <= 100, "gg eager ms")
+for f, name in ((f_dev, "gemm_gelu from code"), (f_np, "numpy_inputs from code")):
+    check(f["kept"] is True, "%s kept: %s" % (name, json.dumps(f["verdicts"])[:800]))
+    check(f["verdicts"]["input_dependent"]["pass"] is True, "%s input_dependent" % name)
+# Built on the GPU, the same task gets the same shapes as when loaded on the CPU side of the worker.
+check([s["shape"] for s in f_dev["load"]["inputs"]] == [s["shape"] for s in load["inputs"]], "gemm_gelu input shapes")
 def read(path):
     data = open(path, "rb").read()
     (n,) = struct.unpack("<Q", data[:8]); h = json.loads(data[8:8 + n])

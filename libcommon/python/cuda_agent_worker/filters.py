@@ -108,7 +108,7 @@ def _run_once(worker, req):
         task, load_err = None, None
         try:
             task = worker.load(str(tid), code, req.get("init_inputs"), int(req.get("init_seed", 0)),
-                               bool(req.get("eval", False)), keep_inputs=True)
+                               bool(req.get("eval", False)), keep_inputs=True, build_on_device=True)
         except TaskError as e:
             load_err = e
     v = {}

@@ -117,12 +117,14 @@ class Worker(object):
             raise UnknownTask("task %s is not loaded in this worker (send 'load' first)" % tid)
         return self.tasks[tid]
 
-    def load(self, task_id, code, init_inputs=None, init_seed=0, eval_mode=False, keep_inputs=False):
+    def load(self, task_id, code, init_inputs=None, init_seed=0, eval_mode=False, keep_inputs=False,
+             build_on_device=False):
         old = self.tasks.pop(task_id, None)
         if old is not None:
             old.drop()
         t = self.tasks_mod.Task(task_id, code, self.device, self.work_dir, init_inputs=init_inputs,
-                                init_seed=init_seed, eval_mode=eval_mode, keep_inputs=keep_inputs)
+                                init_seed=init_seed, eval_mode=eval_mode, keep_inputs=keep_inputs,
+                                build_on_device=build_on_device)
         self.tasks[task_id] = t
         return t
 
