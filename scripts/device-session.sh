@@ -5,7 +5,7 @@
 # return only a few files).
 #   OUT=/results BUDGET_S=560 bash scripts/device-session.sh gpu-tests nn-bench filter-throughput
 # Parts: gpu-tests (ctest -L gpu, the 50-task filter test excluded: filter-throughput measures it;
-# GPU_TESTS=REGEX runs only the tests it matches),
+# GPU_TESTS=REGEX runs only the tests it matches; GPU_TESTS_VERBOSE=1 keeps every test's output),
 # nn-tests (the native transformer's ops, model and Hugging Face parity), nn-bench (its benchmark
 # against PyTorch, with the per-kernel profile), ppo-bench (bench/ppo_step: ppo-step's own tokens/s
 # on the ~100M config), filter-throughput (bench/ops_synth, -j 16 on cuda:0
@@ -26,7 +26,7 @@ for part in "$@"; do
   echo "== $part ($l s left)"
   case $part in
     gpu-tests)
-      timeout "$l" ctest --test-dir build -L gpu -E ops_synth_filter_gpu ${GPU_TESTS:+-R "$GPU_TESTS"} --output-on-failure \
+      timeout "$l" ctest --test-dir build -L gpu -E ops_synth_filter_gpu ${GPU_TESTS:+-R "$GPU_TESTS"} --output-on-failure ${GPU_TESTS_VERBOSE:+-V} \
         > "$R/gpu-tests.log" 2>&1
       echo "rc=$?"; grep -E "tests passed|Failed|Passed" "$R/gpu-tests.log" | tail -20 ;;
     nn-tests)

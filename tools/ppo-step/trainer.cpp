@@ -120,7 +120,7 @@ std::vector<std::vector<std::size_t>> Trainer::mini_batches(std::size_t n, int s
 void Trainer::update_actor(TrainModel& policy, const std::vector<Trajectory>& batch,
                            const std::vector<std::vector<double>>& old_lp, const std::vector<std::vector<double>>& ref_lp,
                            const std::vector<std::vector<double>>& adv, const ModelTrainConfig& mc, bool sft,
-                           const std::string& state_in, const std::string& state_out, UpdateStats& st) {
+                           const std::string& state_in, UpdateStats& st) {
   if (policy.load_optimizer(optimizer_path(state_in))) log::verbose("actor optimizer state from ", state_in);
   const bool kl_loss = !sft && config_.kl.as_loss;
   for (int epoch = 0; epoch < mc.epochs; ++epoch)
@@ -184,13 +184,12 @@ void Trainer::update_actor(TrainModel& policy, const std::vector<Trajectory>& ba
         if (kl_loss) st.kl_loss.add(kl.sum / double(kl.n));
       }
     }
-  policy.save_optimizer(optimizer_path(state_out));
 }
 
 void Trainer::update_critic(TrainModel& critic, const std::vector<Trajectory>& batch,
                             const std::vector<std::vector<double>>& old_values,
                             const std::vector<std::vector<double>>& returns, const std::string& state_in,
-                            const std::string& state_out, UpdateStats& st) {
+                            UpdateStats& st) {
   if (critic.load_optimizer(optimizer_path(state_in))) log::verbose("critic optimizer state from ", state_in);
   const ModelTrainConfig& mc = config_.critic;
   for (int epoch = 0; epoch < mc.epochs; ++epoch)
@@ -228,7 +227,6 @@ void Trainer::update_critic(TrainModel& critic, const std::vector<Trajectory>& b
       st.vf_clipfrac.add(clipped.sum / double(clipped.n));
       st.critic_grad_norm.add(norm);
     }
-  critic.save_optimizer(optimizer_path(state_out));
 }
 
 Record Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
@@ -324,17 +322,20 @@ Record Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
 
   // A critic started from a causal LM has no optimizer state of its own yet.
   const bool critic_has_state = use_critic && is_critic_checkpoint(critic_in);
-  if (use_critic) update_critic(*critic, batch, values, returns, critic_has_state ? critic_in : "", critic_out, st);
-  if (mode == "ppo") update_actor(*policy, batch, old_lp, ref_lp, adv, config_.actor, false, paths_.policy, paths_.out, st);
-  if (mode == "rft") update_actor(*policy, batch, old_lp, ref_lp, adv, config_.rft, true, paths_.policy, paths_.out, st);
+  if (use_critic) update_critic(*critic, batch, values, returns, critic_has_state ? critic_in : "", st);
+  if (mode == "ppo") update_actor(*policy, batch, old_lp, ref_lp, adv, config_.actor, false, paths_.policy, st);
+  if (mode == "rft") update_actor(*policy, batch, old_lp, ref_lp, adv, config_.rft, true, paths_.policy, st);
   const auto t_trained = std::chrono::steady_clock::now();
 
+  // Checkpoints: weights, optimizer moments and the step counter (outside the timed part).
   if (policy) {
+    policy->save_optimizer(optimizer_path(paths_.out));
     policy->save(paths_.out);
     copy_checkpoint_extras(paths_.policy, paths_.out);
     write_state(paths_.out, step, mode);
   }
   if (critic) {
+    critic->save_optimizer(optimizer_path(critic_out));
     critic->save(critic_out);
     write_state(critic_out, step, mode);
   }

@@ -43,10 +43,10 @@ class Trainer {
   void update_actor(TrainModel& policy, const std::vector<Trajectory>& batch,
                     const std::vector<std::vector<double>>& old_lp, const std::vector<std::vector<double>>& ref_lp,
                     const std::vector<std::vector<double>>& adv, const ModelTrainConfig& mc, bool sft,
-                    const std::string& state_in, const std::string& state_out, UpdateStats& stats);
+                    const std::string& state_in, UpdateStats& stats);
   void update_critic(TrainModel& critic, const std::vector<Trajectory>& batch,
                      const std::vector<std::vector<double>>& old_values, const std::vector<std::vector<double>>& returns,
-                     const std::string& state_in, const std::string& state_out, UpdateStats& stats);
+                     const std::string& state_in, UpdateStats& stats);
   std::vector<std::vector<std::size_t>> mini_batches(std::size_t n, int size);
 
   TrainConfig config_;
