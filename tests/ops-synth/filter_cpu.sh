@@ -48,6 +48,38 @@ echo "$rows" | grep -q '"n":7' || fail "a resumed run must not add filter rows: 
   -i "$T/planted.jsonl" > /dev/null 2> "$T/err_r2" || fail "filter --resume --max-ms: $(tail -5 "$T/err_r2")"
 grep -q "verdicts reused" "$T/err_r2" && fail "other options must be judged again: $(tail -2 "$T/err_r2")"
 
+# GPU memory taken by other workers (simulated: forward raises torch's message for the first calls):
+# the worker retries once, then ops-synth waits and asks again; a task that always fails so is
+# dropped as gpu_memory, not blamed for runs_eager.
+"$PY" - "$T" > "$T/oom.jsonl" <<'PY'
+import json, sys
+for name, limit in (("oom_twice", 2), ("oom_always", 1000)):
+    count = "%s/%s.count" % (sys.argv[1], name)
+    code = ("import os\nimport torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        n = int(open(%r).read()) if os.path.exists(%r) else 0\n"
+            "        open(%r, 'w').write(str(n + 1))\n"
+            "        if n < %d:\n"
+            "            raise RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB (simulated)')\n"
+            "        return x * 2.0\n\n\n"
+            "def get_inputs():\n    return [torch.randn(4, 8)]\n\n\ndef get_init_inputs():\n    return []\n"
+            % (count, count, count, limit))
+    print(json.dumps({"task_id": name, "code": code}))
+PY
+"$OS" filter --device cpu --no-store --keep-rejected --memory-wait 0.1 --memory-retries 2 -i "$T/oom.jsonl" \
+  > "$T/oom_out.jsonl" 2> "$T/err_oom" || fail "filter (gpu memory): $(tail -3 "$T/err_oom")"
+python3 - "$T/oom_out.jsonl" "$T" <<'PY' || fail "verdicts lost to GPU memory"
+import json, sys
+a, b = [json.loads(l)["filter"] for l in open(sys.argv[1])]
+print("oom_twice: kept %s after %s retries; oom_always: %s after %s" % (a["kept"], a.get("memory_retries"),
+      b["reason"], b.get("memory_retries")))
+assert a["kept"] is True and a["memory_retries"] == 1, a
+assert b["kept"] is False and b["reason"] == "gpu_memory" and b["memory_retries"] == 2, b
+assert "out of memory" in b["verdicts"]["runs_eager"]["detail"], b["verdicts"]["runs_eager"]
+assert int(open(sys.argv[2] + "/oom_always.count").read()) == 6  # 3 requests, each tried twice by the worker
+PY
+grep -q '"gpu_memory":1' "$T/err_oom" || fail "the summary should count gpu_memory: $(tail -1 "$T/err_oom")"
+
 # Generated tiny tasks: most are kept; -j 3 emits in input order; without --keep-rejected only kept.
 "$OS" generate -n 24 --seed 3 --sizes tiny --no-store > "$T/gen.jsonl" 2>/dev/null
 "$OS" filter --device cpu -j 3 --no-store -i "$T/gen.jsonl" > "$T/kept.jsonl" 2> "$T/err2" || fail "filter gen: $(tail -3 "$T/err2")"

@@ -2,9 +2,11 @@
 // task, through N worker clients; kept tasks go on in input order, every drop is counted by reason.
 #include "tools/ops-synth/filter.hpp"
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <thread>
 
 #include "libcommon/errors.hpp"
 #include "libcommon/fields.hpp"
@@ -29,6 +31,11 @@ void FilterOptions::register_with(CLI::App* app) {
   app->add_option("--threshold", threshold, "Drop when the max AST similarity to a problem exceeds this")
       ->capture_default_str();
   app->add_option("--timeout", timeout_s, "Seconds per worker request (a hang is killed)")->capture_default_str();
+  app->add_option("--memory-retries", memory_retries,
+                  "Times a task whose verdict was lost to GPU memory is judged again (then dropped as gpu_memory)")
+      ->capture_default_str();
+  app->add_option("--memory-wait", memory_wait_s, "Seconds before the first of them (doubling each time)")
+      ->capture_default_str();
 }
 
 namespace {
@@ -51,7 +58,17 @@ std::string judge(ca::WorkerClient& worker, ca::Record& rec, const FilterOptions
   ca::Json req = {{"op", "filters"}, {"task_id", task_id}, {"code", code},
                   {"eager_time_range_ms", {opt.min_ms, opt.max_ms}}, {"check_compile", opt.check_compile}};
   if (rec.contains("init_inputs") && rec["init_inputs"].is_array()) req["init_inputs"] = ca::Json::parse(rec["init_inputs"].dump());
-  ca::Json ans = worker.request(req);
+  // Workers sharing a GPU take memory from one another: a verdict lost to it says nothing about the
+  // task, so it is asked again once some of the others have finished theirs.
+  ca::Json ans;
+  int memory_retries = 0;
+  for (double wait = opt.memory_wait_s;; wait *= 2) {
+    ans = worker.request(req);
+    if (!ans.value("lost_to_memory", false) || memory_retries >= opt.memory_retries) break;
+    ++memory_retries;
+    ca::log::verbose(task_id, ": a verdict was lost to GPU memory; asking again in ", wait, " s");
+    std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+  }
   ca::Record section;
   std::string reason;
   if (!ans.value("ok", false)) {
@@ -63,11 +80,13 @@ std::string judge(ca::WorkerClient& worker, ca::Record& rec, const FilterOptions
   } else {
     bool kept = ans.value("kept", false);
     if (!kept) reason = ans["reason"].is_string() ? ans["reason"].get<std::string>() : "rejected";
+    if (!kept && ans.value("lost_to_memory", false)) reason = "gpu_memory";  // after every retry
     section["kept"] = kept;
     section["reason"] = kept ? ca::Record(nullptr) : ca::Record(reason);
     section["verdicts"] = ca::Record::parse(ans["verdicts"].dump());
     section["device"] = ans.value("device", std::string());
     if (ans.contains("seconds")) section["seconds"] = ans["seconds"];  // the worker's time on this task
+    if (memory_retries) section["memory_retries"] = memory_retries;
     section["torch_version"] = ans.value("torch_version", std::string());
     // The worker's specs fill what the task record lacks (imported rows) and add the params.
     if (ans.contains("load") && ans["load"].is_object()) {
@@ -106,11 +125,12 @@ std::string judge(ca::WorkerClient& worker, ca::Record& rec, const FilterOptions
 }
 
 // --resume: the stored verdict for this task when it was made with the same options and the worker
-// answered (a timeout or a dead worker is judged again).
+// answered (a timeout, a dead worker or a verdict lost to GPU memory is judged again).
 std::optional<ca::Record> stored_verdict(ca::Store& store, const std::string& task_id, const FilterOptions& opt) {
   auto prev = store.latest("filter_results", task_id);
   if (!prev || !prev->is_object() || !prev->contains("verdicts") || !prev->contains("options")) return std::nullopt;
   if ((*prev)["options"] != verdict_options(opt)) return std::nullopt;
+  if ((*prev).value("reason", ca::Record()) == "gpu_memory") return std::nullopt;  // the GPU's state, not the task's
   return prev;
 }
 

@@ -18,6 +18,8 @@ struct FilterOptions {
   std::vector<std::string> decontaminate;  // dirs of KernelBench-format .py problems
   double threshold = 0.9;
   double timeout_s = 300;
+  int memory_retries = 4;      // a verdict lost to GPU memory (other workers' share) is asked again
+  double memory_wait_s = 10;   // after this many seconds, doubling each time
   void register_with(CLI::App* app);
 };
 

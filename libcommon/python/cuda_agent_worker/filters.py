@@ -71,7 +71,8 @@ def release_gpu_memory():
 
 def run(worker, req):
     """The filters op. A verdict lost to GPU memory may be the other workers' doing (-j N share a
-    GPU): it is retried once, after releasing this worker's cached memory; a second failure stands."""
+    GPU): it is retried once, after releasing this worker's cached memory; a second failure stands,
+    and the answer says lost_to_memory."""
     started = time.perf_counter()
     for attempt in (1, 2):
         try:
@@ -88,6 +89,8 @@ def run(worker, req):
             break
         release_gpu_memory()
         time.sleep(random.uniform(0.5, 2.0))
+    if lost_to_memory:
+        ans["lost_to_memory"] = True  # the client may try again later, when the GPU has room
     ans["seconds"] = round(time.perf_counter() - started, 3)
     return ans
 
