@@ -77,8 +77,10 @@ for stage in "${stages[@]}"; do
       if ((gpu)); then
         # The published milestone reward: -1 failed, 1 correct, 2 beats eager by >5%, 3 beats both.
         reward-calc -i "$out/profiled.jsonl" -o "$out/rewarded.jsonl"
-        # Training would go on from here:
-        #   ppo-step --mode ppo --policy ckpt/step-0007 --out ckpt/step-0008 < "$out/rewarded.jsonl"
+        # Training goes on from here with episodes that carry token ids (a vLLM server's, or the
+        # native policy's; the replay policy has none):
+        #   ppo-step --mode ppo --policy ckpt/step-0007 --critic ckpt/step-0007/critic \
+        #     --out ckpt/step-0008 --device cuda < "$out/rewarded.jsonl"
       else
         skipped+=("reward: a reward needs a judged and timed candidate (no GPU: not judged)")
       fi
