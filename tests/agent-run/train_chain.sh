@@ -84,12 +84,16 @@ assert m["episodes"] == 2 and m["model_tokens"] > 0
 assert abs(m["approx_kl"]) < 1e-5, "the sampler and the trainer disagree on the logprobs: approx_kl %g" % m["approx_kl"]
 ' "$TMP/native_metrics.jsonl"
 CA_SRC=$CA_SRC "$PY" "$CA_SRC/tests/validate_schema.py" episode "$TMP/native_episodes.jsonl" || fail "native episodes do not validate"
-# --policy-device: a bad value is a usage error; without a GPU, cuda is an environment error before
+# --policy-device: a bad value is a usage error; with a policy other than native: a warning; without
+# a GPU, cuda is an environment error before
 # any episode (nothing written).
 set +e
 "$CA_BIN/agent-run" --policy "native:$TMP/native" --policy-device gpu --no-store --tasks "$TMP/task.jsonl" \
   > "$TMP/o.jsonl" 2> "$TMP/err.txt"; rc=$?
 [ $rc = 1 ] && grep -q "policy-device: expected cpu, cuda or cuda:N, got 'gpu'" "$TMP/err.txt" || fail "--policy-device gpu: rc $rc"
+"$CA_BIN/agent-run" --policy "replay:$TMP/none.jsonl" --policy-device cuda --no-store --tasks "$TMP/task.jsonl" \
+  > /dev/null 2> "$TMP/err.txt"
+grep -q "apply to native: policies only" "$TMP/err.txt" || fail "--policy-device with another policy should be warned about"
 if [ ! -e /dev/nvidiactl ]; then
   "$CA_BIN/agent-run" --policy "native:$TMP/native" --policy-device cuda --no-store --tasks "$TMP/task.jsonl" \
     > "$TMP/o.jsonl" 2> "$TMP/err.txt"; rc=$?

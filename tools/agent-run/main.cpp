@@ -135,6 +135,8 @@ int main(int argc, char** argv) {
     if (std::string why = agent::Sandbox::availability(); !why.empty())
       ca::log::warn("the bash and grep tools will answer with an error: ", why);
 
+    if (policy_spec.rfind("native:", 0) != 0 && (po.device != "cpu" || po.dtype != "bf16"))
+      ca::log::warn("--policy-device and --policy-dtype apply to native: policies only; ignored for ", policy_spec);
     auto policy = agent::make_policy(policy_spec, po);
     const ca::Json policy_description = policy->describe();
     auto store = ca::open_store_for(opt);
