@@ -191,7 +191,7 @@ template <class T> void Model<T>::init_random(uint64_t seed, double std) {
   }
 }
 
-template <class T> void Model<T>::zero_grad() { std::fill(grads.begin(), grads.end(), T(0)); }
+template <class T> void Model<T>::zero_grad() { grads.assign(weights.size(), T(0)); }
 
 // ---------------------------------------------------------------------------------------------
 // Forward and backward over one sequence
@@ -272,6 +272,7 @@ template <class T> void Model<T>::backward(const Activations<T>& a, const std::v
   const int C = config_.hidden_size, F = config_.intermediate_size, V = config_.vocab_size;
   const int H = config_.num_attention_heads, KV = config_.num_key_value_heads, D = config_.head_dim;
   const T* W = weights.data();
+  if (grads.size() != weights.size()) grads.assign(weights.size(), T(0));  // released: start from zero
   T* G = grads.data();
   std::vector<T> dxf(std::size_t(Tn) * C, T(0));
   if (config_.value_head) {

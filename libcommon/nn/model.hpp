@@ -92,6 +92,9 @@ template <class T> class Model {
   // Backward from dL/dlogits [T, V] (policy) or dL/dvalues [T] (critic); adds into `grads`.
   void backward(const Activations<T>& acts, const std::vector<T>& dout);
   void zero_grad();
+  // Frees the gradients of a model that only runs forward (sampling; the host copy of a GPU model):
+  // as many bytes as the weights. zero_grad or backward allocates them again.
+  void release_gradients() { std::vector<T>().swap(grads); }
 
   // Flat parameters and their gradients, in the order of params().
   std::vector<T> weights;

@@ -351,3 +351,26 @@ TEST_CASE("ppo-step's CPU backend: scores and gradients are the model's own, pos
   CHECK(norm > 0);
   fs::remove_all(dir);
 }
+
+TEST_CASE("released gradients come back as zeros: backward after release_gradients equals a fresh model's") {
+  ca::nn::Config c;
+  c.vocab_size = 9, c.hidden_size = 8, c.intermediate_size = 12, c.num_hidden_layers = 1;
+  c.num_attention_heads = 2, c.num_key_value_heads = 1, c.head_dim = 4, c.max_position_embeddings = 16;
+  ca::nn::Model<float> fresh(c);
+  fresh.init_random(3, 0.3);
+  ca::nn::Model<float> released = fresh;
+  released.release_gradients();
+  CHECK(released.grads.empty());
+  const std::vector<int> tokens = {1, 5, 2, 7};
+  ca::nn::Activations<float> acts;
+  fresh.forward(tokens, acts);
+  std::vector<float> dlogits(acts.logits.size());
+  for (std::size_t i = 0; i < dlogits.size(); ++i) dlogits[i] = float(i % 5) - 2.0f;
+  fresh.backward(acts, dlogits);
+  released.backward(acts, dlogits);
+  REQUIRE(released.grads.size() == fresh.grads.size());
+  CHECK(released.grads == fresh.grads);
+  released.release_gradients();
+  released.zero_grad();
+  CHECK(released.grads == std::vector<float>(fresh.grads.size(), 0.0f));
+}

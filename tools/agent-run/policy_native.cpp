@@ -176,8 +176,8 @@ class NativePolicy : public Policy {
       nn_cuda::CudaModelOptions o;
       o.dtype = nn_cuda::parse_dtype(options_.dtype);
       cuda_model_ = std::make_unique<nn_cuda::CudaModel>(*gpu_, model_, o);
-      model_.grads = {};  // the CPU copy is not used for sampling any more
     }
+    model_.release_gradients();  // sampling runs forward only
   }
   ~NativePolicy() override {
     cuda_model_.reset();

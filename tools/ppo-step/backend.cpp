@@ -70,9 +70,7 @@ class GpuModel final : public TrainModel {
  public:
   GpuModel(nn_cuda::Gpu& gpu, nn::Model<float> host, nn_cuda::CudaModelOptions options)
       : host_(std::move(host)), m_(gpu, host_, options) {
-    // The host copy is kept for its layout and to write the checkpoint; its gradients are never used.
-    host_.grads = {};
-    host_.grads.shrink_to_fit();
+    host_.release_gradients();  // the host copy is kept for its layout and to write the checkpoint
   }
   const nn::Config& config() const override { return m_.config(); }
   std::size_t num_parameters() const override { return host_.num_parameters(); }

@@ -47,6 +47,7 @@ int run_advantages(const CommonOptions& options, const AdvantageSettings& settin
 
 Sampler::Sampler(const SampleSettings& settings)
     : settings_(settings), model_(nn::load_model<float>(settings.policy)), rng_(settings.seed) {
+  model_.release_gradients();  // sampling runs forward only
   if (settings_.samples < 1) throw UsageError("-n must be at least 1");
   if (settings_.options.max_new_tokens < 1) throw UsageError("--max-new-tokens must be at least 1");
   if (settings_.options.top_p <= 0 || settings_.options.top_p > 1) throw UsageError("--top-p must be in (0, 1]");

@@ -73,17 +73,12 @@ struct Trainer::UpdateStats {
   int64_t actor_steps = 0, critic_steps = 0, trained_tokens = 0;
 };
 
-TokenStats score_policy(TrainModel& model, const Trajectory& tr, double temperature) {
-  TokenStats s;
+std::vector<double> score_logprobs(TrainModel& model, const Trajectory& tr, double temperature) {
   const std::size_t n = tr.tokens.size();
   auto scores = model.score(model_inputs(tr), model_targets(tr, false), temperature);
-  s.logprobs.assign(n, NAN);
-  s.entropies.assign(n, NAN);
-  for (std::size_t t = std::size_t(tr.response_start); t < n; ++t) {
-    s.logprobs[t] = scores.logprob[t - 1];
-    s.entropies[t] = scores.entropy[t - 1];
-  }
-  return s;
+  std::vector<double> lp(n, NAN);
+  for (std::size_t t = std::size_t(tr.response_start); t < n; ++t) lp[t] = scores.logprob[t - 1];
+  return lp;
 }
 
 std::vector<double> score_critic(TrainModel& critic, const Trajectory& tr) {
@@ -279,12 +274,12 @@ Record Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
     model_tokens += int64_t(tr.model_tokens());
     if (mode == "ppo") {
       if (!tr.has_old_logprobs || config_.recompute_old_logprobs) {
-        old_lp[i] = score_policy(*policy, tr, config_.temperature).logprobs;
+        old_lp[i] = score_logprobs(*policy, tr, config_.temperature);
         ++recomputed;
       } else {
         old_lp[i] = tr.old_logprobs;
       }
-      if (need_ref) ref_lp[i] = score_policy(*ref, tr, config_.temperature).logprobs;
+      if (need_ref) ref_lp[i] = score_logprobs(*ref, tr, config_.temperature);
     }
     if (use_critic) values[i] = score_critic(*critic, tr);
     if (mode == "rft") continue;

@@ -22,13 +22,8 @@ struct StepPaths {
   std::string critic_out;  // --critic-out CKPT (ppo; default OUT/critic)
 };
 
-// The model-side quantities of one trajectory, per token (index t scores tokens[t]; t = 0 unused).
-struct TokenStats {
-  std::vector<double> logprobs, entropies, values;
-};
-
-// Logprobs and entropies of every response token under `model` (temperature as configured).
-TokenStats score_policy(TrainModel& model, const Trajectory& tr, double temperature);
+// Per token t (t < response_start: NaN): the logprob of tokens[t] under `model` at temperature.
+std::vector<double> score_logprobs(TrainModel& model, const Trajectory& tr, double temperature);
 // Values of every token's state (the critic's output at the previous position).
 std::vector<double> score_critic(TrainModel& critic, const Trajectory& tr);
 
