@@ -289,8 +289,7 @@ class Task(object):
 
         def build():
             torch.set_rng_state(cpu_rng)
-            with stage("init"):
-                return self.module.Model(*self.init_inputs)
+            return self.module.Model(*self.init_inputs)
         with stage("init"):
             self.model = self._built(build)
             if not isinstance(self.model, torch.nn.Module):
@@ -344,7 +343,8 @@ class Task(object):
 
     def make_inputs(self, seed, stats=True, on_device=False):
         """Values for a seed and their specs. get_inputs runs where it puts them (the CPU, as a rule),
-        so every device sees the same values. on_device moves them to the task's device first. The
+        so every device sees the same values, unless build_on_device (see __init__). on_device moves
+        them to the task's device first. The
         stats (four passes over what may be gigabytes) are computed on the task's device, and left
         out with stats=False, for draws whose specs nobody reads."""
         made = {}
