@@ -3,8 +3,10 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 
+#include "libcommon/bundle/compile.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
@@ -104,6 +106,8 @@ void report_error(const Error& e) {
 }
 
 int Cli::run(int argc, char** argv, const std::function<int()>& body) {
+  // The confined NVRTC child of compile_bundle() is this program again (libcommon/bundle/compile.hpp).
+  if (argc > 1 && std::strcmp(argv[1], bundle::kCompileChildFlag) == 0) return bundle::compile_child_main();
   // A closed stdout shows up as EPIPE on write (OutputClosed), the same in every tool, instead of
   // SIGPIPE killing some tools and not others (those with worker children ignore it already).
   signal(SIGPIPE, SIG_IGN);

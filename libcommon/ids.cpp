@@ -1,6 +1,8 @@
 // Content ids through OpenSSL's SHA-256 (linked statically).
 #include "libcommon/ids.hpp"
 
+#include <random>
+
 #include <openssl/evp.h>
 
 #include "libcommon/errors.hpp"
@@ -40,6 +42,12 @@ std::string task_id_for(const Record& task) {
 std::string candidate_id_for(const std::string& task_id, const Record& bundle) {
   Json key = {{"task_id", task_id}, {"bundle", Json::parse(bundle.dump())}};
   return content_id(key);
+}
+
+uint64_t unpredictable_seed() {
+  std::random_device rd;
+  const uint64_t hi = rd(), lo = rd();
+  return ((hi << 32) ^ lo) & ((uint64_t(1) << 53) - 1);
 }
 
 }  // namespace ca

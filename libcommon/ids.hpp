@@ -1,5 +1,6 @@
 // Content ids: sha256 over canonical JSON (sorted keys, no spaces), so reruns get the same keys.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -20,5 +21,9 @@ std::string content_id(const Record& value);
 std::string task_id_for(const Record& task);
 // The candidate id: the hash of the bundle (kernels and plan) together with its task id.
 std::string candidate_id_for(const std::string& task_id, const Record& bundle);
+
+// A seed nobody can predict (the OS's entropy), below 2^53 so every JSON reader keeps it exact:
+// what a tool draws when --seed is not given, and records so the run can be reproduced.
+uint64_t unpredictable_seed();
 
 }  // namespace ca

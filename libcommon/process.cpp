@@ -46,7 +46,7 @@ ChildProcess::ChildProcess(const SpawnOptions& options) {
   for (auto& a : options.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) {
+  for (char** e = environ; !options.clear_env && *e; ++e) {
     std::string entry = *e;
     auto eq = entry.find('=');
     if (eq != std::string::npos && options.env_overrides.count(entry.substr(0, eq))) continue;

@@ -14,6 +14,7 @@ namespace ca {
 struct SpawnOptions {
   std::vector<std::string> argv;
   std::map<std::string, std::string> env_overrides;  // added to (or replacing in) the environment
+  bool clear_env = false;                            // start from an empty environment (overrides only)
   std::string working_dir;
   bool capture_stderr = false;  // default: the child's stderr goes to ours
   bool new_process_group = true;

@@ -139,22 +139,27 @@ uint16_t float_to_fp16(float f) {
   return static_cast<uint16_t>(sign | (exp << 10) | mant);
 }
 
+void to_doubles(const Tensor& t, std::size_t begin, std::size_t count, double* out) {
+  const auto* p = t.data.data();
+  const std::string& d = t.dtype;
+  auto convert = [&](auto read) {
+    for (std::size_t i = 0; i < count; ++i) out[i] = read(begin + i);
+  };
+  if (d == "F32") convert([&](std::size_t i) { return double(reinterpret_cast<const float*>(p)[i]); });
+  else if (d == "F64") convert([&](std::size_t i) { return reinterpret_cast<const double*>(p)[i]; });
+  else if (d == "F16") convert([&](std::size_t i) { return double(fp16_to_float(reinterpret_cast<const uint16_t*>(p)[i])); });
+  else if (d == "BF16") convert([&](std::size_t i) { return double(bf16_to_float(reinterpret_cast<const uint16_t*>(p)[i])); });
+  else if (d == "I64") convert([&](std::size_t i) { return double(reinterpret_cast<const int64_t*>(p)[i]); });
+  else if (d == "I32") convert([&](std::size_t i) { return double(reinterpret_cast<const int32_t*>(p)[i]); });
+  else if (d == "I16") convert([&](std::size_t i) { return double(reinterpret_cast<const int16_t*>(p)[i]); });
+  else if (d == "I8") convert([&](std::size_t i) { return double(reinterpret_cast<const int8_t*>(p)[i]); });
+  else if (d == "U8" || d == "BOOL") convert([&](std::size_t i) { return double(p[i]); });
+  else throw InputError("to_doubles: unsupported dtype " + d);
+}
+
 std::vector<double> to_doubles(const Tensor& t) {
   std::vector<double> out(static_cast<std::size_t>(t.numel()));
-  const auto* p = t.data.data();
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    const std::string& d = t.dtype;
-    if (d == "F32") out[i] = reinterpret_cast<const float*>(p)[i];
-    else if (d == "F64") out[i] = reinterpret_cast<const double*>(p)[i];
-    else if (d == "F16") out[i] = fp16_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
-    else if (d == "BF16") out[i] = bf16_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
-    else if (d == "I64") out[i] = static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
-    else if (d == "I32") out[i] = reinterpret_cast<const int32_t*>(p)[i];
-    else if (d == "I16") out[i] = reinterpret_cast<const int16_t*>(p)[i];
-    else if (d == "I8") out[i] = reinterpret_cast<const int8_t*>(p)[i];
-    else if (d == "U8" || d == "BOOL") out[i] = p[i];
-    else throw InputError("to_doubles: unsupported dtype " + d);
-  }
+  to_doubles(t, 0, out.size(), out.data());
   return out;
 }
 

@@ -42,5 +42,7 @@ float fp16_to_float(uint16_t v);
 uint16_t float_to_fp16(float f);
 // Any float/int tensor to doubles, for comparisons.
 std::vector<double> to_doubles(const Tensor& t);
+// Elements [begin, begin + count) as doubles into `out`: for tensors too large to convert whole.
+void to_doubles(const Tensor& t, std::size_t begin, std::size_t count, double* out);
 
 }  // namespace ca

@@ -10,8 +10,13 @@ namespace ca::bundle {
 
 struct Tolerance {
   double atol = 1e-2, rtol = 1e-2;
-  // "default": 1e-2 for every dtype (as published); "strict": 1e-4 for fp32/fp64 (as KernelBench
-  // now), 1e-2 for fp16/bf16, 0 for integers. Overrides >= 0 win.
+  // Bound on ||got - want|| / ||want|| (L2 over an output, non-finite reference elements left out):
+  // allclose alone lets zero or constant outputs pass where the reference is small everywhere
+  // (|want| < atol); this fails them wherever the reference is not itself zero.
+  double rel_norm = 0.05;
+  // "default": 1e-2 for every dtype (as published), relative norm 5e-2; "strict": 1e-4 for fp32/fp64
+  // (as KernelBench now) with relative norm 1e-3, 1e-2 and 5e-2 for fp16/bf16, 0 for integers.
+  // Overrides >= 0 win (atol, rtol; the norm bound stays).
   static Tolerance for_dtype(const std::string& mode, const std::string& dtype, double atol_override, double rtol_override);
 };
 
@@ -19,6 +24,7 @@ struct CompareResult {
   bool ok = true;
   std::string reason;  // first failure: which output, which index, expected vs got
   double max_abs_err = 0, max_rel_err = 0, mismatch_fraction = 0;
+  double rel_l2_err = 0;  // the largest ||got - want|| / ||want|| over the outputs
   ca::Json to_json() const;
 };
 

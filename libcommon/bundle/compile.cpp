@@ -1,16 +1,24 @@
 // NVRTC compile with an on-disk cubin cache, resources from the ptxas report and the cubin's ELF.
 #include "libcommon/bundle/compile.hpp"
 
+#include <dlfcn.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <regex>
 
+#include "libcommon/confine.hpp"
 #include "libcommon/cuda/nvrtc.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/ids.hpp"
 #include "libcommon/paths.hpp"
+#include "libcommon/process.hpp"
 
 namespace fs = std::filesystem;
 
@@ -68,10 +76,52 @@ std::map<std::string, int64_t> cubin_sections(const std::string& elf) {
   return out;
 }
 
+std::map<std::string, int64_t> cubin_writable_globals(const std::string& elf) {
+  std::map<std::string, int64_t> out;
+  auto rd = [&](size_t off, size_t n) -> uint64_t {
+    if (off + n > elf.size()) throw std::runtime_error("truncated");
+    uint64_t v = 0;
+    std::memcpy(&v, elf.data() + off, n);
+    return v;
+  };
+  auto cstr = [&](size_t off) {
+    if (off >= elf.size()) return std::string();
+    return std::string(elf.data() + off, strnlen(elf.data() + off, elf.size() - off));
+  };
+  try {
+    if (elf.size() < 64 || elf.compare(0, 4, "\x7f" "ELF") != 0 || elf[4] != 2) return out;
+    const uint64_t shoff = rd(0x28, 8), shentsize = rd(0x3A, 2), shnum = rd(0x3C, 2), shstrndx = rd(0x3E, 2);
+    if (shstrndx >= shnum) return out;
+    auto section = [&](uint64_t i, uint64_t field, size_t n) { return rd(shoff + i * shentsize + field, n); };
+    const uint64_t shstrtab = section(shstrndx, 0x18, 8);
+    std::vector<bool> writable(shnum, false);
+    for (uint64_t i = 0; i < shnum; ++i) {
+      std::string name = cstr(shstrtab + section(i, 0, 4));
+      writable[i] = name == ".nv.global" || name == ".nv.global.init";
+    }
+    for (uint64_t i = 0; i < shnum; ++i) {
+      if (section(i, 0x04, 4) != 2) continue;  // SHT_SYMTAB
+      const uint64_t off = section(i, 0x18, 8), size = section(i, 0x20, 8), entsize = section(i, 0x38, 8);
+      const uint64_t strtab = section(section(i, 0x28, 4), 0x18, 8);  // sh_link: its string table
+      if (entsize < 24) continue;
+      for (uint64_t s = off; s + 24 <= off + size; s += entsize) {
+        const uint64_t shndx = rd(s + 6, 2), info = rd(s + 4, 1), sym_size = rd(s + 16, 8);
+        if ((info & 0xf) != 1 /* STT_OBJECT */ || shndx >= shnum || !writable[shndx] || sym_size == 0) continue;
+        std::string name = cstr(strtab + rd(s, 4));
+        if (!name.empty()) out[name] = static_cast<int64_t>(sym_size);
+      }
+    }
+  } catch (const std::exception&) {
+  }
+  return out;
+}
+
 std::string ptx_precision(const std::string& ptx) {
   // Ordered from the lowest precision: the first found is what the kernel's accuracy rests on.
   static const std::vector<std::pair<std::regex, const char*>> probes = {
-      {std::regex(R"(\.e4m3|\.e5m2)"), "fp8"},
+      {std::regex(R"(\.e4m3|\.e5m2|\.e2m1|\.e3m2|\.e2m3)"), "fp8"},
+      // dp4a/dp2a, and integer tensor-core MMA (s8/u8/s4/u4 operands).
+      {std::regex(R"(\bdp[24]a\.|\b(mma|wgmma)\S*\.(s8|u8|s4|u4)\b)"), "int8"},
       {std::regex(R"(\b(mma|wgmma|fma|mul|add|sub|hfma2?)\S*\.f16\b|\.f16x2|mma\S*\.f16)"), "fp16"},
       {std::regex(R"(\b(mma|wgmma|fma|mul|add|sub)\S*\.bf16|\.bf16x2|mma\S*\.bf16)"), "bf16"},
       {std::regex(R"(\.tf32)"), "tf32"},
@@ -175,37 +225,37 @@ bool load_cached(const std::string& base, CompileResult& r) {
 
 }  // namespace
 
-CompileResult compile_bundle(const std::map<std::string, std::string>& kernels, const std::vector<std::string>& names,
-                             const CompileOptions& options) {
-  auto t0 = std::chrono::steady_clock::now();
-  auto elapsed_ms = [&] {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+namespace {
+
+// A bundle file's name goes into the main translation unit's #include lines and into messages: only
+// plain relative names (letters, digits, _ . + - and / between parts; no "..", no leading dot) are
+// taken, so a name cannot inject a line, a quote or a path outside the bundle.
+std::string bad_file_name(const std::string& name) {
+  static const std::regex ok(R"(^[A-Za-z0-9_+\-][A-Za-z0-9_.+\-]*(/[A-Za-z0-9_+\-][A-Za-z0-9_.+\-]*)*$)");
+  if (name.size() > 200) return "longer than 200 characters";
+  if (!std::regex_match(name, ok)) return "only letters, digits and _ . + - (and / between folder names) may appear";
+  if (name == "bundle_main.cu") return "the name of the compiler's main file";
+  return "";
+}
+
+// The C library headers SKILL.md allows, which CUDA 13 no longer has beside cuda_runtime.h: each
+// becomes libcu++'s own (include/cccl/cuda/std), which NVRTC can compile. A bundle file of the same
+// name wins.
+const std::map<std::string, std::string>& c_header_shims() {
+  static const std::map<std::string, std::string> shims = {
+      {"stdint.h", "#pragma once\n#include <cuda/std/cstdint>\n"}, {"cstdint", "#pragma once\n#include <cuda/std/cstdint>\n"},
+      {"float.h", "#pragma once\n#include <cuda/std/cfloat>\n"},   {"cfloat", "#pragma once\n#include <cuda/std/cfloat>\n"},
+      {"limits.h", "#pragma once\n#include <cuda/std/climits>\n"}, {"climits", "#pragma once\n#include <cuda/std/climits>\n"},
   };
+  return shims;
+}
+
+// The compile itself: NVRTC on the bundle's sources, in whatever process calls it.
+CompileResult nvrtc_compile(const std::map<std::string, std::string>& kernels, const std::vector<std::string>& names,
+                            const std::vector<std::string>& flags) {
   const auto& nv = cuda::Nvrtc::get();
   CompileResult r;
-  r.nvrtc_version = nv.version_text();
-  r.flags = {"-arch=" + options.arch, "-std=c++17", "-lineinfo", "-Xptxas=-v", "-default-device"};
-  std::string include_dir;
-  for (const char* dir : std::vector<const char*>{std::getenv("CUDA_HOME"), "/usr/local/cuda"})
-    if (dir && *dir && file_exists(std::string(dir) + "/include/cuda_fp16.h")) {
-      include_dir = std::string(dir) + "/include";
-      break;
-    }
-  if (!include_dir.empty()) r.flags.push_back("-I" + include_dir);
-  for (auto& f : options.extra_flags) r.flags.push_back(f);
-
-  Json key_doc = {{"nvrtc", r.nvrtc_version}, {"flags", r.flags}, {"names", names}, {"kernels", kernels}};
-  r.key = sha256_hex(canonical_json(key_doc));
-  std::string dir = options.cache_dir.empty() ? default_cache_dir() : options.cache_dir;
-  std::string base = dir + "/" + r.key.substr(0, 2) + "/" + r.key;
-  if (options.use_cache && load_cached(base, r)) {
-    r.ok = true;
-    r.cached = true;
-    read_cubin_resources(r);
-    r.compile_ms = elapsed_ms();
-    return r;
-  }
-
+  r.flags = flags;
   // One translation unit that includes each source file, so errors name the file and line.
   std::string main_tu;
   std::vector<const char*> header_src, header_names;
@@ -216,8 +266,13 @@ CompileResult compile_bundle(const std::map<std::string, std::string>& kernels, 
     if (ext == ".cu" || ext == ".cpp" || ext == ".cc" || ext == ".cxx" || ext.empty())
       main_tu += "#include \"" + name + "\"\n";
   }
+  for (const auto& [name, src] : c_header_shims())
+    if (!kernels.count(name)) {
+      header_names.push_back(name.c_str());
+      header_src.push_back(src.c_str());
+    }
   nvrtcProgram prog;
-  nv.check(nv.createProgram(&prog, main_tu.c_str(), "bundle_main.cu", static_cast<int>(kernels.size()), header_src.data(),
+  nv.check(nv.createProgram(&prog, main_tu.c_str(), "bundle_main.cu", static_cast<int>(header_src.size()), header_src.data(),
                             header_names.data()),
            "nvrtcCreateProgram");
   struct Guard {
@@ -236,26 +291,7 @@ CompileResult compile_bundle(const std::map<std::string, std::string>& kernels, 
   while (!r.log.empty() && (r.log.back() == '\0' || r.log.back() == '\n')) r.log.pop_back();
   if (cr != NVRTC_SUCCESS) {
     r.ok = false;
-    r.first_error = first_error_of(r.log);
-    if (r.log.empty()) r.first_error = std::string("NVRTC: ") + nv.getErrorString(cr);
-    // Errors in the synthesized name map come from the plan's kernel names, not the sources.
-    static const std::regex name_err(R"re(__nv_name_map.*\n\s*#pragma nv_mangled_name (.+))re");
-    std::smatch m;
-    bool all_in_map = true;
-    size_t pos = 0;
-    while (pos < r.log.size()) {
-      size_t end = r.log.find('\n', pos);
-      std::string line = r.log.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
-      if (line.find(": error") != std::string::npos && line.rfind("__nv_name_map", 0) != 0) all_in_map = false;
-      if (end == std::string::npos) break;
-      pos = end + 1;
-    }
-    if (all_in_map && std::regex_search(r.log, m, name_err)) {
-      r.name_error = true;
-      r.failed_name = m[1];
-      while (!r.failed_name.empty() && std::isspace(static_cast<unsigned char>(r.failed_name.back()))) r.failed_name.pop_back();
-    }
-    r.compile_ms = elapsed_ms();
+    if (r.log.empty()) r.log = std::string("NVRTC: ") + nv.getErrorString(cr);
     return r;
   }
   for (auto& n : names) {
@@ -270,9 +306,263 @@ CompileResult compile_bundle(const std::map<std::string, std::string>& kernels, 
   r.ptx.assign(size, '\0');
   nv.check(nv.getPTX(prog, r.ptx.data()), "nvrtcGetPTX");
   while (!r.ptx.empty() && r.ptx.back() == '\0') r.ptx.pop_back();
+  r.ok = true;
+  return r;
+}
+
+// A failed compile's first error, and whether it is in a plan's kernel name expression.
+void explain_failure(CompileResult& r) {
+  r.first_error = first_error_of(r.log);
+  // Errors in the synthesized name map come from the plan's kernel names, not the sources.
+  static const std::regex name_err(R"re(__nv_name_map.*\n\s*#pragma nv_mangled_name (.+))re");
+  std::smatch m;
+  bool all_in_map = true;
+  size_t pos = 0;
+  while (pos < r.log.size()) {
+    size_t end = r.log.find('\n', pos);
+    std::string line = r.log.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    if (line.find(": error") != std::string::npos && line.rfind("__nv_name_map", 0) != 0) all_in_map = false;
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  if (all_in_map && std::regex_search(r.log, m, name_err)) {
+    r.name_error = true;
+    r.failed_name = m[1];
+    while (!r.failed_name.empty() && std::isspace(static_cast<unsigned char>(r.failed_name.back()))) r.failed_name.pop_back();
+  }
+}
+
+// The compiler's messages quote only the bundle's own files (and CUDA's headers): a message located
+// in any other file, with the source lines NVRTC quotes under it, is withheld. Defence in depth:
+// the confined compiler cannot open another file in the first place.
+std::string quote_only_bundle(const std::string& log, const std::map<std::string, std::string>& kernels,
+                              const std::vector<std::string>& include_dirs) {
+  static const std::regex located(R"(^(.+?)\((\d+)\): )");
+  auto allowed = [&](const std::string& file) {
+    if (file == "bundle_main.cu" || file.rfind("__nv_name_map", 0) == 0 || kernels.count(file) || c_header_shims().count(file)) return true;
+    for (const auto& d : include_dirs)
+      if (!d.empty() && file.rfind(d + "/", 0) == 0 && file.find("/../") == std::string::npos) return true;
+    return false;
+  };
+  std::string out;
+  bool withholding = false;
+  size_t pos = 0;
+  while (pos <= log.size()) {
+    size_t end = log.find('\n', pos);
+    std::string line = log.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    std::smatch m;
+    if (std::regex_search(line, m, located)) {
+      withholding = !allowed(m[1]);
+      if (withholding) line = "(a message located in a file outside the bundle was withheld)";
+      out += line + "\n";
+    } else if (!withholding || line.empty()) {
+      out += line + "\n";
+      if (line.empty()) withholding = false;
+    }
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+// Where NVRTC lives (its builtins library is loaded from the same folder at the first compile).
+std::string nvrtc_library_dir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(cuda::Nvrtc::get().version), &info) == 0 || !info.dli_fname) return "";
+  std::error_code ec;
+  auto real = fs::canonical(info.dli_fname, ec);
+  return (ec ? fs::path(info.dli_fname) : real).parent_path().string();
+}
+
+std::string read_all(int fd) {
+  std::string s;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    s.append(buf, size_t(n));
+  }
+  return s;
+}
+
+void write_all(int fd, const std::string& s) {
+  size_t done = 0;
+  while (done < s.size()) {
+    ssize_t n = ::write(fd, s.data() + done, s.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += size_t(n);
+  }
+}
+
+constexpr int kChildConfineFailed = 3;
+
+// The confined compile: this program again, as `<self> --nvrtc-child`, in a clean environment; the
+// request on stdin, the answer (a JSON line, then the cubin and PTX bytes) on stdout.
+CompileResult confined_compile(const std::map<std::string, std::string>& kernels, const std::vector<std::string>& names,
+                               const std::vector<std::string>& flags, const std::vector<std::string>& include_dirs) {
+  Json req = {{"kernels", kernels}, {"names", names}, {"flags", flags}, {"read_dirs", include_dirs}};
+  SpawnOptions so;
+  std::error_code ec;
+  so.argv = {fs::read_symlink("/proc/self/exe", ec).string(), kCompileChildFlag};
+  if (ec) throw EnvironmentError("compile: cannot find this program (/proc/self/exe): " + ec.message());
+  so.clear_env = true;  // nothing of ours for the compiler to quote (/proc/self/environ)
+  for (const char* keep : {"LD_LIBRARY_PATH", "CUDA_HOME", "PATH", "CUDA_AGENT_CONFINE", "CUDA_AGENT_UNCONFINED_COMPILE"})
+    if (const char* v = std::getenv(keep)) so.env_overrides[keep] = v;
+  so.capture_stderr = true;
+  CommandResult res = run_command(so, req.dump(-1, ' ', false, Json::error_handler_t::replace), std::chrono::seconds(180),
+                                  size_t(1) << 30);
+  CompileResult r;
+  r.flags = flags;
+  if (res.timed_out) {
+    r.log = "the compiler ran for more than 180 s and was stopped";
+    return r;
+  }
+  size_t nl = res.out.find('\n');
+  Json head;
+  try {
+    if (nl == std::string::npos) throw std::runtime_error("no answer");
+    head = Json::parse(res.out.substr(0, nl));
+  } catch (const std::exception&) {
+    if (res.exit_status == kChildConfineFailed) throw EnvironmentError("compile: " + res.err.substr(0, 500));
+    r.log = res.exit_status > 128 ? "the compiler crashed (" + std::string(strsignal(res.exit_status - 128)) + ")"
+                                  : "the compiler stopped without an answer (exit " + std::to_string(res.exit_status) + ")";
+    return r;
+  }
+  if (head.contains("confine_error"))
+    throw EnvironmentError("compile: NVRTC cannot be confined to CUDA's headers: " + head["confine_error"].get<std::string>() +
+                           " (set CUDA_AGENT_UNCONFINED_COMPILE=1 only for trusted bundles)");
+  if (head.contains("internal_error")) throw InternalError("compile child: " + head["internal_error"].get<std::string>());
+  r.ok = head.value("ok", false);
+  r.log = head.value("log", "");
+  r.confinement = head.value("confinement", "");
+  const Json lowered = head.value("lowered", Json::object());
+  for (auto& [k, v] : lowered.items()) r.lowered[k] = v.get<std::string>();
+  const size_t cubin_bytes = head.value("cubin_bytes", size_t(0)), ptx_bytes = head.value("ptx_bytes", size_t(0));
+  if (res.out.size() < nl + 1 + cubin_bytes + ptx_bytes) throw InternalError("compile child: answer truncated");
+  r.cubin = res.out.substr(nl + 1, cubin_bytes);
+  r.ptx = res.out.substr(nl + 1 + cubin_bytes, ptx_bytes);
+  return r;
+}
+
+}  // namespace
+
+int compile_child_main() {
+  // Bounded like any untrusted job: memory, CPU, no files written, no core dumps.
+  auto limit = [](int resource, rlim_t value) {
+    struct rlimit rl{value, value};
+    setrlimit(resource, &rl);
+  };
+  limit(RLIMIT_AS, rlim_t(8) << 30);
+  limit(RLIMIT_CPU, 150);
+  limit(RLIMIT_FSIZE, 0);
+  limit(RLIMIT_CORE, 0);
+  auto answer = [](const Json& head, const std::string& tail = "") {
+    write_all(1, head.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n" + tail);
+  };
+  try {
+    Json req = Json::parse(read_all(0));
+    std::map<std::string, std::string> kernels = req.at("kernels").get<std::map<std::string, std::string>>();
+    std::vector<std::string> names = req.at("names").get<std::vector<std::string>>();
+    std::vector<std::string> flags = req.at("flags").get<std::vector<std::string>>();
+    // NVRTC and its builtins are loaded before the confinement; reading is then allowed beneath
+    // CUDA's include folders, and mapping code beneath NVRTC's own.
+    cuda::Nvrtc::get();
+    const std::string lib_dir = nvrtc_library_dir();
+    Confinement c;
+    for (const auto& d : req.at("read_dirs")) {
+      c.read_dirs.push_back(d.get<std::string>());
+      std::error_code ec;
+      auto real = fs::canonical(d.get<std::string>(), ec);
+      if (!ec) c.read_dirs.push_back(real.string());
+    }
+    if (!lib_dir.empty()) {
+      c.exec_dirs.push_back(lib_dir);
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(lib_dir, ec)) {
+        std::string f = e.path().filename().string();
+        if (f.rfind("libnvrtc-builtins.so", 0) == 0) dlopen(e.path().c_str(), RTLD_NOW | RTLD_GLOBAL);
+      }
+    }
+    std::string why, mode = confinement_mode();
+    const char* opt_out = std::getenv("CUDA_AGENT_UNCONFINED_COMPILE");
+    bool confined = mode == "landlock"    ? confine_process(c, &why)
+                    : mode == "interpose" ? confine_by_interposition(c, &why)
+                                          : (why = "CUDA_AGENT_CONFINE=" + mode + ": expected landlock or interpose", false);
+    if (!confined) {
+      if (!(opt_out && std::string(opt_out) == "1")) {
+        answer({{"confine_error", mode + ": " + why}});
+        return kChildConfineFailed;
+      }
+      mode = "none (CUDA_AGENT_UNCONFINED_COMPILE=1)";
+    }
+    CompileResult r = nvrtc_compile(kernels, names, flags);
+    answer({{"ok", r.ok}, {"log", r.log}, {"lowered", r.lowered}, {"cubin_bytes", r.cubin.size()}, {"ptx_bytes", r.ptx.size()},
+            {"confinement", mode}},
+           r.cubin + r.ptx);
+    return 0;
+  } catch (const std::exception& e) {
+    answer({{"internal_error", e.what()}});
+    return kExitInternal;
+  }
+}
+
+CompileResult compile_bundle(const std::map<std::string, std::string>& kernels, const std::vector<std::string>& names,
+                             const CompileOptions& options) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto elapsed_ms = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<std::string> flags = {"-arch=" + options.arch, "-std=c++17", "-lineinfo", "-Xptxas=-v", "-default-device"};
+  // CUDA's headers: include/, and include/cccl, where CUDA 13 keeps cooperative_groups, cuda/std and
+  // the C library headers (stdint.h, float.h, limits.h) NVRTC offers.
+  std::vector<std::string> include_dirs;
+  for (const char* dir : std::vector<const char*>{std::getenv("CUDA_HOME"), "/usr/local/cuda"})
+    if (dir && *dir && file_exists(std::string(dir) + "/include/cuda_fp16.h")) {
+      include_dirs.push_back(std::string(dir) + "/include");
+      if (fs::is_directory(std::string(dir) + "/include/cccl")) include_dirs.push_back(std::string(dir) + "/include/cccl");
+      break;
+    }
+  for (const auto& d : include_dirs) flags.push_back("-I" + d);
+  for (auto& f : options.extra_flags) flags.push_back(f);
+
+  CompileResult r;
+  r.flags = flags;
+  for (const auto& [name, src] : kernels)
+    if (std::string why = bad_file_name(name); !why.empty()) {
+      r.first_error = "bundle file name " + Json(name).dump(-1, ' ', true, Json::error_handler_t::replace) + ": " + why;
+      r.log = r.first_error;
+      r.compile_ms = elapsed_ms();
+      return r;
+    }
+  const auto& nv = cuda::Nvrtc::get();  // EnvironmentError without NVRTC, before anything else
+  r.nvrtc_version = nv.version_text();
+  Json key_doc = {{"nvrtc", r.nvrtc_version}, {"flags", r.flags}, {"names", names}, {"kernels", kernels}, {"shims", c_header_shims()}};
+  r.key = sha256_hex(canonical_json(key_doc));
+  std::string dir = options.cache_dir.empty() ? default_cache_dir() : options.cache_dir;
+  std::string base = dir + "/" + r.key.substr(0, 2) + "/" + r.key;
+  if (options.use_cache && load_cached(base, r)) {
+    r.ok = true;
+    r.cached = true;
+    read_cubin_resources(r);
+    r.compile_ms = elapsed_ms();
+    return r;
+  }
+
+  CompileResult built = options.confined ? confined_compile(kernels, names, flags, include_dirs) : nvrtc_compile(kernels, names, flags);
+  built.nvrtc_version = r.nvrtc_version;
+  built.key = r.key;
+  r = std::move(built);
+  r.log = quote_only_bundle(r.log, kernels, include_dirs);
+  if (!r.ok) {
+    explain_failure(r);
+    r.compile_ms = elapsed_ms();
+    return r;
+  }
   parse_ptxas_report(r.log, r);
   read_cubin_resources(r);
-  r.ok = true;
   if (options.use_cache) {
     std::error_code ec;
     fs::create_directories(fs::path(base).parent_path(), ec);

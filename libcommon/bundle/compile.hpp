@@ -20,7 +20,17 @@ struct CompileOptions {
   std::vector<std::string> extra_flags;   // appended to the defaults
   std::string cache_dir;                  // empty: default_cache_dir()
   bool use_cache = true;
+  // NVRTC runs in a child confined with Landlock to CUDA's headers (a candidate's #include lines are
+  // the attacker's): the program's own binary started as `<self> --nvrtc-child`, which every tool's
+  // ca::Cli::run answers. false only for the project's own kernels (nn_cuda, benchmarks).
+  bool confined = true;
 };
+
+// argv[1] of the confined compiler child; a program that compiles confined must hand it to
+// compile_child_main() before anything else (ca::Cli::run does; so does the unit tests' main).
+inline constexpr const char* kCompileChildFlag = "--nvrtc-child";
+// The child: a request on stdin, the compile result on stdout. Returns the exit code.
+int compile_child_main();
 
 struct KernelResources {
   std::string mangled;
@@ -41,6 +51,7 @@ struct CompileResult {
   std::map<std::string, std::string> lowered;  // name expression -> mangled name
   std::vector<std::string> flags;
   std::string nvrtc_version, key;
+  std::string confinement;  // how the compiler ran: landlock, interpose, or empty (unconfined/cached)
   std::map<std::string, KernelResources> resources;  // by mangled name
   int64_t module_global_bytes = 0;    // writable __device__ memory (.nv.global + .nv.global.init)
   int64_t module_constant_bytes = 0;  // __constant__ memory
@@ -54,9 +65,13 @@ CompileResult compile_bundle(const std::map<std::string, std::string>& kernels, 
                              const CompileOptions& options);
 // Signatures of the compiled kernels, by name expression (mangled name first, PTX as fallback).
 std::map<std::string, KernelSignature> signatures_of(const CompileResult& r);
-// The precision the PTX really computes in: fp8, fp16, bf16, tf32 or fp32 (the lowest seen).
+// The precision the PTX really computes in: fp8, int8, fp16, bf16, tf32 or fp32 (the lowest seen;
+// int8 from dp4a/dp2a and integer MMA operands, fp8 from e4m3/e5m2 and the narrower float types).
 std::string ptx_precision(const std::string& ptx);
 // Section sizes of a cubin (ELF): {".nv.global": 400, ".nv.shared._Z2k2ILi128EEvPf": 512, ...}.
 std::map<std::string, int64_t> cubin_sections(const std::string& cubin);
+// The writable module-scope variables of a cubin (__device__ objects in .nv.global and
+// .nv.global.init), by symbol name with their sizes: what the executor restores before every call.
+std::map<std::string, int64_t> cubin_writable_globals(const std::string& cubin);
 
 }  // namespace ca::bundle

@@ -1,8 +1,13 @@
 // The executor: buffers with guard zones, the module, argument binding, steps on one stream.
 #include "libcommon/bundle/executor.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <random>
+#include <set>
+
+#include "libcommon/bundle/compile.hpp"
 
 #include "libcommon/cuda/cublaslt.hpp"
 #include "libcommon/cuda/cudnn.hpp"
@@ -44,10 +49,71 @@ cudnnDataType_t dnn_type(const std::string& dtype) {
   return CUDNN_DATA_FLOAT;
 }
 
+// Buffers a step names (launch arguments, gemm and conv operands), as indices into the plan's buffers.
+std::vector<int> buffers_of(const BoundStep& s) {
+  std::vector<int> out;
+  if (s.kind == Step::kLaunch) {
+    for (const auto& a : s.launch.args)
+      if (a.buffer >= 0) out.push_back(a.buffer);
+  } else if (s.kind == Step::kGemm) {
+    out = {s.gemm.a, s.gemm.b, s.gemm.out, s.gemm.bias};
+  } else {
+    out = {s.conv.x, s.conv.w, s.conv.out, s.conv.bias};
+  }
+  out.erase(std::remove(out.begin(), out.end(), -1), out.end());
+  return out;
+}
+
+// Allocations are handed out in 2 MiB granules: the bytes between a buffer's end and its granule's
+// end are reachable without a fault, so the guard after a buffer covers them all.
+constexpr size_t kAllocationGranule = size_t(2) << 20;
+
 cudaDataType_t data_type(const std::string& dtype) {
   if (dtype == "F16") return CUDA_R_16F;
   if (dtype == "BF16") return CUDA_R_16BF;
   return CUDA_R_32F;
+}
+
+// A keyed fingerprint of device memory, computed where the bytes are: gigabyte inputs (KernelBench
+// level 1) are never copied to the host to learn whether a call changed them. Each 8-byte word is
+// mixed with a key drawn per executor (splitmix64's finalizer) and the results are summed; a kernel
+// that ran before the key existed cannot change words and keep the sum.
+const char* kFingerprintSource = R"(
+extern "C" __global__ void ca_fingerprint(const unsigned long long* words, unsigned long long n, unsigned long long key,
+                                          unsigned long long* out) {
+  unsigned long long acc = 0;
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    unsigned long long x = words[i] ^ (key + i * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 30; x *= 0xBF58476D1CE4E5B9ull; x ^= x >> 27; x *= 0x94D049BB133111EBull; x ^= x >> 31;
+    acc += x;
+  }
+  atomicAdd(out, acc);
+}
+)";
+
+// The fingerprint kernel, compiled once per process for the current device (trusted source).
+CUfunction fingerprint_function() {
+  static std::mutex mu;
+  static CUfunction fn = nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  if (fn) return fn;
+  auto& d = Driver::get();
+  CUdevice dev;
+  d.check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+  int major = 0, minor = 0;
+  d.check(d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "compute capability");
+  d.check(d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "compute capability");
+  CompileOptions opt;
+  opt.arch = "sm_" + std::to_string(major * 10 + minor);
+  opt.confined = false;  // our own kernel
+  CompileResult r = compile_bundle({{"fingerprint.cu", kFingerprintSource}}, {"ca_fingerprint"}, opt);
+  if (!r.ok) throw InternalError("fingerprint kernel: " + r.first_error);
+  static std::string cubin = r.cubin;  // the module keeps a pointer only while loading; kept anyway
+  CUmodule module;
+  d.check(d.cuModuleLoadData(&module, cubin.data()), "cuModuleLoadData(fingerprint)");
+  d.check(d.cuModuleGetFunction(&fn, module, "ca_fingerprint"), "cuModuleGetFunction(fingerprint)");
+  return fn;
 }
 
 }  // namespace
@@ -65,6 +131,8 @@ struct Executor::Impl {
   size_t conv_workspace_bytes = 0;
   std::vector<uint8_t> guard_bytes;
   uint32_t guard_pattern = 0;
+  uint64_t fingerprint_key = 0;
+  CUdeviceptr fingerprint_out = 0;
 };
 
 Executor::Executor(const BoundPlan& plan, const std::string& cubin, ExecutorOptions options)
@@ -74,11 +142,32 @@ Executor::Executor(const BoundPlan& plan, const std::string& cubin, ExecutorOpti
   for (const auto& b : plan_.buffers) {
     CUdeviceptr p = 0;
     size_t total = options_.guard_bytes * 2 + static_cast<size_t>(b.bytes);
+    total = (total + kAllocationGranule - 1) / kAllocationGranule * kAllocationGranule;
     d.check(d.cuMemAlloc(&p, total), "cuMemAlloc(" + b.ref + ", " + std::to_string(total) + " bytes)");
     d.check(d.cuMemsetD8(p, 0, total), "cuMemsetD8");
     base_.push_back(p);
+    after_bytes_.push_back(total - options_.guard_bytes - static_cast<size_t>(b.bytes));
   }
+  // Scratch that an init step names is init's (hashed, must not change in forward); the rest is
+  // forward's own (poisoned before every call).
+  std::set<int> in_init;
+  for (const auto& s : plan_.init)
+    for (int b : buffers_of(s)) in_init.insert(b);
+  for (size_t i = 0; i < plan_.buffers.size(); ++i)
+    if (plan_.buffers[i].space == Space::scratch && plan_.buffers[i].bytes > 0)
+      (in_init.count(int(i)) ? init_scratch_ : forward_scratch_).push_back(int(i));
   d.check(d.cuModuleLoadData(&module_, cubin.data()), "cuModuleLoadData");
+  // The load-time image of every writable module-scope variable, restored before each call.
+  for (const auto& [name, bytes] : cubin_writable_globals(cubin)) {
+    GlobalImage g;
+    g.name = name;
+    size_t size = 0;
+    if (d.cuModuleGetGlobal(&g.ptr, &size, module_, name.c_str()) != CUDA_SUCCESS || size == 0) continue;
+    g.bytes = size;
+    d.check(d.cuMemAlloc(&g.image, size), "cuMemAlloc(image of " + name + ")");
+    d.check(d.cuMemcpyDtoD(g.image, g.ptr, size), "copy of " + name);
+    globals_.push_back(g);
+  }
   size_t step_count = plan_.init.size() + plan_.forward.size();
   impl_->arg_storage.resize(step_count);
   impl_->arg_ptrs.resize(step_count);
@@ -242,6 +331,8 @@ Executor::~Executor() {
     if (impl_->conv_workspace) d.cuMemFree(impl_->conv_workspace);
   }
   if (module_) d.cuModuleUnload(module_);
+  if (impl_->fingerprint_out) d.cuMemFree(impl_->fingerprint_out);
+  for (auto& g : globals_) d.cuMemFree(g.image);
   for (auto p : base_) d.cuMemFree(p);
   if (stream_) d.cuStreamDestroy(stream_);
 }
@@ -289,8 +380,39 @@ TensorMap Executor::download_outputs() {
 }
 
 std::string Executor::hash(const std::string& ref) {
-  auto bytes = download(ref);
-  return sha256_hex(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  int i = plan_.buffer_index(ref);
+  if (i < 0) throw InternalError("executor: no buffer " + ref);
+  const size_t bytes = static_cast<size_t>(plan_.buffers[i].bytes);
+  // Small buffers: sha256 of the bytes. Large ones: the keyed fingerprint on the device, plus the
+  // last bytes that do not fill a word.
+  constexpr size_t kHostHashLimit = size_t(64) << 20;
+  if (bytes <= kHostHashLimit) {
+    auto data = download(ref);
+    return sha256_hex(std::string_view(reinterpret_cast<const char*>(data.data()), data.size()));
+  }
+  auto& d = Driver::get();
+  if (!impl_->fingerprint_out) {
+    d.check(d.cuMemAlloc(&impl_->fingerprint_out, 8), "cuMemAlloc(fingerprint)");
+    std::random_device rd;
+    impl_->fingerprint_key = (uint64_t(rd()) << 32) ^ rd();
+  }
+  CUfunction fn = fingerprint_function();
+  CUdeviceptr words = base_[i] + options_.guard_bytes;
+  unsigned long long n = bytes / 8, key = impl_->fingerprint_key;
+  CUdeviceptr out = impl_->fingerprint_out;
+  void* args[] = {&words, &n, &key, &out};
+  d.check(d.cuMemsetD8Async(out, 0, 8, stream_), "fingerprint");
+  d.check(d.cuLaunchKernel(fn, 1056, 1, 1, 256, 1, 1, 0, stream_, args, nullptr), "fingerprint " + ref);
+  uint64_t sum = 0;
+  d.check(d.cuStreamSynchronize(stream_), "fingerprint " + ref);
+  d.check(d.cuMemcpyDtoH(&sum, out, 8), "fingerprint");
+  std::string text = "fp64:" + std::to_string(sum);
+  if (bytes % 8) {
+    std::vector<uint8_t> tail(bytes % 8);
+    d.check(d.cuMemcpyDtoH(tail.data(), words + n * 8, tail.size()), "fingerprint tail");
+    for (uint8_t b : tail) text += ":" + std::to_string(b);
+  }
+  return text;
 }
 
 void Executor::poison_outputs() {
@@ -300,18 +422,51 @@ void Executor::poison_outputs() {
       d.check(d.cuMemsetD8Async(base_[i] + options_.guard_bytes, 0xFF, plan_.buffers[i].bytes, stream_), "poison outputs");
 }
 
+void Executor::reset_call_state(CUstream stream) {
+  auto& d = Driver::get();
+  for (int i : forward_scratch_)
+    d.check(d.cuMemsetD8Async(base_[i] + options_.guard_bytes, 0xFF, plan_.buffers[i].bytes, stream), "poison scratch");
+  if (impl_->workspace) d.check(d.cuMemsetD8Async(impl_->workspace, 0xFF, impl_->workspace_bytes, stream), "poison workspace");
+  if (impl_->conv_workspace)
+    d.check(d.cuMemsetD8Async(impl_->conv_workspace, 0xFF, impl_->conv_workspace_bytes, stream), "poison workspace");
+  for (const auto& g : globals_) d.check(d.cuMemcpyDtoDAsync(g.ptr, g.image, g.bytes, stream), "restore " + g.name);
+}
+
+int64_t Executor::module_global_bytes() const {
+  int64_t n = 0;
+  for (const auto& g : globals_) n += int64_t(g.bytes);
+  return n;
+}
+
+std::map<std::string, std::string> Executor::init_scratch_hashes() {
+  std::map<std::string, std::string> out;
+  for (int i : init_scratch_) out[plan_.buffers[i].ref] = hash(plan_.buffers[i].ref);
+  return out;
+}
+
+std::vector<std::string> Executor::changed_init_scratch(const std::map<std::string, std::string>& before) {
+  std::vector<std::string> changed;
+  for (const auto& [ref, h] : before)
+    if (hash(ref) != h) changed.push_back(ref);
+  return changed;
+}
+
 void Executor::fill_guards(uint32_t pattern) {
   auto& d = Driver::get();
-  if (impl_->guard_bytes.size() != options_.guard_bytes || impl_->guard_pattern != pattern) {
+  size_t longest = options_.guard_bytes;
+  for (size_t a : after_bytes_) longest = std::max(longest, a);
+  if (impl_->guard_bytes.size() != longest || impl_->guard_pattern != pattern) {
+    // One pattern of guard_bytes, repeated: the zone before a buffer holds it once, the zone after
+    // it as often as the allocation's tail needs.
     std::mt19937 gen(pattern);
-    impl_->guard_bytes.resize(options_.guard_bytes);
-    for (auto& b : impl_->guard_bytes) b = static_cast<uint8_t>(gen());
+    impl_->guard_bytes.resize(longest);
+    for (size_t k = 0; k < options_.guard_bytes; ++k) impl_->guard_bytes[k] = static_cast<uint8_t>(gen());
+    for (size_t k = options_.guard_bytes; k < longest; ++k) impl_->guard_bytes[k] = impl_->guard_bytes[k % options_.guard_bytes];
     impl_->guard_pattern = pattern;
   }
   for (size_t i = 0; i < plan_.buffers.size(); ++i) {
     d.check(d.cuMemcpyHtoD(base_[i], impl_->guard_bytes.data(), options_.guard_bytes), "fill guard");
-    d.check(d.cuMemcpyHtoD(base_[i] + options_.guard_bytes + plan_.buffers[i].bytes, impl_->guard_bytes.data(),
-                           options_.guard_bytes),
+    d.check(d.cuMemcpyHtoD(base_[i] + options_.guard_bytes + plan_.buffers[i].bytes, impl_->guard_bytes.data(), after_bytes_[i]),
             "fill guard");
   }
 }
@@ -320,10 +475,11 @@ std::vector<GuardViolation> Executor::check_guards(uint32_t pattern) {
   if (impl_->guard_pattern != pattern || impl_->guard_bytes.empty()) throw InternalError("check_guards before fill_guards");
   auto& d = Driver::get();
   std::vector<GuardViolation> bad;
-  std::vector<uint8_t> zone(options_.guard_bytes);
+  std::vector<uint8_t> zone;
   for (size_t i = 0; i < plan_.buffers.size(); ++i)
     for (bool before : {true, false}) {
       CUdeviceptr p = before ? base_[i] : base_[i] + options_.guard_bytes + plan_.buffers[i].bytes;
+      zone.resize(before ? options_.guard_bytes : after_bytes_[i]);
       d.check(d.cuMemcpyDtoH(zone.data(), p, zone.size()), "read guard");
       for (size_t k = 0; k < zone.size(); ++k)
         if (zone[k] != impl_->guard_bytes[k]) {

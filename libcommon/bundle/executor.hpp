@@ -9,14 +9,23 @@
 //   ca::bundle::Executor ex(bound, cubin);          // allocates, loads; CudaError on failure
 //   ex.upload("params.weight", bytes); ...          // or upload_tensors(read_safetensors(...))
 //   ex.run_init();                                  // once
-//   ex.upload_tensors(inputs);  ex.poison_outputs();  ex.fill_guards(pattern_seed);
+//   auto init_state = ex.init_scratch_hashes();      // what forward may never change
+//   ex.upload_tensors(inputs);  ex.reset_call_state(ex.stream());  ex.poison_outputs();
+//   ex.fill_guards(pattern_seed);
 //   ex.forward(ex.stream());  ex.synchronize();     // or: CUgraphExec g = ex.capture_forward();
 //   auto bad = ex.check_guards();                   // buffers written outside their bounds
+//   auto changed = ex.changed_init_scratch(init_state);  // a cache kept in init's scratch
+//
+// Calls are independent by construction (DESIGN.md §5): before every call reset_call_state()
+// poisons the scratch that only forward writes and the library workspaces, and restores every
+// writable module-scope variable to its load-time bytes; the scratch init wrote is hashed and
+// must not change. Nothing a call leaves behind can reach the next one, so no cache can pay.
 //   ca::TensorMap out = ex.download_outputs();
 #pragma once
 #include <cuda.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +67,17 @@ class Executor {
   std::string hash(const std::string& ref);
 
   void poison_outputs();                  // every output byte 0xFF: NaN for fp32/fp16/bf16
+  // Untimed, before every forward call, enqueued on `stream`: forward-only scratch and the
+  // cuBLASLt/cuDNN workspaces set to 0xFF, module globals copied back from their load-time image.
+  void reset_call_state(CUstream stream);
+  // The scratch buffers init steps touch ("scratch.wt" -> sha256), taken after run_init().
+  std::map<std::string, std::string> init_scratch_hashes();
+  // Those whose bytes differ from `before` now: forward wrote into init's scratch.
+  std::vector<std::string> changed_init_scratch(const std::map<std::string, std::string>& before);
+  // Refs of the scratch buffers init writes (hashed) and of the ones forward alone writes (poisoned).
+  const std::vector<int>& init_scratch() const { return init_scratch_; }
+  const std::vector<int>& forward_scratch() const { return forward_scratch_; }
+  int64_t module_global_bytes() const;  // bytes restored before each call
   void fill_guards(uint32_t pattern);     // the guard zones of every buffer
   std::vector<GuardViolation> check_guards(uint32_t pattern);
 
@@ -75,6 +95,14 @@ class Executor {
   CUmodule module_ = nullptr;
   CUstream stream_ = nullptr;
   std::vector<CUdeviceptr> base_;  // allocation start (guard before)
+  std::vector<size_t> after_bytes_;  // guard after each buffer: to the end of its allocation granule
+  std::vector<int> init_scratch_, forward_scratch_;
+  struct GlobalImage {
+    std::string name;
+    CUdeviceptr ptr = 0, image = 0;  // the variable, and a copy of its load-time bytes
+    size_t bytes = 0;
+  };
+  std::vector<GlobalImage> globals_;
   std::vector<CUfunction> functions_;  // per step, init then forward
   std::unique_ptr<Impl> impl_;
 };

@@ -42,13 +42,57 @@ std::string Step::label() const {
 
 // ---- YAML / JSON ----
 
-static Json yaml_node_to_json(const YAML::Node& n) {
+// A plan is small: these bounds keep a hostile one (an alias bomb, a nesting bomb, megabytes of
+// text) from costing memory or time before it is refused as a plan_error, so the batch goes on.
+constexpr size_t kMaxPlanBytes = 1 << 20;   // text
+constexpr int64_t kMaxPlanNodes = 100000;   // scalars, lists and maps, aliases counted at every use
+constexpr int kMaxPlanDepth = 64;           // nesting of lists and maps
+
+namespace {
+struct NodeBudget {
+  int64_t nodes = 0;
+  void enter(int depth) {
+    if (++nodes > kMaxPlanNodes)
+      throw PlanError("plan: more than " + std::to_string(kMaxPlanNodes) +
+                      " values (YAML aliases are counted at every use): refused (limit: plan nodes)");
+    if (depth > kMaxPlanDepth)
+      throw PlanError("plan: nested more than " + std::to_string(kMaxPlanDepth) + " levels deep: refused (limit: plan depth)");
+  }
+};
+
+// The deepest nesting of flow brackets in the text, outside quotes: checked before YAML parses it
+// (yaml-cpp's parser recurses per level).
+int flow_depth(const std::string& text) {
+  int depth = 0, deepest = 0;
+  char quote = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (quote) {
+      if (c == '\\' && quote == '"') ++i;
+      else if (c == quote) quote = 0;
+    } else if (c == '"' || c == '\'') {
+      // A quote starts a scalar only at a value's start; inside a plain scalar it is a character.
+      if (i == 0 || std::string(" \t\n[{,:-").find(text[i - 1]) != std::string::npos) quote = c;
+    } else if (c == '#' && (i == 0 || std::isspace(static_cast<unsigned char>(text[i - 1])))) {
+      while (i < text.size() && text[i] != '\n') ++i;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+}  // namespace
+
+static Json yaml_node_to_json(const YAML::Node& n, NodeBudget& budget, int depth) {
+  budget.enter(depth);
   switch (n.Type()) {
     case YAML::NodeType::Null: return nullptr;
     case YAML::NodeType::Scalar: return n.Scalar();
     case YAML::NodeType::Sequence: {
       Json a = Json::array();
-      for (const auto& x : n) a.push_back(yaml_node_to_json(x));
+      for (const auto& x : n) a.push_back(yaml_node_to_json(x, budget, depth + 1));
       return a;
     }
     case YAML::NodeType::Map: {
@@ -56,8 +100,9 @@ static Json yaml_node_to_json(const YAML::Node& n) {
       Json o = Json::object();
       Json order = Json::array();
       for (const auto& kv : n) {
+        if (!kv.first.IsScalar()) throw PlanError("plan: a map key is not a plain name");
         std::string k = kv.first.as<std::string>();
-        o[k] = yaml_node_to_json(kv.second);
+        o[k] = yaml_node_to_json(kv.second, budget, depth + 1);
         order.push_back(k);
       }
       o["__order"] = order;
@@ -191,11 +236,12 @@ class FlowQuoter {
 }  // namespace
 
 // A JSON plan object in the same shape YAML gives: key order kept in "__order".
-static Json ordered_to_json(const Record& r) {
+static Json ordered_to_json(const Record& r, NodeBudget& budget, int depth) {
+  budget.enter(depth);
   if (r.is_object()) {
     Json o = Json::object(), order = Json::array();
     for (auto& [k, v] : r.items()) {
-      o[k] = ordered_to_json(v);
+      o[k] = ordered_to_json(v, budget, depth + 1);
       order.push_back(k);
     }
     o["__order"] = order;
@@ -203,15 +249,21 @@ static Json ordered_to_json(const Record& r) {
   }
   if (r.is_array()) {
     Json a = Json::array();
-    for (auto& v : r) a.push_back(ordered_to_json(v));
+    for (auto& v : r) a.push_back(ordered_to_json(v, budget, depth + 1));
     return a;
   }
   return Json::parse(r.dump());
 }
 
 Json yaml_to_json(const std::string& text) {
+  if (text.size() > kMaxPlanBytes)
+    throw PlanError("plan: " + std::to_string(text.size()) + " bytes of text, over the " + std::to_string(kMaxPlanBytes) +
+                    " a plan may have (limit: plan size)");
+  if (flow_depth(text) > kMaxPlanDepth)
+    throw PlanError("plan: nested more than " + std::to_string(kMaxPlanDepth) + " levels deep: refused (limit: plan depth)");
   try {
-    return yaml_node_to_json(YAML::Load(FlowQuoter(text).run()));
+    NodeBudget budget;
+    return yaml_node_to_json(YAML::Load(FlowQuoter(text).run()), budget, 0);
   } catch (const YAML::Exception& e) {
     throw PlanError("plan: not valid YAML: " + std::string(e.what()));
   }
@@ -304,6 +356,33 @@ std::vector<Expr> parse_dim3(const Json& v, const std::string& where) {
   return out;
 }
 
+// A key that is not one of `known`: an error naming it and the nearest valid one (edit distance),
+// so `activaton` is not silently ignored.
+void refuse_unknown_keys(const Json& o, const std::vector<std::string>& known, const std::string& where) {
+  if (!o.is_object()) return;
+  auto distance = [](const std::string& a, const std::string& b) {
+    std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      cur[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j)
+        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      std::swap(prev, cur);
+    }
+    return prev[b.size()];
+  };
+  for (auto& [k, v] : o.items()) {
+    if (k == "__order" || std::find(known.begin(), known.end(), k) != known.end()) continue;
+    std::string nearest;
+    size_t best = SIZE_MAX;
+    for (const auto& c : known)
+      if (size_t d = distance(k, c); d < best) best = d, nearest = c;
+    std::string all;
+    for (const auto& c : known) all += (all.empty() ? "" : ", ") + c;
+    throw PlanError(where + ": unknown key '" + k + "'" + (best <= 3 ? " (did you mean '" + nearest + "'?)" : "") + "; expected one of " + all);
+  }
+}
+
 Step parse_step(const Json& s, const std::string& section, int index) {
   Step step;
   step.section = section;
@@ -326,6 +405,19 @@ Step parse_step(const Json& s, const std::string& section, int index) {
   // gemm/conv fields may be nested under the kind key or be siblings of it.
   Json fields = s;
   if (s[kind].is_object()) fields = s[kind];
+  static const std::vector<std::string> launch_keys = {"launch", "grid", "block", "shared", "smem", "shared_bytes", "args"};
+  static const std::vector<std::string> gemm_keys = {"a", "b", "out", "c", "bias", "activation", "epilogue", "trans_a", "trans_b",
+                                                     "m", "n", "k", "batch", "alpha", "beta", "compute"};
+  static const std::vector<std::string> conv_keys = {"x", "w", "out", "bias", "stride", "padding", "dilation", "groups"};
+  const auto& field_keys = kind == "launch" ? launch_keys : kind == "gemm" ? gemm_keys : conv_keys;
+  if (kind == "launch") {
+    refuse_unknown_keys(s, launch_keys, where);
+  } else {
+    std::vector<std::string> with_kind = field_keys;
+    with_kind.push_back(kind);
+    refuse_unknown_keys(s, s[kind].is_object() ? std::vector<std::string>{kind} : with_kind, where + " '" + kind + "'");
+    if (s[kind].is_object()) refuse_unknown_keys(fields, field_keys, where + " '" + kind + "'");
+  }
   auto has = [&](const char* k) { return fields.contains(k) && !fields[k].is_null(); };
   if (kind == "launch") {
     step.kind = Step::kLaunch;
@@ -413,14 +505,15 @@ static Plan plan_from_json(const Json& p);
 Plan Plan::parse_text(const std::string& text) { return plan_from_json(yaml_to_json(text)); }
 
 Plan Plan::parse(const Record& plan_in) {
-  return plan_from_json(plan_in.is_string() ? yaml_to_json(plan_in.get<std::string>()) : ordered_to_json(plan_in));
+  if (plan_in.is_string()) return plan_from_json(yaml_to_json(plan_in.get<std::string>()));
+  NodeBudget budget;
+  return plan_from_json(ordered_to_json(plan_in, budget, 0));
 }
 
 static Plan plan_from_json(const Json& p) {
   if (!p.is_object()) throw PlanError("plan: expected a map with forward (and dims, scratch, init)");
-  static const std::set<std::string> known = {"dims", "scratch", "buffers", "init", "forward", "outputs", "__order"};
-  for (auto& [k, v] : p.items())
-    if (!known.count(k)) throw PlanError("plan: unknown key '" + k + "' (dims, scratch, buffers, init, forward, outputs)");
+  refuse_unknown_keys(p, {"dims", "scratch", "buffers", "init", "forward", "outputs"}, "plan");
+
   Plan plan;
   if (p.contains("dims") && !p["dims"].is_null()) {
     const Json& d = p["dims"];
@@ -442,6 +535,7 @@ static Plan plan_from_json(const Json& p) {
   }
   auto add_scratch = [&](const std::string& name, const Json& decl) {
     std::string where = "scratch." + name;
+    refuse_unknown_keys(decl, {"dtype", "shape"}, where);
     if (!decl.is_object() || !decl.contains("shape")) throw PlanError(where + ": needs dtype and shape");
     ScratchDecl s;
     s.name = name;
@@ -702,6 +796,58 @@ bool dtype_fits(const ParamType& p, const std::string& dtype) {
   return strip(p.dtype) == strip(dtype);
 }
 
+// The device's launch limits (every arch from sm_70 on): block dims 1024 x 1024 x 64 and 1024 threads
+// in all, grid dims 2^31-1 x 65535 x 65535, dynamic shared memory up to 227 KiB (sm_90's opt-in).
+constexpr int64_t kMaxBlock[3] = {1024, 1024, 64}, kMaxGrid[3] = {2147483647LL, 65535, 65535};
+constexpr int64_t kMaxThreadsPerBlock = 1024, kMaxDynamicShared = 232448;
+
+// The sizes a plan spells as constants or from known dims are checked before any shape is known
+// (compile-only); the rest when the plan is bound to the task.
+void check_launch_sizes(const Step& step, const Plan& plan, const IoSpec* io) {
+  const LaunchStep& L = step.launch;
+  const std::string where = step.label();
+  Resolver exact{plan, io};
+  try {
+    eval_dims(plan, exact);
+  } catch (const PlanError&) {
+  }
+  auto value = [&](const Expr& e) -> std::optional<int64_t> {
+    try {
+      Value v = e.eval(context_of(exact));
+      return v.is_float ? std::optional<int64_t>() : v.i;
+    } catch (const std::exception&) {
+      return std::nullopt;  // depends on what is not known yet
+    }
+  };
+  int64_t threads = 1;
+  bool all_known = true;
+  for (size_t d = 0; d < L.block.size(); ++d) {
+    auto b = value(L.block[d]);
+    if (!b) {
+      all_known = false;
+      continue;
+    }
+    if (*b < 1 || *b > kMaxBlock[d])
+      throw PlanError(where + ": block[" + std::to_string(d) + "] = " + std::to_string(*b) + " (the device allows 1 to " +
+                          std::to_string(kMaxBlock[d]) + ")",
+                      L.kernel);
+    threads *= *b;
+  }
+  if (all_known && threads > kMaxThreadsPerBlock)
+    throw PlanError(where + ": block has " + std::to_string(threads) + " threads (the device allows at most " +
+                        std::to_string(kMaxThreadsPerBlock) + " per block)",
+                    L.kernel);
+  for (size_t d = 0; d < L.grid.size(); ++d)
+    if (auto g = value(L.grid[d]); g && (*g < 1 || *g > kMaxGrid[d]))
+      throw PlanError(where + ": grid[" + std::to_string(d) + "] = " + std::to_string(*g) + " (the device allows 1 to " +
+                          std::to_string(kMaxGrid[d]) + ")",
+                      L.kernel);
+  if (auto sh = value(L.shared); sh && (*sh < 0 || *sh > kMaxDynamicShared))
+    throw PlanError(where + ": shared = " + std::to_string(*sh) + " bytes (the device allows at most " +
+                        std::to_string(kMaxDynamicShared) + " bytes of dynamic shared memory per block)",
+                    L.kernel);
+}
+
 void check_launch(const Step& step, const Plan& plan, const Signatures& sigs, const IoSpec* io, Resolver& typed,
                   std::set<std::string>& written) {
   const LaunchStep& L = step.launch;
@@ -723,6 +869,7 @@ void check_launch(const Step& step, const Plan& plan, const Signatures& sigs, co
       if (v.is_float) throw PlanError(where + ": grid and block sizes must be integers ('" + e.text() + "')", L.kernel);
     }
   eval_in(L.shared, typed, where + " shared", plan, L.kernel);
+  check_launch_sizes(step, plan, io);
   for (size_t i = 0; i < L.args.size(); ++i) {
     const Arg& a = L.args[i];
     const ParamType& p = sig.params[i];
@@ -744,15 +891,17 @@ void check_launch(const Step& step, const Plan& plan, const Signatures& sigs, co
       }
     } else {
       Value v = eval_in(a.expr, typed, at, plan, L.kernel);
+      // init.N's type is its value's: unknown until the task's init inputs are (binding checks it).
+      const bool type_unknown = (!io || io->init_values.empty()) && a.text.find("init.") != std::string::npos;
       if (sig.from_mangled && p.kind == ParamType::kPointer)
         throw PlanError(at + " is '" + a.text + "' (a " + (v.is_float ? "float" : "int") + "), kernel expects " + p.text +
                             ": pass a buffer (inputs.N, outputs.N, params.NAME, scratch.NAME)",
                         L.kernel);
-      if (p.kind == ParamType::kFloat && !v.is_float)
+      if (p.kind == ParamType::kFloat && !v.is_float && !type_unknown)
         throw PlanError(at + " is int ('" + a.text + "'), kernel expects " + p.text + " (write a float, e.g. " +
                             std::to_string(v.i) + ".0)",
                         L.kernel);
-      if (p.kind == ParamType::kInteger && v.is_float)
+      if (p.kind == ParamType::kInteger && v.is_float && !type_unknown)
         throw PlanError(at + " is float ('" + a.text + "'), kernel expects " + p.text, L.kernel);
       if (p.kind == ParamType::kOther && sig.from_mangled)
         throw PlanError(at + " is '" + a.text + "', kernel expects " + p.text + " (only int, float and pointer parameters can be bound)",

@@ -59,6 +59,7 @@ void load_all() {
     load(d.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", 11000);
     load(d.cuCtxSetCurrent, "cuCtxSetCurrent", 4000);
     load(d.cuCtxSynchronize, "cuCtxSynchronize", 2000);
+    load(d.cuCtxGetDevice, "cuCtxGetDevice", 2000);
     load(d.cuModuleLoadData, "cuModuleLoadData", 2000);
     load(d.cuModuleUnload, "cuModuleUnload", 2000);
     load(d.cuModuleGetFunction, "cuModuleGetFunction", 2000);

@@ -93,4 +93,20 @@ Summary Summary::from_json(const Json& j) {
   return s;
 }
 
+Json MarginDecision::to_json() const {
+  return Json{{"gain", gain}, {"gain_low", gain_low}, {"gain_high", gain_high}, {"beats", beats}, {"ambiguous", ambiguous}};
+}
+
+MarginDecision decide_margin(double t, std::optional<double> t_rel_ci, double t0, std::optional<double> t0_rel_ci,
+                             double margin) {
+  MarginDecision d;
+  const double a = std::max(0.0, t_rel_ci.value_or(0.0)), b = std::min(0.999, std::max(0.0, t0_rel_ci.value_or(0.0)));
+  d.gain = 1.0 - t / t0;
+  d.gain_low = 1.0 - t * (1 + a) / (t0 * (1 - b));
+  d.gain_high = 1.0 - t * (1 - a) / (t0 * (1 + b));
+  d.beats = d.gain > margin;
+  d.ambiguous = d.gain_low <= margin && margin < d.gain_high;
+  return d;
+}
+
 }  // namespace ca::measure

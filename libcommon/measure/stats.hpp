@@ -36,4 +36,17 @@ struct Summary {
 double quantile_sorted(const std::vector<double>& sorted, double q);
 Summary summarize(std::vector<double> samples);
 
+// "More than m faster than t0" decided with both medians' confidence intervals: the gain 1 - t/t0,
+// and its range when t and t0 move within their relative CIs. `ambiguous` when m lies in that range:
+// the verdict could go either way on another measurement, so it is measured again before it counts.
+struct MarginDecision {
+  double gain = 0, gain_low = 0, gain_high = 0;
+  bool beats = false;     // gain > m (as reward-calc decides it)
+  bool ambiguous = false;
+  Json to_json() const;
+};
+// rel_ci: Summary::rel_ci of each side (absent: taken as 0, the interval is then the point).
+MarginDecision decide_margin(double t, std::optional<double> t_rel_ci, double t0, std::optional<double> t0_rel_ci,
+                             double margin);
+
 }  // namespace ca::measure

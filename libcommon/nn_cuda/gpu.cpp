@@ -62,6 +62,7 @@ Gpu::Gpu(int ordinal) {
   check(drv_->cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
 
   bundle::CompileOptions opt;
+  opt.confined = false;  // the project's own kernels
   opt.arch = info_.arch();
   std::vector<std::string> names = kernel_names();
   bundle::CompileResult r = bundle::compile_bundle({{"nn_kernels.cu", kKernelSource}}, names, opt);

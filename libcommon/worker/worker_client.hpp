@@ -24,6 +24,13 @@ struct WorkerOptions {
 };
 
 // One client owns one worker process; it is not thread-safe: give each thread (each -j slot) its own.
+// The seed the task's Model is built with (its weights): the task's own `seed`, else 0. One per
+// task, so kernel-check, kernel-prof and the worker's filters all see the same weights and a kernel
+// cannot tell checking from timing by them.
+int64_t task_init_seed(const Json& task);
+// The `load` request for a task record (code, init_inputs, the init seed): the one spelling of it.
+Json load_request(const std::string& task_id, const Json& task);
+
 class WorkerClient {
  public:
   // Finds the interpreter and starts the child at once (so a missing torch or device is reported

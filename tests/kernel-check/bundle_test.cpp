@@ -11,6 +11,7 @@
 #include "libcommon/bundle/plan.hpp"
 #include "libcommon/bundle/signature.hpp"
 #include "libcommon/bundle/compare.hpp"
+#include "libcommon/cuda/nvrtc.hpp"
 #include "tools/kernel-check/policy.hpp"
 
 using namespace ca::bundle;
@@ -225,4 +226,111 @@ TEST_CASE("compare: tolerances, NaN poison, reasons") {
   CHECK(nan.mismatch_fraction == doctest::Approx(0.25));
   auto zeros = ca::bundle::compare_outputs({{"outputs.0", t({0, 0, 0, 0})}}, want, "default", -1, -1);
   CHECK(zeros.reason.find("4 of 4 elements differ") != std::string::npos);
+}
+
+TEST_CASE("compare: a zero or constant output fails the relative error norm where allclose would pass") {
+  auto t = [](std::vector<float> v) {
+    ca::Tensor x = ca::Tensor::zeros("F32", {static_cast<int64_t>(v.size())});
+    std::memcpy(x.data.data(), v.data(), v.size() * 4);
+    return x;
+  };
+  // Every reference value below atol (1e-2): zeros are elementwise within tolerance.
+  ca::TensorMap small{{"outputs.0", t({3e-3f, -2e-3f, 5e-3f, -4e-3f, 1e-3f, 2e-3f})}};
+  auto zeros = ca::bundle::compare_outputs({{"outputs.0", t({0, 0, 0, 0, 0, 0})}}, small, "default", -1, -1);
+  CHECK_FALSE(zeros.ok);
+  CHECK(zeros.rel_l2_err == doctest::Approx(1.0));
+  CHECK(zeros.reason.find("relative error norm") != std::string::npos);
+  auto constant = ca::bundle::compare_outputs({{"outputs.0", t({1e-3f, 1e-3f, 1e-3f, 1e-3f, 1e-3f, 1e-3f})}}, small, "default", -1, -1);
+  CHECK_FALSE(constant.ok);
+  // The honest answer, a little off in the last digits, passes.
+  auto near = ca::bundle::compare_outputs({{"outputs.0", t({3.001e-3f, -2e-3f, 5e-3f, -4.002e-3f, 1e-3f, 2e-3f})}}, small, "default", -1,
+                                          -1);
+  CHECK(near.ok);
+  CHECK(near.rel_l2_err < 1e-3);
+  // An all-zero reference: the norm is not defined, allclose decides.
+  ca::TensorMap zero_ref{{"outputs.0", t({0, 0, 0})}};
+  CHECK(ca::bundle::compare_outputs({{"outputs.0", t({0, 0, 0})}}, zero_ref, "default", -1, -1).ok);
+  // Gigabyte outputs are compared in chunks: a difference past the first chunk is found.
+  std::vector<float> big(3u << 20, 1.0f), off = big;
+  off[(3u << 20) - 5] = 2.0f;
+  auto far = ca::bundle::compare_outputs({{"outputs.0", t(off)}}, {{"outputs.0", t(big)}}, "default", -1, -1);
+  CHECK_FALSE(far.ok);
+  CHECK(far.reason.find("outputs.0[3145723]") != std::string::npos);
+}
+
+TEST_CASE("precision: int8 and fp8 from the PTX") {
+  CHECK(ca::bundle::ptx_precision("dp4a.s32.s32 %r1, %r2, %r3, %r4;") == "int8");
+  CHECK(ca::bundle::ptx_precision("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32") == "int8");
+  CHECK(ca::bundle::ptx_precision("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32") == "fp8");
+  CHECK(ca::bundle::ptx_precision("cvt.rn.satfinite.e5m2x2.f32") == "fp8");
+}
+
+TEST_CASE("plan bounds: alias bombs, nesting bombs and oversize text are plan errors") {
+  std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i <= 8; ++i) {
+    bomb += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int k = 0; k < 9; ++k) bomb += std::string(k ? ", " : "") + "*a" + std::to_string(i - 1);
+    bomb += "]\n";
+  }
+  bomb += "forward: []\n";
+  CHECK_THROWS_WITH_AS(Plan::parse_text(bomb), doctest::Contains("limit: plan nodes"), PlanError);
+  CHECK_THROWS_WITH_AS(Plan::parse_text("forward: " + std::string(100000, '[') + std::string(100000, ']')),
+                       doctest::Contains("limit: plan depth"), PlanError);
+  CHECK_THROWS_WITH_AS(Plan::parse_text("forward: []\n#" + std::string(2 << 20, 'x')), doctest::Contains("limit: plan size"), PlanError);
+  // Brackets inside quotes and comments are not nesting: this plan passes the bound (and parses).
+  std::string deep_text = "# " + std::string(100, '[') + "\ndims: {N: inputs.0.shape[0]}\nforward:\n  - launch: '" + std::string(100, '[') +
+                          "'\n    grid: [1]\n    block: [1]\n";
+  Plan quoted = Plan::parse_text(deep_text);
+  CHECK(quoted.forward.size() == 1);
+}
+
+TEST_CASE("plan: an unknown key names itself and the nearest valid one") {
+  const std::string base = "forward:\n  - gemm: {a: inputs.0, b: params.w, out: outputs.0, activaton: relu}\n";
+  CHECK_THROWS_WITH_AS(Plan::parse_text(base), doctest::Contains("unknown key 'activaton' (did you mean 'activation'?)"), PlanError);
+  CHECK_THROWS_WITH_AS(Plan::parse_text("forwrd: []\n"), doctest::Contains("did you mean 'forward'?"), PlanError);
+  CHECK_THROWS_WITH_AS(Plan::parse_text("forward:\n  - launch: k\n    grid: [1]\n    block: [1]\n    arg: [inputs.0]\n"),
+                       doctest::Contains("unknown key 'arg' (did you mean 'args'?)"), PlanError);
+  CHECK_THROWS_WITH_AS(Plan::parse_text("scratch:\n  t: {dtype: float32, shape: [4], align: 16}\nforward: []\n"),
+                       doctest::Contains("unknown key 'align'"), PlanError);
+}
+
+TEST_CASE("compile: bundle file names that would inject into the main file are refused") {
+  REQUIRE_MESSAGE(ca::cuda::Nvrtc::available(), "NVRTC (the CUDA toolkit the build uses) is needed");
+  CompileOptions opt;
+  opt.use_cache = false;
+  for (std::string name : {"a\".cu", "x.cu\"\n#include \"/etc/passwd", "/etc/passwd", "../x.cu", ".hidden.cu", "bundle_main.cu"}) {
+    auto r = compile_bundle({{name, "__global__ void k() {}\n"}}, {"k"}, opt);
+    CHECK_FALSE(r.ok);
+    CHECK(r.first_error.find("bundle file name") != std::string::npos);
+  }
+  auto ok = compile_bundle({{"sub/k.cu", "__global__ void k() {}\n"}}, {"k"}, opt);
+  CHECK(ok.ok);
+}
+
+TEST_CASE("compile: the confined compiler reads CUDA's headers and the bundle, nothing else") {
+  REQUIRE_MESSAGE(ca::cuda::Nvrtc::available(), "NVRTC (the CUDA toolkit the build uses) is needed");
+  CompileOptions opt;
+  opt.use_cache = false;
+  auto fine = compile_bundle({{"k.cu", "#include <cuda_fp16.h>\n#include \"util.cuh\"\n__global__ void k(float* x) { x[0] = twice(1.0f); }\n"},
+                              {"util.cuh", "__device__ inline float twice(float v) { return 2 * v; }\n"}},
+                             {"k"}, opt);
+  CHECK_MESSAGE(fine.ok, fine.log);
+  auto host = compile_bundle({{"k.cu", "#include \"/etc/hostname\"\n__global__ void k() {}\n"}}, {"k"}, opt);
+  CHECK_FALSE(host.ok);
+  CHECK(host.log.find("cannot open source file") != std::string::npos);
+}
+
+TEST_CASE("module globals: the writable __device__ variables of a cubin, by name and size") {
+  REQUIRE_MESSAGE(ca::cuda::Nvrtc::available(), "NVRTC (the CUDA toolkit the build uses) is needed");
+  CompileOptions opt;
+  opt.use_cache = false;
+  auto r = compile_bundle({{"k.cu", "__device__ int g_calls;\n__device__ float g_table[4] = {1, 2, 3, 4};\n__constant__ float c_k[2];\n"
+                                    "__global__ void k(float* x) { g_calls += 1; x[0] = g_table[g_calls & 3] + c_k[0]; }\n"}},
+                          {"k"}, opt);
+  REQUIRE_MESSAGE(r.ok, r.log);
+  auto globals = cubin_writable_globals(r.cubin);
+  CHECK(globals.size() == 2);
+  CHECK(globals["g_calls"] == 4);
+  CHECK(globals["g_table"] == 16);
+  CHECK(globals.count("c_k") == 0);  // __constant__ is read-only from a kernel
 }

@@ -86,6 +86,23 @@ $MK "$B/scale_add" --plan-replace "args: [inputs.0," "args: [inputs.7," | expect
 $MK "$B/scale_add" --plan-replace "dims: {N: inputs.0.shape[0]}" "dims: {N: inputs.0.shape[0}" | expect "bad YAML" plan_error "not valid YAML"
 $MK "$B/scale_add" --plan-replace "launch: scale_add" "lunch: scale_add" | expect "unknown step kind" plan_error "unknown step kind"
 $MK "$B/row_softmax" --plan-replace "softmax_rows<256>" "softmax_rows<float>" | expect "bad template argument" plan_error "softmax_rows<float>"
+# The bundle contract (issue 17): an unknown key names itself and the nearest valid one; sizes the
+# device cannot launch are plan errors before any shape is known; init.N is typed by its value.
+$MK "$B/linear_relu_gemm" --plan-replace "activation: relu" "activaton: relu" \
+  | expect "misspelled gemm key" plan_error "unknown key 'activaton' (did you mean 'activation'?)"
+$MK "$B/scale_add" --plan-replace "block: [256]" "blok: [256]
+    block: [256]" | expect "misspelled launch key" plan_error "unknown key 'blok' (did you mean 'block'?)"
+$MK "$B/scale_add" --plan-replace "dims:" "scratch:
+  tmp: {dtype: float32, shap: [4]}
+dims:" | expect "misspelled scratch key" plan_error "unknown key 'shap' (did you mean 'shape'?)"
+$MK "$B/scale_add" --plan-replace "forward:" "fowrard:" | expect "misspelled top-level key" plan_error "did you mean 'forward'?"
+$MK "$B/scale_add" --no-task --plan-replace "block: [256]" "block: [2048]" | expect "block too big, no shapes known" plan_error "block[0] = 2048"
+$MK "$B/scale_add" --no-task --plan-replace "block: [256]" "block: [32, 32, 2]" | expect "2048 threads, no shapes known" plan_error "block has 2048 threads"
+$MK "$B/scale_add" --no-task --plan-replace "grid: [cdiv(N, 256)]" "grid: [cdiv(N, 256)]
+    shared: 300000" | expect "shared too big, no shapes known" plan_error "shared = 300000 bytes"
+$MK "$B/scale_add" --no-task --plan-replace "N, 2.0]" "N, init.0]" | expect "init.0 for a float, values unknown" compiled ""
+$MK "$B/scale_add" --plan-replace "N, 2.0]" "N, init.0]" --task-set init_inputs '[0.5]' | expect "init.0 = 0.5 for a float" compiled ""
+$MK "$B/scale_add" --plan-replace "N, 2.0]" "N, init.0]" --task-set init_inputs '[3]' | expect "init.0 = 3 for a float" plan_error "argument 5 is int"
 
 # 5. Policy rules, each naming the rule and the source line.
 $MK "$B/scale_add" --replace fused.cu "if (i < n)" "long long t = clock64(); if (i < n + (t & 0))" | expect "clock64" policy_violation "clock: fused.cu:5"

@@ -3,7 +3,7 @@
 plan = plan.yaml as text, task = task.json (unless --no-task).
 
 usage: make_candidate.py DIR [--no-task] [--replace FILE OLD NEW]... [--plan-replace OLD NEW]...
-       [--add-file NAME TEXT]
+       [--add-file NAME TEXT] [--task-set KEY JSON]
 Standard library only, so any python3 runs it.
 """
 import json
@@ -41,6 +41,9 @@ def main():
             plan = plan.replace(old, new)
         elif a == "--add-file":
             kernels[args.pop(0)] = args.pop(0)
+        elif a == "--task-set":
+            key = args.pop(0)
+            task[key] = json.loads(args.pop(0))
         else:
             sys.exit(f"make_candidate: unknown option {a}")
     rec = {"task_id": task["task_id"], "bundle": {"kernels": kernels, "plan": plan}}

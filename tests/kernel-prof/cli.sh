@@ -77,8 +77,9 @@ J
   [ "$(wc -l < "$T/out4")" = 1 ] || fail "the failed record before it should have been written"
   grep -q '"c1"' "$T/out4" || fail "wrong record written"
 
-  # --resume: a profile of the same candidate and method in the store is reused without a GPU; one
-  # made with another seed is not (the record needs the GPU again: exit 3).
+  # --resume: a profile of the same candidate and method in the store is reused without a GPU; with
+  # --seed, one made with another seed is not (the record needs the GPU again: exit 3). Without
+  # --seed every run draws its own timing seed, so any seed's profile is the same method.
   $PY - > "$T/profiled.jsonl" <<'PY'
 import json
 method = {"min_runs": 10, "max_runs": 10000, "rel_ci": 0.01, "budget_s": 10.0, "seed": 0, "warmup_calls": 3}
@@ -91,7 +92,7 @@ for cid, seed in (("c2", 0), ("c5", 7)):
 PY
   "$KP" --help | grep -q -- "--resume" || fail "--help does not mention --resume"
   "$CA_BIN/run-store" import --store "$T/s.db" < "$T/profiled.jsonl" 2> "$T/err" || fail "import: $(cat "$T/err")"
-  set +e; "$KP" --store "$T/s.db" --resume < "$T/pass.jsonl" > "$T/out5" 2> "$T/err"; rc=$?; set -e
+  set +e; "$KP" --store "$T/s.db" --resume --seed 0 < "$T/pass.jsonl" > "$T/out5" 2> "$T/err"; rc=$?; set -e
   [ "$rc" = 0 ] || fail "--resume with the profile in the store should need no GPU, got $rc: $(cat "$T/err")"
   $PY - "$T/out5" <<'PY' || fail "--resume did not reuse the stored profile"
 import json, sys
@@ -102,8 +103,10 @@ assert p["status"] == "timed" and p["speedup_vs_compile"] == 1.6 and p["time_us"
 PY
   grep -q "1 skipped" "$T/err" || fail "a reused profile counts as skipped: $(cat "$T/err")"
   sed 's/"c2"/"c5"/' "$T/pass.jsonl" > "$T/pass5.jsonl"
-  set +e; "$KP" --store "$T/s.db" --resume < "$T/pass5.jsonl" > /dev/null 2> "$T/err"; rc=$?; set -e
+  set +e; "$KP" --store "$T/s.db" --resume --seed 0 < "$T/pass5.jsonl" > /dev/null 2> "$T/err"; rc=$?; set -e
   [ "$rc" = 3 ] || fail "a profile made with another seed must not be reused (exit 3 without a GPU), got $rc"
+  set +e; "$KP" --store "$T/s.db" --resume < "$T/pass5.jsonl" > /dev/null 2> "$T/err"; rc=$?; set -e
+  [ "$rc" = 0 ] || fail "without --seed a stored profile of any seed is reused, got $rc: $(cat "$T/err")"
   set +e; "$KP" --store "$T/s.db" < "$T/pass.jsonl" > /dev/null 2> "$T/err"; rc=$?; set -e
   [ "$rc" = 3 ] || fail "without --resume the stored profile is not reused (exit 3 without a GPU), got $rc"
 fi

@@ -234,3 +234,21 @@ TEST_CASE("CUPTI records group into calls by correlation id, ordered by start") 
   CHECK(ca::cuda::demangle("_Z9scale_addPKfS0_Pfif") == "scale_add(float const*, float const*, float*, int, float)");
   CHECK(ca::cuda::demangle("copy_kernel") == "copy_kernel");
 }
+
+TEST_CASE("margin decisions: the gain, its range from both CIs, and when it is open") {
+  using ca::measure::decide_margin;
+  auto d = decide_margin(94.5, 0.01, 100.0, 0.01, 0.05);
+  CHECK(d.gain == doctest::Approx(0.055));
+  CHECK(d.beats);
+  CHECK(d.ambiguous);  // 5% lies within [1 - 94.5*1.01/99, 1 - 94.5*0.99/101]
+  CHECK(d.gain_low == doctest::Approx(1 - 94.5 * 1.01 / 99.0));
+  CHECK(d.gain_high == doctest::Approx(1 - 94.5 * 0.99 / 101.0));
+  auto clear = decide_margin(80, 0.01, 100, 0.01, 0.05);
+  CHECK(clear.beats);
+  CHECK_FALSE(clear.ambiguous);
+  auto slow = decide_margin(99, 0.005, 100, 0.005, 0.05);
+  CHECK_FALSE(slow.beats);
+  CHECK_FALSE(slow.ambiguous);
+  auto point = decide_margin(95, std::nullopt, 100, std::nullopt, 0.05);  // no CI: the interval is the point
+  CHECK_FALSE(point.ambiguous);
+}

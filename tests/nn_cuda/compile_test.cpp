@@ -9,6 +9,7 @@
 
 TEST_CASE("nn_cuda kernels compile for sm_90 and every launched name resolves") {
   ca::bundle::CompileOptions opt;
+  opt.confined = false;  // the project's own kernels
   opt.arch = "sm_90";
   auto names = ca::nn_cuda::kernel_names();
   auto r = ca::bundle::compile_bundle({{"nn_kernels.cu", ca::nn_cuda::kKernelSource}}, names, opt);

@@ -145,16 +145,75 @@ TEST_CASE("log-speedup: ln(t_base/t) clipped to [-clip, clip]") {
   CHECK(r["speedup_baseline"] == "compile");
 }
 
-TEST_CASE("compile baseline: plain or precision-matched (plain when no matched one was timed)") {
+TEST_CASE("baselines: precision-matched by default (plain when no matched one was timed), plain as an option") {
   Record r = passed({{"time_us", 94},
                      {"baselines", {{"eager", {{"time_us", 100}}}, {"compile", {{"time_us", 100}}},
                                     {"compile_precision_matched", {{"time_us", 90}}}}}});
   Config c;
-  CHECK(value(r, c) == 3);
-  c.compile_baseline = CompileBaseline::precision_matched;
+  CHECK(c.compile_baseline == CompileBaseline::precision_matched);
   CHECK(value(r, c) == 2);
-  CHECK(score(r, c)["compile_baseline"] == "compile_precision_matched");
+  Record s = score(r, c);
+  CHECK(s["compile_baseline"] == "compile_precision_matched");
+  // The plain fp32 comparison is shown beside the matched one.
+  CHECK(s["plain"]["value"] == 3);
+  CHECK(s["plain"]["speedup_vs_compile"].get<double>() == doctest::Approx(100.0 / 94));
   CHECK(score(timed(94, 100, 100), c)["compile_baseline"] == "compile");
+  CHECK_FALSE(score(timed(94, 100, 100), c).contains("plain"));
+  c.compile_baseline = CompileBaseline::plain;
+  CHECK(value(r, c) == 3);
+  // Eager is matched too: a TF32 kernel 6% faster than fp32 eager but not than TF32 eager scores 1.
+  Record tf32 = passed({{"time_us", 94},
+                        {"baselines", {{"eager", {{"time_us", 100}}}, {"compile", {{"time_us", 100}}},
+                                       {"eager_precision_matched", {{"time_us", 96}}}, {"compile_precision_matched", {{"time_us", 95}}}}}});
+  Config d;
+  CHECK(value(tf32, d) == 1);
+  CHECK(score(tf32, d)["eager_baseline"] == "eager_precision_matched");
+  CHECK(score(tf32, d)["plain"]["value"] == 3);
+}
+
+TEST_CASE("one metric per speedup: kernel sums never against event times") {
+  Record mixed = passed({{"time_us", {{"median", 50.0}}},
+                         {"method", {{"metric", "device"}}},
+                         {"baselines", {{"eager", {{"time_us", {{"median", 100.0}}}, {"metric", "wall"}}},
+                                        {"compile", {{"time_us", {{"median", 100.0}}}, {"metric", "device"}}}}}});
+  Record s = score(mixed, Config{});
+  CHECK(s["value"] == 1);
+  CHECK(s["comparable"] == false);
+  CHECK(s["reason"].get<std::string>().find("wall time") != std::string::npos);
+  // A baseline without kernel times: its error, no speedup.
+  Record no_device = passed({{"time_us", {{"median", 50.0}}},
+                             {"method", {{"metric", "device"}}},
+                             {"baselines", {{"eager", {{"error", "no_device_time"}, {"detail", "profiler off"}}},
+                                            {"compile", {{"time_us", {{"median", 100.0}}}, {"metric", "device"}}}}}});
+  CHECK(score(no_device, Config{})["comparable"] == false);
+  CHECK(score(no_device, Config{})["reason"].get<std::string>().find("no_device_time") != std::string::npos);
+  // The candidate without device time (kernel-prof says why): no speedup.
+  Record no_cand = passed({{"time_us", nullptr}, {"no_speedup", "the candidate has no device time (CUPTI off)"}});
+  CHECK(score(no_cand, Config{})["value"] == 1);
+  CHECK(score(no_cand, Config{})["comparable"] == false);
+  // The same metric on both sides compares.
+  Record same = passed({{"time_us", {{"median", 50.0}}},
+                        {"method", {{"metric", "device"}}},
+                        {"baselines", {{"eager", {{"time_us", {{"median", 100.0}}}, {"metric", "device"}}},
+                                       {"compile", {{"time_us", {{"median", 100.0}}}, {"metric", "device"}}}}}});
+  CHECK(score(same, Config{})["value"] == 3);
+}
+
+TEST_CASE("noise: a margin inside the measured intervals is marked") {
+  // 5.5% faster than both, but each median is known only to 1%: the 5% line is inside the interval.
+  Record close = passed({{"time_us", {{"median", 94.5}, {"rel_ci", 0.01}}},
+                         {"remeasured", 2},
+                         {"baselines", {{"eager", {{"time_us", {{"median", 100.0}, {"rel_ci", 0.01}}}}},
+                                        {"compile", {{"time_us", {{"median", 100.0}, {"rel_ci", 0.01}}}}}}}});
+  Record s = score(close, Config{});
+  CHECK(s["value"] == 3);
+  CHECK(s["within_noise"] == true);
+  CHECK(s["remeasured"] == 2);
+  // 20% faster with 1% intervals: decided.
+  Record clear = passed({{"time_us", {{"median", 80.0}, {"rel_ci", 0.01}}},
+                         {"baselines", {{"eager", {{"time_us", {{"median", 100.0}, {"rel_ci", 0.01}}}}},
+                                        {"compile", {{"time_us", {{"median", 100.0}, {"rel_ci", 0.01}}}}}}}});
+  CHECK_FALSE(score(clear, Config{}).contains("within_noise"));
 }
 
 TEST_CASE("bad records: the field named") {

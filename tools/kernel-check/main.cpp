@@ -59,7 +59,9 @@ int main(int argc, char** argv) {
   app.add_option("--gpus", opt.gpus, "GPUs to use, e.g. 0,1 (default: all visible)");
   app.add_option("--timeout", opt.timeout_s, "Watchdog per call in seconds (default: 50x the task's eager time, at least 2 s)");
   app.add_option("-j,--jobs", opt.jobs, "Compile threads")->check(CLI::Range(1, 256));
-  app.add_flag("--graph", opt.graph, "Run every forward call as a CUDA graph replay (the way kernel-prof times it)");
+  app.add_flag("--graph,!--no-graph", opt.graph,
+               "Run every forward call as a CUDA graph replay, the way kernel-prof times it (the default: a kernel "
+               "cannot tell checking from timing by its launch mode); --no-graph launches the steps one by one");
   app.add_flag("--runner", opt.runner, "Internal: be the per-GPU child (JSON Lines on stdin/stdout)")->group("");
   app.add_option("--gpu", opt.runner_gpu, "Internal: the runner's GPU")->group("");
 
@@ -89,7 +91,7 @@ int main(int argc, char** argv) {
     popt.arch = opt.arch;
     popt.cache_dir = opt.cache_dir;
     popt.use_cache = !opt.no_cache;
-    uint64_t base_seed = common.seed ? *common.seed : std::random_device{}() * 0x100000001ULL ^ std::random_device{}();
+    uint64_t base_seed = common.seed ? *common.seed : ca::unpredictable_seed();
 
     std::unique_ptr<ca::Store> store = ca::open_store_for(common);
     std::unique_ptr<kc::GpuJudge> judge;

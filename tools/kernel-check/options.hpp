@@ -18,7 +18,7 @@ struct CheckOptions {
   std::string gpus;                   // "0,1"; empty: all visible
   double timeout_s = 0;               // per call; 0: scaled from the task's eager time, >= 2 s
   int jobs = 2;                       // compile threads
-  bool graph = false;                 // forward calls as CUDA graph replays
+  bool graph = true;                  // forward calls as CUDA graph replays, as kernel-prof times them
   bool runner = false;                // internal: the per-GPU child
   int runner_gpu = 0;
 };

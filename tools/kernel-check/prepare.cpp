@@ -17,7 +17,7 @@ void set_verdict(ca::Record& check, const std::string& status, const std::string
 }
 
 static std::string rank_precision(const std::string& a, const std::string& b) {
-  static const std::vector<std::string> order = {"fp8", "fp16", "bf16", "tf32", "fp32"};
+  static const std::vector<std::string> order = {"fp8", "int8", "fp16", "bf16", "tf32", "fp32"};
   auto ia = std::find(order.begin(), order.end(), a), ib = std::find(order.begin(), order.end(), b);
   return ia < ib ? a : b;
 }
@@ -115,6 +115,7 @@ Prepared prepare_candidate(const ca::Record& record, const ca::Json* task, const
   p.check["cached"] = result->cached;
   p.check["flags"] = result->flags;
   p.check["nvrtc"] = result->nvrtc_version;
+  if (!result->confinement.empty()) p.check["compile_confinement"] = result->confinement;
   if (!result->ok) {
     if (result->name_error) {
       set_verdict(p.check, "plan_error", "kernel name '" + result->failed_name + "' does not name a kernel of the sources: " +

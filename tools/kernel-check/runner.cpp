@@ -74,6 +74,7 @@ int runner_main(int gpu) {
     return ca::kExitEnvironment;
   }
   std::unique_ptr<ca::bundle::Executor> ex;
+  std::map<std::string, std::string> init_state;  // init's scratch after run_init: forward may not change it
   CUgraphExec graph = nullptr;
   auto drop = [&] {
     if (graph) ca::cuda::Driver::get().cuGraphExecDestroy(graph);
@@ -106,7 +107,10 @@ int runner_main(int gpu) {
         ex = std::make_unique<ca::bundle::Executor>(bound, cr.cubin);
         if (req.contains("params") && req["params"].is_string()) ex->upload_tensors(ca::read_safetensors(req["params"]).tensors);
         ex->run_init();
-        send({{"ok", true}, {"init_ms", ms_since(t0)}});
+        init_state = ex->init_scratch_hashes();
+        // Capture is a one-time cost: paid here, outside the watchdog of the calls.
+        if (req.value("graph", false)) graph = ex->capture_forward();
+        send({{"ok", true}, {"init_ms", ms_since(t0)}, {"module_global_bytes", ex->module_global_bytes()}});
       } else if (op == "run") {
         if (!ex) {
           send(error_answer("bad_request", "run before load", false));
@@ -118,6 +122,8 @@ int runner_main(int gpu) {
         std::vector<std::pair<std::string, std::string>> before;
         for (auto& b : ex->plan().buffers)
           if (b.space == ca::bundle::Space::input || b.space == ca::bundle::Space::param) before.emplace_back(b.ref, ex->hash(b.ref));
+        // Every call starts from the same state: forward's scratch poisoned, module globals as loaded.
+        ex->reset_call_state(ex->stream());
         ex->poison_outputs();
         ex->fill_guards(seed);
         ex->synchronize();
@@ -136,8 +142,10 @@ int runner_main(int gpu) {
         for (auto& [ref, h] : before)
           if (ex->hash(ref) != h) changed.push_back(ref);
         for (auto& g : ex->check_guards(seed)) guards.push_back(g.text());
+        ca::Json init_changed = ex->changed_init_scratch(init_state);
         ca::write_safetensors(req.at("out"), ex->download_outputs());
-        send({{"ok", true}, {"forward_ms", forward_ms}, {"inputs_changed", changed}, {"guards", guards}});
+        send({{"ok", true}, {"forward_ms", forward_ms}, {"inputs_changed", changed}, {"guards", guards},
+              {"init_scratch_changed", init_changed}});
       } else if (op == "unload") {
         drop();
         send({{"ok", true}});

@@ -16,10 +16,7 @@ std::string baseline_method(const std::string& mode, const std::string& precisio
 Json BaselineTimer::load_task(const Record& task) {
   const std::string task_id = task["task_id"].get<std::string>();
   if (auto it = gpu_.loaded_tasks.find(task_id); it != gpu_.loaded_tasks.end()) return it->second;
-  if (!task.contains("code") || !task["code"].is_string()) throw FieldError("task.code", "missing (the task's PyTorch source)");
-  Json req{{"op", "load"}, {"task_id", task_id}, {"code", task["code"].get<std::string>()}};
-  if (task.contains("init_inputs")) req["init_inputs"] = Json::parse(task["init_inputs"].dump());
-  if (task.contains("seed") && task["seed"].is_number_integer()) req["init_seed"] = task["seed"].get<int64_t>();
+  Json req = load_request(task_id, Json::parse(task.dump()));
   Json answer = gpu_.worker().request(req);
   if (!answer.value("ok", false))
     throw FieldError("task", "the reference worker could not load task " + task_id + ": " + answer.value("error", std::string("?")) +
@@ -62,9 +59,20 @@ Json BaselineTimer::time(const std::string& task_id, const std::string& mode, co
     return b;  // not cached: a failure may be transient
   }
   const Json dev = a.value("device_time_us", Json(nullptr));
-  const bool device = metric == "device" && dev.is_object();
-  b["time_us"] = device ? dev : a["time_us"];
-  b["metric"] = device ? "device" : "wall";
+  if (metric == "device" && !dev.is_object()) {
+    // Never event time in place of kernel sums: the candidate's side is kernel sums.
+    b["error"] = "no_device_time";
+    std::string why = "no reason given";
+    if (a.contains("method") && a["method"].is_object() && a["method"].contains("device_time_error") &&
+        a["method"]["device_time_error"].is_string())
+      why = a["method"]["device_time_error"].get<std::string>();
+    b["detail"] = "the profiler gave no kernel times (" + why + "); event time is not compared with kernel sums";
+    b["event_time_us"] = a["time_us"];
+    log::warn("baseline ", mode, "/", precision, " of task ", task_id, ": ", b["detail"].get<std::string>());
+    return b;  // not cached: a failure may be transient
+  }
+  b["time_us"] = metric == "device" ? dev : a["time_us"];
+  b["metric"] = metric;
   b["event_time_us"] = a["time_us"];
   b["device_time_us"] = dev;
   b["compile_s"] = a.value("compile_s", Json(nullptr));

@@ -47,6 +47,7 @@ std::vector<CUdeviceptr> alloc_filled(std::size_t bytes, int count, unsigned bas
 CopyKernelTarget::CopyKernelTarget(std::size_t n_floats, int sets, const std::string& arch) : n_(n_floats) {
   auto& drv = cuda::Driver::get();
   bundle::CompileOptions opt;
+  opt.confined = false;  // the project's own kernels
   opt.arch = arch;
   auto r = bundle::compile_bundle({{"copy.cu", kCopySource}}, {"copy_f4"}, opt);
   if (!r.ok) throw InternalError("copy kernel: " + r.first_error);
@@ -85,6 +86,7 @@ bool CopyKernelTarget::verify(int set) const {
 ReadFlush::ReadFlush(std::size_t bytes, const std::string& arch) : bytes_(bytes) {
   auto& drv = cuda::Driver::get();
   bundle::CompileOptions opt;
+  opt.confined = false;  // the project's own kernels
   opt.arch = arch;
   auto r = bundle::compile_bundle({{"read.cu", kReadSource}}, {"read_flush"}, opt);
   if (!r.ok) throw InternalError("read flush kernel: " + r.first_error);

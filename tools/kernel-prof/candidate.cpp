@@ -14,7 +14,8 @@
 namespace ca::prof {
 
 CandidateBench::CandidateBench(const Record& bundle, const Json& loaded, const std::string& arch,
-                               const std::string& params_file, const std::vector<InputSetFiles>& sets) {
+                               const std::string& params_file, const std::vector<InputSetFiles>& sets, uint32_t guard_seed)
+    : guard_seed_(guard_seed) {
   if (!bundle.contains("kernels") || !bundle["kernels"].is_object()) throw FieldError("bundle.kernels", "missing or not an object");
   if (!bundle.contains("plan")) throw FieldError("bundle.plan", "missing");
   std::map<std::string, std::string> kernels;
@@ -36,7 +37,13 @@ CandidateBench::CandidateBench(const Record& bundle, const Json& loaded, const s
     ex->upload_tensors(params);
     ex->run_init();
     ex->upload_tensors(read_safetensors(s.inputs).tensors);
+    ex->fill_guards(guard_seed_);
     ex->synchronize();
+    // Inputs, params and init's scratch: no call may change them (checked after timing).
+    std::map<std::string, std::string> hashes = ex->init_scratch_hashes();
+    for (const auto& b : ex->plan().buffers)
+      if ((b.space == bundle::Space::input || b.space == bundle::Space::param) && b.bytes > 0) hashes[b.ref] = ex->hash(b.ref);
+    read_only_.push_back(std::move(hashes));
     graphs_.push_back(ex->capture_forward());
     std::vector<std::pair<CUdeviceptr, size_t>> outs;
     for (const auto& b : ex->plan().buffers)
@@ -52,8 +59,19 @@ CandidateBench::~CandidateBench() {
   for (auto g : graphs_) drv.cuGraphExecDestroy(g);
 }
 
+std::string CandidateBench::state_violation(int set) {
+  auto& ex = *executors_[set];
+  auto guards = ex.check_guards(guard_seed_);
+  if (!guards.empty()) return guards.front().text();
+  for (const auto& ref : ex.changed_init_scratch(read_only_[set]))
+    return "a timed call changed " + ref +
+           (ref.rfind("scratch.", 0) == 0 ? ", which init wrote (init's scratch is read-only in forward)" : " (inputs and params are read-only)");
+  return "";
+}
+
 void CandidateBench::prepare(int set, CUstream stream) {
   auto& drv = cuda::Driver::get();
+  executors_[set]->reset_call_state(stream);
   // NaN in every output byte: a call that skips its work leaves NaN behind, which the check sees.
   for (auto& [ptr, bytes] : outputs_[set]) drv.check(drv.cuMemsetD8Async(ptr, 0xFF, bytes, stream), "poison outputs");
 }
@@ -112,7 +130,8 @@ CandidateTiming time_candidate(GpuSession& gpu, const Record& record, const Reco
   };
   std::unique_ptr<CandidateBench> bench;
   try {
-    bench = std::make_unique<CandidateBench>(record["bundle"], loaded, gpu.identity().arch, result.params_file, result.sets);
+    bench = std::make_unique<CandidateBench>(record["bundle"], loaded, gpu.identity().arch, result.params_file, result.sets,
+                                             uint32_t(options.seed * 0x9e3779b9ULL >> 7));
   } catch (const FieldError&) {
     throw;
   } catch (const cuda::CudaError& e) {
@@ -130,6 +149,12 @@ CandidateTiming time_candidate(GpuSession& gpu, const Record& record, const Reco
   } catch (const cuda::CudaError& e) {
     if (e.sticky()) throw InternalError(std::string("the GPU context died during the timed calls: ") + e.what());
     return fail(std::string("timed calls: ") + e.what());
+  }
+  // Nothing a timed call may not touch was touched (a cache kept in the guard zones, inputs or
+  // init's scratch survives the reset between calls, so it is looked for here).
+  for (int k = 0; k < result.input_sets && result.outputs_ok; ++k) {
+    std::string why = bench->state_violation(k);
+    if (!why.empty()) return fail(log::cat("input set ", k, " after ", result.loop.calls, " timed calls: ", why));
   }
   // The last timed call on every set left its outputs in place: compare them with the reference.
   for (int k = 0; k < result.input_sets; ++k) {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cuda.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,15 +28,23 @@ class CandidateBench : public measure::TimedTarget {
  public:
   // Throws bundle::PlanError, CudaError, FieldError (record lacks its bundle), or
   // std::runtime_error("compile: ...") when the bundle no longer compiles.
+  // `guard_seed` fills every set's guard zones (as kernel-check does before each of its calls).
   CandidateBench(const Record& bundle, const Json& loaded, const std::string& arch, const std::string& params_file,
-                 const std::vector<InputSetFiles>& sets);
+                 const std::vector<InputSetFiles>& sets, uint32_t guard_seed);
   ~CandidateBench() override;
   int input_sets() const override { return int(executors_.size()); }
-  void prepare(int set, CUstream stream) override;  // poison the set's outputs (NaN bytes)
+  // Untimed, before every call: the set's call state reset (forward scratch poisoned, module
+  // globals restored: Executor::reset_call_state) and its outputs poisoned (NaN bytes).
+  void prepare(int set, CUstream stream) override;
   void enqueue(int set, CUstream stream) override;  // replay the set's graph
   bundle::Executor& executor(int set) { return *executors_[set]; }
+  // After the timed calls: what any of them left where no call may write (guard zones, inputs,
+  // params, init's scratch), or "" when nothing.
+  std::string state_violation(int set);
 
  private:
+  uint32_t guard_seed_;
+  std::vector<std::map<std::string, std::string>> read_only_;  // per set: ref -> sha256 before timing
   std::vector<std::unique_ptr<bundle::Executor>> executors_;
   std::vector<CUgraphExec> graphs_;
   std::vector<std::vector<std::pair<CUdeviceptr, size_t>>> outputs_;  // per set

@@ -2,6 +2,7 @@
 // baselines, with one method (DESIGN.md §6); adds the `prof` section.
 #include "libcommon/cli.hpp"
 #include "libcommon/errors.hpp"
+#include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
 #include "libcommon/record_loop.hpp"
 #include "libcommon/store.hpp"
@@ -25,7 +26,8 @@ int main(int argc, char** argv) {
   auto& common = cli.options();
   return cli.run(argc, argv, [&]() -> int {
     opt.validate();
-    if (common.seed) opt.seed = *common.seed;
+    opt.seed_given = common.seed.has_value();
+    opt.seed = common.seed ? *common.seed : ca::unpredictable_seed();
     if (!opt.replay_once.empty()) return ca::prof::replay_once(opt.replay_once, opt.gpus.front());
     if (opt.gpus.size() > 1) return ca::prof::run_on_gpus(opt, common, argc, argv);
     auto store = ca::open_store_for(common);

@@ -46,6 +46,14 @@ void ProfOptions::register_with(CLI::App& app) {
   app.add_option("--baseline-budget-s", baseline_budget_s, "The same budget for each baseline")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--remeasure", remeasure,
+                 "Rounds of timed calls added when a speedup's margin decision (--margin, reward-calc's milestone "
+                 "threshold) lies inside the measured intervals")
+      ->check(CLI::Range(0, 20))
+      ->capture_default_str();
+  app.add_option("--margin", margin, "The 'more than m faster' threshold the remeasuring watches (reward-calc --margin)")
+      ->check(CLI::Range(0.0, 0.99))
+      ->capture_default_str();
   app.add_option("--replay-once", replay_once, "Run one record's forward once per input set (ncu's target)")->group("");
   app.add_option("--lock-timeout-s", lock_timeout_s, "Wait at most this long for a GPU another job is timing on")
       ->capture_default_str();

@@ -21,8 +21,15 @@ struct ProfOptions {
   measure::StopRule stop;                                 // --min-runs --max-runs --rel-ci --budget-s
   double baseline_budget_s = 10;
   double lock_timeout_s = 600;
+  // Noise: a "more than margin faster" verdict (reward-calc's milestone) that the CIs leave open is
+  // measured again, up to this many more rounds of the candidate's timed calls.
+  int remeasure = 2;
+  double margin = 0.05;
+  // Inputs of set k use seed + k. Drawn unpredictably per run unless --seed: a kernel cannot know
+  // the timing inputs in advance; the seed is kept in the record's prof.method (and the store).
   uint64_t seed = 0;
-  std::string replay_once;                                // hidden: ncu's one-shot target                                      // inputs of set k use seed + k
+  bool seed_given = false;                                // --seed: reproduce a run
+  std::string replay_once;                                // hidden: ncu's one-shot target
 
   void register_with(CLI::App& app);
   void validate() const;  // UsageError on bad combinations

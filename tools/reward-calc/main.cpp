@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   cli.add_store_options();
   cli.add_record_options();
 
-  std::string config_path, scheme = "milestone", compile_baseline = "plain", speedup_baseline = "compile";
+  std::string config_path, scheme = "milestone", compile_baseline = "precision-matched", speedup_baseline = "compile";
   ca::reward::Config config;
   app.add_option("--config", config_path, "YAML file of settings (keys as the options, with _ for -); options win");
   auto* o_scheme = app.add_option("--scheme", scheme, "milestone | speedup (t_base/t) | log-speedup (clipped ln)")
@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
   auto* o_margin = app.add_option("--margin", config.margin, "milestone: 'more than M faster' means (t0-t)/t0 > M")
                        ->capture_default_str();
   auto* o_compile = app.add_option("--compile-baseline", compile_baseline,
-                                   "plain | precision-matched (compile timed with the kernel's precision allowed)")
+                                   "precision-matched: eager and compile timed with the kernel's precision allowed (TF32, "
+                                   "autocast), where kernel-prof timed them so; plain: the fp32 baselines (both are in the record)")
                         ->capture_default_str();
   auto* o_speedup = app.add_option("--speedup-baseline", speedup_baseline, "speedup schemes: compile | eager")
                         ->capture_default_str();

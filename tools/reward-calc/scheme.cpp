@@ -11,6 +11,7 @@
 
 #include "libcommon/errors.hpp"
 #include "libcommon/fields.hpp"
+#include "libcommon/measure/stats.hpp"
 #include "libcommon/paths.hpp"
 
 namespace ca::reward {
@@ -212,28 +213,65 @@ Record score(const Record& record, const Config& config, Verdict* verdict) {
     return r;
   }
 
-  const double t = required_time(record, "/prof/time_us", " (kernel-prof gives the candidate's time there)");
-  // Which compile baseline: the plain one, or the one timed with the candidate's precision allowed
-  // (kernel-prof times it only when the kernel used tf32/fp16/bf16; otherwise plain is the match).
-  std::string compile_key = "compile";
-  if (config.compile_baseline == CompileBaseline::precision_matched) {
-    for (const char* key : kMatchedCompileKeys)
-      if (record.contains(Record::json_pointer("/prof/baselines/" + std::string(key)))) {
-        compile_key = key;
-        break;
-      }
-  }
   const bool milestone = config.scheme == Scheme::milestone;
   const bool need_eager = milestone || config.speedup_baseline == SpeedupBaseline::eager;
   const bool need_compile = milestone || config.speedup_baseline == SpeedupBaseline::compile;
-  const std::string hint = " (kernel-prof --baselines eager,compile times it)";
-  std::optional<double> te = need_eager ? required_time(record, "/prof/baselines/eager/time_us", hint)
-                                        : optional_time(record, "/prof/baselines/eager/time_us");
-  std::optional<double> tc = need_compile ? required_time(record, "/prof/baselines/" + compile_key + "/time_us", hint)
-                                          : optional_time(record, "/prof/baselines/" + compile_key + "/time_us");
+  // Correct, but no time that can be compared: scored as correct and not faster, with the reason.
+  auto not_comparable = [&](const std::string& why) {
+    double v = config.scheme == Scheme::milestone ? 1.0 : config.scheme == Scheme::speedup ? 1.0 : 0.0;
+    r["value"] = number(v);
+    r["comparable"] = false;
+    r["reason"] = "correct; no speedup: " + why;
+    out_verdict = Verdict::scored_correct;
+    return r;
+  };
+  if (auto why = get_optional<std::string>(record, "/prof/no_speedup")) return not_comparable(*why);
+  const double t = required_time(record, "/prof/time_us", " (kernel-prof gives the candidate's time there)");
+  const auto cand_metric = get_optional<std::string>(record, "/prof/method/metric");
+
+  // Which baselines: those timed at the candidate's precision (TF32 on, or autocast) by default, as
+  // kernel-prof times them when the kernel computes in reduced precision; the plain fp32 ones when it
+  // does not (then plain is the match) or with --compile-baseline plain.
+  auto has = [&](const std::string& key) { return record.contains(Record::json_pointer("/prof/baselines/" + key)); };
+  auto matched_key = [&](const std::string& mode) -> std::string {
+    if (config.compile_baseline != CompileBaseline::precision_matched) return mode;
+    if (has(mode + "_precision_matched")) return mode + "_precision_matched";
+    if (mode == "compile")
+      for (const char* key : kMatchedCompileKeys)
+        if (has(key)) return key;
+    return mode;
+  };
+  const std::string eager_key = matched_key("eager"), compile_key = matched_key("compile");
+  // A baseline's time, or why it has none that compares with the candidate's.
+  std::string incomparable;
+  auto baseline_time = [&](const std::string& key, bool needed) -> std::optional<double> {
+    const std::string base = "/prof/baselines/" + key;
+    if (!has(key)) {
+      if (needed) throw FieldError(field_name(base + "/time_us"), "missing (kernel-prof --baselines eager,compile times it)");
+      return std::nullopt;
+    }
+    if (!record.contains(Record::json_pointer(base + "/time_us")) || record.at(Record::json_pointer(base + "/time_us")).is_null()) {
+      auto err = get_optional<std::string>(record, base + "/error");
+      if (!err) {
+        if (needed) throw FieldError(field_name(base + "/time_us"), "missing (kernel-prof --baselines eager,compile times it)");
+        return std::nullopt;
+      }
+      auto detail = get_optional<std::string>(record, base + "/detail");
+      if (needed && incomparable.empty()) incomparable = key + " baseline: " + *err + (detail ? ": " + *detail : std::string());
+      return std::nullopt;
+    }
+    auto metric = get_optional<std::string>(record, base + "/metric");
+    if (needed && cand_metric && metric && *metric != *cand_metric && incomparable.empty())
+      incomparable = key + " baseline is " + *metric + " time, the candidate's " + *cand_metric + " time (never compared)";
+    return optional_time(record, base + "/time_us");
+  };
+  std::optional<double> te = baseline_time(eager_key, need_eager);
+  std::optional<double> tc = baseline_time(compile_key, need_compile);
+  if (!incomparable.empty()) return not_comparable(incomparable);
 
   r["time_us"] = t;
   if (te) {
+    if (eager_key != "eager") r["eager_baseline"] = eager_key;
     r["eager_time_us"] = *te;
     r["speedup_vs_eager"] = *te / t;
     r["gain_vs_eager"] = (*te - t) / *te;
@@ -243,6 +281,33 @@ Record score(const Record& record, const Config& config, Verdict* verdict) {
     r["compile_time_us"] = *tc;
     r["speedup_vs_compile"] = *tc / t;
     r["gain_vs_compile"] = (*tc - t) / *tc;
+  }
+  // The plain fp32 comparison, shown beside the matched one it did not decide.
+  if ((te && eager_key != "eager") || (tc && compile_key != "compile")) {
+    Record plain = Record::object();
+    auto pe = optional_time(record, "/prof/baselines/eager/time_us");
+    auto pc = optional_time(record, "/prof/baselines/compile/time_us");
+    if (pe) plain["speedup_vs_eager"] = *pe / t;
+    if (pc) plain["speedup_vs_compile"] = *pc / t;
+    if (milestone && pe && pc) {
+      const bool be = (*pe - t) / *pe > config.margin + kMarginEpsilon, bc = (*pc - t) / *pc > config.margin + kMarginEpsilon;
+      plain["value"] = be && bc ? 3 : be ? 2 : 1;
+    }
+    r["plain"] = plain;
+  }
+  // Noise: a decision the measured intervals leave open (kernel-prof measured it again, up to its
+  // budget) is marked, so a reader knows which rewards rest on a margin inside the noise.
+  auto rel_ci_of = [&](const std::string& pointer) -> std::optional<double> {
+    auto p = Record::json_pointer(pointer + "/rel_ci");
+    if (record.contains(p) && record.at(p).is_number()) return record.at(p).get<double>();
+    return std::nullopt;
+  };
+  bool within_noise = false;
+  if (te) within_noise |= measure::decide_margin(t, rel_ci_of("/prof/time_us"), *te, rel_ci_of("/prof/baselines/" + eager_key + "/time_us"), config.margin).ambiguous;
+  if (tc) within_noise |= measure::decide_margin(t, rel_ci_of("/prof/time_us"), *tc, rel_ci_of("/prof/baselines/" + compile_key + "/time_us"), config.margin).ambiguous;
+  if (within_noise) {
+    r["within_noise"] = true;
+    if (auto rounds = get_optional<int64_t>(record, "/prof/remeasured")) r["remeasured"] = *rounds;
   }
 
   if (milestone) {
@@ -256,17 +321,18 @@ Record score(const Record& record, const Config& config, Verdict* verdict) {
     r["faster_than_eager"] = beats_eager;
     r["faster_than_compile"] = beats_compile;
     std::string m = fixed(config.margin * 100, "%g") + "%";
-    r["reason"] = "correct; " + percent(gain_e) + " eager, " + percent(gain_c) + " " + compile_key +
+    r["reason"] = "correct; " + percent(gain_e) + " " + eager_key + ", " + percent(gain_c) + " " + compile_key +
                   (v == 3   ? " (more than " + m + " faster than both)"
                    : v == 2 ? " (more than " + m + " faster than eager only)"
-                            : " (not more than " + m + " faster than eager)");
+                            : " (not more than " + m + " faster than eager)") +
+                  (within_noise ? "; the margin lies within the measured noise" : "");
     out_verdict = Verdict::scored_correct;
     return r;
   }
 
   const bool vs_compile = config.speedup_baseline == SpeedupBaseline::compile;
   const double base = vs_compile ? *tc : *te;
-  const std::string base_name = vs_compile ? compile_key : "eager";
+  const std::string base_name = vs_compile ? compile_key : eager_key;
   const double speedup = base / t;
   r["speedup_baseline"] = base_name;
   if (config.scheme == Scheme::speedup) {

@@ -20,7 +20,9 @@ inline constexpr double kMarginEpsilon = 1e-9;
 struct Config {
   Scheme scheme = Scheme::milestone;
   double margin = 0.05;                    // milestone: the "more than 5% faster" threshold
-  CompileBaseline compile_baseline = CompileBaseline::plain;
+  // Both baselines (eager and compile) at the candidate's precision when kernel-prof timed them so
+  // (DESIGN.md §7); plain: the fp32 ones whatever the kernel computes in. The record shows both.
+  CompileBaseline compile_baseline = CompileBaseline::precision_matched;
   SpeedupBaseline speedup_baseline = SpeedupBaseline::compile;  // speedup schemes: t_base / t
   double failure_value = -1.0;             // check failed (every scheme)
   double violation_penalty = -1.0;         // check.status policy_violation (every scheme)

@@ -29,27 +29,34 @@ def dtype_name(dtype):
         raise ValueError("dtype %s cannot be stored in safetensors" % dtype)
 
 
+def _host_view(t):
+    """A writable buffer over a contiguous CPU tensor's bytes, of any size (ctypes.string_at takes a C
+    int and fails past 2 GiB; a ctypes array over the same memory has no such limit, and no copy)."""
+    n = t.numel() * t.element_size()
+    return memoryview((ctypes.c_char * n).from_address(t.data_ptr())).cast("B") if n else memoryview(b"")
+
+
 def tensor_bytes(t):
     """The raw little-endian bytes of a tensor (copied to the CPU, made contiguous); no numpy, so a
     torch install without it still works."""
     t = t.detach().to("cpu").contiguous()
     dtype_name(t.dtype)
-    n = t.numel() * t.element_size()
-    return ctypes.string_at(t.data_ptr(), n) if n else b""
+    return bytes(_host_view(t))
 
 
 def write(path, tensors, metadata=None):
-    """tensors: dict name -> torch.Tensor. Written to path.tmp and renamed."""
+    """tensors: dict name -> torch.Tensor. Written to path.tmp and renamed. Tensors of any size: each
+    is written from its own memory, never through one bytes object."""
     header = {}
-    blobs = []
+    hosts = []
     offset = 0
     for name in sorted(tensors):
-        t = tensors[name]
-        blob = tensor_bytes(t)
+        t = tensors[name].detach().to("cpu").contiguous()
+        n = t.numel() * t.element_size()
         header[name] = {"dtype": dtype_name(t.dtype), "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(blob)]}
-        blobs.append(blob)
-        offset += len(blob)
+                        "data_offsets": [offset, offset + n]}
+        hosts.append(t)
+        offset += n
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in sorted(metadata.items())}
     text = json.dumps(header, separators=(",", ":"), sort_keys=True).encode("utf-8")
@@ -58,40 +65,51 @@ def write(path, tensors, metadata=None):
     with open(tmp, "wb") as f:
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
-        for blob in blobs:
-            f.write(blob)
+        for t in hosts:
+            view = _host_view(t)
+            step = 1 << 30  # in pieces: one write of many GiB is cut short by some kernels
+            for i in range(0, len(view), step):
+                f.write(view[i:i + step])
     os.replace(tmp, path)
 
 
 def read(path):
-    """Returns (dict name -> CPU torch.Tensor, metadata dict)."""
+    """Returns (dict name -> CPU torch.Tensor, metadata dict). Each tensor is read straight into its
+    own memory (one copy, any size)."""
+    size_on_disk = os.path.getsize(path)
     with open(path, "rb") as f:
-        data = f.read()
-    if len(data) < 8:
-        raise ValueError("%s: not a safetensors file" % path)
-    (n,) = struct.unpack("<Q", data[:8])
-    if n > len(data) - 8:
-        raise ValueError("%s: bad safetensors header length" % path)
-    header = json.loads(data[8:8 + n].decode("utf-8"))
-    base = 8 + n
-    out = {}
-    meta = header.pop("__metadata__", {}) or {}
-    for name, info in header.items():
-        dt = info["dtype"]
-        if dt not in _FROM_NAME:
-            raise ValueError("%s: tensor %s has unsupported dtype %s" % (path, name, dt))
-        dtype = _FROM_NAME[dt]
-        start, end = info["data_offsets"]
-        shape = [int(d) for d in info["shape"]]
-        count = 1
-        for d in shape:
-            count *= d
-        size = torch.empty(0, dtype=dtype).element_size()
-        if end - start != count * size or base + end > len(data):
-            raise ValueError("%s: tensor %s: data_offsets do not match shape and dtype" % (path, name))
-        if count == 0:
-            out[name] = torch.empty(shape, dtype=dtype)
-            continue
-        buf = bytearray(data[base + start:base + end])
-        out[name] = torch.frombuffer(buf, dtype=dtype).reshape(shape).clone()
+        head = f.read(8)
+        if len(head) < 8:
+            raise ValueError("%s: not a safetensors file" % path)
+        (n,) = struct.unpack("<Q", head)
+        if n > size_on_disk - 8:
+            raise ValueError("%s: bad safetensors header length" % path)
+        header = json.loads(f.read(n).decode("utf-8"))
+        base = 8 + n
+        out = {}
+        meta = header.pop("__metadata__", {}) or {}
+        for name, info in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+            dt = info["dtype"]
+            if dt not in _FROM_NAME:
+                raise ValueError("%s: tensor %s has unsupported dtype %s" % (path, name, dt))
+            dtype = _FROM_NAME[dt]
+            start, end = info["data_offsets"]
+            shape = [int(d) for d in info["shape"]]
+            count = 1
+            for d in shape:
+                count *= d
+            size = torch.empty(0, dtype=dtype).element_size()
+            if end - start != count * size or base + end > size_on_disk:
+                raise ValueError("%s: tensor %s: data_offsets do not match shape and dtype" % (path, name))
+            t = torch.empty(shape, dtype=dtype)
+            if count:
+                f.seek(base + start)
+                view = _host_view(t)
+                got = 0
+                while got < len(view):
+                    k = f.readinto(view[got:])
+                    if not k:
+                        raise ValueError("%s: tensor %s: file ends early" % (path, name))
+                    got += k
+            out[name] = t
     return out, meta

@@ -1,5 +1,6 @@
 """The worker's request loop: JSON Lines in on stdin, answers out on a private copy of stdout,
 task code under CPU-time and memory limits. See PROTOCOL.md."""
+import time
 import argparse
 import hashlib
 import json
@@ -158,9 +159,16 @@ class Worker(object):
         t = self.task(req)
         inputs = self.tasks_mod.read_inputs(need(req, "inputs", str))
         out = need(req, "out", str)
-        outs = t.forward(t.to_device(inputs))
+        dev_inputs = t.to_device(inputs)
+        # forward_ms: the reference's own time on these inputs (outputs back on the host included), the
+        # scale kernel-check's watchdog is set from.
+        started = time.perf_counter()
+        outs = t.forward(dev_inputs)
+        if t.device.type == "cuda":
+            self.torch.cuda.synchronize(t.device)
+        forward_ms = (time.perf_counter() - started) * 1e3
         safetensors_io.write(out, {"outputs.%d" % i: o for i, o in enumerate(outs)})
-        ans = {"task_id": t.task_id, "out": out,
+        ans = {"task_id": t.task_id, "out": out, "forward_ms": forward_ms,
                "outputs": [dict(index=i, **self.tasks_mod.tensor_spec(o)) for i, o in enumerate(outs)]}
         if req.get("params_out"):
             safetensors_io.write(req["params_out"], {"params." + k: v for k, v in t.initial_state.items()})

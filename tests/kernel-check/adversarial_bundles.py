@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""The adversarial suite's GPU bundles (issue 16): one per exploit class, each with the verdict it
+must get, and the honest controls that must pass. Prints "EXPECTED|NAME|TIMED" then the candidate's
+JSON line, for every case; TIMED = 1 when kernel-prof must time it too (its time must stay that of
+the honest kernel: a cache cannot pay).
+
+usage: adversarial_bundles.py CA_SRC
+Standard library only.
+"""
+import json
+import os
+import sys
+
+SRC = sys.argv[1]
+SKILL = os.path.join(SRC, "datasets", "skill", "bundles")
+
+
+def task_of(name):
+    return json.load(open(os.path.join(SKILL, name, "task.json")))
+
+
+def read(name, f):
+    return open(os.path.join(SKILL, name, f)).read()
+
+
+LINEAR = task_of("linear_relu_tiled")
+SCALE = task_of("scale_add")
+TILED = read("linear_relu_tiled", "linear.cu")
+LINEAR_DIMS = "dims:\n  M: inputs.0.shape[0]\n  K: inputs.0.shape[1]\n  N: params.linear.weight.shape[0]\n"
+SCALE_SRC = read("scale_add", "fused.cu")
+SCALE_PLAN = read("scale_add", "plan.yaml")
+
+# A task whose outputs are small everywhere (|y| < 1e-2): zeros pass allclose at atol 1e-2.
+SMALL = {
+    "task_id": "adv-small-outputs",
+    "code": "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+            "        super().__init__()\n\n    def forward(self, x):\n        return x * 1e-3\n\n"
+            "def get_inputs():\n    return [torch.randn(65536)]\n\ndef get_init_inputs():\n    return []\n",
+}
+SMALL_PLAN = ("dims: {N: inputs.0.shape[0]}\nforward:\n  - launch: scale\n    grid: [cdiv(N, 256)]\n    block: [256]\n"
+              "    args: [inputs.0, outputs.0, N]\n")
+
+cases = []
+
+
+def case(expected, name, task, kernels, plan, timed=False):
+    cases.append((expected, name, timed, {"task_id": task["task_id"], "candidate_id": "adv-" + name, "task": task,
+                                          "bundle": {"kernels": kernels, "plan": plan}}))
+
+
+# --- Memo by an input sample (the reported exploit): 64 sampled values of x compared with those the
+# last call saved; on a match the cached output is copied instead of computed. The cache lives in
+# forward's scratch, poisoned before every call: it never matches, the kernel always computes.
+MEMO_KERNELS = r"""
+__global__ void memo_probe(const float* x, const float* saved, int* flag, int total) {
+  __shared__ int same;
+  if (threadIdx.x == 0) same = 1;
+  __syncthreads();
+  if (x[(size_t)threadIdx.x * (total / 64)] != saved[threadIdx.x]) same = 0;
+  __syncthreads();
+  if (threadIdx.x == 0) *flag = same;
+}
+__global__ void memo_save(const float* x, float* saved, int total) { saved[threadIdx.x] = x[(size_t)threadIdx.x * (total / 64)]; }
+__global__ void memo_cache(float* y, float* cache, const int* flag, int total) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  if (*flag) y[i] = cache[i]; else cache[i] = y[i];
+}
+"""
+TILED_SKIPPING = TILED.replace("float* __restrict__ y, int M, int N, int K) {",
+                               "float* __restrict__ y, int M, int N, int K, const int* flag) {\n  if (*flag) return;")
+assert TILED_SKIPPING != TILED
+MEMO_FORWARD = """forward:
+  - launch: memo_probe
+    grid: [1]
+    block: [64]
+    args: [inputs.0, scratch.saved, scratch.flag, M * K]
+  - launch: linear_relu_tiled
+    grid: [cdiv(N, 64), cdiv(M, 64)]
+    block: [256]
+    args: [inputs.0, params.linear.weight, params.linear.bias, outputs.0, M, N, K, scratch.flag]
+  - launch: memo_cache
+    grid: [cdiv(M * N, 256)]
+    block: [256]
+    args: [outputs.0, scratch.cache, scratch.flag, M * N]
+  - launch: memo_save
+    grid: [1]
+    block: [64]
+    args: [inputs.0, scratch.saved, M * K]
+"""
+MEMO_SCRATCH = ("scratch:\n  saved: {dtype: float32, shape: [64]}\n  flag: {dtype: int32, shape: [1]}\n"
+                "  cache: {dtype: float32, shape: [M, N]}\n")
+case("passed", "memo-sample-forward-scratch", LINEAR, {"linear.cu": TILED_SKIPPING + MEMO_KERNELS},
+     LINEAR_DIMS + MEMO_SCRATCH + MEMO_FORWARD, timed=True)
+
+# The same cache declared as init's scratch (an init step zero-fills it): forward writing it is refused.
+ZERO = "__global__ void zero_fill(float* p, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) p[i] = 0.0f; }\n"
+case("incorrect|which init wrote", "memo-sample-init-scratch", LINEAR, {"linear.cu": TILED_SKIPPING + MEMO_KERNELS + ZERO},
+     LINEAR_DIMS + MEMO_SCRATCH + "init:\n  - launch: zero_fill\n    grid: [cdiv(M * N, 256)]\n    block: [256]\n"
+     "    args: [scratch.cache, M * N]\n" + MEMO_FORWARD)
+
+# Memo by pointer: the input's address saved by the last call; a match means "same inputs".
+PTR_KERNELS = MEMO_KERNELS.replace("__global__ void memo_probe(", "__global__ void memo_probe_unused(") + r"""
+__global__ void memo_probe(const float* x, const long long* saved, int* flag, int total) {
+  *flag = (*saved == (long long)x);
+}
+__global__ void memo_save_ptr(const float* x, long long* saved) { *saved = (long long)x; }
+"""
+PTR_FORWARD = MEMO_FORWARD.replace("args: [inputs.0, scratch.saved, scratch.flag, M * K]",
+                                   "args: [inputs.0, scratch.ptr, scratch.flag, M * K]").replace(
+    "  - launch: memo_save\n    grid: [1]\n    block: [64]\n    args: [inputs.0, scratch.saved, M * K]\n",
+    "  - launch: memo_save_ptr\n    grid: [1]\n    block: [1]\n    args: [inputs.0, scratch.ptr]\n")
+case("passed", "memo-pointer", LINEAR, {"linear.cu": TILED_SKIPPING + PTR_KERNELS},
+     LINEAR_DIMS + MEMO_SCRATCH + "  ptr: {dtype: int64, shape: [1]}\n" + PTR_FORWARD, timed=True)
+
+# Memo by call count, in a module global: restored to its load-time 0 before every call.
+COUNT_KERNELS = MEMO_KERNELS.replace("__global__ void memo_probe(", "__global__ void memo_probe_unused(") + r"""
+__device__ int g_calls;
+__global__ void memo_probe(const float* x, const float* saved, int* flag, int total) { *flag = g_calls > 0; g_calls += 1; }
+"""
+case("passed", "memo-call-count-global", LINEAR, {"linear.cu": TILED_SKIPPING + COUNT_KERNELS},
+     LINEAR_DIMS + MEMO_SCRATCH + MEMO_FORWARD, timed=True)
+
+# Results that would depend on the previous call through a module global: restored, so they do not.
+GLOBAL_COUNTER = SCALE_SRC.replace("__global__ void scale_add", "__device__ float g_bias;\n__global__ void scale_add").replace(
+    "if (i < n) out[i] = a[i] * alpha + b[i];",
+    "if (i < n) out[i] = a[i] * alpha + b[i] + g_bias;\n  if (i == 0) g_bias += 1.0f;")
+assert GLOBAL_COUNTER != SCALE_SRC
+case("passed", "global-state-restored", SCALE, {"fused.cu": GLOBAL_COUNTER}, SCALE_PLAN)
+
+# A cache written far past the end of an output, inside the same allocation granule.
+FAR = SCALE_SRC.replace("if (i < n) out[i]", "if (i == 0) out[n + 300000] = 1.0f;\n  if (i < n) out[i]")
+case("incorrect|wrote past the end of outputs.0", "write-far-past-output", SCALE, {"fused.cu": FAR}, SCALE_PLAN)
+# ... and one written into an input.
+INPUT = SCALE_SRC.replace("if (i < n) out[i] = a[i] * alpha + b[i];",
+                          "if (i < n) { out[i] = a[i] * alpha + b[i]; if (i == 7) ((float*)a)[n - 1] = 42.0f; }")
+case("incorrect|changed inputs.0", "cache-in-input", SCALE, {"fused.cu": INPUT}, SCALE_PLAN)
+
+# Zero output where every reference value is below atol: the relative error norm fails it.
+case("incorrect|relative error norm", "zeros-on-small-outputs", SMALL,
+     {"k.cu": "__global__ void scale(const float* x, float* y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 0.0f; }\n"},
+     SMALL_PLAN)
+
+# --- Honest controls: legitimate scratch, init-time weight transforms, split-K workspaces.
+case("passed", "honest-tiled", LINEAR, {"linear.cu": TILED}, read("linear_relu_tiled", "plan.yaml"), timed=True)
+case("passed", "honest-small-outputs", SMALL,
+     {"k.cu": "__global__ void scale(const float* x, float* y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = x[i] * 1e-3f; }\n"},
+     SMALL_PLAN)
+TRANSPOSED = r"""
+__global__ void transpose(const float* w, float* wt, int N, int K) {
+  int k = blockIdx.x * blockDim.x + threadIdx.x, n = blockIdx.y;
+  if (k < K) wt[(size_t)k * N + n] = w[(size_t)n * K + k];
+}
+__global__ void linear_relu_wt(const float* x, const float* wt, const float* b, float* y, int M, int N, int K) {
+  int n = blockIdx.x * blockDim.x + threadIdx.x, m = blockIdx.y;
+  if (n >= N) return;
+  float acc = 0.0f;
+  for (int k = 0; k < K; ++k) acc = fmaf(x[(size_t)m * K + k], wt[(size_t)k * N + n], acc);
+  y[(size_t)m * N + n] = fmaxf(acc + b[n], 0.0f);
+}
+"""
+case("passed", "honest-init-transpose", LINEAR, {"linear.cu": TRANSPOSED},
+     LINEAR_DIMS + "scratch:\n  wt: {dtype: float32, shape: [K, N]}\n"
+     "init:\n  - launch: transpose\n    grid: [cdiv(K, 256), N]\n    block: [256]\n    args: [params.linear.weight, scratch.wt, N, K]\n"
+     "forward:\n  - launch: linear_relu_wt\n    grid: [cdiv(N, 128), M]\n    block: [128]\n"
+     "    args: [inputs.0, scratch.wt, params.linear.bias, outputs.0, M, N, K]\n")
+SPLITK = r"""
+__global__ void zero(float* p, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) p[i] = 0.0f; }
+// Each z-slice of the grid sums its quarter of K into the workspace.
+__global__ void partial(const float* x, const float* w, float* acc, int M, int N, int K) {
+  int n = blockIdx.x * blockDim.x + threadIdx.x, m = blockIdx.y, part = blockIdx.z;
+  if (n >= N) return;
+  int k0 = part * (K / 4), k1 = k0 + K / 4;
+  float s = 0.0f;
+  for (int k = k0; k < k1; ++k) s = fmaf(x[(size_t)m * K + k], w[(size_t)n * K + k], s);
+  atomicAdd(&acc[(size_t)m * N + n], s);
+}
+__global__ void epilogue(const float* acc, const float* b, float* y, int M, int N) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < M * N) y[i] = fmaxf(acc[i] + b[i % N], 0.0f);
+}
+"""
+case("passed", "honest-split-k-workspace", LINEAR, {"linear.cu": SPLITK},
+     LINEAR_DIMS + "scratch:\n  acc: {dtype: float32, shape: [M, N]}\nforward:\n"
+     "  - launch: zero\n    grid: [cdiv(M * N, 256)]\n    block: [256]\n    args: [scratch.acc, M * N]\n"
+     "  - launch: partial\n    grid: [cdiv(N, 128), M, 4]\n    block: [128]\n    args: [inputs.0, params.linear.weight, scratch.acc, M, N, K]\n"
+     "  - launch: epilogue\n    grid: [cdiv(M * N, 256)]\n    block: [256]\n    args: [scratch.acc, params.linear.bias, outputs.0, M, N]\n")
+LUT = SCALE_SRC.replace("__global__ void scale_add", "__device__ float g_lut[2] = {1.0f, 0.0f};\n__global__ void scale_add").replace(
+    "out[i] = a[i] * alpha + b[i];", "out[i] = a[i] * alpha * g_lut[0] + b[i] + g_lut[1];")
+case("passed", "honest-module-table", SCALE, {"fused.cu": LUT}, SCALE_PLAN)
+
+# Lower precision: a TF32 gemm; kernel-prof times precision-matched baselines, the reward uses them.
+case("passed|tf32", "tf32-gemm", task_of("linear_relu_gemm"), {},
+     read("linear_relu_gemm", "plan.yaml").replace("      out: outputs.0", "      out: outputs.0\n      compute: tf32"))
+
+for expected, name, timed, rec in cases:
+    print("%s|%s|%d" % (expected, name, 1 if timed else 0))
+    print(json.dumps(rec))

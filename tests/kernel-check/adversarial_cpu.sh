@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# The CPU-visible part of the adversarial suite (issue 16): bundles that try to make the compiler
+# quote host files or the environment, file names that inject lines, plans that bomb the parser,
+# timer reads hidden from the source scan, and precision the PTX gives away. Each is refused with a
+# named reason, nothing of the host reaches the output, and the record after a bomb is judged.
+set -u
+KC="$CA_BIN/kernel-check"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+export CUDA_AGENT_CACHE="$T/cache"
+failures=0
+pass() { echo "ok   $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+
+# A host file with a marker the output must never show, written so that NVRTC would quote it
+# (a syntax error on its first line), and an environment variable with another marker.
+mkdir -p "$T/host"
+printf 'HOSTFILE_MARKER_7f3a garbage here ;\nint HOSTFILE_MARKER_LINE2;\n' > "$T/host/secret.h"
+export SECRET_ENV_MARKER=ENVIRON_MARKER_91c2
+
+# cand NAME KERNEL_SOURCE [FILE_NAME]: one candidate line (the scale_add plan) into $T/NAME.jsonl.
+cand() {
+  python3 - "$1" "$2" "${3:-fused.cu}" > "$T/$1.jsonl" <<'EOF'
+import json, sys
+name, src, fname = sys.argv[1], sys.argv[2], sys.argv[3]
+body = "__global__ void scale_add(const float* a, const float* b, float* out, int n, float alpha) {\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) out[i] = a[i] * alpha + b[i];\n}\n"
+plan = "dims: {N: inputs.0.shape[0]}\nforward:\n  - launch: scale_add\n    grid: [cdiv(N, 256)]\n    block: [256]\n    args: [inputs.0, inputs.1, outputs.0, N, 2.0]\n"
+task = {"task_id": "adv-" + name, "inputs": [{"name": "a", "shape": [1024], "dtype": "F32"}, {"name": "b", "shape": [1024], "dtype": "F32"}],
+        "outputs": [{"shape": [1024], "dtype": "F32"}]}
+print(json.dumps({"task_id": task["task_id"], "candidate_id": "cand-" + name, "task": task,
+                  "bundle": {"kernels": {fname: src.replace("@BODY@", body)}, "plan": plan}}))
+EOF
+}
+
+# no_leak NAME EXPECTED_STATUS[|STATUS]: kernel-check --compile-only on $T/NAME.jsonl; the status is one of them
+# and neither stdout nor stderr holds a host marker, a passwd line or the environment marker.
+no_leak() {
+  local name=$1 want=$2
+  "$KC" --compile-only --arch sm_90 --no-store < "$T/$name.jsonl" > "$T/$name.out" 2> "$T/$name.err"
+  local rc=$?
+  local got
+  got=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['check']['status'])" "$T/$name.out" 2>/dev/null)
+  if [ $rc -ne 0 ]; then fail "$name" "exit $rc: $(tail -3 "$T/$name.err")"; return; fi
+  case "|$want|" in *"|$got|"*) ;; *) fail "$name" "status '$got', expected '$want': $(head -c 400 "$T/$name.out")"; return ;; esac
+  if grep -qE 'HOSTFILE_MARKER|ENVIRON_MARKER|root:x?:0:0|SECRET_ENV' "$T/$name.out" "$T/$name.err"; then
+    fail "$name" "host content in the output: $(grep -ohE '.{0,40}(HOSTFILE_MARKER|ENVIRON_MARKER|root:x?:0:0).{0,20}' "$T/$name.out" "$T/$name.err" | head -2)"
+    return
+  fi
+  pass "$name: $got, nothing of the host quoted"
+}
+
+# 1. Every spelling of an include of a host file, and the process environment.
+S=$T/host/secret.h
+cand define_quoted   "#define F \"$S\"
+#include F
+@BODY@"
+cand digraph         "%:include \"$S\"
+@BODY@"
+cand continuation    "#inc\\
+lude \"$S\"
+@BODY@"
+cand define_angle    "#define F <$S>
+#include F
+@BODY@"
+cand passwd_abs      "#include \"/etc/passwd\"
+@BODY@"
+cand environ         "#include \"/proc/self/environ\"
+@BODY@"
+cand dotdot          "#include \"../../../../../../../../..$S\"
+@BODY@"
+cand angle_abs       "#include </etc/passwd>
+@BODY@"
+cand pragma_once_abs "#pragma once
+#include \"$S\"
+@BODY@"
+cand has_include     "#if __has_include(\"$S\")
+#error found the host file
+#endif
+@BODY@"
+# Both confinements: Landlock where the kernel has it, the libc interposition where it has not
+# (gVisor GPU machines); each must refuse every spelling.
+modes="interpose"
+[ "$(python3 -c 'import ctypes; print(ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1))')" -ge 1 ] 2>/dev/null && modes="landlock interpose"
+echo "confinements tested: $modes"
+for mode in $modes; do
+  export CUDA_AGENT_CONFINE=$mode CUDA_AGENT_CACHE="$T/cache-$mode"
+  # The spellings a source scan cannot see reach the compiler, which cannot open the file.
+  for c in define_quoted digraph continuation define_angle; do
+    no_leak "$c" compile_error
+    grep -q "\"compile_confinement\":\"$mode\"" "$T/$c.out" || fail "$c ($mode)" "check.compile_confinement is not $mode"
+  done
+  # Plain spellings: the policy's header list refuses them first, or the compiler does.
+  for c in passwd_abs environ dotdot angle_abs pragma_once_abs; do
+    no_leak "$c" "compile_error|policy_violation"
+  done
+  # __has_include of a host path must not see it either (it compiles: the #error is not reached).
+  no_leak has_include compiled
+done
+unset CUDA_AGENT_CONFINE
+export CUDA_AGENT_CACHE="$T/cache"
+
+# The refused include names its path (the agent's own text), and says it cannot be opened.
+grep -q 'cannot open source file' "$T/define_quoted.out" && pass "refused include: 'cannot open source file'" \
+  || fail "refused include message" "$(head -c 300 "$T/define_quoted.out")"
+
+# 2. File names that would inject a line or a quote into the compiler's main file.
+cand name_quote    "@BODY@" 'x".cu'
+cand name_newline  "@BODY@" $'x.cu"\n#include "/etc/passwd'
+cand name_abs      "@BODY@" "/etc/passwd"
+cand name_dotdot   "@BODY@" "../x.cu"
+for c in name_quote name_newline name_abs name_dotdot; do
+  no_leak "$c" compile_error
+  grep -q 'bundle file name' "$T/$c.out" && pass "$c: names the file name rule" || fail "$c reason" "$(head -c 300 "$T/$c.out")"
+done
+
+# 3. The timer read hidden from the source scan: the PTX shows it.
+cand timer_concat  '__device__ unsigned long long t() { unsigned long long v; asm volatile("mov.u64 %0, %%glob" "altimer;" : "=l"(v)); return v; }
+__global__ void scale_add(const float* a, const float* b, float* out, int n, float alpha) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] * alpha + b[i] + float(t() & 0);
+}'
+cand clock_paste   '#define CAT(a, b) a##b
+__device__ long long t() { return CAT(clo, ck64)(); }
+__global__ void scale_add(const float* a, const float* b, float* out, int n, float alpha) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] * alpha + b[i] + float(t() & 0);
+}'
+no_leak timer_concat policy_violation
+no_leak clock_paste policy_violation
+grep -q 'globaltimer' "$T/timer_concat.out" && pass "timer_concat: rule globaltimer" || fail "timer rule" "$(head -c 300 "$T/timer_concat.out")"
+grep -q '"rule":"clock"' "$T/clock_paste.out" && pass "clock_paste: rule clock" || fail "clock rule" "$(head -c 300 "$T/clock_paste.out")"
+
+# 4. Precision from the PTX: dp4a is int8.
+cand dp4a '__global__ void scale_add(const float* a, const float* b, float* out, int n, float alpha) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = float(__dp4a(int(a[i]), int(b[i]), 0)) * alpha;
+}'
+no_leak dp4a compiled
+python3 -c "import json,sys; p=json.loads(open(sys.argv[1]).readline())['check']['precision']; sys.exit(0 if p=='int8' else print(p) or 1)" "$T/dp4a.out" \
+  && pass "dp4a: precision int8" || fail "dp4a precision" "not int8"
+
+# 5. Plans that bomb the parser: eight nested aliases (each level doubles 9 times), a nesting bomb
+#    and oversize text. Each is a plan_error naming the limit, and the record after it is judged.
+python3 - > "$T/bombs.jsonl" <<'EOF'
+import json
+body = "__global__ void scale_add(const float* a, const float* b, float* out, int n, float alpha) {\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) out[i] = a[i] * alpha + b[i];\n}\n"
+plan = "dims: {N: inputs.0.shape[0]}\nforward:\n  - launch: scale_add\n    grid: [cdiv(N, 256)]\n    block: [256]\n    args: [inputs.0, inputs.1, outputs.0, N, 2.0]\n"
+task = {"task_id": "adv-bomb", "inputs": [{"name": "a", "shape": [1024], "dtype": "F32"}, {"name": "b", "shape": [1024], "dtype": "F32"}],
+        "outputs": [{"shape": [1024], "dtype": "F32"}]}
+def rec(cid, p):
+    return json.dumps({"task_id": "adv-bomb", "candidate_id": cid, "task": task, "bundle": {"kernels": {"fused.cu": body}, "plan": p}})
+lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+for i in range(1, 9):
+    prev = "*a%d" % (i - 1)
+    lines.append("a%d: &a%d [%s]" % (i, i, ", ".join([prev] * 9)))
+alias_bomb = "\n".join(lines) + "\n" + plan
+print(rec("alias-bomb", alias_bomb))
+print(rec("good-after-alias", plan))
+print(rec("nest-bomb", "dims: " + "[" * 200000 + "]" * 200000 + "\n" + plan))
+print(rec("good-after-nest", plan))
+print(rec("huge-plan", plan + "#" + "x" * (2 << 20) + "\n"))
+nested = []
+for _ in range(100):
+    nested = [nested]
+print(rec("json-nest-bomb", {"dims": {"N": "inputs.0.shape[0]"}, "forward": [{"launch": "scale_add", "args": nested}]}))
+print(rec("good-last", plan))
+EOF
+# (the peak resident set of the child, from getrusage: /usr/bin/time is not on every machine)
+python3 -c '
+import resource, subprocess, sys
+rc = subprocess.call(sys.argv[2:], stdin=open(sys.argv[1] + "/bombs.jsonl"), stdout=open(sys.argv[1] + "/bombs.out", "w"),
+                     stderr=open(sys.argv[1] + "/bombs.err", "w"))
+open(sys.argv[1] + "/rss", "w").write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
+sys.exit(rc)' "$T" "$KC" --compile-only --arch sm_90 --no-store
+rc=$?
+[ $rc -eq 0 ] && pass "bombs: exit 0 (per-record verdicts)" || fail "bombs exit" "$rc: $(tail -3 "$T/bombs.err")"
+python3 - "$T/bombs.out" <<'EOF' && pass "bombs: plan_error naming the limit; the records after them compiled" || fail "bombs" "$(cut -c1-300 "$T/bombs.out")"
+import json, sys
+rows = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    rows[r["candidate_id"]] = r["check"]
+want = {"alias-bomb": ("plan_error", "limit: plan nodes"), "nest-bomb": ("plan_error", "limit: plan depth"),
+        "huge-plan": ("plan_error", "limit: plan size"), "json-nest-bomb": ("plan_error", "limit: plan depth"),
+        "good-after-alias": ("compiled", ""), "good-after-nest": ("compiled", ""), "good-last": ("compiled", "")}
+assert set(rows) == set(want), sorted(rows)
+for cid, (status, sub) in want.items():
+    c = rows[cid]
+    assert c["status"] == status, (cid, c["status"], c.get("reason"))
+    assert sub in c.get("reason", ""), (cid, c.get("reason"))
+EOF
+rss_kb=$(cat "$T/rss" 2>/dev/null || echo 0)
+[ "${rss_kb:-0}" -lt 1000000 ] && pass "bombs: peak RSS ${rss_kb} kB (< 1 GB)" || fail "bombs memory" "peak RSS ${rss_kb} kB"
+
+echo "adversarial_cpu: $failures failed"
+[ $failures -eq 0 ]
