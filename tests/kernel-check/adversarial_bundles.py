@@ -122,11 +122,13 @@ case("passed", "memo-call-count-global", LINEAR, {"linear.cu": TILED_SKIPPING + 
      LINEAR_DIMS + MEMO_SCRATCH + MEMO_FORWARD, timed=True)
 
 # Results that would depend on the previous call through a module global: restored, so they do not.
-GLOBAL_COUNTER = SCALE_SRC.replace("__global__ void scale_add", "__device__ float g_bias;\n__global__ void scale_add").replace(
-    "if (i < n) out[i] = a[i] * alpha + b[i];",
-    "if (i < n) out[i] = a[i] * alpha + b[i] + g_bias;\n  if (i == 0) g_bias += 1.0f;")
+# (The bump is a second step, after the whole first kernel: within one launch it would race.)
+GLOBAL_COUNTER = SCALE_SRC.replace("__global__ void scale_add", "__device__ float g_bias;\n__global__ void bump() { g_bias += 1.0f; }\n"
+                                   "__global__ void scale_add").replace(
+    "if (i < n) out[i] = a[i] * alpha + b[i];", "if (i < n) out[i] = a[i] * alpha + b[i] + g_bias;")
 assert GLOBAL_COUNTER != SCALE_SRC
-case("passed", "global-state-restored", SCALE, {"fused.cu": GLOBAL_COUNTER}, SCALE_PLAN)
+case("passed", "global-state-restored", SCALE, {"fused.cu": GLOBAL_COUNTER},
+     SCALE_PLAN + "  - launch: bump\n    grid: [1]\n    block: [1]\n    args: []\n")
 
 # A cache written far past the end of an output, inside the same allocation granule.
 FAR = SCALE_SRC.replace("if (i < n) out[i]", "if (i == 0) out[n + 300000] = 1.0f;\n  if (i < n) out[i]")

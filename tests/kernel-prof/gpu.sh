@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kernel-prof end to end on the GPU (label gpu): a correct candidate is timed with eager and
 # compile baselines (positive, cached on the second run) and validates against the schema; a
-# bundle right at first that skips its work afterwards is rejected; a failed check passes through;
+# bundle that would skip its work after the first call cannot (its call counter is restored before
+# every call): it is timed as the honest kernel; a failed check passes through;
 # a tf32 candidate gets precision-matched baselines. Prints the wall time with cached baselines.
 set -euo pipefail
 KP="$CA_BIN/kernel-prof"
@@ -32,9 +33,12 @@ for mode in ("eager", "compile"):
     assert "error" not in b, b
     assert b["time_us"]["median"] > 0 and b["cached"] is False, b
 assert g["speedup_vs_eager"] > 0 and g["speedup_vs_compile"] > 0
+# The bundle that counts its calls in a module global to skip its work after the first: the global
+# is restored before every call, so it always computes, is right, and is timed as the honest kernel.
 c = recs["kp-cheat"]["prof"]
-assert c["status"] == "failed" and c["correct"] is False, c
-assert "wrong when timed" in c["reason"], c["reason"]
+assert c["status"] == "timed" and c["correct"] is True, c
+assert all(o["ok"] for o in c["outputs_check"]), c["outputs_check"]
+assert c["time_us"]["median"] >= 0.9 * g["time_us"]["median"], (c["time_us"], g["time_us"])
 assert "prof" not in recs["kp-failed"], "a failed check must pass through untouched"
 t = recs["kp-tf32"]["prof"]
 assert t["matched_precision"] == "tf32"
@@ -44,7 +48,7 @@ print("run 1: candidate %.2f us (device), eager %.2f us, compile %.2f us, speedu
       % (g["time_us"]["median"], g["baselines"]["eager"]["time_us"]["median"],
          g["baselines"]["compile"]["time_us"]["median"], g["speedup_vs_eager"], g["speedup_vs_compile"],
          g["method"]["calls"], g["method"]["stop"]))
-print("cheat rejected: " + c["reason"][:160])
+print("call-counting cheat cannot pay: %.2f us against the honest %.2f us" % (c["time_us"]["median"], g["time_us"]["median"]))
 PY
 if $PY -c 'import jsonschema' 2>/dev/null; then
   $PY "$CA_SRC/tests/validate_schema.py" prof "$T/out1.jsonl" || fail "schema"
