@@ -236,7 +236,7 @@ std::optional<int> ChildProcess::wait(std::chrono::milliseconds timeout) {
 }
 
 CommandResult run_command(const SpawnOptions& options, const std::string& stdin_text, std::chrono::milliseconds timeout,
-                          std::size_t output_cap) {
+                          std::size_t output_cap, const StopCheck& stop, std::chrono::milliseconds stop_grace) {
   SpawnOptions opts = options;
   opts.capture_stderr = true;
   ChildProcess child(opts);
@@ -254,6 +254,14 @@ CommandResult run_command(const SpawnOptions& options, const std::string& stdin_
     if (left.count() <= 0) {
       result.timed_out = true;
       child.kill();
+      break;
+    }
+    if (stop && stop()) {
+      result.stopped = true;
+      if (child.pid() > 0) {
+        ::kill(-child.pid(), SIGTERM);
+        if (!child.wait(stop_grace)) child.kill();  // SIGKILL to the whole group
+      }
       break;
     }
     auto line = child.read_line(std::min(left, std::chrono::milliseconds(50)));
