@@ -11,6 +11,7 @@
 namespace ca::agent {
 
 std::atomic<bool> g_interrupted{false};
+std::atomic<int> g_signal{0};
 
 namespace {
 
