@@ -18,6 +18,9 @@ struct SpawnOptions {
   std::string working_dir;
   bool capture_stderr = false;  // default: the child's stderr goes to ours
   bool new_process_group = true;
+  // The child gets SIGTERM when the thread that started it dies (PR_SET_PDEATHSIG): a kill -9 of us
+  // does not leave it running. Only for children waited on by the thread that spawns them.
+  bool die_with_parent = false;
 };
 
 class ChildProcess {
