@@ -2,7 +2,8 @@
 # Signals (issue 21): SIGTERM (Slurm's scancel and time limit) and SIGINT end agent-run cleanly: the
 # sandboxed command and kernel-check are stopped and reaped, the workspaces removed, the episodes in
 # progress written as interrupted with their trajectory, the run row closed with the true exit
-# status (143, 130). kill -9 leaves a workspace that the next run removes at start.
+# status (143, 130). kill -9 leaves a workspace that the next run removes at start, and no
+# kernel-check running.
 source "$CA_SRC/tests/agent-run/lib.sh"
 command -v bwrap >/dev/null || fail "bwrap is not installed (apt-get install bubblewrap)"
 for i in 1 2 3 4; do sed "s/t-scale-add/t-$i/" "$TMP/task.jsonl"; done > "$TMP/tasks4.jsonl"
@@ -133,4 +134,17 @@ compgen -G "$TMP/ws/agent-run.*.$LIVE.*" >/dev/null || fail "the live run's work
 kill -TERM $LIVE; wait $LIVE 2>/dev/null || true
 [ -z "$(ls "$TMP/ws")" ] || fail "workspaces left: $(ls "$TMP/ws")"
 echo "kill -9: the stale workspace was removed by the next run, the live one kept"
+
+# kill -9 while kernel-check runs: kernel-check goes with agent-run (it is not left computing).
+rm -f "$TMP/check.pid"
+CA_KERNEL_CHECK="$TMP/slow-check.sh" "$CA_BIN/agent-run" --policy "replay:$TMP/verify.jsonl" --no-store \
+  --tasks "$TMP/task.jsonl" --workspace-dir "$TMP/ws" > /dev/null 2>&1 &
+AR=$!
+wait_for "$TMP/check.pid" || fail "kernel-check did not start"
+sleep 0.3
+kill -0 "$(cat "$TMP/check.pid")" || fail "control: the kernel-check stand-in is not running"
+kill -9 $AR; wait $AR 2>/dev/null || true
+for _ in $(seq 20); do kill -0 "$(cat "$TMP/check.pid")" 2>/dev/null || break; sleep 0.1; done
+! kill -0 "$(cat "$TMP/check.pid")" 2>/dev/null || fail "kernel-check outlived agent-run's kill -9"
+echo "kill -9: kernel-check ended with agent-run"
 echo "signals: ok"

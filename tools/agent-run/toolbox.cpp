@@ -257,6 +257,7 @@ ToolOutcome Toolbox::locked(const std::string& which) {
   };
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(settings_.locked_timeout_s * 1000));
   SpawnOptions check;
+  check.die_with_parent = true;  // a kill -9 of agent-run takes kernel-check with it
   check.argv = {check_bin};
   if (which == "compile") check.argv.push_back("--compile-only");
   store_args(check.argv);
@@ -301,6 +302,7 @@ ToolOutcome Toolbox::locked(const std::string& which) {
   const bool correct = ck.is_object() && ck.contains("correct") && ck["correct"].is_boolean() && ck["correct"].get<bool>();
   if (which == "profile" && correct) {
     SpawnOptions prof;
+    prof.die_with_parent = true;
     prof.argv = {prof_bin};
     store_args(prof.argv);
     prof.argv.insert(prof.argv.end(), settings_.prof_args.begin(), settings_.prof_args.end());
