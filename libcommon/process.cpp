@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -59,10 +60,15 @@ ChildProcess::ChildProcess(const SpawnOptions& options) {
   int exec_error[2];
   if (pipe2(exec_error, O_CLOEXEC)) throw EnvironmentError("pipe failed");
 
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) throw EnvironmentError(std::string("fork failed: ") + std::strerror(errno));
   if (pid == 0) {
     if (options.new_process_group) setpgid(0, 0);
+    if (options.die_with_parent) {
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(127);  // the parent died before the prctl
+    }
     dup2(in_pipe[0], 0);
     dup2(out_pipe[1], 1);
     if (options.capture_stderr) dup2(err_pipe[1], 2);
@@ -236,7 +242,7 @@ std::optional<int> ChildProcess::wait(std::chrono::milliseconds timeout) {
 }
 
 CommandResult run_command(const SpawnOptions& options, const std::string& stdin_text, std::chrono::milliseconds timeout,
-                          std::size_t output_cap) {
+                          std::size_t output_cap, const StopCheck& stop, std::chrono::milliseconds stop_grace) {
   SpawnOptions opts = options;
   opts.capture_stderr = true;
   ChildProcess child(opts);
@@ -254,6 +260,14 @@ CommandResult run_command(const SpawnOptions& options, const std::string& stdin_
     if (left.count() <= 0) {
       result.timed_out = true;
       child.kill();
+      break;
+    }
+    if (stop && stop()) {
+      result.stopped = true;
+      if (child.pid() > 0) {
+        ::kill(-child.pid(), SIGTERM);
+        if (!child.wait(stop_grace)) child.kill();  // SIGKILL to the whole group
+      }
       break;
     }
     auto line = child.read_line(std::min(left, std::chrono::milliseconds(50)));

@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -18,6 +19,9 @@ struct SpawnOptions {
   std::string working_dir;
   bool capture_stderr = false;  // default: the child's stderr goes to ours
   bool new_process_group = true;
+  // The child gets SIGTERM when the thread that started it dies (PR_SET_PDEATHSIG): a kill -9 of us
+  // does not leave it running. Only for children waited on by the thread that spawns them.
+  bool die_with_parent = false;
 };
 
 class ChildProcess {
@@ -59,12 +63,20 @@ class ChildProcess {
 struct CommandResult {
   int exit_status = -1;  // 128+signal when killed
   bool timed_out = false;
+  bool stopped = false;  // `stop` asked for it to end
   std::string out, err;
 };
 
+// Asked about every 50 ms while a command runs; true ends it (an interrupt, a limit of the caller's).
+using StopCheck = std::function<bool()>;
+
 // Runs a command to completion with stdin text, a timeout and an output cap (bytes per stream).
+// When `stop` says so, the process group gets SIGTERM (so a child can stop its own workers), and
+// SIGKILL after `stop_grace`.
 CommandResult run_command(const SpawnOptions& options, const std::string& stdin_text,
-                          std::chrono::milliseconds timeout, std::size_t output_cap = 1 << 20);
+                          std::chrono::milliseconds timeout, std::size_t output_cap = 1 << 20,
+                          const StopCheck& stop = nullptr,
+                          std::chrono::milliseconds stop_grace = std::chrono::milliseconds(2000));
 
 // The first executable of that name on PATH, or empty.
 std::string find_on_path(const std::string& name);

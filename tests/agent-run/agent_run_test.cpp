@@ -1,7 +1,9 @@
-// Units of agent-run's mechanisms: workspace confinement and edits, tool-call validation, the best
-// result, the replay script format.
+// Units of agent-run's mechanisms: workspace confinement and edits, the bundle read without following
+// symlinks, the disk cap and tree removal, lossy UTF-8, tool-call validation, the best result, the
+// replay script format.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,14 +16,17 @@
 
 #include "tools/agent-run/episode.hpp"
 #include "tools/agent-run/policy.hpp"
+#include "tools/agent-run/text.hpp"
 #include "tools/agent-run/toolbox.hpp"
 #include "tools/agent-run/workspace.hpp"
 
 namespace fs = std::filesystem;
 using namespace ca::agent;
 
+constexpr int64_t kCap = 64 << 20;
+
 TEST_CASE("workspace: fresh files, confinement, edits") {
-  Workspace ws("skill text", "class Model: pass\n");
+  Workspace ws("skill text", "class Model: pass\n", kCap);
   CHECK(ws.read_file("SKILL.md", 1000).text == "skill text");
   CHECK(ws.read_file("/workspace/model.py", 1000).text == "class Model: pass\n");
   CHECK(fs::is_directory(ws.root() + "/kernels"));
@@ -38,14 +43,126 @@ TEST_CASE("workspace: fresh files, confinement, edits") {
   CHECK(ws.edit_file("kernels/a.cu", "void g", "void h").ok);
   CHECK(ws.read_file("kernels/a.cu", 1000).text == "__global__ void f() {}\n__global__ void h() {}\n");
   CHECK(ws.read_file("kernels/a.cu", 5).text.rfind("__glo\n[... cut at 5", 0) == 0);
-  ca::Record b = ws.bundle();
-  CHECK(b["kernels"].size() == 1);  // the symlink is left out
+  BundleRead r = ws.read_bundle();
+  ca::Record& b = r.bundle;
+  CHECK(b["kernels"].size() == 1);  // the symlink is refused
+  REQUIRE(r.refused.size() == 1);
+  CHECK(r.refused[0].rfind("kernels/out: a symlink, refused", 0) == 0);
   CHECK(b["kernels"]["a.cu"].get<std::string>().find("void h") != std::string::npos);
   CHECK(b["plan"] == "");
 }
 
+TEST_CASE("workspace: kernels/ or plan.yaml as symlinks, FIFOs and big files are refused by name, unread") {
+  Workspace ws("s", "m", kCap);
+  const std::string k = ws.root() + "/kernels";
+  fs::remove_all(k);
+  fs::create_symlink("/etc", k);
+  BundleRead r = ws.read_bundle();
+  REQUIRE(r.refused.size() == 1);
+  CHECK(r.refused[0].rfind("kernels: a symlink, refused", 0) == 0);
+  CHECK(r.bundle["kernels"].empty());
+  fs::remove(k);
+  fs::create_directory(k);
+  fs::remove(ws.root() + "/plan.yaml");
+  fs::create_symlink("/etc/shadow", ws.root() + "/plan.yaml");
+  REQUIRE(mkfifo((k + "/pipe.cu").c_str(), 0644) == 0);  // opened without O_NONBLOCK this would hang
+  { std::ofstream(k + "/big.cu") << std::string(kMaxFileBytes + 1, 'x'); }
+  { std::ofstream(k + "/ok.cu") << "__global__ void f() {}\n"; }
+  r = ws.read_bundle();
+  CHECK(r.bundle["kernels"].size() == 1);
+  CHECK(r.bundle["kernels"].contains("ok.cu"));
+  CHECK(r.bundle["plan"] == "");
+  REQUIRE(r.refused.size() == 3);
+  CHECK(r.refused[0].rfind("kernels/big.cu: over 1024 KiB", 0) == 0);
+  CHECK(r.refused[1].rfind("kernels/pipe.cu: a FIFO", 0) == 0);
+  CHECK(r.refused[2].rfind("plan.yaml: a symlink", 0) == 0);
+  CHECK(r.notes.find("root:") == std::string::npos);
+}
+
+TEST_CASE("workspace: a write never goes through a symlink the agent prepared") {
+  Workspace ws("s", "m", kCap);
+  const std::string outside = fs::temp_directory_path().string() + "/agent-run-unit-outside-" + std::to_string(getpid());
+  { std::ofstream(outside) << "host"; }
+  // To a host file: refused (it resolves outside); to a host path that does not exist yet: the link
+  // is replaced by the file, the host path is not created.
+  fs::create_symlink(outside, ws.root() + "/kernels/k.cu");
+  CHECK(!ws.write_file("kernels/k.cu", "mine").ok);
+  fs::create_symlink(outside + ".new", ws.root() + "/kernels/k2.cu");
+  CHECK(ws.write_file("kernels/k2.cu", "mine").ok);
+  CHECK(fs::is_regular_file(fs::symlink_status(ws.root() + "/kernels/k2.cu")));
+  CHECK(!fs::exists(outside + ".new"));
+  // The temporary name of a write cannot be prepared either (O_EXCL|O_NOFOLLOW on a random name).
+  CHECK(ws.write_file("plan.yaml", "forward: []\n").ok);
+  CHECK(ws.read_file("plan.yaml", 100).text == "forward: []\n");
+  std::ifstream in(outside);
+  std::string host((std::istreambuf_iterator<char>(in)), {});
+  CHECK(host == "host");
+  fs::remove(outside);
+}
+
+TEST_CASE("workspace: invalid UTF-8 in a kernel file is made valid and noted") {
+  Workspace ws("s", "m", kCap);
+  { std::ofstream(ws.root() + "/kernels/k.cu", std::ios::binary) << "ok \xff\xfe end"; }
+  BundleRead r = ws.read_bundle();
+  CHECK(r.refused.empty());
+  CHECK(r.bundle["kernels"]["k.cu"] == "ok \xEF\xBF\xBD\xEF\xBF\xBD end");
+  CHECK(r.notes.find("kernels/k.cu: 2 byte sequences that are not valid UTF-8") != std::string::npos);
+  CHECK_NOTHROW((void)r.bundle.dump());
+  CHECK(ws.read_file("kernels/k.cu", 1000).text.find("U+FFFD") != std::string::npos);
+}
+
+TEST_CASE("text: lossy UTF-8, counted; cuts end on a character") {
+  int64_t n = -1;
+  CHECK(valid_text("plain", &n) == "plain");
+  CHECK(n == 0);
+  CHECK(valid_text("\xEF\xBF\xBD is a real U+FFFD", &n) == "\xEF\xBF\xBD is a real U+FFFD");
+  CHECK(n == 0);
+  CHECK(valid_text("a\xC3(\xED\xA0\x80", &n).find('\xED') == std::string::npos);  // bad lead, surrogate
+  CHECK(n >= 2);
+  CHECK(marked_text("x\x80", "the output").find("1 byte sequence of the output") != std::string::npos);
+  CHECK(cut_utf8("ab\xC3\xA9", 3) == "ab");  // not half of the é
+  CHECK(cut_utf8("ab\xC3\xA9", 4) == "ab\xC3\xA9");
+  CHECK(cut_utf8("abc", 2) == "ab");
+}
+
+TEST_CASE("workspace: disk use is measured, the cap trims the largest entries, kernels/ stays") {
+  Workspace ws("s", "m", 8 << 20);
+  CHECK(ws.over_cap(ws.usage()).empty());
+  { std::ofstream(ws.root() + "/big.bin") << std::string(12 << 20, 'x'); }
+  { std::ofstream(ws.root() + "/kernels/k.cu") << "__global__ void f() {}\n"; }
+  CHECK(!ws.over_cap(ws.usage()).empty());
+  CHECK(!ws.write_file("more.txt", "x").ok);  // refused while over the cap
+  std::string trimmed = ws.enforce_cap();
+  CHECK(trimmed.find("removed: big.bin") != std::string::npos);
+  CHECK(ws.over_cap(ws.usage()).empty());
+  CHECK(fs::exists(ws.root() + "/kernels/k.cu"));
+  CHECK(ws.enforce_cap().empty());
+}
+
+TEST_CASE("remove_tree: any depth, folders without permissions, never through a symlink") {
+  const std::string keep = fs::temp_directory_path().string() + "/agent-run-unit-keep-" + std::to_string(getpid());
+  fs::create_directories(keep);
+  { std::ofstream(keep + "/precious") << "x"; }
+  std::string dir;
+  {
+    Workspace ws("s", "m", kCap);
+    fs::path p = ws.root();
+    for (int i = 0; i < 300; ++i) p /= "d";  // deeper than the measure goes
+    fs::create_directories(p);
+    fs::create_symlink(keep, ws.root() + "/link");
+    fs::create_directories(ws.root() + "/locked/inner");
+    { std::ofstream(ws.root() + "/locked/inner/f") << "x"; }
+    chmod((ws.root() + "/locked").c_str(), 0);
+    CHECK(!ws.usage().measurable());
+    dir = fs::path(ws.root()).parent_path().string();
+  }
+  CHECK(!fs::exists(dir));
+  CHECK(fs::exists(keep + "/precious"));
+  fs::remove_all(keep);
+}
+
 TEST_CASE("toolbox: malformed calls are tool errors") {
-  Workspace ws("s", "m");
+  Workspace ws("s", "m", kCap);
   RunSettings settings;
   settings.kernel_check = "/nonexistent/kernel-check";
   ca::Record task = {{"task_id", "t"}, {"code", "m"}};

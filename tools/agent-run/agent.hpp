@@ -18,7 +18,7 @@ struct SandboxLimits {
   int processes = 256;              // RLIMIT_NPROC for the sandbox's user
   int64_t file_size_mib = 64;       // RLIMIT_FSIZE
   int64_t output_bytes = 65536;     // bytes of stdout+stderr kept (cut inside the sandbox)
-  int64_t tmp_mib = 256;            // size of the private /tmp (tmpfs)
+  int64_t workspace_mib = 1024;     // disk cap of /workspace and /tmp together, per episode
   Json to_json() const;
 };
 
@@ -63,7 +63,9 @@ struct PolicyError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Set by the SIGINT handler; episodes stop at the next safe point.
+// Set by the SIGINT/SIGTERM/SIGHUP handler; episodes stop at the next safe point, running children
+// are stopped. g_signal is the first signal received (0: none).
 extern std::atomic<bool> g_interrupted;
+extern std::atomic<int> g_signal;
 
 }  // namespace ca::agent

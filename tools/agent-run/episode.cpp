@@ -2,9 +2,11 @@
 #include "tools/agent-run/episode.hpp"
 
 #include <chrono>
+#include <cstdlib>
 
 #include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
+#include "tools/agent-run/text.hpp"
 #include "tools/agent-run/toolbox.hpp"
 #include "tools/agent-run/workspace.hpp"
 
@@ -55,6 +57,20 @@ Json best_result(const Json& results) {
 
 namespace {
 
+// Everything a policy returned, as valid UTF-8 (a server or a sampler may hand back broken bytes).
+void make_valid(AssistantTurn& t) {
+  t.content = valid_text(t.content);
+  if (t.reasoning) t.reasoning = valid_text(*t.reasoning);
+  t.finish_reason = valid_text(t.finish_reason);
+  for (auto& c : t.tool_calls) {
+    c.id = valid_text(c.id);
+    c.name = valid_text(c.name);
+    c.arguments = valid_text(c.arguments);
+  }
+}
+
+std::string dump_safe(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
 Json turn_record(int index, const AssistantTurn& t, int64_t context_tokens, bool estimated) {
   Json calls = Json::array();
   for (const auto& c : t.tool_calls) calls.push_back({{"id", c.id}, {"name", c.name}, {"arguments", c.arguments}});
@@ -102,7 +118,7 @@ Record run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_de
                    const std::string& skill_text) {
   auto start = std::chrono::steady_clock::now();
   auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  Workspace ws(skill_text, in.task.value("code", std::string()));
+  Workspace ws(skill_text, in.task.value("code", std::string()), settings.sandbox.workspace_mib << 20);
   Toolbox tools(settings, ws, in.task, in.task_id, in.sandbox_uid);
   const Json& schemas = tool_schemas();
 
@@ -120,10 +136,13 @@ Record run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_de
   auto context_now = [&] {
     int64_t est = context_known;
     if (known_upto == 0) est += tools_tokens;
-    for (std::size_t i = known_upto; i < messages.size(); ++i) est += estimate_tokens(messages[i].dump()) + 4;
+    for (std::size_t i = known_upto; i < messages.size(); ++i) est += estimate_tokens(dump_safe(messages[i])) + 4;
     return est;
   };
   std::unique_ptr<PolicySession> session;
+  // Whatever fails inside the loop (a tool, the policy, our own code) ends the episode with stop
+  // reason `error` and the reason; the trajectory so far and the bundle are still the record.
+  try {
   try {
     session = policy.start(in.task_id, in.seed);
   } catch (const PolicyError& e) {
@@ -131,7 +150,11 @@ Record run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_de
     error = e.what();
   }
 
+  // For the tests of this very path: CA_AGENT_RUN_FAULT_TURN=N makes turn N fail as a bug would.
+  const char* fault = std::getenv("CA_AGENT_RUN_FAULT_TURN");
+  const int fault_turn = fault && *fault ? std::atoi(fault) : -1;
   for (int turn = 0; session && stop_reason.empty(); ++turn) {
+    if (turn == fault_turn) throw std::logic_error("injected fault at turn " + std::to_string(turn) + " (CA_AGENT_RUN_FAULT_TURN)");
     if (g_interrupted) { stop_reason = "interrupted"; break; }
     if (turn >= settings.max_turns) { stop_reason = "max_turns"; break; }
     double left_s = settings.episode_timeout_s - elapsed_s();
@@ -146,6 +169,7 @@ Record run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_de
       error = e.what();
       break;
     }
+    make_valid(t);
     for (std::size_t i = 0; i < t.tool_calls.size(); ++i)
       if (t.tool_calls[i].id.empty()) t.tool_calls[i].id = "call_" + std::to_string(turn) + "_" + std::to_string(i);
     messages.push_back(assistant_message(t));
@@ -184,22 +208,35 @@ Record run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_de
                                      {"elapsed_ms", o.elapsed_ms}});
       if (!o.result.is_null()) {
         o.result["turn"] = turn;
-        results.push_back(Json::parse(o.result.dump()));
+        results.push_back(Json::parse(dump_safe(o.result)));
       }
       if (g_interrupted) break;
     }
     rec["context_tokens"] = context_now();
     turns.push_back(rec);
+    if (g_interrupted && stop_reason.empty()) stop_reason = "interrupted";
+  }
+  } catch (const std::exception& e) {
+    stop_reason = g_interrupted ? "interrupted" : "error";
+    error = e.what();
+    log::error("task ", in.task_id, " episode ", in.index, ": ", valid_text(error));
   }
 
   // The submission.
-  std::string notes;
-  Record bundle = ws.bundle(&notes);
+  BundleRead read;
+  try {
+    read = ws.read_bundle();
+  } catch (const std::exception& e) {
+    read.bundle = Record{{"kernels", Record::object()}, {"plan", ""}};
+    read.notes = std::string("the bundle could not be read: ") + e.what() + "\n";
+  }
+  std::string notes = read.notes;
+  Record bundle = read.bundle;
   Json submitted = {{"mode", settings.submit}, {"from", "final"}};
   if (settings.submit == "best") {
     Json best = best_result(results);
     if (!best.is_null()) {
-      bundle = Record::parse(best["bundle"].dump());
+      bundle = Record::parse(dump_safe(best["bundle"]));
       submitted = {{"mode", "best"}, {"from", "turn"}, {"turn", best["turn"]}, {"candidate_id", best["candidate_id"]}};
     } else {
       submitted["note"] = "no verified bundle seen; the final workspace is submitted";
@@ -232,8 +269,9 @@ Record run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_de
                   {"submitted", submitted},
                   {"counts", counts},
                   {"elapsed_s", elapsed_s()}};
-  if (!error.empty()) episode["error"] = error;
-  if (!notes.empty()) episode["bundle_notes"] = notes;
+  if (!error.empty()) episode["error"] = valid_text(error);
+  if (!notes.empty()) episode["bundle_notes"] = valid_text(notes);
+  if (!read.refused.empty()) episode["bundle_refused"] = read.refused;
 
   Record out;
   out["schema"] = "cuda-agent/candidate/v1";
@@ -241,7 +279,7 @@ Record run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_de
   out["candidate_id"] = candidate_id_for(in.task_id, bundle);
   out["bundle"] = bundle;
   out["task"] = in.task;
-  out["episode"] = Record::parse(episode.dump());
+  out["episode"] = Record::parse(dump_safe(episode));
   return out;
 }
 

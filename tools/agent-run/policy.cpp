@@ -11,6 +11,7 @@
 namespace ca::agent {
 
 std::atomic<bool> g_interrupted{false};
+std::atomic<int> g_signal{0};
 
 namespace {
 
@@ -77,12 +78,16 @@ class ReplayPolicy : public Policy {
       } catch (const std::exception& e) {
         throw InputError(where + ": not JSON: " + e.what());
       }
-      if (j.is_object() && j.contains("turns")) {
-        std::vector<AssistantTurn> turns;
-        for (std::size_t i = 0; i < j["turns"].size(); ++i) turns.push_back(parse_turn(j["turns"][i], i, where));
-        scripts_[j.value("task_id", "")] = std::move(turns);
-      } else {
-        flat.push_back(parse_turn(j, flat.size(), where));
+      try {
+        if (j.is_object() && j.contains("turns")) {
+          std::vector<AssistantTurn> turns;
+          for (std::size_t i = 0; i < j["turns"].size(); ++i) turns.push_back(parse_turn(j["turns"][i], i, where));
+          scripts_[j.value("task_id", "")] = std::move(turns);
+        } else {
+          flat.push_back(parse_turn(j, flat.size(), where));
+        }
+      } catch (const nlohmann::json::exception& e) {  // a field of the wrong type: bad input, named
+        throw InputError(where + ": " + e.what());
       }
     }
     if (!flat.empty()) scripts_[""] = std::move(flat);

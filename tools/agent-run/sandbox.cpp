@@ -11,7 +11,9 @@
 #include <mutex>
 
 #include "libcommon/log.hpp"
+#include "libcommon/errors.hpp"
 #include "libcommon/process.hpp"
+#include "tools/agent-run/workspace.hpp"
 
 namespace fs = std::filesystem;
 
@@ -21,13 +23,15 @@ Json SandboxLimits::to_json() const {
   return {{"wall_s", wall_s},           {"cpu_s", cpu_s},
           {"memory_mib", memory_mib},   {"processes", processes},
           {"file_size_mib", file_size_mib}, {"output_bytes", output_bytes},
-          {"tmp_mib", tmp_mib},         {"network", false}};
+          {"workspace_mib", workspace_mib}, {"network", false}};
 }
 
 std::string SandboxResult::report(const SandboxLimits& limits) const {
   if (sandbox_failed) return "[sandbox error: the sandbox could not start; the command did not run]";
   std::string r;
-  if (timed_out)
+  if (!stopped.empty())
+    r = "[killed: " + stopped + "; the command and every process it started were killed]";
+  else if (timed_out)
     r = "[killed: wall-time limit of " + std::to_string(limits.wall_s) +
         " s reached; the command and every process it started were killed]";
   else if (exit_status == 128 + SIGXCPU || exit_status == 128 + SIGKILL)
@@ -45,8 +49,10 @@ std::string SandboxResult::report(const SandboxLimits& limits) const {
   return r;
 }
 
-Sandbox::Sandbox(std::string workspace, SandboxLimits limits, int uid)
-    : workspace_(std::move(workspace)), limits_(limits), uid_(geteuid() == 0 ? uid : -1) {}
+Sandbox::Sandbox(std::string workspace, std::string tmp, SandboxLimits limits, int uid)
+    : workspace_(std::move(workspace)), tmp_(std::move(tmp)), limits_(limits), uid_(geteuid() == 0 ? uid : -1) {
+  if (geteuid() == 0 && uid <= 0) throw InternalError("sandbox: uid " + std::to_string(uid) + " (root) refused");
+}
 
 std::vector<std::string> Sandbox::bwrap_prefix() const {
   std::vector<std::string> a = {"bwrap", "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid",
@@ -63,8 +69,7 @@ std::vector<std::string> Sandbox::bwrap_prefix() const {
       a.insert(a.end(), {"--ro-bind", dir, dir});
     }
   }
-  a.insert(a.end(), {"--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size",
-                     std::to_string(limits_.tmp_mib << 20), "--tmpfs", "/tmp", "--bind", workspace_, "/workspace",
+  a.insert(a.end(), {"--proc", "/proc", "--dev", "/dev", "--bind", tmp_, "/tmp", "--bind", workspace_, "/workspace",
                      "--chdir", "/workspace", "--clearenv", "--setenv", "PATH",
                      "/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/workspace",
                      "--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8", "--setenv", "TERM", "dumb"});
@@ -85,8 +90,9 @@ static void hand_over(const std::string& root, int uid) {
     (void)!lchown(it->path().c_str(), uid, uid);
 }
 
-SandboxResult Sandbox::run(const std::vector<std::string>& inner_argv) const {
+SandboxResult Sandbox::run(const std::vector<std::string>& inner_argv, const SandboxWatch& watch) const {
   hand_over(workspace_, uid_);
+  hand_over(tmp_, uid_);
   // Limits are set by the shell inside the sandbox (hard limits, so the command cannot raise them);
   // output is cut by head inside the sandbox so a flood never reaches our memory.
   // CPU: soft limit N (SIGXCPU, reported as such), hard N+1 (SIGKILL if SIGXCPU is caught).
@@ -103,8 +109,15 @@ SandboxResult Sandbox::run(const std::vector<std::string>& inner_argv) const {
   auto start = std::chrono::steady_clock::now();
   SandboxResult res;
   // A little more than the wall limit: bwrap's start and teardown are not the command's time.
+  std::string stopped;
+  StopCheck stop = [&] {
+    if (watch) stopped = watch();
+    return !stopped.empty();
+  };
+  // No grace on a stop: bwrap's death takes the whole sandbox with it (--die-with-parent).
   CommandResult r = run_command(so, "", std::chrono::milliseconds(limits_.wall_s * 1000LL + 500),
-                                static_cast<std::size_t>(limits_.output_bytes + 1));
+                                static_cast<std::size_t>(limits_.output_bytes + 1), stop, std::chrono::milliseconds(0));
+  res.stopped = r.stopped ? stopped : "";
   res.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   res.timed_out = r.timed_out;
   res.exit_status = r.exit_status;
@@ -122,9 +135,13 @@ SandboxResult Sandbox::run(const std::vector<std::string>& inner_argv) const {
   return res;
 }
 
-SandboxResult Sandbox::run_shell(const std::string& command) const { return run({"/bin/bash", "-c", command}); }
+SandboxResult Sandbox::run_shell(const std::string& command, const SandboxWatch& watch) const {
+  return run({"/bin/bash", "-c", command}, watch);
+}
 
-SandboxResult Sandbox::run_argv(const std::vector<std::string>& argv) const { return run(argv); }
+SandboxResult Sandbox::run_argv(const std::vector<std::string>& argv, const SandboxWatch& watch) const {
+  return run(argv, watch);
+}
 
 std::string Sandbox::availability() {
   static std::once_flag once;
@@ -134,14 +151,18 @@ std::string Sandbox::availability() {
       why = "bubblewrap (bwrap) is not installed";
       return;
     }
-    std::error_code ec;
-    std::string dir = fs::temp_directory_path(ec).string() + "/agent-run-probe-" + std::to_string(getpid());
-    fs::create_directories(dir, ec);
+    std::string dir;
+    try {
+      dir = make_owned_dir("probe");
+    } catch (const std::exception& e) {
+      why = e.what();
+      return;
+    }
     SandboxLimits l;
     l.wall_s = 20;
-    Sandbox probe(dir, l, 65534);
+    Sandbox probe(dir, dir, l, 65534);
     SandboxResult r = probe.run_shell("echo ok");
-    fs::remove_all(dir, ec);
+    remove_tree(dir);
     if (r.sandbox_failed || r.exit_status != 0 || r.output.find("ok") == std::string::npos)
       why = "bubblewrap does not work here: " + r.output.substr(0, 300);
   });

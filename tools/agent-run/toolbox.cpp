@@ -11,6 +11,7 @@
 #include "libcommon/log.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/process.hpp"
+#include "tools/agent-run/text.hpp"
 
 namespace ca::agent {
 namespace {
@@ -26,11 +27,15 @@ Json function(const std::string& name, const std::string& description, Json prop
 
 Json str(const std::string& description) { return {{"type", "string"}, {"description", description}}; }
 
+// Cut for the model and made valid UTF-8 (marked when it was not): whatever a command printed, a
+// record can hold it.
 std::string cut(const std::string& text, int64_t max_chars) {
-  if (static_cast<int64_t>(text.size()) <= max_chars) return text;
-  return text.substr(0, static_cast<std::size_t>(max_chars)) + "\n[... cut at " + std::to_string(max_chars) +
-         " characters]";
+  if (static_cast<int64_t>(text.size()) <= max_chars) return marked_text(text, "the output");
+  return marked_text(cut_utf8(text, static_cast<std::size_t>(max_chars)), "the output") + "\n[... cut at " +
+         std::to_string(max_chars) + " characters]";
 }
+
+Json dump_safe_parse(const Json& j) { return Json::parse(j.dump(-1, ' ', false, Json::error_handler_t::replace)); }
 
 // A required string argument, or the reason it is not there.
 bool arg(const Json& args, const char* name, std::string& out, std::string& why) {
@@ -94,7 +99,7 @@ std::string default_locked_binary(const std::string& name, const char* env_var) 
 Toolbox::Toolbox(const RunSettings& settings, Workspace& workspace, const Record& task, const std::string& task_id,
                  int uid)
     : settings_(settings), workspace_(workspace), task_(task), task_id_(task_id),
-      sandbox_(workspace.root(), settings.sandbox, uid) {}
+      sandbox_(workspace.root(), workspace.tmp(), settings.sandbox, uid) {}
 
 ToolOutcome Toolbox::call(const ToolCall& call) {
   auto start = std::chrono::steady_clock::now();
@@ -165,7 +170,9 @@ ToolOutcome Toolbox::call(const ToolCall& call) {
       if (args.contains("path") && !arg(args, "path", path, why)) return malformed(why);
       std::string host = workspace_.resolve(path, &why);
       if (host.empty()) return to_outcome(ToolAnswer::error(why));
-      r = sandbox_.run_argv({"grep", "-rnIE", "--", a, workspace_.sandbox_path(host)});
+      r = sandbox_.run_argv({"grep", "-rnIE", "--", a, workspace_.sandbox_path(host)},
+                            [] { return g_interrupted ? std::string("agent-run was interrupted") : std::string(); });
+      workspace_.clear_tmp();
       ToolOutcome o;
       if (r.exit_status == 1 && !r.timed_out) o.text = "(no matches)";
       else if (r.exit_status == 0) o.text = r.output + (r.output_truncated ? "\n" + r.report(sandbox_.limits()) : "");
@@ -176,13 +183,32 @@ ToolOutcome Toolbox::call(const ToolCall& call) {
       return finish(o);
     }
     if (!arg(args, "command", a, why)) return malformed(why);
-    r = sandbox_.run_shell(a);
+    // The workspace's disk use is watched while the command runs (RLIMIT_FSIZE bounds one file, not
+    // how many), and the command is ended once it is over the cap; an interrupt ends it too.
+    auto last = std::chrono::steady_clock::now();
+    SandboxWatch watch = [&]() -> std::string {
+      if (g_interrupted) return "agent-run was interrupted";
+      auto now = std::chrono::steady_clock::now();
+      if (now - last < std::chrono::milliseconds(100)) return "";
+      last = now;
+      return workspace_.over_cap(workspace_.usage());
+    };
+    r = sandbox_.run_shell(a, watch);
     ToolOutcome o;
-    o.ok = !r.sandbox_failed;
-    o.text = r.output;
+    o.ok = !r.sandbox_failed && r.stopped.empty();
+    // Only the head of the output: the rest is the model's to cut, but a note must survive it.
+    o.text = cut(r.output, settings_.tool_output_chars);
     if (!o.text.empty() && o.text.back() != '\n') o.text += "\n";
     o.text += r.report(sandbox_.limits());
-    return finish(o);
+    std::string trimmed = workspace_.enforce_cap();
+    workspace_.clear_tmp();
+    if (!trimmed.empty()) {
+      o.ok = false;
+      o.text += "\nerror: workspace cap (--workspace-mib): " + trimmed;
+    }
+    o.text = valid_text(o.text);
+    o.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return o;
   }
   return finish(locked(n));
 }
@@ -191,11 +217,22 @@ ToolOutcome Toolbox::call(const ToolCall& call) {
 // so nothing the agent does afterwards (or in the sandbox) can change what is judged.
 ToolOutcome Toolbox::locked(const std::string& which) {
   ToolOutcome o;
-  std::string notes;
-  Record bundle = workspace_.bundle(&notes);
+  BundleRead read = workspace_.read_bundle();
+  const std::string& notes = read.notes;
+  Record& bundle = read.bundle;
   std::string candidate_id = candidate_id_for(task_id_, bundle);
   Record input = {{"task_id", task_id_}, {"candidate_id", candidate_id}, {"bundle", bundle}, {"task", task_}};
   o.result = {{"tool", which}, {"candidate_id", candidate_id}, {"bundle", bundle}};
+  // What cannot be read without following a symlink (or is no plain file) is refused by name: the
+  // locked tools run outside the sandbox and must never see a host file through the workspace.
+  if (!read.refused.empty()) {
+    o.ok = false;
+    o.text = "error: " + which + " refused, nothing was run: ";
+    for (std::size_t i = 0; i < read.refused.size(); ++i) o.text += (i ? "; " : "") + read.refused[i];
+    o.text += ". Replace these by regular files (or remove them).";
+    o.result["error"] = o.text;
+    return o;
+  }
   // A plan of library steps only (gemm, conv) needs no kernel file; an empty workspace is an error.
   if (bundle["kernels"].empty() && bundle["plan"].get<std::string>().find_first_not_of(" \t\r\n") == std::string::npos) {
     o.ok = false;
@@ -220,11 +257,22 @@ ToolOutcome Toolbox::locked(const std::string& which) {
   };
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(settings_.locked_timeout_s * 1000));
   SpawnOptions check;
+  check.die_with_parent = true;  // a kill -9 of agent-run takes kernel-check with it
   check.argv = {check_bin};
   if (which == "compile") check.argv.push_back("--compile-only");
   store_args(check.argv);
   check.argv.insert(check.argv.end(), settings_.check_args.begin(), settings_.check_args.end());
-  CommandResult cr = run_command(check, input.dump() + "\n", timeout, 64 << 20);
+  // An interrupt stops kernel-check/kernel-prof: SIGTERM to their group (they stop their workers),
+  // SIGKILL two seconds later.
+  const StopCheck interrupted = [] { return g_interrupted.load(); };
+  CommandResult cr = run_command(check, input.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n", timeout,
+                                 64 << 20, interrupted);
+  if (cr.stopped) {
+    o.ok = false;
+    o.text = "error: " + which + " interrupted: agent-run is stopping";
+    o.result["error"] = o.text;
+    return o;
+  }
   auto last_line = [](const std::string& out) {
     std::istringstream s(out);
     std::string line, last;
@@ -249,15 +297,22 @@ ToolOutcome Toolbox::locked(const std::string& which) {
     return o;
   }
   o.result["check"] = checked["check"];
-  Json shown = {{"check", Json::parse(checked["check"].dump())}};
+  Json shown = {{"check", dump_safe_parse(checked["check"])}};
   const Record& ck = checked["check"];
   const bool correct = ck.is_object() && ck.contains("correct") && ck["correct"].is_boolean() && ck["correct"].get<bool>();
   if (which == "profile" && correct) {
     SpawnOptions prof;
+    prof.die_with_parent = true;
     prof.argv = {prof_bin};
     store_args(prof.argv);
     prof.argv.insert(prof.argv.end(), settings_.prof_args.begin(), settings_.prof_args.end());
-    CommandResult pr = run_command(prof, line + "\n", timeout, 64 << 20);
+    CommandResult pr = run_command(prof, line + "\n", timeout, 64 << 20, interrupted);
+    if (pr.stopped) {
+      o.ok = false;
+      o.text = "error: profile interrupted: agent-run is stopping";
+      o.result["error"] = o.text;
+      return o;
+    }
     std::string pline = last_line(pr.out);
     Record profiled;
     try {
@@ -273,12 +328,12 @@ ToolOutcome Toolbox::locked(const std::string& which) {
       return o;
     }
     o.result["prof"] = profiled["prof"];
-    shown["prof"] = Json::parse(profiled["prof"].dump());
+    shown["prof"] = dump_safe_parse(profiled["prof"]);
   } else if (which == "profile") {
     shown["note"] = "not profiled: the bundle did not pass verification";
   }
   if (!notes.empty()) shown["bundle_notes"] = notes;
-  o.text = shown.dump(1);
+  o.text = shown.dump(1, ' ', false, Json::error_handler_t::replace);
   return o;
 }
 
