@@ -1,6 +1,7 @@
 // run-store: create, fill, merge, query and summarize the SQLite run store.
 #include <unistd.h>
 
+#include <fstream>
 #include <iostream>
 
 #include "libcommon/cli.hpp"
@@ -8,10 +9,12 @@
 #include "libcommon/log.hpp"
 #include "libcommon/record_loop.hpp"
 #include "libcommon/store.hpp"
+#include "tools/run-store/lineage.hpp"
+#include "tools/run-store/report.hpp"
 #include "tools/run-store/summary_table.hpp"
 
 int main(int argc, char** argv) {
-  ca::Cli cli("run-store", "The cuda-agent run store (SQLite): init, import, merge, query, export, summary.",
+  ca::Cli cli("run-store", "The cuda-agent run store (SQLite): init, import, merge, query, export, summary, report.",
               "run-store merge merged.db shard-*.db && run-store summary --store merged.db",
               "kernel-check(1), kernel-prof(1), reward-calc(1), cuda-agent(7)");
   auto& app = cli.app();
@@ -47,6 +50,16 @@ int main(int argc, char** argv) {
   summary->add_option("--store", opt.store_path, "Store path");
   summary->add_flag("--json", as_json, "JSON Lines even on a terminal");
   summary->add_flag("--table", as_table, "A table even when piped");
+
+  std::vector<std::string> report_stores;
+  std::string report_select = "final", report_html;
+  auto* report = app.add_subcommand("report", "Per data_source level: pass rate, speedups, fast_p, mean reward; --html: a page with plots");
+  report->add_option("stores", report_stores, "Stores read as one (default: --store)");
+  report->add_option("--store", opt.store_path, "Store path, when no store is named");
+  report->add_option("--select", report_select, "Which candidate a task counts by: final (default) or best");
+  report->add_option("--html", report_html, "Also write a self-contained HTML page with the tables and plots to FILE");
+  report->add_flag("--json", as_json, "JSON Lines even on a terminal");
+  report->add_flag("--table", as_table, "A table even when piped");
 
   return cli.run(argc, argv, [&]() -> int {
     if (*init) {
@@ -94,6 +107,29 @@ int main(int argc, char** argv) {
       ca::log::info("rows added: ", total.dump());
       return ca::kExitOk;
     }
+    if (*report) {
+      if (as_json && as_table) throw ca::UsageError("report: --json and --table exclude each other");
+      const auto select = ca::report::parse_select(report_select);
+      if (report_stores.empty()) report_stores.push_back(opt.resolved_store_path());
+      const auto r = ca::report::build_report(report_stores, select);
+      if (!report_html.empty()) {
+        std::ofstream page(report_html, std::ios::binary | std::ios::trunc);
+        page << ca::report::render_html(r);
+        page.close();
+        if (!page) throw ca::EnvironmentError("report: cannot write '" + report_html + "'");
+        ca::log::info("report: wrote ", report_html);
+      }
+      if (as_table || (!as_json && isatty(STDOUT_FILENO))) {
+        std::cout << ca::report::render_table(r) << std::flush;
+      } else {
+        ca::RecordWriter out("-");
+        for (const auto& row : r.levels) out.write(row);
+      }
+      ca::log::info("report: ", r.tasks.size(), " tasks in ", r.levels.size() - 1, " levels, by the ",
+                    ca::report::select_name(select), " candidate",
+                    r.tasks_without_candidates ? ca::log::cat("; ", r.tasks_without_candidates, " tasks without a candidate not counted") : "");
+      return ca::kExitOk;
+    }
     if (*query || *export_cmd || *summary) {
       ca::Store store(opt.resolved_store_path(), true);
       ca::RecordWriter out("-");
@@ -105,7 +141,7 @@ int main(int argc, char** argv) {
           throw ca::UsageError("unknown table '" + table + "'");
         store.query("SELECT * FROM " + table + " ORDER BY rowid", [&](const ca::Record& row) { out.write(row); });
       } else {
-        ca::Json runs = store.summary();
+        ca::Json runs = ca::folded_summary(store);  // agent-run's locked calls under their episode's run
         bool table_mode = as_table || (!as_json && isatty(STDOUT_FILENO));
         if (table_mode) std::cout << ca::render_summary_table(runs);
         else
