@@ -72,7 +72,7 @@ Json folded_summary(Store& store) {
   for (const auto& row : rows) {
     auto p = parents.find(row.value("run_id", std::string()));
     if (p == parents.end()) continue;
-    Json& f = folded[p->second];
+    Json& f = folded.emplace(p->second, Json::object()).first->second;
     f["locked_calls"] = f.value("locked_calls", 0) + 1;
     f["locked_checks"] = f.value("locked_checks", 0) + row.value("checks", 0);
     f["locked_profiles"] = f.value("locked_profiles", 0) + row.value("profiles", 0);

@@ -70,8 +70,11 @@ std::unique_ptr<Store> open_run_store(const std::string& path) {
   try {
     store = std::make_unique<Store>(path, true);
     version = store->schema_version();
-  } catch (const InputError& e) {
-    throw InputError("'" + path + "' is not a run store (" + std::string(e.what()) + ")");
+  } catch (const Error& e) {
+    // SQLite says so at the first statement (SQLITE_NOTADB), which the store reports as it comes.
+    const std::string what = e.what();
+    if (e.exit_code != kExitBadInput && what.find("not a database") == std::string::npos) throw;
+    throw InputError("'" + path + "' is not a run store (" + what + ")");
   }
   bool has_runs = false;
   store->query("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'runs'", [&](const Record&) { has_runs = true; });
