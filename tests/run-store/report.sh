@@ -4,14 +4,14 @@
 # the JSON Schema, bad arguments (exit 1) and a missing or foreign store (exit 3 / 2).
 set -euo pipefail
 RS="$CA_BIN/run-store"
-FIX="$CA_TESTS/run-store/fixture"
+FIX="$CA_SRC/tests/run-store/fixture"
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-"$RS" import --store "$T/all.db" -i "$FIX/levels.jsonl" 2>/dev/null
+"$RS" import --store "$T/all.db" -i "$FIX/levels.jsonl" 2> "$T/import.err" || fail "import of the fixture: $(cat "$T/import.err")"
 "$RS" report --store "$T/all.db" --json > "$T/final.jsonl" 2> "$T/final.err"
 "$RS" report "$T/all.db" --select best --json > "$T/best.jsonl" 2>/dev/null
-grep -q "9 tasks in 3 levels, by the final candidate; 1 tasks without a candidate not counted" "$T/final.err" \
+grep -q "9 tasks in 3 levels, by the final candidate; 1 task without a candidate not counted" "$T/final.err" \
   || fail "stderr line: $(cat "$T/final.err")"
 
 # The expected rows, worked out by hand from fixture/levels.jsonl (s_e, s_c: speedups of the

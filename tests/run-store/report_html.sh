@@ -5,7 +5,7 @@
 # Without chromium the test says so and exits 77, which ctest reports as skipped.
 set -euo pipefail
 RS="$CA_BIN/run-store"
-FIX="$CA_TESTS/run-store/fixture"
+FIX="$CA_SRC/tests/run-store/fixture"
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
@@ -18,7 +18,7 @@ fi
 # The level fixture, then a second reward-calc-like run and a ppo-step metrics record, so the page
 # has two iterations and a training step to plot (the second run rewards two final candidates the
 # same as the first, so the level numbers do not move).
-"$RS" import --store "$T/r.db" -i "$FIX/levels.jsonl" 2>/dev/null
+"$RS" import --store "$T/r.db" -i "$FIX/levels.jsonl" 2> "$T/import.err" || fail "import of the fixture: $(cat "$T/import.err")"
 cat > "$T/iter2.jsonl" <<'EOF'
 {"task_id": "t1a", "candidate_id": "c1a2", "reward": {"value": 3, "scheme": "milestone"}}
 {"task_id": "t3b", "candidate_id": "c3b1", "reward": {"value": 3, "scheme": "milestone"}}

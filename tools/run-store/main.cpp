@@ -125,9 +125,12 @@ int main(int argc, char** argv) {
         ca::RecordWriter out("-");
         for (const auto& row : r.levels) out.write(row);
       }
-      ca::log::info("report: ", r.tasks.size(), " tasks in ", r.levels.size() - 1, " levels, by the ",
+      auto many = [](std::size_t n, const char* what) { return ca::log::cat(n, " ", what, n == 1 ? "" : "s"); };
+      ca::log::info("report: ", many(r.tasks.size(), "task"), " in ", many(r.levels.size() - 1, "level"), ", by the ",
                     ca::report::select_name(select), " candidate",
-                    r.tasks_without_candidates ? ca::log::cat("; ", r.tasks_without_candidates, " tasks without a candidate not counted") : "");
+                    r.tasks_without_candidates
+                        ? "; " + many(r.tasks_without_candidates, "task") + " without a candidate not counted"
+                        : std::string());
       return ca::kExitOk;
     }
     if (*query || *export_cmd || *summary) {

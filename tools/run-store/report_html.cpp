@@ -309,7 +309,7 @@ std::string render_html(const Report& r) {
   h += level_table(r, "levels-matched", "_precision_matched");
   if (r.tasks_without_candidates > 0)
     h += "<p class=\"note\">" + std::to_string(r.tasks_without_candidates) +
-         " tasks in the store(s) have no candidate and are not counted.</p>\n";
+         (r.tasks_without_candidates == 1 ? " task" : " tasks") + " in the store(s) without a candidate, not counted.</p>\n";
   h += "<h2>Speedup distribution</h2>\n<figure class=\"plot\"><figcaption>Each timed task's speedup over torch.compile "
        "(plain baseline), by level.</figcaption>\n" +
        speedup_plot(r) + "</figure>\n";
