@@ -154,6 +154,19 @@ echo "not a database" > "$T/text.db"
 bad 2 "'$T/text.db' is not a run store" "$T/text.db"
 python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('CREATE TABLE t (x)'); c.commit()" "$T/foreign.db"
 bad 2 "'$T/foreign.db' is an SQLite file but not a cuda-agent run store" "$T/foreign.db"
+# Levels in natural order (level2 before level10, torch#2 before torch#10); a task without data_source
+# or ops is "unknown".
+python3 -c '
+import json
+for i, src in enumerate(["torch#10", "kernelbench#level10", "torch#2", "kernelbench#level2", None]):
+    task = {"task_id": "n%d" % i, "code": "#"}
+    if src: task["data_source"] = src
+    print(json.dumps(task))
+    print(json.dumps({"task_id": "n%d" % i, "candidate_id": "m%d" % i, "check": {"status": "passed", "correct": True}}))
+' > "$T/order.jsonl"
+"$RS" import --store "$T/order.db" -i "$T/order.jsonl" 2>/dev/null
+order=$("$RS" report "$T/order.db" --json 2>/dev/null | python3 -c 'import json, sys; print(" ".join(json.loads(l)["level"] for l in sys.stdin))')
+[ "$order" = "kernelbench#level2 kernelbench#level10 torch#2 torch#10 unknown all" ] || fail "level order: $order"
 # An empty store is not an error: no tasks, an "all" row of zeros.
 "$RS" init --store "$T/empty.db" 2>/dev/null
 "$RS" report "$T/empty.db" --json 2>/dev/null | python3 -c '
