@@ -1,7 +1,6 @@
 // run-store: create, fill, merge, query and summarize the SQLite run store.
 #include <unistd.h>
 
-#include <fstream>
 #include <iostream>
 
 #include "libcommon/cli.hpp"
@@ -51,15 +50,14 @@ int main(int argc, char** argv) {
   summary->add_flag("--json", as_json, "JSON Lines even on a terminal");
   summary->add_flag("--table", as_table, "A table even when piped");
 
-  std::vector<std::string> report_stores;
-  std::string report_select = "final", report_html;
+  ca::report::Command report_cmd;
   auto* report = app.add_subcommand("report", "Per data_source level: pass rate, speedups, fast_p, mean reward; --html: a page with plots");
-  report->add_option("stores", report_stores, "Stores read as one (default: --store)");
+  report->add_option("stores", report_cmd.stores, "Stores read as one (default: --store)");
   report->add_option("--store", opt.store_path, "Store path, when no store is named");
-  report->add_option("--select", report_select, "Which candidate a task counts by: final (default) or best");
-  report->add_option("--html", report_html, "Also write a self-contained HTML page with the tables and plots to FILE");
-  report->add_flag("--json", as_json, "JSON Lines even on a terminal");
-  report->add_flag("--table", as_table, "A table even when piped");
+  report->add_option("--select", report_cmd.select, "Which candidate a task counts by: final (default) or best");
+  report->add_option("--html", report_cmd.html, "Also write a self-contained HTML page with the tables and plots to FILE");
+  report->add_flag("--json", report_cmd.json, "JSON Lines even on a terminal");
+  report->add_flag("--table", report_cmd.table, "A table even when piped");
 
   return cli.run(argc, argv, [&]() -> int {
     if (*init) {
@@ -107,32 +105,7 @@ int main(int argc, char** argv) {
       ca::log::info("rows added: ", total.dump());
       return ca::kExitOk;
     }
-    if (*report) {
-      if (as_json && as_table) throw ca::UsageError("report: --json and --table exclude each other");
-      const auto select = ca::report::parse_select(report_select);
-      if (report_stores.empty()) report_stores.push_back(opt.resolved_store_path());
-      const auto r = ca::report::build_report(report_stores, select);
-      if (!report_html.empty()) {
-        std::ofstream page(report_html, std::ios::binary | std::ios::trunc);
-        page << ca::report::render_html(r);
-        page.close();
-        if (!page) throw ca::EnvironmentError("report: cannot write '" + report_html + "'");
-        ca::log::info("report: wrote ", report_html);
-      }
-      if (as_table || (!as_json && isatty(STDOUT_FILENO))) {
-        std::cout << ca::report::render_table(r) << std::flush;
-      } else {
-        ca::RecordWriter out("-");
-        for (const auto& row : r.levels) out.write(row);
-      }
-      auto many = [](std::size_t n, const char* what) { return ca::log::cat(n, " ", what, n == 1 ? "" : "s"); };
-      ca::log::info("report: ", many(r.tasks.size(), "task"), " in ", many(r.levels.size() - 1, "level"), ", by the ",
-                    ca::report::select_name(select), " candidate",
-                    r.tasks_without_candidates
-                        ? "; " + many(r.tasks_without_candidates, "task") + " without a candidate not counted"
-                        : std::string());
-      return ca::kExitOk;
-    }
+    if (*report) return ca::report::run(report_cmd, opt.resolved_store_path());
     if (*query || *export_cmd || *summary) {
       ca::Store store(opt.resolved_store_path(), true);
       ca::RecordWriter out("-");

@@ -2,16 +2,20 @@
 #include "tools/run-store/report.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <iostream>
 #include <map>
 #include <set>
 #include <tuple>
 
 #include "libcommon/errors.hpp"
+#include "libcommon/log.hpp"
 #include "libcommon/store.hpp"
 #include "tools/run-store/lineage.hpp"
 
@@ -455,6 +459,31 @@ std::string render_table(const Report& report) {
   out += "\nspeedups over the precision-matched baselines\n";
   out += block("_precision_matched");
   return out;
+}
+
+int run(const Command& command, const std::string& default_store) {
+  if (command.json && command.table) throw UsageError("report: --json and --table exclude each other");
+  const Select select = parse_select(command.select);
+  const Report r = build_report(command.stores.empty() ? std::vector<std::string>{default_store} : command.stores, select);
+  if (!command.html.empty()) {
+    std::ofstream page(command.html, std::ios::binary | std::ios::trunc);
+    page << render_html(r);
+    page.close();
+    if (!page) throw EnvironmentError("report: cannot write '" + command.html + "'");
+    log::info("report: wrote ", command.html);
+  }
+  if (command.table || (!command.json && isatty(STDOUT_FILENO))) {
+    std::cout << render_table(r) << std::flush;
+  } else {
+    RecordWriter out("-");
+    for (const auto& row : r.levels) out.write(row);
+  }
+  auto many = [](std::size_t n, const char* what) { return log::cat(n, " ", what, n == 1 ? "" : "s"); };
+  log::info("report: ", many(r.tasks.size(), "task"), " in ", many(r.levels.size() - 1, "level"), ", by the ",
+            select_name(select), " candidate",
+            r.tasks_without_candidates ? "; " + many(r.tasks_without_candidates, "task") + " without a candidate not counted"
+                                       : std::string());
+  return kExitOk;
 }
 
 }  // namespace ca::report

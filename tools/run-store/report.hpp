@@ -61,6 +61,15 @@ Report build_report(const std::vector<std::string>& store_paths, Select select);
 std::string render_table(const Report& report);
 std::string render_html(const Report& report);  // report_html.cpp
 
+// `run-store report`: the arguments as parsed, and the subcommand itself (stdout: the table on a
+// terminal or with --table, else JSON Lines; --html also writes the page). Returns the exit code.
+struct Command {
+  std::vector<std::string> stores;
+  std::string select = "final", html;
+  bool json = false, table = false;
+};
+int run(const Command& command, const std::string& default_store);
+
 // Shared by both renderings: "12.5%", "1.234", "-".
 std::string format_rate(const Record& v);
 std::string format_number(const Record& v, const char* format = "%.3f");
