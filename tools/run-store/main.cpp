@@ -8,10 +8,12 @@
 #include "libcommon/log.hpp"
 #include "libcommon/record_loop.hpp"
 #include "libcommon/store.hpp"
+#include "tools/run-store/lineage.hpp"
+#include "tools/run-store/report.hpp"
 #include "tools/run-store/summary_table.hpp"
 
 int main(int argc, char** argv) {
-  ca::Cli cli("run-store", "The cuda-agent run store (SQLite): init, import, merge, query, export, summary.",
+  ca::Cli cli("run-store", "The cuda-agent run store (SQLite): init, import, merge, query, export, summary, report.",
               "run-store merge merged.db shard-*.db && run-store summary --store merged.db",
               "kernel-check(1), kernel-prof(1), reward-calc(1), cuda-agent(7)");
   auto& app = cli.app();
@@ -47,6 +49,15 @@ int main(int argc, char** argv) {
   summary->add_option("--store", opt.store_path, "Store path");
   summary->add_flag("--json", as_json, "JSON Lines even on a terminal");
   summary->add_flag("--table", as_table, "A table even when piped");
+
+  ca::report::Command report_cmd;
+  auto* report = app.add_subcommand("report", "Per data_source level: pass rate, speedups, fast_p, mean reward; --html: a page with plots");
+  report->add_option("stores", report_cmd.stores, "Stores read as one (default: --store)");
+  report->add_option("--store", opt.store_path, "Store path, when no store is named");
+  report->add_option("--select", report_cmd.select, "Which candidate a task counts by: final (default) or best");
+  report->add_option("--html", report_cmd.html, "Also write a self-contained HTML page with the tables and plots to FILE");
+  report->add_flag("--json", report_cmd.json, "JSON Lines even on a terminal");
+  report->add_flag("--table", report_cmd.table, "A table even when piped");
 
   return cli.run(argc, argv, [&]() -> int {
     if (*init) {
@@ -94,6 +105,7 @@ int main(int argc, char** argv) {
       ca::log::info("rows added: ", total.dump());
       return ca::kExitOk;
     }
+    if (*report) return ca::report::run(report_cmd, opt.resolved_store_path());
     if (*query || *export_cmd || *summary) {
       ca::Store store(opt.resolved_store_path(), true);
       ca::RecordWriter out("-");
@@ -105,7 +117,7 @@ int main(int argc, char** argv) {
           throw ca::UsageError("unknown table '" + table + "'");
         store.query("SELECT * FROM " + table + " ORDER BY rowid", [&](const ca::Record& row) { out.write(row); });
       } else {
-        ca::Json runs = store.summary();
+        ca::Json runs = ca::folded_summary(store);  // agent-run's locked calls under their episode's run
         bool table_mode = as_table || (!as_json && isatty(STDOUT_FILENO));
         if (table_mode) std::cout << ca::render_summary_table(runs);
         else

@@ -12,7 +12,7 @@ std::string render_summary_table(const Json& runs) {
       {"candidates", "cands"}, {"checks", "checks"}, {"pass_rate", "pass"}, {"profiles", "profs"},
       {"faster_than_eager", ">eager"}, {"faster_than_compile", ">compile"},
       {"geomean_speedup_vs_eager", "gm/eager"}, {"geomean_speedup_vs_compile", "gm/compile"},
-      {"rewards", "rewards"}, {"reward_mean", "r_mean"}, {"episodes", "eps"}};
+      {"rewards", "rewards"}, {"reward_mean", "r_mean"}, {"episodes", "eps"}, {"locked_calls", "locked"}};
   std::vector<std::vector<std::string>> cells;
   std::vector<std::string> header;
   for (auto& c : columns) header.push_back(c.second);

@@ -1,0 +1,92 @@
+// Run lineage: agent-run's locked tool calls found among the run rows, and the summary folded by it.
+#include "tools/run-store/lineage.hpp"
+
+#include <algorithm>
+
+namespace ca {
+namespace {
+
+std::string text(const Record& row, const char* key) {
+  return row.contains(key) && row[key].is_string() ? row[key].get<std::string>() : std::string();
+}
+
+bool has_column(Store& store, const std::string& table, const std::string& column) {
+  bool found = false;
+  store.query("PRAGMA table_info(" + table + ")", [&](const Record& row) {
+    if (text(row, "name") == column) found = true;
+  });
+  return found;
+}
+
+}  // namespace
+
+std::vector<RunInfo> read_runs(Store& store) {
+  const bool recorded_parent = has_column(store, "runs", "parent_run_id");
+  std::vector<RunInfo> runs;
+  store.query(std::string("SELECT run_id, tool, host, started_at, ended_at, counts") +
+                  (recorded_parent ? ", parent_run_id" : "") + " FROM runs ORDER BY started_at, rowid",
+              [&](const Record& row) {
+                RunInfo r;
+                r.run_id = text(row, "run_id");
+                r.tool = text(row, "tool");
+                r.host = text(row, "host");
+                r.started_at = text(row, "started_at");
+                r.ended_at = text(row, "ended_at");
+                r.parent_run_id = text(row, "parent_run_id");
+                if (row.contains("counts") && row["counts"].is_object() && row["counts"].contains("read") &&
+                    row["counts"]["read"].is_number_integer())
+                  r.records_read = row["counts"]["read"].get<int64_t>();
+                runs.push_back(r);
+              });
+  return runs;
+}
+
+std::map<std::string, std::string> locked_call_parents(const std::vector<RunInfo>& runs) {
+  std::map<std::string, const RunInfo*> by_id;
+  for (const auto& r : runs) by_id[r.run_id] = &r;
+  std::map<std::string, std::string> parents;
+  for (const auto& child : runs) {
+    if (!child.parent_run_id.empty()) {
+      if (by_id.count(child.parent_run_id)) parents[child.run_id] = child.parent_run_id;
+      continue;
+    }
+    if (child.tool != "kernel-check" && child.tool != "kernel-prof") continue;
+    // A locked call judges one snapshot of the bundle: one record read. A killed one (no end) stays apart.
+    if (child.ended_at.empty() || child.records_read > 1) continue;
+    const RunInfo* parent = nullptr;
+    for (const auto& p : runs) {
+      if (p.tool != "agent-run" || p.host != child.host || p.ended_at.empty()) continue;
+      // The timestamps are ISO 8601 UTC with milliseconds, so text order is time order.
+      if (p.started_at > child.started_at || child.ended_at > p.ended_at) continue;
+      if (!parent || p.started_at > parent->started_at) parent = &p;
+    }
+    if (parent) parents[child.run_id] = parent->run_id;
+  }
+  return parents;
+}
+
+Json folded_summary(Store& store) {
+  const auto parents = locked_call_parents(read_runs(store));
+  Json rows = store.summary();
+  std::map<std::string, Json> folded;  // parent run_id -> {calls, checks, profiles}
+  for (const auto& row : rows) {
+    auto p = parents.find(row.value("run_id", std::string()));
+    if (p == parents.end()) continue;
+    Json& f = folded.emplace(p->second, Json::object()).first->second;
+    f["locked_calls"] = f.value("locked_calls", 0) + 1;
+    f["locked_checks"] = f.value("locked_checks", 0) + row.value("checks", 0);
+    f["locked_profiles"] = f.value("locked_profiles", 0) + row.value("profiles", 0);
+  }
+  Json out = Json::array();
+  for (auto& row : rows) {
+    const std::string id = row.value("run_id", std::string());
+    if (parents.count(id)) continue;
+    auto f = folded.find(id);
+    for (const char* key : {"locked_calls", "locked_checks", "locked_profiles"})
+      row[key] = f == folded.end() ? 0 : f->second.value(key, 0);
+    out.push_back(row);
+  }
+  return out;
+}
+
+}  // namespace ca
