@@ -218,4 +218,42 @@ run-store query --store "$work/rollout.db" "SELECT COUNT(*) AS n, COUNT(DISTINCT
 grep -q "{\"n\":$n_cand,\"d\":$n_cand}" "$T/counts" || { log "rollout store: $(cat "$T/counts"), expected $n_cand checks"; exit 1; }
 [[ -s $work/summary.jsonl ]] || { log "no summary.jsonl"; exit 1; }
 log "ok: $n_cand candidates checked over 2 rollout shards, merged once each, summary written"
+
+# agent-run inside an array task (issue 17): the array's variables shard agent-run's own input,
+# and its locked compile/verify calls pass --shard 0/1 to kernel-check, so each call's one record
+# is judged instead of being sharded away ("kernel-check exit 0 without a result").
+mkdir -p "$work/agent"
+cat > "$T/agent-task.sh" <<AGENT
+#!/usr/bin/env bash
+exec "$CA_BIN/agent-run" --tasks "$CA_SRC/datasets/demo/tasks.jsonl" --policy "replay:$CA_SRC/datasets/demo/replay.jsonl" \\
+  --max-turns 20 --seed 1 --check-arg=--compile-only --check-arg=--arch=sm_90 --no-store \\
+  -o "$work/agent/episodes.\$SLURM_ARRAY_TASK_ID.jsonl"
+AGENT
+chmod +x "$T/agent-task.sh"
+agent_job=$(sbatch --parsable --array=1-2 --gres=none --cpus-per-task=1 -o "$work/agent/%a.log" "$T/agent-task.sh")
+wait_jobs "$agent_job"
+states=$(array_states "$agent_job")
+[[ $states == "1:COMPLETED 2:COMPLETED" ]] || { log "agent-run array: $states"; cat "$work"/agent/*.log >&2; exit 1; }
+python3 - "$work"/agent/episodes.*.jsonl "$CA_SRC/datasets/demo/tasks.jsonl" <<'PY' || { log "agent-run in an array task: locked calls lost"; exit 1; }
+import json, sys
+*outs, tasks = sys.argv[1:]
+want = {json.loads(l)["task_id"] for l in open(tasks)}
+got, calls = {}, 0
+for f in outs:
+    recs = [json.loads(l) for l in open(f)]
+    assert recs, f + ": no episode (the array task got no share of the tasks?)"
+    for r in recs:
+        got[r["task_id"]] = r
+        for turn in r["episode"]["turns"]:
+            for res in turn.get("tool_results", []):
+                if res.get("name") in ("compile", "verify"):
+                    calls += 1
+                    text = res.get("content", "")
+                    assert "without a result" not in text, text[:300]
+                    assert '"check"' in text, text[:300]
+assert set(got) == want, (sorted(want - set(got)), "tasks missing across the 2 array tasks")
+print("agent-run array: %d episodes over 2 array tasks, %d locked calls judged" % (len(got), calls))
+assert calls > 0, "no locked call found in the trajectories"
+PY
+log "ok: agent-run inside an array task (2 shards): every locked call judged"
 status=0

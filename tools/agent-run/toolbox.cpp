@@ -254,6 +254,9 @@ ToolOutcome Toolbox::locked(const std::string& which) {
   auto store_args = [&](std::vector<std::string>& argv) {
     if (settings_.store_path.empty()) argv.push_back("--no-store");
     else argv.insert(argv.end(), {"--store", settings_.store_path});
+    // The one record is the call's own: inside a Slurm array task the children would otherwise
+    // take SLURM_ARRAY_TASK_ID as their shard and drop it (DESIGN.md §8).
+    argv.insert(argv.end(), {"--shard", "0/1"});
   };
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(settings_.locked_timeout_s * 1000));
   SpawnOptions check;
@@ -329,6 +332,18 @@ ToolOutcome Toolbox::locked(const std::string& which) {
     }
     o.result["prof"] = profiled["prof"];
     shown["prof"] = dump_safe_parse(profiled["prof"]);
+    // The timing seeds stay in the record (and the store), never in what the model reads: a kernel
+    // written for the timing inputs must not be possible (issue 16).
+    Json& sp = shown["prof"];
+    if (sp.is_object()) {
+      if (sp.contains("method") && sp["method"].is_object()) sp["method"].erase("seed");
+      if (sp.contains("outputs_check") && sp["outputs_check"].is_array())
+        for (auto& o_set : sp["outputs_check"])
+          if (o_set.is_object()) o_set.erase("seed");
+      if (sp.contains("baselines") && sp["baselines"].is_object())
+        for (auto& [mode, b] : sp["baselines"].items())
+          if (b.is_object() && b.contains("method") && b["method"].is_object()) b["method"].erase("seed");
+    }
   } else if (which == "profile") {
     shown["note"] = "not profiled: the bundle did not pass verification";
   }
