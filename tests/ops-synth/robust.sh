@@ -85,7 +85,6 @@ PY
 python3 "$T/slow.py" > "$T/slow.jsonl"
 for sig in TERM INT; do
   rm -f "$T/busy"
-  ls -d /dev/shm/cuda-agent-worker-* 2>/dev/null | sort > "$T/shm_before" || true
   # SIGINT is ignored in a shell's background jobs: start the tool with it at its default.
   python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
     "$OS" filter --device cpu --no-compile --timeout 600 --store "$T/sig.db" -i "$T/slow.jsonl" > /dev/null 2> "$T/sig.err" &
@@ -94,6 +93,9 @@ for sig in TERM INT; do
   [ -e "$T/busy" ] || fail "SIG$sig: the worker never got busy: $(tail -3 "$T/sig.err")"
   workers=$(ps -o pid= --ppid $pid | tr -d ' ')
   [ -n "$workers" ] || fail "SIG$sig: no worker process under $pid"
+  # The worker's private dir (its --work-dir), which must be gone afterwards.
+  dirs=$(for w in $workers; do ps -o args= -p "$w" | grep -o -- '--work-dir [^ ]*' | cut -d' ' -f2; done)
+  [ -n "$dirs" ] && [ -d "${dirs%%$'\n'*}" ] || fail "SIG$sig: no worker dir found: $(ps -o args= -p $workers)"
   kill -s "$sig" $pid
   set +e; wait $pid; rc=$?; set -e
   want=$([ $sig = TERM ] && echo 143 || echo 130)
@@ -106,9 +108,7 @@ for sig in TERM INT; do
       fail "SIG$sig: worker $w still running after ops-synth exited"
     fi
   done
-  ls -d /dev/shm/cuda-agent-worker-* 2>/dev/null | sort > "$T/shm_after" || true
-  left=$(comm -13 "$T/shm_before" "$T/shm_after")
-  [ -z "$left" ] || fail "SIG$sig: left behind: $left"
+  for d in $dirs; do [ ! -e "$d" ] || fail "SIG$sig: left behind: $d ($(ls "$d" | head -3))"; done
   row=$("$RS" query --store "$T/sig.db" "SELECT exit_status AS s, ended_at IS NOT NULL AS ended FROM runs ORDER BY started_at DESC LIMIT 1")
   [ "$row" = "{\"s\":$want,\"ended\":1}" ] || fail "SIG$sig: run row $row, expected exit $want and closed"
   grep -q "interrupted by SIG$sig" "$T/sig.err" || fail "SIG$sig: no note on stderr: $(tail -2 "$T/sig.err")"
