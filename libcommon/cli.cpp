@@ -1,6 +1,8 @@
 // Shared CLI conventions.
 #include "libcommon/cli.hpp"
 
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -8,8 +10,10 @@
 
 #include "libcommon/bundle/compile.hpp"
 #include "libcommon/errors.hpp"
+#include "libcommon/file_identity.hpp"
 #include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
+#include "libcommon/signals.hpp"
 #include "ca/version.hpp"
 
 namespace ca {
@@ -105,6 +109,22 @@ void report_error(const Error& e) {
   else log::error(e.what());
 }
 
+namespace {
+
+// Opening -o truncates it before the first record is read: `-i F -o F` would empty F and exit 0
+// (also through a symlink, or with F on stdin or stdout: `-o F < F`, `-i F >> F`).
+void refuse_same_input_and_output(const CommonOptions& o) {
+  bool in_file = o.input != "-" && !o.input.empty(), out_file = o.output != "-" && !o.output.empty();
+  bool same = (in_file && out_file && same_file(o.input, o.output)) ||
+              (!in_file && out_file && same_file(STDIN_FILENO, o.output)) ||
+              (in_file && !out_file && same_file(STDOUT_FILENO, o.input));
+  if (same)
+    throw UsageError("input and output are the same file (" + (in_file ? o.input : o.output) +
+                     "): writing would destroy what is read; write to another file and rename it");
+}
+
+}  // namespace
+
 int Cli::run(int argc, char** argv, const std::function<int()>& body) {
   // The confined NVRTC child of compile_bundle() is this program again (libcommon/bundle/compile.hpp).
   if (argc > 1 && std::strcmp(argv[1], bundle::kCompileChildFlag) == 0) return bundle::compile_child_main();
@@ -129,16 +149,25 @@ int Cli::run(int argc, char** argv, const std::function<int()>& body) {
     return kExitUsage;
   }
   log::set_level(options_.quiet ? log::kQuiet : options_.verbose);
+  // SIGINT/SIGTERM/SIGHUP: children stopped, temp dirs removed, run rows closed, exit 128+signal.
+  signals::install();
+  int code;
   try {
     options_.shard = options_.shard_text.empty() ? Shard::from_environment() : Shard::parse(options_.shard_text);
-    return body();
+    refuse_same_input_and_output(options_);
+    code = body();
   } catch (const Error& e) {
+    signals::wait_if_stopping();  // the error came from the signal path stopping the children
     report_error(e);
-    return e.exit_code;
+    code = e.exit_code;
   } catch (const std::exception& e) {
+    signals::wait_if_stopping();
     log::error("internal error: ", e.what());
-    return kExitInternal;
+    code = kExitInternal;
   }
+  signals::wait_if_stopping();
+  signals::run_cleanups(code);  // run rows left open (an error before end_run) get the true status
+  return code;
 }
 
 }  // namespace ca

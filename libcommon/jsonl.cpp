@@ -1,11 +1,14 @@
 // JSON Lines reader and writer.
 #include "libcommon/jsonl.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <iostream>
+#include <mutex>
 
 #include "libcommon/errors.hpp"
+#include "libcommon/signals.hpp"
 
 namespace ca {
 
@@ -24,7 +27,46 @@ std::string RecordReader::where() const {
   return (path_ == "-" ? std::string() : path_ + " ") + "line " + std::to_string(line_number_);
 }
 
+namespace {
+
+// Deeper nesting is refused as bad input: every later step (dump, the store, the fields) recurses
+// over a record, and a line a million brackets deep would overflow the stack there.
+constexpr int kMaxDepth = 512;
+
+// The deepest nesting of [ and { outside strings, stopping once past `limit`.
+int nesting_depth(const std::string& line, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : line) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) break;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// "[json.exception.out_of_range.406] number overflow parsing '1e999'" -> "number overflow parsing '1e999'"
+std::string without_prefix(const std::string& msg) {
+  auto pos = msg.find("] ");
+  return pos == std::string::npos ? msg : msg.substr(pos + 2);
+}
+
+}  // namespace
+
+// Every parse failure is bad input (exit 2) naming the line, never an internal error: not JSON,
+// ill-formed UTF-8, a number a double cannot hold (1e999), nesting deeper than kMaxDepth.
 Record parse_record_line(const std::string& line, const std::string& where) {
+  if (nesting_depth(line, kMaxDepth) > kMaxDepth)
+    throw InputError(where + ": nested deeper than " + std::to_string(kMaxDepth) + " levels");
   Record record;
   try {
     record = Record::parse(line);
@@ -32,6 +74,9 @@ Record parse_record_line(const std::string& line, const std::string& where) {
     std::string msg = e.what();
     auto pos = msg.find("parse error");
     throw InputError(where + ": not JSON: " + (pos == std::string::npos ? msg : msg.substr(pos)));
+  } catch (const nlohmann::json::exception& e) {
+    // out_of_range 406 (a number a double cannot hold) and anything else the parser refuses.
+    throw InputError(where + ": not a usable JSON record: " + without_prefix(e.what()));
   }
   if (!record.is_object()) throw InputError(where + ": not a JSON object (a record must be {...})");
   return record;
@@ -64,6 +109,8 @@ RecordWriter::RecordWriter(const std::string& path) {
 void RecordWriter::write(const Record& record) {
   std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   line += '\n';
+  // A signal ends the process between lines, never inside one.
+  std::lock_guard<std::timed_mutex> lock(signals::output_mutex());
   errno = 0;
   out_->write(line.data(), static_cast<std::streamsize>(line.size()));
   out_->flush();

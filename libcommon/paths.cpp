@@ -1,6 +1,7 @@
 // Run-time locations of shipped files.
 #include "libcommon/paths.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -9,6 +10,8 @@
 #include <sstream>
 
 #include "libcommon/errors.hpp"
+#include "libcommon/file_identity.hpp"
+#include "libcommon/signals.hpp"
 
 namespace fs = std::filesystem;
 
@@ -48,9 +51,11 @@ PrivateTempDir::PrivateTempDir(const std::string& prefix) {
   buf.push_back('\0');
   if (!mkdtemp(buf.data())) throw EnvironmentError("cannot create a temp dir under " + base);
   path_ = buf.data();  // mkdtemp makes it 0700
+  signals::add_temp_dir(path_);  // removed on SIGINT/SIGTERM too
 }
 
 PrivateTempDir::~PrivateTempDir() {
+  signals::remove_temp_dir(path_);
   std::error_code ec;
   fs::remove_all(path_, ec);
 }
@@ -76,6 +81,20 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) throw EnvironmentError("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty() || a == "-" || b == "-") return false;
+  struct stat sa {}, sb {};
+  if (::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return false;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+bool same_file(int fd, const std::string& path) {
+  if (path.empty() || path == "-") return false;
+  struct stat sf {}, sp {};
+  if (::fstat(fd, &sf) != 0 || !S_ISREG(sf.st_mode) || ::stat(path.c_str(), &sp) != 0) return false;
+  return sf.st_dev == sp.st_dev && sf.st_ino == sp.st_ino;
 }
 
 }  // namespace ca

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "libcommon/errors.hpp"
+#include "libcommon/signals.hpp"
 
 extern char** environ;
 
@@ -61,7 +62,15 @@ ChildProcess::ChildProcess(const SpawnOptions& options) {
   if (pipe2(exec_error, O_CLOEXEC)) throw EnvironmentError("pipe failed");
 
   const pid_t parent = getpid();
-  pid_t pid = fork();
+  pid_t pid;
+  try {
+    // Registered with the signal path, which stops and reaps it on SIGINT/SIGTERM.
+    pid = signals::fork_child(options.new_process_group, options.argv[0]);
+  } catch (...) {
+    for (int fd : {in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], exec_error[0], exec_error[1]})
+      if (fd >= 0) ::close(fd);
+    throw;
+  }
   if (pid < 0) throw EnvironmentError(std::string("fork failed: ") + std::strerror(errno));
   if (pid == 0) {
     if (options.new_process_group) setpgid(0, 0);
@@ -135,6 +144,7 @@ void ChildProcess::reset() {
 }
 
 void ChildProcess::record_exit(int wait_status) {
+  signals::forget_child(pid_);
   exit_status_ = code_of(wait_status);
   status_text_ = describe_status(wait_status);
   pid_ = -1;
@@ -223,6 +233,7 @@ void ChildProcess::kill() {
   ::kill(pid_, SIGKILL);
   int status;
   if (waitpid(pid_, &status, 0) == pid_) record_exit(status);
+  else signals::forget_child(pid_);  // reaped by the signal path
   pid_ = -1;
 }
 

@@ -25,6 +25,15 @@ void mark_bad_record(Record& record, const FieldError& error, const std::string&
   record["error"] = Record{{"tool", tool}, {"field", error.field}, {"reason", error.reason}, {"where", where}};
 }
 
+void check_record_ids(const Record& record) {
+  for (const char* key : {"candidate_id", "task_id"}) {
+    if (!record.contains(key)) continue;
+    const Record& id = record[key];
+    if (!id.is_string()) throw FieldError(key, std::string("expected a string id, got ") + id.type_name());
+    if (id.get_ref<const std::string&>().empty()) throw FieldError(key, "empty id");
+  }
+}
+
 std::string record_key(const Record& record) {
   for (const char* key : {"candidate_id", "task_id", "id"})
     if (record.contains(key) && record[key].is_string()) return record[key].get<std::string>();
@@ -46,6 +55,7 @@ int RecordLoop::run(const std::function<Outcome(Record&)>& job, bool drop_skippe
     }
     Outcome outcome;
     try {
+      check_record_ids(record);
       outcome = job(record);
     } catch (const FieldError& e) {
       mark_bad_record(record, e, options_.tool, reader.where(), options_.strict);

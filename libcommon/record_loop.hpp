@@ -23,6 +23,10 @@ struct Counts {
 void mark_bad_record(Record& record, const FieldError& error, const std::string& tool, const std::string& where,
                      bool strict);
 
+// Throws FieldError when candidate_id or task_id is there but is not a non-empty string: a mistyped
+// id is a bad record (an error section, fatal under --strict), never a record without that id.
+void check_record_ids(const Record& record);
+
 // The key a record is sharded and resumed by: candidate_id, else task_id, else its content id.
 std::string record_key(const Record& record);
 

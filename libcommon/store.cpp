@@ -2,20 +2,28 @@
 #include "libcommon/store.hpp"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <map>
+#include <mutex>
 #include <random>
+#include <set>
 #include <variant>
 
 #include "ca/version.hpp"
 #include "libcommon/cli.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/fields.hpp"
+#include "libcommon/file_identity.hpp"
 #include "libcommon/ids.hpp"
+#include "libcommon/signals.hpp"
 
 namespace ca {
 namespace {
@@ -114,6 +122,94 @@ std::string text_of(const Record& r, const char* key) {
   return r.contains(key) && r[key].is_string() ? r[key].get<std::string>() : std::string();
 }
 
+// An id that is there but is not a non-empty string is a mistyped field, never "no id": a numeric
+// candidate_id must not file a candidate as a task over the real task's row.
+std::string id_of(const Record& r, const char* key) {
+  if (!r.contains(key)) return "";
+  if (!r[key].is_string()) throw FieldError(key, std::string("expected a string id, got ") + r[key].type_name());
+  std::string id = r[key].get<std::string>();
+  if (id.empty()) throw FieldError(key, "empty id");
+  return id;
+}
+
+// Rows of the runs table whose tool has not closed them yet (run_id -> store path). A tool that
+// ends on an error or a signal before its end_run still gets its row closed with the true exit
+// status: by Cli::run's exit path, or by the signal path (ca::signals cleanups).
+std::mutex g_open_runs_mutex;
+std::map<std::string, std::string> g_open_runs;
+std::once_flag g_open_runs_cleanup;
+
+void close_open_runs(int exit_status) {
+  std::map<std::string, std::string> runs;
+  {
+    std::lock_guard<std::mutex> lock(g_open_runs_mutex);
+    runs.swap(g_open_runs);
+  }
+  for (const auto& [run_id, path] : runs) {
+    // Its own connection: the tool's may be inside a transaction that will never commit.
+    sqlite3* db = nullptr;
+    if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK) {
+      sqlite3_busy_timeout(db, 5000);
+      sqlite3_stmt* st = nullptr;
+      if (sqlite3_prepare_v2(db, "UPDATE runs SET ended_at = ?, exit_status = ? WHERE run_id = ? AND ended_at IS NULL",
+                             -1, &st, nullptr) == SQLITE_OK) {
+        std::string now = now_iso();
+        sqlite3_bind_text(st, 1, now.c_str(), -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int(st, 2, exit_status);
+        sqlite3_bind_text(st, 3, run_id.c_str(), -1, SQLITE_TRANSIENT);
+        sqlite3_step(st);
+      }
+      sqlite3_finalize(st);
+    }
+    sqlite3_close(db);
+  }
+}
+
+// Tables a store of ours has at every schema version, besides sqlite's own.
+bool is_project_store(const std::set<std::string>& tables, int version) {
+  return version >= 1 && tables.count("runs") && tables.count("tasks");
+}
+
+// Before anything is written (tables, journal mode): a file that is some other program's SQLite
+// database is refused untouched. Ours: user_version >= 1 and our tables; new: no tables at all.
+void refuse_foreign(sqlite3* db, const std::string& path) {
+  int version = 0;
+  std::set<std::string> tables;
+  {
+    Statement v(db, "PRAGMA user_version");
+    if (v.step()) version = sqlite3_column_int(v.get(), 0);
+    Statement t(db, "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite_%'");
+    while (t.step()) tables.insert(reinterpret_cast<const char*>(sqlite3_column_text(t.get(), 0)));
+  }
+  if ((version == 0 && tables.empty()) || is_project_store(tables, version)) return;
+  std::string names;
+  int shown = 0;
+  for (const auto& t : tables) {
+    if (shown++ == 5) {
+      names += ", ...";
+      break;
+    }
+    names += (names.empty() ? "" : ", ") + t;
+  }
+  throw EnvironmentError("'" + path + "' is a SQLite database but not a cuda-agent run store (user_version " +
+                         std::to_string(version) + (names.empty() ? "" : ", tables " + names) +
+                         "): left untouched; give --store a new file or a run store");
+}
+
+// "file:/a/b%20c.db?immutable=1" for a path that may hold any character.
+std::string immutable_uri(const std::string& path) {
+  std::string uri = "file:";
+  for (unsigned char c : path) {
+    if (std::isalnum(c) || c == '/' || c == '.' || c == '-' || c == '_' || c == '~') uri += static_cast<char>(c);
+    else {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", c);
+      uri += buf;
+    }
+  }
+  return uri + "?immutable=1";
+}
+
 }  // namespace
 
 std::string BaselineKey::text() const {
@@ -124,20 +220,52 @@ const std::vector<std::string>& Store::table_names() { return kTables; }
 
 Store::Store(const std::string& path, bool read_only) : path_(path) {
   int flags = read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-  if (sqlite3_open_v2(path.c_str(), &db_, flags | SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {
-    std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
-    sqlite3_close(db_);
-    db_ = nullptr;
-    throw EnvironmentError("cannot open store '" + path + "': " + msg);
+  auto open = [&](const std::string& name, int extra) {
+    if (sqlite3_open_v2(name.c_str(), &db_, flags | extra | SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {
+      std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
+      sqlite3_close(db_);
+      db_ = nullptr;
+      throw EnvironmentError("cannot open store '" + path + "': " + msg);
+    }
+    sqlite3_busy_timeout(db_, 30000);
+  };
+  open(path, 0);
+  if (read_only) {
+    // A WAL store on read-only media (a read-only mount, chmod -w on file and folder) cannot get
+    // its -shm file; when no -wal is left beside it every change is in the file itself, so it is
+    // opened immutable. With a -wal left (a writer killed), opening needs the -shm and fails.
+    struct stat wal {};
+    bool wal_left = ::stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0;
+    try {
+      schema_version();
+    } catch (const Error&) {
+      if (wal_left) {
+        sqlite3_close(db_);
+        db_ = nullptr;
+        throw EnvironmentError("cannot read store '" + path + "': it is read-only and a writer left its -wal file; "
+                               "copy the store and its -wal to writable media to read it");
+      }
+      sqlite3_close(db_);
+      db_ = nullptr;
+      open(immutable_uri(path), SQLITE_OPEN_URI);
+    }
+    if (schema_version() > kSchemaVersion) {
+      sqlite3_close(db_);
+      db_ = nullptr;
+      throw EnvironmentError("store '" + path + "' has a newer schema than this tool");
+    }
+    return;
   }
-  sqlite3_busy_timeout(db_, 30000);
-  if (!read_only) {
+  try {
+    refuse_foreign(db_, path);
     exec("PRAGMA journal_mode=WAL");
     // NORMAL in WAL mode survives a killed process (not a power cut) and keeps writes cheap.
     exec("PRAGMA synchronous=NORMAL");
     migrate();
-  } else if (schema_version() > kSchemaVersion) {
-    throw EnvironmentError("store '" + path + "' has a newer schema than this tool");
+  } catch (...) {
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw;
   }
 }
 
@@ -164,6 +292,7 @@ void Store::migrate() {
   exec("BEGIN IMMEDIATE");
   try {
     int version = schema_version();
+    if (version == 0) refuse_foreign(db_, path_);  // another program may have filled it since
     if (version > kSchemaVersion) throw EnvironmentError("store '" + path_ + "' has a newer schema (" +
                                                          std::to_string(version) + ") than this tool");
     for (int v = version; v < kSchemaVersion; ++v) {
@@ -185,6 +314,13 @@ std::string Store::begin_run(const CommonOptions& options, const std::string& gp
   s.bind({run_id_, options.tool, std::string(kVersion) + "+" + kGitRevision, argv.dump(), hostname(),
           gpu.empty() ? Value(nullptr) : Value(gpu), now_iso()});
   s.step();
+  std::call_once(g_open_runs_cleanup, [] { signals::add_cleanup(close_open_runs); });
+  {
+    std::error_code ec;
+    std::string absolute = std::filesystem::absolute(path_, ec).string();
+    std::lock_guard<std::mutex> lock(g_open_runs_mutex);
+    g_open_runs[run_id_] = ec ? path_ : absolute;
+  }
   return run_id_;
 }
 
@@ -196,6 +332,11 @@ void Store::set_run_gpu(const std::string& gpu) {
 
 void Store::end_run(int exit_status, const Json& counts) {
   if (run_id_.empty()) return;
+  if (signals::stopping()) return;  // the signal path closes it with 128+signal
+  {
+    std::lock_guard<std::mutex> lock(g_open_runs_mutex);
+    g_open_runs.erase(run_id_);
+  }
   Statement s(db_, "UPDATE runs SET ended_at = ?, exit_status = ?, counts = ? WHERE run_id = ?");
   s.bind({now_iso(), int64_t(exit_status), counts.dump(), run_id_});
   s.step();
@@ -323,6 +464,9 @@ void Store::query(const std::string& sql, const std::function<void(const Record&
 }
 
 Json Store::merge_from(const std::string& other_path) {
+  // ATTACHing the file itself would wait 30 s on its own lock and fail "database is locked".
+  if (same_file(path_, other_path))
+    throw UsageError("cannot merge store '" + other_path + "' into itself ('" + path_ + "' is the same file)");
   {
     Store other(other_path, true);
     if (other.schema_version() != kSchemaVersion)
@@ -391,8 +535,8 @@ std::string Store::import_record(const Record& record) {
       kind = "ppo_step";
       return;
     }
-    std::string candidate_id = text_of(record, "candidate_id");
-    std::string task_id = text_of(record, "task_id");
+    std::string candidate_id = id_of(record, "candidate_id");
+    std::string task_id = id_of(record, "task_id");
     if (candidate_id.empty()) {
       if (task_id.empty()) throw FieldError("task_id", "missing (a record needs task_id or candidate_id to be stored)");
       put_task(record);

@@ -27,7 +27,9 @@ class Store {
   static constexpr int kSchemaVersion = 1;
   static const std::vector<std::string>& table_names();
 
-  // Opens (creating if needed) and migrates. Throws EnvironmentError when it cannot.
+  // Opens (creating if needed) and migrates. Throws EnvironmentError when it cannot, and before
+  // writing anything when the file is another program's SQLite database. Read-only: on read-only
+  // media a cleanly closed store is opened immutable (no -shm can be made there).
   explicit Store(const std::string& path, bool read_only = false);
   ~Store();
   Store(const Store&) = delete;
@@ -36,7 +38,8 @@ class Store {
   const std::string& path() const { return path_; }
   int schema_version();
 
-  // Provenance (like samtools' @PG): one row per tool invocation.
+  // Provenance (like samtools' @PG): one row per tool invocation. A row its tool does not end
+  // (an error, a signal) is closed with the exit status by Cli::run or the signal path.
   std::string begin_run(const CommonOptions& options, const std::string& gpu = "");
   void set_run_gpu(const std::string& gpu);
   void end_run(int exit_status, const Json& counts = Json::object());
@@ -61,7 +64,7 @@ class Store {
   // Rows of any SELECT as JSON objects (column name -> value; `body` columns parsed).
   void query(const std::string& sql, const std::function<void(const Record&)>& row);
   // Fold another store in; rows already present are skipped, so merging twice changes nothing.
-  // Returns rows added per table.
+  // Returns rows added per table. The store itself (same device and inode) is a UsageError.
   Json merge_from(const std::string& other_path);
   // Per-run counts and rates, and an "all" line over the newest check/profile/reward per candidate.
   Json summary();
@@ -69,7 +72,8 @@ class Store {
   // Runs `body` in one transaction (BEGIN IMMEDIATE ... COMMIT; ROLLBACK on an exception).
   void in_transaction(const std::function<void()>& body);
   // Routes a record of any kind to its tables (task, candidate and its check/prof/reward/episode
-  // sections, ppo metrics) in one transaction. Returns the kind it was stored as.
+  // sections, ppo metrics) in one transaction. Returns the kind it was stored as. A missing or
+  // mistyped id (a number, an empty string) is a FieldError.
   std::string import_record(const Record& record);
 
   sqlite3* handle() { return db_; }

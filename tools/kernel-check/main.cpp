@@ -118,6 +118,7 @@ int main(int argc, char** argv) {
     auto process = [&](Item& item) {
       ca::Record& rec = item.record;
       try {
+        ca::check_record_ids(rec);
         std::string task_id = ca::get_required<std::string>(rec, "/task_id");
         ca::Json task_json;
         const ca::Json* task = nullptr;
@@ -193,7 +194,16 @@ int main(int argc, char** argv) {
     };
 
     ca::Record record;
-    while (reader.next(record)) {
+    // A fatal line (not JSON, 1e999) ends the input, not the records read before it: they are
+    // judged, stored and written first, then the error gives exit 2.
+    std::exception_ptr input_error;
+    for (;;) {
+      try {
+        if (!reader.next(record)) break;
+      } catch (const ca::Error&) {
+        input_error = std::current_exception();
+        break;
+      }
       if (!common.shard.contains(ca::record_key(record))) {
         ++counts.other_shard;
         continue;
@@ -212,6 +222,10 @@ int main(int argc, char** argv) {
     while (!window.empty()) {
       finish(*window.front());
       window.pop_front();
+    }
+    if (input_error) {
+      ca::log::info(counts.text(), " before the bad line");
+      std::rethrow_exception(input_error);
     }
     ca::Json statuses = by_status;
     ca::log::info(counts.text(), "; by status ", statuses.dump());

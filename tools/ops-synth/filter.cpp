@@ -157,6 +157,13 @@ int run_filter(const ca::CommonOptions& common, const FilterOptions& opt) {
         continue;
       }
       item.where = reader.where();
+      try {
+        ca::check_record_ids(item.record);
+      } catch (const ca::FieldError& e) {
+        ca::mark_bad_record(item.record, e, "ops-synth", item.where, common.strict);  // throws under --strict
+        item.bad = true;
+        return true;
+      }
       if (common.resume && store) {
         std::string task_id = item.record.value("task_id", ca::task_id_for(item.record));
         if (auto prev = stored_verdict(*store, task_id, opt)) {
@@ -169,7 +176,7 @@ int run_filter(const ca::CommonOptions& common, const FilterOptions& opt) {
     }
   };
   auto work = [&](ca::WorkerClient& worker, PoolItem& item) {
-    if (item.resumed) return;
+    if (item.resumed || item.bad) return;
     try {
       item.result = judge(worker, item.record, opt);  // the drop reason, "" when kept
     } catch (const ca::FieldError& e) {

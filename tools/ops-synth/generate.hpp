@@ -76,8 +76,23 @@ class Generator {
   // Exposed for tests: apply an op with fixed args to a shape (false when it does not fit).
   bool apply(const OpInstance& op, const Shape& in, Applied& out) const;
 
+  // How many distinct standalone-module tasks the catalog holds at these sizes (near-duplicates
+  // counted once): the most the module category can give, whatever -n.
+  int64_t module_capacity();
+
  private:
   struct Built;
+  struct ModuleChoice {
+    std::size_t module;
+    std::vector<int64_t> consts;
+    double target_ms;
+    uint64_t signature;
+  };
+  bool evaluate_module(const ModuleSpec& m, const std::vector<int64_t>& consts, Built& out) const;
+  bool size_module(Built& b, double target_ms) const;
+  uint64_t module_signature(const Built& b) const;
+  const std::vector<ModuleChoice>& module_space();
+  bool build_module_unused(uint64_t seed, Built& b);
   bool build_chain(int k, uint64_t seed, Built& built);
   bool build_module(uint64_t seed, Built& built);
   bool sample_op(const OpSpec& spec, const Shape& in, bool last, class Rng& rng, OpInstance& inst, Applied& applied) const;
@@ -95,6 +110,8 @@ class Generator {
   std::vector<std::vector<const OpSpec*>> by_rank_;  // usable ops per input rank
   std::unordered_set<uint64_t> signatures_;
   std::unordered_set<std::string> task_ids_;
+  std::vector<ModuleChoice> module_space_;
+  bool module_space_ready_ = false;
   uint64_t weyl_offset_ = 0;
   int64_t retries_ = 0, duplicates_ = 0;
 };

@@ -14,6 +14,35 @@
 
 namespace {
 
+// Before anything is written: the standalone modules are few (the catalog's modules at their size
+// lists, near-duplicates once), so a large -n can ask for more of them than exist. Says how many
+// tasks the mix can give, and refuses an -n beyond that (the chains' space is far larger).
+void check_capacity(ops_synth::Generator& gen, int64_t n, const ops_synth::Catalog& catalog,
+                    const ops_synth::GenOptions& opt) {
+  const int module = ops_synth::kCategories - 1;
+  if (opt.mix[static_cast<std::size_t>(module)] == 0 || n == 0) return;
+  const int64_t capacity = gen.module_capacity();
+  // The category sequence is fixed by the seed: find the first task that would need one module
+  // more than there are (scanning stops at 10^9 tasks: past any real run).
+  int64_t used = 0, limit = -1, need = 0;
+  for (int64_t i = 0; i < int64_t(1e9) && (i < n || limit < 0); ++i) {
+    if (gen.category_of(i) != module) continue;
+    if (i < n) ++need;
+    if (++used > capacity && limit < 0) limit = i;
+  }
+  std::string what = ca::log::cat("the catalog's ", catalog.modules.size(), " standalone modules give ", capacity,
+                                  " distinct tasks at --sizes ", opt.sizes,
+                                  " (the same module at sizes within a factor of 2 counts once)");
+  std::string most = limit < 0 ? "more than 10^9" : ca::log::cat("at most ", limit);
+  if (limit < 0 || n <= limit) {
+    ca::log::info("this mix can give ", most, " distinct tasks: ", what);
+    return;
+  }
+  throw ca::UsageError(ca::log::cat("-n ", n, ": this mix can give at most ", limit, " distinct tasks: it needs ", need,
+                                    " module tasks and ", what, "; lower -n to ", limit,
+                                    " or the module weight in --mix (module=0 for none)"));
+}
+
 int run_generate(const ca::CommonOptions& common, int64_t n, const std::string& catalog_path,
                  ops_synth::GenOptions opt) {
   auto started = std::chrono::steady_clock::now();
@@ -27,32 +56,23 @@ int run_generate(const ca::CommonOptions& common, int64_t n, const std::string& 
   }
   ca::log::verbose("catalog ", catalog.path, ": ", catalog.ops.size(), " ops, ", catalog.modules.size(), " modules");
   ops_synth::Generator gen(catalog, opt);
+  check_capacity(gen, n, catalog, opt);
   auto store = ca::open_store_for(common);
   ca::RecordWriter out(common.output);
   ca::log::Progress progress("tasks", n);
-  std::vector<ca::Record> pending;
-  auto flush_store = [&] {
-    if (!store || pending.empty()) return;
-    store->in_transaction([&] {
-      for (const auto& r : pending) store->put_task(r);
-    });
-    pending.clear();
-  };
   std::array<int64_t, ops_synth::kCategories> per_category{};
   for (int64_t i = 0; i < n; ++i) {
     // Sharding is by index, and every shard walks the whole sequence so near-duplicates are judged
     // the same way: the shards' union is exactly the unsharded output.
     ca::Record rec = gen.task(i);
     if (common.shard.count > 1 && i % common.shard.count != common.shard.index) continue;
+    // Committed before it is on stdout: a kill -9 loses at most this record, and never leaves an
+    // emitted task missing from the store (its own transaction; cheap in WAL, synchronous=NORMAL).
+    if (store) store->put_task(rec);
     out.write(rec);
     ++per_category[static_cast<std::size_t>(gen.category_of(i))];
-    if (store) {
-      pending.push_back(std::move(rec));
-      if (pending.size() >= 512) flush_store();
-    }
     progress.tick();
   }
-  flush_store();
   progress.finish();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   ca::Json counts = {{"written", out.count()}, {"near_duplicates_skipped", gen.duplicates()},

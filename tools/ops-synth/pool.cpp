@@ -121,6 +121,9 @@ void run_pool(int jobs, const std::vector<std::string>& devices, double timeout_
   }
 
   int64_t next_emit = 0, read = 0;
+  // From `next` (a fatal input line): the items read before it are still judged and emitted, then
+  // it is rethrown. From `work` or `emit` (`failure`): everything stops at once.
+  std::exception_ptr input_failure;
   auto drain = [&](bool wait_all) {
     for (;;) {
       PoolItem item;
@@ -141,7 +144,12 @@ void run_pool(int jobs, const std::vector<std::string>& devices, double timeout_
     for (;;) {
       PoolItem item;
       item.index = read;
-      if (!next(item)) break;
+      try {
+        if (!next(item)) break;
+      } catch (...) {
+        input_failure = std::current_exception();
+        break;
+      }
       // Backpressure: at most 2 items per job queued and a bounded reorder buffer; emit what is
       // ready while waiting for room.
       for (;;) {
@@ -184,6 +192,7 @@ void run_pool(int jobs, const std::vector<std::string>& devices, double timeout_
   queue_cv.notify_all();
   for (auto& th : threads) th.join();
   if (failure) std::rethrow_exception(failure);
+  if (input_failure) std::rethrow_exception(input_failure);
 }
 
 }  // namespace ops_synth

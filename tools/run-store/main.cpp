@@ -5,12 +5,25 @@
 
 #include "libcommon/cli.hpp"
 #include "libcommon/errors.hpp"
+#include "libcommon/file_identity.hpp"
 #include "libcommon/log.hpp"
 #include "libcommon/record_loop.hpp"
 #include "libcommon/store.hpp"
 #include "tools/run-store/lineage.hpp"
 #include "tools/run-store/report.hpp"
 #include "tools/run-store/summary_table.hpp"
+
+namespace {
+
+// Before anything is opened or merged: OUT among the inputs (also through a symlink) would wait on
+// its own lock and fail after 30 s.
+void refuse_self_merge(const std::string& out, const std::vector<std::string>& inputs) {
+  for (const auto& in : inputs)
+    if (ca::same_file(out, in))
+      throw ca::UsageError("merge: cannot merge store '" + in + "' into itself ('" + out + "' is the same file)");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   ca::Cli cli("run-store", "The cuda-agent run store (SQLite): init, import, merge, query, export, summary, report.",
@@ -95,6 +108,7 @@ int main(int argc, char** argv) {
       return status;
     }
     if (*merge) {
+      refuse_self_merge(merge_out, merge_in);
       ca::Store out(merge_out);
       ca::Json total = ca::Json::object();
       for (const auto& path : merge_in) {
