@@ -199,8 +199,6 @@ int main(int argc, char** argv) {
     const ca::Json policy_description = policy->describe();
     auto store = ca::open_store_for(opt);
     if (store) s.store_path = store->path();
-    // The locked tools' runs name this one as their parent (run-store summary folds them into it).
-    if (store) setenv("CUDA_AGENT_PARENT_RUN", store->run_id().c_str(), 1);
 
     ca::RecordReader reader(tasks_file.empty() ? opt.input : tasks_file);
     ca::RecordWriter writer(opt.output);
