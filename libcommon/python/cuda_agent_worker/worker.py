@@ -258,6 +258,25 @@ def serve(worker, stdin):
                 os._exit(70)
 
 
+def watch_parent(work_dir):
+    """A worker outlives nothing: when the tool that started it is gone (kill -9 leaves no one to
+    stop it, and a busy worker never reads the EOF on its stdin), it removes the tool's private
+    work dir it was given and exits, within a second, whatever it was computing (GPU memory
+    included)."""
+    import threading
+    parent = os.getppid()
+
+    def watch():
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                if work_dir and os.path.basename(work_dir.rstrip("/")).startswith("cuda-agent"):
+                    shutil.rmtree(work_dir, ignore_errors=True)
+                os._exit(0)
+
+    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+
+
 def main(argv=None):
     global PROTOCOL_OUT
     ap = argparse.ArgumentParser(prog="python3 -m cuda_agent_worker", description=__doc__)
@@ -267,6 +286,7 @@ def main(argv=None):
     ap.add_argument("--log", default="")
     ap.add_argument("--work-dir", default="")
     args = ap.parse_args(argv)
+    watch_parent(args.work_dir)
 
     # The protocol gets a private copy of fd 1; fd 1 and 2 go to the log, so whatever task code
     # prints (Python or C) never lands in the protocol stream.
