@@ -81,55 +81,49 @@ bool confine_by_interposition(const Confinement& c, std::string* why) {
 
 extern "C" {
 
-int open(const char* path, int flags, ...) {
-  static auto next = real<int (*)(const char*, int, ...)>("open");
-  mode_t mode = 0;
-  if (flags & (O_CREAT | O_TMPFILE)) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = va_arg(ap, mode_t);
-    va_end(ap);
-  }
+// open and open64, fopen and fopen64: one check each, the real function looked up by name.
+static int guarded_open(const char* name, const char* path, int flags, va_list ap) {
+  using Open = int (*)(const char*, int, ...);
+  static Open real_open = real<Open>("open"), real_open64 = real<Open>("open64");
+  Open next = std::strcmp(name, "open64") == 0 ? real_open64 : real_open;
+  // A mode follows only with O_CREAT or the whole of O_TMPFILE (which shares a bit with O_DIRECTORY).
+  const mode_t mode = ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) ? va_arg(ap, mode_t) : 0;
   if (!allowed(path) || (g_confined.load() && (flags & (O_WRONLY | O_RDWR | O_CREAT)))) {
     errno = EACCES;
     return -1;
   }
   return next(path, flags, mode);
+}
+
+static FILE* guarded_fopen(const char* name, const char* path, const char* mode) {
+  using Fopen = FILE* (*)(const char*, const char*);
+  static Fopen real_fopen = real<Fopen>("fopen"), real_fopen64 = real<Fopen>("fopen64");
+  Fopen next = std::strcmp(name, "fopen64") == 0 ? real_fopen64 : real_fopen;
+  if (!allowed(path) || (g_confined.load() && mode && std::strpbrk(mode, "wa+"))) {
+    errno = EACCES;
+    return nullptr;
+  }
+  return next(path, mode);
+}
+
+int open(const char* path, int flags, ...) {
+  va_list ap;
+  va_start(ap, flags);
+  int fd = guarded_open("open", path, flags, ap);
+  va_end(ap);
+  return fd;
 }
 
 int open64(const char* path, int flags, ...) {
-  static auto next = real<int (*)(const char*, int, ...)>("open64");
-  mode_t mode = 0;
-  if (flags & (O_CREAT | O_TMPFILE)) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = va_arg(ap, mode_t);
-    va_end(ap);
-  }
-  if (!allowed(path) || (g_confined.load() && (flags & (O_WRONLY | O_RDWR | O_CREAT)))) {
-    errno = EACCES;
-    return -1;
-  }
-  return next(path, flags, mode);
+  va_list ap;
+  va_start(ap, flags);
+  int fd = guarded_open("open64", path, flags, ap);
+  va_end(ap);
+  return fd;
 }
 
-FILE* fopen(const char* path, const char* mode) {
-  static auto next = real<FILE* (*)(const char*, const char*)>("fopen");
-  if (!allowed(path) || (g_confined.load() && mode && std::strpbrk(mode, "wa+"))) {
-    errno = EACCES;
-    return nullptr;
-  }
-  return next(path, mode);
-}
-
-FILE* fopen64(const char* path, const char* mode) {
-  static auto next = real<FILE* (*)(const char*, const char*)>("fopen64");
-  if (!allowed(path) || (g_confined.load() && mode && std::strpbrk(mode, "wa+"))) {
-    errno = EACCES;
-    return nullptr;
-  }
-  return next(path, mode);
-}
+FILE* fopen(const char* path, const char* mode) { return guarded_fopen("fopen", path, mode); }
+FILE* fopen64(const char* path, const char* mode) { return guarded_fopen("fopen64", path, mode); }
 
 DIR* opendir(const char* path) {
   static auto next = real<DIR* (*)(const char*)>("opendir");

@@ -48,29 +48,39 @@ std::string default_cache_dir() {
   return "/tmp/cuda-agent-cache/cubin";
 }
 
-std::map<std::string, int64_t> cubin_sections(const std::string& elf) {
-  std::map<std::string, int64_t> out;
-  auto rd = [&](size_t off, size_t n) -> uint64_t {
+namespace {
+
+// The few ELF64 fields a cubin's section table needs, every read bounds-checked (a damaged cubin
+// throws, and the callers report nothing rather than garbage).
+struct Elf64View {
+  const std::string& elf;
+  uint64_t shoff = 0, shentsize = 0, shnum = 0, shstrndx = 0;
+  explicit Elf64View(const std::string& bytes) : elf(bytes) {
+    if (elf.size() < 64 || elf.compare(0, 4, "\x7f" "ELF") != 0 || elf[4] != 2) throw std::runtime_error("not ELF64");
+    shoff = read(0x28, 8), shentsize = read(0x3A, 2), shnum = read(0x3C, 2), shstrndx = read(0x3E, 2);
+    if (shstrndx >= shnum) throw std::runtime_error("no section names");
+  }
+  uint64_t read(size_t off, size_t n) const {
     if (off + n > elf.size()) throw std::runtime_error("truncated");
     uint64_t v = 0;
     std::memcpy(&v, elf.data() + off, n);
     return v;
-  };
+  }
+  uint64_t section(uint64_t i, uint64_t field, size_t n) const { return read(shoff + i * shentsize + field, n); }
+  std::string string_at(uint64_t off) const {
+    if (off >= elf.size()) return "";
+    return std::string(elf.data() + off, strnlen(elf.data() + off, elf.size() - off));
+  }
+  std::string section_name(uint64_t i) const { return string_at(section(shstrndx, 0x18, 8) + section(i, 0, 4)); }
+};
+
+}  // namespace
+
+std::map<std::string, int64_t> cubin_sections(const std::string& elf) {
+  std::map<std::string, int64_t> out;
   try {
-    if (elf.size() < 64 || elf.compare(0, 4, "\x7f" "ELF") != 0 || elf[4] != 2) return out;
-    uint64_t shoff = rd(0x28, 8);
-    uint64_t shentsize = rd(0x3A, 2), shnum = rd(0x3C, 2), shstrndx = rd(0x3E, 2);
-    if (shstrndx >= shnum) return out;
-    uint64_t strtab = rd(shoff + shstrndx * shentsize + 0x18, 8);
-    for (uint64_t i = 0; i < shnum; ++i) {
-      uint64_t sh = shoff + i * shentsize;
-      uint64_t name_off = rd(sh, 4);
-      uint64_t size = rd(sh + 0x20, 8);
-      size_t start = strtab + name_off;
-      if (start >= elf.size()) continue;
-      std::string name(elf.data() + start, strnlen(elf.data() + start, elf.size() - start));
-      out[name] += static_cast<int64_t>(size);
-    }
+    Elf64View v(elf);
+    for (uint64_t i = 0; i < v.shnum; ++i) out[v.section_name(i)] += static_cast<int64_t>(v.section(i, 0x20, 8));
   } catch (const std::exception&) {
   }
   return out;
@@ -78,36 +88,22 @@ std::map<std::string, int64_t> cubin_sections(const std::string& elf) {
 
 std::map<std::string, int64_t> cubin_writable_globals(const std::string& elf) {
   std::map<std::string, int64_t> out;
-  auto rd = [&](size_t off, size_t n) -> uint64_t {
-    if (off + n > elf.size()) throw std::runtime_error("truncated");
-    uint64_t v = 0;
-    std::memcpy(&v, elf.data() + off, n);
-    return v;
-  };
-  auto cstr = [&](size_t off) {
-    if (off >= elf.size()) return std::string();
-    return std::string(elf.data() + off, strnlen(elf.data() + off, elf.size() - off));
-  };
   try {
-    if (elf.size() < 64 || elf.compare(0, 4, "\x7f" "ELF") != 0 || elf[4] != 2) return out;
-    const uint64_t shoff = rd(0x28, 8), shentsize = rd(0x3A, 2), shnum = rd(0x3C, 2), shstrndx = rd(0x3E, 2);
-    if (shstrndx >= shnum) return out;
-    auto section = [&](uint64_t i, uint64_t field, size_t n) { return rd(shoff + i * shentsize + field, n); };
-    const uint64_t shstrtab = section(shstrndx, 0x18, 8);
-    std::vector<bool> writable(shnum, false);
-    for (uint64_t i = 0; i < shnum; ++i) {
-      std::string name = cstr(shstrtab + section(i, 0, 4));
+    Elf64View v(elf);
+    std::vector<bool> writable(v.shnum, false);
+    for (uint64_t i = 0; i < v.shnum; ++i) {
+      std::string name = v.section_name(i);
       writable[i] = name == ".nv.global" || name == ".nv.global.init";
     }
-    for (uint64_t i = 0; i < shnum; ++i) {
-      if (section(i, 0x04, 4) != 2) continue;  // SHT_SYMTAB
-      const uint64_t off = section(i, 0x18, 8), size = section(i, 0x20, 8), entsize = section(i, 0x38, 8);
-      const uint64_t strtab = section(section(i, 0x28, 4), 0x18, 8);  // sh_link: its string table
+    for (uint64_t i = 0; i < v.shnum; ++i) {
+      if (v.section(i, 0x04, 4) != 2) continue;  // SHT_SYMTAB
+      const uint64_t off = v.section(i, 0x18, 8), size = v.section(i, 0x20, 8), entsize = v.section(i, 0x38, 8);
+      const uint64_t strtab = v.section(v.section(i, 0x28, 4), 0x18, 8);  // sh_link: its string table
       if (entsize < 24) continue;
-      for (uint64_t s = off; s + 24 <= off + size; s += entsize) {
-        const uint64_t shndx = rd(s + 6, 2), info = rd(s + 4, 1), sym_size = rd(s + 16, 8);
-        if ((info & 0xf) != 1 /* STT_OBJECT */ || shndx >= shnum || !writable[shndx] || sym_size == 0) continue;
-        std::string name = cstr(strtab + rd(s, 4));
+      for (uint64_t sym = off; sym + 24 <= off + size; sym += entsize) {
+        const uint64_t shndx = v.read(sym + 6, 2), info = v.read(sym + 4, 1), sym_size = v.read(sym + 16, 8);
+        if ((info & 0xf) != 1 /* STT_OBJECT */ || shndx >= v.shnum || !writable[shndx] || sym_size == 0) continue;
+        std::string name = v.string_at(strtab + v.read(sym, 4));
         if (!name.empty()) out[name] = static_cast<int64_t>(sym_size);
       }
     }
