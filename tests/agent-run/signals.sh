@@ -5,6 +5,24 @@
 # status (143, 130). kill -9 leaves a workspace that the next run removes at start, and no
 # kernel-check running.
 source "$CA_SRC/tests/agent-run/lib.sh"
+# run_closed STATUS [EPISODES] MESSAGE: the store's newest run row is closed with STATUS; with
+# EPISODES, it holds that many episodes, every one written as interrupted.
+run_closed() {
+  local status=$1 episodes=$2 what=$3
+  "$PY" - "$TMP/store.db" "$status" "$episodes" <<'PYEOF' || fail "$what"
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+st, ended = db.execute("SELECT exit_status, ended_at FROM runs ORDER BY started_at DESC LIMIT 1").fetchone()
+assert st == int(sys.argv[2]) and ended, (st, ended)
+if sys.argv[3]:
+    n = db.execute("SELECT COUNT(*) FROM episodes").fetchone()[0]
+    assert n == int(sys.argv[3]), n
+    for (body,) in db.execute("SELECT body FROM episodes"):
+        assert '"stop_reason":"interrupted"' in body.replace(" ", ""), body[:200]
+print("store: run closed with", st)
+PYEOF
+}
+
 command -v bwrap >/dev/null || fail "bwrap is not installed (apt-get install bubblewrap)"
 for i in 1 2 3 4; do sed "s/t-scale-add/t-$i/" "$TMP/task.jsonl"; done > "$TMP/tasks4.jsonl"
 mkdir -p "$TMP/ws"
@@ -41,17 +59,7 @@ for r in recs:
     assert r["bundle"]["kernels"] == {"k.cu": "x"}
 print("SIGTERM: 2 episodes written as interrupted, with their trajectory")
 ' "$TMP/term.jsonl"
-"$PY" - "$TMP/store.db" 143 2 <<'PYEOF' || fail "store after SIGTERM"
-import sqlite3, sys
-db = sqlite3.connect(sys.argv[1])
-st, ended = db.execute("SELECT exit_status, ended_at FROM runs ORDER BY started_at DESC LIMIT 1").fetchone()
-assert st == int(sys.argv[2]) and ended, (st, ended)
-n = db.execute("SELECT COUNT(*) FROM episodes").fetchone()[0]
-assert n == int(sys.argv[3]), n
-for (body,) in db.execute("SELECT body FROM episodes"):
-    assert '"stop_reason":"interrupted"' in body.replace(" ", ""), body[:200]
-print("store: run closed with", st, "and", n, "episodes")
-PYEOF
+run_closed 143 "2" "store after SIGTERM"
 
 # SIGINT while kernel-check runs (a stand-in that sleeps and says where it is): it is stopped too.
 printf '%s\n' '{"content": "", "tool_calls": [{"name": "write_file", "arguments": {"path": "kernels/k.cu", "content": "__global__ void k() {}"}}, {"name": "verify", "arguments": {}}]}' \
@@ -81,13 +89,7 @@ v = e["turns"][0]["tool_results"][1]
 assert v["name"] == "verify" and not v["ok"] and "verify interrupted" in v["content"], v
 print("SIGINT: kernel-check stopped, episode written as interrupted")
 ' "$TMP/int.jsonl"
-"$PY" - "$TMP/store.db" 130 1 <<'PYEOF' || fail "store after SIGINT"
-import sqlite3, sys
-db = sqlite3.connect(sys.argv[1])
-st, ended = db.execute("SELECT exit_status, ended_at FROM runs").fetchone()
-assert st == int(sys.argv[2]) and ended, (st, ended)
-print("store: run closed with", st)
-PYEOF
+run_closed 130 "1" "store after SIGINT"
 
 # SIGTERM while agent-run waits on its input (a pipe that stays open): it still ends at once.
 rm -f "$TMP/store.db"
@@ -104,13 +106,7 @@ rc=0; wait $AR || rc=$?
 kill $HOLD 2>/dev/null || true
 [ "$rc" = 143 ] || { cat "$TMP/idle.err"; fail "SIGTERM while reading: exit $rc, expected 143"; }
 [ "$SECONDS" -le 5 ] || fail "SIGTERM while reading took ${SECONDS}s"
-"$PY" - "$TMP/store.db" 143 0 <<'PYEOF' || fail "store after SIGTERM while reading"
-import sqlite3, sys
-db = sqlite3.connect(sys.argv[1])
-st, ended = db.execute("SELECT exit_status, ended_at FROM runs").fetchone()
-assert st == int(sys.argv[2]) and ended, (st, ended)
-print("idle: run closed with", st)
-PYEOF
+run_closed 143 "0" "store after SIGTERM while reading"
 
 # kill -9: its workspace stays behind (nothing can run then); the next run removes it at start, and
 # leaves a live run's workspace alone.
