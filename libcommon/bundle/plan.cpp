@@ -1060,21 +1060,21 @@ BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io) 
         for (int d = 0; d < 3; ++d) {
           if (d < static_cast<int>(L.grid.size())) {
             int64_t g = eval_in(L.grid[d], r, bs.label + " grid", plan, L.kernel).i;
-            if (g < 1 || g > (d == 0 ? 2147483647LL : 65535))
+            if (g < 1 || g > kMaxGrid[d])
               throw PlanError(bs.label + ": grid[" + std::to_string(d) + "] = " + std::to_string(g) + " is out of range", L.kernel);
             bs.launch.grid[d] = static_cast<unsigned>(g);
           }
           if (d < static_cast<int>(L.block.size())) {
             int64_t b = eval_in(L.block[d], r, bs.label + " block", plan, L.kernel).i;
-            if (b < 1 || b > 1024)
+            if (b < 1 || b > kMaxBlock[d])
               throw PlanError(bs.label + ": block[" + std::to_string(d) + "] = " + std::to_string(b) + " is out of range", L.kernel);
             bs.launch.block[d] = static_cast<unsigned>(b);
           }
         }
-        if (int64_t t = int64_t(bs.launch.block[0]) * bs.launch.block[1] * bs.launch.block[2]; t > 1024)
+        if (int64_t t = int64_t(bs.launch.block[0]) * bs.launch.block[1] * bs.launch.block[2]; t > kMaxThreadsPerBlock)
           throw PlanError(bs.label + ": block has " + std::to_string(t) + " threads (at most 1024)", L.kernel);
         int64_t sh = eval_in(L.shared, r, bs.label + " shared", plan, L.kernel).i;
-        if (sh < 0 || sh > 232448) throw PlanError(bs.label + ": shared = " + std::to_string(sh) + " bytes is out of range", L.kernel);
+        if (sh < 0 || sh > kMaxDynamicShared) throw PlanError(bs.label + ": shared = " + std::to_string(sh) + " bytes is out of range", L.kernel);
         bs.launch.shared = static_cast<unsigned>(sh);
         for (size_t i = 0; i < L.args.size(); ++i) {
           BoundArg a;
