@@ -20,7 +20,7 @@ static int64_t ev(const std::string& text, std::map<std::string, int64_t> vars =
 }
 
 static const Catalog& catalog() {
-  static Catalog c = Catalog::load(std::string(CA_DATA_DIR_BUILD) + "/ops/catalog.yaml");
+  static Catalog c = Catalog::load(ca::data_dir() + "/ops/catalog.yaml");
   return c;
 }
 
