@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Side by side: the toolchain's records (kernel-check | kernel-prof | reward-calc) and the reference
+judge's, joined by candidate_id. Prints a table, then one JSON line with the counts and wall times.
+
+usage: compare.py TOOLCHAIN.jsonl JUDGE.jsonl [--toolchain-wall S] [--judge-wall S] [--cands FILE]
+
+Verdicts agree when both passed, or both failed (the reasons are shown, the statuses may differ:
+a timeout in one is a runtime_error in the other). Rewards agree when equal; a difference where
+either side marked the margin decision within its measurement noise (reward-calc's within_noise,
+the judge's p10-p90 test) is counted apart as `noise`, not as a disagreement.
+The two times are not one metric: kernel-prof's default is the summed device time of the
+candidate's kernels (CUPTI) over CUDA-graph replays, the judge's CUDA events around one eager
+launch of the steps (Python and launch overhead included); on millisecond kernels they are close.
+"""
+import argparse
+import json
+import sys
+
+
+def load(path):
+    out = {}
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                r = json.loads(line)
+                out[r.get("candidate_id") or r.get("task_id")] = r
+    return out
+
+
+def med(x):
+    if isinstance(x, dict):
+        return x.get("median")
+    return x if isinstance(x, (int, float)) else None
+
+
+def fmt(v, nd=1):
+    return "-" if v is None else ("%.*f" % (nd, v) if isinstance(v, float) else str(v))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("toolchain")
+    ap.add_argument("judge")
+    ap.add_argument("--cands", help="the candidate records, for names and the order")
+    ap.add_argument("--toolchain-wall", type=float)
+    ap.add_argument("--judge-wall", type=float)
+    a = ap.parse_args()
+    tc, rj = load(a.toolchain), load(a.judge)
+    order = list(rj) + [k for k in tc if k not in rj]
+    names = {}
+    if a.cands:
+        order = []
+        for line in open(a.cands):
+            if line.strip():
+                r = json.loads(line)
+                order.append(r["candidate_id"])
+                names[r["candidate_id"]] = r.get("name", r["task_id"])
+    rows, n = [], {"candidates": len(order), "verdicts_agree": 0, "rewards_agree": 0, "rewards_noise": 0,
+                   "rewards_differ": 0, "missing": 0, "toolchain_passed": 0, "judge_passed": 0}
+    head = ("candidate", "tc status", "ref status", "verdict", "tc R", "ref R", "reward", "tc us", "ref us",
+            "tc eager", "ref eager", "tc compile", "ref compile")
+    for cid in order:
+        t, r = tc.get(cid), rj.get(cid)
+        name = names.get(cid) or (r or t or {}).get("name") or cid
+        if t is None or r is None:
+            n["missing"] += 1
+            rows.append((name, "missing" if t is None else t.get("check", {}).get("status"),
+                         "missing" if r is None else r["judge"]["status"]) + ("-",) * 10)
+            continue
+        ck, pf, rw, j = t.get("check", {}), t.get("prof", {}), t.get("reward", {}), r["judge"]
+        ts, rs = ck.get("status"), j["status"]
+        if pf and pf.get("correct") is False:
+            ts = "prof_failed"
+        tpass, rpass = ts == "passed", rs == "passed"
+        n["toolchain_passed"] += tpass
+        n["judge_passed"] += rpass
+        vagree = tpass == rpass
+        n["verdicts_agree"] += vagree
+        tr, rr = rw.get("value"), j.get("reward")
+        if tr == rr:
+            rstate = "agree"
+        elif rw.get("within_noise") or j.get("within_noise"):
+            rstate = "noise"
+        else:
+            rstate = "DIFFER"
+        n["rewards_" + ("agree" if rstate == "agree" else "noise" if rstate == "noise" else "differ")] += 1
+        base = pf.get("baselines", {})
+        rb = j.get("baselines") or {}
+        rows.append((name, ts, rs, "agree" if vagree else "DIFFER", fmt(tr), fmt(rr), rstate,
+                     fmt(med(pf.get("time_us"))), fmt(med(j.get("time_us"))),
+                     fmt(med((base.get("eager") or {}).get("time_us"))), fmt(med(rb.get("eager"))),
+                     fmt(med((base.get("compile") or {}).get("time_us"))), fmt(med(rb.get("compile")))))
+        if not (tpass and rpass) and not (ts == rs):
+            reason_t = (ck.get("reason") or pf.get("reason") or "")[:160]
+            reason_r = (j.get("reason") or "")[:160]
+            rows.append(("  reasons", "tc: " + reason_t, "ref: " + reason_r) + ("",) * 10)
+    widths = [max(len(str(x[i])) for x in rows + [head]) if i < 3 else max(len(str(x[i])) for x in
+              [rr_ for rr_ in rows if rr_[0] != "  reasons"] + [head]) for i in range(len(head))]
+    line = lambda row: "  ".join(str(v).ljust(widths[i]) if i < 3 or row[0] != "  reasons" else str(v)
+                                 for i, v in enumerate(row)).rstrip()
+    print(line(head))
+    for row in rows:
+        print(line(row))
+    print("times: microseconds, medians; tc = kernel-prof (device time by default), ref = the reference judge (CUDA events)")
+    n["toolchain_wall_s"], n["judge_wall_s"] = a.toolchain_wall, a.judge_wall
+    if a.toolchain_wall and a.judge_wall:
+        n["toolchain_over_judge"] = round(a.toolchain_wall / a.judge_wall, 3)
+    print(json.dumps(dict(kind="kernelbench-compare", **n)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

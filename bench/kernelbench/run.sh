@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The KernelBench benchmark on a GPU machine: the same candidate set judged and timed by
+#   (a) the toolchain:        kernel-check --no-store | kernel-prof --no-store | reward-calc --no-store
+#   (b) the reference judge:  bench/kernelbench/reference_judge.py (one process, torch + CuPy)
+#   (c) a table of both, per candidate, and one JSON line with both wall times.
+#
+# usage: bench/kernelbench/run.sh [STAGE...]      stages: cands toolchain judge compare (default: all)
+# Run from the repository root. Each stage is its own command, so each fits a 10-minute limit:
+#   bench/kernelbench/run.sh cands toolchain && bench/kernelbench/run.sh judge compare
+# Environment:
+#   BIN=build/bin          the toolchain's binaries
+#   KB=.kb/KernelBench     the KernelBench checkout (level1..3 of .py task files)
+#   OUT=bench/kernelbench/out   where records and logs go (on the device machine: $OUT is the
+#                          folder that comes back)
+#   PYTHON=python3         the interpreter with torch (and CuPy, for the judge)
+#   ONLY="19_ReLU 1_MLP"   only bundles whose level/stem contains one of these words
+#   STAGE_TIMEOUT=570      seconds each stage may take before it is stopped (and says so)
+#   JUDGE_ARGS=...         more options for the judge (e.g. --runs 100 --budget-s 8)
+#   TC_CHECK_ARGS, TC_PROF_ARGS, TC_REWARD_ARGS   more options for each tool
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+cd "$REPO" || exit 1
+BIN=${BIN:-build/bin}
+KB=${KB:-.kb/KernelBench}
+OUT=${OUT:-bench/kernelbench/out}
+PYTHON=${PYTHON:-python3}
+STAGE_TIMEOUT=${STAGE_TIMEOUT:-570}
+mkdir -p "$OUT"
+export CUDA_AGENT_PYTHONPATH=${CUDA_AGENT_PYTHONPATH:-$REPO/libcommon/python}
+export CUDA_AGENT_DATA=${CUDA_AGENT_DATA:-$REPO/datasets}
+export CUDA_AGENT_CACHE=${CUDA_AGENT_CACHE:-$OUT/cache}
+export CUDA_AGENT_LOCK_DIR=${CUDA_AGENT_LOCK_DIR:-$OUT/locks}
+die() { echo "run.sh: $*" >&2; exit 1; }
+now() { date +%s.%N; }
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(cands toolchain judge compare)
+
+need_bins() {
+  for t in kernel-check kernel-prof reward-calc; do
+    [ -x "$BIN/$t" ] || die "$BIN/$t missing: build first (cmake --build build) or set BIN"
+  done
+}
+need_gpu() {  # KB_NO_GPU_CHECK=1: for trying the plumbing on a CPU machine (with --compile-only)
+  [ "${KB_NO_GPU_CHECK:-0}" = 1 ] && return 0
+  if ! nvidia-smi -L >/dev/null 2>&1; then die "no GPU visible (nvidia-smi -L fails): this benchmark needs one"; fi
+}
+
+for stage in "${stages[@]}"; do
+  case "$stage" in
+  cands)
+    [ -d "$KB/level1" ] || die "no KernelBench at $KB (set KB=DIR with level1..3)"
+    only=()
+    for w in ${ONLY:-}; do only+=(--only "$w"); done
+    "$PYTHON" "$HERE/make_candidates.py" --kb "$KB" "${only[@]}" -o "$OUT/cands.jsonl" || die "make_candidates failed"
+    echo "run.sh: $(wc -l < "$OUT/cands.jsonl") candidates in $OUT/cands.jsonl"
+    ;;
+  toolchain)
+    need_bins; need_gpu
+    [ -s "$OUT/cands.jsonl" ] || die "no $OUT/cands.jsonl: run the cands stage first"
+    echo "run.sh: toolchain pipe (logs: $OUT/check.err $OUT/prof.err $OUT/reward.err)"
+    rm -f "$OUT/toolchain.rc"
+    t0=$(now)
+    # shellcheck disable=SC2086
+    timeout "$STAGE_TIMEOUT" bash -c '
+      "$0/kernel-check" --no-store ${TC_CHECK_ARGS:-} -i "$1/cands.jsonl" 2> "$1/check.err" \
+        | "$0/kernel-prof" --no-store ${TC_PROF_ARGS:-} 2> "$1/prof.err" \
+        | "$0/reward-calc" --no-store ${TC_REWARD_ARGS:-} 2> "$1/reward.err" > "$1/toolchain.jsonl"
+      echo "${PIPESTATUS[*]}" > "$1/toolchain.rc"' "$BIN" "$OUT"
+    rc=$?
+    codes=$(cat "$OUT/toolchain.rc" 2>/dev/null || echo "?")
+    t1=$(now)
+    wall=$("$PYTHON" -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 2))" "$t0" "$t1")
+    echo "$wall" > "$OUT/toolchain.wall"
+    for f in check prof reward; do echo "--- $f.err (tail)"; tail -n 4 "$OUT/$f.err"; done
+    if [ "$rc" = 124 ]; then
+      echo "run.sh: the toolchain pipe was stopped after ${STAGE_TIMEOUT}s (STAGE_TIMEOUT): $(wc -l < "$OUT/toolchain.jsonl") records came out" >&2
+    elif [ "$codes" != "0 0 0" ]; then
+      echo "run.sh: the toolchain pipe's exit codes (check, prof, reward): $codes" >&2
+    fi
+    echo "run.sh: toolchain wall ${wall}s, $(wc -l < "$OUT/toolchain.jsonl") records in $OUT/toolchain.jsonl"
+    ;;
+  judge)
+    need_gpu
+    [ -s "$OUT/cands.jsonl" ] || die "no $OUT/cands.jsonl: run the cands stage first"
+    "$PYTHON" -c "import torch, cupy; assert torch.cuda.is_available(), 'torch sees no GPU'" \
+      || die "$PYTHON needs torch with CUDA and CuPy (pip install cupy-cuda13x)"
+    echo "run.sh: reference judge (log: $OUT/judge.err)"
+    t0=$(now)
+    # shellcheck disable=SC2086
+    timeout "$STAGE_TIMEOUT" "$PYTHON" "$HERE/reference_judge.py" ${JUDGE_ARGS:-} -i "$OUT/cands.jsonl" \
+      -o "$OUT/judge.jsonl" 2> >(tee "$OUT/judge.err" >&2)
+    rc=$?
+    t1=$(now)
+    wall=$("$PYTHON" -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 2))" "$t0" "$t1")
+    echo "$wall" > "$OUT/judge.wall"
+    [ "$rc" = 124 ] && echo "run.sh: the judge was stopped after ${STAGE_TIMEOUT}s (STAGE_TIMEOUT)" >&2
+    [ "$rc" != 0 ] && [ "$rc" != 124 ] && echo "run.sh: the judge exited $rc" >&2
+    echo "run.sh: judge wall ${wall}s, $(wc -l < "$OUT/judge.jsonl") records in $OUT/judge.jsonl"
+    ;;
+  compare)
+    for f in toolchain judge; do [ -s "$OUT/$f.jsonl" ] || die "no $OUT/$f.jsonl: run the $f stage first"; done
+    "$PYTHON" "$HERE/compare.py" "$OUT/toolchain.jsonl" "$OUT/judge.jsonl" --cands "$OUT/cands.jsonl" \
+      --toolchain-wall "$(cat "$OUT/toolchain.wall" 2>/dev/null || echo 0)" \
+      --judge-wall "$(cat "$OUT/judge.wall" 2>/dev/null || echo 0)" | tee "$OUT/compare.txt"
+    ;;
+  *) die "unknown stage '$stage' (cands toolchain judge compare)" ;;
+  esac
+done
