@@ -485,7 +485,7 @@ class Program(object):
 
     def __init__(self, plan, kernels, sigs, task, inputs, out_like):
         self.plan, self.kernels, self.sigs, self.task = plan, kernels, sigs, task
-        self.bufs, self.views = {}, {}
+        self.bufs, self.views, self.stream = {}, {}, None
         for i, v in enumerate(inputs):
             self.bufs[("inputs", i)] = v
         for i, o in enumerate(out_like):
@@ -703,7 +703,7 @@ class Program(object):
             with open(path, "w") as fh:
                 fh.write(src)
         main = "".join('#include "%s"\n' % f for f in sorted(self.kernels) if f.endswith(".cu"))
-        opts = ["--std=c++17", "--include-path=" + self.src_dir] + list(arch_opts)
+        opts = ["--include-path=" + self.src_dir] + list(arch_opts)   # CuPy adds -arch for the device
         cuda = os.environ.get("CUDA_PATH", "/usr/local/cuda")
         for inc in (os.path.join(cuda, "include"), os.path.join(cuda, "include", "cccl")):
             if os.path.isdir(inc):
@@ -723,22 +723,29 @@ class Program(object):
         return time.time() - t0
 
     # running
-    def view(self, t):
+    def view(self, key):
+        """A CuPy array over buffer `key`'s bytes (the kernel sees only the pointer; CuPy has no bf16).
+        Cached per buffer and rebuilt when the buffer's tensor changes (new inputs, a conv result), so
+        a view never keeps a tensor alive that the buffer no longer holds."""
         import cupy
-        key = (t.data_ptr(), t.numel() * t.element_size())
-        v = self.views.get(key)
-        if v is None:   # the kernel sees only the pointer: bytes, whatever the dtype (CuPy has no bf16)
-            mem = cupy.cuda.UnownedMemory(t.data_ptr(), max(key[1], 1), t)
-            v = cupy.ndarray((key[1],), dtype=cupy.uint8, memptr=cupy.cuda.MemoryPointer(mem, 0))
-            self.views[key] = v
-        return v
+        t = self.bufs[key]
+        hit = self.views.get(key)
+        if hit is None or hit[0] is not t:
+            n = t.numel() * t.element_size()
+            mem = cupy.cuda.UnownedMemory(t.data_ptr(), max(n, 1), t)
+            hit = (t, cupy.ndarray((n,), dtype=cupy.uint8, memptr=cupy.cuda.MemoryPointer(mem, 0)))
+            self.views[key] = hit
+        return hit[1]
 
     def run_step(self, st):
         B = self.bufs
         if st["kind"] == "launch":
             import cupy
-            args = tuple(self.view(B[v]) if kind == "buf" else v for kind, v in st["args"])
-            with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+            args = tuple(self.view(v) if kind == "buf" else v for kind, v in st["args"])
+            ptr = torch.cuda.current_stream().cuda_stream      # the steps run on torch's stream, in order
+            if self.stream is None or self.stream[0] != ptr:
+                self.stream = (ptr, cupy.cuda.ExternalStream(ptr))
+            with self.stream[1]:
                 self.functions[st["name"]](st["grid"], st["block"], args, shared_mem=st["shared"])
         elif st["kind"] == "gemm":
             bt, m, n, k = st["batch"], st["m"], st["n"], st["k"]
@@ -908,6 +915,7 @@ class Judge(object):
     def judge(self, rec, tasks):
         t_start = time.time()
         out = {"status": None}
+        self.prog = self.inputs = None             # nothing of the previous candidate stays on the device
         try:
             if self.dead:
                 raise Verdict("runtime_error", "CUDA context lost earlier in this run: " + self.dead)
@@ -1157,6 +1165,7 @@ def main():
                   "(pip install cupy-cuda13x, or cupy-cuda12x for CUDA 12)" % (type(e).__name__, e), file=sys.stderr)
             return 3
         torch.cuda.set_device(torch.device(opt.device))
+        cupy.cuda.Device(torch.cuda.current_device()).use()
     tasks = {}
     if opt.tasks:
         for line in open(opt.tasks):
