@@ -9,7 +9,8 @@
 # nn-tests (the native transformer's ops, model and Hugging Face parity), nn-bench (its benchmark
 # against PyTorch, with the per-kernel profile), ppo-bench (bench/ppo_step: ppo-step's own tokens/s
 # on the ~100M config), filter-throughput (bench/ops_synth, -j 16 on cuda:0
-# for what time is left). The archive is $OUT/results.tgz; a summary is printed.
+# for what time is left), ipc-probe (bench/ipc_probe.py), kb (bench/kernelbench/run.sh, stages
+# $KB_STAGES), kb-import (all 250 KernelBench tasks imported with -j 8). The archive is $OUT/results.tgz; a summary is printed.
 set -u
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
@@ -43,7 +44,19 @@ for part in "$@"; do
       BIN=build/bin JOBS=${JOBS:-16} DEVICES=${DEVICES:-cuda:0} SECONDS_MAX=$s N=${N:-4000} \
         bash bench/ops_synth/filter_throughput.sh "$R/filter"
       rm -f "$R/filter/gen.jsonl" ;;
-    *) echo "unknown part $part (gpu-tests nn-tests nn-bench ppo-bench filter-throughput)" ;;
+    ipc-probe)
+      timeout 120 python3 bench/ipc_probe.py > "$R/ipc-probe.log" 2>&1; echo "rc=$?"; cat "$R/ipc-probe.log" | cut -c1-400 ;;
+    kb)
+      # bench/kernelbench (KB_STAGES, default: cands toolchain), task files from .kb/ (carried)
+      mkdir -p "$R/kb"
+      timeout "$(left)" env BIN=build/bin OUT="$R/kb" STAGE_TIMEOUT=$(( $(left) - 15 )) bash bench/kernelbench/run.sh ${KB_STAGES:-cands toolchain} \
+        > "$R/kb.log" 2>&1
+      echo "rc=$?"; tail -25 "$R/kb.log" | cut -c1-400 ;;
+    kb-import)
+      mkdir -p "$R/kb-import"
+      timeout "$(left)" env BIN=build/bin OUT="$R/kb-import" bash bench/kernelbench/import_all.sh > "$R/kb-import.log" 2>&1
+      echo "rc=$?"; tail -30 "$R/kb-import.log" | cut -c1-400 ;;
+    *) echo "unknown part $part (gpu-tests nn-tests nn-bench ppo-bench filter-throughput ipc-probe kb kb-import)" ;;
   esac
 done
 tar czf "$OUT/results.tgz" -C "$R" .

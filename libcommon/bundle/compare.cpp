@@ -2,7 +2,12 @@
 #include "libcommon/bundle/compare.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <sstream>
+
+#include "libcommon/bundle/compile.hpp"
+#include "libcommon/cuda/driver.hpp"
+#include "libcommon/errors.hpp"
 
 namespace ca::bundle {
 
@@ -44,8 +49,94 @@ static std::string num(double v) {
   return s.str();
 }
 
-CompareResult compare_outputs(const ca::TensorMap& got, const ca::TensorMap& want, const std::string& mode, double atol,
-                              double rtol) {
+namespace {
+
+// What one output's comparison comes to, wherever its bytes were.
+struct OutputStats {
+  int64_t n = 0, bad = 0;
+  int64_t first_bad = -1;              // lowest failing flat index
+  double first_got = 0, first_want = 0;  // the values there
+  double max_abs = 0, max_rel = 0;
+  double diff2 = 0, ref2 = 0;          // over finite reference elements, for the relative error norm
+};
+
+// The element rule, shared in spirit with the device kernel's (kCompareSource): keep them equal.
+OutputStats host_stats(const ca::Tensor& g, const ca::Tensor& w, const Tolerance& tol) {
+  OutputStats st;
+  // In chunks: outputs reach gigabytes (KernelBench level 1), and a whole copy as doubles would not fit.
+  const size_t n = static_cast<size_t>(w.numel());
+  constexpr size_t kChunk = size_t(1) << 20;
+  std::vector<double> gv(std::min(n, kChunk)), wv(std::min(n, kChunk));
+  st.n = static_cast<int64_t>(n);
+  for (size_t base = 0; base < n; base += kChunk) {
+    const size_t m = std::min(kChunk, n - base);
+    ca::to_doubles(g, base, m, gv.data());
+    ca::to_doubles(w, base, m, wv.data());
+    for (size_t j = 0; j < m; ++j) {
+      double a = gv[j], b = wv[j];
+      if (std::isfinite(b)) {
+        const double d = std::isfinite(a) ? a - b : INFINITY;
+        st.diff2 += d * d;
+        st.ref2 += b * b;
+      }
+      bool fail;
+      double abs_err, rel_err;
+      if (std::isnan(b) || std::isinf(b)) {
+        fail = !(std::isnan(b) ? std::isnan(a) : a == b);
+        abs_err = rel_err = fail ? INFINITY : 0;
+      } else if (!std::isfinite(a)) {
+        fail = true;
+        abs_err = rel_err = INFINITY;
+      } else {
+        abs_err = std::fabs(a - b);
+        rel_err = abs_err / std::max(std::fabs(b), 1e-12);
+        fail = abs_err > tol.atol + tol.rtol * std::fabs(b);
+      }
+      st.max_abs = std::max(st.max_abs, abs_err);
+      if (!std::isnan(b)) st.max_rel = std::max(st.max_rel, std::isfinite(rel_err) ? rel_err : INFINITY);
+      if (fail) {
+        if (st.bad == 0) {
+          st.first_bad = static_cast<int64_t>(base + j);
+          st.first_got = a;
+          st.first_want = b;
+        }
+        ++st.bad;
+      }
+    }
+  }
+  return st;
+}
+
+// Folds one output's stats into the result: the first failure's reason, the norm bound.
+void judge_output(const std::string& name, const std::vector<int64_t>& shape, const OutputStats& st, const Tolerance& tol,
+                  CompareResult& r) {
+  r.max_abs_err = std::max(r.max_abs_err, st.max_abs);
+  r.max_rel_err = std::max(r.max_rel_err, st.max_rel);
+  if (st.bad > 0 && r.ok) {
+    r.ok = false;
+    const double a = st.first_got, b = st.first_want;
+    std::string got_text = std::isnan(a) ? "nan" : num(a);
+    r.reason = name + index_text(st.first_bad, shape) + ": expected " + num(b) + ", got " + got_text +
+               (std::isnan(a) && !std::isnan(b) ? " (never written? outputs are NaN-poisoned before each call)" : "") +
+               " (atol " + num(tol.atol) + ", rtol " + num(tol.rtol) + ")";
+  }
+  if (st.ref2 > 0) {
+    const double rel = std::sqrt(st.diff2 / st.ref2);
+    r.rel_l2_err = std::max(r.rel_l2_err, std::isfinite(rel) ? rel : INFINITY);
+    if (rel > tol.rel_norm && r.ok) {
+      r.ok = false;
+      r.reason = name + ": relative error norm ||out - ref|| / ||ref|| = " + num(rel) + " is over " + num(tol.rel_norm) +
+                 " (elementwise within atol " + num(tol.atol) + ", but the output as a whole is not the reference's: "
+                 "a zero or constant output where the reference is small?)";
+    }
+  }
+}
+
+// Walks the reference's outputs, asking `stats_of` for each one present in `got` with the same
+// shape and dtype; the common frame of both comparisons.
+template <typename Got, typename Want, typename StatsOf>
+CompareResult compare_with(const Got& got, const Want& want, const std::string& mode, double atol, double rtol,
+                           StatsOf stats_of) {
   CompareResult r;
   int64_t total = 0, bad = 0;
   for (const auto& [name, w] : want) {
@@ -56,68 +147,16 @@ CompareResult compare_outputs(const ca::TensorMap& got, const ca::TensorMap& wan
       if (r.reason.empty()) r.reason = name + " missing from the candidate's outputs";
       continue;
     }
-    const ca::Tensor& g = it->second;
-    if (g.shape != w.shape || g.dtype != w.dtype) {
+    if (it->second.shape != w.shape || it->second.dtype != w.dtype) {
       r.ok = false;
       if (r.reason.empty()) r.reason = name + ": shape/dtype differ from the reference";
       continue;
     }
     Tolerance tol = Tolerance::for_dtype(mode, w.dtype, atol, rtol);
-    // In chunks: outputs reach gigabytes (KernelBench level 1), and a whole copy as doubles would not fit.
-    const size_t n = static_cast<size_t>(w.numel());
-    constexpr size_t kChunk = size_t(1) << 20;
-    std::vector<double> gv(std::min(n, kChunk)), wv(std::min(n, kChunk));
-    total += static_cast<int64_t>(n);
-    double diff2 = 0, ref2 = 0;  // for the relative error norm, over finite reference elements
-    for (size_t base = 0; base < n; base += kChunk) {
-      const size_t m = std::min(kChunk, n - base);
-      ca::to_doubles(g, base, m, gv.data());
-      ca::to_doubles(w, base, m, wv.data());
-      for (size_t j = 0; j < m; ++j) {
-        const size_t i = base + j;
-        double a = gv[j], b = wv[j];
-        if (std::isfinite(b)) {
-          const double d = std::isfinite(a) ? a - b : INFINITY;
-          diff2 += d * d;
-          ref2 += b * b;
-        }
-        bool fail;
-        double abs_err, rel_err;
-        if (std::isnan(b) || std::isinf(b)) {
-          fail = !(std::isnan(b) ? std::isnan(a) : a == b);
-          abs_err = rel_err = fail ? INFINITY : 0;
-        } else if (!std::isfinite(a)) {
-          fail = true;
-          abs_err = rel_err = INFINITY;
-        } else {
-          abs_err = std::fabs(a - b);
-          rel_err = abs_err / std::max(std::fabs(b), 1e-12);
-          fail = abs_err > tol.atol + tol.rtol * std::fabs(b);
-        }
-        r.max_abs_err = std::max(r.max_abs_err, abs_err);
-        if (!std::isnan(b)) r.max_rel_err = std::max(r.max_rel_err, std::isfinite(rel_err) ? rel_err : INFINITY);
-        if (fail) {
-          ++bad;
-          if (r.ok) {
-            r.ok = false;
-            std::string got_text = std::isnan(a) ? "nan" : num(a);
-            r.reason = name + index_text(static_cast<int64_t>(i), w.shape) + ": expected " + num(b) + ", got " + got_text +
-                       (std::isnan(a) && !std::isnan(b) ? " (never written? outputs are NaN-poisoned before each call)" : "") +
-                       " (atol " + num(tol.atol) + ", rtol " + num(tol.rtol) + ")";
-          }
-        }
-      }
-    }
-    if (ref2 > 0) {
-      const double rel = std::sqrt(diff2 / ref2);
-      r.rel_l2_err = std::max(r.rel_l2_err, std::isfinite(rel) ? rel : INFINITY);
-      if (rel > tol.rel_norm && r.ok) {
-        r.ok = false;
-        r.reason = name + ": relative error norm ||out - ref|| / ||ref|| = " + num(rel) + " is over " + num(tol.rel_norm) +
-                   " (elementwise within atol " + num(tol.atol) + ", but the output as a whole is not the reference's: "
-                   "a zero or constant output where the reference is small?)";
-      }
-    }
+    OutputStats st = stats_of(it->second, w, tol);
+    total += st.n;
+    bad += st.bad;
+    judge_output(name, w.shape, st, tol, r);
   }
   r.mismatch_fraction = total ? static_cast<double>(bad) / static_cast<double>(total) : 0;
   if (!r.ok && bad > 1) r.reason += "; " + std::to_string(bad) + " of " + std::to_string(total) + " elements differ";
@@ -126,6 +165,161 @@ CompareResult compare_outputs(const ca::TensorMap& got, const ca::TensorMap& wan
   if (!std::isfinite(r.max_rel_err)) r.max_rel_err = 1e308;
   if (!std::isfinite(r.rel_l2_err)) r.rel_l2_err = 1e308;
   return r;
+}
+
+// The device kernel: the element rule of host_stats, one pass, warp-reduced, atomics per warp.
+// Non-negative doubles order as their bit patterns, so the maxima are integer atomicMax.
+const char* kCompareSource = R"(
+struct CaStats { double diff2, ref2; unsigned long long max_abs, max_rel, bad, first_bad; };
+__device__ __forceinline__ bool ca_nan(double x) {
+  unsigned long long u = __double_as_longlong(x);
+  return ((u >> 52) & 0x7ff) == 0x7ff && (u & 0xfffffffffffffull) != 0;
+}
+__device__ __forceinline__ bool ca_finite(double x) { return ((__double_as_longlong(x) >> 52) & 0x7ff) != 0x7ff; }
+__device__ __forceinline__ double ca_load(int kind, const void* p, unsigned long long i) {
+  const double inf = __longlong_as_double(0x7ff0000000000000ll), nan = __longlong_as_double(0x7ff8000000000000ll);
+  switch (kind) {
+    case 0: return ((const double*)p)[i];
+    case 1: return ((const float*)p)[i];
+    case 2: {  // F16
+      unsigned h = ((const unsigned short*)p)[i], s = (h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023;
+      if (e == 0) { float v = (float)m * 5.9604644775390625e-08f; return s ? -v : v; }
+      if (e == 31) return __uint_as_float(s | 0x7f800000u | (m << 13));
+      return __uint_as_float(s | ((e + 112) << 23) | (m << 13));
+    }
+    case 3: return __uint_as_float(((unsigned)((const unsigned short*)p)[i]) << 16);  // BF16
+    case 4: return (double)((const long long*)p)[i];
+    case 5: return (double)((const int*)p)[i];
+    case 6: return (double)((const short*)p)[i];
+    case 7: return (double)((const signed char*)p)[i];
+    case 8: return (double)((const unsigned char*)p)[i];
+    case 9: return ((const unsigned char*)p)[i] ? 1.0 : 0.0;  // BOOL
+    case 10: {  // F8_E4M3 (fn: no infinities, S.1111.111 is NaN)
+      unsigned b = ((const unsigned char*)p)[i], e = (b >> 3) & 15, m = b & 7;
+      double v = e == 15 && m == 7 ? nan : e == 0 ? m / 512.0 : (8 + m) * (double)(1u << e) / 1024.0;
+      return (b >> 7) ? -v : v;
+    }
+    default: {  // 11: F8_E5M2
+      unsigned b = ((const unsigned char*)p)[i], e = (b >> 2) & 31, m = b & 3;
+      double v = e == 31 ? (m ? nan : inf) : e == 0 ? m / 65536.0 : (4 + m) * (double)(1u << e) / 131072.0;
+      return (b >> 7) ? -v : v;
+    }
+  }
+}
+extern "C" __global__ void ca_compare(const void* got, const void* want, unsigned long long n, int kind, double atol,
+                                      double rtol, CaStats* out) {
+  const double inf = __longlong_as_double(0x7ff0000000000000ll);
+  double diff2 = 0, ref2 = 0, max_abs = 0, max_rel = 0;
+  unsigned long long bad = 0, first = ~0ull;
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    double a = ca_load(kind, got, i), b = ca_load(kind, want, i);
+    bool fa = ca_finite(a), fb = ca_finite(b), fail;
+    double ae, re;
+    if (fb) { double d = fa ? a - b : inf; diff2 += d * d; ref2 += b * b; }
+    if (!fb) { fail = ca_nan(b) ? !ca_nan(a) : a != b; ae = re = fail ? inf : 0; }
+    else if (!fa) { fail = true; ae = re = inf; }
+    else { ae = fabs(a - b); re = ae / fmax(fabs(b), 1e-12); fail = ae > atol + rtol * fabs(b); }
+    max_abs = fmax(max_abs, ae);
+    if (!ca_nan(b)) max_rel = fmax(max_rel, re);
+    if (fail) { ++bad; if (i < first) first = i; }
+  }
+  for (int off = 16; off > 0; off >>= 1) {
+    diff2 += __shfl_down_sync(0xffffffffu, diff2, off);
+    ref2 += __shfl_down_sync(0xffffffffu, ref2, off);
+    max_abs = fmax(max_abs, __shfl_down_sync(0xffffffffu, max_abs, off));
+    max_rel = fmax(max_rel, __shfl_down_sync(0xffffffffu, max_rel, off));
+    bad += __shfl_down_sync(0xffffffffu, bad, off);
+    unsigned long long f = __shfl_down_sync(0xffffffffu, first, off);
+    first = f < first ? f : first;
+  }
+  if ((threadIdx.x & 31) == 0) {
+    if (diff2 != 0) atomicAdd(&out->diff2, diff2);
+    if (ref2 != 0) atomicAdd(&out->ref2, ref2);
+    atomicMax(&out->max_abs, (unsigned long long)__double_as_longlong(max_abs));
+    atomicMax(&out->max_rel, (unsigned long long)__double_as_longlong(max_rel));
+    if (bad) { atomicAdd(&out->bad, bad); atomicMin(&out->first_bad, first); }
+  }
+}
+)";
+
+struct DeviceStats {
+  double diff2, ref2;
+  uint64_t max_abs, max_rel, bad, first_bad;
+};
+
+int kind_of(const std::string& dtype) {
+  static const std::map<std::string, int> kinds = {{"F64", 0}, {"F32", 1},  {"F16", 2}, {"BF16", 3},
+                                                   {"I64", 4}, {"I32", 5},  {"I16", 6}, {"I8", 7},
+                                                   {"U8", 8},  {"BOOL", 9}, {"F8_E4M3", 10}, {"F8_E5M2", 11}};
+  auto it = kinds.find(dtype);
+  if (it == kinds.end()) throw ca::InputError("compare: no device comparison for dtype " + dtype);
+  return it->second;
+}
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+}  // namespace
+
+CompareResult compare_outputs(const ca::TensorMap& got, const ca::TensorMap& want, const std::string& mode, double atol,
+                              double rtol) {
+  return compare_with(got, want, mode, atol, rtol,
+                      [](const ca::Tensor& g, const ca::Tensor& w, const Tolerance& tol) { return host_stats(g, w, tol); });
+}
+
+CompareResult compare_outputs_device(const DeviceOutputs& got, const DeviceOutputs& want, const std::string& mode,
+                                     double atol, double rtol, CUstream stream) {
+  auto& d = ca::cuda::Driver::get();
+  CUfunction fn = trusted_kernel("compare.cu", kCompareSource, "ca_compare");
+  CUdeviceptr stats = 0;
+  d.check(d.cuMemAlloc(&stats, sizeof(DeviceStats)), "cuMemAlloc(compare stats)");
+  struct Free {
+    CUdeviceptr p;
+    ~Free() { ca::cuda::Driver::get().cuMemFree(p); }
+  } free_stats{stats};
+  auto stats_of = [&](const DeviceOutput& g, const DeviceOutput& w, const Tolerance& tol) {
+    OutputStats st;
+    st.n = numel_of(w.shape);
+    if (st.n == 0) return st;
+    DeviceStats init{0, 0, 0, 0, 0, ~uint64_t(0)};
+    d.check(d.cuMemcpyHtoDAsync(stats, &init, sizeof init, stream), "compare stats");
+    CUdeviceptr gp = g.ptr, wp = w.ptr;
+    unsigned long long n = static_cast<unsigned long long>(st.n);
+    int kind = kind_of(w.dtype);
+    double a = tol.atol, r = tol.rtol;
+    void* args[] = {&gp, &wp, &n, &kind, &a, &r, &stats};
+    d.check(d.cuLaunchKernel(fn, 1056, 1, 1, 256, 1, 1, 0, stream, args, nullptr), "compare kernel");
+    DeviceStats out;
+    d.check(d.cuMemcpyDtoHAsync(&out, stats, sizeof out, stream), "compare stats");
+    d.check(d.cuStreamSynchronize(stream), "compare");
+    st.diff2 = out.diff2;
+    st.ref2 = out.ref2;
+    std::memcpy(&st.max_abs, &out.max_abs, sizeof(double));
+    std::memcpy(&st.max_rel, &out.max_rel, sizeof(double));
+    st.bad = static_cast<int64_t>(out.bad);
+    if (st.bad > 0) {
+      // The first failing element's two values, for the reason.
+      st.first_bad = static_cast<int64_t>(out.first_bad);
+      const size_t es = ca::Tensor::dtype_size(w.dtype), at = static_cast<size_t>(st.first_bad) * es;
+      ca::Tensor one;
+      one.dtype = w.dtype;
+      one.shape = {1};
+      one.data.resize(es);
+      double v = 0;
+      d.check(d.cuMemcpyDtoH(one.data.data(), g.ptr + at, es), "compare: first failing element");
+      ca::to_doubles(one, 0, 1, &v);
+      st.first_got = v;
+      d.check(d.cuMemcpyDtoH(one.data.data(), w.ptr + at, es), "compare: first failing element");
+      ca::to_doubles(one, 0, 1, &v);
+      st.first_want = v;
+    }
+    return st;
+  };
+  return compare_with(got, want, mode, atol, rtol, stats_of);
 }
 
 }  // namespace ca::bundle

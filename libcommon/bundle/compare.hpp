@@ -1,7 +1,16 @@
 // Output comparison in the parent: the candidate's outputs against the reference worker's, with
 // dtype-aware tolerances (|got - want| <= atol + rtol * |want|, as torch.allclose), NaN/Inf named.
+// Two places the bytes can be, one rule: on the host (safetensors tensors) or on the device (the
+// runner's outputs and the worker's references mapped by CUDA IPC, compared by a trusted kernel
+// where they are: gigabyte outputs never cross PCIe). Both reduce an output to the same
+// OutputStats, and one function turns stats into the verdict.
 #pragma once
+#include <cuda.h>
+
+#include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "libcommon/jsonl.hpp"
 #include "libcommon/safetensors.hpp"
@@ -30,5 +39,19 @@ struct CompareResult {
 
 CompareResult compare_outputs(const ca::TensorMap& got, const ca::TensorMap& want, const std::string& mode, double atol,
                               double rtol);
+
+// One output on the device: its dtype and shape, and the address of its first byte in the current
+// context (an IPC mapping or the process's own buffer).
+struct DeviceOutput {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  CUdeviceptr ptr = 0;
+};
+using DeviceOutputs = std::map<std::string, DeviceOutput>;  // "outputs.0" -> ...
+
+// The same comparison on the device, in the current context, on `stream` (synchronized before it
+// returns). Throws cuda::CudaError when the device fails.
+CompareResult compare_outputs_device(const DeviceOutputs& got, const DeviceOutputs& want, const std::string& mode,
+                                     double atol, double rtol, CUstream stream);
 
 }  // namespace ca::bundle

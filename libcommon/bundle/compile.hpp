@@ -6,6 +6,7 @@
 //   CompileResult r = compile_bundle(kernels, plan.kernel_names(), opt);
 //   if (!r.ok) ... r.first_error ...; else r.cubin, r.lowered["softmax<256>"], r.resources
 #pragma once
+#include <cuda.h>
 #include <map>
 #include <string>
 #include <vector>
@@ -63,6 +64,10 @@ std::string default_cache_dir();
 // are headers only. Never throws for a compile error (r.ok = false); EnvironmentError without NVRTC.
 CompileResult compile_bundle(const std::map<std::string, std::string>& kernels, const std::vector<std::string>& names,
                              const CompileOptions& options);
+// One of the toolchain's own kernels (trusted source, extern "C" `name`), compiled once per process
+// and context for the current context's device, loaded, and returned. Thread-safe. Throws
+// InternalError when it does not compile, cuda::CudaError when it does not load.
+CUfunction trusted_kernel(const std::string& file, const char* source, const std::string& name);
 // Signatures of the compiled kernels, by name expression (mangled name first, PTX as fallback).
 std::map<std::string, KernelSignature> signatures_of(const CompileResult& r);
 // The precision the PTX really computes in: fp8, int8, fp16, bf16, tf32 or fp32 (the lowest seen;

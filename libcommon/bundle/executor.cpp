@@ -12,6 +12,7 @@
 #include "libcommon/cuda/cublaslt.hpp"
 #include "libcommon/cuda/cudnn.hpp"
 #include "libcommon/cuda/driver.hpp"
+#include "libcommon/cuda/ipc.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/ids.hpp"
 
@@ -92,29 +93,7 @@ extern "C" __global__ void ca_fingerprint(const unsigned long long* words, unsig
 }
 )";
 
-// The fingerprint kernel, compiled once per process for the current device (trusted source).
-CUfunction fingerprint_function() {
-  static std::mutex mu;
-  static CUfunction fn = nullptr;
-  std::lock_guard<std::mutex> lock(mu);
-  if (fn) return fn;
-  auto& d = Driver::get();
-  CUdevice dev;
-  d.check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice");
-  int major = 0, minor = 0;
-  d.check(d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "compute capability");
-  d.check(d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "compute capability");
-  CompileOptions opt;
-  opt.arch = "sm_" + std::to_string(major * 10 + minor);
-  opt.confined = false;  // our own kernel
-  CompileResult r = compile_bundle({{"fingerprint.cu", kFingerprintSource}}, {"ca_fingerprint"}, opt);
-  if (!r.ok) throw InternalError("fingerprint kernel: " + r.first_error);
-  static std::string cubin = r.cubin;  // the module keeps a pointer only while loading; kept anyway
-  CUmodule module;
-  d.check(d.cuModuleLoadData(&module, cubin.data()), "cuModuleLoadData(fingerprint)");
-  d.check(d.cuModuleGetFunction(&fn, module, "ca_fingerprint"), "cuModuleGetFunction(fingerprint)");
-  return fn;
-}
+CUfunction fingerprint_function() { return trusted_kernel("fingerprint.cu", kFingerprintSource, "ca_fingerprint"); }
 
 }  // namespace
 
@@ -355,6 +334,41 @@ void Executor::upload(const std::string& ref, const void* data, size_t bytes) {
 void Executor::upload_tensors(const TensorMap& tensors) {
   for (const auto& [name, t] : tensors)
     if (plan_.buffer_index(name) >= 0) upload(name, t.data.data(), t.data.size());
+}
+
+void Executor::upload_device(const std::string& ref, CUdeviceptr src, size_t bytes) {
+  int i = plan_.buffer_index(ref);
+  if (i < 0) throw InternalError("executor: no buffer " + ref);
+  if (static_cast<int64_t>(bytes) != plan_.buffers[i].bytes)
+    throw InputError(ref + ": " + std::to_string(bytes) + " bytes given, the buffer has " + std::to_string(plan_.buffers[i].bytes));
+  auto& d = Driver::get();
+  if (bytes) d.check(d.cuMemcpyDtoDAsync(base_[i] + options_.guard_bytes, src, bytes, stream_), "upload " + ref);
+}
+
+void Executor::upload_shared(const Json& descriptions) {
+  cuda::IpcMaps maps;
+  for (const auto& [name, t] : cuda::shared_tensors(descriptions))
+    if (plan_.buffer_index(name) >= 0) upload_device(name, maps.map(t), t.bytes);
+  synchronize();
+  maps.close();
+}
+
+Json Executor::export_outputs() {
+  Json out = Json::object();
+  for (size_t i = 0; i < plan_.buffers.size(); ++i) {
+    const auto& b = plan_.buffers[i];
+    if (b.space != Space::output) continue;
+    cuda::SharedTensor t;
+    t.dtype = b.dtype;
+    t.shape = b.shape;
+    t.bytes = static_cast<size_t>(b.bytes);
+    if (t.bytes) {
+      t.handle = cuda::export_handle(base_[i]);
+      t.offset = options_.guard_bytes;
+    }
+    out[b.ref] = t.to_json();
+  }
+  return out;
 }
 
 std::vector<uint8_t> Executor::download(const std::string& ref) {

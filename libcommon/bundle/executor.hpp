@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "libcommon/bundle/plan.hpp"
+#include "libcommon/jsonl.hpp"
 #include "libcommon/safetensors.hpp"
 
 namespace ca::bundle {
@@ -61,6 +62,15 @@ class Executor {
   void upload(const std::string& ref, const void* data, size_t bytes);
   // Tensors named as the worker writes them ("inputs.0", "params.<name>"); unknown names are ignored.
   void upload_tensors(const TensorMap& tensors);
+  // Device -> device (an IPC mapping of the worker's tensor, in this context); the byte count must match.
+  void upload_device(const std::string& ref, CUdeviceptr src, size_t bytes);
+  // The worker's device tensors ("tensors" of its inputs/reference answer): each mapped, copied and
+  // unmapped before this returns, so no candidate code ever runs beside a mapping (which would
+  // expose the worker's neighbouring tensors). Unknown names are ignored.
+  void upload_shared(const Json& descriptions);
+  // The output buffers as device tensors another process can map ({"outputs.0": {dtype, shape,
+  // bytes, handle, offset}}): valid while this executor lives.
+  Json export_outputs();
   std::vector<uint8_t> download(const std::string& ref);
   TensorMap download_outputs();  // "outputs.0", ...
   // sha256 of a buffer's bytes (inputs are hashed before and after a call).

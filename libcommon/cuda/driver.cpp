@@ -60,6 +60,7 @@ void load_all() {
     load(d.cuCtxSetCurrent, "cuCtxSetCurrent", 4000);
     load(d.cuCtxSynchronize, "cuCtxSynchronize", 2000);
     load(d.cuCtxGetDevice, "cuCtxGetDevice", 2000);
+    load(d.cuCtxGetCurrent, "cuCtxGetCurrent", 4000);
     load(d.cuModuleLoadData, "cuModuleLoadData", 2000);
     load(d.cuModuleUnload, "cuModuleUnload", 2000);
     load(d.cuModuleGetFunction, "cuModuleGetFunction", 2000);
@@ -76,6 +77,9 @@ void load_all() {
     load(d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync", 3020);
     load(d.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync", 3020);
     load(d.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync", 3020);
+    load(d.cuIpcGetMemHandle, "cuIpcGetMemHandle", 4010);
+    load(d.cuIpcOpenMemHandle, "cuIpcOpenMemHandle", 11000);
+    load(d.cuIpcCloseMemHandle, "cuIpcCloseMemHandle", 4010);
     load(d.cuMemsetD8, "cuMemsetD8", 3020);
     load(d.cuMemsetD32, "cuMemsetD32", 3020);
     load(d.cuMemsetD8Async, "cuMemsetD8Async", 3020);

@@ -49,6 +49,7 @@ struct Driver {
   PFN_cuCtxSetCurrent_v4000 cuCtxSetCurrent = nullptr;
   PFN_cuCtxSynchronize_v2000 cuCtxSynchronize = nullptr;
   PFN_cuCtxGetDevice_v2000 cuCtxGetDevice = nullptr;
+  PFN_cuCtxGetCurrent_v4000 cuCtxGetCurrent = nullptr;
   PFN_cuModuleLoadData_v2000 cuModuleLoadData = nullptr;
   PFN_cuModuleUnload_v2000 cuModuleUnload = nullptr;
   PFN_cuModuleGetFunction_v2000 cuModuleGetFunction = nullptr;
@@ -84,6 +85,9 @@ struct Driver {
   PFN_cuEventSynchronize_v2000 cuEventSynchronize = nullptr;
   PFN_cuEventElapsedTime_v12080 cuEventElapsedTime = nullptr;
   PFN_cuEventDestroy_v4000 cuEventDestroy = nullptr;
+  PFN_cuIpcGetMemHandle_v4010 cuIpcGetMemHandle = nullptr;
+  PFN_cuIpcOpenMemHandle_v11000 cuIpcOpenMemHandle = nullptr;
+  PFN_cuIpcCloseMemHandle_v4010 cuIpcCloseMemHandle = nullptr;
   PFN_cuGetErrorName_v6000 cuGetErrorName = nullptr;
   PFN_cuGetErrorString_v6000 cuGetErrorString = nullptr;
 

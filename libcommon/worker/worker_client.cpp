@@ -11,7 +11,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <condition_variable>
 #include <mutex>
+#include <shared_mutex>
 #include <optional>
 #include <sstream>
 
@@ -91,6 +93,9 @@ struct WorkerClient::Impl {
   int64_t next_id = 1;
   int64_t file_counter = 0;
   std::map<std::string, Json> loads;  // task_id -> the last successful load request
+
+  // One request with the load replay of a restarted worker (WorkerClient::request adds admission).
+  Json send(const Json& req, milliseconds timeout);
 
   void start() {
     log_path = tmp.path() + "/worker-" + std::to_string(spawns) + ".log";
@@ -215,30 +220,113 @@ WorkerClient::~WorkerClient() {
 
 Json WorkerClient::request(const Json& request) { return this->request(request, impl_->opt.request_timeout); }
 
+namespace {
+
+// GPU memory admission: one policy for every client of a device in this process (kernel-check's
+// lanes, ops-synth's -j workers, kernel-prof). Requests that allocate on the GPU run shared; one
+// that failed for want of memory waits until no other is running, then runs again alone, so a
+// large task waits for room instead of failing for its neighbours' sake. Exclusive waiters come
+// first (no starvation by a stream of small requests). Workers give cached memory back whenever
+// the device runs low (worker.py), so "alone" means the device's memory is this task's.
+class MemoryGate {
+ public:
+  void lock_shared() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return !exclusive_ && waiting_ == 0; });
+    ++shared_;
+  }
+  void unlock_shared() {
+    std::lock_guard<std::mutex> l(mu_);
+    --shared_;
+    cv_.notify_all();
+  }
+  void lock() {
+    std::unique_lock<std::mutex> l(mu_);
+    ++waiting_;
+    cv_.wait(l, [&] { return !exclusive_ && shared_ == 0; });
+    --waiting_;
+    exclusive_ = true;
+  }
+  void unlock() {
+    std::lock_guard<std::mutex> l(mu_);
+    exclusive_ = false;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int shared_ = 0, waiting_ = 0;
+  bool exclusive_ = false;
+};
+
+MemoryGate& memory_gate(const std::string& device) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<MemoryGate>> gates;
+  std::lock_guard<std::mutex> l(mu);
+  auto& g = gates[device];
+  if (!g) g = std::make_unique<MemoryGate>();
+  return *g;
+}
+
+bool allocates_on_gpu(const std::string& op) {
+  return op == "load" || op == "inputs" || op == "reference" || op == "time" || op == "filters";
+}
+
+// The answer of a request that failed (or, for filters, whose verdict was lost) for want of GPU
+// memory: torch's OutOfMemoryError, a library's allocation failure, the driver's.
+bool out_of_memory(const Json& a) {
+  if (a.value("lost_to_memory", false)) return true;
+  if (a.value("ok", true)) return false;
+  const std::string text = a.value("detail", std::string()) + "\n" + a.value("traceback", std::string());
+  for (const char* s : {"out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "ALLOC_FAILED", "OutOfMemoryError"})
+    if (text.find(s) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
 Json WorkerClient::request(const Json& request, milliseconds timeout) {
   if (!request.is_object() || !request.contains("op"))
     throw InternalError("WorkerClient::request: a request is an object with \"op\"");
   Json req = request;
   req.erase("id");
-  Json a = impl_->exchange(req, timeout);
+  const std::string op = req.value("op", std::string());
+  if (impl_->opt.device.rfind("cuda", 0) != 0 || !allocates_on_gpu(op)) return impl_->send(req, timeout);
+  MemoryGate& gate = memory_gate(impl_->opt.device);
+  {
+    std::shared_lock<MemoryGate> running(gate);
+    Json a = impl_->send(req, timeout);
+    if (!out_of_memory(a)) return a;
+  }
+  log::verbose("reference worker: ", op, " ran out of GPU memory; waiting to run it alone on ", impl_->opt.device);
+  std::unique_lock<MemoryGate> alone(gate);
+  impl_->exchange({{"op", "release"}, {"keys", Json::array()}, {"empty_cache", true}}, timeout);
+  Json a = impl_->send(req, timeout);
+  a["memory_admission"] = "alone";  // it waited for the device to itself
+  return a;
+}
+
+Json WorkerClient::Impl::send(const Json& req, milliseconds timeout) {
+  Json a = exchange(req, timeout);
   const std::string op = req.value("op", std::string());
   if (op == "load" && a.value("ok", false) && req.contains("task_id"))
-    impl_->loads[req["task_id"].is_string() ? req["task_id"].get<std::string>() : req["task_id"].dump()] = req;
+    loads[req["task_id"].is_string() ? req["task_id"].get<std::string>() : req["task_id"].dump()] = req;
   if (op == "unload" && req.contains("task_id"))
-    impl_->loads.erase(req["task_id"].is_string() ? req["task_id"].get<std::string>() : req["task_id"].dump());
+    loads.erase(req["task_id"].is_string() ? req["task_id"].get<std::string>() : req["task_id"].dump());
   // A restarted worker has forgotten its tasks: replay the load once and retry.
   if (!a.value("ok", true) && a.value("error", std::string()) == "unknown_task" && req.contains("task_id")) {
     std::string tid = req["task_id"].is_string() ? req["task_id"].get<std::string>() : req["task_id"].dump();
-    auto it = impl_->loads.find(tid);
-    if (it != impl_->loads.end()) {
+    auto it = loads.find(tid);
+    if (it != loads.end()) {
       log::verbose("reference worker: reloading task ", tid);
-      Json la = impl_->exchange(it->second, timeout);
+      Json la = exchange(it->second, timeout);
       if (!la.value("ok", false)) {
         la["detail"] = "reloading the task failed: " + la.value("detail", std::string());
         la["op"] = op;
         return la;
       }
-      a = impl_->exchange(req, timeout);
+      a = exchange(req, timeout);
     }
   }
   return a;

@@ -237,6 +237,25 @@ TEST_CASE("worker: a task that raises gets an error answer and the worker lives 
   CHECK(c.worker_pid() == pid);
 }
 
+TEST_CASE("worker: device tensors need a CUDA worker; inputs and reference need somewhere to put their tensors") {
+  auto& c = shared();
+  REQUIRE(load(c, "linear_relu").value("ok", false));
+  auto a = c.request({{"op", "inputs"}, {"task_id", "linear_relu"}, {"seed", 1}, {"keep", "k"}});
+  CHECK_FALSE(a.value("ok", true));
+  CHECK(a["error"] == "bad_request");
+  CHECK(a["detail"].get<std::string>().find("CUDA worker") != std::string::npos);
+  auto b = c.request({{"op", "inputs"}, {"task_id", "linear_relu"}, {"seed", 1}});
+  CHECK(b["error"] == "bad_request");
+  CHECK(b["detail"].get<std::string>().find("'out'") != std::string::npos);
+  auto r = c.request({{"op", "reference"}, {"task_id", "linear_relu"}, {"inputs_key", "k"}, {"keep", "r"}});
+  CHECK(r["error"] == "bad_request");
+  auto rel = c.request({{"op", "release"}, {"keys", {"k"}}});
+  CHECK(rel["error"] == "bad_request");
+  // The file path is unchanged beside it.
+  auto in = c.temp_path("in");
+  CHECK(c.request({{"op", "inputs"}, {"task_id", "linear_relu"}, {"seed", 1}, {"out", in}}).value("ok", false));
+}
+
 TEST_CASE("worker: on CPU, time answers no_device; the method runs with allow_cpu") {
   auto& c = shared();
   REQUIRE(load(c, "linear_relu").value("ok", false));

@@ -4,11 +4,12 @@
 #include <chrono>
 #include <cmath>
 
+#include "libcommon/cuda/driver.hpp"
+#include "libcommon/cuda/ipc.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
 #include "libcommon/paths.hpp"
-#include "libcommon/safetensors.hpp"
 #include "libcommon/worker/worker_client.hpp"
 #include "libcommon/bundle/compare.hpp"
 #include "tools/kernel-check/runner.hpp"
@@ -17,6 +18,7 @@ namespace kc {
 
 struct GpuJudge::Lane {
   int gpu = 0;
+  CUcontext ctx = nullptr;  // this process's primary context on the GPU (for the comparisons)
   std::unique_ptr<ca::WorkerClient> worker;
   std::unique_ptr<RunnerClient> runner;
   std::map<std::string, ca::Json> loaded;  // task_id -> the worker's load answer
@@ -53,6 +55,7 @@ GpuJudge::GpuJudge(const CheckOptions& options, const Policy& policy, std::vecto
     wo.device = "cuda:" + std::to_string(g);
     lane->worker = std::make_unique<ca::WorkerClient>(wo);  // EnvironmentError without torch/GPU
     lane->runner = std::make_unique<RunnerClient>(g);
+    lane->ctx = ca::cuda::Driver::get().primary_context(g);
     free_.push_back(lane.get());
     lanes_.push_back(std::move(lane));
   }
@@ -126,54 +129,55 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   double eager = task_eager_ms(task);
   auto watchdog_for = [&](double eager_ms) { return options_.timeout_s > 0 ? options_.timeout_s : std::max(2.0, eager_ms * 50 / 1000.0); };
   double watchdog_s = watchdog_for(eager);
-  // + the transfers around the call (inputs in, outputs out, hashes), at a conservative 0.5 GB/s.
-  const double transfer_s = 3.0 + double(io.io_bytes()) / 5e8;
+  // + the work around the call (inputs copied in on the device, inputs and params hashed), at a
+  // conservative 20 GB/s.
+  const double transfer_s = 3.0 + double(io.io_bytes()) / 2e10;
   auto watchdog = [&] { return std::chrono::milliseconds(static_cast<int64_t>((watchdog_s + transfer_s) * 1000)); };
   const auto one_time_bound = std::chrono::seconds(120);
 
-  // 3. The warm call's inputs, reference and params; then the runner loads the candidate.
+  // 3. The warm call's inputs, reference and params, kept on the GPU by the worker and shared by
+  // CUDA IPC (no tensor crosses the host); then the runner loads the candidate.
   auto tmp = [&](const std::string& stem) { return lane.worker->temp_path(stem); };
   std::string cubin_path = tmp("cubin"), ptx_path = tmp("ptx");
   ca::write_file_atomic(cubin_path, p.compiled->cubin);
   ca::write_file_atomic(ptx_path, p.compiled->ptx);
-  std::vector<std::string> cleanup = {cubin_path, ptx_path};
   struct Cleanup {
-    std::vector<std::string>& files;
+    GpuJudge::Lane& lane;
+    std::vector<std::string> files;
     ~Cleanup() {
       for (auto& f : files) std::remove(f.c_str());
+      try {
+        lane.worker->request({{"op", "release"}, {"keys", {"kc-in", "kc-ref", "kc-params"}}});
+      } catch (const std::exception&) {
+      }
     }
-  } cleanup_guard{cleanup};
+  } cleanup{lane, {cubin_path, ptx_path}};
 
   double reference_ms = 0;  // the slowest reference call seen on these inputs
-  auto make_trial_files = [&](uint64_t seed, bool with_params, std::string& in, std::string& ref, std::string& params) -> bool {
-    in = tmp("in");
-    ref = tmp("ref");
-    cleanup.push_back(in);
-    cleanup.push_back(ref);
-    ca::Json a = lane.worker->request({{"op", "inputs"}, {"task_id", task_id}, {"seed", seed}, {"out", in}});
+  ca::Json in_tensors, ref_tensors, params_tensors;
+  auto make_trial = [&](uint64_t seed, bool with_params) -> bool {
+    ca::Json a = lane.worker->request({{"op", "inputs"}, {"task_id", task_id}, {"seed", seed}, {"keep", "kc-in"}});
     if (!a.value("ok", false)) {
       reference_failed("inputs", a);
       return false;
     }
-    ca::Json req = {{"op", "reference"}, {"task_id", task_id}, {"inputs", in}, {"out", ref}};
-    if (with_params) {
-      params = tmp("params");
-      cleanup.push_back(params);
-      req["params_out"] = params;
-    }
+    in_tensors = a["tensors"];
+    ca::Json req = {{"op", "reference"}, {"task_id", task_id}, {"inputs_key", "kc-in"}, {"keep", "kc-ref"}};
+    if (with_params) req["params_keep"] = "kc-params";
     ca::Json b = lane.worker->request(req);
     if (!b.value("ok", false)) {
       reference_failed("reference", b);
       return false;
     }
+    ref_tensors = b["tensors"];
+    if (with_params) params_tensors = b["params"];
     if (b.contains("forward_ms") && b["forward_ms"].is_number()) reference_ms = std::max(reference_ms, b["forward_ms"].get<double>());
     return true;
   };
 
-  std::string in, ref, params;
-  if (!make_trial_files(seeds[0], true, in, ref, params)) return;
-  ca::Json load = {{"op", "load"},         {"cubin", cubin_path}, {"ptx", ptx_path},         {"lowered", p.compiled->lowered},
-                   {"plan", p.plan_json},  {"io", io.to_json()},  {"params", params}, {"graph", options_.graph}};
+  if (!make_trial(seeds[0], true)) return;
+  ca::Json load = {{"op", "load"},        {"cubin", cubin_path}, {"ptx", ptx_path},           {"lowered", p.compiled->lowered},
+                   {"plan", p.plan_json}, {"io", io.to_json()},  {"params_ipc", params_tensors}, {"graph", options_.graph}};
   ca::Json ans = lane.runner->request(load, one_time_bound);
   if (options_.timeout_s <= 0 && reference_ms > 0) watchdog_s = watchdog_for(reference_ms);
   check["watchdog_s"] = watchdog_s;
@@ -187,18 +191,25 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   };
   if (!ans.value("ok", false)) return runner_failed(ans, "init");
 
+  // The runner's output buffers, mapped here for the whole load: outputs are compared on the GPU,
+  // in this process, against the worker's references (which never enter the runner).
+  auto& drv = ca::cuda::Driver::get();
+  drv.check(drv.cuCtxSetCurrent(lane.ctx), "cuCtxSetCurrent");
+  ca::cuda::IpcMaps out_maps;
+  ca::bundle::DeviceOutputs got;
+  for (const auto& [name, t] : ca::cuda::shared_tensors(ans.at("outputs_ipc"), "outputs_ipc"))
+    got[name] = ca::bundle::DeviceOutput{t.dtype, t.shape, out_maps.map(t)};
+
   // 4. The warm call, then fresh inputs for every trial right after it.
   ca::Json trials = ca::Json::array();
   bool all_ok = true;
   std::string first_reason;
   double forward_ms_sum = 0;
   for (size_t t = 0; t < seeds.size(); ++t) {
-    if (t > 0 && !make_trial_files(seeds[t], false, in, ref, params)) return;
-    std::string out = tmp("out");
-    cleanup.push_back(out);
+    if (t > 0 && !make_trial(seeds[t], false)) return;
     uint32_t guard_seed = static_cast<uint32_t>(splitmix64(seeds[t] ^ 0xabcdef));
     // The warm call pays the one-time costs (lazy module loading, first touch): the generous bound.
-    ca::Json run = lane.runner->request({{"op", "run"}, {"inputs", in}, {"out", out}, {"guard_seed", guard_seed}, {"graph", options_.graph}},
+    ca::Json run = lane.runner->request({{"op", "run"}, {"inputs_ipc", in_tensors}, {"guard_seed", guard_seed}, {"graph", options_.graph}},
                                         t == 0 ? std::chrono::milliseconds(one_time_bound) : watchdog());
     ca::Json trial = {{"seed", seeds[t]}, {"warm", t == 0}};
     if (!run.value("ok", false)) {
@@ -210,13 +221,12 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
     forward_ms_sum += run.value("forward_ms", 0.0);
     ca::bundle::CompareResult cmp;
     {
-      auto got = ca::read_safetensors(out).tensors;
-      auto want = ca::read_safetensors(ref).tensors;
-      cmp = ca::bundle::compare_outputs(got, want, options_.tolerance, options_.atol, options_.rtol);
+      ca::cuda::IpcMaps ref_maps;
+      ca::bundle::DeviceOutputs want;
+      for (const auto& [name, r] : ca::cuda::shared_tensors(ref_tensors, "reference"))
+        want[name] = ca::bundle::DeviceOutput{r.dtype, r.shape, ref_maps.map(r)};
+      cmp = ca::bundle::compare_outputs_device(got, want, options_.tolerance, options_.atol, options_.rtol, nullptr);
     }
-    // This trial's files go now, not with the candidate: gigabyte tensors times six trials would
-    // fill the temp dir's memory.
-    for (const std::string& f : {in, ref, out}) std::remove(f.c_str());
     trial.update(cmp.to_json());
     std::string reason;
     if (!run["guards"].empty()) reason = run["guards"][0].get<std::string>();
@@ -242,6 +252,7 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   check["forward_ms_mean"] = forward_ms_sum / static_cast<double>(trials.size());
   if (all_ok) set_verdict(check, "passed", "all " + std::to_string(trials.size()) + " calls match the reference");
   else set_verdict(check, "incorrect", first_reason);
+  out_maps.close();  // before the runner frees the buffers
   lane.runner->request({{"op", "unload"}}, std::chrono::seconds(30));
 }
 

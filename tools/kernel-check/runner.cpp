@@ -105,20 +105,25 @@ int runner_main(int gpu) {
         ca::bundle::IoSpec io = ca::bundle::IoSpec::from_json(req.at("io"));
         ca::bundle::BoundPlan bound = ca::bundle::bind_plan(plan, sigs, io);
         ex = std::make_unique<ca::bundle::Executor>(bound, cr.cubin);
-        if (req.contains("params") && req["params"].is_string()) ex->upload_tensors(ca::read_safetensors(req["params"]).tensors);
+        // Params: the worker's device tensors (mapped, copied and unmapped before any candidate
+        // code runs), or a safetensors file.
+        if (req.contains("params_ipc")) ex->upload_shared(req["params_ipc"]);
+        else if (req.contains("params") && req["params"].is_string()) ex->upload_tensors(ca::read_safetensors(req["params"]).tensors);
         ex->run_init();
         init_state = ex->init_scratch_hashes();
         // Capture is a one-time cost: paid here, outside the watchdog of the calls.
         if (req.value("graph", false)) graph = ex->capture_forward();
-        send({{"ok", true}, {"init_ms", ms_since(t0)}, {"module_global_bytes", ex->module_global_bytes()}});
+        // The outputs, for the parent to compare where they are (the reference never comes here).
+        send({{"ok", true}, {"init_ms", ms_since(t0)}, {"module_global_bytes", ex->module_global_bytes()},
+              {"outputs_ipc", ex->export_outputs()}});
       } else if (op == "run") {
         if (!ex) {
           send(error_answer("bad_request", "run before load", false));
           continue;
         }
         uint32_t seed = req.value("guard_seed", 12345u);
-        auto inputs = ca::read_safetensors(req.at("inputs")).tensors;
-        ex->upload_tensors(inputs);
+        if (req.contains("inputs_ipc")) ex->upload_shared(req["inputs_ipc"]);
+        else ex->upload_tensors(ca::read_safetensors(req.at("inputs")).tensors);
         std::vector<std::pair<std::string, std::string>> before;
         for (auto& b : ex->plan().buffers)
           if (b.space == ca::bundle::Space::input || b.space == ca::bundle::Space::param) before.emplace_back(b.ref, ex->hash(b.ref));
@@ -143,7 +148,7 @@ int runner_main(int gpu) {
           if (ex->hash(ref) != h) changed.push_back(ref);
         for (auto& g : ex->check_guards(seed)) guards.push_back(g.text());
         ca::Json init_changed = ex->changed_init_scratch(init_state);
-        ca::write_safetensors(req.at("out"), ex->download_outputs());
+        if (req.contains("out")) ca::write_safetensors(req.at("out"), ex->download_outputs());
         send({{"ok", true}, {"forward_ms", forward_ms}, {"inputs_changed", changed}, {"guards", guards},
               {"init_scratch_changed", init_changed}});
       } else if (op == "unload") {

@@ -1,11 +1,13 @@
 // One candidate on the GPU: bench setup, timing, outputs checked after the timed calls.
 #include "tools/kernel-prof/candidate.hpp"
 
+#include <atomic>
 #include <cstdio>
 
 #include "libcommon/bundle/compile.hpp"
 #include "libcommon/bundle/plan.hpp"
 #include "libcommon/cuda/driver.hpp"
+#include "libcommon/cuda/ipc.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/log.hpp"
 #include "libcommon/safetensors.hpp"
@@ -13,8 +15,8 @@
 
 namespace ca::prof {
 
-CandidateBench::CandidateBench(const Record& bundle, const Json& loaded, const std::string& arch,
-                               const std::string& params_file, const std::vector<InputSetFiles>& sets, uint32_t guard_seed)
+CandidateBench::CandidateBench(const Record& bundle, const Json& loaded, const std::string& arch, const Json& params,
+                               const std::vector<InputSet>& sets, uint32_t guard_seed)
     : guard_seed_(guard_seed) {
   if (!bundle.contains("kernels") || !bundle["kernels"].is_object()) throw FieldError("bundle.kernels", "missing or not an object");
   if (!bundle.contains("plan")) throw FieldError("bundle.plan", "missing");
@@ -29,14 +31,12 @@ CandidateBench::CandidateBench(const Record& bundle, const Json& loaded, const s
   bundle::CompileResult cr = bundle::compile_bundle(kernels, plan.kernel_names(), copt);
   if (!cr.ok) throw std::runtime_error("compile: " + cr.first_error);
   bundle::BoundPlan bound = bundle::bind_plan(plan, bundle::signatures_of(cr), bundle::IoSpec::from_json(loaded));
-  TensorMap params;
-  if (!params_file.empty()) params = read_safetensors(params_file).tensors;
   auto& drv = cuda::Driver::get();
   for (const auto& s : sets) {
     auto ex = std::make_unique<bundle::Executor>(bound, cr.cubin);
-    ex->upload_tensors(params);
+    if (!params.is_null()) ex->upload_shared(params);
     ex->run_init();
-    ex->upload_tensors(read_safetensors(s.inputs).tensors);
+    ex->upload_shared(s.inputs);
     ex->fill_guards(guard_seed_);
     ex->synchronize();
     // Inputs, params and init's scratch: no call may change them (checked after timing).
@@ -81,56 +81,69 @@ void CandidateBench::enqueue(int set, CUstream stream) {
   drv.check(drv.cuGraphLaunch(graphs_[set], stream), "cuGraphLaunch");
 }
 
-std::vector<InputSetFiles> make_input_sets(GpuSession& gpu, const std::string& task_id, int count, uint64_t seed,
-                                           std::string* params_file) {
+std::vector<InputSet> make_input_sets(GpuSession& gpu, const std::string& task_id, int count, uint64_t seed, Json* params,
+                                      std::vector<std::string>& keys) {
   WorkerClient& w = gpu.worker();
-  std::vector<InputSetFiles> sets;
+  static std::atomic<int64_t> timings{0};
+  const std::string stem = "kp-" + std::to_string(++timings) + "-";
+  std::vector<InputSet> sets;
+  auto failed = [&](const char* what, const Json& a) {
+    return EnvironmentError(std::string("reference worker: ") + what + " for task " + task_id + ": " +
+                            a.value("error", std::string("?")) + ": " + a.value("detail", std::string()));
+  };
   for (int k = 0; k < count; ++k) {
-    InputSetFiles f;
-    f.seed = seed + uint64_t(k);
-    f.inputs = w.temp_path("prof-in");
-    f.reference = w.temp_path("prof-ref");
-    Json a = w.request({{"op", "inputs"}, {"task_id", task_id}, {"seed", f.seed}, {"out", f.inputs}});
-    if (!a.value("ok", false))
-      throw EnvironmentError("reference worker: inputs for task " + task_id + ": " + a.value("error", std::string("?")) + ": " +
-                             a.value("detail", std::string()));
-    Json req{{"op", "reference"}, {"task_id", task_id}, {"inputs", f.inputs}, {"out", f.reference}};
-    if (k == 0 && params_file) {
-      *params_file = w.temp_path("prof-params");
-      req["params_out"] = *params_file;
+    InputSet set;
+    set.seed = seed + uint64_t(k);
+    const std::string in_key = stem + "in-" + std::to_string(k), ref_key = stem + "ref-" + std::to_string(k);
+    keys.push_back(in_key);
+    keys.push_back(ref_key);
+    Json a = w.request({{"op", "inputs"}, {"task_id", task_id}, {"seed", set.seed}, {"keep", in_key}});
+    if (!a.value("ok", false)) {
+      w.request({{"op", "release"}, {"keys", keys}});
+      throw failed("inputs", a);
+    }
+    set.inputs = a["tensors"];
+    Json req{{"op", "reference"}, {"task_id", task_id}, {"inputs_key", in_key}, {"keep", ref_key}};
+    if (k == 0 && params) {
+      keys.push_back(stem + "params");
+      req["params_keep"] = stem + "params";
     }
     Json b = w.request(req);
-    if (!b.value("ok", false))
-      throw EnvironmentError("reference worker: reference for task " + task_id + ": " + b.value("error", std::string("?")) +
-                             ": " + b.value("detail", std::string()));
-    sets.push_back(f);
+    if (!b.value("ok", false)) {
+      w.request({{"op", "release"}, {"keys", keys}});
+      throw failed("reference", b);
+    }
+    set.reference = b["tensors"];
+    if (k == 0 && params) *params = b["params"];
+    sets.push_back(std::move(set));
   }
   return sets;
 }
 
-void remove_files(const CandidateTiming& timing) {
-  if (!timing.params_file.empty()) std::remove(timing.params_file.c_str());
-  for (const auto& s : timing.sets) {
-    std::remove(s.inputs.c_str());
-    std::remove(s.reference.c_str());
+void release_sets(GpuSession& gpu, const CandidateTiming& timing) {
+  if (timing.keys.empty()) return;
+  try {
+    gpu.worker().request({{"op", "release"}, {"keys", timing.keys}});
+  } catch (const std::exception& e) {
+    log::warn("reference worker: release: ", e.what());
   }
 }
 
-CandidateTiming time_candidate(GpuSession& gpu, const Record& record, const Record& task, const Json& loaded,
-                               const ProfOptions& options) {
-  CandidateTiming result;
+namespace {
+
+void time_into(CandidateTiming& result, GpuSession& gpu, const Record& record, const Record& task, const Json& loaded,
+               const ProfOptions& options) {
   const std::string task_id = task["task_id"].get<std::string>();
-  result.sets = make_input_sets(gpu, task_id, options.input_sets, options.seed, &result.params_file);
+  result.sets = make_input_sets(gpu, task_id, options.input_sets, options.seed, &result.params, result.keys);
   result.input_sets = int(result.sets.size());
   const std::string tolerance = record["check"].value("tolerance", std::string("default"));
   auto fail = [&](const std::string& why) {
     result.outputs_ok = false;
     result.failure = why;
-    return result;
   };
   std::unique_ptr<CandidateBench> bench;
   try {
-    bench = std::make_unique<CandidateBench>(record["bundle"], loaded, gpu.identity().arch, result.params_file, result.sets,
+    bench = std::make_unique<CandidateBench>(record["bundle"], loaded, gpu.identity().arch, result.params, result.sets,
                                              uint32_t(options.seed * 0x9e3779b9ULL >> 7));
   } catch (const FieldError&) {
     throw;
@@ -156,11 +169,17 @@ CandidateTiming time_candidate(GpuSession& gpu, const Record& record, const Reco
     std::string why = bench->state_violation(k);
     if (!why.empty()) return fail(log::cat("input set ", k, " after ", result.loop.calls, " timed calls: ", why));
   }
-  // The last timed call on every set left its outputs in place: compare them with the reference.
+  // The last timed call on every set left its outputs in place: compare them with the reference, on
+  // the GPU (the reference mapped only now, after every candidate call).
   for (int k = 0; k < result.input_sets; ++k) {
-    TensorMap got = bench->executor(k).download_outputs();
-    TensorMap want = read_safetensors(result.sets[k].reference).tensors;
-    ca::bundle::CompareResult cmp = ca::bundle::compare_outputs(got, want, tolerance, -1, -1);
+    ca::bundle::DeviceOutputs got, want;
+    for (const auto& b : bench->executor(k).plan().buffers)
+      if (b.space == bundle::Space::output) got[b.ref] = {b.dtype, b.shape, bench->executor(k).device_pointer(b.ref)};
+    cuda::IpcMaps maps;
+    for (const auto& [name, t] : cuda::shared_tensors(result.sets[k].reference, "reference"))
+      want[name] = {t.dtype, t.shape, maps.map(t)};
+    ca::bundle::CompareResult cmp = ca::bundle::compare_outputs_device(got, want, tolerance, -1, -1, gpu.stream());
+    maps.close();
     Json entry = cmp.to_json();
     entry["set"] = k;
     entry["seed"] = result.sets[k].seed;
@@ -171,6 +190,19 @@ CandidateTiming time_candidate(GpuSession& gpu, const Record& record, const Reco
       result.failure = log::cat("input set ", k, " (seed ", result.sets[k].seed, ") after ", result.loop.calls,
                                 " timed calls: ", cmp.reason);
     }
+  }
+}
+
+}  // namespace
+
+CandidateTiming time_candidate(GpuSession& gpu, const Record& record, const Record& task, const Json& loaded,
+                               const ProfOptions& options) {
+  CandidateTiming result;
+  try {
+    time_into(result, gpu, record, task, loaded, options);
+  } catch (...) {
+    release_sets(gpu, result);  // what the worker kept for a timing that throws
+    throw;
   }
   return result;
 }

@@ -17,10 +17,11 @@
 
 namespace ca::prof {
 
-// Files the reference worker wrote for one input set (inside its private temp dir).
-struct InputSetFiles {
+// One input set, kept on the GPU by the reference worker: descriptions of its device tensors
+// (libcommon/cuda/ipc.hpp), valid until the set is released.
+struct InputSet {
   uint64_t seed = 0;
-  std::string inputs, reference;
+  Json inputs, reference;  // {"inputs.0": {dtype, shape, bytes, handle, offset}, ...}, {"outputs.0": ...}
 };
 
 // The candidate ready to run: one executor and one graph per input set, params uploaded, init run.
@@ -29,8 +30,9 @@ class CandidateBench : public measure::TimedTarget {
   // Throws bundle::PlanError, CudaError, FieldError (record lacks its bundle), or
   // std::runtime_error("compile: ...") when the bundle no longer compiles.
   // `guard_seed` fills every set's guard zones (as kernel-check does before each of its calls).
-  CandidateBench(const Record& bundle, const Json& loaded, const std::string& arch, const std::string& params_file,
-                 const std::vector<InputSetFiles>& sets, uint32_t guard_seed);
+  // `params` and every set's `inputs` are the worker's device tensors: copied in, then unmapped.
+  CandidateBench(const Record& bundle, const Json& loaded, const std::string& arch, const Json& params,
+                 const std::vector<InputSet>& sets, uint32_t guard_seed);
   ~CandidateBench() override;
   int input_sets() const override { return int(executors_.size()); }
   // Untimed, before every call: the set's call state reset (forward scratch poisoned, module
@@ -56,20 +58,22 @@ struct CandidateTiming {
   bool outputs_ok = true;
   std::string failure;  // what was wrong when timed
   Json outputs_check = Json::array();  // per input set: {set, seed, ok, max_abs_err, ...}
-  std::string params_file;             // kept for --metrics' replay, removed by the caller
-  std::vector<InputSetFiles> sets;
+  Json params;                         // the worker's device params (kept for --metrics' replay)
+  std::vector<InputSet> sets;
+  std::vector<std::string> keys;       // what the worker keeps for this timing, released by the caller
 };
 
-// Asks the worker for the input sets (seeds options.seed + k) and their reference outputs.
-std::vector<InputSetFiles> make_input_sets(GpuSession& gpu, const std::string& task_id, int count, uint64_t seed,
-                                           std::string* params_file);
+// Asks the worker for the input sets (seeds options.seed + k) and their reference outputs, kept on
+// the GPU under fresh keys (appended to `keys`); the params too when `params` is given.
+std::vector<InputSet> make_input_sets(GpuSession& gpu, const std::string& task_id, int count, uint64_t seed, Json* params,
+                                      std::vector<std::string>& keys);
 
 // `loaded` is the worker's load answer for the task (tensor specs). Never throws for a candidate
 // that goes wrong when timed: outputs_ok false and `failure` say what happened.
 CandidateTiming time_candidate(GpuSession& gpu, const Record& record, const Record& task, const Json& loaded,
                                const ProfOptions& options);
 
-// Removes the worker files of a timing.
-void remove_files(const CandidateTiming& timing);
+// Releases what the worker keeps for a timing (never throws).
+void release_sets(GpuSession& gpu, const CandidateTiming& timing);
 
 }  // namespace ca::prof

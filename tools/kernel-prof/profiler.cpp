@@ -123,9 +123,10 @@ Outcome Profiler::profile(Record& record) {
 
   CandidateTiming cand = time_candidate(g, record, task, loaded, options_);
   struct Cleanup {
+    GpuSession& g;
     const CandidateTiming& t;
-    ~Cleanup() { remove_files(t); }
-  } cleanup{cand};
+    ~Cleanup() { release_sets(g, t); }
+  } cleanup{g, cand};
   auto clock_end = measure::sm_clock_mhz(g.identity().pci_bus_id);
   prof["sm_clock_mhz"] = {{"start", clock_json(clock_start)}, {"end", clock_json(clock_end)}};
 
@@ -217,7 +218,7 @@ Outcome Profiler::profile(Record& record) {
   for (Json d = decisions(); open_decisions(d) > 0 && rounds < options_.remeasure; d = decisions()) {
     ++rounds;
     CandidateTiming more = time_candidate(g, record, task, loaded, options_);
-    remove_files(more);
+    release_sets(g, more);
     if (!more.outputs_ok) {
       prof["status"] = "failed";
       prof["correct"] = false;

@@ -13,9 +13,11 @@ int replay_once(const std::string& file, int gpu_ordinal) {
   Record r = Record::parse(read_file(file));
   GpuSession gpu(gpu_ordinal, false);
   gpu.make_current();
-  std::vector<InputSetFiles> sets;
-  for (auto& p : r["replay"]["inputs"]) sets.push_back(InputSetFiles{0, p.get<std::string>(), ""});
-  CandidateBench bench(r["bundle"], r["task"]["loaded"], gpu.identity().arch, r["replay"].value("params", std::string()), sets, 0x5eedu);
+  // The parent's worker still keeps the sets: their device tensors are mapped here as in the parent.
+  std::vector<InputSet> sets;
+  for (auto& p : r["replay"]["inputs"]) sets.push_back(InputSet{0, Json::parse(p.dump()), Json()});
+  CandidateBench bench(r["bundle"], r["task"]["loaded"], gpu.identity().arch, Json::parse(r["replay"]["params"].dump()), sets,
+                       0x5eedu);
   auto& drv = cuda::Driver::get();
   for (int k = 0; k < bench.input_sets(); ++k) {
     bench.prepare(k, gpu.stream());

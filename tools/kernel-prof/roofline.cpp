@@ -148,9 +148,10 @@ Json kernel_metrics(GpuSession& gpu, const Record& record, const Record& task, c
   Record one = record;
   one["task"] = task;
   one["task"]["loaded"] = loaded;
-  one["replay"]["params"] = timing.params_file;
-  one["replay"]["inputs"] = Json::array();
-  for (const auto& set : timing.sets) one["replay"]["inputs"].push_back(set.inputs);
+  // The sets' device tensors (the worker keeps them until the timing is released).
+  one["replay"]["params"] = Record::parse(timing.params.dump());
+  one["replay"]["inputs"] = Record::array();
+  for (const auto& set : timing.sets) one["replay"]["inputs"].push_back(Record::parse(set.inputs.dump()));
   write_file_atomic(tmp.path() + "/record.json", one.dump());
   std::string metrics;
   for (const auto& m : ncu_metric_names()) metrics += (metrics.empty() ? "" : ",") + m;

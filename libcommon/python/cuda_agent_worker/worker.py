@@ -65,6 +65,7 @@ class Worker(object):
         self.work_dir = work_dir
         self.cpu_seconds = cpu_seconds
         self.tasks = {}
+        self._kept = None
         tasks.set_tf32(False)  # the reference precision; every op restores it
         if hasattr(torch, "set_float32_matmul_precision") and not tasks._has_new_precision_api():
             torch.set_float32_matmul_precision("highest")
@@ -83,6 +84,21 @@ class Worker(object):
         else:
             h["device_name"] = platform.processor() or platform.machine()
         return h
+
+    def give_back_cache(self, low=0.25, idle_bytes=1 << 30):
+        """Workers sharing a GPU hold cached memory the others may need: after a request, a cache
+        of more than `idle_bytes` unused (or any, when less than `low` of the device is free) goes
+        back to the driver, so what the client's admission sees in use is in use."""
+        torch = self.torch
+        try:
+            idle = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+            if idle <= 0:
+                return
+            free, total = torch.cuda.mem_get_info()
+        except Exception:
+            return
+        if idle > idle_bytes or free < low * total:
+            torch.cuda.empty_cache()
 
     def base(self, req):
         return {"ok": True, "id": req.get("id"), "op": req.get("op"),
@@ -105,7 +121,7 @@ class Worker(object):
         op = req.get("op")
         fn = getattr(self, "op_" + str(op).replace("-", "_"), None) if isinstance(op, str) else None
         if fn is None:
-            raise BadRequest("unknown op %r (load, inputs, reference, time, filters, similarity, ping, unload)" % (op,))
+            raise BadRequest("unknown op %r (load, inputs, reference, release, time, filters, similarity, ping, unload)" % (op,))
         self.limit_cpu()
         ans = self.base(req)
         ans.update(fn(req))
@@ -146,34 +162,90 @@ class Worker(object):
             t.drop()
         return {"unloaded": t is not None}
 
+    def kept(self):
+        """The device tensors kept by key (CUDA IPC): GPU workers only."""
+        if not self.device.startswith("cuda"):
+            raise BadRequest("device tensors ('keep', 'inputs_key') need a CUDA worker (this one runs on %s)" % self.device)
+        if self._kept is None:
+            from . import device_tensors
+            self._kept = device_tensors.Kept()
+        return self._kept
+
     def op_inputs(self, req):
         t = self.task(req)
         seed = need(req, "seed", int)
-        out = need(req, "out", str)
-        values, specs = t.make_inputs(seed)
-        self.tasks_mod.write_inputs(out, values)
-        return {"task_id": t.task_id, "seed": seed, "out": out, "inputs": specs}
+        out, keep = req.get("out"), req.get("keep")
+        if out is None and keep is None:
+            raise BadRequest("'inputs' needs field 'out' (a file) or 'keep' (a key for device tensors)")
+        if out is not None and not isinstance(out, str):
+            raise BadRequest("'inputs': field 'out' has the wrong type")
+        values, specs = t.make_inputs(seed, on_device=keep is not None)
+        ans = {"task_id": t.task_id, "seed": seed, "inputs": specs}
+        if out is not None:
+            self.tasks_mod.write_inputs(out, values)
+            ans["out"] = out
+        if keep is not None:
+            tensors = {"inputs.%d" % i: v for i, v in enumerate(values) if isinstance(v, self.torch.Tensor)}
+            scalars = {"inputs.%d" % i: v for i, v in enumerate(values) if not isinstance(v, self.torch.Tensor)}
+            ans["keep"] = keep
+            ans["tensors"] = self.kept().put(keep, t.device, tensors, scalars)
+        return ans
 
     def op_reference(self, req):
         from . import safetensors_io
         t = self.task(req)
-        inputs = self.tasks_mod.read_inputs(need(req, "inputs", str))
-        out = need(req, "out", str)
+        out, keep = req.get("out"), req.get("keep")
+        if out is None and keep is None:
+            raise BadRequest("'reference' needs field 'out' (a file) or 'keep' (a key for device tensors)")
+        if "inputs_key" in req:
+            try:
+                entry = self.kept().get(str(req["inputs_key"]))
+            except KeyError as e:
+                raise BadRequest(str(e.args[0]))
+            values = dict(entry["tensors"])
+            values.update(entry["scalars"])
+            n = len(values)
+            # A clone: task code that works in place (relu_) must not change what the judge passes on.
+            inputs = [values["inputs.%d" % i].clone() if isinstance(values["inputs.%d" % i], self.torch.Tensor)
+                      else values["inputs.%d" % i] for i in range(n)]
+        else:
+            inputs = self.tasks_mod.read_inputs(need(req, "inputs", str))
         dev_inputs = t.to_device(inputs)
-        # forward_ms: the reference's own time on these inputs (outputs back on the host included), the
-        # scale kernel-check's watchdog is set from.
+        # forward_ms: the reference's own time on these inputs, the scale kernel-check's watchdog
+        # is set from.
         started = time.perf_counter()
         outs = t.forward(dev_inputs)
         if t.device.type == "cuda":
             self.torch.cuda.synchronize(t.device)
         forward_ms = (time.perf_counter() - started) * 1e3
-        safetensors_io.write(out, {"outputs.%d" % i: o for i, o in enumerate(outs)})
-        ans = {"task_id": t.task_id, "out": out, "forward_ms": forward_ms,
+        del dev_inputs, inputs
+        named = {"outputs.%d" % i: o for i, o in enumerate(outs)}
+        ans = {"task_id": t.task_id, "forward_ms": forward_ms,
                "outputs": [dict(index=i, **self.tasks_mod.tensor_spec(o)) for i, o in enumerate(outs)]}
+        if out is not None:
+            if not isinstance(out, str):
+                raise BadRequest("'reference': field 'out' has the wrong type")
+            safetensors_io.write(out, named)
+            ans["out"] = out
+        if keep is not None:
+            ans["keep"] = keep
+            ans["tensors"] = self.kept().put(keep, t.device, named)
         if req.get("params_out"):
             safetensors_io.write(req["params_out"], {"params." + k: v for k, v in t.initial_state.items()})
             ans["params_out"] = req["params_out"]
+        if req.get("params_keep"):
+            ans["params_keep"] = req["params_keep"]
+            ans["params"] = self.kept().put(str(req["params_keep"]), t.device,
+                                            {"params." + k: v for k, v in t.initial_state.items()})
         return ans
+
+    def op_release(self, req):
+        keys = need(req, "keys", list)
+        kept = self.kept()
+        n = kept.release([str(k) for k in keys])
+        if req.get("empty_cache"):
+            self.torch.cuda.empty_cache()
+        return {"released": n, "kept_bytes": kept.bytes()}
 
     def op_time(self, req):
         from . import timing
@@ -247,6 +319,8 @@ def serve(worker, stdin):
             ans = _error(rid, op, "internal", "%s: %s" % (type(e).__name__, e),
                          traceback="\n".join(traceback.format_exc().splitlines()[-12:]))
         emit(ans)
+        if worker.device.startswith("cuda"):
+            worker.give_back_cache()
         if worker.device.startswith("cuda") and not ans.get("ok"):
             # A failed task may leave the CUDA context poisoned (illegal address): check it, so the
             # next request does not fail for this one's sake.
