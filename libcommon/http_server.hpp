@@ -57,8 +57,9 @@ class Server {
   int64_t queued() const;  // work requests read and not yet answered (running or waiting)
   int64_t served() const;  // work requests answered
 
+  struct Impl;  // http_server.cpp's (its connections reach it)
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
