@@ -36,7 +36,9 @@ env = dict(os.environ)
 env.setdefault("CUDA_AGENT_PYTHONPATH", os.path.join(args.src, "libcommon", "python"))
 env["CUDA_AGENT_CACHE"] = os.path.join(work, "cache")
 env["CUDA_AGENT_LOCK_DIR"] = os.path.join(work, "locks")
-store = os.path.join(work, "bench.db")
+# One store per writer (DESIGN.md §10): kernel-check's checks, kernel-prof's profiles and baselines.
+check_store = os.path.join(work, "check.db")
+store = os.path.join(work, "prof.db")
 
 # The task and records of tests/kernel-prof/fixtures (relu * 2, 4096 x 2048).
 subprocess.run([sys.executable, os.path.join(args.src, "tests/kernel-prof/fixtures/make_records.py"), work], check=True)
@@ -101,13 +103,13 @@ def timed(fn):
 gpu = ["--gpus", str(args.gpu)]
 n = args.n
 # Warm the store's baselines once (eager and compile for this task on this GPU), by the CLI.
-checked = subprocess.run([KC] + gpu + ["--store", store], input=line(candidate(-1)), env=env, capture_output=True, check=True)
+checked = subprocess.run([KC] + gpu + ["--store", check_store], input=line(candidate(-1)), env=env, capture_output=True, check=True)
 passing = json.loads(checked.stdout.decode().splitlines()[-1])
 assert passing["check"]["status"] == "passed", passing["check"]
 subprocess.run([KP] + gpu + ["--store", store, "--tasks", tasks], input=line(passing), env=env, capture_output=True, check=True)
 
 # Services: started once; their first call pays the one-time costs (the task load), left out.
-kc, kc_url = start([KC] + gpu + ["--store", store], "kernel-check")
+kc, kc_url = start([KC] + gpu + ["--store", check_store], "kernel-check")
 kp, kp_url = start([KP] + gpu + ["--store", store, "--tasks", tasks], "kernel-prof")
 try:
     post(kc_url + "/v1/check", line(candidate(-2)))
@@ -143,7 +145,7 @@ finally:
 # A process per call, as agent-run without --judge.
 t_new, t_prof = [], []
 for i in range(n):
-    dt, r = timed(lambda: subprocess.run([KC] + gpu + ["--store", store, "--shard", "0/1"], input=line(candidate(100 + i)),
+    dt, r = timed(lambda: subprocess.run([KC] + gpu + ["--store", check_store, "--shard", "0/1"], input=line(candidate(100 + i)),
                                          env=env, capture_output=True))
     assert json.loads(r.stdout.decode().splitlines()[-1])["check"]["status"] == "passed", r.stderr.decode()[-500:]
     t_new.append(dt)

@@ -82,9 +82,10 @@ print('%.3f' % dt)
 
 # 2. kernel-prof.
 $PY "$CA_SRC/tests/kernel-prof/fixtures/make_records.py" "$T"
-ARGS=(--tasks "$T/tasks.jsonl" --baselines eager,compile --budget-s 2 --baseline-budget-s 2 --gpus 0)
-"$KP" "${ARGS[@]}" --store "$T/kp.db" < "$T/cands.jsonl" > "$T/kp.cli" 2> "$T/kp.cli.err" || fail "kp cli" "exit $?: $(tail -3 "$T/kp.cli.err")"
-"$KP" --serve 127.0.0.1:0 --port-file "$T/kp.port" "${ARGS[@]}" --store "$T/kp.db" > /dev/null 2> "$T/kp.err" &
+ARGS=(--tasks "$T/tasks.jsonl" --baselines eager,compile --baseline-budget-s 2 --gpus 0)
+BUDGET=(--budget-s 2)
+"$KP" "${ARGS[@]}" "${BUDGET[@]}" --store "$T/kp.db" < "$T/cands.jsonl" > "$T/kp.cli" 2> "$T/kp.cli.err" || fail "kp cli" "exit $?: $(tail -3 "$T/kp.cli.err")"
+"$KP" --serve 127.0.0.1:0 --port-file "$T/kp.port" "${ARGS[@]}" "${BUDGET[@]}" --store "$T/kp.db" > /dev/null 2> "$T/kp.err" &
 PIDS+=($!)
 KP_URL="http://$(wait_port "$T/kp.port" "$T/kp.err")"
 curl -sS --data-binary @"$T/cands.jsonl" "$KP_URL/v1/profile" > "$T/kp.svc"
@@ -114,7 +115,7 @@ assert dt < 5.0, dt
 print('%.3f' % dt)
 " "$T/one.out" "$t0" "$t1" > "$T/one.dt" && pass "a warm profile (cached baselines): $(cat "$T/one.dt") s" || fail "warm profile" "$(cat "$T/one.dt")"
 # Without a store the baselines are timed once per service, then come from its memory.
-"$KP" --serve 127.0.0.1:0 --port-file "$T/kp2.port" "${ARGS[@]}" --no-store > /dev/null 2> "$T/kp2.err" &
+"$KP" --serve 127.0.0.1:0 --port-file "$T/kp2.port" "${ARGS[@]}" "${BUDGET[@]}" --no-store > /dev/null 2> "$T/kp2.err" &
 PIDS+=($!)
 KP2_URL="http://$(wait_port "$T/kp2.port" "$T/kp2.err")"
 curl -sS --data-binary @"$T/one.jsonl" "$KP2_URL/v1/profile" > "$T/m1.out"
@@ -127,7 +128,9 @@ assert a['eager']['time_us'] == b['eager']['time_us']
 " "$T/m1.out" "$T/m2.out" && pass "--no-store service: baselines timed once, then from memory" || fail "memory cache" "$(head -c 300 "$T/m2.out")"
 
 # 3. A verify sent while a profile is timed on the same GPU waits for it.
-ARGS_LONG=(--min-runs 2000 --budget-s 4)
+# Timed calls until the 4 s budget ends (the run counts are out of reach), so the verify below
+# arrives while the loop runs.
+ARGS_LONG=(--min-runs 1000000 --max-runs 1000000 --budget-s 4)
 "$KP" --serve 127.0.0.1:0 --port-file "$T/kp3.port" "${ARGS[@]}" "${ARGS_LONG[@]}" --store "$T/kp.db" > /dev/null 2> "$T/kp3.err" &
 PIDS+=($!)
 KP3_URL="http://$(wait_port "$T/kp3.port" "$T/kp3.err")"
@@ -139,16 +142,18 @@ for _ in $(seq 200); do
 done
 sleep 1  # into the timed loop (baselines come from the store)
 sed 's/variant 2/variant 9/' <(sed -n 6p "$T/in.jsonl") > "$T/during.jsonl"
+now > "$T/verify.start"
 curl -sS --data-binary @"$T/during.jsonl" "$KC_URL/v1/check" > "$T/during.out"; now > "$T/verify.end"
 wait "$PROF_CURL"
 $PY -c "
 import json,sys
 c=json.loads(open(sys.argv[1]).readline())['check']; p=json.loads(open(sys.argv[2]).readline())['prof']
-pe=float(open(sys.argv[3]).read()); ve=float(open(sys.argv[4]).read())
+pe=float(open(sys.argv[3]).read()); ve=float(open(sys.argv[4]).read()); vs=float(open(sys.argv[5]).read())
 assert c['status']=='passed' and p['status']=='timed', (c['status'], p.get('reason'))
+assert vs < pe - 0.5, ('the verify was sent %.2f s after the profile ended: nothing was tested' % (vs - pe))
 assert ve >= pe - 0.2, ('the verify finished %.2f s before the profile' % (pe - ve))
-print('verify finished %.2f s after the profile (profile took %.1f s)' % (ve - pe, p['profile_s']))
-" "$T/during.out" "$T/long.out" "$T/prof.end" "$T/verify.end" > "$T/lock.txt" \
+print('verify sent %.2f s before the profile ended, finished %.2f s after it (profile took %.1f s)' % (pe - vs, ve - pe, p['profile_s']))
+" "$T/during.out" "$T/long.out" "$T/prof.end" "$T/verify.end" "$T/verify.start" > "$T/lock.txt" \
   && pass "exclusive timing: $(cat "$T/lock.txt")" || fail "exclusive timing" "$(cat "$T/lock.txt")"
 
 # SIGTERM: both services end cleanly, their runs closed.
