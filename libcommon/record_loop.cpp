@@ -40,7 +40,64 @@ std::string record_key(const Record& record) {
   return content_id(record);
 }
 
+Counts& Counts::operator+=(const Counts& o) {
+  read += o.read;
+  done += o.done;
+  failed += o.failed;
+  skipped += o.skipped;
+  passed += o.passed;
+  bad += o.bad;
+  other_shard += o.other_shard;
+  return *this;
+}
+
+std::vector<Line> parse_lines(const std::string& text) {
+  std::vector<Line> lines;
+  std::size_t pos = 0;
+  int64_t number = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++number;
+    const std::string where = "line " + std::to_string(number);
+    if (line.size() > kMaxLineBytes) throw InputError(where + ": line longer than 64 MiB");
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    lines.push_back(Line{parse_record_line(line, where), where});
+  }
+  return lines;
+}
+
+std::string dump_lines(const std::vector<Record>& records) {
+  std::string out;
+  for (const Record& r : records) out += r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return out;
+}
+
 RecordLoop::RecordLoop(const CommonOptions& options) : options_(options) {}
+
+bool RecordLoop::handle(Record& record, const std::string& where, const std::function<Outcome(Record&)>& job,
+                        bool drop_skipped) {
+  ++counts_.read;
+  Outcome outcome;
+  try {
+    check_record_ids(record);
+    outcome = job(record);
+  } catch (const FieldError& e) {
+    mark_bad_record(record, e, options_.tool, where, options_.strict);
+    ++counts_.bad;
+    return true;
+  }
+  switch (outcome) {
+    case Outcome::done: ++counts_.done; break;
+    case Outcome::failed: ++counts_.failed; break;
+    case Outcome::skipped: ++counts_.skipped; break;
+    case Outcome::passed: ++counts_.passed; break;
+  }
+  return !(drop_skipped && outcome == Outcome::skipped);
+}
 
 int RecordLoop::run(const std::function<Outcome(Record&)>& job, bool drop_skipped) {
   RecordReader reader(options_.input);
@@ -48,29 +105,12 @@ int RecordLoop::run(const std::function<Outcome(Record&)>& job, bool drop_skippe
   log::Progress progress;
   Record record;
   while (reader.next(record)) {
-    ++counts_.read;
     if (!options_.shard.contains(record_key(record))) {
+      ++counts_.read;
       ++counts_.other_shard;
       continue;
     }
-    Outcome outcome;
-    try {
-      check_record_ids(record);
-      outcome = job(record);
-    } catch (const FieldError& e) {
-      mark_bad_record(record, e, options_.tool, reader.where(), options_.strict);
-      ++counts_.bad;
-      writer.write(record);
-      progress.tick();
-      continue;
-    }
-    switch (outcome) {
-      case Outcome::done: ++counts_.done; break;
-      case Outcome::failed: ++counts_.failed; break;
-      case Outcome::skipped: ++counts_.skipped; break;
-      case Outcome::passed: ++counts_.passed; break;
-    }
-    if (!(drop_skipped && outcome == Outcome::skipped)) writer.write(record);
+    if (handle(record, reader.where(), job, drop_skipped)) writer.write(record);
     progress.tick();
   }
   progress.finish();

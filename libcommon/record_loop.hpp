@@ -3,6 +3,7 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "libcommon/cli.hpp"
 #include "libcommon/errors.hpp"
@@ -16,7 +17,19 @@ struct Counts {
   int64_t read = 0, done = 0, failed = 0, skipped = 0, passed = 0, bad = 0, other_shard = 0;
   Json to_json() const;
   std::string text() const;  // "12 done, 3 failed, 0 skipped, 1 bad record"
+  Counts& operator+=(const Counts& other);
 };
+
+// One parsed input line and where it was ("line N", as a tool reading stdin names it).
+struct Line {
+  Record record;
+  std::string where;
+};
+// Every record of a JSON Lines text (a service's request body), all parsed before any is judged:
+// the first line that is not a JSON object throws InputError naming it, as on stdin.
+std::vector<Line> parse_lines(const std::string& text);
+// The records as JSON Lines, written as RecordWriter writes them.
+std::string dump_lines(const std::vector<Record>& records);
 
 // Adds an `error` section {tool, field, reason, line} and warns; under --strict throws InputError
 // naming the line and the field instead.
@@ -37,6 +50,11 @@ class RecordLoop {
   // skipped and `drop_skipped` is set). FieldError from the job becomes a bad record.
   // Returns the exit code: 0 unless something fatal was thrown.
   int run(const std::function<Outcome(Record&)>& job, bool drop_skipped = false);
+  // One record of run() (or of a service's request): ids checked, the job, its outcome counted; a
+  // FieldError becomes a bad record (InputError under --strict). Returns whether to write it.
+  // Counts `read` too; sharding is the caller's.
+  bool handle(Record& record, const std::string& where, const std::function<Outcome(Record&)>& job,
+              bool drop_skipped = false);
   const Counts& counts() const { return counts_; }
   Counts& counts() { return counts_; }
 

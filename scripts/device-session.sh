@@ -8,9 +8,11 @@
 # GPU_TESTS=REGEX runs only the tests it matches; GPU_TESTS_VERBOSE=1 keeps every test's output),
 # nn-tests (the native transformer's ops, model and Hugging Face parity), nn-bench (its benchmark
 # against PyTorch, with the per-kernel profile), ppo-bench (bench/ppo_step: ppo-step's own tokens/s
-# on the ~100M config), filter-throughput (bench/ops_synth, -j 16 on cuda:0
+# on the ~100M config), judge-bench (bench/judge_latency.sh: verify and profile latency through the
+# judge services against a process per call), filter-throughput (bench/ops_synth, -j 16 on cuda:0
 # for what time is left), ipc-probe (bench/ipc_probe.py), kb (bench/kernelbench/run.sh, stages
-# $KB_STAGES), kb-import (all 250 KernelBench tasks imported with -j 8). The archive is $OUT/results.tgz; a summary is printed.
+# $KB_STAGES), kb-import (all 250 KernelBench tasks imported with -j 8). The archive is
+# $OUT/results.tgz; a summary is printed.
 set -u
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
@@ -39,6 +41,10 @@ for part in "$@"; do
       timeout "$l" env BIN=build/bin OUT="$R/ppo" bash bench/ppo_step/throughput.sh > "$R/ppo-bench.log" 2>&1
       echo "rc=$?"; grep '^{' "$R/ppo-bench.log"; tail -3 "$R/ppo-bench.log" | grep -v '^{'
       rm -rf "$R/ppo/policy" "$R/ppo/critic" "$R"/ppo/ep_* ;;
+    judge-bench)
+      timeout "$l" env WORK="$R/judge" bash bench/judge_latency.sh build "${JUDGE_N:-20}" > "$R/judge-bench.log" 2>&1
+      echo "rc=$?"; grep '^{' "$R/judge-bench.log"; grep -v '^{' "$R/judge-bench.log" | tail -3
+      rm -rf "$R/judge/cache" ;;
     filter-throughput)
       s=$(( $(left) - 20 ))
       BIN=build/bin JOBS=${JOBS:-16} DEVICES=${DEVICES:-cuda:0} SECONDS_MAX=$s N=${N:-4000} \
@@ -56,7 +62,7 @@ for part in "$@"; do
       mkdir -p "$R/kb-import"
       timeout "$(left)" env BIN=build/bin OUT="$R/kb-import" bash bench/kernelbench/import_all.sh > "$R/kb-import.log" 2>&1
       echo "rc=$?"; tail -30 "$R/kb-import.log" | cut -c1-400 ;;
-    *) echo "unknown part $part (gpu-tests nn-tests nn-bench ppo-bench filter-throughput ipc-probe kb kb-import)" ;;
+    *) echo "unknown part $part (gpu-tests nn-tests nn-bench ppo-bench judge-bench filter-throughput ipc-probe kb kb-import)" ;;
   esac
 done
 tar czf "$OUT/results.tgz" -C "$R" .

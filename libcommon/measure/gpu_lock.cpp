@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "libcommon/errors.hpp"
@@ -52,35 +53,68 @@ void write_holder(int fd) {
 }
 }  // namespace
 
-GpuLock::GpuLock(const std::string& gpu_uuid, double timeout_s) {
+namespace {
+// Polls flock(fd, op | LOCK_NB) until it is taken (true) or the deadline passes (false); `waiting`
+// is called after each miss with the seconds waited so far.
+bool poll_flock(int fd, int op, const std::string& path, double timeout_s, std::chrono::steady_clock::time_point start,
+                const std::function<void(double)>& waiting) {
+  for (;;) {
+    if (::flock(fd, op | LOCK_NB) == 0) return true;
+    if (errno != EWOULDBLOCK && errno != EINTR) throw EnvironmentError("GPU lock: flock " + path + ": " + std::strerror(errno));
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    waiting(waited);
+    if (timeout_s >= 0 && waited >= timeout_s) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+}  // namespace
+
+GpuLock::GpuLock(const std::string& gpu_uuid, double timeout_s, Mode mode) {
   path_ = lock_path_for(gpu_uuid);
+  const std::string gate_path = path_.substr(0, path_.size() - 5) + ".gate";
   fd_ = open_lock_file(path_);
+  int gate = -1;
+  try {
+    gate = open_lock_file(gate_path);
+  } catch (...) {
+    ::close(fd_);
+    fd_ = -1;
+    throw;
+  }
   const auto start = std::chrono::steady_clock::now();
   bool said = false;
-  for (;;) {
-    if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) break;
-    if (errno != EWOULDBLOCK && errno != EINTR) {
-      int e = errno;
-      ::close(fd_);
-      fd_ = -1;
-      throw EnvironmentError("GPU lock: flock " + path_ + ": " + std::strerror(e));
-    }
-    waited_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!said && waited_s_ > 1.0) {
+  auto waiting = [&](double waited) {
+    waited_s_ = waited;
+    if (!said && waited > 1.0) {
       log::info("waiting for GPU ", gpu_uuid, " (", path_, " held by pid ", holder_of(fd_), ")");
       said = true;
     }
-    if (timeout_s >= 0 && waited_s_ >= timeout_s) {
-      std::string holder = holder_of(fd_);
+  };
+  auto give_up = [&](const char* why) {
+    std::string holder = holder_of(fd_);
+    ::close(gate);
+    ::close(fd_);
+    fd_ = -1;
+    throw EnvironmentError(log::cat("GPU lock: ", path_, " still held by pid ", holder, " after ", timeout_s, " s (", why,
+                                    ")"));
+  };
+  try {
+    // The gate first: an exclusive taker holds it until it has the lock, so verifies arriving
+    // meanwhile wait behind it instead of overtaking it for ever.
+    if (!poll_flock(gate, LOCK_EX, gate_path, timeout_s, start, waiting)) give_up("another job is waiting for this GPU");
+    if (!poll_flock(fd_, mode == Mode::shared ? LOCK_SH : LOCK_EX, path_, timeout_s, start, waiting))
+      give_up(mode == Mode::shared ? "a timing job on this GPU" : "another job on this GPU");
+  } catch (const EnvironmentError&) {
+    if (fd_ >= 0) {
+      ::close(gate);
       ::close(fd_);
       fd_ = -1;
-      throw EnvironmentError(log::cat("GPU lock: ", path_, " still held by pid ", holder, " after ", timeout_s,
-                                      " s (another timing job on this GPU)"));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    throw;
   }
+  ::close(gate);  // drops the gate's flock
   waited_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  write_holder(fd_);
+  if (mode == Mode::exclusive) write_holder(fd_);
 }
 
 bool GpuLock::try_acquire(const std::string& gpu_uuid) {

@@ -1,6 +1,11 @@
 // One timing job per GPU at a time across all processes of a node: an flock on a file named for
 // the GPU's UUID under $CUDA_AGENT_LOCK_DIR (default /tmp/cuda-agent-locks). The kernel drops the
 // lock when the holder dies, so a killed profiler never leaves a GPU locked.
+// kernel-prof's timed loops take it exclusive; kernel-check's runs take it shared, so a verify
+// never runs on a GPU while a profile is being timed there, and verifies run beside each other.
+// A second file (<lock>.gate, taken exclusive for a moment by both kinds, and held by an exclusive
+// taker while it waits for the shared holders to drain) keeps a stream of verifies from starving
+// a profile: once a profile waits, no new verify starts before it.
 #pragma once
 #include <string>
 
@@ -14,17 +19,18 @@ std::string lock_path_for(const std::string& gpu_uuid);
 
 class GpuLock {
  public:
+  enum class Mode { exclusive, shared };
   GpuLock() = default;
   // Waits up to timeout_s (< 0: forever) for the lock; throws EnvironmentError naming the file and
-  // the holder's pid (written into the file) on timeout.
-  GpuLock(const std::string& gpu_uuid, double timeout_s);
+  // the holder's pid (written into the file by an exclusive holder) on timeout.
+  GpuLock(const std::string& gpu_uuid, double timeout_s, Mode mode = Mode::exclusive);
   ~GpuLock();
   GpuLock(GpuLock&& other) noexcept;
   GpuLock& operator=(GpuLock&& other) noexcept;
   GpuLock(const GpuLock&) = delete;
   GpuLock& operator=(const GpuLock&) = delete;
 
-  // Non-blocking attempt: true when taken.
+  // Non-blocking attempt (exclusive): true when taken.
   bool try_acquire(const std::string& gpu_uuid);
   void release();
   bool held() const { return fd_ >= 0; }

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -214,6 +215,53 @@ TEST_CASE("GPU lock: a killed holder frees the lock") {
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   CHECK(probe.try_acquire("GPU-dead"));
+}
+
+// kernel-check's runs take the lock shared, kernel-prof's timed loops exclusive (issue 17): verifies
+// run beside each other, never while a profile is timed, and a waiting profile is not starved.
+TEST_CASE("GPU lock: shared holders coexist; an exclusive taker waits for them and goes before new ones") {
+  LockDir d;
+  using Mode = GpuLock::Mode;
+  int ready[2], go[2];
+  REQUIRE(::pipe(ready) == 0);
+  REQUIRE(::pipe(go) == 0);
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // a verify in another process
+    GpuLock lock("GPU-sh", 5, Mode::shared);
+    char c = 1;
+    (void)!::write(ready[1], &c, 1);
+    (void)!::read(go[0], &c, 1);
+    lock.release();
+    ::_exit(0);
+  }
+  char c;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  {
+    GpuLock other("GPU-sh", 1, Mode::shared);  // a second verify: at once
+    CHECK(other.held());
+    CHECK(other.waited_s() < 0.5);
+  }
+  CHECK_THROWS_AS(GpuLock("GPU-sh", 0.2, Mode::exclusive), ca::EnvironmentError);  // a profile waits
+  // A profile waiting for the verify holds the gate: a verify arriving meanwhile does not overtake it.
+  std::atomic<bool> profile_has_it{false};
+  std::thread profile([&] {
+    GpuLock lock("GPU-sh", 10, Mode::exclusive);
+    profile_has_it = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    profile_has_it = false;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK_THROWS_AS(GpuLock("GPU-sh", 0.2, Mode::shared), ca::EnvironmentError);
+  char g = 1;
+  (void)!::write(go[1], &g, 1);  // the first verify ends: the profile gets the GPU
+  GpuLock late("GPU-sh", 10, Mode::shared);  // then this verify, once the profile is done
+  CHECK(late.held());
+  CHECK(!profile_has_it.load());
+  profile.join();
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status));
 }
 
 TEST_CASE("CUPTI records group into calls by correlation id, ordered by start") {

@@ -141,3 +141,23 @@ TEST_CASE("child processes: lines, timeouts and kill") {
   CHECK(t.timed_out);
   CHECK_THROWS_AS(ChildProcess(SpawnOptions{{"/nonexistent/binary"}}), EnvironmentError);
 }
+
+// A service's request body is read as stdin is: blank lines skipped, lines numbered as on stdin,
+// the first bad line named (libcommon/record_loop.hpp parse_lines).
+TEST_CASE("parse_lines: records and their lines; the first bad line is named; dump_lines writes them back") {
+  auto lines = ca::parse_lines("{\"a\": 1}\n\n  \n{\"b\": [2]}\r\n{\"c\": 3}");
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0].where == "line 1");
+  CHECK(lines[1].where == "line 4");
+  CHECK(lines[2].where == "line 5");
+  CHECK(lines[1].record["b"][0] == 2);
+  CHECK(ca::parse_lines("").empty());
+  CHECK(ca::dump_lines({lines[0].record, lines[2].record}) == "{\"a\":1}\n{\"c\":3}\n");
+  try {
+    ca::parse_lines("{\"a\": 1}\n{not json\n{\"b\": 2}\n");
+    FAIL("no error");
+  } catch (const ca::InputError& e) {
+    CHECK(std::string(e.what()).rfind("line 2: not JSON", 0) == 0);
+  }
+  CHECK_THROWS_AS(ca::parse_lines("[1, 2]\n"), ca::InputError);
+}

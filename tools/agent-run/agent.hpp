@@ -2,6 +2,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -9,6 +10,8 @@
 #include "libcommon/jsonl.hpp"
 
 namespace ca::agent {
+
+class JudgePool;  // judge.hpp
 
 // Limits of the bash tool's sandbox (bubblewrap + rlimits), per command.
 struct SandboxLimits {
@@ -34,6 +37,10 @@ struct RunSettings {
   std::vector<std::string> check_args, prof_args;
   std::string store_path;             // passed to kernel-check/kernel-prof (baseline cache); empty: --no-store
   double locked_timeout_s = 900;      // per compile/verify/profile call
+  // --judge: verify and profile POST to these kernel-check / kernel-prof services (compile still
+  // runs kernel-check --compile-only here); empty: a process per call.
+  std::vector<std::string> judge_urls;
+  std::shared_ptr<JudgePool> judge;
   std::string skill_path;             // SKILL.md given to the model
   Json to_json() const;
 };

@@ -299,6 +299,7 @@ Json RunSettings::to_json() const {
           {"check_args", check_args},
           {"prof_args", prof_args},
           {"locked_timeout_s", locked_timeout_s},
+          {"judge", judge_urls},
           {"skill", skill_path}};
 }
 

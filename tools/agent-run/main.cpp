@@ -19,6 +19,7 @@
 #include "libcommon/record_loop.hpp"
 #include "libcommon/store.hpp"
 #include "tools/agent-run/episode.hpp"
+#include "tools/agent-run/judge.hpp"
 #include "tools/agent-run/sandbox.hpp"
 #include "tools/agent-run/text.hpp"
 #include "tools/agent-run/toolbox.hpp"
@@ -140,6 +141,10 @@ int main(int argc, char** argv) {
   lk->add_option("--kernel-prof", s.kernel_prof, "kernel-prof binary (default: next to agent-run, or $CA_KERNEL_PROF)");
   lk->add_option("--check-arg", s.check_args, "Extra argument for kernel-check (repeat), e.g. --check-arg=--gpus=0");
   lk->add_option("--prof-arg", s.prof_args, "Extra argument for kernel-prof (repeat)");
+  lk->add_option("--judge", s.judge_urls,
+                 "Judge services (kernel-check --serve, kernel-prof --serve) for verify and profile, e.g. "
+                 "--judge http://gpu1:7001,http://gpu1:7002 (the least busy answers; a dead one is skipped)")
+      ->delimiter(',');
   lk->add_option("--locked-timeout", s.locked_timeout_s, "Seconds per compile/verify/profile call")
       ->check(positive_seconds(1e7))->capture_default_str();
   lk->add_option("--skill", s.skill_path, "SKILL.md for the workspace (default: DATA/skill/SKILL.md)");
@@ -189,6 +194,12 @@ int main(int argc, char** argv) {
     if (opt.resume) ca::log::warn("--resume does nothing for agent-run: episodes are samples, each one is new");
     if (s.kernel_check.empty()) s.kernel_check = agent::default_locked_binary("kernel-check", "CA_KERNEL_CHECK");
     if (s.kernel_prof.empty()) s.kernel_prof = agent::default_locked_binary("kernel-prof", "CA_KERNEL_PROF");
+    if (!s.judge_urls.empty()) {
+      s.judge = std::make_shared<agent::JudgePool>(s.judge_urls);
+      s.judge_urls = s.judge->urls();
+      if (!s.check_args.empty() || !s.prof_args.empty())
+        ca::log::warn("--check-arg/--prof-arg apply to compile only with --judge: the services run with their own options");
+    }
     const std::string skill = load_skill(s.skill_path);
     if (std::string why = agent::Sandbox::availability(); !why.empty())
       ca::log::warn("the bash and grep tools will answer with an error: ", why);

@@ -1,8 +1,5 @@
 // The openai:URL policy: chat completions with tools over libcurl, retries with backoff on 429, 5xx
 // and transport errors, token ids and logprobs recorded when the server returns them.
-#include <curl/curl.h>
-
-#include <strings.h>
 
 #include <chrono>
 #include <mutex>
@@ -12,72 +9,17 @@
 
 #include "libcommon/errors.hpp"
 #include "libcommon/log.hpp"
+#include "tools/agent-run/http_client.hpp"
 #include "tools/agent-run/policy.hpp"
 
 namespace ca::agent {
 namespace {
 
-struct HttpResponse {
-  long status = 0;
-  std::string body;
-  double retry_after_s = -1;
-  std::string transport_error;  // non-empty when no HTTP answer came
-};
-
-size_t on_body(char* data, size_t size, size_t n, void* user) {
-  static_cast<std::string*>(user)->append(data, size * n);
-  return size * n;
-}
-
-size_t on_header(char* data, size_t size, size_t n, void* user) {
-  std::string h(data, size * n);
-  auto* r = static_cast<HttpResponse*>(user);
-  if (h.size() > 12 && strncasecmp(h.c_str(), "retry-after:", 12) == 0) {
-    char* end = nullptr;
-    double v = std::strtod(h.c_str() + 12, &end);
-    if (end != h.c_str() + 12 && v >= 0) r->retry_after_s = v;
-  }
-  return size * n;
-}
-
-int on_progress(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t) { return g_interrupted.load() ? 1 : 0; }
-
 HttpResponse http(const std::string& method, const std::string& url, const std::string& body,
                   const std::string& api_key, double timeout_s) {
-  HttpResponse r;
-  CURL* curl = curl_easy_init();
-  if (!curl) {
-    r.transport_error = "curl_easy_init failed";
-    return r;
-  }
-  curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
-  headers = curl_slist_append(headers, "Accept: application/json");
-  if (!api_key.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + api_key).c_str());
-  char errbuf[CURL_ERROR_SIZE] = {0};
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-  if (method == "POST") {
-    curl_easy_setopt(curl, CURLOPT_POST, 1L);
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str());
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
-  }
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &r.body);
-  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &r);
-  curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
-  curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);  // threads: no SIGALRM for DNS timeouts
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max(1.0, timeout_s) * 1000));
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::min(30.0, std::max(1.0, timeout_s)) * 1000));
-  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
-  curl_easy_setopt(curl, CURLOPT_ACCEPT_ENCODING, "");
-  CURLcode rc = curl_easy_perform(curl);
-  if (rc != CURLE_OK) r.transport_error = std::string(curl_easy_strerror(rc)) + (errbuf[0] ? std::string(": ") + errbuf : "");
-  else curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &r.status);
-  curl_slist_free_all(headers);
-  curl_easy_cleanup(curl);
-  return r;
+  std::vector<std::string> headers = {"Content-Type: application/json", "Accept: application/json"};
+  if (!api_key.empty()) headers.push_back("Authorization: Bearer " + api_key);
+  return http_request(method, url, body, headers, timeout_s, std::min(30.0, std::max(1.0, timeout_s)));
 }
 
 std::string trim_slash(std::string s) {
@@ -254,8 +196,6 @@ AssistantTurn OpenAISession::next(const Json& messages, const Json& tools, const
 }  // namespace
 
 std::unique_ptr<Policy> make_openai_policy(const std::string& base_url, const PolicyOptions& options) {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   return std::make_unique<OpenAIPolicy>(base_url, options);
 }
 

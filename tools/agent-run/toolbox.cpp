@@ -11,6 +11,7 @@
 #include "libcommon/log.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/process.hpp"
+#include "tools/agent-run/judge.hpp"
 #include "tools/agent-run/text.hpp"
 
 namespace ca::agent {
@@ -241,8 +242,12 @@ ToolOutcome Toolbox::locked(const std::string& which) {
     return o;
   }
   const std::string check_bin = settings_.kernel_check, prof_bin = settings_.kernel_prof;
-  for (const auto& bin : which == "profile" ? std::vector<std::string>{check_bin, prof_bin}
-                                             : std::vector<std::string>{check_bin}) {
+  // With --judge, verify and profile go to the services: only compile needs a binary here.
+  const bool remote = settings_.judge && which != "compile";
+  std::vector<std::string> needed;
+  if (!remote) needed.push_back(check_bin);
+  if (!remote && which == "profile") needed.push_back(prof_bin);
+  for (const auto& bin : needed) {
     if (access(bin.c_str(), X_OK) != 0) {
       o.ok = false;
       o.text = "error: " + which + " is unavailable: " + bin + " is not an executable (install it next to agent-run, "
@@ -259,23 +264,9 @@ ToolOutcome Toolbox::locked(const std::string& which) {
     argv.insert(argv.end(), {"--shard", "0/1"});
   };
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(settings_.locked_timeout_s * 1000));
-  SpawnOptions check;
-  check.die_with_parent = true;  // a kill -9 of agent-run takes kernel-check with it
-  check.argv = {check_bin};
-  if (which == "compile") check.argv.push_back("--compile-only");
-  store_args(check.argv);
-  check.argv.insert(check.argv.end(), settings_.check_args.begin(), settings_.check_args.end());
   // An interrupt stops kernel-check/kernel-prof: SIGTERM to their group (they stop their workers),
   // SIGKILL two seconds later.
   const StopCheck interrupted = [] { return g_interrupted.load(); };
-  CommandResult cr = run_command(check, input.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n", timeout,
-                                 64 << 20, interrupted);
-  if (cr.stopped) {
-    o.ok = false;
-    o.text = "error: " + which + " interrupted: agent-run is stopping";
-    o.result["error"] = o.text;
-    return o;
-  }
   auto last_line = [](const std::string& out) {
     std::istringstream s(out);
     std::string line, last;
@@ -284,52 +275,90 @@ ToolOutcome Toolbox::locked(const std::string& which) {
     return last;
   };
   auto tail = [](const std::string& err) { return err.size() > 2000 ? err.substr(err.size() - 2000) : err; };
-  std::string line = last_line(cr.out);
-  Record checked;
-  try {
-    if (!line.empty()) checked = Record::parse(line);
-  } catch (const std::exception&) {
-  }
-  if (cr.timed_out || !checked.is_object() || !checked.contains("check")) {
+  // One locked step on one record: kernel-check or kernel-prof as a child process, or a POST to a
+  // judge service. `error` (after "failed: ") when no record with `section` came back.
+  struct Step {
+    Record record;
+    std::string error;
+    bool stopped = false;
+  };
+  auto step = [&](const std::string& tool, const Record& in, const char* section) -> Step {
+    Step st;
+    if (remote) {
+      JudgePool::Answer a = settings_.judge->call(tool, in, settings_.locked_timeout_s);
+      if (g_interrupted) {
+        st.stopped = true;
+      } else if (!a.error.empty()) {
+        st.error = "judge: " + a.error;
+      } else if (!a.record.is_object() || !a.record.contains(section)) {
+        st.error = "judge: " + a.url + ": an answer without a `" + section + "` section" +
+                   (a.record.is_object() && a.record.contains("error") ? ": " + a.record["error"].dump() : "");
+      } else {
+        st.record = a.record;
+      }
+      return st;
+    }
+    SpawnOptions so;
+    so.die_with_parent = true;  // a kill -9 of agent-run takes kernel-check/kernel-prof with it
+    so.argv = {tool == "kernel-check" ? check_bin : prof_bin};
+    if (which == "compile") so.argv.push_back("--compile-only");
+    store_args(so.argv);
+    const auto& extra = tool == "kernel-check" ? settings_.check_args : settings_.prof_args;
+    so.argv.insert(so.argv.end(), extra.begin(), extra.end());
+    CommandResult cr = run_command(so, in.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n", timeout, 64 << 20,
+                                   interrupted);
+    if (cr.stopped) {
+      st.stopped = true;
+      return st;
+    }
+    std::string line = last_line(cr.out);
+    try {
+      if (!line.empty()) st.record = Record::parse(line);
+    } catch (const std::exception&) {
+    }
+    if (cr.timed_out || !st.record.is_object() || !st.record.contains(section)) {
+      st.error = tool + " " +
+                 (cr.timed_out ? (tool == "kernel-check" ? "timed out after " + std::to_string(timeout.count() / 1000) + " s"
+                                                         : std::string("timed out"))
+                               : "exit " + std::to_string(cr.exit_status) + " without a result") +
+                 (cr.err.empty() ? "" : "\n" + tail(cr.err));
+      st.record = nullptr;
+    }
+    return st;
+  };
+  Step checked_step = step("kernel-check", input, "check");
+  if (checked_step.stopped) {
     o.ok = false;
-    o.text = "error: " + which + " failed: kernel-check " +
-             (cr.timed_out ? "timed out after " + std::to_string(timeout.count() / 1000) + " s"
-                           : "exit " + std::to_string(cr.exit_status) + " without a result") +
-             (cr.err.empty() ? "" : "\n" + tail(cr.err));
+    o.text = "error: " + which + " interrupted: agent-run is stopping";
     o.result["error"] = o.text;
     return o;
   }
+  if (!checked_step.error.empty()) {
+    o.ok = false;
+    o.text = "error: " + which + " failed: " + checked_step.error;
+    o.result["error"] = o.text;
+    return o;
+  }
+  const Record& checked = checked_step.record;
   o.result["check"] = checked["check"];
   Json shown = {{"check", dump_safe_parse(checked["check"])}};
   const Record& ck = checked["check"];
   const bool correct = ck.is_object() && ck.contains("correct") && ck["correct"].is_boolean() && ck["correct"].get<bool>();
   if (which == "profile" && correct) {
-    SpawnOptions prof;
-    prof.die_with_parent = true;
-    prof.argv = {prof_bin};
-    store_args(prof.argv);
-    prof.argv.insert(prof.argv.end(), settings_.prof_args.begin(), settings_.prof_args.end());
-    CommandResult pr = run_command(prof, line + "\n", timeout, 64 << 20, interrupted);
-    if (pr.stopped) {
+    Step prof_step = step("kernel-prof", checked, "prof");
+    if (prof_step.stopped) {
       o.ok = false;
       o.text = "error: profile interrupted: agent-run is stopping";
       o.result["error"] = o.text;
       return o;
     }
-    std::string pline = last_line(pr.out);
-    Record profiled;
-    try {
-      if (!pline.empty()) profiled = Record::parse(pline);
-    } catch (const std::exception&) {
-    }
-    if (pr.timed_out || !profiled.is_object() || !profiled.contains("prof")) {
+    if (!prof_step.error.empty()) {
       o.ok = false;
-      o.text = "error: profile failed: kernel-prof " +
-               (pr.timed_out ? std::string("timed out") : "exit " + std::to_string(pr.exit_status) + " without a result") +
-               (pr.err.empty() ? "" : "\n" + tail(pr.err)) + "\ncheck: " + shown["check"].dump(1);
+      o.text = "error: profile failed: " + prof_step.error + "\ncheck: " + shown["check"].dump(1);
       o.result["error"] = o.text;
       return o;
     }
+    const Record& profiled = prof_step.record;
     o.result["prof"] = profiled["prof"];
     shown["prof"] = dump_safe_parse(profiled["prof"]);
     // The timing seeds stay in the record (and the store), never in what the model reads: a kernel

@@ -19,6 +19,7 @@ struct CheckOptions {
   double timeout_s = 0;               // per call; 0: scaled from the task's eager time, >= 2 s
   int jobs = 2;                       // compile threads
   bool graph = true;                  // forward calls as CUDA graph replays, as kernel-prof times them
+  double lock_timeout_s = 600;        // waiting for a GPU kernel-prof is timing on (the node's per-GPU lock)
   bool runner = false;                // internal: the per-GPU child
   int runner_gpu = 0;
 };

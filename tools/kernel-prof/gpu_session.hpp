@@ -28,6 +28,9 @@ class GpuSession {
   std::string torch_version();
   // Worker `load` answers by task_id (the worker keeps the task; the client replays it after a restart).
   std::map<std::string, Json> loaded_tasks;
+  // Baselines timed in this session, by cache key text: a service (or a run without a store) times
+  // a task's baselines once, not once per candidate.
+  std::map<std::string, Json> baselines;
 
  private:
   measure::GpuIdentity id_;

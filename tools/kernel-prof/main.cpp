@@ -5,6 +5,7 @@
 #include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
 #include "libcommon/record_loop.hpp"
+#include "libcommon/service.hpp"
 #include "libcommon/store.hpp"
 #include "tools/kernel-prof/multi_gpu.hpp"
 #include "tools/kernel-prof/options.hpp"
@@ -23,15 +24,54 @@ int main(int argc, char** argv) {
   cli.add_stream_options();
   ca::prof::ProfOptions opt;
   opt.register_with(cli.app());
+  ca::ServiceOptions service;
+  service.register_with(cli.app());
   auto& common = cli.options();
   return cli.run(argc, argv, [&]() -> int {
     opt.validate();
     opt.seed_given = common.seed.has_value();
     opt.seed = common.seed ? *common.seed : ca::unpredictable_seed();
     if (!opt.replay_once.empty()) return ca::prof::replay_once(opt.replay_once, opt.gpus.front());
+    service.validate(common);
+    if (service.enabled() && opt.gpus.size() > 1)
+      throw ca::UsageError("--serve times on one GPU: start one service per GPU (--gpus N each)");
     if (opt.gpus.size() > 1) return ca::prof::run_on_gpus(opt, common, argc, argv);
     auto store = ca::open_store_for(common);
     ca::prof::Profiler profiler(opt, common, store.get());
+
+    if (service.enabled()) {
+      // The GPU, its worker and torch now, not at the first request; without them a service still
+      // passes failed checks through, and a passing one gets a 503 naming what is missing.
+      try {
+        profiler.warm_up();
+      } catch (const ca::EnvironmentError& e) {
+        ca::log::warn(e.what(), ": serving anyway (records whose check passed will be refused)");
+      }
+      std::mutex mu;  // one GPU, one timing job at a time: concurrent requests queue here
+      ca::Counts totals;
+      ca::ServiceSpec spec;
+      spec.tool = "kernel-prof";
+      spec.endpoint = "/v1/profile";
+      if (ca::Json g = profiler.gpu_json(); !g.is_null()) spec.gpus.push_back(g);
+      spec.judge = [&](std::vector<ca::Line>& lines) {
+        std::lock_guard<std::mutex> lock(mu);
+        ca::RecordLoop loop(common);
+        struct Tally {
+          ca::Counts& totals;
+          ca::RecordLoop& loop;
+          ~Tally() { totals += loop.counts(); }
+        } tally{totals, loop};
+        std::vector<ca::Record> out;
+        for (auto& line : lines)
+          if (loop.handle(line.record, line.where, [&](ca::Record& r) { return profiler.profile(r); }))
+            out.push_back(std::move(line.record));
+        return out;
+      };
+      int status = ca::run_service(service, spec);
+      ca::log::info(totals.text());
+      if (store) store->end_run(status, totals.to_json());
+      return status;
+    }
     ca::RecordLoop loop(common);
     int status = ca::kExitOk;
     try {

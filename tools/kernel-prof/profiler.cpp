@@ -58,6 +58,14 @@ GpuSession& Profiler::gpu() {
   return *gpu_;
 }
 
+void Profiler::warm_up() {
+  GpuSession& g = gpu();
+  g.make_current();
+  (void)g.torch_version();  // starts the worker: python, import torch, CUDA context
+}
+
+Json Profiler::gpu_json() const { return gpu_ ? gpu_->identity().to_json() : Json(nullptr); }
+
 namespace {
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();

@@ -24,6 +24,11 @@ class Profiler {
   // every other record, untouched. Throws EnvironmentError when a record needs the GPU and there is
   // none; FieldError for a record missing what it needs.
   Outcome profile(Record& record);
+  // Opens the GPU and starts its reference worker now rather than at the first passing record (a
+  // service pays it once, before its first request). EnvironmentError without a GPU or torch.
+  void warm_up();
+  // The GPU opened ({ordinal, name, uuid, ...}), or null before it is.
+  Json gpu_json() const;
 
  private:
   Record find_task(const Record& record, const std::string& task_id);

@@ -1,0 +1,64 @@
+#!/bin/bash
+# judge-node.sh: the judge services of one node with one command: a kernel-check and a kernel-prof
+# service per visible GPU (tools/kernel-check/SERVICE.md), the URLs written to a file once every
+# one answers its health check; SIGTERM or SIGINT stops them all cleanly (requests in flight are
+# answered, each store run closed with 143) and publishes their stores next to the URL file.
+#
+#   examples/judge-node.sh --urls /shared/judges/$(hostname).urls [--store-dir DIR] [--bind 0.0.0.0]
+#       [--check-port 7100] [--prof-port 7200] [-- extra kernel-check/kernel-prof options]
+#   agent-run ... --judge "$(paste -sd, /shared/judges/*.urls)"
+#
+# Ports are the base + the GPU ordinal. GPUs: the ordinals CUDA_VISIBLE_DEVICES leaves visible
+# (Slurm sets it), else every GPU nvidia-smi lists. CHECK_ARGS / PROF_ARGS: options for one tool.
+set -euo pipefail
+urls_file= store_dir= bind=0.0.0.0 kc_base=7100 kp_base=7200
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --urls) urls_file=$2; shift 2 ;;
+    --store-dir) store_dir=$2; shift 2 ;;
+    --bind) bind=$2; shift 2 ;;
+    --check-port) kc_base=$2; shift 2 ;;
+    --prof-port) kp_base=$2; shift 2 ;;
+    --) shift; break ;;
+    *) echo "judge-node.sh: unknown option $1" >&2; exit 1 ;;
+  esac
+done
+[[ -n $urls_file ]] || { echo "judge-node.sh: --urls FILE is required" >&2; exit 1; }
+host=$(hostname -f 2>/dev/null || hostname)
+local_dir=$(mktemp -d "${SLURM_TMPDIR:-${TMPDIR:-/tmp}}/ca-judge.XXXXXX")
+if [[ -n ${CUDA_VISIBLE_DEVICES:-} ]]; then
+  n=$(awk -F, '{print NF}' <<< "$CUDA_VISIBLE_DEVICES")
+else
+  n=$(nvidia-smi -L | wc -l)
+fi
+[[ $n -gt 0 ]] || { echo "judge-node.sh: no GPU visible" >&2; exit 3; }
+pids=() urls=()
+for ((g = 0; g < n; g++)); do
+  # shellcheck disable=SC2086  # the *_ARGS variables hold options
+  kernel-check --serve "$bind:$((kc_base + g))" --gpus "$g" --store "$local_dir/check-gpu$g.db" ${CHECK_ARGS:-} "$@" \
+    > "$local_dir/check-gpu$g.out" 2> "$local_dir/check-gpu$g.log" &
+  pids+=($!)
+  # shellcheck disable=SC2086
+  kernel-prof --serve "$bind:$((kp_base + g))" --gpus "$g" --store "$local_dir/prof-gpu$g.db" ${PROF_ARGS:-} "$@" \
+    > "$local_dir/prof-gpu$g.out" 2> "$local_dir/prof-gpu$g.log" &
+  pids+=($!)
+  urls+=("http://$host:$((kc_base + g))" "http://$host:$((kp_base + g))")
+done
+stop() { kill -TERM "${pids[@]}" 2>/dev/null || true; }
+trap stop TERM INT
+for u in "${urls[@]}"; do
+  for _ in $(seq 900); do curl -fsS -m 2 "$u/v1/health" > /dev/null 2>&1 && break; sleep 1; done
+  curl -fsS -m 2 "$u/v1/health" > /dev/null || { echo "judge-node.sh: $u does not answer; logs in $local_dir" >&2; stop; exit 3; }
+done
+printf '%s\n' "${urls[@]}" > "$urls_file.tmp" && mv "$urls_file.tmp" "$urls_file"
+echo "judge-node.sh: ${#urls[@]} services up on $host (${urls[*]}); logs in $local_dir" >&2
+status=0
+for p in "${pids[@]}"; do wait "$p" || status=$?; done    # a signal to us ends a wait early:
+for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done  # then wait for the services' clean stop
+rm -f "$urls_file"
+dest=${store_dir:-$(dirname "$urls_file")}
+for f in "$local_dir"/*.db "$local_dir"/*.log; do
+  [[ -e $f ]] && cp "$f" "$dest/$host-$(basename "$f").tmp" && mv "$dest/$host-$(basename "$f").tmp" "$dest/$host-$(basename "$f")"
+done
+rm -rf "$local_dir"
+exit 0

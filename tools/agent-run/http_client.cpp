@@ -1,0 +1,79 @@
+// agent-run's HTTP client (see http_client.hpp).
+#include "tools/agent-run/http_client.hpp"
+
+#include <curl/curl.h>
+#include <strings.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+
+#include "tools/agent-run/agent.hpp"
+
+namespace ca::agent {
+namespace {
+
+size_t on_body(char* data, size_t size, size_t n, void* user) {
+  static_cast<std::string*>(user)->append(data, size * n);
+  return size * n;
+}
+
+size_t on_header(char* data, size_t size, size_t n, void* user) {
+  std::string h(data, size * n);
+  auto* r = static_cast<HttpResponse*>(user);
+  if (h.size() > 12 && strncasecmp(h.c_str(), "retry-after:", 12) == 0) {
+    char* end = nullptr;
+    double v = std::strtod(h.c_str() + 12, &end);
+    if (end != h.c_str() + 12 && v >= 0) r->retry_after_s = v;
+  }
+  return size * n;
+}
+
+int on_progress(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t) { return g_interrupted.load() ? 1 : 0; }
+
+}  // namespace
+
+HttpResponse http_request(const std::string& method, const std::string& url, const std::string& body,
+                          const std::vector<std::string>& header_lines, double timeout_s, double connect_timeout_s) {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  HttpResponse r;
+  CURL* curl = curl_easy_init();
+  if (!curl) {
+    r.transport_error = "curl_easy_init failed";
+    return r;
+  }
+  curl_slist* headers = nullptr;
+  for (const auto& h : header_lines) headers = curl_slist_append(headers, h.c_str());
+  char errbuf[CURL_ERROR_SIZE] = {0};
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  if (method == "POST") {
+    curl_easy_setopt(curl, CURLOPT_POST, 1L);
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str());
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+  }
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &r.body);
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &r);
+  curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
+  curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);  // threads: no SIGALRM for DNS timeouts
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max(1.0, timeout_s) * 1000));
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::max(0.1, connect_timeout_s) * 1000));
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
+  curl_easy_setopt(curl, CURLOPT_ACCEPT_ENCODING, "");
+  CURLcode rc = curl_easy_perform(curl);
+  if (rc != CURLE_OK) r.transport_error = std::string(curl_easy_strerror(rc)) + (errbuf[0] ? std::string(": ") + errbuf : "");
+  else curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &r.status);
+  r.timed_out = rc == CURLE_OPERATION_TIMEDOUT;
+  double connect_s = 0;
+  if (curl_easy_getinfo(curl, CURLINFO_CONNECT_TIME, &connect_s) == CURLE_OK) r.connected = connect_s > 0;
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(curl);
+  return r;
+}
+
+
+}  // namespace ca::agent

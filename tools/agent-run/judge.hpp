@@ -1,0 +1,38 @@
+// --judge URL[,URL...]: the locked verify and profile calls POST to long-lived kernel-check and
+// kernel-prof services (tools/kernel-check/SERVICE.md) instead of starting a process per call.
+#pragma once
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "libcommon/jsonl.hpp"
+
+namespace ca::agent {
+
+class JudgePool {
+ public:
+  // URLs as given ("http://host:port" or "host:port"); UsageError for an empty or malformed one.
+  explicit JudgePool(const std::vector<std::string>& urls);
+
+  struct Answer {
+    Record record;      // the service's output record for the one input record
+    std::string url;    // the service that answered
+    std::string error;  // non-empty: no service gave a result; names each one tried and why
+  };
+  // POSTs one record to a service of `tool` ("kernel-check" or "kernel-prof"): the least busy of
+  // those that answer their health check (round-robin among equals), then the others if it fails
+  // (no answer, 5xx). A 4xx is the record's fault: its message is the error, no other is tried.
+  // Never waits longer than timeout_s for an answer nor 5 s for a connection or a health check.
+  Answer call(const std::string& tool, const Record& input, double timeout_s);
+
+  const std::vector<std::string>& urls() const { return urls_; }
+
+ private:
+  std::vector<std::string> urls_;
+  std::mutex mu_;
+  std::size_t next_ = 0;                                        // round-robin start
+  std::vector<std::chrono::steady_clock::time_point> down_until_;  // skipped after a failure, for a while
+};
+
+}  // namespace ca::agent

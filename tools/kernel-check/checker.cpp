@@ -1,0 +1,239 @@
+// kernel-check's record handling (see checker.hpp).
+#include "tools/kernel-check/checker.hpp"
+
+#include <deque>
+#include <future>
+#include <regex>
+
+#include "libcommon/cuda/driver.hpp"
+#include "libcommon/errors.hpp"
+#include "libcommon/fields.hpp"
+#include "libcommon/ids.hpp"
+#include "libcommon/log.hpp"
+#include "libcommon/measure/gpu_lock.hpp"
+#include "libcommon/measure/gpu_state.hpp"
+#include "tools/kernel-check/gpu_judge.hpp"
+#include "tools/kernel-check/runner.hpp"
+
+namespace kc {
+
+namespace {
+
+// task_id -> task record, from --tasks FILE.
+std::map<std::string, ca::Json> read_tasks(const std::string& path) {
+  std::map<std::string, ca::Json> tasks;
+  if (path.empty()) return tasks;
+  ca::RecordReader reader(path);
+  ca::Record r;
+  while (reader.next(r)) {
+    std::string id = r.contains("task_id") && r["task_id"].is_string() ? r["task_id"].get<std::string>() : ca::task_id_for(r);
+    tasks[id] = ca::Json::parse(r.dump());
+  }
+  return tasks;
+}
+
+}  // namespace
+
+struct Checker::Item {
+  ca::Record record;
+  std::string where;
+  std::future<void> done;
+  std::optional<ca::FieldError> bad;
+  std::string status;
+  bool resumed = false;
+};
+
+Checker::Checker(CheckOptions& options, const ca::CommonOptions& common)
+    : options_(options), common_(common), policy_(Policy::load(options.policy_path)), tasks_(read_tasks(options.tasks_path)) {
+  // The device: compile-only never touches it; otherwise no driver or GPU -> no_device verdicts.
+  if (!options_.compile_only) {
+    if (!ca::cuda::Driver::available(&no_device_why_)) {
+      ca::log::warn("no GPU: ", no_device_why_, " (candidates get status no_device; use --compile-only for CPU checks)");
+    } else {
+      gpus_ = parse_gpu_list(options_.gpus, ca::cuda::Driver::get().device_count);
+      if (options_.arch.empty()) options_.arch = ca::cuda::Driver::get().device_info(gpus_[0]).arch();
+    }
+  }
+  if (options_.arch.empty()) options_.arch = "sm_90";
+  static const std::regex arch_re(R"(^sm_\d+[a-z]?$)");
+  if (!std::regex_match(options_.arch, arch_re)) throw ca::UsageError("--arch: expected sm_XX, got '" + options_.arch + "'");
+
+  prepare_.arch = options_.arch;
+  prepare_.cache_dir = options_.cache_dir;
+  prepare_.use_cache = !options_.no_cache;
+  uint64_t base_seed = common_.seed ? *common_.seed : ca::unpredictable_seed();
+
+  store_ = ca::open_store_for(common_);
+  for (int g : gpus_) {
+    ca::measure::GpuIdentity id = ca::measure::identify_gpu(g);
+    gpu_uuids_.push_back(id.uuid);
+    gpus_json_.push_back({{"ordinal", g}, {"name", id.name}, {"uuid", id.uuid}, {"arch", id.arch}});
+  }
+  if (!gpus_.empty()) judge_ = std::make_unique<GpuJudge>(options_, policy_, gpus_, base_seed);
+}
+
+Checker::~Checker() = default;
+
+ca::Json Checker::gpus_json() const { return gpus_json_; }
+
+void Checker::process(Item& item) {
+  ca::Record& rec = item.record;
+  try {
+    ca::check_record_ids(rec);
+    std::string task_id = ca::get_required<std::string>(rec, "/task_id");
+    ca::Json task_json;
+    const ca::Json* task = nullptr;
+    if (rec.contains("task") && rec["task"].is_object()) {
+      task_json = ca::Json::parse(rec["task"].dump());
+      task = &task_json;
+    } else if (auto it = tasks_.find(task_id); it != tasks_.end()) {
+      task = &it->second;
+    } else if (store_) {
+      std::lock_guard<std::mutex> lock(store_mu_);
+      if (auto t = store_->get_task(task_id)) {
+        task_json = ca::Json::parse(t->dump());
+        task = &task_json;
+      }
+    }
+    if (!rec.contains("candidate_id"))
+      rec["candidate_id"] = ca::candidate_id_for(task_id, ca::get_required<ca::Record>(rec, "/bundle"));
+    // --resume: a verdict already in the store is reused (not a no_device or compile-only one).
+    if (common_.resume && store_) {
+      std::lock_guard<std::mutex> lock(store_mu_);
+      if (auto prev = store_->latest("checks", rec["candidate_id"].get<std::string>())) {
+        std::string st = prev->value("status", "");
+        if (st != "no_device" && st != "compiled") {
+          rec["check"] = *prev;
+          item.status = st;
+          item.resumed = true;
+          return;
+        }
+      }
+    }
+    Prepared p = prepare_candidate(rec, task, policy_, prepare_);
+    if (!p.final && !options_.compile_only) {
+      if (!judge_) {
+        set_verdict(p.check, "no_device", "no GPU: " + no_device_why_);
+      } else if (!task || !task->contains("code")) {
+        set_verdict(p.check, "plan_error", "task " + task_id + " unknown: give the record a task object, or --tasks FILE");
+        p.final = true;
+      } else {
+        // The node's per-GPU lock, shared: verifies run beside each other, never while kernel-prof
+        // times on one of these GPUs. Every GPU of the judge, as the lane is picked inside it (one
+        // per GPU, as a service is started, makes it exact).
+        std::vector<ca::measure::GpuLock> locks;
+        for (const auto& uuid : gpu_uuids_)
+          locks.emplace_back(uuid, options_.lock_timeout_s, ca::measure::GpuLock::Mode::shared);
+        judge_->judge(p, *task, task_id, item.where);
+      }
+    } else if (!p.final) {
+      p.check["status"] = "compiled";
+      p.check["reason"] = "compile-only: compiled, plan and policy checks passed";
+      p.check["correct"] = nullptr;
+    }
+    rec["check"] = p.check;
+    item.status = p.check["status"].get<std::string>();
+  } catch (const ca::FieldError& e) {
+    item.bad = e;
+  }
+}
+
+void Checker::finish(Item& item, ca::Counts& counts, const Sink& write) {
+  item.done.get();
+  ++counts.read;
+  std::string status;
+  if (item.bad) {
+    ca::mark_bad_record(item.record, *item.bad, "kernel-check", item.where, common_.strict);
+    ++counts.bad;
+  } else if (item.resumed) {
+    ++counts.skipped;
+    status = item.status;
+  } else {
+    status = item.status;
+    if (item.status == "passed" || item.status == "compiled") ++counts.done;
+    else ++counts.failed;
+    std::lock_guard<std::mutex> lock(store_mu_);
+    if (store_)
+      store_->put_check(item.record["candidate_id"].get<std::string>(), item.record["task_id"].get<std::string>(),
+                        item.record["check"]);
+    ca::log::verbose(item.where, ": ", item.status, ": ", item.record["check"].value("reason", ""));
+  }
+  if (!status.empty()) {
+    std::lock_guard<std::mutex> lock(totals_mu_);
+    ++by_status_[status];
+    if (status == "no_device" && !item.resumed) ++no_device_;
+  }
+  write(item.record);
+}
+
+ca::Counts Checker::check(const Source& next, const Sink& write) {
+  ca::Counts counts;
+  std::deque<std::unique_ptr<Item>> window;
+  const size_t window_size = static_cast<size_t>(options_.jobs) + (judge_ ? judge_->lanes() : 0) + 1;
+  auto add_totals = [&] {
+    std::lock_guard<std::mutex> lock(totals_mu_);
+    totals_ += counts;
+  };
+  ca::Record record;
+  std::string where;
+  // A fatal line (not JSON, 1e999) ends the input, not the records read before it: they are
+  // judged, stored and written first, then the error is rethrown (exit 2, or a 400).
+  std::exception_ptr input_error;
+  try {
+    for (;;) {
+      try {
+        if (!next(record, where)) break;
+      } catch (const ca::Error&) {
+        input_error = std::current_exception();
+        break;
+      }
+      auto item = std::make_unique<Item>();
+      item->record = std::move(record);
+      item->where = where;
+      Item* raw = item.get();
+      item->done = std::async(std::launch::async, [this, raw] { process(*raw); });
+      window.push_back(std::move(item));
+      while (window.size() >= window_size) {
+        finish(*window.front(), counts, write);
+        window.pop_front();
+      }
+    }
+    while (!window.empty()) {
+      finish(*window.front(), counts, write);
+      window.pop_front();
+    }
+  } catch (...) {
+    add_totals();
+    throw;
+  }
+  add_totals();
+  if (input_error) {
+    ca::log::info(counts.text(), " before the bad line");
+    std::rethrow_exception(input_error);
+  }
+  return counts;
+}
+
+void Checker::add_other_shard(int64_t n) {
+  std::lock_guard<std::mutex> lock(totals_mu_);
+  totals_.other_shard += n;
+}
+
+int Checker::summary(std::optional<int> exit_code) {
+  ca::Counts totals;
+  ca::Json statuses;
+  int64_t no_device;
+  {
+    std::lock_guard<std::mutex> lock(totals_mu_);
+    totals = totals_;
+    statuses = by_status_;
+    no_device = no_device_;
+  }
+  ca::log::info(totals.text(), "; by status ", statuses.dump());
+  int code = exit_code ? *exit_code : (no_device ? ca::kExitEnvironment : ca::kExitOk);
+  if (store_) store_->end_run(code, totals.to_json());
+  if (no_device) ca::log::error(no_device, " candidate(s) not run: no GPU (", no_device_why_, ")");
+  return code;
+}
+
+}  // namespace kc

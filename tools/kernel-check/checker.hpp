@@ -1,0 +1,73 @@
+// One kernel-check for as long as the tool runs (a stream, or a service's lifetime): the policy,
+// the tasks, the device, the store and the GPU judge (its lanes keep their reference worker,
+// runner and loaded tasks). check() judges a sequence of records; the stream and the service both
+// call it, so a record is handled the same way in both.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "libcommon/cli.hpp"
+#include "libcommon/jsonl.hpp"
+#include "libcommon/record_loop.hpp"
+#include "libcommon/store.hpp"
+#include "tools/kernel-check/options.hpp"
+#include "tools/kernel-check/policy.hpp"
+#include "tools/kernel-check/prepare.hpp"
+
+namespace kc {
+
+class GpuJudge;
+
+class Checker {
+ public:
+  // Opens the store (the run row), the device and the judge; `options.arch` is settled here.
+  Checker(CheckOptions& options, const ca::CommonOptions& common);
+  ~Checker();
+
+  // Yields the next record and where it was; false at the end. A ca::Error it throws ends the input.
+  using Source = std::function<bool(ca::Record& record, std::string& where)>;
+  using Sink = std::function<void(const ca::Record& record)>;
+  // Judges the records of `next` in input order (compiles and GPU lanes overlap; each record is
+  // stored, then given to `write`). A bad input line ends the input: the records before it are
+  // finished and written, then the error is rethrown. Thread-safe: a service calls it per request.
+  ca::Counts check(const Source& next, const Sink& write);
+  // Records a stream skipped as another shard's (counted in the totals).
+  void add_other_shard(int64_t n);
+
+  // Totals over every check() so far on stderr, the run row closed with `exit_code` (default: 3
+  // when a candidate could not be run for want of a GPU, else 0); returns that code.
+  int summary(std::optional<int> exit_code = std::nullopt);
+
+  // The GPUs the judge runs on ({ordinal, name, uuid}), empty for compile-only or without one.
+  ca::Json gpus_json() const;
+  bool compile_only() const { return options_.compile_only; }
+
+ private:
+  struct Item;
+  void process(Item& item);
+  void finish(Item& item, ca::Counts& counts, const Sink& write);
+
+  CheckOptions& options_;
+  const ca::CommonOptions& common_;
+  Policy policy_;
+  std::map<std::string, ca::Json> tasks_;  // --tasks, by task_id
+  std::string no_device_why_;
+  std::vector<int> gpus_;
+  std::vector<std::string> gpu_uuids_;  // for the node's per-GPU lock (taken shared while judging)
+  ca::Json gpus_json_ = ca::Json::array();
+  PrepareOptions prepare_;
+  std::unique_ptr<ca::Store> store_;
+  std::unique_ptr<GpuJudge> judge_;
+  std::mutex store_mu_;  // the store is read from compile threads and written from the finishing one
+  std::mutex totals_mu_;
+  ca::Counts totals_;
+  std::map<std::string, int64_t> by_status_;
+  int64_t no_device_ = 0;
+};
+
+}  // namespace kc
