@@ -202,6 +202,9 @@ int main(int argc, char** argv) {
 
     ca::RecordReader reader(tasks_file.empty() ? opt.input : tasks_file);
     ca::RecordWriter writer(opt.output);
+    ca::log::Progress progress("episodes");  // on a terminal: done/total, rate, time left
+    if (progress.enabled())
+      if (int64_t n = ca::count_lines(tasks_file.empty() ? opt.input : tasks_file); n > 0) progress.set_total(n * per_task);
     const uint64_t base_seed = opt.seed ? *opt.seed : std::random_device{}() * 0x100000000ull + std::random_device{}();
     if (!opt.seed) ca::log::verbose("seed ", base_seed);
 
@@ -344,6 +347,7 @@ int main(int argc, char** argv) {
           if (stop == "error" || stop == "policy_error") ++counts.failed;
           else ++counts.done;
           if (stop == "error") ++episode_errors;
+          progress.tick();
           if (store && out.contains("candidate_id")) {
             try {
               store->import_record(out);
@@ -380,6 +384,7 @@ int main(int argc, char** argv) {
       else t.detach();
     }
     std::unique_lock<std::mutex> final_lock(out_mutex);
+    progress.finish();
     // After an interrupt every finished episode is written, even past a gap in the order.
     write_ready(true);
     finished.clear();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "libcommon/jsonl.hpp"
+#include "libcommon/tokenizer/agent_chat.hpp"
 #include "tools/agent-run/agent.hpp"
 
 namespace ca::agent {
@@ -57,9 +58,9 @@ std::unique_ptr<Policy> make_replay_policy(const std::string& path);
 // or, with options.device cuda[:N], on a GPU (libcommon/nn_cuda).
 std::unique_ptr<Policy> make_native_policy(const std::string& dir, const PolicyOptions& options);
 
-// Qwen2.5's tool format, as the native policy writes and reads it. The system prompt's suffix that
-// lists the tools (OpenAI tool schemas, one JSON per line inside <tools></tools>):
-std::string tools_system_block(const Json& tools);
+// Qwen2.5's tool format, as the native policy writes and reads it (libcommon/tokenizer/agent_chat.hpp,
+// shared with ppo-step): the system prompt's suffix that lists the tools, and the parser of completions.
+using tokenizer::tools_system_block;
 // The <tool_call>{"name": ..., "arguments": {...}}</tool_call> blocks of a completion, with ids
 // call_<turn>_<i>; `content` gets the text around them. A block that is not such JSON becomes a call
 // with no name and the block's text as its arguments (agent-run answers it as malformed).
