@@ -150,6 +150,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   auto* pg = app.add_option_group("Policy openai:URL");
   pg->add_option("--model", po.model, "Model name (default: the first one GET /models lists)");
+  pg->add_option("--load-weights", po.load_weights,
+                 "Checkpoint folder the server loads before any episode (SGLang's /update_weights_from_disk; vLLM: restart it)");
   pg->add_option("--temperature", po.temperature)->capture_default_str();
   pg->add_option("--top-p", po.top_p)->capture_default_str();
   pg->add_option("--max-tokens", po.max_tokens, "Tokens per assistant turn (also capped by the context left)")
@@ -193,6 +195,8 @@ int main(int argc, char** argv) {
     if (std::string why = agent::Sandbox::availability(); !why.empty())
       ca::log::warn("the bash and grep tools will answer with an error: ", why);
 
+    if (policy_spec.rfind("openai:", 0) != 0 && !po.load_weights.empty())
+      throw ca::UsageError("--load-weights is for openai: policies (a native: policy is its checkpoint already)");
     if (policy_spec.rfind("native:", 0) != 0 && (po.device != "cpu" || po.dtype != "bf16"))
       ca::log::warn("--policy-device and --policy-dtype apply to native: policies only; ignored for ", policy_spec);
     auto policy = agent::make_policy(policy_spec, po);

@@ -22,6 +22,8 @@ struct PolicyOptions {
   double retry_base_s = 1.0;      // backoff: base * 2^k, at most 60 s (Retry-After wins when given)
   bool logprobs = true;           // ask for logprobs and token ids
   Json extra = Json::object();    // merged into every request body
+  std::string load_weights;       // a checkpoint folder the server loads before any episode (SGLang's
+                                  // POST /update_weights_from_disk {"model_path"}); empty: as served
   // native:DIR
   std::string device = "cpu";     // cpu | cuda | cuda:N: where the policy samples
   std::string dtype = "bf16";     // compute dtype on cuda
