@@ -89,7 +89,8 @@ for stage in "${stages[@]}"; do
       # and trained on (rft, then ppo with a critic), each checkpoint sampling the next iteration.
       if ! command -v ppo-step >/dev/null; then skipped+=("loop: ppo-step not built"); continue; fi
       rm -rf "$out/loop"; mkdir -p "$out/loop"
-      loop=(--tasks "$out/tasks.jsonl" --warmup "$out/candidates.jsonl" --work "$out/loop" --episodes 1)
+      warmup=$out/candidates.jsonl; [[ -f $out/rewarded.jsonl ]] && warmup=$out/rewarded.jsonl   # judged on a GPU
+      loop=(--tasks "$out/tasks.jsonl" --warmup "$warmup" --work "$out/loop" --episodes 1)
       if ((gpu)); then
         ppo-step init --model-config "$demo/loop/policy-gpu.json" --out "$out/loop/base" --seed 1 -q
         loop+=(--iterations "${CA_LOOP_ITERATIONS:-3}" --rft 2 --device cuda --rft-config "$demo/loop/rft-gpu.yaml"

@@ -21,7 +21,8 @@
 #   --policy P          native | openai:URL                            [native]
 #   --iterations N      iterations                                     [3]
 #   --rft K             the first K iterations are rft, then ppo       [1]
-#   --warmup FILE       episodes (e.g. the replay policy's) to RFT the policy on before iteration 1
+#   --warmup FILE       episodes (e.g. the replay policy's) to RFT the policy on before iteration 1;
+#                       judged first unless they carry reward sections (reward-calc's output)
 #   --episodes M        episodes per task                              [2]
 #   --device D          where ppo-step trains and the native policy samples: cpu | cuda[:N]  [cpu]
 #   --rft-config Y, --ppo-config Y, --critic-config Y   ppo-step YAML for each mode
@@ -124,8 +125,13 @@ serve() {  # CKPT: a restarted server (CA_SERVE_RESTART) is up on CKPT
 if [[ -n $warmup ]]; then
   # Iteration 0: the policy warmed up by RFT on given episodes (the replay policy's, a stronger
   # model's): ppo-step renders turns without token ids with the policy's own tokenizer.
-  say "warm-up: judging $warmup and RFT on the episodes that earned a reward > 0"
-  judge "$warmup" "$work/warmup.rewarded.jsonl"
+  if python3 -c 'import json,sys; sys.exit(0 if "reward" in json.loads(open(sys.argv[1]).readline()) else 1)' "$warmup"; then
+    say "warm-up: RFT on the episodes of $warmup that earned a reward > 0 (judged already)"
+    cp "$warmup" "$work/warmup.rewarded.jsonl"
+  else
+    say "warm-up: judging $warmup, then RFT on the episodes that earned a reward > 0"
+    judge "$warmup" "$work/warmup.rewarded.jsonl"
+  fi
   train rft "$rft_config" "$work/warmup.rewarded.jsonl" "$work/warmup.metrics.jsonl" --policy "$ckpt" --out "$work/ckpt/warmup"
   ckpt=$work/ckpt/warmup
 fi
