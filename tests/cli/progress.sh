@@ -47,7 +47,7 @@ on_tty "$tmp/tokenize.tty" "'$CA_BIN/ppo-step' tokenize --policy '$tmp/p0' --no-
 "$CA_BIN/ppo-step" tokenize --policy "$tmp/p0" --no-store -i "$tmp/episodes.jsonl" > /dev/null 2> "$tmp/tokenize.err"
 "$PY" - "$tmp/episodes.jsonl" > "$tmp/rewarded.jsonl" <<'PY'
 import json, sys
-for l in open(sys.argv[1]):
+for l in open(sys.argv[1]).readlines()[:2]:   # two episodes: the CPU trainer takes seconds per sequence
     r = json.loads(l); r["reward"] = {"value": 3, "scheme": "milestone"}; print(json.dumps(r))
 PY
 on_tty "$tmp/train.tty" "'$CA_BIN/ppo-step' --mode rft --policy '$tmp/p0' --out '$tmp/p1' --no-store -i '$tmp/rewarded.jsonl' > '$tmp/m.jsonl'" \
@@ -72,6 +72,6 @@ def check(name, tool, unit, total):
     print("%s: %d progress line(s) on the terminal (%s), none in a file" % (name, len(lines), lines[-1][0] + "/" + lines[-1][1]))
 check("agent", "agent-run", "episodes", 8)
 check("tokenize", "ppo-step", "records", 8)
-check("train", "ppo-step", "sequence passes", 8)
+check("train", "ppo-step", "sequence passes", 2)
 PY
 echo "progress: ok"
