@@ -72,7 +72,7 @@ export CUDA_AGENT_STORE=${CUDA_AGENT_STORE:-$work/run.db}
 arch=${CA_ARCH:-sm_90}
 if [[ ${CA_FORCE_CPU:-0} != 1 ]] && nvidia-smi -L >/dev/null 2>&1; then gpu=1; else gpu=0; fi
 ((gpu || cpu_proxy)) || die "no GPU: kernel-check cannot judge the episodes, so there is no reward to train on (--cpu-proxy runs the loop on compile-only proxy rewards)" 3
-run-store import -i "$tasks" -q
+run-store import -i "$tasks"
 
 # ppo-step with an optional config; metrics appended to the iteration's file.
 train() {  # MODE CONFIG IN OUT-METRICS ARGS...
@@ -99,7 +99,7 @@ for line in open(sys.argv[1]):
                    "reason": "compiled for the CPU run's arch (not run, not timed)" if ok else "did not compile"}
     print(json.dumps(r))
 PY
-    run-store import -i "$out" -q   # the proxy rewards, one import run per iteration
+    run-store import -i "$out"   # the proxy rewards, one import run per iteration
   fi
 }
 
