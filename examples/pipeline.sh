@@ -102,12 +102,25 @@ for stage in "${stages[@]}"; do
         skipped+=("loop: rewards are a compile-only proxy (+1 compiled for $arch, -1 not; nothing run or timed), the policy is 2 layers of width 32 trained and sampled on the CPU, so it writes no kernel; this shows the loop's plumbing, not learning")
       fi
       cp "$demo/tokenizer.json" "$out/loop/base/"
-      CUDA_AGENT_STORE=$CUDA_AGENT_STORE bash "$repo/examples/rl-loop.sh" --ckpt "$out/loop/base" "${loop[@]}"
+      # The loop has a store of its own (the stages above keep theirs as they were); the report reads both.
+      CUDA_AGENT_STORE=$out/loop/run.db bash "$repo/examples/rl-loop.sh" --no-report --ckpt "$out/loop/base" "${loop[@]}"
       ;;
     report)
       # The numbers a researcher compares, per level; pass rate and mean reward per iteration (one
       # reward-calc run, or one import of proxy rewards, per iteration) and each ppo-step's losses.
-      run-store report --table --html "$out/report.html" >&2
+      stores=("$out/run.db"); [[ -f $out/loop/run.db ]] && stores+=("$out/loop/run.db")
+      run-store report "${stores[@]}" --table --html "$out/report.html" >&2
+      if [[ -f $out/loop/run.db ]]; then
+        # One row per iteration: the runs that rewarded the loop's episodes (reward-calc, or the CPU
+        # proxy's import), in run order, with the pass rate of what they rewarded and the mean reward.
+        say "the loop's iterations (pass rate and mean reward per reward run; the same plotted in the report):"
+        CUDA_AGENT_STORE=$out/loop/run.db run-store query \
+          "SELECT r.tool, substr(r.started_at, 1, 19) AS started, COUNT(*) AS rewards,
+                  printf('%.1f%%', 100.0 * SUM(EXISTS (SELECT 1 FROM checks c WHERE c.candidate_id = w.candidate_id
+                                                       AND c.status = 'passed')) / COUNT(*)) AS pass_rate,
+                  printf('%.3f', AVG(w.value)) AS reward_mean, MIN(w.scheme) AS scheme
+           FROM rewards w JOIN runs r USING (run_id) GROUP BY w.run_id ORDER BY r.started_at, r.rowid" >&2
+      fi
       say "report: $out/report.html"
       ;;
     summary)

@@ -30,6 +30,7 @@
 #   --cpu-proxy         no GPU: reward +1 for a bundle that compiled (kernel-check --compile-only), -1
 #                       otherwise, imported as scheme "compile-proxy" (nothing is run or timed: a smoke
 #                       test of the loop, not a measurement)
+#   --no-report         no run-store report at the end (default: the table on stderr)
 #   -- ARGS             passed to agent-run (e.g. --max-turns 20 --max-tokens 2048)
 # Environment: CA_BIN (the binaries; default PATH), CA_ARCH (compile-only target, sm_90),
 # CA_FORCE_CPU=1 (the CPU path on a GPU machine), CA_SERVE_RESTART (above).
@@ -41,7 +42,7 @@ say() { echo "rl-loop: $*" >&2; }
 die() { say "$*"; exit "${2:-1}"; }
 
 tasks=$repo/datasets/demo/tasks.jsonl ckpt= policy=native iterations=3 rft=1 warmup= episodes=2 device=cpu
-rft_config= ppo_config= critic_config= work=$PWD/rl-run cpu_proxy=0 agent_args=()
+rft_config= ppo_config= critic_config= work=$PWD/rl-run cpu_proxy=0 report=1 agent_args=()
 while (($#)); do
   case $1 in
     --tasks) tasks=$2; shift 2 ;;
@@ -57,6 +58,7 @@ while (($#)); do
     --critic-config) critic_config=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
     --cpu-proxy) cpu_proxy=1; shift ;;
+    --no-report) report=0; shift ;;
     --) shift; agent_args=("$@"); break ;;
     -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (--help lists them)" ;;
@@ -172,4 +174,4 @@ PY
   ckpt=$out
 done
 say "done: the last checkpoint is $ckpt; the store is $CUDA_AGENT_STORE"
-run-store report --table >&2
+if ((report)); then run-store report --table >&2; fi
