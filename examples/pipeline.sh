@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # pipeline.sh: the cuda-agent chain as a user runs it, on the shipped demo set (datasets/demo):
 #   tasks -> candidates (agent-run, replay policy) -> kernel-check -> kernel-prof -> reward-calc
-#   -> run-store summary
+#   -> loop (examples/rl-loop.sh: a tiny native policy warmed up by RFT on those episodes, then
+#      iterations of sampling, judging and training) -> run-store summary -> run-store report
 # Each stage reads the previous stage's file and writes its own, so any stage can be rerun alone:
 #   bash examples/pipeline.sh              # every stage
 #   bash examples/pipeline.sh check prof   # only these (their inputs must exist in $CA_OUT)
@@ -9,7 +10,7 @@
 #
 # Environment: CA_BIN (folder of the binaries; default: PATH), CA_OUT (where files go; default
 # ./demo-run), CA_DEMO (the task set; default datasets/demo), CA_ARCH (compile-only target, sm_90).
-# ppo-step joins at the end once there are rewards: see the comment there.
+# CA_LOOP_ITERATIONS (the loop's iterations after the warm-up; default 3 on a GPU, 1 without).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,7 +27,7 @@ say() { echo "pipeline: $*" >&2; }
 if [[ ${CA_FORCE_CPU:-0} != 1 ]] && nvidia-smi -L >/dev/null 2>&1; then gpu=1; else gpu=0; fi
 stages=("$@")
 if ((${#stages[@]} == 0)); then
-  stages=(tasks candidates check prof reward summary)
+  stages=(tasks candidates check prof reward loop summary report)
   rm -f "$out"/run.db "$out"/run.db-wal "$out"/run.db-shm "$out"/*.jsonl   # a whole run starts afresh
 fi
 skipped=()
@@ -77,19 +78,56 @@ for stage in "${stages[@]}"; do
       if ((gpu)); then
         # The published milestone reward: -1 failed, 1 correct, 2 beats eager by >5%, 3 beats both.
         reward-calc -i "$out/profiled.jsonl" -o "$out/rewarded.jsonl"
-        # Training goes on from here with episodes that carry token ids (a vLLM server's, or the
-        # native policy's; the replay policy has none):
-        #   ppo-step --mode ppo --policy ckpt/step-0007 --critic ckpt/step-0007/critic \
-        #     --out ckpt/step-0008 --device cuda < "$out/rewarded.jsonl"
       else
         skipped+=("reward: a reward needs a judged and timed candidate (no GPU: not judged)")
       fi
+      ;;
+    loop)
+      # The loop at toy scale: a tiny native policy (the demo's byte-level tokenizer) is warmed up
+      # by RFT on the replay episodes above (ppo-step renders their turns, which carry no token ids,
+      # with the policy's chat template), then samples episodes itself, which are judged, rewarded
+      # and trained on (rft, then ppo with a critic), each checkpoint sampling the next iteration.
+      if ! command -v ppo-step >/dev/null; then skipped+=("loop: ppo-step not built"); continue; fi
+      rm -rf "$out/loop"; mkdir -p "$out/loop"
+      warmup=$out/candidates.jsonl; [[ -f $out/rewarded.jsonl ]] && warmup=$out/rewarded.jsonl   # judged on a GPU
+      loop=(--tasks "$out/tasks.jsonl" --warmup "$warmup" --work "$out/loop" --episodes 1)
+      if ((gpu)); then
+        ppo-step init --model-config "$demo/loop/policy-gpu.json" --out "$out/loop/base" --seed 1 -q
+        loop+=(--iterations "${CA_LOOP_ITERATIONS:-3}" --rft 2 --device cuda --rft-config "$demo/loop/rft-gpu.yaml"
+               --ppo-config "$demo/loop/ppo.yaml" -- --max-turns 8 --max-tokens 2048 --temperature 0)
+      else
+        ppo-step init --model-config "$demo/loop/policy-cpu.json" --out "$out/loop/base" --seed 1 -q
+        loop+=(--iterations "${CA_LOOP_ITERATIONS:-1}" --rft 0 --cpu-proxy --rft-config "$demo/loop/rft-cpu.yaml"
+               --ppo-config "$demo/loop/ppo.yaml" -- --max-turns 2 --max-tokens 48)
+        skipped+=("loop: rewards are a compile-only proxy (+1 compiled for $arch, -1 not; nothing run or timed), the policy is 2 layers of width 32 trained and sampled on the CPU, so it writes no kernel; this shows the loop's plumbing, not learning")
+      fi
+      cp "$demo/tokenizer.json" "$out/loop/base/"
+      # The loop has a store of its own (the stages above keep theirs as they were); the report reads both.
+      CUDA_AGENT_STORE=$out/loop/run.db bash "$repo/examples/rl-loop.sh" --no-report --ckpt "$out/loop/base" "${loop[@]}"
+      ;;
+    report)
+      # The numbers a researcher compares, per level; pass rate and mean reward per iteration (one
+      # reward-calc run, or one import of proxy rewards, per iteration) and each ppo-step's losses.
+      stores=("$out/run.db"); [[ -f $out/loop/run.db ]] && stores+=("$out/loop/run.db")
+      run-store report "${stores[@]}" --table --html "$out/report.html" >&2
+      if [[ -f $out/loop/run.db ]]; then
+        # One row per iteration: the runs that rewarded the loop's episodes (reward-calc, or the CPU
+        # proxy's import), in run order, with the pass rate of what they rewarded and the mean reward.
+        say "the loop's iterations (pass rate and mean reward per reward run; the same plotted in the report):"
+        CUDA_AGENT_STORE=$out/loop/run.db run-store query \
+          "SELECT r.tool, substr(r.started_at, 1, 19) AS started, COUNT(*) AS rewards,
+                  printf('%.1f%%', 100.0 * SUM(EXISTS (SELECT 1 FROM checks c WHERE c.candidate_id = w.candidate_id
+                                                       AND c.status = 'passed')) / COUNT(*)) AS pass_rate,
+                  printf('%.3f', AVG(w.value)) AS reward_mean, MIN(w.scheme) AS scheme
+           FROM rewards w JOIN runs r USING (run_id) GROUP BY w.run_id ORDER BY r.started_at, r.rowid" >&2
+      fi
+      say "report: $out/report.html"
       ;;
     summary)
       # Per run: counts, pass rate, speedups and their geomeans, mean reward.
       run-store summary --table
       ;;
-    *) say "unknown stage '$stage' (tasks candidates check prof reward summary)"; exit 1 ;;
+    *) say "unknown stage '$stage' (tasks candidates check prof reward loop summary report)"; exit 1 ;;
   esac
 done
 

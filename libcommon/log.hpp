@@ -26,18 +26,22 @@ template <class... A> void info(const A&... p) { if (level() >= kNormal) write(n
 template <class... A> void verbose(const A&... p) { if (level() >= kVerbose) write(nullptr, cat(p...)); }
 template <class... A> void debug(const A&... p) { if (level() >= kDebug) write("debug", cat(p...)); }
 
-// "\r<tool>: 1234 records, 56.7/s, ETA 0:42" redrawn at most 4 times a second, only on a terminal.
+// "\r<tool>: 12/40 episodes, 1.3/s, 0:25 left" (or "1234 records, 56.7/s" when the total is unknown)
+// redrawn at most twice a second, only when stderr is a terminal (and not under -q); a log line
+// clears it first, finish() (or the destructor) clears it for good. Ticks may come from several threads.
 class Progress {
  public:
   explicit Progress(std::string unit = "records", int64_t total = -1);
   ~Progress();
+  void set_total(int64_t total);  // -1: unknown
   void tick(int64_t n = 1);
   void finish();
+  bool enabled() const { return enabled_; }
 
  private:
   std::string unit_;
   int64_t total_, count_ = 0;
-  bool enabled_, drawn_ = false;
+  bool enabled_;
   std::chrono::steady_clock::time_point start_, last_draw_;
 };
 

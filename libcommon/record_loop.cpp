@@ -1,6 +1,10 @@
 // The shared record loop.
 #include "libcommon/record_loop.hpp"
 
+#include <sys/stat.h>
+
+#include <cstdio>
+
 #include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
 
@@ -76,6 +80,23 @@ std::string dump_lines(const std::vector<Record>& records) {
   return out;
 }
 
+int64_t count_lines(const std::string& path) {
+  if (path.empty() || path == "-") return -1;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return -1;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return -1;
+  int64_t lines = 0;
+  char last = '\n';
+  char buf[1 << 16];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) {
+    for (std::size_t i = 0; i < n; ++i) lines += buf[i] == '\n';
+    last = buf[n - 1];
+  }
+  std::fclose(f);
+  return lines + (last != '\n');
+}
+
 RecordLoop::RecordLoop(const CommonOptions& options) : options_(options) {}
 
 bool RecordLoop::handle(Record& record, const std::string& where, const std::function<Outcome(Record&)>& job,
@@ -103,11 +124,13 @@ int RecordLoop::run(const std::function<Outcome(Record&)>& job, bool drop_skippe
   RecordReader reader(options_.input);
   RecordWriter writer(options_.output);
   log::Progress progress;
+  if (progress.enabled()) progress.set_total(count_lines(options_.input));  // a file: done/total and time left
   Record record;
   while (reader.next(record)) {
     if (!options_.shard.contains(record_key(record))) {
       ++counts_.read;
       ++counts_.other_shard;
+      progress.tick();
       continue;
     }
     if (handle(record, reader.where(), job, drop_skipped)) writer.write(record);

@@ -43,6 +43,10 @@ void check_record_ids(const Record& record);
 // The key a record is sharded and resumed by: candidate_id, else task_id, else its content id.
 std::string record_key(const Record& record);
 
+// Lines of a regular file (the records a tool will read, for its progress line); -1 for "-", a pipe
+// or anything that cannot be counted without consuming it.
+int64_t count_lines(const std::string& path);
+
 class RecordLoop {
  public:
   explicit RecordLoop(const CommonOptions& options);

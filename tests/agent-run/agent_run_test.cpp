@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "libcommon/errors.hpp"
 #include "libcommon/nn/model.hpp"
 #include "libcommon/tokenizer/tokenizer.hpp"
 
@@ -307,5 +308,155 @@ TEST_CASE("native policy: the tools block lists every schema; turns extend one t
   std::string first = tok.decode(p1);
   CHECK(first.rfind("<|im_start|>system\nYou write CUDA.\n\n# Tools", 0) == 0);
   CHECK(first.find("<|im_start|>user\nMake it fast.<|im_end|>\n<|im_start|>assistant\n") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+namespace {
+// A small random native checkpoint with the fixture tokenizer, in a temporary folder.
+fs::path native_checkpoint(const std::string& name) {
+  const char* src = std::getenv("CA_SRC");
+  REQUIRE(src != nullptr);
+  fs::path dir = fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()));
+  ca::nn::Config c;
+  c.vocab_size = 320;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.max_position_embeddings = 16384;
+  ca::nn::Model<float> m(c);
+  m.init_random(5, 0.02);
+  ca::nn::save_model(m, dir.string());
+  fs::copy_file(fs::path(src) / "tests/nn_cuda/fixtures/tokenizer.json", dir / "tokenizer.json",
+                fs::copy_options::overwrite_existing);
+  return dir;
+}
+
+// Runs of equal mask values: [begin, end) and the value.
+struct Run {
+  std::size_t begin, end;
+  bool model;
+};
+std::vector<Run> mask_runs(const std::vector<double>& mask) {
+  std::vector<Run> runs;
+  for (std::size_t i = 0; i < mask.size(); ++i)
+    if (runs.empty() || runs.back().model != (mask[i] > 0)) runs.push_back({i, i + 1, mask[i] > 0});
+    else runs.back().end = i + 1;
+  return runs;
+}
+}  // namespace
+
+TEST_CASE("recorded turns without token ids: rendered as the native policy is fed them and would sample them") {
+  const fs::path dir = native_checkpoint("render-episode");
+  auto tok = ca::tokenizer::Tokenizer::from_file((dir / "tokenizer.json").string());
+  const ca::Json& tools = tool_schemas();
+  // A scripted episode as agent-run records it (the replay policy: no token ids anywhere).
+  struct Scripted {
+    std::string content;
+    std::vector<std::pair<std::string, std::string>> calls;  // name, arguments text
+    std::vector<std::string> results;
+  };
+  const std::vector<Scripted> script = {
+      {"Writing the kernel.", {{"write_file", R"({"path": "kernels/a.cu", "content": "__global__ void k() {}\n"})"}},
+       {"wrote kernels/a.cu (23 bytes)"}},
+      {"", {{"compile", "{}"}, {"verify", "{}"}}, {"compiled: 1 kernel", "verify: correct (5 trials)"}},
+      {"Done: the workspace is my submission.", {}, {}}};
+  const std::string system = system_prompt(), user = "Task t: write a CUDA bundle.\n\nmodel.py:\n```python\nx\n```";
+  ca::Json turns = ca::Json::array();
+  for (std::size_t i = 0; i < script.size(); ++i) {
+    ca::Json calls = ca::Json::array(), results = ca::Json::array();
+    for (std::size_t k = 0; k < script[i].calls.size(); ++k) {
+      const std::string id = "call_" + std::to_string(i) + "_" + std::to_string(k);
+      calls.push_back({{"id", id}, {"name", script[i].calls[k].first}, {"arguments", script[i].calls[k].second}});
+      results.push_back({{"tool_call_id", id}, {"name", script[i].calls[k].first}, {"content", script[i].results[k]},
+                         {"ok", true}, {"malformed", false}});
+    }
+    turns.push_back({{"index", i},
+                     {"assistant", {{"content", script[i].content}, {"tool_calls", calls},
+                                    {"finish_reason", calls.empty() ? "stop" : "tool_calls"}}},
+                     {"tool_results", results}});
+  }
+  const ca::Json episode = {{"prompt", {{"system", system}, {"user", user}}}, {"tools", tools}, {"turns", turns}};
+  const auto r = ca::tokenizer::render_episode(tok, episode);
+  REQUIRE(r.tokens.size() == r.mask.size());
+
+  // 1. The text, written out by hand from Qwen2.5's template (not by the code under test).
+  std::string expected = "<|im_start|>system\n" + system + tools_system_block(tools) + "<|im_end|>\n<|im_start|>user\n" +
+                         user + "<|im_end|>\n<|im_start|>assistant\n";
+  expected += "Writing the kernel.\n<tool_call>\n{\"name\": \"write_file\", \"arguments\": " + script[0].calls[0].second +
+              "}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nwrote kernels/a.cu (23 bytes)\n"
+              "</tool_response><|im_end|>\n<|im_start|>assistant\n";
+  expected += "<tool_call>\n{\"name\": \"compile\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"verify\", "
+              "\"arguments\": {}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\ncompiled: 1 kernel\n"
+              "</tool_response>\n<tool_response>\nverify: correct (5 trials)\n</tool_response><|im_end|>\n"
+              "<|im_start|>assistant\n";
+  expected += "Done: the workspace is my submission.<|im_end|>";
+  CHECK(tok.decode(r.tokens) == expected);
+
+  // 2. The model's tokens are exactly the three completions, each ending with <|im_end|>; the native
+  //    policy's parser reads each back to the recorded content and calls.
+  const auto runs = mask_runs(r.mask);
+  REQUIRE(runs.size() == 6);  // prompt, completion, tool results, completion, tool results, completion
+  CHECK(r.response_start == int(runs[1].begin));
+  for (std::size_t i = 0; i < script.size(); ++i) {
+    const Run& run = runs[2 * i + 1];
+    REQUIRE(run.model);
+    std::vector<int> ids(r.tokens.begin() + long(run.begin), r.tokens.begin() + long(run.end));
+    REQUIRE(ids.back() == tok.token_id("<|im_end|>"));
+    ids.pop_back();
+    std::string content;
+    auto calls = parse_tool_calls(tok.decode(ids), content, int(i));
+    CHECK(content == script[i].content);
+    REQUIRE(calls.size() == script[i].calls.size());
+    for (std::size_t k = 0; k < calls.size(); ++k) {
+      CHECK(calls[k].name == script[i].calls[k].first);
+      CHECK(ca::Json::parse(calls[k].arguments) == ca::Json::parse(script[i].calls[k].second));
+    }
+  }
+
+  // 3. What the native policy is fed for the same messages (as agent-run builds them) is, turn by
+  //    turn, what the rendering feeds: the first prompt, then the tool results after each completion
+  //    (the policy samples its own completions here, so the comparison is of the fed parts).
+  PolicyOptions o;
+  o.max_tokens = 8;
+  auto policy = make_native_policy(dir.string(), o);
+  auto session = policy->start("t", 3);
+  ca::Json messages = ca::Json::array({{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", user}}});
+  std::vector<int> previous;  // the last prompt and completion, as the policy holds them
+  const int im_end = tok.token_id("<|im_end|>");
+  for (std::size_t i = 0; i < script.size(); ++i) {
+    AssistantTurn t = session->next(messages, tools, TurnBudget{16000, 60});
+    const auto prompt = t.prompt_token_ids.get<std::vector<int>>();
+    REQUIRE(prompt.size() > previous.size());
+    REQUIRE(std::equal(previous.begin(), previous.end(), prompt.begin()));
+    std::vector<int> fed(prompt.begin() + long(previous.size()), prompt.end());
+    const Run& run = runs[2 * i];
+    std::vector<int> rendered(r.tokens.begin() + long(run.begin), r.tokens.begin() + long(run.end));
+    if (i > 0 && (previous.empty() || previous.back() != im_end)) rendered.insert(rendered.begin(), im_end);
+    CHECK_MESSAGE(fed == rendered, "turn ", i, ": the native policy was fed other tokens than ppo-step renders");
+    previous = prompt;
+    const auto sampled = t.token_ids.get<std::vector<int>>();
+    previous.insert(previous.end(), sampled.begin(), sampled.end());
+    messages.push_back({{"role", "assistant"}, {"content", script[i].content}});
+    for (std::size_t k = 0; k < script[i].results.size(); ++k)
+      messages.push_back({{"role", "tool"}, {"tool_call_id", "call_" + std::to_string(i) + "_" + std::to_string(k)},
+                          {"name", script[i].calls[k].first}, {"content", script[i].results[k]}});
+  }
+
+  // 4. A turn that stopped for length has no <|im_end|> of its own; a turn after one without tool
+  //    results, or a turn without an assistant part, is a field error.
+  ca::Json cut = episode;
+  cut["turns"] = ca::Json::array({turns[0]});
+  cut["turns"][0]["assistant"]["finish_reason"] = "length";
+  auto rc = ca::tokenizer::render_episode(tok, cut);
+  CHECK(rc.tokens.back() != im_end);
+  ca::Json broken = episode;
+  broken["turns"][0]["tool_results"] = ca::Json::array();
+  CHECK_THROWS_AS(ca::tokenizer::render_episode(tok, broken), ca::FieldError);
+  broken = episode;
+  broken["turns"][1].erase("assistant");
+  CHECK_THROWS_AS(ca::tokenizer::render_episode(tok, broken), ca::FieldError);
   fs::remove_all(dir);
 }

@@ -9,12 +9,17 @@ next step: {"status": 503} answers that HTTP status (with "retry_after": S, a Re
 exact wire format (tool_calls with JSON-string arguments, usage, logprobs with token ids,
 prompt_token_ids when the request asks return_token_ids;
 "reasoning" adds reasoning_content, "no_usage" / "no_logprobs" leave those out).
+POST /update_weights_from_disk {"model_path": DIR} (SGLang's weight reload) makes DIR the served
+weights when DIR holds a config.json ({"success": true}; else HTTP 400 and {"success": false});
+GET /v1/models lists the model with "root" = the served weights (as vLLM does), and every request's
+log entry carries "weights", the weights served when it was answered (SCRIPT "model_path" at start).
 Every request is checked (the tools offered, the tool answers to every earlier call); a violation
 is answered with HTTP 400 and logged. Each request is appended to REQUEST_LOG as one JSON line:
-{"n", "path", "status", "violations", "body", "time", "auth"}. The chosen port is written to PORT_FILE.
+{"n", "path", "status", "violations", "body", "time", "auth", "weights"}. The chosen port is written to PORT_FILE.
 Standard library only.
 """
 import json
+import os
 import sys
 import threading
 import time
@@ -24,7 +29,7 @@ SCRIPT = json.load(open(sys.argv[1]))
 PORT_FILE, LOG = sys.argv[2], sys.argv[3]
 STEPS = SCRIPT["steps"]
 LOCK = threading.Lock()
-STATE = {"next": 0, "n": 0}
+STATE = {"next": 0, "n": 0, "weights": SCRIPT.get("model_path", "mock-model")}
 
 
 def check_request(body):
@@ -130,7 +135,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if self.path.rstrip("/").endswith("/models"):
-            self.reply(200, {"object": "list", "data": [{"id": "mock-model", "object": "model"}]})
+            with LOCK:
+                root = STATE["weights"]
+            self.reply(200, {"object": "list", "data": [{"id": "mock-model", "object": "model", "root": root}]})
         else:
             self.reply(404, {"error": "not found"})
 
@@ -146,7 +153,16 @@ class Handler(BaseHTTPRequestHandler):
             entry = {"n": n, "path": self.path, "violations": [], "body": body, "time": time.time(),
                      "auth": self.headers.get("Authorization")}
             headers = {}
-            if not self.path.endswith("/chat/completions"):
+            if self.path.rstrip("/") == "/update_weights_from_disk":
+                path = (body or {}).get("model_path") if isinstance(body, dict) else None
+                if isinstance(path, str) and os.path.isfile(os.path.join(path, "config.json")):
+                    STATE["weights"] = path
+                    status, obj = 200, {"success": True, "message": "Succeeded to update model weights.",
+                                        "num_paused_requests": 0}
+                else:
+                    status, obj = 400, {"success": False,
+                                        "message": "Failed to update weights: no model at %r" % (path,)}
+            elif not self.path.endswith("/chat/completions"):
                 status, obj = 404, {"error": "not found"}
             elif body is None:
                 status, obj = 400, {"error": "body is not JSON"}
@@ -166,6 +182,7 @@ class Handler(BaseHTTPRequestHandler):
                     else:
                         status, obj = 200, completion(step, n, len(raw), body)
             entry["status"] = status
+            entry["weights"] = STATE["weights"]
             with open(LOG, "a") as f:
                 f.write(json.dumps(entry) + "\n")
         self.reply(status, obj, headers)
@@ -174,6 +191,5 @@ class Handler(BaseHTTPRequestHandler):
 server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
 with open(PORT_FILE + ".tmp", "w") as f:
     f.write(str(server.server_address[1]))
-import os  # noqa: E402
 os.rename(PORT_FILE + ".tmp", PORT_FILE)
 server.serve_forever()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # examples/pipeline.sh on the demo set without a GPU (CA_FORCE_CPU=1): it must exit 0, say what
-# it skipped and why, and give the compile-only verdict each demo bundle was written for.
+# it skipped and why, and give the compile-only verdict each demo bundle was written for; the CPU
+# loop runs its iteration and the report ends the run.
 # Also: the demo's generated files are up to date with their sources, and validate.
 set -euo pipefail
 : "${CA_BIN:?}" "${CA_SRC:?}"
@@ -19,6 +20,11 @@ for want in "so these were skipped" "prof: timing needs a GPU" "reward: a reward
   grep -qF "$want" "$tmp/stderr" || { cat "$tmp/stderr" >&2; fail "stderr lacks '$want'"; }
 done
 [[ $(wc -l < "$tmp/run/checked.jsonl") == 8 ]] || fail "expected 8 checked records"
+# The loop ran on the CPU (a proxy reward, said so) and the report ended the run, with its iterations.
+for want in "loop: rewards are a compile-only proxy" "rl-loop: iter-01: 8 episodes" "the loop's iterations" "report: $tmp/run/report.html"; do
+  grep -qF "$want" "$tmp/stderr" || { tail -30 "$tmp/stderr" >&2; fail "stderr lacks '$want'"; }
+done
+[[ $(grep -c '"scheme":"compile-proxy"' "$tmp/stderr") == 2 ]] || fail "expected two iteration rows (warm-up and iteration 1)"
 
 # The verdict per task, from the store the pipeline wrote.
 CUDA_AGENT_STORE="$tmp/run/run.db" "$CA_BIN/run-store" query \

@@ -155,6 +155,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   auto* pg = app.add_option_group("Policy openai:URL");
   pg->add_option("--model", po.model, "Model name (default: the first one GET /models lists)");
+  pg->add_option("--load-weights", po.load_weights,
+                 "Checkpoint folder the server loads before any episode (SGLang's /update_weights_from_disk; vLLM: restart it)");
   pg->add_option("--temperature", po.temperature)->capture_default_str();
   pg->add_option("--top-p", po.top_p)->capture_default_str();
   pg->add_option("--max-tokens", po.max_tokens, "Tokens per assistant turn (also capped by the context left)")
@@ -204,6 +206,8 @@ int main(int argc, char** argv) {
     if (std::string why = agent::Sandbox::availability(); !why.empty())
       ca::log::warn("the bash and grep tools will answer with an error: ", why);
 
+    if (policy_spec.rfind("openai:", 0) != 0 && !po.load_weights.empty())
+      throw ca::UsageError("--load-weights is for openai: policies (a native: policy is its checkpoint already)");
     if (policy_spec.rfind("native:", 0) != 0 && (po.device != "cpu" || po.dtype != "bf16"))
       ca::log::warn("--policy-device and --policy-dtype apply to native: policies only; ignored for ", policy_spec);
     auto policy = agent::make_policy(policy_spec, po);
@@ -213,6 +217,9 @@ int main(int argc, char** argv) {
 
     ca::RecordReader reader(tasks_file.empty() ? opt.input : tasks_file);
     ca::RecordWriter writer(opt.output);
+    ca::log::Progress progress("episodes");  // on a terminal: done/total, rate, time left
+    if (progress.enabled())
+      if (int64_t n = ca::count_lines(tasks_file.empty() ? opt.input : tasks_file); n > 0) progress.set_total(n * per_task);
     const uint64_t base_seed = opt.seed ? *opt.seed : std::random_device{}() * 0x100000000ull + std::random_device{}();
     if (!opt.seed) ca::log::verbose("seed ", base_seed);
 
@@ -355,6 +362,7 @@ int main(int argc, char** argv) {
           if (stop == "error" || stop == "policy_error") ++counts.failed;
           else ++counts.done;
           if (stop == "error") ++episode_errors;
+          progress.tick();
           if (store && out.contains("candidate_id")) {
             try {
               store->import_record(out);
@@ -391,6 +399,7 @@ int main(int argc, char** argv) {
       else t.detach();
     }
     std::unique_lock<std::mutex> final_lock(out_mutex);
+    progress.finish();
     // After an interrupt every finished episode is written, even past a gap in the order.
     write_ready(true);
     finished.clear();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "libcommon/jsonl.hpp"
+#include "libcommon/tokenizer/agent_chat.hpp"
 #include "tools/agent-run/agent.hpp"
 
 namespace ca::agent {
@@ -21,6 +22,8 @@ struct PolicyOptions {
   double retry_base_s = 1.0;      // backoff: base * 2^k, at most 60 s (Retry-After wins when given)
   bool logprobs = true;           // ask for logprobs and token ids
   Json extra = Json::object();    // merged into every request body
+  std::string load_weights;       // a checkpoint folder the server loads before any episode (SGLang's
+                                  // POST /update_weights_from_disk {"model_path"}); empty: as served
   // native:DIR
   std::string device = "cpu";     // cpu | cuda | cuda:N: where the policy samples
   std::string dtype = "bf16";     // compute dtype on cuda
@@ -57,9 +60,9 @@ std::unique_ptr<Policy> make_replay_policy(const std::string& path);
 // or, with options.device cuda[:N], on a GPU (libcommon/nn_cuda).
 std::unique_ptr<Policy> make_native_policy(const std::string& dir, const PolicyOptions& options);
 
-// Qwen2.5's tool format, as the native policy writes and reads it. The system prompt's suffix that
-// lists the tools (OpenAI tool schemas, one JSON per line inside <tools></tools>):
-std::string tools_system_block(const Json& tools);
+// Qwen2.5's tool format, as the native policy writes and reads it (libcommon/tokenizer/agent_chat.hpp,
+// shared with ppo-step): the system prompt's suffix that lists the tools, and the parser of completions.
+using tokenizer::tools_system_block;
 // The <tool_call>{"name": ..., "arguments": {...}}</tool_call> blocks of a completion, with ids
 // call_<turn>_<i>; `content` gets the text around them. A block that is not such JSON becomes a call
 // with no name and the block's text as its arguments (agent-run answers it as malformed).

@@ -4,8 +4,9 @@
 //
 // The context is kept as token ids, not re-rendered: each turn's prompt is the previous prompt, the
 // previous completion exactly as sampled, the end of that turn, and the new messages (tool results)
-// rendered and tokenized. So every turn's prompt_token_ids is a prefix of the next, which is what
-// ppo-step needs, and the KV cache carries over from turn to turn.
+// rendered and tokenized (tokenizer::ChatContext, the rendering ppo-step uses for episodes recorded
+// without ids). So every turn's prompt_token_ids is a prefix of the next, which is what ppo-step
+// needs, and the KV cache carries over from turn to turn.
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -23,24 +24,7 @@ namespace ca::agent {
 
 namespace {
 namespace fs = std::filesystem;
-
-std::string text_of(const Json& message) {
-  if (!message.contains("content") || message["content"].is_null()) return "";
-  return message["content"].is_string() ? message["content"].get<std::string>() : message["content"].dump();
-}
 }  // namespace
-
-std::string tools_system_block(const Json& tools) {
-  if (!tools.is_array() || tools.empty()) return "";
-  std::string s =
-      "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-      "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
-  for (const auto& t : tools) s += "\n" + t.dump();
-  s += "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
-       "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
-       "<args-json-object>}\n</tool_call>";
-  return s;
-}
 
 std::vector<ToolCall> parse_tool_calls(const std::string& text, std::string& content, int turn) {
   static const std::string open = "<tool_call>", close = "</tool_call>";
@@ -147,10 +131,8 @@ class NativeSession : public PolicySession {
   const NativePolicy& policy_;
   std::unique_ptr<ContextState> state_;
   std::mt19937_64 rng_;
-  std::vector<int> context_;  // every token fed so far
-  std::size_t seen_ = 0;      // messages already in the context (the last one is this session's turn)
+  tokenizer::ChatContext chat_;  // every token fed and sampled so far
   int turn_ = 0;
-  bool open_turn_ = false;    // the last completion has not been closed with <|im_end|>\n yet
 };
 
 class NativePolicy : public Policy {
@@ -216,53 +198,25 @@ class NativePolicy : public Policy {
 };
 
 NativeSession::NativeSession(const NativePolicy& policy, uint64_t seed, std::unique_ptr<ContextState> state)
-    : policy_(policy), state_(std::move(state)), rng_(seed) {}
+    : policy_(policy), state_(std::move(state)), rng_(seed), chat_(policy.tokenizer_) {}
 
 AssistantTurn NativeSession::next(const Json& messages, const Json& tools, const TurnBudget& budget) {
   const auto& tok = policy_.tokenizer_;
-  if (!messages.is_array() || messages.size() <= seen_) throw PolicyError("native: no new message to answer");
-  std::vector<tokenizer::ChatMessage> fresh;
-  std::string text;
-  if (seen_ == 0) {
-    // The first prompt: the system message with the tool signatures, then the rest.
-    for (std::size_t i = 0; i < messages.size(); ++i) {
-      std::string role = messages[i].value("role", "user");
-      std::string content = text_of(messages[i]);
-      if (i == 0 && role == "system") content += tools_system_block(tools);
-      fresh.push_back({role, content});
-    }
-    tokenizer::ChatTemplateOptions o;
-    o.add_generation_prompt = true;
-    if (fresh.empty() || fresh[0].role != "system") o.default_system += tools_system_block(tools);
-    text = tokenizer::chatml(fresh, o);
-  } else {
-    // messages[seen_ - 1] is this session's last turn, already in the context as sampled.
-    for (std::size_t i = seen_; i < messages.size(); ++i)
-      fresh.push_back({messages[i].value("role", "user"), text_of(messages[i])});
-    tokenizer::ChatTemplateOptions o;
-    o.add_generation_prompt = true;
-    o.default_system.clear();
-    text = tokenizer::chatml(fresh, o);
-  }
   std::vector<int> ids;
-  if (open_turn_) {
-    // Close the last turn as the template writes it: <|im_end|> (unless sampled) and a newline.
-    if (context_.empty() || context_.back() != policy_.im_end_) ids.push_back(policy_.im_end_);
-    auto nl = tok.encode("\n");
-    ids.insert(ids.end(), nl.begin(), nl.end());
+  try {
+    ids = chat_.prompt(messages, tools);
+  } catch (const InputError& e) {
+    throw PolicyError(std::string("native: ") + e.what());
   }
-  auto rendered = tok.encode(text);
-  ids.insert(ids.end(), rendered.begin(), rendered.end());
   if (state_->length() + int64_t(ids.size()) >= state_->capacity())
     throw PolicyError("native: the context (" + std::to_string(state_->length() + ids.size()) +
                       " tokens) reaches the context limit of " + std::to_string(state_->capacity()) + " tokens");
   const auto t0 = std::chrono::steady_clock::now();
   state_->feed(ids);
-  context_.insert(context_.end(), ids.begin(), ids.end());
 
   AssistantTurn t;
-  t.prompt_token_ids = Json(context_);
-  t.prompt_tokens = int64_t(context_.size());
+  t.prompt_token_ids = Json(chat_.tokens());
+  t.prompt_tokens = int64_t(chat_.tokens().size());
   nn::SampleOptions so;
   so.temperature = policy_.options_.temperature;
   so.top_p = policy_.options_.top_p;
@@ -271,8 +225,7 @@ AssistantTurn NativeSession::next(const Json& messages, const Json& tools, const
   so.max_new_tokens = int(std::max<int64_t>(1, max_new));
   so.stop_tokens = policy_.stop_;
   nn::SampleResult r = state_->generate(so, rng_);
-  context_.insert(context_.end(), r.tokens.begin(), r.tokens.end());
-  open_turn_ = true;
+  chat_.complete(r.tokens);
 
   std::vector<int> body;  // the text's tokens: not the stop token, nor ids past the tokenizer's
   for (std::size_t i = 0; i < r.tokens.size(); ++i)  // vocabulary (models pad theirs; a trained one
@@ -285,8 +238,7 @@ AssistantTurn NativeSession::next(const Json& messages, const Json& tools, const
   t.logprobs = Json(std::vector<double>(r.logprobs.begin(), r.logprobs.end()));
   t.completion_tokens = int64_t(r.tokens.size());
   t.latency_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  ++turn_;
-  seen_ = messages.size() + 1;  // agent-run appends this turn before the next call
+  ++turn_;  // agent-run appends this turn to `messages` before the next call
   return t;
 }
 

@@ -93,6 +93,7 @@ class OpenAIPolicy : public Policy {
  public:
   OpenAIPolicy(std::string base, PolicyOptions o) : base_(trim_slash(std::move(base))), opt_(std::move(o)) {
     if (const char* k = std::getenv(opt_.api_key_env.c_str()); k && *k) key_ = k;
+    if (!opt_.load_weights.empty()) load_weights(opt_.load_weights);
     if (opt_.model.empty()) opt_.model = discover_model();
   }
   Json describe() const override {
@@ -101,7 +102,8 @@ class OpenAIPolicy : public Policy {
             {"top_p", opt_.top_p},        {"max_tokens", opt_.max_tokens},
             {"request_timeout_s", opt_.request_timeout_s}, {"retries", opt_.retries},
             {"logprobs", opt_.logprobs},  {"api_key_env", opt_.api_key_env},
-            {"extra", opt_.extra}};
+            {"extra", opt_.extra},
+            {"weights", opt_.load_weights.empty() ? Json(nullptr) : Json(opt_.load_weights)}};
   }
   std::unique_ptr<PolicySession> start(const std::string&, uint64_t seed) override {
     return std::make_unique<OpenAISession>(*this, seed);
@@ -155,6 +157,27 @@ class OpenAIPolicy : public Policy {
   const PolicyOptions& options() const { return opt_; }
 
  private:
+  // The new checkpoint reaches the server before any episode: SGLang's POST /update_weights_from_disk
+  // (at the server's root, beside /v1) with {"model_path": DIR}; DIR must be readable by the server.
+  // A server that refuses, or has no such endpoint (vLLM: restart it on DIR instead), is an
+  // environment error: sampling the old weights would train on the wrong policy.
+  void load_weights(const std::string& dir) {
+    std::string root = base_;
+    if (root.size() >= 3 && root.compare(root.size() - 3, 3, "/v1") == 0) root.resize(root.size() - 3);
+    const std::string url = root + "/update_weights_from_disk";
+    const auto t0 = std::chrono::steady_clock::now();
+    HttpResponse r = http("POST", url, Json{{"model_path", dir}}.dump(), key_, std::max(600.0, opt_.request_timeout_s));
+    if (!r.transport_error.empty()) throw EnvironmentError("--load-weights: " + url + ": " + r.transport_error);
+    Json answer = Json::accept(r.body) ? Json::parse(r.body) : Json(r.body);
+    const bool ok = r.status == 200 && (!answer.is_object() || answer.value("success", true));
+    if (!ok)
+      throw EnvironmentError("--load-weights: the server did not load " + dir + " (HTTP " + std::to_string(r.status) +
+                             " from " + url + ": " + r.body.substr(0, 300) + ")" +
+                             (r.status == 404 ? "; a server without this endpoint (vLLM) must be restarted on the checkpoint" : ""));
+    log::info("policy: the server loaded ", dir, " in ",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), " s");
+  }
+
   std::string discover_model() {
     HttpResponse r = http("GET", base_ + "/models", "", key_, 30);
     if (!r.transport_error.empty() || r.status != 200) {

@@ -144,6 +144,7 @@ int run_filter(const ca::CommonOptions& common, const FilterOptions& opt) {
   ca::RecordReader reader(common.input);
   ca::RecordWriter writer(common.output);
   ca::log::Progress progress("tasks");
+  if (progress.enabled()) progress.set_total(ca::count_lines(common.input));  // a file: done/total, time left
   std::map<std::string, int64_t> drops;
   int64_t read = 0, kept = 0, bad = 0, other_shard = 0, resumed = 0;
   auto started = std::chrono::steady_clock::now();

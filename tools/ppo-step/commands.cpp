@@ -120,6 +120,21 @@ int run_sample(const CommonOptions& options, const SampleSettings& settings) {
   return kExitOk;
 }
 
+int run_tokenize(const CommonOptions& options, const EpisodeFields& fields) {
+  RecordLoop loop(options);
+  int rc = loop.run([&](Record& rec) {
+    Trajectory tr = parse_episode(rec, fields);
+    rec["training_tokens"] = {{"ids", tr.tokens},
+                              {"mask", tr.mask},
+                              {"response_start", tr.response_start},
+                              {"model_tokens", int64_t(tr.model_tokens())},
+                              {"rendered", tr.rendered},
+                              {"clean_tool_use", tr.clean_tool_use}};
+    return Outcome::done;
+  });
+  return rc;
+}
+
 void init_model(const InitSettings& s) {
   Json j;
   try {

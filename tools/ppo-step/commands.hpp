@@ -1,5 +1,6 @@
 // ppo-step's smaller subcommands: `advantages` (the math on sequence records), `sample` (episodes from a
-// native policy, for tests and toy tasks), `init` (a random native model in HF layout).
+// native policy, for tests and toy tasks), `tokenize` (the tokens a step trains on), `init` (a random
+// native model in HF layout).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -8,6 +9,7 @@
 #include "libcommon/nn/model.hpp"
 #include "libcommon/nn/sample.hpp"
 #include "libcommon/record_loop.hpp"
+#include "tools/ppo-step/records.hpp"
 
 namespace ca::ppo {
 
@@ -45,6 +47,11 @@ class Sampler {
 };
 // The `sample` subcommand's loop (several records out per record in).
 int run_sample(const CommonOptions& options, const SampleSettings& settings);
+
+// `tokenize`: what a training step would train on, per episode record: adds a `training_tokens`
+// section {ids, mask (1 = model token), response_start, model_tokens, rendered}; rendered = the turns
+// carried no token ids and were rendered with the policy's tokenizer and chat template.
+int run_tokenize(const CommonOptions& options, const EpisodeFields& fields);
 
 struct InitSettings {
   std::string config_path, out;

@@ -1,8 +1,10 @@
 // ppo-step: the training half of the recipe (PPO, RFT, value pretraining) on the native model, and the
 // advantage math alone (`advantages`) for any trainer.
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
 
 #include "libcommon/cli.hpp"
@@ -12,6 +14,7 @@
 #include "libcommon/paths.hpp"
 #include "libcommon/record_loop.hpp"
 #include "libcommon/store.hpp"
+#include "libcommon/tokenizer/tokenizer.hpp"
 #include "tools/ppo-step/config.hpp"
 #include "tools/ppo-step/commands.hpp"
 #include "tools/ppo-step/records.hpp"
@@ -80,6 +83,14 @@ int main(int argc, char** argv) {
   cli.add_record_options(smp);
   cli.add_seed_option(smp);
 
+  // tokenize
+  std::string tok_policy;
+  auto* tkz = app.add_subcommand("tokenize", "Add the tokens a step would train on to episode records (training_tokens: ids, mask)");
+  tkz->add_option("--policy", tok_policy, "Policy checkpoint whose tokenizer.json renders turns without token ids")->required();
+  tkz->add_option("--group-field", fields.group_pointer, "JSON pointer of the group key")->capture_default_str();
+  cli.add_io_options(tkz);
+  cli.add_record_options(tkz);
+
   // init
   ca::ppo::InitSettings init;
   auto* ini = app.add_subcommand("init", "Write a randomly initialized native model (HF layout) from a config.json");
@@ -107,6 +118,21 @@ int main(int argc, char** argv) {
     if (*smp) {
       sample.seed = seed;
       return ca::ppo::run_sample(opt, sample);
+    }
+    if (*tkz) paths.policy = tok_policy;
+    // The policy's tokenizer (the critic's in value-pretrain without --policy) renders episodes that
+    // came without token ids (the replay policy, a server that returned none).
+    std::optional<ca::tokenizer::Tokenizer> tokenizer;
+    for (const std::string& dir : {paths.policy, paths.critic})
+      if (!dir.empty() && std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) {
+        tokenizer = ca::tokenizer::Tokenizer::from_file((std::filesystem::path(dir) / "tokenizer.json").string());
+        fields.tokenizer = &*tokenizer;
+        break;
+      }
+    if (*tkz) {
+      if (!fields.tokenizer) throw ca::InputError("tokenize: no tokenizer.json in " + tok_policy);
+      fields.need_reward = false;
+      return ca::ppo::run_tokenize(opt, fields);
     }
     if (*adv) {
       ca::ppo::AdvantageSettings s{estimator, gamma, lam, !no_whiten, !no_std_norm};

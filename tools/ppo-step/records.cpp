@@ -7,6 +7,7 @@
 #include "libcommon/errors.hpp"
 #include "libcommon/fields.hpp"
 #include "libcommon/ids.hpp"
+#include "libcommon/tokenizer/agent_chat.hpp"
 
 namespace ca::ppo {
 
@@ -66,6 +67,34 @@ void parse_role_turns(const Record& turns, Trajectory& tr) {
 // trajectory is the last turn's prompt plus its completion, and every earlier completion must sit at its
 // own prompt's end inside it. A chat template that re-renders earlier turns breaks that: the record is
 // then refused, naming the turn, rather than trained on misaligned tokens.
+bool has_token_ids(const Record& turns) {
+  for (const auto& t : turns)
+    if (t.is_object() && (t.contains("prompt_token_ids") ||
+                          (t.contains("assistant") && t["assistant"].is_object() && t["assistant"].contains("token_ids"))))
+      return true;
+  return false;
+}
+
+// Turns recorded without token ids (the replay policy; a server that returned none): rendered with the
+// policy's tokenizer and chat template exactly as the native policy would have been fed them and would
+// have had to sample them (libcommon/tokenizer/agent_chat). Tool output is masked; there are no old
+// logprobs (rft; ppo recomputes them with actor.recompute_old_logprobs).
+void render_agent_run_turns(const Record& episode, const tokenizer::Tokenizer& tok, Trajectory& tr) {
+  auto r = tokenizer::render_episode(tok, episode);
+  tr.tokens = std::move(r.tokens);
+  tr.mask = std::move(r.mask);
+  tr.old_logprobs.assign(tr.tokens.size(), NAN);
+  tr.response_start = r.response_start;
+  tr.has_old_logprobs = false;
+  tr.rendered = true;
+  for (const auto& turn : episode["turns"])
+    if (turn.contains("tool_results") && turn["tool_results"].is_array())
+      for (auto& x : turn["tool_results"])
+        if (x.is_object() && x.value("malformed", false)) tr.clean_tool_use = false;
+  for (int t : tr.tokens)
+    if (t >= tok.vocab_size()) throw FieldError("episode.turns", "rendered a token id past the tokenizer's vocabulary");
+}
+
 void parse_agent_run_turns(const Record& turns, Trajectory& tr) {
   auto ints = [](const Record& a, const std::string& where) {
     if (!a.is_array()) throw FieldError(where, "expected an array of token ids");
@@ -171,7 +200,10 @@ Trajectory parse_episode(const Record& record, const EpisodeFields& fields) {
   const auto group_ptr = Record::json_pointer(fields.group_pointer);
   tr.group = record.contains(group_ptr) ? key_text(record.at(group_ptr)) : tr.id;
 
-  if (!fields.reward_pointer.empty()) {
+  if (!fields.need_reward && !(fields.reward_pointer.empty() ? record.contains("reward")
+                                                             : record.contains(Record::json_pointer(fields.reward_pointer)))) {
+    tr.reward = 0;
+  } else if (!fields.reward_pointer.empty()) {
     tr.reward = get_required<double>(record, fields.reward_pointer);
   } else if (record.contains("reward") && record["reward"].is_number()) {
     tr.reward = record["reward"].get<double>();
@@ -186,7 +218,13 @@ Trajectory parse_episode(const Record& record, const EpisodeFields& fields) {
   if (!record.contains(turns_ptr) || !record.at(turns_ptr).is_array()) throw FieldError("episode.turns", "missing or not an array");
   const Record& turns = record.at(turns_ptr);
   if (!turns.empty() && turns[0].is_object() && turns[0].contains("assistant")) {
-    parse_agent_run_turns(turns, tr);
+    if (!has_token_ids(turns) && fields.tokenizer)
+      render_agent_run_turns(record.at(Record::json_pointer("/episode")), *fields.tokenizer, tr);
+    else if (!has_token_ids(turns))
+      throw FieldError("episode.turns[].prompt_token_ids",
+                       "missing, and the policy checkpoint has no tokenizer.json to render the turns with");
+    else
+      parse_agent_run_turns(turns, tr);
   } else {
     parse_role_turns(turns, tr);
   }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "libcommon/jsonl.hpp"
+#include "libcommon/tokenizer/tokenizer.hpp"
 #include "tools/ppo-step/advantages.hpp"
 
 namespace ca::ppo {
@@ -24,6 +25,7 @@ struct Trajectory {
   bool has_old_logprobs = true;       // every assistant token had a recorded logprob
   double reward = 0;
   bool clean_tool_use = true;         // no tool turn carried an error
+  bool rendered = false;              // no recorded ids: rendered with the policy's tokenizer
   std::size_t response_tokens() const { return tokens.size() - std::size_t(response_start); }
   std::size_t model_tokens() const;
 };
@@ -31,9 +33,15 @@ struct Trajectory {
 struct EpisodeFields {
   std::string reward_pointer;          // empty: `reward` (a number) or `reward.value` (reward-calc)
   std::string group_pointer = "/task_id";
+  // The policy's tokenizer: agent-run episodes without token ids (the replay policy, a server that
+  // returned none) are rendered with it as the native policy samples (libcommon/tokenizer/agent_chat).
+  const tokenizer::Tokenizer* tokenizer = nullptr;
+  bool need_reward = true;             // false: `ppo-step tokenize` (a missing reward is 0)
 };
 
-// Reads episode.turns[] = {role, token_ids, logprobs (assistant, optional), error (tool, optional)}.
+// Reads episode.turns[] = {role, token_ids, logprobs (assistant, optional), error (tool, optional)},
+// or agent-run's turns: with the server's prompt and completion ids, or, when no turn has any, rendered
+// with fields.tokenizer (no old logprobs then: rft, or ppo with actor.recompute_old_logprobs).
 Trajectory parse_episode(const Record& record, const EpisodeFields& fields);
 
 }  // namespace ca::ppo

@@ -158,6 +158,7 @@ void Trainer::update_actor(TrainModel& policy, const std::vector<Trajectory>& ba
         }
         policy.backward_scores(c_lp_of, c_ent_of);
         st.trained_tokens += int64_t(tr.tokens.size() - 1);
+        if (progress_) progress_->tick();
       }
       double norm = policy.clip_grad_norm(mc.grad_clip);
       if (!std::isfinite(norm)) {
@@ -207,6 +208,7 @@ void Trainer::update_critic(TrainModel& critic, const std::vector<Trajectory>& b
         }
         critic.backward_values(dvalues);
         st.trained_tokens += int64_t(tr.tokens.size() - 1);
+        if (progress_) progress_->tick();
       }
       double norm = critic.clip_grad_norm(mc.grad_clip);
       if (!std::isfinite(norm)) {
@@ -265,6 +267,11 @@ Record Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
 
   // Score the batch with the models as they are (old logprobs, values, reference logprobs).
   const std::size_t B = batch.size();
+  const bool scores = mode == "ppo" || use_critic;
+  log::Progress progress("sequence passes", int64_t(B) * ((scores ? 1 : 0) + (use_critic ? config_.critic.epochs : 0) +
+                                                          (mode == "ppo" ? config_.actor.epochs : 0) +
+                                                          (mode == "rft" ? config_.rft.epochs : 0)));
+  progress_ = &progress;
   std::vector<std::vector<double>> old_lp(B), ref_lp(B), values(B), adv(B), returns(B);
   int64_t recomputed = 0, total_tokens = 0, model_tokens = 0;
   std::vector<Sequence> seqs(B);
@@ -282,6 +289,7 @@ Record Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
       if (need_ref) ref_lp[i] = score_logprobs(*ref, tr, config_.temperature);
     }
     if (use_critic) values[i] = score_critic(*critic, tr);
+    if (scores) progress.tick();
     if (mode == "rft") continue;
     // Response-level arrays for the estimator.
     const std::size_t s0 = std::size_t(tr.response_start), n = tr.tokens.size();
@@ -321,6 +329,8 @@ Record Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
   if (mode == "ppo") update_actor(*policy, batch, old_lp, ref_lp, adv, config_.actor, false, paths_.policy, st);
   if (mode == "rft") update_actor(*policy, batch, old_lp, ref_lp, adv, config_.rft, true, paths_.policy, st);
   const auto t_trained = std::chrono::steady_clock::now();
+  progress.finish();
+  progress_ = nullptr;
 
   // Checkpoints: weights, optimizer moments and the step counter (outside the timed part).
   if (policy) {

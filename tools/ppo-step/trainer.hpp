@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "libcommon/jsonl.hpp"
+#include "libcommon/log.hpp"
 #include "tools/ppo-step/backend.hpp"
 #include "tools/ppo-step/config.hpp"
 #include "tools/ppo-step/records.hpp"
@@ -49,6 +50,7 @@ class Trainer {
   uint64_t seed_;
   uint64_t shuffle_state_;
   Backend backend_;
+  log::Progress* progress_ = nullptr;  // sequence passes (scoring and every epoch's updates), on a terminal
 };
 
 // Copies the files of a checkpoint folder that are not weights or config (tokenizer, generation
