@@ -55,7 +55,7 @@ for part in "$@"; do
     kb)
       # bench/kernelbench (KB_STAGES, default: cands toolchain), task files from .kb/ (carried)
       mkdir -p "$R/kb"
-      timeout "$(left)" env BIN=build/bin OUT="$R/kb" STAGE_TIMEOUT=$(( $(left) - 15 )) bash bench/kernelbench/run.sh ${KB_STAGES:-cands toolchain} \
+      timeout "$(left)" env BIN=build/bin OUT="$R/kb" STAGE_TIMEOUT=${KB_STAGE_TIMEOUT:-$(( $(left) - 15 ))} bash bench/kernelbench/run.sh ${KB_STAGES:-cands toolchain} \
         > "$R/kb.log" 2>&1
       echo "rc=$?"; tail -25 "$R/kb.log" | cut -c1-400 ;;
     kb-import)

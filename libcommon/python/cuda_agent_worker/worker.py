@@ -152,8 +152,11 @@ class Worker(object):
         return h
 
     def op_load(self, req):
+        # On a GPU the model is built and the inputs drawn on the device (gigabyte KernelBench inputs
+        # in milliseconds, and no host copy of them); "build_on_device": false draws on the CPU.
+        on_device = bool(req.get("build_on_device", self.device.startswith("cuda")))
         t = self.load(str(need(req, "task_id")), need(req, "code", str), req.get("init_inputs"),
-                      int(req.get("init_seed", 0)), bool(req.get("eval", False)))
+                      int(req.get("init_seed", 0)), bool(req.get("eval", False)), build_on_device=on_device)
         return t.load_answer()
 
     def op_unload(self, req):
