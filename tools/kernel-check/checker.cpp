@@ -118,13 +118,7 @@ void Checker::process(Item& item) {
         set_verdict(p.check, "plan_error", "task " + task_id + " unknown: give the record a task object, or --tasks FILE");
         p.final = true;
       } else {
-        // The node's per-GPU lock, shared: verifies run beside each other, never while kernel-prof
-        // times on one of these GPUs. Every GPU of the judge, as the lane is picked inside it (one
-        // per GPU, as a service is started, makes it exact).
-        std::vector<ca::measure::GpuLock> locks;
-        for (const auto& uuid : gpu_uuids_)
-          locks.emplace_back(uuid, options_.lock_timeout_s, ca::measure::GpuLock::Mode::shared);
-        judge_->judge(p, *task, task_id, item.where);
+        judge_->judge(p, *task, task_id, item.where);  // takes the GPU's lock, shared, once its lane is free
       }
     } else if (!p.final) {
       p.check["status"] = "compiled";

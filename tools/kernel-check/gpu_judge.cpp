@@ -9,6 +9,8 @@
 #include "libcommon/errors.hpp"
 #include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
+#include "libcommon/measure/gpu_lock.hpp"
+#include "libcommon/measure/gpu_state.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/worker/worker_client.hpp"
 #include "libcommon/bundle/compare.hpp"
@@ -18,6 +20,7 @@ namespace kc {
 
 struct GpuJudge::Lane {
   int gpu = 0;
+  std::string uuid;  // for the node's per-GPU lock
   CUcontext ctx = nullptr;  // this process's primary context on the GPU (for the comparisons)
   std::unique_ptr<ca::WorkerClient> worker;
   std::unique_ptr<RunnerClient> runner;
@@ -56,6 +59,7 @@ GpuJudge::GpuJudge(const CheckOptions& options, const Policy& policy, std::vecto
     lane->worker = std::make_unique<ca::WorkerClient>(wo);  // EnvironmentError without torch/GPU
     lane->runner = std::make_unique<RunnerClient>(g);
     lane->ctx = ca::cuda::Driver::get().primary_context(g);
+    lane->uuid = ca::measure::identify_gpu(g).uuid;
     free_.push_back(lane.get());
     lanes_.push_back(std::move(lane));
   }
@@ -76,6 +80,11 @@ void GpuJudge::judge(Prepared& p, const ca::Json& task, const std::string& task_
     free_.pop_back();
   }
   try {
+    // The node's per-GPU lock, shared, for this lane's GPU only and only once the lane is ours:
+    // verifies run beside each other, never while kernel-prof times there. (Taken before waiting
+    // for a lane, every thread queued behind a busy lane would hold it, and a profile waiting at
+    // the gate would wait for all of them.)
+    ca::measure::GpuLock gpu_lock(lane->uuid, options_.lock_timeout_s, ca::measure::GpuLock::Mode::shared);
     judge_on(*lane, p, task, task_id);
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
