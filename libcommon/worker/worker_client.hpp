@@ -46,6 +46,10 @@ class WorkerClient {
   // on a dead worker it is restarted and {"ok":false,"error":"worker_died","detail":...}; over the
   // memory limit {"ok":false,"error":"memory_limit",...}. `load` requests are remembered by task_id
   // and replayed transparently when a restarted worker no longer knows the task.
+  // GPU memory admission (one policy for every client of a device in this process): requests that
+  // allocate on the GPU (load, inputs, reference, time, filters) run side by side; one that ran out
+  // of GPU memory waits until no other is running on the device and is sent again alone (its answer
+  // then has "memory_admission": "alone"). Workers give idle cached memory back after each request.
   Json request(const Json& request);
   Json request(const Json& request, std::chrono::milliseconds timeout);
 
