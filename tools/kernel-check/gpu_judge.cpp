@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <map>
 
 #include "libcommon/cuda/driver.hpp"
 #include "libcommon/cuda/ipc.hpp"
@@ -100,6 +101,31 @@ void GpuJudge::judge(Prepared& p, const ca::Json& task, const std::string& task_
 void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std::string& task_id) {
   ca::Record& check = p.check;
   check["gpu"] = lane.gpu;
+  // Where a check's time goes (seconds per stage, in the record as check.stage_s and with -v): task
+  // load, the worker's draws and references, the runner's load, the calls, the comparisons.
+  std::map<std::string, double> stage_s;
+  auto t_stage = std::chrono::steady_clock::now();
+  auto lap = [&](const char* stage) {
+    auto now = std::chrono::steady_clock::now();
+    stage_s[stage] += std::chrono::duration<double>(now - t_stage).count();
+    t_stage = now;
+  };
+  struct StageReport {
+    std::map<std::string, double>& s;
+    ca::Record& check;
+    const std::string& task_id;
+    ~StageReport() {
+      if (s.empty()) return;
+      ca::Record j = ca::Record::object();
+      std::string text;
+      for (auto& [k, v] : s) {
+        j[k] = std::round(v * 1000) / 1000;
+        text += " " + k + " " + ca::log::cat(std::round(v * 1000) / 1000) + " s";
+      }
+      check["stage_s"] = j;
+      ca::log::verbose("task ", task_id, ":", text);
+    }
+  } stage_report{stage_s, check, task_id};
   auto reference_failed = [&](const std::string& what, const ca::Json& ans) {
     set_verdict(check, "runtime_error", "reference worker: " + what + ": " + ans.value("error", "?") + ": " + ans.value("detail", ""));
     check["reference_error"] = true;
@@ -111,6 +137,7 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
     if (!ans.value("ok", false)) return reference_failed("load", ans);
     it = lane.loaded.emplace(task_id, ans).first;
   }
+  lap("task_load");
   ca::bundle::IoSpec io = ca::bundle::IoSpec::from_json(it->second);
   try {
     auto bound = ca::bundle::bind_plan(p.plan, p.signatures, io);
@@ -184,7 +211,9 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
     return true;
   };
 
+  lap("bind");
   if (!make_trial(seeds[0], true)) return;
+  lap("worker_draws");
   ca::Json load = {{"op", "load"},        {"cubin", cubin_path}, {"ptx", ptx_path},           {"lowered", p.compiled->lowered},
                    {"plan", p.plan_json}, {"io", io.to_json()},  {"params_ipc", params_tensors}, {"graph", options_.graph}};
   ca::Json ans = lane.runner->request(load, one_time_bound);
@@ -198,6 +227,7 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
     else if (err == "plan_error") set_verdict(check, "plan_error", a.value("detail", ""));
     else set_verdict(check, "runtime_error", during + ": " + a.value("detail", err));
   };
+  lap("runner_load");
   if (!ans.value("ok", false)) return runner_failed(ans, "init");
 
   // The runner's output buffers, mapped here for the whole load: outputs are compared on the GPU,
@@ -215,7 +245,9 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   std::string first_reason;
   double forward_ms_sum = 0;
   for (size_t t = 0; t < seeds.size(); ++t) {
+    lap("calls");
     if (t > 0 && !make_trial(seeds[t], false)) return;
+    lap("worker_draws");
     uint32_t guard_seed = static_cast<uint32_t>(splitmix64(seeds[t] ^ 0xabcdef));
     // The warm call pays the one-time costs (lazy module loading, first touch): the generous bound.
     ca::Json run = lane.runner->request({{"op", "run"}, {"inputs_ipc", in_tensors}, {"guard_seed", guard_seed}, {"graph", options_.graph}},
@@ -228,6 +260,7 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
       return;
     }
     forward_ms_sum += run.value("forward_ms", 0.0);
+    lap("calls");
     ca::bundle::CompareResult cmp;
     {
       ca::cuda::IpcMaps ref_maps;
@@ -236,6 +269,7 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
         want[name] = ca::bundle::DeviceOutput{r.dtype, r.shape, ref_maps.map(r)};
       cmp = ca::bundle::compare_outputs_device(got, want, options_.tolerance, options_.atol, options_.rtol, nullptr);
     }
+    lap("compare");
     trial.update(cmp.to_json());
     std::string reason;
     if (!run["guards"].empty()) reason = run["guards"][0].get<std::string>();
@@ -262,7 +296,9 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   if (all_ok) set_verdict(check, "passed", "all " + std::to_string(trials.size()) + " calls match the reference");
   else set_verdict(check, "incorrect", first_reason);
   out_maps.close();  // before the runner frees the buffers
+  lap("calls");
   lane.runner->request({{"op", "unload"}}, std::chrono::seconds(30));
+  lap("runner_unload");
 }
 
 }  // namespace kc
