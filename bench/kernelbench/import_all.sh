@@ -9,17 +9,9 @@
 #              IMPORT_TIMEOUT=570 (seconds before the import is stopped), IMPORT_ARGS (more options)
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-cd "$REPO" || exit 1
-BIN=${BIN:-build/bin}
-KB=${KB:-.kb/KernelBench}
-OUT=${OUT:-bench/kernelbench/out}
+. "$HERE/env.sh"
 JOBS=${JOBS:-8}
 DEVICE=${DEVICE:-cuda:0}
-PYTHON=${PYTHON:-python3}
-mkdir -p "$OUT"
-export CUDA_AGENT_PYTHONPATH=${CUDA_AGENT_PYTHONPATH:-$REPO/libcommon/python}
-export CUDA_AGENT_DATA=${CUDA_AGENT_DATA:-$REPO/datasets}
 [ -x "$BIN/ops-synth" ] || { echo "import_all.sh: $BIN/ops-synth missing (build first, or set BIN)" >&2; exit 1; }
 levels=()
 for l in level1 level2 level3; do

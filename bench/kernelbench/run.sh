@@ -19,16 +19,8 @@
 #   TC_CHECK_ARGS, TC_PROF_ARGS, TC_REWARD_ARGS   more options for each tool
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-cd "$REPO" || exit 1
-BIN=${BIN:-build/bin}
-KB=${KB:-.kb/KernelBench}
-OUT=${OUT:-bench/kernelbench/out}
-PYTHON=${PYTHON:-python3}
+. "$HERE/env.sh"
 STAGE_TIMEOUT=${STAGE_TIMEOUT:-570}
-mkdir -p "$OUT"
-export CUDA_AGENT_PYTHONPATH=${CUDA_AGENT_PYTHONPATH:-$REPO/libcommon/python}
-export CUDA_AGENT_DATA=${CUDA_AGENT_DATA:-$REPO/datasets}
 export CUDA_AGENT_CACHE=${CUDA_AGENT_CACHE:-$OUT/cache}
 export CUDA_AGENT_LOCK_DIR=${CUDA_AGENT_LOCK_DIR:-$OUT/locks}
 die() { echo "run.sh: $*" >&2; exit 1; }

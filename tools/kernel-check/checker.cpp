@@ -66,7 +66,6 @@ Checker::Checker(CheckOptions& options, const ca::CommonOptions& common)
   store_ = ca::open_store_for(common_);
   for (int g : gpus_) {
     ca::measure::GpuIdentity id = ca::measure::identify_gpu(g);
-    gpu_uuids_.push_back(id.uuid);
     gpus_json_.push_back({{"ordinal", g}, {"name", id.name}, {"uuid", id.uuid}, {"arch", id.arch}});
   }
   if (!gpus_.empty()) judge_ = std::make_unique<GpuJudge>(options_, policy_, gpus_, base_seed);

@@ -58,7 +58,6 @@ class Checker {
   std::map<std::string, ca::Json> tasks_;  // --tasks, by task_id
   std::string no_device_why_;
   std::vector<int> gpus_;
-  std::vector<std::string> gpu_uuids_;  // for the node's per-GPU lock (taken shared while judging)
   ca::Json gpus_json_ = ca::Json::array();
   PrepareOptions prepare_;
   std::unique_ptr<ca::Store> store_;
