@@ -11,7 +11,7 @@
 # on the ~100M config), judge-bench (bench/judge_latency.sh: verify and profile latency through the
 # judge services against a process per call), filter-throughput (bench/ops_synth, -j 16 on cuda:0
 # for what time is left), ipc-probe (bench/ipc_probe.py), kb (bench/kernelbench/run.sh, stages
-# $KB_STAGES), kb-import (all 250 KernelBench tasks imported with -j 8). The archive is
+# $KB_STAGES), worker-ops (bench/worker_ops.py: the worker's requests of a verify, profiled), kb-import (all 250 KernelBench tasks imported with -j 8). The archive is
 # $OUT/results.tgz; a summary is printed.
 set -u
 cd "$(dirname "$0")/.."
@@ -50,6 +50,8 @@ for part in "$@"; do
       BIN=build/bin JOBS=${JOBS:-16} DEVICES=${DEVICES:-cuda:0} SECONDS_MAX=$s N=${N:-4000} \
         bash bench/ops_synth/filter_throughput.sh "$R/filter"
       rm -f "$R/filter/gen.jsonl" ;;
+    worker-ops)
+      timeout 120 python3 bench/worker_ops.py --n "${WORKER_OPS_N:-20}" > "$R/worker-ops.log" 2>&1; echo "rc=$?"; head -60 "$R/worker-ops.log" | cut -c1-300 ;;
     ipc-probe)
       timeout 120 python3 bench/ipc_probe.py > "$R/ipc-probe.log" 2>&1; echo "rc=$?"; cat "$R/ipc-probe.log" | cut -c1-400 ;;
     kb)
@@ -62,7 +64,7 @@ for part in "$@"; do
       mkdir -p "$R/kb-import"
       timeout "$(left)" env BIN=build/bin OUT="$R/kb-import" bash bench/kernelbench/import_all.sh > "$R/kb-import.log" 2>&1
       echo "rc=$?"; tail -30 "$R/kb-import.log" | cut -c1-400 ;;
-    *) echo "unknown part $part (gpu-tests nn-tests nn-bench ppo-bench judge-bench filter-throughput ipc-probe kb kb-import)" ;;
+    *) echo "unknown part $part (gpu-tests nn-tests nn-bench ppo-bench judge-bench filter-throughput worker-ops ipc-probe kb kb-import)" ;;
   esac
 done
 tar czf "$OUT/results.tgz" -C "$R" .
