@@ -8,7 +8,7 @@ profile p50 <= 2 s) where it applies. What a number includes: the whole call as 
 call; verify_same: the same bundle, its cubin cached), reference inputs and outputs, trials, and
 for profile the timed loops and the cached baselines' look-up.
 
-usage: judge_latency.py --bin BUILD/bin --src CHECKOUT [--n 20] [--gpu 0] [--work DIR]
+usage: judge_latency.py --bin BUILD/bin --src CHECKOUT [--n 20] [--process-n N] [--gpu 0] [--work DIR]
 Standard library only.
 """
 import argparse
@@ -28,6 +28,7 @@ p.add_argument("--src", required=True)
 p.add_argument("--n", type=int, default=20)
 p.add_argument("--gpu", type=int, default=0)
 p.add_argument("--work", default=None)
+p.add_argument("--process-n", type=int, default=None, help="process-per-call rounds (default: --n; 0: none)")
 args = p.parse_args()
 work = args.work or tempfile.mkdtemp(prefix="judge-bench.")
 os.makedirs(work, exist_ok=True)
@@ -150,12 +151,17 @@ finally:
 
 # A process per call, as agent-run without --judge.
 t_new, t_prof = [], []
-for i in range(n):
+pn = n if args.process_n is None else args.process_n
+if pn <= 0:
+    print(json.dumps({"bench": "judge_latency", "summary": True, "process_per_call": "skipped (--process-n 0)",
+                      "goals_met": all(r.get("meets_goal", True) for r in results)}), flush=True)
+    sys.exit(0)
+for i in range(pn):
     dt, r = timed(lambda: subprocess.run([KC] + gpu + ["--store", check_store, "--shard", "0/1"], input=line(candidate(100 + i)),
                                          env=env, capture_output=True))
     assert json.loads(r.stdout.decode().splitlines()[-1])["check"]["status"] == "passed", r.stderr.decode()[-500:]
     t_new.append(dt)
-for i in range(n):
+for i in range(pn):
     dt, r = timed(lambda: subprocess.run([KP] + gpu + ["--store", store, "--tasks", tasks, "--shard", "0/1"], input=line(passing),
                                          env=env, capture_output=True))
     assert json.loads(r.stdout.decode().splitlines()[-1])["prof"]["status"] == "timed", r.stderr.decode()[-500:]

@@ -42,7 +42,7 @@ for part in "$@"; do
       echo "rc=$?"; grep '^{' "$R/ppo-bench.log"; tail -3 "$R/ppo-bench.log" | grep -v '^{'
       rm -rf "$R/ppo/policy" "$R/ppo/critic" "$R"/ppo/ep_* ;;
     judge-bench)
-      timeout "$l" env WORK="$R/judge" bash bench/judge_latency.sh build "${JUDGE_N:-20}" > "$R/judge-bench.log" 2>&1
+      timeout "$l" env WORK="$R/judge" ${JUDGE_PROCESS_N:+PROCESS_N=$JUDGE_PROCESS_N} bash bench/judge_latency.sh build "${JUDGE_N:-20}" > "$R/judge-bench.log" 2>&1
       echo "rc=$?"; grep '^{' "$R/judge-bench.log"; grep -v '^{' "$R/judge-bench.log" | tail -3
       rm -rf "$R/judge/cache" ;;
     filter-throughput)

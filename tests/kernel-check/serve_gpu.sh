@@ -22,8 +22,9 @@ export CUDA_AGENT_CACHE="$T/cache" CUDA_AGENT_PYTHONPATH="${CA_PYTHONPATH:-$CA_S
 export CUDA_AGENT_LOCK_DIR="$T/locks"
 PY=$(command -v python3)
 : > "$T/failures"
-pass() { echo "ok   $1"; }
-fail() { echo "FAIL $1: $2"; echo "$1" >> "$T/failures"; }
+pass() { echo "ok   $1 ($(( $(date +%s) - T0 )) s)"; }
+T0=$(date +%s)
+fail() { echo "FAIL $1 ($(( $(date +%s) - T0 )) s): $2"; echo "$1" >> "$T/failures"; }
 now() { date +%s.%N; }
 wait_port() {
   for _ in $(seq 1200); do [ -s "$1" ] && break; sleep 0.1; done
@@ -42,12 +43,12 @@ wait_port() {
   $MK $S --replace fused.cu "out[i] = a[i]" "out[i + (1 << 30)] = a[i]"
   $MK $S --replace fused.cu "// out" "// variant 3: out"
 } > "$T/in.jsonl"
-"$KC" --no-store --seed 7 --timeout 2 --gpus 0 < "$T/in.jsonl" > "$T/cli.jsonl" 2> "$T/cli.err" || fail "cli" "exit $?: $(tail -3 "$T/cli.err")"
+timeout 300 "$KC" --no-store --seed 7 --timeout 2 --gpus 0 < "$T/in.jsonl" > "$T/cli.jsonl" 2> "$T/cli.err" || fail "cli" "exit $?: $(tail -3 "$T/cli.err")"
 "$KC" --serve 127.0.0.1:0 --port-file "$T/kc.port" --seed 7 --timeout 2 --gpus 0 --store "$T/kc.db" \
   > /dev/null 2> "$T/kc.err" &
 PIDS+=($!)
 KC_URL="http://$(wait_port "$T/kc.port" "$T/kc.err")"
-curl -sS --data-binary @"$T/in.jsonl" "$KC_URL/v1/check" > "$T/svc.jsonl"
+curl --max-time 240 -sS --data-binary @"$T/in.jsonl" "$KC_URL/v1/check" > "$T/svc.jsonl"
 $PY - "$T/cli.jsonl" "$T/svc.jsonl" <<'PY' && pass "kernel-check service: verdicts, reasons and trial seeds equal the CLI's" || fail "kc golden" "see above"
 import json, sys
 a = [json.loads(l)["check"] for l in open(sys.argv[1])]
@@ -66,13 +67,13 @@ for i, (x, y) in enumerate(zip(a, b)):
                     assert abs(tx[k] - ty[k]) <= 1e-6 + 1e-3 * abs(tx[k]), (i, k, tx[k], ty[k])
 print("statuses:", [c["status"] for c in b])
 PY
-curl -sS "$KC_URL/v1/health" > "$T/kc.health"
+curl --max-time 240 -sS "$KC_URL/v1/health" > "$T/kc.health"
 $PY -c "
 import json,sys
 h=json.load(open(sys.argv[1])); assert h['tool']=='kernel-check' and len(h['gpus'])==1 and h['gpus'][0]['uuid'].startswith('GPU-'), h
 " "$T/kc.health" && pass "kernel-check health names its GPU" || fail "kc health" "$(cat "$T/kc.health")"
 head -1 "$T/in.jsonl" | $PY -c "import json,sys; r=json.loads(sys.stdin.readline()); r.pop('candidate_id',None); r['bundle']['kernels']['fused.cu']+='\n// warm'; print(json.dumps(r))" > "$T/warm.jsonl"
-t0=$(now); curl -sS --data-binary @"$T/warm.jsonl" "$KC_URL/v1/check" > "$T/warm.out"; t1=$(now)
+t0=$(now); curl --max-time 240 -sS --data-binary @"$T/warm.jsonl" "$KC_URL/v1/check" > "$T/warm.out"; t1=$(now)
 $PY -c "
 import json,sys
 c=json.loads(open(sys.argv[1]).readline())['check']; dt=float(sys.argv[3])-float(sys.argv[2])
@@ -84,11 +85,11 @@ print('%.3f' % dt)
 $PY "$CA_SRC/tests/kernel-prof/fixtures/make_records.py" "$T"
 ARGS=(--tasks "$T/tasks.jsonl" --baselines eager,compile --baseline-budget-s 2 --gpus 0)
 BUDGET=(--budget-s 2)
-"$KP" "${ARGS[@]}" "${BUDGET[@]}" --store "$T/kp.db" < "$T/cands.jsonl" > "$T/kp.cli" 2> "$T/kp.cli.err" || fail "kp cli" "exit $?: $(tail -3 "$T/kp.cli.err")"
+timeout 300 "$KP" "${ARGS[@]}" "${BUDGET[@]}" --store "$T/kp.db" < "$T/cands.jsonl" > "$T/kp.cli" 2> "$T/kp.cli.err" || fail "kp cli" "exit $?: $(tail -3 "$T/kp.cli.err")"
 "$KP" --serve 127.0.0.1:0 --port-file "$T/kp.port" "${ARGS[@]}" "${BUDGET[@]}" --store "$T/kp.db" > /dev/null 2> "$T/kp.err" &
 PIDS+=($!)
 KP_URL="http://$(wait_port "$T/kp.port" "$T/kp.err")"
-curl -sS --data-binary @"$T/cands.jsonl" "$KP_URL/v1/profile" > "$T/kp.svc"
+curl --max-time 240 -sS --data-binary @"$T/cands.jsonl" "$KP_URL/v1/profile" > "$T/kp.svc"
 $PY - "$T/kp.cli" "$T/kp.svc" <<'PY' && pass "kernel-prof service: statuses and medians agree with the CLI's, baselines from the store" || fail "kp golden" "see above"
 import json, sys
 a = {r["candidate_id"]: r for r in map(json.loads, open(sys.argv[1]))}
@@ -106,7 +107,7 @@ for cid in ("kp-good", "kp-cheat", "kp-tf32"):
     print("%s: CLI %.2f us, service %.2f us" % (cid, mx, my))
 PY
 head -1 "$T/good.jsonl" > "$T/one.jsonl"
-t0=$(now); curl -sS --data-binary @"$T/one.jsonl" "$KP_URL/v1/profile" > "$T/one.out"; t1=$(now)
+t0=$(now); curl --max-time 240 -sS --data-binary @"$T/one.jsonl" "$KP_URL/v1/profile" > "$T/one.out"; t1=$(now)
 $PY -c "
 import json,sys
 p=json.loads(open(sys.argv[1]).readline())['prof']; dt=float(sys.argv[3])-float(sys.argv[2])
@@ -118,8 +119,8 @@ print('%.3f' % dt)
 "$KP" --serve 127.0.0.1:0 --port-file "$T/kp2.port" "${ARGS[@]}" "${BUDGET[@]}" --no-store > /dev/null 2> "$T/kp2.err" &
 PIDS+=($!)
 KP2_URL="http://$(wait_port "$T/kp2.port" "$T/kp2.err")"
-curl -sS --data-binary @"$T/one.jsonl" "$KP2_URL/v1/profile" > "$T/m1.out"
-curl -sS --data-binary @"$T/one.jsonl" "$KP2_URL/v1/profile" > "$T/m2.out"
+curl --max-time 240 -sS --data-binary @"$T/one.jsonl" "$KP2_URL/v1/profile" > "$T/m1.out"
+curl --max-time 240 -sS --data-binary @"$T/one.jsonl" "$KP2_URL/v1/profile" > "$T/m2.out"
 $PY -c "
 import json,sys
 a=json.loads(open(sys.argv[1]).readline())['prof']['baselines']; b=json.loads(open(sys.argv[2]).readline())['prof']['baselines']
@@ -134,16 +135,16 @@ ARGS_LONG=(--min-runs 1000000 --max-runs 1000000 --budget-s 4)
 "$KP" --serve 127.0.0.1:0 --port-file "$T/kp3.port" "${ARGS[@]}" "${ARGS_LONG[@]}" --store "$T/kp.db" > /dev/null 2> "$T/kp3.err" &
 PIDS+=($!)
 KP3_URL="http://$(wait_port "$T/kp3.port" "$T/kp3.err")"
-( curl -sS --data-binary @"$T/one.jsonl" "$KP3_URL/v1/profile" > "$T/long.out"; now > "$T/prof.end" ) &
+( curl --max-time 240 -sS --data-binary @"$T/one.jsonl" "$KP3_URL/v1/profile" > "$T/long.out"; now > "$T/prof.end" ) &
 PROF_CURL=$!
 for _ in $(seq 200); do
-  q=$(curl -sS "$KP3_URL/v1/health" | $PY -c "import json,sys; print(json.load(sys.stdin)['queue'])")
+  q=$(curl --max-time 240 -sS "$KP3_URL/v1/health" | $PY -c "import json,sys; print(json.load(sys.stdin)['queue'])")
   [ "$q" = 1 ] && break; sleep 0.05
 done
 sleep 1  # into the timed loop (baselines come from the store)
 sed 's/variant 2/variant 9/' <(sed -n 6p "$T/in.jsonl") > "$T/during.jsonl"
 now > "$T/verify.start"
-curl -sS --data-binary @"$T/during.jsonl" "$KC_URL/v1/check" > "$T/during.out"; now > "$T/verify.end"
+curl --max-time 240 -sS --data-binary @"$T/during.jsonl" "$KC_URL/v1/check" > "$T/during.out"; now > "$T/verify.end"
 wait "$PROF_CURL"
 $PY -c "
 import json,sys

@@ -109,3 +109,39 @@ if failures:
     sys.exit("worker_gpu: %d check(s) failed" % len(failures))
 print("worker_gpu: ok")
 PY
+
+# A task without parameters draws its inputs on the GPU (nothing of it runs under torch's
+# default-device mode before get_inputs, the case where the mode once missed the factories and drew
+# on the CPU): the values written are those of the CUDA generator for the seed, not the CPU's.
+cat > "$T/noparams.py" <<'PYT'
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x, y):
+        return torch.relu(x) * y
+def get_inputs():
+    return [torch.randn(1024, 512), torch.rand(1024, 512) + 0.5]
+def get_init_inputs():
+    return []
+PYT
+{
+  echo "{\"op\":\"load\",\"task_id\":\"np\",\"code_file\":\"$T/noparams.py\"}"
+  echo "{\"op\":\"inputs\",\"task_id\":\"np\",\"seed\":11,\"out\":\"$T/np_in.safetensors\"}"
+} | "$P" --device cuda:0 --timeout-ms 120000 > "$T/np_answers.jsonl"
+PYTHONPATH="${CA_PYTHONPATH:-$CA_SRC/libcommon/python}" "$PY" - "$T/np_in.safetensors" "$T/np_answers.jsonl" <<'PY'
+import json, sys
+import torch
+from cuda_agent_worker import safetensors_io
+for l in open(sys.argv[2]):
+    a = json.loads(l)
+    assert a["ok"], a
+got, _meta = safetensors_io.read(sys.argv[1])
+torch.manual_seed(11)
+want = [torch.randn(1024, 512, device="cuda:0").cpu(), (torch.rand(1024, 512, device="cuda:0") + 0.5).cpu()]
+torch.manual_seed(11)
+cpu = torch.randn(1024, 512)
+assert torch.equal(got["inputs.0"], want[0]), "inputs.0 is not the CUDA generator's draw (drawn on the CPU?)"
+assert torch.equal(got["inputs.1"], want[1]), "inputs.1 is not the CUDA generator's draw"
+assert not torch.equal(got["inputs.0"], cpu), "inputs.0 equals the CPU draw"
+print("worker_gpu: a task without parameters draws on the GPU (values of the CUDA generator, seed 11)")
+PY

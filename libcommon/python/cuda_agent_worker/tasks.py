@@ -173,16 +173,35 @@ _TRACKED_TORCH = ("randn", "rand", "randint", "randn_like", "rand_like", "randin
 _TRACKED_TENSOR = ("uniform_", "normal_")
 
 
+def _warm_device_constructors():
+    """torch's default-device mode (`with torch.device(...)`) knows its factories from a list it
+    caches on first use (torch.utils._device._device_constructors). Made while track_distributions
+    has replaced them, it would hold the wrappers, miss the real factories, and every draw of a task
+    without parameters (nothing built under the mode before its first get_inputs) would run on the
+    CPU and be copied: 56 ms for one 32 MiB input on the H200, where the GPU takes microseconds."""
+    try:
+        from torch.utils import _device
+        getattr(_device, "_device_constructors", lambda: None)()
+    except ImportError:  # torch 1.x: no default-device mode
+        pass
+
+
 @contextlib.contextmanager
-def track_distributions(made):
+def track_distributions(made, device=None):
     """Wraps the torch factories so each tensor get_inputs returns can be traced to its draw.
-    `made` maps id(tensor) -> (tensor, description); tensors are held so ids stay unique."""
+    `made` maps id(tensor) -> (tensor, description); tensors are held so ids stay unique. With
+    `device`, the wrapped factories that take a size draw there unless the call names a device (as
+    the default-device mode would; said explicitly so it holds whatever that mode caches)."""
+    _warm_device_constructors()
     saved = []
 
     def wrap(owner, fname):
         orig = getattr(owner, fname)
+        sized = owner is torch and not fname.endswith("_like")
 
         def wrapper(*args, **kwargs):
+            if device is not None and sized and kwargs.get("device") is None:
+                kwargs["device"] = device
             out = orig(*args, **kwargs)
             if isinstance(out, torch.Tensor):
                 made[id(out)] = (out, _describe_call(fname, args[1:] if owner is torch.Tensor else args, kwargs))
@@ -287,7 +306,7 @@ class Task(object):
         self.init_inputs = list(init_inputs)
         cpu_rng = torch.get_rng_state()
 
-        def build():
+        def build(device):  # the default-device mode places what Model builds
             torch.set_rng_state(cpu_rng)
             return self.module.Model(*self.init_inputs)
         with stage("init"):
@@ -323,16 +342,17 @@ class Task(object):
         return mod
 
     def _built(self, make):
-        """make() with the task's device as the default one when build_on_device; if it raises there
-        (code that calls .numpy(), a CPU generator, ...), make() on the CPU, and the CPU from then on.
-        make() seeds what it draws, so the retry draws what a CPU-only task would."""
+        """make(device) with the task's device as the default one when build_on_device; if it raises
+        there (code that calls .numpy(), a CPU generator, ...), make(None) on the CPU, and the CPU
+        from then on. make seeds what it draws, so the retry draws what a CPU-only task would."""
         if self.build_on_device:
+            _warm_device_constructors()
             try:
                 with self.device:
-                    return make()
+                    return make(self.device)
             except Exception:
                 self.build_on_device = False
-        return make()
+        return make(None)
 
     def _forward_names(self):
         try:
@@ -349,11 +369,11 @@ class Task(object):
         out with stats=False, for draws whose specs nobody reads."""
         made = {}
 
-        def draw():
+        def draw(device=None):
             seed_all(seed)
             made.clear()
             with stage("get_inputs"):
-                with track_distributions(made):
+                with track_distributions(made, device):
                     return self.module.get_inputs()
         values = self._built(draw)
         if not isinstance(values, (list, tuple)):
