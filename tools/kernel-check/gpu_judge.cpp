@@ -161,7 +161,9 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   // The watchdog bounds one call, from the reference's own time on the same inputs (measured by the
   // worker below; the task's recorded eager time until then). One-time costs (module load, library
   // plan choice, graph capture, first touch) are paid in `load` and the untimed first call, which
-  // get a generous bound of their own.
+  // get the watchdog plus an allowance for them: generous for those costs (milliseconds to a few
+  // seconds on the H200), but not minutes, as candidate code runs there too (init, the first
+  // forward) and a kernel that never returns holds the lane until the bound.
   double eager = task_eager_ms(task);
   auto watchdog_for = [&](double eager_ms) { return options_.timeout_s > 0 ? options_.timeout_s : std::max(2.0, eager_ms * 50 / 1000.0); };
   double watchdog_s = watchdog_for(eager);
@@ -169,7 +171,9 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   // conservative 20 GB/s.
   const double transfer_s = 3.0 + double(io.io_bytes()) / 2e10;
   auto watchdog = [&] { return std::chrono::milliseconds(static_cast<int64_t>((watchdog_s + transfer_s) * 1000)); };
-  const auto one_time_bound = std::chrono::seconds(120);
+  constexpr double kOneTimeAllowanceS = 20;
+  auto one_time_s = [&] { return watchdog_s + transfer_s + kOneTimeAllowanceS; };
+  auto one_time_bound = [&] { return std::chrono::milliseconds(static_cast<int64_t>(one_time_s() * 1000)); };
 
   // 3. The warm call's inputs, reference and params, kept on the GPU by the worker and shared by
   // CUDA IPC (no tensor crosses the host); then the runner loads the candidate.
@@ -216,13 +220,13 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   lap("worker_draws");
   ca::Json load = {{"op", "load"},        {"cubin", cubin_path}, {"ptx", ptx_path},           {"lowered", p.compiled->lowered},
                    {"plan", p.plan_json}, {"io", io.to_json()},  {"params_ipc", params_tensors}, {"graph", options_.graph}};
-  ca::Json ans = lane.runner->request(load, one_time_bound);
   if (options_.timeout_s <= 0 && reference_ms > 0) watchdog_s = watchdog_for(reference_ms);
   check["watchdog_s"] = watchdog_s;
+  ca::Json ans = lane.runner->request(load, one_time_bound());
   auto runner_failed = [&](const ca::Json& a, const std::string& during) {
     std::string err = a.value("error", "runtime_error");
     if (err == "timeout")
-      set_verdict(check, "timeout", during + ": no answer within " + ca::log::cat(during == "init" || during == "first call" ? 120.0 : watchdog_s) +
+      set_verdict(check, "timeout", during + ": no answer within " + ca::log::cat(during == "init" || during == "first call" ? one_time_s() : watchdog_s) +
                                         " s (watchdog killed the runner)");
     else if (err == "plan_error") set_verdict(check, "plan_error", a.value("detail", ""));
     else set_verdict(check, "runtime_error", during + ": " + a.value("detail", err));
@@ -251,7 +255,7 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
     uint32_t guard_seed = static_cast<uint32_t>(splitmix64(seeds[t] ^ 0xabcdef));
     // The warm call pays the one-time costs (lazy module loading, first touch): the generous bound.
     ca::Json run = lane.runner->request({{"op", "run"}, {"inputs_ipc", in_tensors}, {"guard_seed", guard_seed}, {"graph", options_.graph}},
-                                        t == 0 ? std::chrono::milliseconds(one_time_bound) : watchdog());
+                                        t == 0 ? one_time_bound() : watchdog());
     ca::Json trial = {{"seed", seeds[t]}, {"warm", t == 0}};
     if (!run.value("ok", false)) {
       runner_failed(run, t == 0 ? "first call" : "trial " + std::to_string(t));
