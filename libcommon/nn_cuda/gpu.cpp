@@ -65,7 +65,7 @@ Gpu::Gpu(int ordinal) {
   opt.confined = false;  // the project's own kernels
   opt.arch = info_.arch();
   std::vector<std::string> names = kernel_names();
-  bundle::CompileResult r = bundle::compile_bundle({{"nn_kernels.cu", kKernelSource}}, names, opt);
+  bundle::CompileResult r = bundle::compile_bundle(kernel_sources(), names, opt);
   if (!r.ok) throw InternalError("native transformer kernels do not compile for " + opt.arch + ": " + r.first_error);
   log::verbose("nn_cuda: kernels ", r.cached ? "from the cubin cache" : "compiled", " (", r.compile_ms, " ms) for ", opt.arch);
   check(drv_->cuModuleLoadData(&module_, r.cubin.data()), "cuModuleLoadData(native transformer kernels)");

@@ -1,12 +1,15 @@
-// The native transformer's CUDA kernels as one source string for NVRTC, and the template
-// instantiations the host code launches (name expressions: "rmsnorm_forward<__nv_bfloat16>").
+// The native transformer's CUDA kernels (libcommon/nn_cuda/kernels/*.cu, compiled by NVRTC at run
+// time as one translation unit), and the template instantiations the host code launches (name
+// expressions: "rmsnorm_forward<__nv_bfloat16>").
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
 namespace ca::nn_cuda {
 
-extern const char* const kKernelSource;
+// The sources by their path in the repository (embedded at build time), as compile_bundle takes them.
+const std::map<std::string, std::string>& kernel_sources();
 // Head sizes the fused attention kernels are instantiated for (the head size is a template argument
 // so the per-thread rows live in registers).
 inline constexpr int kHeadDims[] = {16, 32, 64, 128};

@@ -1,6 +1,6 @@
 // Units of the native model (libcommon/nn): gradients by finite differences in float64, the float32 path
 // against its float64 twin, the Hugging Face save/load round trip, KV-cache decoding against the full
-// forward, sampling, AdamW and gradient clipping.
+// forward, sampling, AdamW and gradient clipping, config.json, device names, released gradients.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -14,7 +14,6 @@
 #include "libcommon/nn/optim.hpp"
 #include "libcommon/nn/sample.hpp"
 #include "libcommon/nn_cuda/gpu.hpp"
-#include "tools/ppo-step/backend.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/safetensors.hpp"
 
@@ -309,47 +308,6 @@ TEST_CASE("--device names: cpu, cuda, cuda:N; anything else is a usage error nam
   } catch (const ca::UsageError& e) {
     CHECK(std::string(e.what()).find("--policy-device: expected cpu, cuda or cuda:N, got 'gpu'") != std::string::npos);
   }
-}
-
-TEST_CASE("ppo-step's CPU backend: scores and gradients are the model's own, positions without a target left out") {
-  namespace fs = std::filesystem;
-  ca::nn::Config c;
-  c.vocab_size = 11, c.hidden_size = 16, c.intermediate_size = 24, c.num_hidden_layers = 1;
-  c.num_attention_heads = 2, c.num_key_value_heads = 1, c.head_dim = 8, c.max_position_embeddings = 32;
-  ca::nn::Model<float> m(c);
-  m.init_random(5, 0.2);
-  const fs::path dir = fs::temp_directory_path() / ("ppo_backend_" + std::to_string(::getpid()));
-  ca::nn::save_model(m, dir.string());
-  ca::ppo::Backend backend(ca::ppo::DeviceOptions{});
-  auto tm = backend.load(dir.string());
-  const std::vector<int> inputs = {1, 4, 2, 9, 3}, targets = {-1, 2, 9, -1, 7};
-  auto s = tm->score(inputs, targets, 0.8);
-  ca::nn::Activations<float> acts;
-  m.forward(inputs, acts);
-  for (std::size_t p = 0; p < inputs.size(); ++p) {
-    if (targets[p] < 0) {
-      CHECK(std::isnan(s.logprob[p]));
-      continue;
-    }
-    float lp, ent;
-    ca::nn::token_logprob_entropy(acts.logits.data() + p * c.vocab_size, c.vocab_size, targets[p], 0.8, lp, ent);
-    CHECK(s.logprob[p] == doctest::Approx(lp).epsilon(1e-6));
-    CHECK(s.entropy[p] == doctest::Approx(ent).epsilon(1e-6));
-  }
-  // The gradient of sum logprob over the targeted positions, against the model's own head backward.
-  tm->zero_grad();
-  tm->backward_scores({0, 1, 1, 5, 1}, {0, 0, 0, 5, 0});  // position 3 has no target: its 5s count for nothing
-  std::vector<float> dlogits(acts.logits.size(), 0.0f);
-  for (std::size_t p = 0; p < inputs.size(); ++p)
-    if (targets[p] >= 0)
-      ca::nn::token_head_backward(acts.logits.data() + p * c.vocab_size, c.vocab_size, targets[p], 0.8, 1.0f, 0.0f,
-                                  dlogits.data() + p * c.vocab_size);
-  m.zero_grad();
-  m.backward(acts, dlogits);
-  const double norm = tm->clip_grad_norm(0);
-  CHECK(norm == doctest::Approx(ca::nn::clip_grad_norm(m.grads, 0)).epsilon(1e-6));
-  CHECK(norm > 0);
-  fs::remove_all(dir);
 }
 
 TEST_CASE("released gradients come back as zeros: backward after release_gradients equals a fresh model's") {

@@ -1,4 +1,4 @@
-// Units for the bundle library (expressions, signatures, plans) and kernel-check's policy and compare.
+// Units for the bundle library (libcommon/bundle): expressions, signatures, plans, compare, compile.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,7 +12,6 @@
 #include "libcommon/bundle/signature.hpp"
 #include "libcommon/bundle/compare.hpp"
 #include "libcommon/cuda/nvrtc.hpp"
-#include "tools/kernel-check/policy.hpp"
 
 using namespace ca::bundle;
 
@@ -179,24 +178,6 @@ TEST_CASE("gemm binding infers m, n, k from shapes") {
   CHECK(b.forward[0].gemm.activation == "relu");
   Plan bad = Plan::parse_text("forward:\n  - gemm: {a: inputs.0, b: params.w, out: outputs.0}\n");
   CHECK_THROWS_WITH_AS(bind_plan(bad, {}, io), doctest::Contains("inner sizes differ"), PlanError);
-}
-
-TEST_CASE("policy: comments stripped, lines kept; the default parses") {
-  std::string s = "a // clock64()\n/* printf(\n */ b \"// kept\"";
-  std::string t = kc::strip_comments(s);
-  CHECK(t.find("clock64") == std::string::npos);
-  CHECK(t.find("printf") == std::string::npos);
-  CHECK(std::count(t.begin(), t.end(), '\n') == 2);
-  CHECK(t.find("\"// kept\"") != std::string::npos);
-  kc::Policy p = kc::Policy::load("");
-  CHECK(p.max_module_global_bytes == 65536);
-  CHECK(p.forbidden.size() == 4);
-  auto v = p.check_sources({{"k.cu", "__global__ void k() {\n  long t = clock64();\n}\n"}});
-  REQUIRE(v);
-  CHECK(v->rule == "clock");
-  CHECK(v->line == 2);
-  CHECK_FALSE(p.check_sources({{"k.cu", "#include <cuda_fp16.h>\n#include \"k.cuh\"\n"}, {"k.cuh", ""}}));
-  CHECK_THROWS_AS(kc::Policy::parse("bogus_key: 1\n", "x.yaml"), ca::UsageError);
 }
 
 TEST_CASE("precision from PTX and ELF sections") {
