@@ -9,6 +9,8 @@ usage: golden_normalize.py [--drop KEY.PATH]... [--number-key KEY LABEL]... [--n
   --number REGEX LABEL      text: each distinct match (group 1 if the REGEX has one) becomes LABEL1,
                             LABEL2, ... padded with '_' to the match's length (tables stay aligned)
   --sub REGEX REPL          text: re.sub on every line, after the JSON options
+  --explain EXPECTED ACTUAL the keys that differ in the first differing JSON lines of two files
+                            (golden_suite prints it under the diff: records are long lines)
 A line untouched by the JSON options is passed on byte for byte; a changed one is written compactly
 (no spaces, keys in their order), as the tools write. Standard library only, so any python3 runs it.
 """
@@ -45,8 +47,44 @@ def number_key(obj, key, label, seen):
     return out
 
 
+def paths(a, b, where=""):
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in list(a) + [k for k in b if k not in a]:
+            if k not in b or k not in a:
+                yield f"{where}.{k}: {'only expected' if k in a else 'only actual'}"
+            else:
+                yield from paths(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            yield from paths(x, y, f"{where}[{i}]")
+    elif a != b or type(a) is not type(b):
+        ja, jb = json.dumps(a), json.dumps(b)
+        yield f"{where or '.'}: {ja[:150]} -> {jb[:150]}"
+
+
+def explain(expected, actual, most=5):
+    a, b = open(expected).read().splitlines(), open(actual).read().splitlines()
+    if len(a) != len(b):
+        print(f"  {len(a)} lines expected, {len(b)} actual")
+    shown = 0
+    for n, (x, y) in enumerate(zip(a, b), 1):
+        if x == y:
+            continue
+        try:
+            diffs = list(paths(json.loads(x), json.loads(y)))
+        except ValueError:
+            continue
+        print(f"  line {n}: " + ("; ".join(diffs[:8]) if diffs else "same JSON, other text"))
+        shown += 1
+        if shown == most:
+            break
+    return 0
+
+
 def main():
     args = sys.argv[1:]
+    if args[:1] == ["--explain"]:
+        return explain(args[1], args[2])
     drops, keys, numbers, subs = [], [], [], []
     while args:
         a = args.pop(0)

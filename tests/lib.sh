@@ -73,6 +73,7 @@ golden_suite() {
       problem+=" no out.jsonl (make it with UPDATE_GOLDEN=1);"
     elif ! cmp -s "$dir/out.jsonl" "$work/out"; then
       problem+=" stdout differs:$nl$(diff -u --label "expected $name/out.jsonl" --label "actual" "$dir/out.jsonl" "$work/out" | head -60)"
+      problem+="$nl$($GOLDEN_NORM --explain "$dir/out.jsonl" "$work/out" 2>&1)"
     fi
     if [[ -f $dir/stderr ]]; then
       while IFS= read -r line || [[ -n $line ]]; do
