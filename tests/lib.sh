@@ -38,7 +38,8 @@ pass() { echo "ok   $*"; }
 #   rc         the expected exit status (default 0)
 #   stderr     fixed strings, one a line, that stderr must each contain (optional)
 # The run gets its own CUDA_AGENT_STORE and CUDA_AGENT_CACHE in its working folder, so nothing
-# outside it is read or written by default. GOLDEN_NORM is tests/golden_normalize.py (volatile fields
+# outside it is read or written by default, and CUDA_AGENT_DATA=$CA_SRC/datasets: the data of the tree
+# under test, not of the tree the binaries were built from (their fallback). GOLDEN_NORM is tests/golden_normalize.py (volatile fields
 # out). UPDATE_GOLDEN=1 rewrites out.jsonl (and rc) from the current output: review the diff before
 # committing. GOLDEN_ONLY=REGEX runs only the cases whose name matches.
 golden_suite() {
@@ -57,7 +58,7 @@ golden_suite() {
     local input=/dev/null
     [[ -f $dir/in.jsonl ]] && input=$dir/in.jsonl
     rc=0
-    (cd "$work/run" && CASE=$dir PATH="$CA_BIN:$PATH" CUDA_AGENT_STORE="$work/run/store.db" \
+    (cd "$work/run" && CASE=$dir PATH="$CA_BIN:$PATH" CUDA_AGENT_STORE="$work/run/store.db" CUDA_AGENT_DATA="$CA_SRC/datasets" \
        CUDA_AGENT_CACHE="$work/run/cache" bash -o pipefail "$dir/cmd" < "$input" > "$work/out" 2> "$work/err") || rc=$?
     if [[ ${UPDATE_GOLDEN:-0} == 1 ]]; then
       cmp -s "$work/out" "$dir/out.jsonl" || { cp "$work/out" "$dir/out.jsonl"; updated=$((updated + 1)); echo "updated $name" >&2; }

@@ -5,5 +5,4 @@
 # UPDATE_GOLDEN=1 rewrites the expected files; tests/lib.sh (golden_suite) says how a case is laid out.
 set -u
 source "$(dirname "$0")/../lib.sh"
-export CUDA_AGENT_DATA="$CA_SRC/datasets"
 golden_suite "$CA_SRC/tests/ops-synth/golden"
