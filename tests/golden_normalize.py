@@ -9,6 +9,7 @@ usage: golden_normalize.py [--drop KEY.PATH]... [--number-key KEY LABEL]... [--n
   --number REGEX LABEL      text: each distinct match (group 1 if the REGEX has one) becomes LABEL1,
                             LABEL2, ... padded with '_' to the match's length (tables stay aligned)
   --sub REGEX REPL          text: re.sub on every line, after the JSON options
+  --literal OLD NEW         text: every OLD (a plain string, e.g. the source tree's path) becomes NEW
   --explain EXPECTED ACTUAL the keys that differ in the first differing JSON lines of two files
                             (golden_suite prints it under the diff: records are long lines)
 A line untouched by the JSON options is passed on byte for byte; a changed one is written compactly
@@ -96,6 +97,9 @@ def main():
             numbers.append((re.compile(args.pop(0)), args.pop(0), {}))
         elif a == "--sub":
             subs.append((re.compile(args.pop(0)), args.pop(0)))
+        elif a == "--literal":
+            old, new = args.pop(0), args.pop(0)
+            subs.append((re.compile(re.escape(old)), new.replace("\\", "\\\\")))
         else:
             sys.exit(f"golden_normalize: unknown option {a}\n{__doc__}")
     for line in sys.stdin:

@@ -32,8 +32,8 @@ pass() { echo "ok   $*"; }
 # golden_suite DIR: golden triples (input, command, expected output), like jq's and samtools' suites.
 # Each DIR/<case>/ holds
 #   cmd        one shell script, run by `bash -o pipefail` (a tool piped into $GOLDEN_NORM keeps the
-#              tool's exit status) in a fresh empty working folder, with the tools on PATH and
-#              CASE=<the case folder>; stdin is CASE/in.jsonl when there is one, else /dev/null
+#              tool's exit status) in a fresh empty working folder, with the tools on PATH,
+#              CASE=<the case folder>, CA_SRC and CA_BIN; stdin is CASE/in.jsonl when there is one, else /dev/null
 #   out.jsonl  the expected stdout, compared byte for byte (a unified diff on failure)
 #   rc         the expected exit status (default 0)
 #   stderr     fixed strings, one a line, that stderr must each contain (optional)
@@ -58,7 +58,7 @@ golden_suite() {
     local input=/dev/null
     [[ -f $dir/in.jsonl ]] && input=$dir/in.jsonl
     rc=0
-    (cd "$work/run" && CASE=$dir PATH="$CA_BIN:$PATH" CUDA_AGENT_STORE="$work/run/store.db" CUDA_AGENT_DATA="$CA_SRC/datasets" \
+    (cd "$work/run" && CASE=$dir CA_SRC=$CA_SRC CA_BIN=$CA_BIN PATH="$CA_BIN:$PATH" CUDA_AGENT_STORE="$work/run/store.db" CUDA_AGENT_DATA="$CA_SRC/datasets" \
        CUDA_AGENT_CACHE="$work/run/cache" bash -o pipefail "$dir/cmd" < "$input" > "$work/out" 2> "$work/err") || rc=$?
     if [[ ${UPDATE_GOLDEN:-0} == 1 ]]; then
       cmp -s "$work/out" "$dir/out.jsonl" || { cp "$work/out" "$dir/out.jsonl"; updated=$((updated + 1)); echo "updated $name" >&2; }
