@@ -33,14 +33,15 @@ pass() { echo "ok   $*"; }
 # Each DIR/<case>/ holds
 #   cmd        one shell script, run by `bash -o pipefail` (a tool piped into $GOLDEN_NORM keeps the
 #              tool's exit status) in a fresh empty working folder, with the tools on PATH,
-#              CASE=<the case folder>, CA_SRC and CA_BIN; stdin is CASE/in.jsonl when there is one, else /dev/null
+#              CASE=<the case folder>, CA_SRC and CA_BIN; stdin is CASE/in.jsonl if there is
+#              one, else /dev/null
 #   out.jsonl  the expected stdout, compared byte for byte (a unified diff on failure)
 #   rc         the expected exit status (default 0)
 #   stderr     fixed strings, one a line, that stderr must each contain (optional)
 # The run gets its own CUDA_AGENT_STORE and CUDA_AGENT_CACHE in its working folder, so nothing
-# outside it is read or written by default, and CUDA_AGENT_DATA=$CA_SRC/datasets: the data of the tree
-# under test, not of the tree the binaries were built from (their fallback). GOLDEN_NORM is tests/golden_normalize.py (volatile fields
-# out). UPDATE_GOLDEN=1 rewrites out.jsonl (and rc) from the current output: review the diff before
+# outside it is read or written by default, and CUDA_AGENT_DATA=$CA_SRC/datasets: the data of the
+# tree under test, not of the tree the binaries were built from (their fallback). GOLDEN_NORM runs
+# tests/golden_normalize.py (volatile fields out). UPDATE_GOLDEN=1 rewrites out.jsonl (and rc) from the current output: review the diff before
 # committing. GOLDEN_ONLY=REGEX runs only the cases whose name matches.
 golden_suite() {
   local suite=$1 dir name work rc want_rc problem failed=0 ran=0 updated=0 line nl=$'\n'
@@ -58,8 +59,9 @@ golden_suite() {
     local input=/dev/null
     [[ -f $dir/in.jsonl ]] && input=$dir/in.jsonl
     rc=0
-    (cd "$work/run" && CASE=$dir CA_SRC=$CA_SRC CA_BIN=$CA_BIN PATH="$CA_BIN:$PATH" CUDA_AGENT_STORE="$work/run/store.db" CUDA_AGENT_DATA="$CA_SRC/datasets" \
-       CUDA_AGENT_CACHE="$work/run/cache" bash -o pipefail "$dir/cmd" < "$input" > "$work/out" 2> "$work/err") || rc=$?
+    (cd "$work/run" && CASE=$dir CA_SRC=$CA_SRC CA_BIN=$CA_BIN PATH="$CA_BIN:$PATH" \
+       CUDA_AGENT_DATA="$CA_SRC/datasets" CUDA_AGENT_STORE="$work/run/store.db" CUDA_AGENT_CACHE="$work/run/cache" \
+       bash -o pipefail "$dir/cmd" < "$input" > "$work/out" 2> "$work/err") || rc=$?
     if [[ ${UPDATE_GOLDEN:-0} == 1 ]]; then
       cmp -s "$work/out" "$dir/out.jsonl" || { cp "$work/out" "$dir/out.jsonl"; updated=$((updated + 1)); echo "updated $name" >&2; }
       if [[ $rc != "$want_rc" ]]; then
@@ -90,6 +92,6 @@ golden_suite() {
       echo "ok   $name" >&2
     fi
   done
-  echo "golden $(basename "$(dirname "$suite")"): $ran cases, $failed failed${UPDATE_GOLDEN:+, $updated updated}" >&2
+  echo "golden $(basename "$(dirname "$suite")"): $ran cases, $failed failed$([[ ${UPDATE_GOLDEN:-0} == 1 ]] && echo ", $updated updated")" >&2
   [[ $ran -gt 0 && $failed == 0 ]]
 }
