@@ -5,8 +5,7 @@
 # -j 1, 2 and 4; a mistyped id is an error section (fatal under --strict), never a record filed
 # under another key; -i F -o F (also via a symlink, or F on stdin) is refused and F kept.
 set -euo pipefail
-fail() { echo "FAIL: $*" >&2; exit 1; }
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+source "$(dirname "$0")/../lib.sh"
 export CUDA_AGENT_DATA="${CUDA_AGENT_DATA:-$CA_SRC/datasets}"
 export CUDA_AGENT_CACHE="$T/cache"
 RS="$CA_BIN/run-store"
@@ -28,7 +27,7 @@ expect_bad_line() {
 
 # 1. 1e999 (json's out_of_range: was exit 4 "internal error" without a line) and deep nesting.
 echo '{"task_id":"0000000000000001","candidate_id":"c1","check":{"status":"passed"}}' > "$T/good_line"
-python3 -c 'print("{\"x\": " + "[" * 1000000 + "]" * 1000000 + "}")' > "$T/deep_line"
+"$PY" -c 'print("{\"x\": " + "[" * 1000000 + "]" * 1000000 + "}")' > "$T/deep_line"
 readers=(
   "run-store|$RS import --store $T/rs.db"
   "reward-calc|$RC --no-store"
@@ -52,7 +51,7 @@ done
 
 # 2. kernel-check: 8 good candidates then a bad line kept 7, 6 and 4 with -j 1, 2 and 4; now all 8
 # are judged, on stdout and in the store, and the exit is still 2.
-MK="python3 $CA_SRC/tests/kernel-check/make_candidate.py"
+MK="$PY $CA_SRC/tests/kernel-check/make_candidate.py"
 : > "$T/eight.jsonl"
 for i in 1 2 3 4 5 6 7 8; do
   $MK "$CA_SRC/datasets/skill/bundles/scale_add" --replace fused.cu "the smallest bundle" "the smallest bundle ($i)" >> "$T/eight.jsonl"
@@ -82,7 +81,7 @@ echo '{"task_id":"t1","candidate_id":7,"check":{"status":"passed","correct":true
 for tool in "$RC --no-store" "$KC --compile-only --arch sm_90 --no-store"; do
   # shellcheck disable=SC2086
   $tool < "$T/in" > "$T/out" 2> "$T/err" || fail "$tool: exit $? on a mistyped id: $(tail -1 "$T/err")"
-  python3 -c '
+  "$PY" -c '
 import json, sys
 r = json.loads(open(sys.argv[1]).readline())
 assert r["error"]["field"] == "candidate_id", r.get("error")' "$T/out" || fail "$tool: no error section for candidate_id"

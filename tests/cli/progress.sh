@@ -4,11 +4,8 @@
 # stderr a file or a pipe they print no such line at all. Checked on agent-run (episodes), ppo-step's
 # record loop (tokenize; the loop kernel-prof and reward-calc share) and a ppo-step training step.
 set -euo pipefail
-: "${CA_BIN:?}" "${CA_SRC:?}"
-PY=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/../lib.sh"
+tmp=$T
 demo=$CA_SRC/datasets/demo
 export CA_KERNEL_CHECK="$CA_SRC/tests/agent-run/fake-kernel-check.sh" CA_KERNEL_PROF="$CA_SRC/tests/agent-run/fake-kernel-prof.sh"
 

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # run-store CLI: help, import, bad lines, merge idempotence, query/export/summary, kill -9 safety.
 set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
 RS="$CA_BIN/run-store"
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
 
 "$RS" --help | grep -q "Example:" || fail "--help has no example"
 "$RS" --version | grep -q "run-store" || fail "--version"
@@ -15,7 +14,7 @@ printf '{"task_id":"t1","code":"a"}\n{not json\n{"task_id":"t3","code":"c"}\n' >
 set +e; "$RS" import --store "$T/bad.db" -i "$T/bad.jsonl" 2> "$T/err"; rc=$?; set -e
 [ "$rc" = 2 ] || fail "bad line should exit 2, got $rc"
 grep -q "line 2" "$T/err" || fail "error does not name line 2: $(cat "$T/err")"
-n=$("$RS" query --store "$T/bad.db" "SELECT COUNT(*) AS n FROM tasks" | python3 -c 'import json,sys; print(json.load(sys.stdin)["n"])')
+n=$("$RS" query --store "$T/bad.db" "SELECT COUNT(*) AS n FROM tasks" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["n"])')
 [ "$n" = 1 ] || fail "record before the bad line lost (n=$n)"
 
 # A record without ids is skipped with a warning, or fatal under --strict.
@@ -27,7 +26,7 @@ set +e; "$RS" import --strict --store "$T/noid2.db" -i "$T/noid.jsonl" 2>/dev/nu
 
 # Two shards merged twice give the same counts.
 for s in 0 1; do
-  python3 - "$s" > "$T/shard$s.jsonl" <<'PY'
+  "$PY" - "$s" > "$T/shard$s.jsonl" <<'PY'
 import json, sys
 s = int(sys.argv[1])
 for i in range(50):
@@ -47,7 +46,7 @@ second=$("$RS" query --store "$T/merged.db" "SELECT (SELECT COUNT(*) FROM tasks)
 
 # export and summary are JSON when piped.
 [ "$("$RS" export tasks --store "$T/merged.db" | wc -l)" = 100 ] || fail "export tasks"
-"$RS" summary --store "$T/merged.db" | python3 -c '
+"$RS" summary --store "$T/merged.db" | "$PY" -c '
 import json, sys
 rows = [json.loads(l) for l in sys.stdin]
 assert len(rows) == 2, rows
@@ -57,7 +56,7 @@ for r in rows:
 "$RS" summary --table --store "$T/merged.db" | head -1 | grep -q "pass" || fail "summary table"
 
 # kill -9 in the middle of an import: the store opens cleanly and holds a prefix of the input.
-python3 -c '
+"$PY" -c '
 import json
 for i in range(200000):
     print(json.dumps({"task_id": "k%06d" % i, "code": "y" * 200}))
@@ -71,7 +70,7 @@ done
 kill -9 $pid; wait $pid 2>/dev/null || true
 "$RS" query --store "$T/kill.db" "PRAGMA integrity_check" | grep -q '"ok"' || fail "integrity check after kill -9"
 n=$("$RS" query --store "$T/kill.db" "SELECT COUNT(*) AS n, MAX(task_id) AS last FROM tasks")
-python3 - "$n" <<'PY' || fail "kill -9 store is not a clean prefix: $n"
+"$PY" - "$n" <<'PY' || fail "kill -9 store is not a clean prefix: $n"
 import json, sys
 r = json.loads(sys.argv[1])
 assert 0 < r["n"] < 200000, r          # killed mid-way

@@ -5,8 +5,9 @@
 # kill -9, every task ops-synth generate put on stdout is in the store (it committed 512 at a time,
 # after stdout); the run row of a tool stopped by bad input is closed with its exit status.
 set -euo pipefail
-fail() { echo "FAIL: $*" >&2; exit 1; }
-T=$(mktemp -d); chmod 755 "$T"; trap 'chmod -R u+w "$T" 2>/dev/null; rm -rf "$T"' EXIT
+source "$(dirname "$0")/../lib.sh"
+# the read-only-media part takes write permission away: give it back before the temp dir is removed
+chmod 755 "$T"; at_exit 'chmod -R u+w "$T" 2>/dev/null'
 export CUDA_AGENT_DATA="${CUDA_AGENT_DATA:-$CA_SRC/datasets}"
 RS="$CA_BIN/run-store"
 OS="$CA_BIN/ops-synth"
@@ -31,7 +32,7 @@ set +e; "$RS" merge "$T/s.db" "$T/other.db" "$T/s.db" 2> "$T/err"; rc=$?; set -e
 [ "$("$RS" query --store "$T/s.db" 'SELECT COUNT(*) AS n FROM runs')" = '{"n":1}' ] || fail "merge S A S merged A first"
 
 # 2. Another program's SQLite file: refused, byte for byte unchanged, no -wal made.
-python3 - "$T/foreign.db" <<'PY'
+"$PY" - "$T/foreign.db" <<'PY'
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
 db.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT)")
@@ -52,7 +53,7 @@ for cmd in "$RS import --store $T/foreign.db -i $T/two.jsonl" "$RS init --store 
   [ "$(sha256sum < "$T/foreign.db")" = "$sum" ] || fail "$cmd changed the foreign file"
   [ ! -e "$T/foreign.db-wal" ] || fail "$cmd switched the foreign file to WAL"
 done
-python3 -c '
+"$PY" -c '
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
 assert [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type=\"table\"")] == ["notes"]
@@ -106,7 +107,7 @@ for _ in $(seq 200); do
 done
 kill -9 $pid; wait $pid 2>/dev/null || true
 "$RS" query --store "$T/gen.db" "SELECT task_id FROM tasks" > "$T/stored.jsonl"
-python3 - "$T/gen.jsonl" "$T/stored.jsonl" <<'PY' || fail "stdout and store out of step after kill -9"
+"$PY" - "$T/gen.jsonl" "$T/stored.jsonl" <<'PY' || fail "stdout and store out of step after kill -9"
 import json, sys
 lines = open(sys.argv[1]).read().split("\n")
 emitted = [json.loads(l)["task_id"] for l in lines[:-1]]  # the last piece may be cut

@@ -2,11 +2,10 @@
 # Every header the shipped policy allows compiles (CUDA 13 keeps cooperative_groups, cuda/std and the
 # C headers under include/cccl): one candidate per header, compile-only, each must be `compiled`.
 set -u
+source "$(dirname "$0")/../lib.sh"
 KC="$CA_BIN/kernel-check"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
 export CUDA_AGENT_CACHE="$T/cache"
-python3 - "$CA_SRC/datasets/skill/policy.yaml" > "$T/in.jsonl" <<'PY'
+"$PY" - "$CA_SRC/datasets/skill/policy.yaml" > "$T/in.jsonl" <<'PY'
 import json, re, sys
 text = open(sys.argv[1]).read()
 block = text.split("allowed_headers:", 1)[1].split("\n\n", 1)[0]
@@ -18,7 +17,7 @@ for h in headers:
     print(json.dumps({"task_id": "hdr", "candidate_id": h, "bundle": {"kernels": {"fused.cu": "#include <%s>\n%s" % (h, body)}, "plan": plan}}))
 PY
 "$KC" --compile-only --arch sm_90 --no-store < "$T/in.jsonl" > "$T/out.jsonl" 2> "$T/err.txt" || { echo "FAIL kernel-check exit $?"; tail "$T/err.txt"; exit 1; }
-python3 - "$T/out.jsonl" <<'PY'
+"$PY" - "$T/out.jsonl" <<'PY'
 import json, sys
 bad = 0
 n = 0

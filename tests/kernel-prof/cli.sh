@@ -2,10 +2,8 @@
 # kernel-prof without a GPU: --help documents the options, records whose check failed (or that
 # have none) pass through untouched, bad input is named, and a passing record exits 3.
 set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
 KP="$CA_BIN/kernel-prof"
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-PY=/usr/bin/python3
 
 "$KP" --help > "$T/help"
 for opt in --metric --baselines --gpus --refresh --metrics --tasks Example: device wall compile-max-autotune; do

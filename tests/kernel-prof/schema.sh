@@ -2,9 +2,7 @@
 # The prof schema against real kernel-prof output (records from the H200 run of gpu.sh, kept in
 # fixtures/prof_h200.jsonl), and against broken copies it must reject.
 set -euo pipefail
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-PY=/usr/bin/python3
+source "$(dirname "$0")/../lib.sh"
 V="$CA_SRC/tests/validate_schema.py"
 S="$CA_SRC/tests/kernel-prof/fixtures/prof_h200.jsonl"
 $PY "$V" prof "$S" || fail "the stored device records do not validate"

@@ -3,11 +3,9 @@
 # one reward row per record), real output validates against schemas/reward.schema.json, and the
 # schema rejects a broken section (so the validation can fail).
 set -euo pipefail
-: "${CA_BIN:?}" "${CA_SRC:?}"
+source "$(dirname "$0")/../lib.sh"
 export PATH="$CA_BIN:$PATH"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+tmp=$T
 
 reward-calc --help > "$tmp/help"
 grep -q 'Example:' "$tmp/help" || fail "--help has no example"
@@ -40,7 +38,7 @@ a=$(reward-calc --no-store --allow-unprofiled --shard 0/2 -i "$in" 2>/dev/null |
 b=$(reward-calc --no-store --allow-unprofiled --shard 1/2 -i "$in" 2>/dev/null | wc -l)
 [[ $((a + b)) == 9 ]] || fail "shards 0/2 + 1/2 give $a + $b records, expected 9"
 
-py=${CUDA_AGENT_PYTHON:-/usr/bin/python3}
+py=$PY
 if "$py" -c 'import jsonschema' 2>/dev/null; then
   for d in "$CA_SRC"/tests/reward-calc/golden/*/; do
     grep -q '"reward"' "$d/out.jsonl" 2>/dev/null || continue
