@@ -10,12 +10,12 @@
 
 TEST_CASE("policy: comments stripped, lines kept; the default parses") {
   std::string s = "a // clock64()\n/* printf(\n */ b \"// kept\"";
-  std::string t = kc::strip_comments(s);
+  std::string t = ca::kc::strip_comments(s);
   CHECK(t.find("clock64") == std::string::npos);
   CHECK(t.find("printf") == std::string::npos);
   CHECK(std::count(t.begin(), t.end(), '\n') == 2);
   CHECK(t.find("\"// kept\"") != std::string::npos);
-  kc::Policy p = kc::Policy::load("");
+  ca::kc::Policy p = ca::kc::Policy::load("");
   CHECK(p.max_module_global_bytes == 65536);
   CHECK(p.forbidden.size() == 4);
   auto v = p.check_sources({{"k.cu", "__global__ void k() {\n  long t = clock64();\n}\n"}});
@@ -23,5 +23,5 @@ TEST_CASE("policy: comments stripped, lines kept; the default parses") {
   CHECK(v->rule == "clock");
   CHECK(v->line == 2);
   CHECK_FALSE(p.check_sources({{"k.cu", "#include <cuda_fp16.h>\n#include \"k.cuh\"\n"}, {"k.cuh", ""}}));
-  CHECK_THROWS_AS(kc::Policy::parse("bogus_key: 1\n", "x.yaml"), ca::UsageError);
+  CHECK_THROWS_AS(ca::kc::Policy::parse("bogus_key: 1\n", "x.yaml"), ca::UsageError);
 }

@@ -11,7 +11,7 @@
 #include "tools/ops-synth/generate.hpp"
 #include "tools/ops-synth/rng.hpp"
 
-using namespace ops_synth;
+using namespace ca::ops_synth;
 
 static int64_t ev(const std::string& text, std::map<std::string, int64_t> vars = {}) {
   Env env;

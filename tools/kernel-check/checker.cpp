@@ -15,7 +15,7 @@
 #include "tools/kernel-check/gpu_judge.hpp"
 #include "tools/kernel-check/runner.hpp"
 
-namespace kc {
+namespace ca::kc {
 
 namespace {
 
@@ -229,4 +229,4 @@ int Checker::summary(std::optional<int> exit_code) {
   return code;
 }
 
-}  // namespace kc
+}  // namespace ca::kc

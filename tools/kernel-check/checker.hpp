@@ -19,7 +19,7 @@
 #include "tools/kernel-check/policy.hpp"
 #include "tools/kernel-check/prepare.hpp"
 
-namespace kc {
+namespace ca::kc {
 
 class GpuJudge;
 
@@ -69,4 +69,4 @@ class Checker {
   int64_t no_device_ = 0;
 };
 
-}  // namespace kc
+}  // namespace ca::kc

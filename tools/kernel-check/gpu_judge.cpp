@@ -17,7 +17,7 @@
 #include "libcommon/bundle/compare.hpp"
 #include "tools/kernel-check/runner.hpp"
 
-namespace kc {
+namespace ca::kc {
 
 struct GpuJudge::Lane {
   int gpu = 0;
@@ -305,4 +305,4 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   lap("runner_unload");
 }
 
-}  // namespace kc
+}  // namespace ca::kc

@@ -12,7 +12,7 @@
 #include "tools/kernel-check/policy.hpp"
 #include "tools/kernel-check/prepare.hpp"
 
-namespace kc {
+namespace ca::kc {
 
 class GpuJudge {
  public:
@@ -35,4 +35,4 @@ class GpuJudge {
   std::condition_variable cv_;
 };
 
-}  // namespace kc
+}  // namespace ca::kc

@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
               "agent-run --tasks tasks.jsonl ... | kernel-check --tasks tasks.jsonl --gpus 0,1 | kernel-prof",
               "kernel-prof(1), agent-run(1), run-store(1), cuda-agent(7)");
   cli.add_stream_options();
-  kc::CheckOptions opt;
+  ca::kc::CheckOptions opt;
   auto& app = cli.app();
   app.add_flag("--compile-only", opt.compile_only, "Compile and check the plan and policy; no GPU needed");
   app.add_option("--arch", opt.arch, "Target architecture sm_XX (default: the GPU's; sm_90 without one)");
@@ -44,9 +44,9 @@ int main(int argc, char** argv) {
 
   return cli.run(argc, argv, [&]() -> int {
     auto& common = cli.options();
-    if (opt.runner) return kc::runner_main(opt.runner_gpu);
+    if (opt.runner) return ca::kc::runner_main(opt.runner_gpu);
     service.validate(common);
-    kc::Checker checker(opt, common);
+    ca::kc::Checker checker(opt, common);
 
     if (service.enabled()) {
       ca::ServiceSpec spec;

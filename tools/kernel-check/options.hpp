@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-namespace kc {
+namespace ca::kc {
 
 struct CheckOptions {
   bool compile_only = false;
@@ -24,4 +24,4 @@ struct CheckOptions {
   int runner_gpu = 0;
 };
 
-}  // namespace kc
+}  // namespace ca::kc

@@ -12,7 +12,7 @@
 
 extern const char* kc_default_policy_yaml;  // generated from datasets/skill/policy.yaml
 
-namespace kc {
+namespace ca::kc {
 
 ca::Json Violation::to_json() const {
   ca::Json j{{"rule", rule}, {"reason", reason}};
@@ -216,4 +216,4 @@ std::optional<Violation> Policy::check_bound(const ca::bundle::BoundPlan& bound,
   return std::nullopt;
 }
 
-}  // namespace kc
+}  // namespace ca::kc

@@ -9,7 +9,7 @@
 #include "libcommon/bundle/compile.hpp"
 #include "libcommon/bundle/plan.hpp"
 
-namespace kc {
+namespace ca::kc {
 
 struct Violation {
   std::string rule;    // "clock", "allowed_headers", "max_module_global_bytes", ...
@@ -50,4 +50,4 @@ struct Policy {
 // Comments replaced by spaces (newlines kept, so line numbers hold); string literals kept.
 std::string strip_comments(const std::string& source);
 
-}  // namespace kc
+}  // namespace ca::kc

@@ -6,7 +6,7 @@
 #include "libcommon/errors.hpp"
 #include "libcommon/fields.hpp"
 
-namespace kc {
+namespace ca::kc {
 
 void set_verdict(ca::Record& check, const std::string& status, const std::string& reason) {
   check["status"] = status;
@@ -158,4 +158,4 @@ Prepared prepare_candidate(const ca::Record& record, const ca::Json* task, const
   return p;
 }
 
-}  // namespace kc
+}  // namespace ca::kc

@@ -11,7 +11,7 @@
 #include "libcommon/jsonl.hpp"
 #include "tools/kernel-check/policy.hpp"
 
-namespace kc {
+namespace ca::kc {
 
 struct PrepareOptions {
   std::string arch = "sm_90";
@@ -42,4 +42,4 @@ void set_verdict(ca::Record& check, const std::string& status, const std::string
 // The precision of the candidate: the PTX's and that of any library step (tf32 gemm, fp16 buffers).
 std::string candidate_precision(const Prepared& p, const ca::bundle::BoundPlan* bound);
 
-}  // namespace kc
+}  // namespace ca::kc

@@ -16,7 +16,7 @@
 #include "libcommon/paths.hpp"
 #include "libcommon/safetensors.hpp"
 
-namespace kc {
+namespace ca::kc {
 
 std::vector<int> parse_gpu_list(const std::string& text, int count) {
   std::vector<int> gpus;
@@ -223,4 +223,4 @@ ca::Json RunnerClient::request(const ca::Json& req, std::chrono::milliseconds ti
   return ans;
 }
 
-}  // namespace kc
+}  // namespace ca::kc

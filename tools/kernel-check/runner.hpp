@@ -19,7 +19,7 @@
 #include "libcommon/jsonl.hpp"
 #include "libcommon/process.hpp"
 
-namespace kc {
+namespace ca::kc {
 
 int runner_main(int gpu);
 
@@ -42,4 +42,4 @@ class RunnerClient {
   int restarts_ = -1;
 };
 
-}  // namespace kc
+}  // namespace ca::kc

@@ -10,7 +10,7 @@
 #include "libcommon/errors.hpp"
 #include "libcommon/paths.hpp"
 
-namespace ops_synth {
+namespace ca::ops_synth {
 
 namespace fs = std::filesystem;
 
@@ -360,4 +360,4 @@ std::vector<std::string> Catalog::families() const {
   return out;
 }
 
-}  // namespace ops_synth
+}  // namespace ca::ops_synth

@@ -8,7 +8,7 @@
 
 #include "tools/ops-synth/expr.hpp"
 
-namespace ops_synth {
+namespace ca::ops_synth {
 
 // A code template: literal text and {placeholders}; "{d1:in_channels}" makes a constructor
 // parameter named in_channels, "{keepdim|bool}" renders 0/1 as False/True.
@@ -119,4 +119,4 @@ struct Catalog {
 // datasets/ops/catalog.yaml under ca::data_dir().
 std::string default_catalog_path();
 
-}  // namespace ops_synth
+}  // namespace ca::ops_synth

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
-namespace ops_synth {
+namespace ca::ops_synth {
 
 namespace {
 struct SymbolTable {
@@ -273,4 +273,4 @@ int64_t Expr::eval_node(int index, const Env& env) const {
   throw EvalError{"bad expression node"};
 }
 
-}  // namespace ops_synth
+}  // namespace ca::ops_synth

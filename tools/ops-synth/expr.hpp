@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace ops_synth {
+namespace ca::ops_synth {
 
 // Names are interned to small integers so an environment is a flat array.
 int intern_symbol(const std::string& name);
@@ -58,4 +58,4 @@ class Expr {
   friend class ExprParser;
 };
 
-}  // namespace ops_synth
+}  // namespace ca::ops_synth

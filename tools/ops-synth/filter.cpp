@@ -16,7 +16,7 @@
 #include "libcommon/store.hpp"
 #include "tools/ops-synth/pool.hpp"
 
-namespace ops_synth {
+namespace ca::ops_synth {
 
 void FilterOptions::register_with(CLI::App* app) {
   app->add_option("-j,--jobs", jobs, "Reference workers in parallel (one Python process each)")->capture_default_str();
@@ -227,4 +227,4 @@ int run_filter(const ca::CommonOptions& common, const FilterOptions& opt) {
   return status;
 }
 
-}  // namespace ops_synth
+}  // namespace ca::ops_synth

@@ -7,7 +7,7 @@
 
 #include "libcommon/cli.hpp"
 
-namespace ops_synth {
+namespace ca::ops_synth {
 
 struct FilterOptions {
   int jobs = 1;
@@ -25,4 +25,4 @@ struct FilterOptions {
 
 int run_filter(const ca::CommonOptions& common, const FilterOptions& options);
 
-}  // namespace ops_synth
+}  // namespace ca::ops_synth

@@ -8,7 +8,7 @@
 #include "libcommon/ids.hpp"
 #include "tools/ops-synth/rng.hpp"
 
-namespace ops_synth {
+namespace ca::ops_synth {
 
 namespace {
 
@@ -906,4 +906,4 @@ ca::Record Generator::task(int64_t index) {
                        " written): the catalog or --ops is too narrow for -n with this --mix");
 }
 
-}  // namespace ops_synth
+}  // namespace ca::ops_synth

@@ -12,7 +12,7 @@
 #include "libcommon/jsonl.hpp"
 #include "tools/ops-synth/catalog.hpp"
 
-namespace ops_synth {
+namespace ca::ops_synth {
 
 // Peak numbers for the eager-time estimate (fp32 without TF32, as the correctness reference runs).
 struct GpuProfile {
@@ -116,4 +116,4 @@ class Generator {
   int64_t retries_ = 0, duplicates_ = 0;
 };
 
-}  // namespace ops_synth
+}  // namespace ca::ops_synth

@@ -16,7 +16,7 @@
 
 namespace fs = std::filesystem;
 
-namespace ops_synth {
+namespace ca::ops_synth {
 
 void ImportOptions::register_with(CLI::App* app) {
   app->add_option("sources", sources,
@@ -169,4 +169,4 @@ int run_import(const ca::CommonOptions& common, const ImportOptions& opt) {
   return ca::kExitOk;
 }
 
-}  // namespace ops_synth
+}  // namespace ca::ops_synth

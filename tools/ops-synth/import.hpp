@@ -6,7 +6,7 @@
 
 #include "libcommon/cli.hpp"
 
-namespace ops_synth {
+namespace ca::ops_synth {
 
 struct ImportOptions {
   std::vector<std::string> sources;  // directories of .py files, .py files, or .jsonl files ('-' = stdin)
@@ -19,4 +19,4 @@ struct ImportOptions {
 
 int run_import(const ca::CommonOptions& common, const ImportOptions& options);
 
-}  // namespace ops_synth
+}  // namespace ca::ops_synth

@@ -17,9 +17,9 @@ namespace {
 // Before anything is written: the standalone modules are few (the catalog's modules at their size
 // lists, near-duplicates once), so a large -n can ask for more of them than exist. Says how many
 // tasks the mix can give, and refuses an -n beyond that (the chains' space is far larger).
-void check_capacity(ops_synth::Generator& gen, int64_t n, const ops_synth::Catalog& catalog,
-                    const ops_synth::GenOptions& opt) {
-  const int module = ops_synth::kCategories - 1;
+void check_capacity(ca::ops_synth::Generator& gen, int64_t n, const ca::ops_synth::Catalog& catalog,
+                    const ca::ops_synth::GenOptions& opt) {
+  const int module = ca::ops_synth::kCategories - 1;
   if (opt.mix[static_cast<std::size_t>(module)] == 0 || n == 0) return;
   const int64_t capacity = gen.module_capacity();
   // The category sequence is fixed by the seed: find the first task that would need one module
@@ -44,9 +44,9 @@ void check_capacity(ops_synth::Generator& gen, int64_t n, const ops_synth::Catal
 }
 
 int run_generate(const ca::CommonOptions& common, int64_t n, const std::string& catalog_path,
-                 ops_synth::GenOptions opt) {
+                 ca::ops_synth::GenOptions opt) {
   auto started = std::chrono::steady_clock::now();
-  ops_synth::Catalog catalog = ops_synth::Catalog::load(catalog_path);
+  ca::ops_synth::Catalog catalog = ca::ops_synth::Catalog::load(catalog_path);
   if (common.seed) {
     opt.seed = *common.seed;
   } else {
@@ -55,12 +55,12 @@ int run_generate(const ca::CommonOptions& common, int64_t n, const std::string& 
     ca::log::info("seed ", opt.seed, " (pass --seed ", opt.seed, " to reproduce)");
   }
   ca::log::verbose("catalog ", catalog.path, ": ", catalog.ops.size(), " ops, ", catalog.modules.size(), " modules");
-  ops_synth::Generator gen(catalog, opt);
+  ca::ops_synth::Generator gen(catalog, opt);
   check_capacity(gen, n, catalog, opt);
   auto store = ca::open_store_for(common);
   ca::RecordWriter out(common.output);
   ca::log::Progress progress("tasks", n);
-  std::array<int64_t, ops_synth::kCategories> per_category{};
+  std::array<int64_t, ca::ops_synth::kCategories> per_category{};
   for (int64_t i = 0; i < n; ++i) {
     // Sharding is by index, and every shard walks the whole sequence so near-duplicates are judged
     // the same way: the shards' union is exactly the unsharded output.
@@ -78,8 +78,8 @@ int run_generate(const ca::CommonOptions& common, int64_t n, const std::string& 
   ca::Json counts = {{"written", out.count()}, {"near_duplicates_skipped", gen.duplicates()},
                      {"retries", gen.retries()}};
   std::string mix;
-  for (int c = 0; c < ops_synth::kCategories; ++c)
-    mix += (c ? " " : "") + ops_synth::category_name(c) + ":" + std::to_string(per_category[static_cast<std::size_t>(c)]);
+  for (int c = 0; c < ca::ops_synth::kCategories; ++c)
+    mix += (c ? " " : "") + ca::ops_synth::category_name(c) + ":" + std::to_string(per_category[static_cast<std::size_t>(c)]);
   ca::log::info(out.count(), " tasks written (", mix, "), ", gen.duplicates(), " near-duplicates skipped, ",
                 gen.retries(), " retries, ", ca::log::cat(static_cast<int64_t>(out.count() / std::max(secs, 1e-9))),
                 " tasks/s");
@@ -100,14 +100,14 @@ int main(int argc, char** argv) {
   // generate
   int64_t n = 100;
   std::string catalog_path, mix_text, ops_text;
-  ops_synth::GenOptions gen;
+  ca::ops_synth::GenOptions gen;
   auto* generate = app.add_subcommand("generate", "Stack 1-5 catalog ops (or one standalone module) into tasks");
   generate->add_option("-n,--count", n, "Number of tasks")->capture_default_str()->check(CLI::NonNegativeNumber);
   cli.add_seed_option(generate);
   generate->add_option("--sizes", gen.sizes, "gpu (eager 1-100 ms estimated) or tiny (CPU tests)")
       ->capture_default_str()->check(CLI::IsMember({"gpu", "tiny"}));
   generate->add_option("--gpu-profile", gen.gpu_profile, "GPU the eager time is estimated for (" +
-                       ops_synth::gpu_profile_names() + ")")->capture_default_str();
+                       ca::ops_synth::gpu_profile_names() + ")")->capture_default_str();
   generate->add_option("--min-ms", gen.min_ms, "Lowest estimated eager time (--sizes gpu)")->capture_default_str();
   generate->add_option("--max-ms", gen.max_ms, "Highest estimated eager time (--sizes gpu)")->capture_default_str();
   generate->add_option("--mix", mix_text, "Category weights, e.g. 1=0.034,2=0.8377,3=0.0762,4=0.028,5=0.0123,module=0.0118 "
@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
   generate->add_option("--shard", common.shard_text, "Emit only tasks with index % n == i (i/n)");
 
   // filter
-  ops_synth::FilterOptions filt;
+  ca::ops_synth::FilterOptions filt;
   auto* filter = app.add_subcommand("filter", "Keep the tasks that pass the published filters (reference worker)");
   cli.add_io_options(filter);
   cli.add_store_options(filter);
@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
   filt.register_with(filter);
 
   // import
-  ops_synth::ImportOptions imp;
+  ca::ops_synth::ImportOptions imp;
   auto* import = app.add_subcommand("import", "KernelBench problem dirs or Ops-6K JSONL rows -> task records");
   import->add_option("-o,--output", common.output, "Output JSON Lines ('-' = stdout)")->capture_default_str();
   cli.add_store_options(import);
@@ -136,9 +136,9 @@ int main(int argc, char** argv) {
   imp.register_with(import);
 
   return cli.run(argc, argv, [&]() -> int {
-    if (catalog_path.empty() && *generate) catalog_path = ops_synth::default_catalog_path();
+    if (catalog_path.empty() && *generate) catalog_path = ca::ops_synth::default_catalog_path();
     if (*generate) {
-      if (!mix_text.empty()) gen.mix = ops_synth::parse_mix(mix_text);
+      if (!mix_text.empty()) gen.mix = ca::ops_synth::parse_mix(mix_text);
       if (!ops_text.empty()) {
         std::stringstream ss(ops_text);
         std::string item;
@@ -148,8 +148,8 @@ int main(int argc, char** argv) {
       if (gen.min_ms <= 0 || gen.max_ms <= gen.min_ms) throw ca::UsageError("--min-ms/--max-ms: need 0 < min < max");
       return run_generate(common, n, catalog_path, gen);
     }
-    if (*filter) return ops_synth::run_filter(common, filt);
-    if (*import) return ops_synth::run_import(common, imp);
+    if (*filter) return ca::ops_synth::run_filter(common, filt);
+    if (*import) return ca::ops_synth::run_import(common, imp);
     return ca::kExitUsage;
   });
 }

@@ -14,7 +14,7 @@
 #include "libcommon/errors.hpp"
 #include "libcommon/log.hpp"
 
-namespace ops_synth {
+namespace ca::ops_synth {
 
 std::vector<std::string> resolve_devices(const std::string& spec, int jobs, double timeout_s) {
   std::vector<std::string> list;
@@ -195,4 +195,4 @@ void run_pool(int jobs, const std::vector<std::string>& devices, double timeout_
   if (input_failure) std::rethrow_exception(input_failure);
 }
 
-}  // namespace ops_synth
+}  // namespace ca::ops_synth

@@ -8,7 +8,7 @@
 #include "libcommon/jsonl.hpp"
 #include "libcommon/worker/worker_client.hpp"
 
-namespace ops_synth {
+namespace ca::ops_synth {
 
 // "auto" -> cuda:0 when a worker can start there, else cpu; "cpu"; "cuda" or "cuda:0,cuda:1".
 // Returns one device per job (round robin over the list).
@@ -31,4 +31,4 @@ void run_pool(int jobs, const std::vector<std::string>& devices, double timeout_
               const std::function<void(ca::WorkerClient&, PoolItem&)>& work,
               const std::function<void(PoolItem&)>& emit);
 
-}  // namespace ops_synth
+}  // namespace ca::ops_synth

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace ops_synth {
+namespace ca::ops_synth {
 
 inline uint64_t splitmix64(uint64_t& state) {
   uint64_t z = (state += 0x9E3779B97F4A7C15ull);
@@ -68,4 +68,4 @@ class Rng {
   uint64_t s_[4];
 };
 
-}  // namespace ops_synth
+}  // namespace ca::ops_synth

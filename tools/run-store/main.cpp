@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
   init->add_option("--store", opt.store_path, "Store path (default $CUDA_AGENT_STORE or ./cuda-agent.db)");
 
   auto* import = app.add_subcommand("import", "Import JSONL records of any kind into the store");
-  cli.add_io_options(import);
+  // A sink: records in, rows in the store; nothing comes out (-o would be a promise it never kept).
+  import->add_option("-i,--input", opt.input, "Input JSON Lines ('-' = stdin)")->capture_default_str();
   import->add_option("--store", opt.store_path, "Store path");
   cli.add_record_options(import);
 
