@@ -149,9 +149,15 @@ class FlowQuoter {
       text += c;
       ++i_;
     }
-    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+    // The whitespace after the scalar stays after the closing quote: an unterminated collection's
+    // error then names the line it names in the text as written.
+    std::string trailing;
+    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
+      trailing.insert(trailing.begin(), text.back());
+      text.pop_back();
+    }
     if (text == "null" || text == "~" || text.empty()) {
-      out_ += text;
+      out_ += text + trailing;
       return;
     }
     out_ += '"';
@@ -160,6 +166,7 @@ class FlowQuoter {
       out_ += c == '\n' ? ' ' : c;
     }
     out_ += '"';
+    out_ += trailing;
   }
   void item(bool key) {
     skip_space();

@@ -64,6 +64,25 @@ TEST_CASE("yaml reader: bad and hostile text is refused with the label and the l
   CHECK_THROWS_WITH_AS(yaml_to_json("? [a, b]\n: c\n", "k"), "k: a map key is not a plain name", YamlError);
 }
 
+TEST_CASE("yaml reader: a syntax error names the line yaml-cpp names in the text as written") {
+  for (std::string text : {"margin: [1, 2\n", "actor:\n  lr: [\n", "a: {b: 1,\n  c: 2\n"}) {
+    INFO(text);
+    std::string direct;
+    try {
+      YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+      direct = e.what();
+    }
+    REQUIRE_FALSE(direct.empty());
+    try {
+      yaml_to_json(text, "x.yaml");
+      FAIL("no error");
+    } catch (const YamlError& e) {
+      CHECK(e.detail == direct);
+    }
+  }
+}
+
 TEST_CASE("yaml reader: a JSON object takes the same shape and bounds") {
   Json j = ordered_to_json(Record::parse(R"({"z": 1, "a": {"y": [1, 2.5], "b": true}})"));
   CHECK(yaml_keys(j) == std::vector<std::string>{"z", "a"});
