@@ -5,6 +5,8 @@
 
 #include <fcntl.h>
 
+#include <utility>  // before boost: asio's awaitable.hpp uses std::exchange without it (seen without the PCH)
+
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>

@@ -6,16 +6,15 @@
 #include <cstring>
 #include <fstream>
 
+#include "libcommon/dtype.hpp"
 #include "libcommon/errors.hpp"
 
 namespace ca {
 
 std::size_t Tensor::dtype_size(const std::string& d) {
-  if (d == "F64" || d == "I64" || d == "U64") return 8;
-  if (d == "F32" || d == "I32" || d == "U32") return 4;
-  if (d == "F16" || d == "BF16" || d == "I16" || d == "U16") return 2;
-  if (d == "I8" || d == "U8" || d == "BOOL" || d == "F8_E4M3" || d == "F8_E5M2") return 1;
-  throw InputError("safetensors: unknown dtype '" + d + "'");
+  const DtypeInfo* info = dtype_info(d);
+  if (!info) throw InputError("safetensors: unknown dtype '" + d + "'");
+  return info->bytes;
 }
 
 int64_t Tensor::numel() const {

@@ -7,13 +7,16 @@
 
 #include "libcommon/bundle/compile.hpp"
 #include "libcommon/cuda/driver.hpp"
+#include "libcommon/dtype.hpp"
 #include "libcommon/errors.hpp"
 
 namespace ca::bundle {
 
 Tolerance Tolerance::for_dtype(const std::string& mode, const std::string& dtype, double atol_o, double rtol_o) {
   Tolerance t;
-  bool is_int = dtype[0] == 'I' || dtype[0] == 'U' || dtype == "BOOL";
+  const ca::DtypeInfo* info = ca::dtype_info(dtype);
+  if (!info) throw ca::InputError("compare: unknown dtype '" + dtype + "'");
+  bool is_int = !info->is_float;
   if (is_int) t.atol = t.rtol = 0;
   else if (mode == "strict" && (dtype == "F32" || dtype == "F64")) {
     t.atol = t.rtol = 1e-4;

@@ -1,6 +1,7 @@
 // The kernel bundle's plan (DESIGN.md §3): dims, scratch buffers, init and forward steps of kind
-// launch / gemm / conv. Parsed from YAML text or the same as a JSON object; checked against the
-// kernels' signatures and, when the task's tensor specs are known, bound to concrete sizes.
+// launch / gemm / conv. Parsed from YAML text (libcommon/yaml.hpp) or the same as a JSON object
+// here; checked against the kernels' signatures and, when the task's tensor specs are known
+// (tensor_spec.hpp), bound to concrete sizes (bind.hpp).
 //
 //   Plan plan = Plan::parse(record["bundle"]["plan"]);         // PlanError on malformed plans
 //   IoSpec io = IoSpec::from_task(task);                        // shapes/dtypes, may be partial
@@ -103,93 +104,8 @@ struct Plan {
   std::vector<std::string> kernel_names() const;
 };
 
-// YAML text to JSON (scalars stay strings, so "2.0" keeps its spelling for the type check).
-Json yaml_to_json(const std::string& text);
-// "float32", "torch.float32", "f32", "F32" -> "F32"; "" when unknown.
-std::string normalize_dtype(const std::string& name);
-
-struct TensorSpec {
-  std::string name;
-  std::string dtype;  // safetensors name
-  std::vector<int64_t> shape;
-  bool known = false;  // shape and dtype given
-  int64_t numel() const;
-  int64_t bytes() const;
-};
-
-// What the plan is bound against: the task's tensors (from the task record or the worker's `load`).
-struct IoSpec {
-  std::vector<TensorSpec> inputs, outputs, params;
-  std::vector<Json> init_values;  // get_init_inputs(): scalars are usable as init.N
-  bool shapes_known() const;
-  // Reads `inputs`/`outputs` ([{name?, shape, dtype}]), `params` (list or {name: {shape, dtype}}),
-  // `init_inputs` from a task record or a worker reply; missing parts stay empty.
-  static IoSpec from_json(const Json& task);
-  const TensorSpec* find(const BufferRef& ref, int* index = nullptr) const;
-  Json to_json() const;  // the form from_json reads
-  int64_t io_bytes() const;  // inputs + outputs
-};
-
-using Signatures = std::map<std::string, KernelSignature>;  // by kernel name expression
-
-// The checks that need no GPU: kernels known, arity, argument types, dims bound, init touching
-// inputs/outputs, every declared output written by forward. With `io` shapes, also sizes and dtypes.
-void check_plan(const Plan& plan, const Signatures& sigs, const IoSpec* io);
-
-struct BoundBuffer {
-  std::string ref;  // "inputs.0", "scratch.tmp"
-  Space space;
-  int index = 0;    // within its space (inputs/outputs by position, params by spec order)
-  std::string dtype;
-  std::vector<int64_t> shape;
-  int64_t bytes = 0;
-};
-
-struct BoundArg {
-  int buffer = -1;              // index into BoundPlan::buffers, or -1 for a scalar
-  std::vector<uint8_t> scalar;  // packed as the kernel's parameter type
-  std::string text;
-};
-
-struct BoundLaunch {
-  std::string kernel, mangled;
-  unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
-  unsigned shared = 0;
-  std::vector<BoundArg> args;
-};
-
-struct BoundGemm {
-  int a = -1, b = -1, out = -1, bias = -1;
-  int64_t m = 0, n = 0, k = 0, batch = 1;
-  bool trans_a = false, trans_b = false;
-  std::string activation, compute, dtype;
-  double alpha = 1, beta = 0;
-};
-
-struct BoundConv {
-  int x = -1, w = -1, out = -1, bias = -1;
-  int64_t n = 0, c = 0, h = 0, wd = 0, k = 0, r = 0, s = 0, p = 0, q = 0;
-  int64_t stride[2], padding[2], dilation[2], groups = 1;
-  std::string dtype;
-};
-
-struct BoundStep {
-  Step::Kind kind;
-  std::string label;
-  BoundLaunch launch;
-  BoundGemm gemm;
-  BoundConv conv;
-};
-
-struct BoundPlan {
-  std::vector<BoundBuffer> buffers;
-  std::vector<BoundStep> init, forward;
-  std::map<std::string, int64_t> dims;
-  int buffer_index(const std::string& ref) const;  // -1 when absent
-  int64_t scratch_bytes() const;
-};
-
-// Evaluates dims, scratch sizes, grids and scalars for the task's shapes. Throws PlanError.
-BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io);
-
 }  // namespace ca::bundle
+
+// The task's tensors and the checks and binding, for the users that include plan.hpp alone.
+#include "libcommon/bundle/tensor_spec.hpp"
+#include "libcommon/bundle/bind.hpp"

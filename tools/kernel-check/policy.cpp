@@ -1,14 +1,13 @@
 // Policy loading and the rule checks.
 #include "tools/kernel-check/policy.hpp"
 
-#include <yaml-cpp/yaml.h>
-
 #include <algorithm>
 #include <map>
 #include <sstream>
 
 #include "libcommon/errors.hpp"
 #include "libcommon/paths.hpp"
+#include "libcommon/yaml.hpp"
 
 extern const char* kc_default_policy_yaml;  // generated from datasets/skill/policy.yaml
 
@@ -26,30 +25,44 @@ const std::string& Policy::default_text() {
   return text;
 }
 
-static void apply(Policy& p, const YAML::Node& n, const std::string& name) {
-  if (!n.IsMap()) throw ca::UsageError("policy " + name + ": expected a map");
+namespace {
+
+// One setting's value by YAML's rules; a bad one names the policy, the key and the value.
+template <class F> auto setting(const std::string& name, const std::string& key, const ca::Json& v, F convert) {
+  try {
+    return convert(v);
+  } catch (const ca::YamlError& e) {
+    throw ca::UsageError("policy " + name + ": " + key + ": bad value '" + ca::yaml_text(v) + "' (" + e.detail + ")");
+  }
+}
+
+void apply(Policy& p, const ca::Json& n, const std::string& name) {
+  if (!n.is_object()) throw ca::UsageError("policy " + name + ": expected a map");
   static const std::vector<std::string> known = {"allowed_steps", "allowed_headers", "forbidden", "max_module_global_bytes",
                                                  "max_scratch_ratio", "max_scratch_slack_bytes", "max_forward_steps", "max_init_steps"};
-  for (const auto& kv : n) {
-    std::string k = kv.first.as<std::string>();
+  for (const auto& k : ca::yaml_keys(n))
     if (std::find(known.begin(), known.end(), k) == known.end())
       throw ca::UsageError("policy " + name + ": unknown key '" + k + "'");
-  }
-  if (n["allowed_steps"]) p.allowed_steps = n["allowed_steps"].as<std::vector<std::string>>();
-  if (n["allowed_headers"]) p.allowed_headers = n["allowed_headers"].as<std::vector<std::string>>();
-  if (n["forbidden"]) {
+  if (n.contains("allowed_steps")) p.allowed_steps = setting(name, "allowed_steps", n["allowed_steps"], ca::yaml_strings);
+  if (n.contains("allowed_headers")) p.allowed_headers = setting(name, "allowed_headers", n["allowed_headers"], ca::yaml_strings);
+  if (n.contains("forbidden")) {
+    const ca::Json& list = n["forbidden"];
+    if (!list.is_array()) throw ca::UsageError("policy " + name + ": forbidden: expected a list of rules");
     p.forbidden.clear();
-    for (const auto& f : n["forbidden"]) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      const ca::Json& f = list[i];
+      const std::string at = "forbidden[" + std::to_string(i) + "]";
+      if (!f.is_object() || !f.contains("rule")) throw ca::UsageError("policy " + name + ": " + at + ": expected a map with rule");
       ForbiddenRule r;
-      r.rule = f["rule"].as<std::string>();
-      r.why = f["why"] ? f["why"].as<std::string>() : r.rule;
+      r.rule = setting(name, at + ".rule", f["rule"], ca::yaml_string);
+      r.why = f.contains("why") ? setting(name, at + ".why", f["why"], ca::yaml_string) : r.rule;
       try {
-        if (f["source"]) {
-          r.source_text = f["source"].as<std::string>();
+        if (f.contains("source")) {
+          r.source_text = setting(name, at + ".source", f["source"], ca::yaml_string);
           r.source = std::regex(r.source_text);
         }
-        if (f["ptx"]) {
-          r.ptx_text = f["ptx"].as<std::string>();
+        if (f.contains("ptx")) {
+          r.ptx_text = setting(name, at + ".ptx", f["ptx"], ca::yaml_string);
           r.ptx = std::regex(r.ptx_text);
         }
       } catch (const std::regex_error& e) {
@@ -58,21 +71,31 @@ static void apply(Policy& p, const YAML::Node& n, const std::string& name) {
       p.forbidden.push_back(std::move(r));
     }
   }
-  if (n["max_module_global_bytes"]) p.max_module_global_bytes = n["max_module_global_bytes"].as<int64_t>();
-  if (n["max_scratch_ratio"]) p.max_scratch_ratio = n["max_scratch_ratio"].as<double>();
-  if (n["max_scratch_slack_bytes"]) p.max_scratch_slack_bytes = n["max_scratch_slack_bytes"].as<int64_t>();
-  if (n["max_forward_steps"]) p.max_forward_steps = n["max_forward_steps"].as<int>();
-  if (n["max_init_steps"]) p.max_init_steps = n["max_init_steps"].as<int>();
+  if (n.contains("max_module_global_bytes"))
+    p.max_module_global_bytes = setting(name, "max_module_global_bytes", n["max_module_global_bytes"], ca::yaml_int64);
+  if (n.contains("max_scratch_ratio")) p.max_scratch_ratio = setting(name, "max_scratch_ratio", n["max_scratch_ratio"], ca::yaml_double);
+  if (n.contains("max_scratch_slack_bytes"))
+    p.max_scratch_slack_bytes = setting(name, "max_scratch_slack_bytes", n["max_scratch_slack_bytes"], ca::yaml_int64);
+  if (n.contains("max_forward_steps")) p.max_forward_steps = setting(name, "max_forward_steps", n["max_forward_steps"], ca::yaml_int);
+  if (n.contains("max_init_steps")) p.max_init_steps = setting(name, "max_init_steps", n["max_init_steps"], ca::yaml_int);
 }
+
+ca::Json load_policy_yaml(const std::string& text, const std::string& name) {
+  ca::YamlLimits limits;
+  limits.kind = "policy";
+  try {
+    return ca::yaml_to_json(text, "policy " + name, limits);
+  } catch (const ca::YamlError& e) {
+    throw ca::UsageError(e.syntax ? "policy " + name + ": " + e.detail : std::string(e.what()));
+  }
+}
+
+}  // namespace
 
 Policy Policy::parse(const std::string& yaml, const std::string& name) {
   Policy p;
-  try {
-    apply(p, YAML::Load(default_text()), "default");
-    if (name != "default") apply(p, YAML::Load(yaml), name);
-  } catch (const YAML::Exception& e) {
-    throw ca::UsageError("policy " + name + ": " + e.what());
-  }
+  apply(p, load_policy_yaml(default_text(), name), "default");
+  if (name != "default") apply(p, load_policy_yaml(yaml, name), name);
   p.source = name;
   return p;
 }

@@ -1,12 +1,11 @@
 // ppo-step's YAML config: defaults, parsing with strict keys, and the record of what was used.
 #include "tools/ppo-step/config.hpp"
 
-#include <yaml-cpp/yaml.h>
-
 #include <functional>
 #include <map>
 
 #include "libcommon/errors.hpp"
+#include "libcommon/yaml.hpp"
 
 namespace ca::ppo {
 
@@ -67,10 +66,17 @@ rft:
 }
 
 namespace {
-using Setter = std::function<void(const YAML::Node&)>;
+using Setter = std::function<void(const ca::Json&)>;
+
+// A field read by YAML's rules (ca::yaml_double, ...): a bad value throws ca::YamlError.
+template <class T> T yaml_as(const ca::Json& n);
+template <> double yaml_as<double>(const ca::Json& n) { return ca::yaml_double(n); }
+template <> int yaml_as<int>(const ca::Json& n) { return ca::yaml_int(n); }
+template <> bool yaml_as<bool>(const ca::Json& n) { return ca::yaml_bool(n); }
+template <> std::string yaml_as<std::string>(const ca::Json& n) { return ca::yaml_string(n); }
 
 template <class T> Setter set(T& field) {
-  return [&field](const YAML::Node& n) { field = n.as<T>(); };
+  return [&field](const ca::Json& n) { field = yaml_as<T>(n); };
 }
 
 void add_model_keys(std::map<std::string, Setter>& keys, const std::string& section, ModelTrainConfig& m) {
@@ -80,10 +86,10 @@ void add_model_keys(std::map<std::string, Setter>& keys, const std::string& sect
   keys[section + ".grad_clip"] = set(m.grad_clip);
   keys[section + ".epochs"] = set(m.epochs);
   keys[section + ".mini_batch_size"] = set(m.mini_batch_size);
-  keys[section + ".betas"] = [&m](const YAML::Node& n) {
-    if (!n.IsSequence() || n.size() != 2) throw YAML::Exception(n.Mark(), "betas must be a list of two numbers");
-    m.adamw.beta1 = n[0].as<double>();
-    m.adamw.beta2 = n[1].as<double>();
+  keys[section + ".betas"] = [&m](const ca::Json& n) {
+    if (!n.is_array() || n.size() != 2) throw ca::YamlError("betas must be a list of two numbers", "betas must be a list of two numbers");
+    m.adamw.beta1 = ca::yaml_double(n[0]);
+    m.adamw.beta2 = ca::yaml_double(n[1]);
   };
 }
 }  // namespace
@@ -112,25 +118,27 @@ void TrainConfig::apply_yaml(const std::string& text, const std::string& where) 
   keys["rft.min_reward"] = set(rft_min_reward);
   keys["rft.require_clean_tool_use"] = set(rft_require_clean_tools);
 
-  YAML::Node root;
+  ca::Json root;
   try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw UsageError(where + ": not YAML: " + e.what());
+    ca::YamlLimits limits;
+    limits.kind = "config";
+    root = ca::yaml_to_json(text, where, limits);
+  } catch (const ca::YamlError& e) {
+    throw UsageError(e.syntax ? where + ": not YAML: " + e.detail : std::string(e.what()));
   }
-  if (root.IsNull()) return;
-  if (!root.IsMap()) throw UsageError(where + ": expected a mapping of sections (algorithm, actor, critic, rft)");
-  for (auto section : root) {
-    std::string name = section.first.as<std::string>();
-    if (!section.second.IsMap()) throw UsageError(where + ": section '" + name + "' must be a mapping");
-    for (auto kv : section.second) {
-      std::string key = name + "." + kv.first.as<std::string>();
+  if (root.is_null()) return;
+  if (!root.is_object()) throw UsageError(where + ": expected a mapping of sections (algorithm, actor, critic, rft)");
+  for (const std::string& name : ca::yaml_keys(root)) {
+    const ca::Json& section = root[name];
+    if (!section.is_object()) throw UsageError(where + ": section '" + name + "' must be a mapping");
+    for (const std::string& field : ca::yaml_keys(section)) {
+      std::string key = name + "." + field;
       auto it = keys.find(key);
       if (it == keys.end()) throw UsageError(where + ": unknown key '" + key + "' (ppo-step config lists them)");
       try {
-        it->second(kv.second);
-      } catch (const YAML::Exception& e) {
-        throw UsageError(where + ": '" + key + "': bad value (" + e.msg + ")");
+        it->second(section[field]);
+      } catch (const ca::YamlError& e) {
+        throw UsageError(where + ": '" + key + "': bad value (" + e.detail + ")");
       }
     }
   }

@@ -1,8 +1,6 @@
 // Reward schemes: the milestone reward of DESIGN.md §7 and the speedup alternatives.
 #include "tools/reward-calc/scheme.hpp"
 
-#include <yaml-cpp/yaml.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +11,7 @@
 #include "libcommon/fields.hpp"
 #include "libcommon/measure/stats.hpp"
 #include "libcommon/paths.hpp"
+#include "libcommon/yaml.hpp"
 
 namespace ca::reward {
 namespace {
@@ -109,28 +108,29 @@ bool is_failure_status(const std::string& status) {
 }
 
 void Config::load_yaml(const std::string& path) {
-  YAML::Node root;
+  Json root;
   try {
-    root = YAML::Load(read_file(path));
-  } catch (const YAML::Exception& e) {
-    throw UsageError("--config " + path + ": not YAML: " + e.what());
+    YamlLimits limits;
+    limits.kind = "config";
+    root = yaml_to_json(read_file(path), "--config " + path, limits);
+  } catch (const YamlError& e) {
+    throw UsageError(e.syntax ? "--config " + path + ": not YAML: " + e.detail : std::string(e.what()));
   }
-  if (!root.IsMap()) throw UsageError("--config " + path + ": expected a mapping of settings");
-  for (const auto& item : root) {
-    const std::string key = item.first.as<std::string>();
-    const YAML::Node& v = item.second;
+  if (!root.is_object()) throw UsageError("--config " + path + ": expected a mapping of settings");
+  for (const std::string& key : yaml_keys(root)) {
+    const Json& v = root[key];
     try {
-      if (key == "scheme") scheme = parse_scheme(v.as<std::string>());
-      else if (key == "margin") margin = v.as<double>();
-      else if (key == "compile_baseline") compile_baseline = parse_compile_baseline(v.as<std::string>());
-      else if (key == "speedup_baseline") speedup_baseline = parse_speedup_baseline(v.as<std::string>());
-      else if (key == "failure_value") failure_value = v.as<double>();
-      else if (key == "violation_penalty") violation_penalty = v.as<double>();
-      else if (key == "log_clip") log_clip = v.as<double>();
-      else if (key == "allow_unprofiled") allow_unprofiled = v.as<bool>();
+      if (key == "scheme") scheme = parse_scheme(yaml_string(v));
+      else if (key == "margin") margin = yaml_double(v);
+      else if (key == "compile_baseline") compile_baseline = parse_compile_baseline(yaml_string(v));
+      else if (key == "speedup_baseline") speedup_baseline = parse_speedup_baseline(yaml_string(v));
+      else if (key == "failure_value") failure_value = yaml_double(v);
+      else if (key == "violation_penalty") violation_penalty = yaml_double(v);
+      else if (key == "log_clip") log_clip = yaml_double(v);
+      else if (key == "allow_unprofiled") allow_unprofiled = yaml_bool(v);
       else throw UsageError("--config " + path + ": unknown key '" + key + "'");
-    } catch (const YAML::Exception& e) {
-      throw UsageError("--config " + path + ": " + key + ": bad value '" + YAML::Dump(v) + "'");
+    } catch (const YamlError&) {
+      throw UsageError("--config " + path + ": " + key + ": bad value '" + yaml_text(v) + "'");
     }
   }
 }

@@ -1,0 +1,503 @@
+// Checking a plan against its kernels' signatures (and the task's tensors when known), and binding
+// it to the task's shapes: sizes, grids and packed scalars, ready for the executor.
+#include "libcommon/bundle/bind.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <regex>
+#include <set>
+
+#include "libcommon/dtype.hpp"
+
+namespace ca::bundle {
+
+namespace {
+
+// Resolves references during evaluation; with `typed_only` it answers types (1 or 1.0) without
+// shapes, for the checks that run before the task's shapes are known.
+struct Resolver {
+  const Plan& plan;
+  const IoSpec* io;
+  const std::vector<ScratchDecl>* scratch = nullptr;
+  std::map<std::string, Value> dims;
+  bool typed_only = false;
+
+  std::optional<Value> operator()(const std::string& ref) {
+    if (auto it = dims.find(ref); it != dims.end()) return it->second;
+    static const std::regex shape_re(R"(^(inputs|outputs|params)\.([A-Za-z0-9_.]+?)\.(shape\[(-?\d+)\]|numel|ndim)$)");
+    static const std::regex init_re(R"(^init\.(\d+)$)");
+    std::smatch m;
+    if (std::regex_match(ref, m, shape_re)) {
+      auto buf = BufferRef::parse(std::string(m[1]) + "." + std::string(m[2]));
+      if (!buf) return std::nullopt;
+      const TensorSpec* t = io ? io->find(*buf) : nullptr;
+      if (!t || !t->known) {
+        if (typed_only && (!io || !io->shapes_known())) return Value::integer(7);
+        return std::nullopt;
+      }
+      std::string what = m[3];
+      if (what == "numel") return Value::integer(t->numel());
+      if (what == "ndim") return Value::integer(static_cast<int64_t>(t->shape.size()));
+      int64_t i = std::stoll(m[4]);
+      int64_t nd = static_cast<int64_t>(t->shape.size());
+      if (i < 0) i += nd;
+      if (i < 0 || i >= nd)
+        throw ExprError("'" + ref + "': " + buf->text() + " has " + std::to_string(nd) + " dimensions");
+      return Value::integer(t->shape[i]);
+    }
+    if (std::regex_match(ref, m, init_re)) {
+      size_t i = std::stoul(m[1]);
+      if (io && i < io->init_values.size()) {
+        const Json& v = io->init_values[i];
+        if (v.is_number_integer()) return Value::integer(v.get<int64_t>());
+        if (v.is_boolean()) return Value::integer(v.get<bool>() ? 1 : 0);
+        if (v.is_number()) return Value::real(v.get<double>());
+        throw ExprError("'" + ref + "' is " + v.dump() + ", not a scalar");
+      }
+      if (typed_only && (!io || io->init_values.empty())) return Value::integer(7);
+      return std::nullopt;
+    }
+    return std::nullopt;
+  }
+};
+
+ExprContext context_of(Resolver& r) {
+  return ExprContext{[&r](const std::string& ref) { return r(ref); }};
+}
+
+std::string known_dims_text(const Plan& plan) {
+  std::string s;
+  for (auto& [n, e] : plan.dims) s += (s.empty() ? "" : ", ") + n;
+  return s.empty() ? "none" : s;
+}
+
+// Evaluates every dim in order, turning ExprErrors into PlanErrors that say which dim.
+void eval_dims(const Plan& plan, Resolver& r) {
+  for (auto& [name, e] : plan.dims) {
+    try {
+      r.dims[name] = e.eval(context_of(r));
+    } catch (const ExprError& err) {
+      std::string msg = err.what();
+      if (msg.rfind("unbound name", 0) == 0)
+        throw PlanError("plan: dims." + name + ": " + msg + " (dims so far: " + known_dims_text(plan) + ")");
+      throw PlanError("plan: dims." + name + ": " + msg);
+    }
+  }
+}
+
+Value eval_in(const Expr& e, Resolver& r, const std::string& where, const Plan& plan, const std::string& kernel = "") {
+  try {
+    return e.eval(context_of(r));
+  } catch (const ExprError& err) {
+    std::string msg = err.what();
+    if (msg.rfind("unbound name", 0) == 0)
+      throw PlanError(where + ": " + msg + " (dims: " + known_dims_text(plan) + ")", kernel);
+    throw PlanError(where + ": " + msg, kernel);
+  }
+}
+
+std::string ordinal_arg(size_t i) { return "argument " + std::to_string(i + 1); }
+
+// Does the buffer exist (as far as we can tell)? Returns its dtype when known.
+std::optional<std::string> buffer_dtype(const BufferRef& ref, const Plan& plan, const IoSpec* io, const std::string& where,
+                                        const std::string& kernel) {
+  if (ref.space == Space::scratch) {
+    for (auto& s : plan.scratch)
+      if (s.name == ref.key) return s.dtype;
+    throw PlanError(where + ": scratch." + ref.key + " is not declared (declare it under scratch:)", kernel);
+  }
+  if (!io) return std::nullopt;
+  const std::vector<TensorSpec>& list = ref.space == Space::input    ? io->inputs
+                                        : ref.space == Space::output ? io->outputs
+                                                                     : io->params;
+  if (list.empty() && ref.space != Space::output) return std::nullopt;  // the task did not say
+  if (list.empty()) return std::nullopt;
+  const TensorSpec* t = io->find(ref);
+  if (!t) {
+    std::string names;
+    for (size_t i = 0; i < list.size(); ++i)
+      names += (names.empty() ? "" : ", ") + std::string(space_name(ref.space)) + "." +
+               (ref.space == Space::param ? list[i].name : std::to_string(i));
+    throw PlanError(where + ": " + ref.text() + " does not exist (the task has " + names + ")", kernel);
+  }
+  if (!t->dtype.empty()) return t->dtype;
+  return std::nullopt;
+}
+
+bool dtype_fits(const ParamType& p, const std::string& dtype) {
+  if (p.dtype.empty() || p.dtype == "?") return true;  // void* or an unknown struct: any buffer
+  if (p.dtype == dtype) return true;
+  // Same width, different signedness: let unsigned views of integer buffers through.
+  auto strip = [](std::string s) { return s[0] == 'U' ? "I" + s.substr(1) : s; };
+  return strip(p.dtype) == strip(dtype);
+}
+
+// The device's launch limits (every arch from sm_70 on): block dims 1024 x 1024 x 64 and 1024 threads
+// in all, grid dims 2^31-1 x 65535 x 65535, dynamic shared memory up to 227 KiB (sm_90's opt-in).
+constexpr int64_t kMaxBlock[3] = {1024, 1024, 64}, kMaxGrid[3] = {2147483647LL, 65535, 65535};
+constexpr int64_t kMaxThreadsPerBlock = 1024, kMaxDynamicShared = 232448;
+
+// The sizes a plan spells as constants or from known dims are checked before any shape is known
+// (compile-only); the rest when the plan is bound to the task.
+void check_launch_sizes(const Step& step, const Plan& plan, const IoSpec* io) {
+  const LaunchStep& L = step.launch;
+  const std::string where = step.label();
+  Resolver exact{plan, io};
+  try {
+    eval_dims(plan, exact);
+  } catch (const PlanError&) {
+  }
+  auto value = [&](const Expr& e) -> std::optional<int64_t> {
+    try {
+      Value v = e.eval(context_of(exact));
+      return v.is_float ? std::optional<int64_t>() : v.i;
+    } catch (const std::exception&) {
+      return std::nullopt;  // depends on what is not known yet
+    }
+  };
+  int64_t threads = 1;
+  bool all_known = true;
+  for (size_t d = 0; d < L.block.size(); ++d) {
+    auto b = value(L.block[d]);
+    if (!b) {
+      all_known = false;
+      continue;
+    }
+    if (*b < 1 || *b > kMaxBlock[d])
+      throw PlanError(where + ": block[" + std::to_string(d) + "] = " + std::to_string(*b) + " (the device allows 1 to " +
+                          std::to_string(kMaxBlock[d]) + ")",
+                      L.kernel);
+    threads *= *b;
+  }
+  if (all_known && threads > kMaxThreadsPerBlock)
+    throw PlanError(where + ": block has " + std::to_string(threads) + " threads (the device allows at most " +
+                        std::to_string(kMaxThreadsPerBlock) + " per block)",
+                    L.kernel);
+  for (size_t d = 0; d < L.grid.size(); ++d)
+    if (auto g = value(L.grid[d]); g && (*g < 1 || *g > kMaxGrid[d]))
+      throw PlanError(where + ": grid[" + std::to_string(d) + "] = " + std::to_string(*g) + " (the device allows 1 to " +
+                          std::to_string(kMaxGrid[d]) + ")",
+                      L.kernel);
+  if (auto sh = value(L.shared); sh && (*sh < 0 || *sh > kMaxDynamicShared))
+    throw PlanError(where + ": shared = " + std::to_string(*sh) + " bytes (the device allows at most " +
+                        std::to_string(kMaxDynamicShared) + " bytes of dynamic shared memory per block)",
+                    L.kernel);
+}
+
+void check_launch(const Step& step, const Plan& plan, const Signatures& sigs, const IoSpec* io, Resolver& typed,
+                  std::set<std::string>& written) {
+  const LaunchStep& L = step.launch;
+  std::string where = step.label();
+  auto it = sigs.find(L.kernel);
+  if (it == sigs.end()) throw PlanError(where + ": kernel '" + L.kernel + "' is not defined in the bundle's sources", L.kernel);
+  const KernelSignature& sig = it->second;
+  if (sig.params.size() != L.args.size())
+    throw PlanError(where + ": " + std::to_string(L.args.size()) + " arguments given, kernel " + L.kernel + " takes " +
+                        std::to_string(sig.params.size()) + (sig.from_mangled ? " (" + [&] {
+                          std::string s;
+                          for (auto& p : sig.params) s += (s.empty() ? "" : ", ") + p.text;
+                          return s;
+                        }() + ")" : ""),
+                    L.kernel);
+  for (auto* dims : {&L.grid, &L.block})
+    for (auto& e : *dims) {
+      Value v = eval_in(e, typed, where + (dims == &L.grid ? " grid" : " block"), plan, L.kernel);
+      if (v.is_float) throw PlanError(where + ": grid and block sizes must be integers ('" + e.text() + "')", L.kernel);
+    }
+  eval_in(L.shared, typed, where + " shared", plan, L.kernel);
+  check_launch_sizes(step, plan, io);
+  for (size_t i = 0; i < L.args.size(); ++i) {
+    const Arg& a = L.args[i];
+    const ParamType& p = sig.params[i];
+    std::string at = where + ": " + ordinal_arg(i);
+    if (a.buffer) {
+      if (step.section == "init" && (a.buffer->space == Space::input || a.buffer->space == Space::output))
+        throw PlanError(at + " is " + a.buffer->text() + ": init steps read params and write scratch, never inputs or outputs",
+                        L.kernel);
+      auto dtype = buffer_dtype(*a.buffer, plan, io, at, L.kernel);
+      if (sig.from_mangled && p.kind != ParamType::kPointer)
+        throw PlanError(at + " is the buffer " + a.buffer->text() + ", kernel expects " + p.text, L.kernel);
+      if (!sig.from_mangled && p.size_bytes != 8)
+        throw PlanError(at + " is the buffer " + a.buffer->text() + ", kernel expects a " + p.text + " scalar", L.kernel);
+      if (dtype && sig.from_mangled && !dtype_fits(p, *dtype))
+        throw PlanError(at + " is " + a.buffer->text() + " (" + *dtype + "), kernel expects " + p.text, L.kernel);
+      if (a.buffer->space == Space::output && (!sig.from_mangled || !p.is_const)) written.insert(a.buffer->text());
+      if (a.buffer->space == Space::input && step.section == "forward" && sig.from_mangled && !p.is_const) {
+        // Allowed (the input hash check catches actual writes), but noted for the policy.
+      }
+    } else {
+      Value v = eval_in(a.expr, typed, at, plan, L.kernel);
+      // init.N's type is its value's: unknown until the task's init inputs are (binding checks it).
+      const bool type_unknown = (!io || io->init_values.empty()) && a.text.find("init.") != std::string::npos;
+      if (sig.from_mangled && p.kind == ParamType::kPointer)
+        throw PlanError(at + " is '" + a.text + "' (a " + (v.is_float ? "float" : "int") + "), kernel expects " + p.text +
+                            ": pass a buffer (inputs.N, outputs.N, params.NAME, scratch.NAME)",
+                        L.kernel);
+      if (p.kind == ParamType::kFloat && !v.is_float && !type_unknown)
+        throw PlanError(at + " is int ('" + a.text + "'), kernel expects " + p.text + " (write a float, e.g. " +
+                            std::to_string(v.i) + ".0)",
+                        L.kernel);
+      if (p.kind == ParamType::kInteger && v.is_float && !type_unknown)
+        throw PlanError(at + " is float ('" + a.text + "'), kernel expects " + p.text, L.kernel);
+      if (p.kind == ParamType::kOther && sig.from_mangled)
+        throw PlanError(at + " is '" + a.text + "', kernel expects " + p.text + " (only int, float and pointer parameters can be bound)",
+                        L.kernel);
+    }
+  }
+}
+
+void check_library_buffers(const Step& step, const std::vector<BufferRef>& reads, const BufferRef& out, const Plan& plan,
+                           const IoSpec* io, std::set<std::string>& written) {
+  std::string where = step.label();
+  for (auto& r : reads) {
+    if (step.section == "init" && (r.space == Space::input || r.space == Space::output))
+      throw PlanError(where + ": reads " + r.text() + ": init steps read params and write scratch, never inputs or outputs");
+    buffer_dtype(r, plan, io, where, "");
+  }
+  if (step.section == "init" && (out.space == Space::input || out.space == Space::output))
+    throw PlanError(where + ": writes " + out.text() + ": init steps write scratch only");
+  if (out.space == Space::input || out.space == Space::param)
+    throw PlanError(where + ": writes " + out.text() + ": inputs and params are read-only");
+  buffer_dtype(out, plan, io, where, "");
+  if (out.space == Space::output) written.insert(out.text());
+}
+
+}  // namespace
+
+void check_plan(const Plan& plan, const Signatures& sigs, const IoSpec* io) {
+  Resolver typed{plan, io};
+  typed.typed_only = true;
+  eval_dims(plan, typed);
+  for (auto& s : plan.scratch)
+    for (auto& e : s.shape) {
+      Value v = eval_in(e, typed, "scratch." + s.name + " shape", plan);
+      if (v.is_float) throw PlanError("scratch." + s.name + ": shape '" + e.text() + "' is not an integer");
+    }
+  std::set<std::string> written;
+  for (auto* section : {&plan.init, &plan.forward})
+    for (auto& step : *section) {
+      if (step.kind == Step::kLaunch) {
+        check_launch(step, plan, sigs, io, typed, written);
+      } else if (step.kind == Step::kGemm) {
+        std::vector<BufferRef> reads = {step.gemm.a, step.gemm.b};
+        if (step.gemm.bias) reads.push_back(*step.gemm.bias);
+        for (auto* e : {&step.gemm.m, &step.gemm.n, &step.gemm.k, &step.gemm.batch})
+          if (!e->empty()) eval_in(*e, typed, step.label(), plan);
+        check_library_buffers(step, reads, step.gemm.out, plan, io, written);
+      } else {
+        std::vector<BufferRef> reads = {step.conv.x, step.conv.w};
+        if (step.conv.bias) reads.push_back(*step.conv.bias);
+        check_library_buffers(step, reads, step.conv.out, plan, io, written);
+      }
+    }
+  // Every output must be written by a forward step (init writes were rejected above).
+  int outputs = 0;
+  if (io && !io->outputs.empty()) outputs = static_cast<int>(io->outputs.size());
+  if (plan.outputs_declared) outputs = std::max(outputs, *plan.outputs_declared);
+  if (outputs == 0) outputs = 1;
+  for (int i = 0; i < outputs; ++i) {
+    std::string ref = "outputs." + std::to_string(i);
+    std::string named = io && i < static_cast<int>(io->outputs.size()) ? "outputs." + io->outputs[i].name : ref;
+    if (!written.count(ref) && !written.count(named))
+      throw PlanError("plan: " + ref + " is never written by a forward step (pass it to a kernel as a non-const pointer, or as a gemm/conv out)");
+  }
+}
+
+int BoundPlan::buffer_index(const std::string& ref) const {
+  for (size_t i = 0; i < buffers.size(); ++i)
+    if (buffers[i].ref == ref) return static_cast<int>(i);
+  return -1;
+}
+
+int64_t BoundPlan::scratch_bytes() const {
+  int64_t n = 0;
+  for (auto& b : buffers)
+    if (b.space == Space::scratch) n += b.bytes;
+  return n;
+}
+
+namespace {
+
+// Bytes per element of a bound buffer's dtype (checked when the plan was parsed or the task read).
+int64_t element_bytes(const std::string& dtype, const std::string& where) {
+  const DtypeInfo* d = dtype_info(dtype);
+  if (!d) throw PlanError(where + ": unknown dtype '" + dtype + "'");
+  return static_cast<int64_t>(d->bytes);
+}
+
+std::vector<uint8_t> pack_scalar(const Value& v, const ParamType& p) {
+  std::vector<uint8_t> out(p.size_bytes > 0 ? p.size_bytes : 4);
+  auto put = [&](auto x) { std::memcpy(out.data(), &x, sizeof x); };
+  if (p.kind == ParamType::kFloat) {
+    if (p.size_bytes == 8) put(v.as_double());
+    else put(static_cast<float>(v.as_double()));
+  } else {
+    int64_t i = v.is_float ? static_cast<int64_t>(v.f) : v.i;
+    switch (out.size()) {
+      case 1: put(static_cast<int8_t>(i)); break;
+      case 2: put(static_cast<int16_t>(i)); break;
+      case 4: put(static_cast<int32_t>(i)); break;
+      default: put(static_cast<int64_t>(i)); break;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io) {
+  check_plan(plan, sigs, &io);
+  if (!io.shapes_known()) throw PlanError("plan: the task's tensor shapes are unknown, cannot bind");
+  BoundPlan bp;
+  Resolver r{plan, &io};
+  eval_dims(plan, r);
+  for (auto& [name, v] : r.dims) bp.dims[name] = v.is_float ? static_cast<int64_t>(v.f) : v.i;
+  auto add = [&](Space space, int index, const TensorSpec& t, const std::string& key) {
+    BoundBuffer b;
+    b.space = space;
+    b.index = index;
+    b.ref = std::string(space_name(space)) + "." + key;
+    b.dtype = t.dtype;
+    b.shape = t.shape;
+    b.bytes = t.bytes();
+    bp.buffers.push_back(b);
+  };
+  for (size_t i = 0; i < io.inputs.size(); ++i) add(Space::input, i, io.inputs[i], std::to_string(i));
+  for (size_t i = 0; i < io.outputs.size(); ++i) add(Space::output, i, io.outputs[i], std::to_string(i));
+  for (size_t i = 0; i < io.params.size(); ++i) add(Space::param, i, io.params[i], io.params[i].name);
+  for (size_t i = 0; i < plan.scratch.size(); ++i) {
+    const auto& s = plan.scratch[i];
+    TensorSpec t;
+    t.name = "scratch." + s.name;
+    t.dtype = s.dtype;
+    for (auto& e : s.shape) {
+      Value v = eval_in(e, r, "scratch." + s.name + " shape", plan);
+      if (v.i < 0) throw PlanError("scratch." + s.name + ": negative size " + v.text());
+      t.shape.push_back(v.i);
+    }
+    add(Space::scratch, static_cast<int>(i), t, s.name);
+  }
+  auto index_of = [&](const BufferRef& ref) {
+    int idx = -1;
+    if (ref.space == Space::scratch) return bp.buffer_index(ref.text());
+    io.find(ref, &idx);
+    std::string key = ref.space == Space::param ? io.params[idx].name : std::to_string(idx);
+    return bp.buffer_index(std::string(space_name(ref.space)) + "." + key);
+  };
+  for (auto* section : {&plan.init, &plan.forward}) {
+    auto& out = section == &plan.init ? bp.init : bp.forward;
+    for (auto& step : *section) {
+      BoundStep bs;
+      bs.kind = step.kind;
+      bs.label = step.label();
+      if (step.kind == Step::kLaunch) {
+        const LaunchStep& L = step.launch;
+        const KernelSignature& sig = sigs.at(L.kernel);
+        bs.launch.kernel = L.kernel;
+        bs.launch.mangled = sig.mangled;
+        for (int d = 0; d < 3; ++d) {
+          if (d < static_cast<int>(L.grid.size())) {
+            int64_t g = eval_in(L.grid[d], r, bs.label + " grid", plan, L.kernel).i;
+            if (g < 1 || g > kMaxGrid[d])
+              throw PlanError(bs.label + ": grid[" + std::to_string(d) + "] = " + std::to_string(g) + " is out of range", L.kernel);
+            bs.launch.grid[d] = static_cast<unsigned>(g);
+          }
+          if (d < static_cast<int>(L.block.size())) {
+            int64_t b = eval_in(L.block[d], r, bs.label + " block", plan, L.kernel).i;
+            if (b < 1 || b > kMaxBlock[d])
+              throw PlanError(bs.label + ": block[" + std::to_string(d) + "] = " + std::to_string(b) + " is out of range", L.kernel);
+            bs.launch.block[d] = static_cast<unsigned>(b);
+          }
+        }
+        if (int64_t t = int64_t(bs.launch.block[0]) * bs.launch.block[1] * bs.launch.block[2]; t > kMaxThreadsPerBlock)
+          throw PlanError(bs.label + ": block has " + std::to_string(t) + " threads (at most 1024)", L.kernel);
+        int64_t sh = eval_in(L.shared, r, bs.label + " shared", plan, L.kernel).i;
+        if (sh < 0 || sh > kMaxDynamicShared) throw PlanError(bs.label + ": shared = " + std::to_string(sh) + " bytes is out of range", L.kernel);
+        bs.launch.shared = static_cast<unsigned>(sh);
+        for (size_t i = 0; i < L.args.size(); ++i) {
+          BoundArg a;
+          a.text = L.args[i].text;
+          if (L.args[i].buffer) a.buffer = index_of(*L.args[i].buffer);
+          else a.scalar = pack_scalar(eval_in(L.args[i].expr, r, bs.label, plan, L.kernel), sig.params[i]);
+          bs.launch.args.push_back(std::move(a));
+        }
+      } else if (step.kind == Step::kGemm) {
+        const GemmStep& G = step.gemm;
+        BoundGemm& g = bs.gemm;
+        g.a = index_of(G.a);
+        g.b = index_of(G.b);
+        g.out = index_of(G.out);
+        if (G.bias) g.bias = index_of(*G.bias);
+        const auto &A = bp.buffers[g.a], &B = bp.buffers[g.b], &O = bp.buffers[g.out];
+        if (A.dtype != B.dtype || A.dtype != O.dtype)
+          throw PlanError(bs.label + ": a, b and out must have one dtype (" + A.dtype + ", " + B.dtype + ", " + O.dtype + ")");
+        if (A.dtype != "F32" && A.dtype != "F16" && A.dtype != "BF16")
+          throw PlanError(bs.label + ": gemm supports F32, F16, BF16 buffers, not " + A.dtype);
+        g.dtype = A.dtype;
+        auto last2 = [](const BoundBuffer& b, int64_t& r0, int64_t& r1) {
+          if (b.shape.size() < 2) { r0 = 1; r1 = b.shape.empty() ? 1 : b.shape[0]; return; }
+          r0 = b.shape[b.shape.size() - 2];
+          r1 = b.shape.back();
+        };
+        int64_t a0, a1, b0, b1;
+        last2(A, a0, a1);
+        last2(B, b0, b1);
+        g.m = G.trans_a ? a1 : a0;
+        g.k = G.trans_a ? a0 : a1;
+        g.n = G.trans_b ? b0 : b1;
+        int64_t kb = G.trans_b ? b1 : b0;
+        if (!G.m.empty()) g.m = eval_in(G.m, r, bs.label + " m", plan).i;
+        if (!G.n.empty()) g.n = eval_in(G.n, r, bs.label + " n", plan).i;
+        if (!G.k.empty()) g.k = kb = eval_in(G.k, r, bs.label + " k", plan).i;
+        g.batch = G.batch.empty() ? 1 : eval_in(G.batch, r, bs.label + " batch", plan).i;
+        if (G.m.empty() && G.batch.empty() && A.shape.size() > 2) {  // [.., M, K] flattened rows
+          int64_t rows = 1;
+          for (size_t d = 0; d + 1 < A.shape.size(); ++d) rows *= A.shape[d];
+          if (!G.trans_a) g.m = rows;
+        }
+        if (kb != g.k) throw PlanError(bs.label + ": inner sizes differ (a gives k=" + std::to_string(g.k) + ", b gives " + std::to_string(kb) + ")");
+        int64_t esz = element_bytes(g.dtype, bs.label);
+        if (g.batch * g.m * g.k * esz > A.bytes || g.batch * g.k * g.n * esz > B.bytes ||
+            g.batch * g.m * g.n * esz > O.bytes)
+          throw PlanError(bs.label + ": m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
+                          " batch=" + std::to_string(g.batch) + " does not fit the buffers");
+        if (g.bias >= 0 && bp.buffers[g.bias].bytes < g.n * element_bytes(bp.buffers[g.bias].dtype, bs.label + " bias"))
+          throw PlanError(bs.label + ": bias has fewer than n=" + std::to_string(g.n) + " elements");
+        g.trans_a = G.trans_a;
+        g.trans_b = G.trans_b;
+        g.activation = G.activation;
+        g.compute = G.compute;
+        g.alpha = G.alpha;
+        g.beta = G.beta;
+      } else {
+        const ConvStep& C = step.conv;
+        BoundConv& c = bs.conv;
+        c.x = index_of(C.x);
+        c.w = index_of(C.w);
+        c.out = index_of(C.out);
+        if (C.bias) c.bias = index_of(*C.bias);
+        const auto &X = bp.buffers[c.x], &W = bp.buffers[c.w], &O = bp.buffers[c.out];
+        if (X.shape.size() != 4 || W.shape.size() != 4 || O.shape.size() != 4)
+          throw PlanError(bs.label + ": conv needs 4-d NCHW x, KCRS w and NKPQ out");
+        c.n = X.shape[0]; c.c = X.shape[1]; c.h = X.shape[2]; c.wd = X.shape[3];
+        c.k = W.shape[0]; c.r = W.shape[2]; c.s = W.shape[3];
+        std::copy(C.stride, C.stride + 2, c.stride);
+        std::copy(C.padding, C.padding + 2, c.padding);
+        std::copy(C.dilation, C.dilation + 2, c.dilation);
+        c.groups = C.groups;
+        c.p = (c.h + 2 * c.padding[0] - c.dilation[0] * (c.r - 1) - 1) / c.stride[0] + 1;
+        c.q = (c.wd + 2 * c.padding[1] - c.dilation[1] * (c.s - 1) - 1) / c.stride[1] + 1;
+        if (W.shape[1] * c.groups != c.c) throw PlanError(bs.label + ": w has " + std::to_string(W.shape[1]) + " input channels per group, x has " + std::to_string(c.c));
+        if (O.shape != std::vector<int64_t>{c.n, c.k, c.p, c.q})
+          throw PlanError(bs.label + ": out must be [" + std::to_string(c.n) + ", " + std::to_string(c.k) + ", " +
+                          std::to_string(c.p) + ", " + std::to_string(c.q) + "]");
+        if (X.dtype != W.dtype || X.dtype != O.dtype) throw PlanError(bs.label + ": x, w and out must have one dtype");
+        c.dtype = X.dtype;
+      }
+      out.push_back(std::move(bs));
+    }
+  }
+  return bp;
+}
+
+}  // namespace ca::bundle

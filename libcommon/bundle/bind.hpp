@@ -1,0 +1,79 @@
+// Checking a plan against its kernels' signatures and binding it to the task's shapes (DESIGN.md §3).
+//
+//   check_plan(plan, signatures, &io);                 // PlanError naming step and argument
+//   BoundPlan bound = bind_plan(plan, signatures, io);  // sizes, grids, packed scalars
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "libcommon/bundle/plan.hpp"
+#include "libcommon/bundle/signature.hpp"
+#include "libcommon/bundle/tensor_spec.hpp"
+
+namespace ca::bundle {
+
+using Signatures = std::map<std::string, KernelSignature>;  // by kernel name expression
+
+// The checks that need no GPU: kernels known, arity, argument types, dims bound, init touching
+// inputs/outputs, every declared output written by forward. With `io` shapes, also sizes and dtypes.
+void check_plan(const Plan& plan, const Signatures& sigs, const IoSpec* io);
+
+struct BoundBuffer {
+  std::string ref;  // "inputs.0", "scratch.tmp"
+  Space space;
+  int index = 0;    // within its space (inputs/outputs by position, params by spec order)
+  std::string dtype;
+  std::vector<int64_t> shape;
+  int64_t bytes = 0;
+};
+
+struct BoundArg {
+  int buffer = -1;              // index into BoundPlan::buffers, or -1 for a scalar
+  std::vector<uint8_t> scalar;  // packed as the kernel's parameter type
+  std::string text;
+};
+
+struct BoundLaunch {
+  std::string kernel, mangled;
+  unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+  unsigned shared = 0;
+  std::vector<BoundArg> args;
+};
+
+struct BoundGemm {
+  int a = -1, b = -1, out = -1, bias = -1;
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  bool trans_a = false, trans_b = false;
+  std::string activation, compute, dtype;
+  double alpha = 1, beta = 0;
+};
+
+struct BoundConv {
+  int x = -1, w = -1, out = -1, bias = -1;
+  int64_t n = 0, c = 0, h = 0, wd = 0, k = 0, r = 0, s = 0, p = 0, q = 0;
+  int64_t stride[2], padding[2], dilation[2], groups = 1;
+  std::string dtype;
+};
+
+struct BoundStep {
+  Step::Kind kind;
+  std::string label;
+  BoundLaunch launch;
+  BoundGemm gemm;
+  BoundConv conv;
+};
+
+struct BoundPlan {
+  std::vector<BoundBuffer> buffers;
+  std::vector<BoundStep> init, forward;
+  std::map<std::string, int64_t> dims;
+  int buffer_index(const std::string& ref) const;  // -1 when absent
+  int64_t scratch_bytes() const;
+};
+
+// Evaluates dims, scratch sizes, grids and scalars for the task's shapes. Throws PlanError.
+BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io);
+
+}  // namespace ca::bundle

@@ -1,0 +1,39 @@
+// The task's tensors a plan is bound against (DESIGN.md §2): names, shapes and dtypes of the
+// inputs, outputs and parameters, and the init values, from a task record or the worker's `load`.
+//
+//   IoSpec io = IoSpec::from_json(task);          // may be partial: a tensor without shape or dtype
+//   if (io.shapes_known()) bytes = io.io_bytes();  // inputs + outputs
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "libcommon/jsonl.hpp"
+
+namespace ca::bundle {
+
+struct BufferRef;  // plan.hpp
+
+struct TensorSpec {
+  std::string name;
+  std::string dtype;  // safetensors name ("" when the task did not give one the dtype table knows)
+  std::vector<int64_t> shape;
+  bool known = false;  // shape and dtype given
+  int64_t numel() const;
+  int64_t bytes() const;  // PlanError when the dtype is unknown
+};
+
+// What the plan is bound against: the task's tensors (from the task record or the worker's `load`).
+struct IoSpec {
+  std::vector<TensorSpec> inputs, outputs, params;
+  std::vector<Json> init_values;  // get_init_inputs(): scalars are usable as init.N
+  bool shapes_known() const;
+  // Reads `inputs`/`outputs` ([{name?, shape, dtype}]), `params` (list or {name: {shape, dtype}}),
+  // `init_inputs` from a task record or a worker reply; missing parts stay empty.
+  static IoSpec from_json(const Json& task);
+  const TensorSpec* find(const BufferRef& ref, int* index = nullptr) const;
+  Json to_json() const;  // the form from_json reads
+  int64_t io_bytes() const;  // inputs + outputs whose shape and dtype are known
+};
+
+}  // namespace ca::bundle
