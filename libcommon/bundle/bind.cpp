@@ -132,14 +132,10 @@ bool dtype_fits(const ParamType& p, const std::string& dtype) {
   return strip(p.dtype) == strip(dtype);
 }
 
-// The device's launch limits (every arch from sm_70 on): block dims 1024 x 1024 x 64 and 1024 threads
-// in all, grid dims 2^31-1 x 65535 x 65535, dynamic shared memory up to 227 KiB (sm_90's opt-in).
-constexpr int64_t kMaxBlock[3] = {1024, 1024, 64}, kMaxGrid[3] = {2147483647LL, 65535, 65535};
-constexpr int64_t kMaxThreadsPerBlock = 1024, kMaxDynamicShared = 232448;
-
 // The sizes a plan spells as constants or from known dims are checked before any shape is known
 // (compile-only); the rest when the plan is bound to the task.
-void check_launch_sizes(const Step& step, const Plan& plan, const IoSpec* io) {
+// The limits are the target's (LaunchLimits: the arch of a compile-only check, the device's on a GPU).
+void check_launch_sizes(const Step& step, const Plan& plan, const IoSpec* io, const LaunchLimits& lim) {
   const LaunchStep& L = step.launch;
   const std::string where = step.label();
   Resolver exact{plan, io};
@@ -163,29 +159,29 @@ void check_launch_sizes(const Step& step, const Plan& plan, const IoSpec* io) {
       all_known = false;
       continue;
     }
-    if (*b < 1 || *b > kMaxBlock[d])
-      throw PlanError(where + ": block[" + std::to_string(d) + "] = " + std::to_string(*b) + " (the device allows 1 to " +
-                          std::to_string(kMaxBlock[d]) + ")",
+    if (*b < 1 || *b > lim.block[d])
+      throw PlanError(where + ": block[" + std::to_string(d) + "] = " + std::to_string(*b) + " (" + lim.arch + " allows 1 to " +
+                          std::to_string(lim.block[d]) + ")",
                       L.kernel);
     threads *= *b;
   }
-  if (all_known && threads > kMaxThreadsPerBlock)
-    throw PlanError(where + ": block has " + std::to_string(threads) + " threads (the device allows at most " +
-                        std::to_string(kMaxThreadsPerBlock) + " per block)",
+  if (all_known && threads > lim.threads_per_block)
+    throw PlanError(where + ": block has " + std::to_string(threads) + " threads (" + lim.arch + " allows at most " +
+                        std::to_string(lim.threads_per_block) + " per block)",
                     L.kernel);
   for (size_t d = 0; d < L.grid.size(); ++d)
-    if (auto g = value(L.grid[d]); g && (*g < 1 || *g > kMaxGrid[d]))
-      throw PlanError(where + ": grid[" + std::to_string(d) + "] = " + std::to_string(*g) + " (the device allows 1 to " +
-                          std::to_string(kMaxGrid[d]) + ")",
+    if (auto g = value(L.grid[d]); g && (*g < 1 || *g > lim.grid[d]))
+      throw PlanError(where + ": grid[" + std::to_string(d) + "] = " + std::to_string(*g) + " (" + lim.arch + " allows 1 to " +
+                          std::to_string(lim.grid[d]) + ")",
                       L.kernel);
-  if (auto sh = value(L.shared); sh && (*sh < 0 || *sh > kMaxDynamicShared))
-    throw PlanError(where + ": shared = " + std::to_string(*sh) + " bytes (the device allows at most " +
-                        std::to_string(kMaxDynamicShared) + " bytes of dynamic shared memory per block)",
+  if (auto sh = value(L.shared); sh && (*sh < 0 || *sh > lim.dynamic_shared))
+    throw PlanError(where + ": shared = " + std::to_string(*sh) + " bytes (" + lim.arch + " allows at most " +
+                        std::to_string(lim.dynamic_shared) + " bytes of dynamic shared memory per block)",
                     L.kernel);
 }
 
 void check_launch(const Step& step, const Plan& plan, const Signatures& sigs, const IoSpec* io, Resolver& typed,
-                  std::set<std::string>& written) {
+                  std::set<std::string>& written, const LaunchLimits& limits) {
   const LaunchStep& L = step.launch;
   std::string where = step.label();
   auto it = sigs.find(L.kernel);
@@ -205,7 +201,7 @@ void check_launch(const Step& step, const Plan& plan, const Signatures& sigs, co
       if (v.is_float) throw PlanError(where + ": grid and block sizes must be integers ('" + e.text() + "')", L.kernel);
     }
   eval_in(L.shared, typed, where + " shared", plan, L.kernel);
-  check_launch_sizes(step, plan, io);
+  check_launch_sizes(step, plan, io, limits);
   for (size_t i = 0; i < L.args.size(); ++i) {
     const Arg& a = L.args[i];
     const ParamType& p = sig.params[i];
@@ -264,7 +260,7 @@ void check_library_buffers(const Step& step, const std::vector<BufferRef>& reads
 
 }  // namespace
 
-void check_plan(const Plan& plan, const Signatures& sigs, const IoSpec* io) {
+void check_plan(const Plan& plan, const Signatures& sigs, const IoSpec* io, const LaunchLimits& limits) {
   Resolver typed{plan, io};
   typed.typed_only = true;
   eval_dims(plan, typed);
@@ -277,7 +273,7 @@ void check_plan(const Plan& plan, const Signatures& sigs, const IoSpec* io) {
   for (auto* section : {&plan.init, &plan.forward})
     for (auto& step : *section) {
       if (step.kind == Step::kLaunch) {
-        check_launch(step, plan, sigs, io, typed, written);
+        check_launch(step, plan, sigs, io, typed, written, limits);
       } else if (step.kind == Step::kGemm) {
         std::vector<BufferRef> reads = {step.gemm.a, step.gemm.b};
         if (step.gemm.bias) reads.push_back(*step.gemm.bias);
@@ -345,8 +341,8 @@ std::vector<uint8_t> pack_scalar(const Value& v, const ParamType& p) {
 
 }  // namespace
 
-BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io) {
-  check_plan(plan, sigs, &io);
+BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io, const LaunchLimits& limits) {
+  check_plan(plan, sigs, &io, limits);
   if (!io.shapes_known()) throw PlanError("plan: the task's tensor shapes are unknown, cannot bind");
   BoundPlan bp;
   Resolver r{plan, &io};
@@ -398,21 +394,24 @@ BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io) 
         for (int d = 0; d < 3; ++d) {
           if (d < static_cast<int>(L.grid.size())) {
             int64_t g = eval_in(L.grid[d], r, bs.label + " grid", plan, L.kernel).i;
-            if (g < 1 || g > kMaxGrid[d])
+            if (g < 1 || g > limits.grid[d])
               throw PlanError(bs.label + ": grid[" + std::to_string(d) + "] = " + std::to_string(g) + " is out of range", L.kernel);
             bs.launch.grid[d] = static_cast<unsigned>(g);
           }
           if (d < static_cast<int>(L.block.size())) {
             int64_t b = eval_in(L.block[d], r, bs.label + " block", plan, L.kernel).i;
-            if (b < 1 || b > kMaxBlock[d])
+            if (b < 1 || b > limits.block[d])
               throw PlanError(bs.label + ": block[" + std::to_string(d) + "] = " + std::to_string(b) + " is out of range", L.kernel);
             bs.launch.block[d] = static_cast<unsigned>(b);
           }
         }
-        if (int64_t t = int64_t(bs.launch.block[0]) * bs.launch.block[1] * bs.launch.block[2]; t > kMaxThreadsPerBlock)
-          throw PlanError(bs.label + ": block has " + std::to_string(t) + " threads (at most 1024)", L.kernel);
+        if (int64_t t = int64_t(bs.launch.block[0]) * bs.launch.block[1] * bs.launch.block[2]; t > limits.threads_per_block)
+          throw PlanError(bs.label + ": block has " + std::to_string(t) + " threads (" + limits.arch + " allows at most " +
+                              std::to_string(limits.threads_per_block) + ")", L.kernel);
         int64_t sh = eval_in(L.shared, r, bs.label + " shared", plan, L.kernel).i;
-        if (sh < 0 || sh > kMaxDynamicShared) throw PlanError(bs.label + ": shared = " + std::to_string(sh) + " bytes is out of range", L.kernel);
+        if (sh < 0 || sh > limits.dynamic_shared)
+          throw PlanError(bs.label + ": shared = " + std::to_string(sh) + " bytes (" + limits.arch + " allows at most " +
+                              std::to_string(limits.dynamic_shared) + ")", L.kernel);
         bs.launch.shared = static_cast<unsigned>(sh);
         for (size_t i = 0; i < L.args.size(); ++i) {
           BoundArg a;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "libcommon/bundle/launch_limits.hpp"
 #include "libcommon/bundle/plan.hpp"
 #include "libcommon/bundle/signature.hpp"
 #include "libcommon/bundle/tensor_spec.hpp"
@@ -18,7 +19,8 @@ using Signatures = std::map<std::string, KernelSignature>;  // by kernel name ex
 
 // The checks that need no GPU: kernels known, arity, argument types, dims bound, init touching
 // inputs/outputs, every declared output written by forward. With `io` shapes, also sizes and dtypes.
-void check_plan(const Plan& plan, const Signatures& sigs, const IoSpec* io);
+// Grid, block and dynamic shared memory against `limits` (the target arch's; sm_90's by default).
+void check_plan(const Plan& plan, const Signatures& sigs, const IoSpec* io, const LaunchLimits& limits = {});
 
 struct BoundBuffer {
   std::string ref;  // "inputs.0", "scratch.tmp"
@@ -74,6 +76,6 @@ struct BoundPlan {
 };
 
 // Evaluates dims, scratch sizes, grids and scalars for the task's shapes. Throws PlanError.
-BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io);
+BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io, const LaunchLimits& limits = {});
 
 }  // namespace ca::bundle

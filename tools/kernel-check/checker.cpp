@@ -1,6 +1,8 @@
 // kernel-check's record handling (see checker.hpp).
 #include "tools/kernel-check/checker.hpp"
 
+#include "libcommon/bundle/launch_limits.hpp"
+
 #include <deque>
 #include <future>
 #include <regex>
@@ -57,6 +59,11 @@ Checker::Checker(CheckOptions& options, const ca::CommonOptions& common)
   if (options_.arch.empty()) options_.arch = "sm_90";
   static const std::regex arch_re(R"(^sm_\d+[a-z]?$)");
   if (!std::regex_match(options_.arch, arch_re)) throw ca::UsageError("--arch: expected sm_XX, got '" + options_.arch + "'");
+  try {
+    ca::bundle::LaunchLimits::for_arch(options_.arch);  // its launch limits are known (sm_70 on)
+  } catch (const ca::UsageError& e) {
+    throw ca::UsageError(std::string("--arch: ") + e.what());
+  }
 
   prepare_.arch = options_.arch;
   prepare_.cache_dir = options_.cache_dir;

@@ -22,6 +22,7 @@ namespace ca::kc {
 struct GpuJudge::Lane {
   int gpu = 0;
   std::string uuid;  // for the node's per-GPU lock
+  ca::bundle::LaunchLimits limits;  // this GPU's arch's
   CUcontext ctx = nullptr;  // this process's primary context on the GPU (for the comparisons)
   std::unique_ptr<ca::WorkerClient> worker;
   std::unique_ptr<RunnerClient> runner;
@@ -61,6 +62,7 @@ GpuJudge::GpuJudge(const CheckOptions& options, const Policy& policy, std::vecto
     lane->runner = std::make_unique<RunnerClient>(g);
     lane->ctx = ca::cuda::Driver::get().primary_context(g);
     lane->uuid = ca::measure::identify_gpu(g).uuid;
+    lane->limits = ca::bundle::LaunchLimits::for_arch(ca::cuda::Driver::get().device_info(g).arch());
     free_.push_back(lane.get());
     lanes_.push_back(std::move(lane));
   }
@@ -140,7 +142,7 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   lap("task_load");
   ca::bundle::IoSpec io = ca::bundle::IoSpec::from_json(it->second);
   try {
-    auto bound = ca::bundle::bind_plan(p.plan, p.signatures, io);
+    auto bound = ca::bundle::bind_plan(p.plan, p.signatures, io, lane.limits);
     check["precision"] = candidate_precision(p, &bound);
     check["scratch_bytes"] = bound.scratch_bytes();
     if (auto v = policy_.check_bound(bound, io)) {

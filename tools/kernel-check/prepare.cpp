@@ -139,9 +139,11 @@ Prepared prepare_candidate(const ca::Record& record, const ca::Json* task, const
   }
   p.signatures = ca::bundle::signatures_of(*result);
   try {
-    ca::bundle::check_plan(p.plan, p.signatures, task ? &p.io : nullptr);
+    // Launch sizes against the target: --arch's limits (compile-only), else the device's arch.
+    const auto limits = ca::bundle::LaunchLimits::for_arch(options.arch);
+    ca::bundle::check_plan(p.plan, p.signatures, task ? &p.io : nullptr, limits);
     if (p.io.shapes_known()) {
-      auto bound = ca::bundle::bind_plan(p.plan, p.signatures, p.io);
+      auto bound = ca::bundle::bind_plan(p.plan, p.signatures, p.io, limits);
       p.check["precision"] = candidate_precision(p, &bound);
       p.check["scratch_bytes"] = bound.scratch_bytes();
       if (auto v = policy.check_bound(bound, p.io)) {

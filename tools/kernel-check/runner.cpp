@@ -103,7 +103,8 @@ int runner_main(int gpu) {
         auto sigs = ca::bundle::signatures_of(cr);
         ca::bundle::Plan plan = ca::bundle::Plan::parse(ca::Record::parse(req.at("plan").dump()));
         ca::bundle::IoSpec io = ca::bundle::IoSpec::from_json(req.at("io"));
-        ca::bundle::BoundPlan bound = ca::bundle::bind_plan(plan, sigs, io);
+        ca::bundle::BoundPlan bound =
+            ca::bundle::bind_plan(plan, sigs, io, ca::bundle::LaunchLimits::for_arch(ca::cuda::Driver::get().device_info(gpu).arch()));
         ex = std::make_unique<ca::bundle::Executor>(bound, cr.cubin);
         // Params: the worker's device tensors (mapped, copied and unmapped before any candidate
         // code runs), or a safetensors file.

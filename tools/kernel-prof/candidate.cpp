@@ -30,7 +30,8 @@ CandidateBench::CandidateBench(const Record& bundle, const Json& loaded, const s
   copt.arch = arch;
   bundle::CompileResult cr = bundle::compile_bundle(kernels, plan.kernel_names(), copt);
   if (!cr.ok) throw std::runtime_error("compile: " + cr.first_error);
-  bundle::BoundPlan bound = bundle::bind_plan(plan, bundle::signatures_of(cr), bundle::IoSpec::from_json(loaded));
+  bundle::BoundPlan bound = bundle::bind_plan(plan, bundle::signatures_of(cr), bundle::IoSpec::from_json(loaded),
+                                              bundle::LaunchLimits::for_arch(arch));
   auto& drv = cuda::Driver::get();
   for (const auto& s : sets) {
     auto ex = std::make_unique<bundle::Executor>(bound, cr.cubin);

@@ -315,3 +315,19 @@ TEST_CASE("module globals: the writable __device__ variables of a cubin, by name
   CHECK(globals["g_table"] == 16);
   CHECK(globals.count("c_k") == 0);  // __constant__ is read-only from a kernel
 }
+
+TEST_CASE("launch sizes are checked against the target arch's limits, before and at binding") {
+  // 200,000 bytes of dynamic shared memory: sm_90 takes it (232,448), sm_80 (166,912) and sm_86
+  // (101,376) do not; sizes from dims are checked when the plan is bound.
+  const std::string with_shared = std::string(kPlan) + "    shared: 200000\n";
+  Plan plan = Plan::parse_text(with_shared);
+  check_plan(plan, scale_add_sigs(), nullptr, LaunchLimits::for_arch("sm_90"));
+  CHECK_THROWS_WITH_AS(check_plan(plan, scale_add_sigs(), nullptr, LaunchLimits::for_arch("sm_80")),
+                       doctest::Contains("sm_80 allows at most 166912 bytes"), PlanError);
+  Plan from_dims = Plan::parse_text(std::string(kPlan) + "    shared: N * 4\n");
+  check_plan(from_dims, scale_add_sigs(), nullptr, LaunchLimits::for_arch("sm_86"));  // N not known yet
+  bind_plan(from_dims, scale_add_sigs(), io_for(25000), LaunchLimits::for_arch("sm_86"));  // 100,000 bytes
+  CHECK_THROWS_WITH_AS(bind_plan(from_dims, scale_add_sigs(), io_for(30000), LaunchLimits::for_arch("sm_86")),
+                       doctest::Contains("sm_86 allows at most 101376"), PlanError);
+  bind_plan(from_dims, scale_add_sigs(), io_for(30000), LaunchLimits::for_arch("sm_90"));
+}
