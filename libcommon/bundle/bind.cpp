@@ -491,6 +491,10 @@ BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io, 
           throw PlanError(bs.label + ": out must be [" + std::to_string(c.n) + ", " + std::to_string(c.k) + ", " +
                           std::to_string(c.p) + ", " + std::to_string(c.q) + "]");
         if (X.dtype != W.dtype || X.dtype != O.dtype) throw PlanError(bs.label + ": x, w and out must have one dtype");
+        // cuDNN is given the buffers as one of these (executor's dnn_type): another dtype would be
+        // read as float.
+        if (X.dtype != "F32" && X.dtype != "F16" && X.dtype != "BF16")
+          throw PlanError(bs.label + ": conv supports F32, F16, BF16 buffers, not " + X.dtype);
         c.dtype = X.dtype;
       }
       out.push_back(std::move(bs));

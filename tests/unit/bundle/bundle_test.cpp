@@ -331,3 +331,22 @@ TEST_CASE("launch sizes are checked against the target arch's limits, before and
                        doctest::Contains("sm_86 allows at most 101376"), PlanError);
   bind_plan(from_dims, scale_add_sigs(), io_for(30000), LaunchLimits::for_arch("sm_90"));
 }
+
+TEST_CASE("conv binds F32, F16 and BF16 buffers only (cuDNN is told one of them)") {
+  Plan plan = Plan::parse_text(
+      "forward:\n  - conv: {x: inputs.0, w: params.conv.weight, out: outputs.0, padding: 1, stride: 1}\n");
+  auto io = [](const std::string& dt) {
+    return IoSpec::from_json(ca::Json::parse(
+        R"j({"inputs":[{"name":"x","shape":[2,3,8,8],"dtype":")j" + dt +
+        R"j("}],"params":[{"name":"conv.weight","shape":[16,3,3,3],"dtype":")j" + dt +
+        R"j("}],"outputs":[{"shape":[2,16,8,8],"dtype":")j" + dt + R"j("}]})j"));
+  };
+  for (const char* ok : {"F32", "F16", "BF16"}) {
+    CAPTURE(ok);
+    CHECK(bind_plan(plan, {}, io(ok)).forward.size() == 1);
+  }
+  for (const char* bad : {"F64", "I32"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(bind_plan(plan, {}, io(bad)), doctest::Contains("conv supports F32, F16, BF16 buffers"), PlanError);
+  }
+}
