@@ -11,6 +11,14 @@
 namespace ca::ops_synth {
 
 namespace {
+// --ops names an op by its catalog name (ReLU) or by the name records list it under (nn.ReLU).
+bool named_in(const std::vector<std::string>& names, const OpSpec& op) {
+  return std::find(names.begin(), names.end(), op.name) != names.end() ||
+         std::find(names.begin(), names.end(), op.api) != names.end();
+}
+}  // namespace
+
+namespace {
 
 const std::vector<GpuProfile>& gpu_profiles() {
   // fp32 CUDA-core peaks (TF32 off) and HBM bandwidth, from the vendors' data sheets.
@@ -179,14 +187,14 @@ Generator::Generator(const Catalog& catalog, GenOptions options) : cat_(catalog)
   by_rank_.resize(6);
   for (const auto& op : cat_.ops) {
     if (op.stochastic && !opt_.allow_stochastic) continue;
-    if (!opt_.only_ops.empty() &&
-        std::find(opt_.only_ops.begin(), opt_.only_ops.end(), op.name) == opt_.only_ops.end())
-      continue;
+    if (!opt_.only_ops.empty() && !named_in(opt_.only_ops, op)) continue;
     for (int r : op.ranks)
       if (r >= 0 && r < 6) by_rank_[static_cast<std::size_t>(r)].push_back(&op);
   }
   for (const auto& name : opt_.only_ops)
-    if (!cat_.find_op(name)) throw ca::UsageError("--ops: no op '" + name + "' in the catalog");
+    if (!cat_.find_op(name) &&
+        std::none_of(cat_.ops.begin(), cat_.ops.end(), [&](const OpSpec& op) { return op.api == name; }))
+      throw ca::UsageError("--ops: no op '" + name + "' in the catalog (by name, ReLU, or as records list it, nn.ReLU)");
   uint64_t s = opt_.seed ^ 0x5851F42D4C957F2Dull;
   weyl_offset_ = splitmix64(s);
 }
