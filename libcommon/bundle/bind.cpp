@@ -314,6 +314,13 @@ int64_t BoundPlan::scratch_bytes() const {
 
 namespace {
 
+// The dtypes the library steps hand to cuBLASLt and cuDNN (executor's data_type and dnn_type):
+// any other would be described to the library as float.
+void require_library_dtype(const std::string& label, const char* step, const std::string& dtype) {
+  if (dtype != "F32" && dtype != "F16" && dtype != "BF16")
+    throw PlanError(label + ": " + step + " supports F32, F16, BF16 buffers, not " + dtype);
+}
+
 // Bytes per element of a bound buffer's dtype (checked when the plan was parsed or the task read).
 int64_t element_bytes(const std::string& dtype, const std::string& where) {
   const DtypeInfo* d = dtype_info(dtype);
@@ -430,8 +437,7 @@ BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io, 
         const auto &A = bp.buffers[g.a], &B = bp.buffers[g.b], &O = bp.buffers[g.out];
         if (A.dtype != B.dtype || A.dtype != O.dtype)
           throw PlanError(bs.label + ": a, b and out must have one dtype (" + A.dtype + ", " + B.dtype + ", " + O.dtype + ")");
-        if (A.dtype != "F32" && A.dtype != "F16" && A.dtype != "BF16")
-          throw PlanError(bs.label + ": gemm supports F32, F16, BF16 buffers, not " + A.dtype);
+        require_library_dtype(bs.label, "gemm", A.dtype);
         g.dtype = A.dtype;
         auto last2 = [](const BoundBuffer& b, int64_t& r0, int64_t& r1) {
           if (b.shape.size() < 2) { r0 = 1; r1 = b.shape.empty() ? 1 : b.shape[0]; return; }
@@ -491,10 +497,7 @@ BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io, 
           throw PlanError(bs.label + ": out must be [" + std::to_string(c.n) + ", " + std::to_string(c.k) + ", " +
                           std::to_string(c.p) + ", " + std::to_string(c.q) + "]");
         if (X.dtype != W.dtype || X.dtype != O.dtype) throw PlanError(bs.label + ": x, w and out must have one dtype");
-        // cuDNN is given the buffers as one of these (executor's dnn_type): another dtype would be
-        // read as float.
-        if (X.dtype != "F32" && X.dtype != "F16" && X.dtype != "BF16")
-          throw PlanError(bs.label + ": conv supports F32, F16, BF16 buffers, not " + X.dtype);
+        require_library_dtype(bs.label, "conv", X.dtype);
         c.dtype = X.dtype;
       }
       out.push_back(std::move(bs));
