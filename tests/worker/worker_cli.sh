@@ -53,4 +53,24 @@ if ! py -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 
   [ "$rc" = 3 ] || fail "cuda:0 without a GPU should exit 3, got $rc"
   grep -q "no_device" "$T/err" || fail "message does not say no_device: $(cat "$T/err")"
 fi
+# The baselines' warm-up (timing.warm_up) on a virtual clock: a GPU whose calls speed up as its
+# clocks ramp is warmed until its time per call is steady, a busy one stops after the minimum, and
+# one that never settles stops at warmup_s.
+PYTHONPATH="$CA_SRC/libcommon/python" py - <<'PY' || fail "warm-up rule"
+from cuda_agent_worker import timing as T
+def run(cost, warmup_s=1.0):
+    now = [0.0]
+    def fn():
+        now[0] += cost(now[0])
+    calls, why = T.warm_up(fn, [()], 3, warmup_s, lambda: None, clock=lambda: now[0])
+    return calls, why, now[0]
+calls, why, t = run(lambda t: 0.002 + 0.002 * max(0.0, 1 - t / 0.3))  # clocks ramp for 0.3 s
+assert why == "steady" and 0.35 <= t <= 0.5, (calls, why, t)
+calls, why, t = run(lambda t: 0.002)                                 # already at its clocks
+assert why == "steady" and T.WARM_MIN_S <= t <= T.WARM_MIN_S + 3 * T.WARM_BATCH_S, (calls, why, t)
+calls, why, t = run(lambda t: 0.002 if int(t / T.WARM_BATCH_S) % 2 else 0.003)   # never steady
+assert why == "warmup_s" and 1.0 <= t <= 1.1, (calls, why, t)
+calls, why, t = run(lambda t: 0.5, warmup_s=0.0)                     # slow calls: the warmup calls only
+assert calls == 3 and why == "warmup_s", (calls, why, t)
+PY
 echo "worker_cli: ok"

@@ -53,6 +53,11 @@ for t in (e1, e2, c1, c2, tf, bf):
         t["mode"], t["precision"]["name"], t["time_us"]["median"], t["time_us"]["p10"], t["time_us"]["p90"],
         "%.1f" % t["device_time_us"]["median"] if t["device_time_us"] else None,
         t["time_us"]["n"], t["time_us"]["rel_ci"] or -1, t["method"]["stop"], t["method"]["warmup_calls"]))
+    m = t["method"]
+    print("        warm-up stopped %s; phases %s" % (m.get("warmup_stop"), m.get("phase_s")))
+    check(m.get("warmup_stop") in ("steady", "warmup_s"), "no warmup_stop: %s" % m)
+    check(set(m.get("phase_s", {})) >= {"first_call", "warmup", "timed", "profiler"}, "phase_s incomplete: %s" % m)
+    check(m["phase_s"]["warmup"] <= m["warmup_s"] + 1.0, "warm-up ran past warmup_s: %s" % m)
 def close(a, b, what):
     r = abs(a - b) / min(a, b)
     print("%s: %.1f vs %.1f us (%.2f%%)" % (what, a, b, 100 * r))

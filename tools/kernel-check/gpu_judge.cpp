@@ -12,6 +12,7 @@
 #include "libcommon/log.hpp"
 #include "libcommon/measure/gpu_lock.hpp"
 #include "libcommon/measure/gpu_state.hpp"
+#include "libcommon/measure/stage_clock.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/worker/worker_client.hpp"
 #include "libcommon/bundle/compare.hpp"
@@ -105,29 +106,18 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   check["gpu"] = lane.gpu;
   // Where a check's time goes (seconds per stage, in the record as check.stage_s and with -v): task
   // load, the worker's draws and references, the runner's load, the calls, the comparisons.
-  std::map<std::string, double> stage_s;
-  auto t_stage = std::chrono::steady_clock::now();
-  auto lap = [&](const char* stage) {
-    auto now = std::chrono::steady_clock::now();
-    stage_s[stage] += std::chrono::duration<double>(now - t_stage).count();
-    t_stage = now;
-  };
+  ca::measure::StageClock stages;
+  auto lap = [&](const char* stage) { stages.lap(stage); };
   struct StageReport {
-    std::map<std::string, double>& s;
+    const ca::measure::StageClock& s;
     ca::Record& check;
     const std::string& task_id;
     ~StageReport() {
       if (s.empty()) return;
-      ca::Record j = ca::Record::object();
-      std::string text;
-      for (auto& [k, v] : s) {
-        j[k] = std::round(v * 1000) / 1000;
-        text += " " + k + " " + ca::log::cat(std::round(v * 1000) / 1000) + " s";
-      }
-      check["stage_s"] = j;
-      ca::log::verbose("task ", task_id, ":", text);
+      check["stage_s"] = s.to_json();
+      ca::log::verbose("task ", task_id, ": ", s.text());
     }
-  } stage_report{stage_s, check, task_id};
+  } stage_report{stages, check, task_id};
   auto reference_failed = [&](const std::string& what, const ca::Json& ans) {
     set_verdict(check, "runtime_error", "reference worker: " + what + ": " + ans.value("error", "?") + ": " + ans.value("detail", ""));
     check["reference_error"] = true;

@@ -8,6 +8,7 @@
 #include "libcommon/fields.hpp"
 #include "libcommon/log.hpp"
 #include "libcommon/measure/gpu_lock.hpp"
+#include "libcommon/measure/stage_clock.hpp"
 #include "libcommon/measure/gpu_state.hpp"
 #include "tools/kernel-prof/baselines.hpp"
 #include "tools/kernel-prof/candidate.hpp"
@@ -119,7 +120,9 @@ Outcome Profiler::profile(Record& record) {
   const std::string precision = record["check"].value("precision", std::string("fp32"));
 
   const auto started = std::chrono::steady_clock::now();
+  measure::StageClock stages;  // where this record's time goes: prof.stage_s, and -v
   measure::GpuLock lock(g.identity().uuid, options_.lock_timeout_s);
+  stages.lap("lock_wait");
 
   Record prof;
   prof["gpu"] = g.identity().to_json();
@@ -128,8 +131,10 @@ Outcome Profiler::profile(Record& record) {
 
   BaselineTimer baselines(g, store_, options_);
   Json loaded = baselines.load_task(task);
+  stages.lap("task_load");
 
   CandidateTiming cand = time_candidate(g, record, task, loaded, options_);
+  stages.lap("candidate");
   struct Cleanup {
     GpuSession& g;
     const CandidateTiming& t;
@@ -193,12 +198,16 @@ Outcome Profiler::profile(Record& record) {
   // kernel computes in reduced precision (TF32 on, or autocast to fp16/bf16; int8 and fp8 kernels are
   // matched with fp16 autocast, the lowest precision PyTorch runs these tasks in).
   Json base = Json::object();
-  for (const auto& mode : options_.baselines) base[mode] = baselines.time(task_id, mode, "fp32", metric_used, cand.input_sets);
+  for (const auto& mode : options_.baselines) {
+    base[mode] = baselines.time(task_id, mode, "fp32", metric_used, cand.input_sets);
+    stages.lap("baseline_" + mode);
+  }
   std::string matched = precision == "int8" || precision == "fp8" ? "fp16" : precision;
   if (matched == "tf32" || matched == "fp16" || matched == "bf16") {
     prof["matched_precision"] = matched;
     for (const auto& mode : options_.baselines)
       base[mode + "_precision_matched"] = baselines.time(task_id, mode, matched, metric_used, cand.input_sets);
+    stages.lap("baselines_matched");
   }
   prof["baselines"] = base;
   auto time_of = [](const Json& b) -> std::optional<std::pair<double, std::optional<double>>> {
@@ -246,6 +255,7 @@ Outcome Profiler::profile(Record& record) {
     cand.loop.timed_wall_s += more.loop.timed_wall_s;
     fill_times();
   }
+  if (rounds > 0) stages.lap("remeasure");
   Json final_decisions = decisions();
   prof["margin_decisions"] = final_decisions;
   prof["remeasured"] = rounds;
@@ -261,11 +271,16 @@ Outcome Profiler::profile(Record& record) {
   if (metric_used == "wall")
     notes.push_back("wall metric: eager and compile times include PyTorch's Python launch overhead per call; the "
                     "candidate's is one CUDA-graph launch");
-  if (options_.metrics) prof["metrics"] = kernel_metrics(g, record, task, loaded, cand, options_);
+  if (options_.metrics) {
+    prof["metrics"] = kernel_metrics(g, record, task, loaded, cand, options_);
+    stages.lap("metrics");
+  }
   prof["status"] = "timed";
   prof["correct"] = true;
   prof["notes"] = notes;
   prof["profile_s"] = seconds_since(started);
+  prof["stage_s"] = stages.to_json();
+  log::verbose(record.value("candidate_id", task_id), ": ", stages.text());
   record["prof"] = prof;
   if (store_) store_->put_profile(record.value("candidate_id", std::string()), task_id, prof);
   log::verbose(record.value("candidate_id", task_id), ": ", chosen().median, " us (", metric_used, "), vs eager ",

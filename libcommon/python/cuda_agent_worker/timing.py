@@ -105,6 +105,44 @@ def profiled_device_times(fn, sets, flush, calls):
     return per_call
 
 
+WARM_BATCH_S = 0.05   # each warm-up batch runs this long at least
+WARM_STEADY = 0.02    # two batches in a row whose time per call agree this closely: steady
+WARM_MIN_S = 0.1      # never less warm-up time than this
+
+
+def warm_up(fn, sets, warmup, warmup_s, sync, clock=time.perf_counter):
+    """Untimed calls: `warmup` calls, then batches of at least WARM_BATCH_S until two batches in a
+    row take the same time per call (within WARM_STEADY) after at least WARM_MIN_S, or warmup_s
+    is spent. Returns (calls, "steady" | "warmup_s")."""
+    i, w0 = 0, clock()
+
+    def call():
+        nonlocal i
+        fn(*sets[(i + 1) % len(sets)])
+        i += 1
+
+    while i < warmup:
+        call()
+        if i % 8 == 0:
+            sync()  # keep the queue short so the clock measures work done
+    sync()
+    prev = None
+    while clock() - w0 < warmup_s:
+        b0, n = clock(), 0
+        while True:
+            call()
+            n += 1
+            sync()
+            elapsed = clock() - b0
+            if elapsed >= WARM_BATCH_S and n >= 2:
+                break
+        per_call = elapsed / n
+        if prev is not None and clock() - w0 >= WARM_MIN_S and abs(per_call - prev) <= WARM_STEADY * prev:
+            return i, "steady"
+        prev = per_call
+    return i, "warmup_s"
+
+
 def time_task(task, req, sets=None):
     """The `time` op. sets: input sets already on the device (default: input_sets fresh draws)."""
     mode = req.get("mode", "eager")
@@ -115,8 +153,9 @@ def time_task(task, req, sets=None):
     if metric not in ("device", "wall"):
         raise ValueError("metric must be device or wall, not %r" % (metric,))
     warmup = int(req.get("warmup", 3))
-    # Also warm up for a while: an idle GPU needs some time of work to reach its clocks (measured on
-    # the H200: event times right after an idle spell ran 6-12% slow, profiler kernel times did not).
+    # Then warm up until the throughput is steady, for at most warmup_s: an idle GPU needs some time
+    # of work to reach its clocks (measured on the H200: event times right after an idle spell ran
+    # 6-12% slow, profiler kernel times did not); a GPU that is already busy is steady at once.
     warmup_s = float(req.get("warmup_s", 1.0))
     min_runs = max(3, int(req.get("min_runs", 10)))
     max_runs = max(min_runs, int(req.get("max_runs", 1000)))
@@ -154,17 +193,13 @@ def time_task(task, req, sets=None):
             fn(*sets[0])
             sync()
         first_call_s = time.perf_counter() - t0
+        phases = {"first_call": first_call_s}
         if mode != "eager":
             compile_s = first_call_s
         with stage("forward"):
-            i, w0 = 0, time.perf_counter()
-            while i < warmup or time.perf_counter() - w0 < warmup_s:
-                fn(*sets[(i + 1) % len(sets)])
-                i += 1
-                if i % 8 == 0:
-                    sync()  # keep the queue short so the clock measures work done
-            sync()
-            warmup_calls = i
+            w0 = time.perf_counter()
+            warmup_calls, warmup_stop = warm_up(fn, sets, warmup, warmup_s, sync)
+            phases["warmup"] = time.perf_counter() - w0
             start = time.perf_counter()
             while len(times) < max_runs:
                 times.append(timer(fn, sets[len(times) % len(sets)], flush))
@@ -176,12 +211,15 @@ def time_task(task, req, sets=None):
                 if time.perf_counter() - start > budget_s and len(times) >= 3:
                     stop = "budget"
                     break
+            phases["timed"] = time.perf_counter() - start
             if on_gpu and metric == "device":
                 calls = max(5, min(30, len(times)))
+                p0 = time.perf_counter()
                 try:
                     device_times = profiled_device_times(fn, sets, flush, calls)
                 except RuntimeError as e:  # no CUPTI, profiler busy: report events only, say why
                     device_error = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+                phases["profiler"] = time.perf_counter() - p0
     time_us = summarize(times)
     device_time_us = summarize(device_times) if device_times else None
     if device_time_us is not None and device_time_us["median"] <= 0:
@@ -198,11 +236,13 @@ def time_task(task, req, sets=None):
         "metric": metric,
         "compile_s": compile_s,
         "compile_cached": compile_cached,
-        "method": {"warmup": warmup, "warmup_s": warmup_s, "warmup_calls": warmup_calls, "min_runs": min_runs, "max_runs": max_runs, "budget_s": budget_s,
+        "method": {"warmup": warmup, "warmup_s": warmup_s, "warmup_calls": warmup_calls,
+                   "warmup_stop": warmup_stop, "min_runs": min_runs, "max_runs": max_runs, "budget_s": budget_s,
                    "rel_ci": target, "input_sets": input_sets, "flush_bytes": flush_bytes, "seed": seed,
                    "timer": "cuda_events" if on_gpu else "perf_counter", "stop": stop,
                    "device_time": "torch.profiler kernel sum per call" if device_time_us else None,
-                   "device_time_error": device_error},
+                   "device_time_error": device_error,
+                   "phase_s": {k: round(v, 4) for k, v in phases.items()}},
     }
 
 
