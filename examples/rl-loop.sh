@@ -135,6 +135,7 @@ if [[ -n $warmup ]]; then
     judge "$warmup" "$work/warmup.rewarded.jsonl"
   fi
   train rft "$rft_config" "$work/warmup.rewarded.jsonl" "$work/warmup.metrics.jsonl" --policy "$ckpt" --out "$work/ckpt/warmup"
+  python3 -c 'import json,sys; m=json.loads(open(sys.argv[1]).readlines()[-1]); print("rl-loop: warm-up: %s episodes, NLL per response token %s -> %s over %s updates" % (m.get("episodes"), m.get("sft_loss_first"), m.get("sft_loss_last"), (m.get("optimizer_steps") or {}).get("actor")))' "$work/warmup.metrics.jsonl" >&2
   ckpt=$work/ckpt/warmup
 fi
 
@@ -149,7 +150,8 @@ for ((i = 1; i <= iterations; i++)); do
   judge "$work/$it.episodes.jsonl" "$work/$it.rewarded.jsonl"
   out=$work/ckpt/$it
   if ((i <= rft)); then
-    train rft "$rft_config" "$work/$it.rewarded.jsonl" "$work/$it.metrics.jsonl" --policy "$ckpt" --out "$out"
+    # An iteration where no episode earned a reward trains nothing: the policy samples again as it was.
+    train rft "$rft_config" "$work/$it.rewarded.jsonl" "$work/$it.metrics.jsonl" --policy "$ckpt" --out "$out" --empty-ok
   else
     if [[ -z $critic ]]; then
       # The critic starts from the policy (a zero value head) and is pretrained on this batch first.
@@ -167,11 +169,12 @@ recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 vals = [r["reward"]["value"] for r in recs if isinstance(r.get("reward"), dict) and "value" in r["reward"]]
 passed = sum(1 for r in recs if (r.get("check") or {}).get("correct") is True)
 m = [json.loads(l) for l in open(sys.argv[2]) if l.strip()][-1]
-print("rl-loop: %s: %d episodes, %d passed, mean reward %s, %s step %s, losses %s" % (
-    sys.argv[3], len(recs), passed, "%.3f" % (sum(vals) / len(vals)) if vals else "n/a",
-    m.get("mode"), m.get("step"), json.dumps(m.get("losses"))))
+trained = ("%s step %s, losses %s" % (m.get("mode"), m.get("step"), json.dumps(m.get("losses")))
+           if m.get("trained", True) else "%s: nothing trained (%s)" % (m.get("mode"), m.get("reason")))
+print("rl-loop: %s: %d episodes, %d passed, mean reward %s, %s" % (
+    sys.argv[3], len(recs), passed, "%.3f" % (sum(vals) / len(vals)) if vals else "n/a", trained))
 PY
-  ckpt=$out
+  if [[ -d $out ]]; then ckpt=$out; else say "$it: no new checkpoint; the next iteration samples $ckpt again"; fi
 done
 say "done: the last checkpoint is $ckpt; the store is $CUDA_AGENT_STORE"
 if ((report)); then run-store report --table >&2; fi

@@ -101,6 +101,22 @@ assert m1["episodes"] == 3 and m1["optimizer_steps"]["actor"] == 1, m1
 assert 0 < m1["model_tokens"] < m1["tokens"], "prompts and tool output must be masked"
 assert l2 < l1 - 0.05, "the rft step did not lower the loss on its episodes: %g -> %g" % (l1, l2)
 PY
+# An iteration where nothing earned a reward: rft keeps nothing. An input error (exit 2) by default;
+# with --empty-ok (a loop's iteration) a metrics line says so, exit 0, and no checkpoint is written.
+sed 's/"value": 3/"value": -1/' "$tmp/rewarded.jsonl" > "$tmp/failed.jsonl"
+set +e
+$PPO --mode rft --policy "$tmp/p1" --out "$tmp/none" --no-store < "$tmp/failed.jsonl" > /dev/null 2> "$tmp/err.txt"; rc=$?
+set -e
+[ $rc = 2 ] && grep -q "no trajectories to train on" "$tmp/err.txt" || { echo "FAIL: empty rft batch: rc $rc"; exit 1; }
+$PPO --mode rft --policy "$tmp/p1" --out "$tmp/none" --no-store --empty-ok < "$tmp/failed.jsonl" > "$tmp/m0.jsonl" 2> "$tmp/err.txt" \
+  || { echo "FAIL: --empty-ok exited non-zero: $(cat "$tmp/err.txt")"; exit 1; }
+[ ! -e "$tmp/none" ] || { echo "FAIL: --empty-ok wrote a checkpoint"; exit 1; }
+$PY - "$tmp/m0.jsonl" "$tmp/m1.jsonl" <<'PY'
+import json, sys
+m0, m1 = (json.loads(open(f).readline()) for f in sys.argv[1:3])
+assert m0["trained"] is False and m0["episodes"] == 0 and m0["episodes_skipped"] == 3, m0
+assert m1["trained"] is True and m1["sft_loss_first"] >= m1["sft_loss_last"] > 0, m1
+PY
 # Without a tokenizer.json in the checkpoint the episodes are bad records naming what is missing.
 mkdir -p "$tmp/bare" && cp "$tmp/p0/config.json" "$tmp/p0/model.safetensors" "$tmp/bare/"
 set +e

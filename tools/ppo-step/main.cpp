@@ -49,6 +49,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
   app.add_flag("--checkpointing", device.checkpointing, "cuda: recompute each layer in the backward instead of keeping its activations");
+  bool empty_ok = false;
+  app.add_flag("--empty-ok", empty_ok, "Nothing to train on (rft: no trajectory kept) is not an error: a metrics line "
+                                       "with trained false and no --out checkpoint (a loop keeps its policy)");
   app.add_option("--config", config_path, "YAML coefficients (ppo-step config prints every key and default)");
   app.add_option("--reward-field", fields.reward_pointer, "JSON pointer of the reward (default /reward if a number, else /reward/value)");
   app.add_option("--group-field", fields.group_pointer, "JSON pointer of the group key (GRPO)")->capture_default_str();
@@ -162,11 +165,24 @@ int main(int argc, char** argv) {
     ca::Record metrics;
     try {
       metrics = trainer.run(batch, bad);
+    } catch (const ca::ppo::NothingToTrain& e) {
+      if (!empty_ok) {
+        if (store) store->end_run(e.exit_code, ca::Json{{"read", read}, {"bad", bad}});
+        throw;
+      }
+      ca::log::warn(paths.mode, ": ", e.what(), " (", e.episodes_skipped, " of ", read,
+                    " left out); --empty-ok: no checkpoint written");
+      ca::RecordWriter(opt.output).write(ca::Record{{"mode", paths.mode}, {"trained", false}, {"reason", e.what()},
+                                                    {"policy", paths.policy}, {"episodes", 0},
+                                                    {"episodes_skipped", e.episodes_skipped}, {"bad_records", bad}});
+      if (store) store->end_run(ca::kExitOk, ca::Json{{"read", read}, {"done", 0}, {"bad", bad}});
+      return ca::kExitOk;
     } catch (const ca::Error& e) {
       if (store) store->end_run(e.exit_code, ca::Json{{"read", read}, {"bad", bad}});
       throw;
     }
     metrics["bad_records"] = bad;
+    metrics["trained"] = true;
     ca::RecordWriter out(opt.output);
     out.write(metrics);
     if (store) {

@@ -69,7 +69,7 @@ struct Mean {
 struct Trainer::UpdateStats {
   Mean pg_loss, kl_loss, entropy, clip_high, clip_low, clip_dual, approx_kl, actor_grad_norm, sft_loss;
   Mean vf_loss, vf_clipfrac, critic_grad_norm;
-  double vf_loss_first = NAN, vf_loss_last = NAN;
+  double vf_loss_first = NAN, vf_loss_last = NAN, sft_loss_first = NAN, sft_loss_last = NAN;
   int64_t actor_steps = 0, critic_steps = 0, trained_tokens = 0;
 };
 
@@ -170,7 +170,10 @@ void Trainer::update_actor(TrainModel& policy, const std::vector<Trajectory>& ba
       st.actor_grad_norm.add(norm);
       st.entropy.add(ent.sum / double(std::max<int64_t>(1, ent.n)));
       if (sft) {
-        st.sft_loss.add(nll.sum / double(std::max<int64_t>(1, nll.n)));
+        const double mean_nll = nll.sum / double(std::max<int64_t>(1, nll.n));
+        st.sft_loss.add(mean_nll);
+        if (std::isnan(st.sft_loss_first)) st.sft_loss_first = mean_nll;
+        st.sft_loss_last = mean_nll;
       } else {
         st.pg_loss.add(pg.sum / double(pg.n));
         st.clip_high.add(high.sum / double(high.n));
@@ -251,7 +254,7 @@ Record Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
               config_.rft_require_clean_tools ? ", clean tool use)" : ")");
     batch = std::move(kept);
   }
-  if (batch.empty()) throw InputError("no trajectories to train on");
+  if (batch.empty()) throw NothingToTrain("no trajectories to train on", kept_skipped);
 
   const std::string critic_in = paths_.critic.empty() ? paths_.policy : paths_.critic;
   const std::string critic_out =
@@ -393,7 +396,12 @@ Record Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
     metrics["pg_clipfrac_dual"] = st.clip_dual.json();
     metrics["approx_kl"] = st.approx_kl.json();
   }
-  if (mode == "rft") losses["sft_loss"] = st.sft_loss.json();
+  if (mode == "rft") {
+    losses["sft_loss"] = st.sft_loss.json();
+    // First and last update's mean NLL per response token: whether the epochs converged.
+    metrics["sft_loss_first"] = std::isnan(st.sft_loss_first) ? Json(nullptr) : Json(st.sft_loss_first);
+    metrics["sft_loss_last"] = std::isnan(st.sft_loss_last) ? Json(nullptr) : Json(st.sft_loss_last);
+  }
   if (use_critic) {
     losses["vf_loss"] = st.vf_loss.json();
     metrics["vf_loss_first"] = std::isnan(st.vf_loss_first) ? Json(nullptr) : Json(st.vf_loss_first);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "libcommon/errors.hpp"
 #include "libcommon/jsonl.hpp"
 #include "libcommon/log.hpp"
 #include "tools/ppo-step/backend.hpp"
@@ -27,6 +28,12 @@ struct StepPaths {
 std::vector<double> score_logprobs(TrainModel& model, const Trajectory& tr, double temperature);
 // Values of every token's state (the critic's output at the previous position).
 std::vector<double> score_critic(TrainModel& critic, const Trajectory& tr);
+
+// Nothing in the batch to train on (rft: no trajectory kept): an input error, unless --empty-ok.
+struct NothingToTrain : InputError {
+  NothingToTrain(const std::string& why, int64_t skipped) : InputError(why), episodes_skipped(skipped) {}
+  int64_t episodes_skipped;  // records left out: bad ones and those rft did not keep
+};
 
 class Trainer {
  public:
