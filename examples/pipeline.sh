@@ -93,7 +93,8 @@ for stage in "${stages[@]}"; do
       loop=(--tasks "$out/tasks.jsonl" --warmup "$warmup" --work "$out/loop" --episodes 1)
       if ((gpu)); then
         ppo-step init --model-config "$demo/loop/policy-gpu.json" --out "$out/loop/base" --seed 1 -q
-        loop+=(--iterations "${CA_LOOP_ITERATIONS:-3}" --rft 2 --device cuda --rft-config "$demo/loop/rft-gpu.yaml"
+        loop+=(--iterations "${CA_LOOP_ITERATIONS:-3}" --rft 2 --device cuda --warmup-config "$demo/loop/warmup-gpu.yaml"
+               --rft-config "$demo/loop/rft-gpu.yaml"
                --ppo-config "$demo/loop/ppo.yaml" -- --max-turns 8 --max-tokens 2048 --temperature 0)
       else
         ppo-step init --model-config "$demo/loop/policy-cpu.json" --out "$out/loop/base" --seed 1 -q

@@ -26,6 +26,7 @@
 #   --episodes M        episodes per task                              [2]
 #   --device D          where ppo-step trains and the native policy samples: cpu | cuda[:N]  [cpu]
 #   --rft-config Y, --ppo-config Y, --critic-config Y   ppo-step YAML for each mode
+#   --warmup-config Y   ppo-step YAML for the warm-up's RFT            [the --rft-config]
 #   --work DIR          every file and checkpoint of the run           [./rl-run]
 #   --cpu-proxy         no GPU: reward +1 for a bundle that compiled (kernel-check --compile-only), -1
 #                       otherwise, imported as scheme "compile-proxy" (nothing is run or timed: a smoke
@@ -42,7 +43,7 @@ say() { echo "rl-loop: $*" >&2; }
 die() { say "$*"; exit "${2:-1}"; }
 
 tasks=$repo/datasets/demo/tasks.jsonl ckpt= policy=native iterations=3 rft=1 warmup= episodes=2 device=cpu
-rft_config= ppo_config= critic_config= work=$PWD/rl-run cpu_proxy=0 report=1 agent_args=()
+rft_config= warmup_config= ppo_config= critic_config= work=$PWD/rl-run cpu_proxy=0 report=1 agent_args=()
 while (($#)); do
   case $1 in
     --tasks) tasks=$2; shift 2 ;;
@@ -54,6 +55,7 @@ while (($#)); do
     --episodes) episodes=$2; shift 2 ;;
     --device) device=$2; shift 2 ;;
     --rft-config) rft_config=$2; shift 2 ;;
+    --warmup-config) warmup_config=$2; shift 2 ;;
     --ppo-config) ppo_config=$2; shift 2 ;;
     --critic-config) critic_config=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
@@ -134,7 +136,7 @@ if [[ -n $warmup ]]; then
     say "warm-up: judging $warmup, then RFT on the episodes that earned a reward > 0"
     judge "$warmup" "$work/warmup.rewarded.jsonl"
   fi
-  train rft "$rft_config" "$work/warmup.rewarded.jsonl" "$work/warmup.metrics.jsonl" --policy "$ckpt" --out "$work/ckpt/warmup"
+  train rft "${warmup_config:-$rft_config}" "$work/warmup.rewarded.jsonl" "$work/warmup.metrics.jsonl" --policy "$ckpt" --out "$work/ckpt/warmup"
   python3 -c 'import json,sys; m=json.loads(open(sys.argv[1]).readlines()[-1]); print("rl-loop: warm-up: %s episodes, NLL per response token %s -> %s over %s updates" % (m.get("episodes"), m.get("sft_loss_first"), m.get("sft_loss_last"), (m.get("optimizer_steps") or {}).get("actor")))' "$work/warmup.metrics.jsonl" >&2
   ckpt=$work/ckpt/warmup
 fi
