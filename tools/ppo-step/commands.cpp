@@ -1,13 +1,15 @@
-// ppo-step's subcommands advantages, sample and init.
+// ppo-step's subcommands: advantages, sample, tokenize, init and config.
 #include "tools/ppo-step/commands.hpp"
 
 #include <chrono>
+#include <iostream>
 
 #include "libcommon/errors.hpp"
 #include "libcommon/fields.hpp"
 #include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
 #include "libcommon/paths.hpp"
+#include "tools/ppo-step/config.hpp"
 #include "tools/ppo-step/records.hpp"
 
 namespace ca::ppo {
@@ -149,6 +151,80 @@ void init_model(const InitSettings& s) {
   nn::save_model(model, s.out);
   log::info("wrote ", config.value_head ? "critic" : "policy", " with ", model.num_parameters(), " parameters to ", s.out,
             " (seed ", s.seed, ")");
+}
+
+void add_subcommands(Cli& cli, Subcommands& s, EpisodeFields& fields) {
+  auto& app = cli.app();
+  // advantages
+  s.advantages = app.add_subcommand("advantages", "Add advantages and returns to sequence records (GAE or GRPO)");
+  s.advantages->add_option("--estimator", s.adv.estimator, "gae | grpo")->check(CLI::IsMember({"gae", "grpo"}))->capture_default_str();
+  s.advantages->add_option("--gamma", s.adv.gamma, "Discount")->capture_default_str();
+  s.advantages->add_option("--lam", s.adv.lam, "GAE lambda")->capture_default_str();
+  s.advantages->add_flag("--no-whiten", s.no_whiten, "Keep GAE advantages raw (default: whitened over model tokens)");
+  s.advantages->add_flag("--no-std-norm", s.no_std_norm, "GRPO: subtract the group mean only");
+  cli.add_io_options(s.advantages);
+  cli.add_record_options(s.advantages);
+
+  // sample
+  s.sample = app.add_subcommand("sample", "Sample responses from a native policy for prompt records (episodes out)");
+  s.sample->add_option("--policy", s.sample_settings.policy, "Policy checkpoint")->required();
+  s.sample->add_option("-n,--samples", s.sample_settings.samples, "Responses per prompt")->capture_default_str();
+  s.sample->add_option("--max-new-tokens", s.sample_settings.options.max_new_tokens, "Tokens per response")->capture_default_str();
+  s.sample->add_option("--temperature", s.sample_settings.options.temperature, "0 = greedy")->capture_default_str();
+  s.sample->add_option("--top-p", s.sample_settings.options.top_p, "Nucleus mass")->capture_default_str();
+  s.sample->add_option("--stop", s.sample_settings.options.stop_tokens, "Stop token ids");
+  cli.add_io_options(s.sample);
+  cli.add_record_options(s.sample);
+  cli.add_seed_option(s.sample);
+
+  // tokenize
+  s.tokenize = app.add_subcommand("tokenize", "Add the tokens a step would train on to episode records (training_tokens: ids, mask)");
+  s.tokenize->add_option("--policy", s.tok_policy, "Policy checkpoint whose tokenizer.json renders turns without token ids")->required();
+  s.tokenize->add_option("--group-field", fields.group_pointer, "JSON pointer of the group key")->capture_default_str();
+  cli.add_io_options(s.tokenize);
+  cli.add_record_options(s.tokenize);
+
+  // init
+  s.init = app.add_subcommand("init", "Write a randomly initialized native model (HF layout) from a config.json");
+  s.init->add_option("--model-config", s.init_settings.config_path, "config.json of the model (Qwen2/Llama keys)")->required();
+  s.init->add_option("--out", s.init_settings.out, "Checkpoint folder")->required();
+  s.init->add_flag("--critic", s.init_settings.critic, "A critic (value head) instead of a policy");
+  s.init->add_option("--std", s.init_settings.std, "Normal init standard deviation")->capture_default_str();
+  cli.add_seed_option(s.init);
+
+  s.config = app.add_subcommand("config", "Print the default YAML configuration");
+}
+
+std::optional<int> run_subcommand(const CommonOptions& opt, Subcommands& s, EpisodeFields fields,
+                                  const StepPaths& paths, uint64_t seed) {
+  if (*s.config) {
+    std::cout << TrainConfig::default_yaml();
+    return kExitOk;
+  }
+  if (*s.init) {
+    s.init_settings.seed = seed;
+    init_model(s.init_settings);
+    return kExitOk;
+  }
+  if (*s.sample) {
+    s.sample_settings.seed = seed;
+    return run_sample(opt, s.sample_settings);
+  }
+  if (*s.tokenize) {
+    StepPaths p = paths;
+    p.policy = s.tok_policy;
+    auto tokenizer = render_tokenizer(p);
+    if (!tokenizer) throw InputError("tokenize: no tokenizer.json in " + s.tok_policy);
+    fields.tokenizer = &*tokenizer;
+    fields.need_reward = false;
+    return run_tokenize(opt, fields);
+  }
+  if (*s.advantages) {
+    s.adv.whiten = !s.no_whiten;
+    s.adv.grpo_norm_by_std = !s.no_std_norm;
+    return run_advantages(opt, s.adv);
+  }
+  return std::nullopt;
 }
 
 }  // namespace ca::ppo

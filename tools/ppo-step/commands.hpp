@@ -3,6 +3,7 @@
 // native model in HF layout).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "libcommon/cli.hpp"
@@ -10,6 +11,7 @@
 #include "libcommon/nn/sample.hpp"
 #include "libcommon/record_loop.hpp"
 #include "tools/ppo-step/records.hpp"
+#include "tools/ppo-step/train_command.hpp"
 
 namespace ca::ppo {
 
@@ -60,5 +62,21 @@ struct InitSettings {
   uint64_t seed = 0;
 };
 void init_model(const InitSettings& settings);
+
+// The subcommands (advantages, sample, tokenize, init, config) and their settings.
+struct Subcommands {
+  CLI::App *advantages = nullptr, *sample = nullptr, *tokenize = nullptr, *init = nullptr, *config = nullptr;
+  AdvantageSettings adv;
+  bool no_whiten = false, no_std_norm = false;
+  SampleSettings sample_settings;
+  std::string tok_policy;
+  InitSettings init_settings;
+};
+// Each subcommand on the tool's app, with its options; `fields` takes tokenize's --group-field.
+void add_subcommands(Cli& cli, Subcommands& s, EpisodeFields& fields);
+// Runs the subcommand given and returns its exit status; nullopt when none was (the training step).
+// `paths` gives tokenize a critic's tokenizer when the policy has none.
+std::optional<int> run_subcommand(const CommonOptions& options, Subcommands& s, EpisodeFields fields,
+                                  const StepPaths& paths, uint64_t seed);
 
 }  // namespace ca::ppo

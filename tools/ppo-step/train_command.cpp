@@ -1,0 +1,100 @@
+// ppo-step's training step.
+#include "tools/ppo-step/train_command.hpp"
+
+#include <filesystem>
+
+#include "libcommon/errors.hpp"
+#include "libcommon/fields.hpp"
+#include "libcommon/jsonl.hpp"
+#include "libcommon/log.hpp"
+#include "libcommon/paths.hpp"
+#include "libcommon/record_loop.hpp"
+#include "libcommon/store.hpp"
+#include "tools/ppo-step/config.hpp"
+
+namespace ca::ppo {
+
+void add_train_options(CLI::App& app, TrainSettings& t) {
+  auto& [paths, config_path, fields, device, empty_ok] = t;
+  app.add_option("--mode", paths.mode, "ppo | rft | value-pretrain")->check(CLI::IsMember({"ppo", "rft", "value-pretrain"}));
+  app.add_option("--policy", paths.policy, "Policy checkpoint (HF folder: config.json + model.safetensors)");
+  app.add_option("--critic", paths.critic, "Critic checkpoint (a policy folder starts a critic with a zero value head)");
+  app.add_option("--ref", paths.ref, "Reference policy for KL (algorithm.kl_in_reward / kl_loss)");
+  app.add_option("--out", paths.out, "Where the new checkpoint goes (value-pretrain: the critic)");
+  app.add_option("--critic-out", paths.critic_out, "Where the new critic goes in ppo mode (default OUT/critic)");
+  app.add_option("--device", device.device, "cpu, cuda or cuda:N: where the models train (cuda: opened at run time)")
+      ->capture_default_str();
+  app.add_option("--dtype", device.dtype, "Compute dtype on cuda: bf16 or f32 (master weights, gradients and AdamW are fp32)")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
+  app.add_flag("--checkpointing", device.checkpointing, "cuda: recompute each layer in the backward instead of keeping its activations");
+  app.add_flag("--empty-ok", empty_ok, "Nothing to train on (rft: no trajectory kept) is not an error: a metrics line "
+                                       "with trained false and no --out checkpoint (a loop keeps its policy)");
+  app.add_option("--config", config_path, "YAML coefficients (ppo-step config prints every key and default)");
+  app.add_option("--reward-field", fields.reward_pointer, "JSON pointer of the reward (default /reward if a number, else /reward/value)");
+  app.add_option("--group-field", fields.group_pointer, "JSON pointer of the group key (GRPO)")->capture_default_str();
+}
+
+std::optional<tokenizer::Tokenizer> render_tokenizer(const StepPaths& paths) {
+  for (const std::string& dir : {paths.policy, paths.critic})
+    if (!dir.empty() && std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
+      return tokenizer::Tokenizer::from_file((std::filesystem::path(dir) / "tokenizer.json").string());
+  return std::nullopt;
+}
+
+int run_train(const CommonOptions& opt, TrainSettings& t, uint64_t seed) {
+  auto& [paths, config_path, fields, device, empty_ok] = t;
+  if (paths.mode.empty()) throw ca::UsageError("give --mode ppo|rft|value-pretrain, or a subcommand (advantages, sample, init, config)");
+  ca::ppo::TrainConfig config;
+  if (!config_path.empty()) config.apply_yaml(ca::read_file(config_path), config_path);
+  ca::ppo::Trainer trainer(config, paths, seed, device);  // a bad --device fails before the input is read
+  std::vector<ca::ppo::Trajectory> batch;
+  int64_t bad = 0, read = 0;
+  ca::RecordReader reader(opt.input);
+  ca::Record rec;
+  while (reader.next(rec)) {
+    ++read;
+    if (!opt.shard.contains(ca::record_key(rec))) continue;
+    try {
+      batch.push_back(ca::ppo::parse_episode(rec, fields));
+    } catch (const ca::FieldError& e) {
+      if (opt.strict) throw ca::InputError(reader.where() + ": " + e.field + ": " + e.reason);
+      ca::log::warn(reader.where(), ": ", e.field, ": ", e.reason, " (record left out of the batch)");
+      ++bad;
+    }
+  }
+  auto store = ca::open_store_for(opt);
+  ca::Record metrics;
+  try {
+    metrics = trainer.run(batch, bad);
+  } catch (const ca::ppo::NothingToTrain& e) {
+    if (!empty_ok) {
+      if (store) store->end_run(e.exit_code, ca::Json{{"read", read}, {"bad", bad}});
+      throw;
+    }
+    ca::log::warn(paths.mode, ": ", e.what(), " (", e.episodes_skipped, " of ", read,
+                  " left out); --empty-ok: no checkpoint written");
+    ca::RecordWriter(opt.output).write(ca::Record{{"mode", paths.mode}, {"trained", false}, {"reason", e.what()},
+                                                  {"policy", paths.policy}, {"episodes", 0},
+                                                  {"episodes_skipped", e.episodes_skipped}, {"bad_records", bad}});
+    if (store) store->end_run(ca::kExitOk, ca::Json{{"read", read}, {"done", 0}, {"bad", bad}});
+    return ca::kExitOk;
+  } catch (const ca::Error& e) {
+    if (store) store->end_run(e.exit_code, ca::Json{{"read", read}, {"bad", bad}});
+    throw;
+  }
+  metrics["bad_records"] = bad;
+  metrics["trained"] = true;
+  ca::RecordWriter out(opt.output);
+  out.write(metrics);
+  if (store) {
+    store->put_ppo_step(metrics["step_id"].get<std::string>(), metrics);
+    store->end_run(ca::kExitOk, ca::Json{{"read", read}, {"done", metrics["episodes"]}, {"bad", bad}});
+  }
+  ca::log::info(paths.mode, " step ", metrics["step"], ": ", metrics["episodes"], " episodes, ", metrics["tokens"],
+                " tokens, ", bad, " bad records, reward mean ", metrics["reward_mean"], ", ",
+                metrics["tokens_per_s"].get<double>(), " tokens/s");
+  return ca::kExitOk;
+}
+
+}  // namespace ca::ppo
