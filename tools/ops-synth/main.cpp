@@ -1,93 +1,10 @@
 // ops-synth: synthesize training tasks from the op catalog, filter them with the reference worker,
 // and import KernelBench / CUDA-Agent-Ops-6K problems as the same task records.
-#include <chrono>
-#include <random>
-
 #include "libcommon/cli.hpp"
 #include "libcommon/errors.hpp"
-#include "libcommon/log.hpp"
-#include "libcommon/store.hpp"
-#include "tools/ops-synth/catalog.hpp"
 #include "tools/ops-synth/filter.hpp"
-#include "tools/ops-synth/generate.hpp"
+#include "tools/ops-synth/generate_command.hpp"
 #include "tools/ops-synth/import.hpp"
-
-namespace {
-
-// Before anything is written: the standalone modules are few (the catalog's modules at their size
-// lists, near-duplicates once), so a large -n can ask for more of them than exist. Says how many
-// tasks the mix can give, and refuses an -n beyond that (the chains' space is far larger).
-void check_capacity(ca::ops_synth::Generator& gen, int64_t n, const ca::ops_synth::Catalog& catalog,
-                    const ca::ops_synth::GenOptions& opt) {
-  const int module = ca::ops_synth::kCategories - 1;
-  if (opt.mix[static_cast<std::size_t>(module)] == 0 || n == 0) return;
-  const int64_t capacity = gen.module_capacity();
-  // The category sequence is fixed by the seed: find the first task that would need one module
-  // more than there are (scanning stops at 10^9 tasks: past any real run).
-  int64_t used = 0, limit = -1, need = 0;
-  for (int64_t i = 0; i < int64_t(1e9) && (i < n || limit < 0); ++i) {
-    if (gen.category_of(i) != module) continue;
-    if (i < n) ++need;
-    if (++used > capacity && limit < 0) limit = i;
-  }
-  std::string what = ca::log::cat("the catalog's ", catalog.modules.size(), " standalone modules give ", capacity,
-                                  " distinct tasks at --sizes ", opt.sizes,
-                                  " (the same module at sizes within a factor of 2 counts once)");
-  std::string most = limit < 0 ? "more than 10^9" : ca::log::cat("at most ", limit);
-  if (limit < 0 || n <= limit) {
-    ca::log::info("this mix can give ", most, " distinct tasks: ", what);
-    return;
-  }
-  throw ca::UsageError(ca::log::cat("-n ", n, ": this mix can give at most ", limit, " distinct tasks: it needs ", need,
-                                    " module tasks and ", what, "; lower -n to ", limit,
-                                    " or the module weight in --mix (module=0 for none)"));
-}
-
-int run_generate(const ca::CommonOptions& common, int64_t n, const std::string& catalog_path,
-                 ca::ops_synth::GenOptions opt) {
-  auto started = std::chrono::steady_clock::now();
-  ca::ops_synth::Catalog catalog = ca::ops_synth::Catalog::load(catalog_path);
-  if (common.seed) {
-    opt.seed = *common.seed;
-  } else {
-    std::random_device rd;
-    opt.seed = ((static_cast<uint64_t>(rd()) << 32) | rd()) & ((1ull << 53) - 1);
-    ca::log::info("seed ", opt.seed, " (pass --seed ", opt.seed, " to reproduce)");
-  }
-  ca::log::verbose("catalog ", catalog.path, ": ", catalog.ops.size(), " ops, ", catalog.modules.size(), " modules");
-  ca::ops_synth::Generator gen(catalog, opt);
-  check_capacity(gen, n, catalog, opt);
-  auto store = ca::open_store_for(common);
-  ca::RecordWriter out(common.output);
-  ca::log::Progress progress("tasks", n);
-  std::array<int64_t, ca::ops_synth::kCategories> per_category{};
-  for (int64_t i = 0; i < n; ++i) {
-    // Sharding is by index, and every shard walks the whole sequence so near-duplicates are judged
-    // the same way: the shards' union is exactly the unsharded output.
-    ca::Record rec = gen.task(i);
-    if (common.shard.count > 1 && i % common.shard.count != common.shard.index) continue;
-    // Committed before it is on stdout: a kill -9 loses at most this record, and never leaves an
-    // emitted task missing from the store (its own transaction; cheap in WAL, synchronous=NORMAL).
-    if (store) store->put_task(rec);
-    out.write(rec);
-    ++per_category[static_cast<std::size_t>(gen.category_of(i))];
-    progress.tick();
-  }
-  progress.finish();
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  ca::Json counts = {{"written", out.count()}, {"near_duplicates_skipped", gen.duplicates()},
-                     {"retries", gen.retries()}};
-  std::string mix;
-  for (int c = 0; c < ca::ops_synth::kCategories; ++c)
-    mix += (c ? " " : "") + ca::ops_synth::category_name(c) + ":" + std::to_string(per_category[static_cast<std::size_t>(c)]);
-  ca::log::info(out.count(), " tasks written (", mix, "), ", gen.duplicates(), " near-duplicates skipped, ",
-                gen.retries(), " retries, ", ca::log::cat(static_cast<int64_t>(out.count() / std::max(secs, 1e-9))),
-                " tasks/s");
-  if (store) store->end_run(ca::kExitOk, counts);
-  return ca::kExitOk;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   ca::Cli cli("ops-synth", "Synthesize, filter and import training tasks (KernelBench format, Ops-6K compatible).",
@@ -97,27 +14,8 @@ int main(int argc, char** argv) {
   auto& common = cli.options();
   app.require_subcommand(1);
 
-  // generate
-  int64_t n = 100;
-  std::string catalog_path, mix_text, ops_text;
-  ca::ops_synth::GenOptions gen;
-  auto* generate = app.add_subcommand("generate", "Stack 1-5 catalog ops (or one standalone module) into tasks");
-  generate->add_option("-n,--count", n, "Number of tasks")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cli.add_seed_option(generate);
-  generate->add_option("--sizes", gen.sizes, "gpu (eager 1-100 ms estimated) or tiny (CPU tests)")
-      ->capture_default_str()->check(CLI::IsMember({"gpu", "tiny"}));
-  generate->add_option("--gpu-profile", gen.gpu_profile, "GPU the eager time is estimated for (" +
-                       ca::ops_synth::gpu_profile_names() + ")")->capture_default_str();
-  generate->add_option("--min-ms", gen.min_ms, "Lowest estimated eager time (--sizes gpu)")->capture_default_str();
-  generate->add_option("--max-ms", gen.max_ms, "Highest estimated eager time (--sizes gpu)")->capture_default_str();
-  generate->add_option("--mix", mix_text, "Category weights, e.g. 1=0.034,2=0.8377,3=0.0762,4=0.028,5=0.0123,module=0.0118 "
-                                          "(default: the published Ops-6K mix)");
-  generate->add_option("--ops", ops_text, "Comma-separated op names: chains use only these");
-  generate->add_flag("--allow-stochastic", gen.allow_stochastic, "Also use stochastic ops (dropout, RReLU)");
-  generate->add_option("--catalog", catalog_path, "Op catalog YAML (default: datasets/ops/catalog.yaml)");
-  generate->add_option("-o,--output", common.output, "Output JSON Lines ('-' = stdout)")->capture_default_str();
-  cli.add_store_options(generate);
-  generate->add_option("--shard", common.shard_text, "Emit only tasks with index % n == i (i/n)");
+  ca::ops_synth::GenerateCommand gen;
+  gen.register_with(cli);
 
   // filter
   ca::ops_synth::FilterOptions filt;
@@ -136,18 +34,7 @@ int main(int argc, char** argv) {
   imp.register_with(import);
 
   return cli.run(argc, argv, [&]() -> int {
-    if (catalog_path.empty() && *generate) catalog_path = ca::ops_synth::default_catalog_path();
-    if (*generate) {
-      if (!mix_text.empty()) gen.mix = ca::ops_synth::parse_mix(mix_text);
-      if (!ops_text.empty()) {
-        std::stringstream ss(ops_text);
-        std::string item;
-        while (std::getline(ss, item, ','))
-          if (!item.empty()) gen.only_ops.push_back(item);
-      }
-      if (gen.min_ms <= 0 || gen.max_ms <= gen.min_ms) throw ca::UsageError("--min-ms/--max-ms: need 0 < min < max");
-      return run_generate(common, n, catalog_path, gen);
-    }
+    if (*gen.app) return ca::ops_synth::run_generate(common, gen);
     if (*filter) return ca::ops_synth::run_filter(common, filt);
     if (*import) return ca::ops_synth::run_import(common, imp);
     return ca::kExitUsage;

@@ -1,29 +1,8 @@
 // run-store: create, fill, merge, query and summarize the SQLite run store.
-#include <unistd.h>
-
-#include <iostream>
-
 #include "libcommon/cli.hpp"
 #include "libcommon/errors.hpp"
-#include "libcommon/file_identity.hpp"
-#include "libcommon/log.hpp"
-#include "libcommon/record_loop.hpp"
-#include "libcommon/store.hpp"
-#include "tools/run-store/lineage.hpp"
+#include "tools/run-store/commands.hpp"
 #include "tools/run-store/report.hpp"
-#include "tools/run-store/summary_table.hpp"
-
-namespace {
-
-// Before anything is opened or merged: OUT among the inputs (also through a symlink) would wait on
-// its own lock and fail after 30 s.
-void refuse_self_merge(const std::string& out, const std::vector<std::string>& inputs) {
-  for (const auto& in : inputs)
-    if (ca::same_file(out, in))
-      throw ca::UsageError("merge: cannot merge store '" + in + "' into itself ('" + out + "' is the same file)");
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   ca::Cli cli("run-store", "The cuda-agent run store (SQLite): init, import, merge, query, export, summary, report.",
@@ -74,72 +53,13 @@ int main(int argc, char** argv) {
   report->add_flag("--table", report_cmd.table, "A table even when piped");
 
   return cli.run(argc, argv, [&]() -> int {
-    if (*init) {
-      ca::Store store(opt.resolved_store_path());
-      ca::log::info("store ", store.path(), " at schema version ", store.schema_version());
-      return ca::kExitOk;
-    }
-    if (*import) {
-      ca::Store store(opt.resolved_store_path());
-      store.begin_run(opt);
-      ca::RecordReader reader(opt.input);
-      ca::Counts counts;
-      std::map<std::string, int64_t> kinds;
-      ca::Record record;
-      int status = ca::kExitOk;
-      try {
-        while (reader.next(record)) {
-          ++counts.read;
-          try {
-            ++kinds[store.import_record(record)];
-            ++counts.done;
-          } catch (const ca::FieldError& e) {
-            if (opt.strict) throw ca::InputError(reader.where() + ": " + e.field + ": " + e.reason);
-            ca::log::warn(reader.where(), ": ", e.field, ": ", e.reason, " (not imported)");
-            ++counts.bad;
-          }
-        }
-      } catch (const ca::Error& e) {
-        ca::report_error(e);
-        status = e.exit_code;
-      }
-      ca::Json by_kind = kinds;
-      store.end_run(status, counts.to_json());
-      ca::log::info("imported ", counts.done, " records ", by_kind.dump(), ", ", counts.bad, " bad");
-      return status;
-    }
-    if (*merge) {
-      refuse_self_merge(merge_out, merge_in);
-      ca::Store out(merge_out);
-      ca::Json total = ca::Json::object();
-      for (const auto& path : merge_in) {
-        ca::Json added = out.merge_from(path);
-        ca::log::info("merged ", path, ": ", added.dump());
-        for (auto& [k, v] : added.items()) total[k] = total.value(k, 0) + v.get<int64_t>();
-      }
-      ca::log::info("rows added: ", total.dump());
-      return ca::kExitOk;
-    }
+    if (*init) return ca::store_cmd::run_init(opt);
+    if (*import) return ca::store_cmd::run_import(opt);
+    if (*merge) return ca::store_cmd::run_merge(merge_out, merge_in);
     if (*report) return ca::report::run(report_cmd, opt.resolved_store_path());
-    if (*query || *export_cmd || *summary) {
-      ca::Store store(opt.resolved_store_path(), true);
-      ca::RecordWriter out("-");
-      if (*query) {
-        store.query(sql, [&](const ca::Record& row) { out.write(row); });
-      } else if (*export_cmd) {
-        const auto& names = ca::Store::table_names();
-        if (std::find(names.begin(), names.end(), table) == names.end())
-          throw ca::UsageError("unknown table '" + table + "'");
-        store.query("SELECT * FROM " + table + " ORDER BY rowid", [&](const ca::Record& row) { out.write(row); });
-      } else {
-        ca::Json runs = ca::folded_summary(store);  // agent-run's locked calls under their episode's run
-        bool table_mode = as_table || (!as_json && isatty(STDOUT_FILENO));
-        if (table_mode) std::cout << ca::render_summary_table(runs);
-        else
-          for (const auto& row : runs) out.write(ca::Record::parse(row.dump()));
-      }
-      return ca::kExitOk;
-    }
+    if (*query) return ca::store_cmd::run_query(opt, sql);
+    if (*export_cmd) return ca::store_cmd::run_export(opt, table);
+    if (*summary) return ca::store_cmd::run_summary(opt, as_json, as_table);
     return ca::kExitUsage;
   });
 }

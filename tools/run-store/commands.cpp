@@ -1,0 +1,107 @@
+// run-store's subcommands.
+#include "tools/run-store/commands.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <iostream>
+#include <map>
+
+#include "libcommon/errors.hpp"
+#include "libcommon/file_identity.hpp"
+#include "libcommon/log.hpp"
+#include "libcommon/record_loop.hpp"
+#include "libcommon/store.hpp"
+#include "tools/run-store/lineage.hpp"
+#include "tools/run-store/summary_table.hpp"
+
+namespace ca::store_cmd {
+
+namespace {
+
+// Before anything is opened or merged: OUT among the inputs (also through a symlink) would wait on
+// its own lock and fail after 30 s.
+void refuse_self_merge(const std::string& out, const std::vector<std::string>& inputs) {
+  for (const auto& in : inputs)
+    if (ca::same_file(out, in))
+      throw ca::UsageError("merge: cannot merge store '" + in + "' into itself ('" + out + "' is the same file)");
+}
+
+}  // namespace
+
+int run_init(const CommonOptions& opt) {
+  ca::Store store(opt.resolved_store_path());
+  ca::log::info("store ", store.path(), " at schema version ", store.schema_version());
+  return ca::kExitOk;
+}
+
+int run_import(const CommonOptions& opt) {
+  ca::Store store(opt.resolved_store_path());
+  store.begin_run(opt);
+  ca::RecordReader reader(opt.input);
+  ca::Counts counts;
+  std::map<std::string, int64_t> kinds;
+  ca::Record record;
+  int status = ca::kExitOk;
+  try {
+    while (reader.next(record)) {
+      ++counts.read;
+      try {
+        ++kinds[store.import_record(record)];
+        ++counts.done;
+      } catch (const ca::FieldError& e) {
+        if (opt.strict) throw ca::InputError(reader.where() + ": " + e.field + ": " + e.reason);
+        ca::log::warn(reader.where(), ": ", e.field, ": ", e.reason, " (not imported)");
+        ++counts.bad;
+      }
+    }
+  } catch (const ca::Error& e) {
+    ca::report_error(e);
+    status = e.exit_code;
+  }
+  ca::Json by_kind = kinds;
+  store.end_run(status, counts.to_json());
+  ca::log::info("imported ", counts.done, " records ", by_kind.dump(), ", ", counts.bad, " bad");
+  return status;
+}
+
+int run_merge(const std::string& merge_out, const std::vector<std::string>& merge_in) {
+  refuse_self_merge(merge_out, merge_in);
+  ca::Store out(merge_out);
+  ca::Json total = ca::Json::object();
+  for (const auto& path : merge_in) {
+    ca::Json added = out.merge_from(path);
+    ca::log::info("merged ", path, ": ", added.dump());
+    for (auto& [k, v] : added.items()) total[k] = total.value(k, 0) + v.get<int64_t>();
+  }
+  ca::log::info("rows added: ", total.dump());
+  return ca::kExitOk;
+}
+
+int run_query(const CommonOptions& opt, const std::string& sql) {
+  ca::Store store(opt.resolved_store_path(), true);
+  ca::RecordWriter out("-");
+  store.query(sql, [&](const ca::Record& row) { out.write(row); });
+  return ca::kExitOk;
+}
+
+int run_export(const CommonOptions& opt, const std::string& table) {
+  const auto& names = ca::Store::table_names();
+  if (std::find(names.begin(), names.end(), table) == names.end()) throw ca::UsageError("unknown table '" + table + "'");
+  ca::Store store(opt.resolved_store_path(), true);
+  ca::RecordWriter out("-");
+  store.query("SELECT * FROM " + table + " ORDER BY rowid", [&](const ca::Record& row) { out.write(row); });
+  return ca::kExitOk;
+}
+
+int run_summary(const CommonOptions& opt, bool as_json, bool as_table) {
+  ca::Store store(opt.resolved_store_path(), true);
+  ca::RecordWriter out("-");
+  ca::Json runs = ca::folded_summary(store);  // agent-run's locked calls under their episode's run
+  if (as_table || (!as_json && isatty(STDOUT_FILENO))) std::cout << ca::render_summary_table(runs);
+  else
+    for (const auto& row : runs) out.write(ca::Record::parse(row.dump()));
+  return ca::kExitOk;
+}
+
+}  // namespace ca::store_cmd
