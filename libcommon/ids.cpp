@@ -26,7 +26,7 @@ std::string sha256_hex(std::string_view bytes) {
 
 std::string canonical_json(const Json& value) { return value.dump(-1, ' ', false, Json::error_handler_t::replace); }
 // Converting ordered_json to json sorts the keys of every object.
-std::string canonical_json(const Record& value) { return canonical_json(Json::parse(value.dump())); }
+std::string canonical_json(const Record& value) { return canonical_json(Json(value)); }
 
 std::string content_id(const Json& value) { return sha256_hex(canonical_json(value)).substr(0, 16); }
 std::string content_id(const Record& value) { return sha256_hex(canonical_json(value)).substr(0, 16); }
@@ -34,13 +34,13 @@ std::string content_id(const Record& value) { return sha256_hex(canonical_json(v
 std::string task_id_for(const Record& task) {
   Json key = Json::object();
   for (const char* field : {"code", "init_inputs", "inputs"}) {
-    if (task.contains(field)) key[field] = Json::parse(task[field].dump());
+    if (task.contains(field)) key[field] = Json(task[field]);
   }
   return content_id(key);
 }
 
 std::string candidate_id_for(const std::string& task_id, const Record& bundle) {
-  Json key = {{"task_id", task_id}, {"bundle", Json::parse(bundle.dump())}};
+  Json key = {{"task_id", task_id}, {"bundle", Json(bundle)}};
   return content_id(key);
 }
 

@@ -511,7 +511,7 @@ SELECT r.run_id, r.tool, r.started_at, r.exit_status,
   (SELECT AVG(value) FROM rewards w WHERE w.run_id = r.run_id) AS reward_mean,
   (SELECT COUNT(*) FROM episodes e WHERE e.run_id = r.run_id) AS episodes
 FROM runs r ORDER BY r.started_at)SQL",
-        [&](const Record& row) { runs.push_back(Json::parse(row.dump())); });
+        [&](const Record& row) { runs.push_back(Json(row)); });
   return runs;
 }
 

@@ -221,7 +221,7 @@ Json ordered_node_to_json(const Record& r, NodeBudget& budget, int depth) {
     for (auto& v : r) a.push_back(ordered_node_to_json(v, budget, depth + 1));
     return a;
   }
-  return Json::parse(r.dump());
+  return Json(r);
 }
 
 [[noreturn]] void bad_conversion() { throw YamlError("bad conversion", "bad conversion"); }

@@ -29,7 +29,7 @@ std::map<std::string, ca::Json> read_tasks(const std::string& path) {
   ca::Record r;
   while (reader.next(r)) {
     std::string id = r.contains("task_id") && r["task_id"].is_string() ? r["task_id"].get<std::string>() : ca::task_id_for(r);
-    tasks[id] = ca::Json::parse(r.dump());
+    tasks[id] = ca::Json(r);
   }
   return tasks;
 }
@@ -90,7 +90,7 @@ void Checker::process(Item& item) {
     ca::Json task_json;
     const ca::Json* task = nullptr;
     if (rec.contains("task") && rec["task"].is_object()) {
-      task_json = ca::Json::parse(rec["task"].dump());
+      task_json = ca::Json(rec["task"]);
       task = &task_json;
     } else if (auto it = tasks_.find(task_id); it != tasks_.end()) {
       task = &it->second;

@@ -59,7 +59,7 @@ Prepared prepare_candidate(const ca::Record& record, const ca::Json* task, const
     p.kernels[file] = src.get<std::string>();
   }
   if (!bundle.contains("plan") || bundle["plan"].is_null()) throw ca::FieldError("bundle.plan", "missing");
-  p.plan_json = ca::Json::parse(bundle["plan"].dump());
+  p.plan_json = ca::Json(bundle["plan"]);
   if (task) p.io = ca::bundle::IoSpec::from_json(*task);
   p.check["compiled"] = false;
   p.check["correct"] = false;

@@ -16,7 +16,7 @@ std::string baseline_method(const std::string& mode, const std::string& precisio
 Json BaselineTimer::load_task(const Record& task) {
   const std::string task_id = task["task_id"].get<std::string>();
   if (auto it = gpu_.loaded_tasks.find(task_id); it != gpu_.loaded_tasks.end()) return it->second;
-  Json req = load_request(task_id, Json::parse(task.dump()));
+  Json req = load_request(task_id, Json(task));
   Json answer = gpu_.worker().request(req);
   if (!answer.value("ok", false))
     throw FieldError("task", "the reference worker could not load task " + task_id + ": " + answer.value("error", std::string("?")) +

@@ -15,8 +15,8 @@ int replay_once(const std::string& file, int gpu_ordinal) {
   gpu.make_current();
   // The parent's worker still keeps the sets: their device tensors are mapped here as in the parent.
   std::vector<InputSet> sets;
-  for (auto& p : r["replay"]["inputs"]) sets.push_back(InputSet{0, Json::parse(p.dump()), Json()});
-  CandidateBench bench(r["bundle"], r["task"]["loaded"], gpu.identity().arch, Json::parse(r["replay"]["params"].dump()), sets,
+  for (auto& p : r["replay"]["inputs"]) sets.push_back(InputSet{0, Json(p), Json()});
+  CandidateBench bench(r["bundle"], r["task"]["loaded"], gpu.identity().arch, Json(r["replay"]["params"]), sets,
                        0x5eedu);
   auto& drv = cuda::Driver::get();
   for (int k = 0; k < bench.input_sets(); ++k) {

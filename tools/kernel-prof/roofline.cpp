@@ -130,7 +130,7 @@ Json kernel_metrics(GpuSession& gpu, const Record& record, const Record& task, c
                     const CandidateTiming& timing, const ProfOptions& options) {
   Json out = Json::object();
   const double t = timing.loop.device_us.empty() ? timing.loop.event.median : timing.loop.device.median;
-  Json est = task.contains("estimates") ? Json::parse(task["estimates"].dump()) : Json(nullptr);
+  Json est = task.contains("estimates") ? Json(task["estimates"]) : Json(nullptr);
   out["roofline"] = roofline(est, t, device_peaks(gpu.identity().ordinal));
   if (out["roofline"].is_null()) out["roofline_note"] = "the task has no estimates {flops, bytes}";
 
@@ -149,9 +149,9 @@ Json kernel_metrics(GpuSession& gpu, const Record& record, const Record& task, c
   one["task"] = task;
   one["task"]["loaded"] = loaded;
   // The sets' device tensors (the worker keeps them until the timing is released).
-  one["replay"]["params"] = Record::parse(timing.params.dump());
+  one["replay"]["params"] = Record(timing.params);
   one["replay"]["inputs"] = Record::array();
-  for (const auto& set : timing.sets) one["replay"]["inputs"].push_back(Record::parse(set.inputs.dump()));
+  for (const auto& set : timing.sets) one["replay"]["inputs"].push_back(Record(set.inputs));
   write_file_atomic(tmp.path() + "/record.json", one.dump());
   std::string metrics;
   for (const auto& m : ncu_metric_names()) metrics += (metrics.empty() ? "" : ",") + m;

@@ -57,7 +57,7 @@ std::string judge(ca::WorkerClient& worker, ca::Record& rec, const FilterOptions
   std::string task_id = ca::get_optional<std::string>(rec, "/task_id").value_or(ca::task_id_for(rec));
   ca::Json req = {{"op", "filters"}, {"task_id", task_id}, {"code", code},
                   {"eager_time_range_ms", {opt.min_ms, opt.max_ms}}, {"check_compile", opt.check_compile}};
-  if (rec.contains("init_inputs") && rec["init_inputs"].is_array()) req["init_inputs"] = ca::Json::parse(rec["init_inputs"].dump());
+  if (rec.contains("init_inputs") && rec["init_inputs"].is_array()) req["init_inputs"] = ca::Json(rec["init_inputs"]);
   // Workers sharing a GPU take memory from one another: a verdict lost to it says nothing about the
   // task, so it is asked again once some of the others have finished theirs.
   ca::Json ans;
@@ -83,7 +83,7 @@ std::string judge(ca::WorkerClient& worker, ca::Record& rec, const FilterOptions
     if (!kept && ans.value("lost_to_memory", false)) reason = "gpu_memory";  // after every retry
     section["kept"] = kept;
     section["reason"] = kept ? ca::Record(nullptr) : ca::Record(reason);
-    section["verdicts"] = ca::Record::parse(ans["verdicts"].dump());
+    section["verdicts"] = ca::Record(ans["verdicts"]);
     section["device"] = ans.value("device", std::string());
     if (ans.contains("seconds")) section["seconds"] = ans["seconds"];  // the worker's time on this task
     if (memory_retries) section["memory_retries"] = memory_retries;
@@ -92,7 +92,7 @@ std::string judge(ca::WorkerClient& worker, ca::Record& rec, const FilterOptions
     if (ans.contains("load") && ans["load"].is_object()) {
       const ca::Json& load = ans["load"];
       for (const char* key : {"inputs", "outputs", "init_inputs", "params"})
-        if (!rec.contains(key) && load.contains(key)) rec[key] = ca::Record::parse(load[key].dump());
+        if (!rec.contains(key) && load.contains(key)) rec[key] = ca::Record(load[key]);
     }
   }
   if (reason.empty() && !opt.decontaminate.empty()) {

@@ -132,7 +132,7 @@ int run_import(const ca::CommonOptions& common, const ImportOptions& opt) {
         return;
       }
       for (const char* key : {"inputs", "outputs", "init_inputs", "params"})
-        if (ans.contains(key)) rec[key] = ca::Record::parse(ans[key].dump());
+        if (ans.contains(key)) rec[key] = ca::Record(ans[key]);
       worker->request({{"op", "unload"}, {"task_id", rec["task_id"]}});
     } catch (const ca::FieldError& e) {
       ca::mark_bad_record(rec, e, "ops-synth", item.where, common.strict);

@@ -100,7 +100,7 @@ int run_summary(const CommonOptions& opt, bool as_json, bool as_table) {
   ca::Json runs = ca::folded_summary(store);  // agent-run's locked calls under their episode's run
   if (as_table || (!as_json && isatty(STDOUT_FILENO))) std::cout << ca::render_summary_table(runs);
   else
-    for (const auto& row : runs) out.write(ca::Record::parse(row.dump()));
+    for (const auto& row : runs) out.write(ca::Record(row));
   return ca::kExitOk;
 }
 

@@ -401,7 +401,7 @@ Report build_report(const std::vector<std::string>& store_paths, Select select) 
     p.mode = text(body, "mode");
     p.step = body.contains("step") && body["step"].is_number_integer() ? body["step"].get<int64_t>() : 0;
     p.reward_mean = number(body, "reward_mean");
-    if (body.contains("losses") && body["losses"].is_object()) p.losses = Json::parse(body["losses"].dump());
+    if (body.contains("losses") && body["losses"].is_object()) p.losses = Json(body["losses"]);
     steps.emplace_back(seq_of(r), p);
   }
   std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) {
