@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <regex>
 #include <set>
 
@@ -132,12 +133,43 @@ bool dtype_fits(const ParamType& p, const std::string& dtype) {
   return strip(p.dtype) == strip(dtype);
 }
 
+// One launch's sizes against the target's limits (LaunchLimits: the arch of a compile-only check,
+// the device's on a GPU). A size not known yet (nullopt) is skipped; the threads per block are
+// checked once every block size is known.
+void check_sizes(const std::string& where, const std::string& kernel, const std::vector<std::optional<int64_t>>& grid,
+                 const std::vector<std::optional<int64_t>>& block, std::optional<int64_t> shared, const LaunchLimits& lim) {
+  int64_t threads = 1;
+  bool all_known = true;
+  for (size_t d = 0; d < block.size(); ++d) {
+    if (!block[d]) {
+      all_known = false;
+      continue;
+    }
+    if (*block[d] < 1 || *block[d] > lim.block[d])
+      throw PlanError(where + ": block[" + std::to_string(d) + "] = " + std::to_string(*block[d]) + " (" + lim.arch +
+                          " allows 1 to " + std::to_string(lim.block[d]) + ")",
+                      kernel);
+    threads *= *block[d];
+  }
+  if (all_known && threads > lim.threads_per_block)
+    throw PlanError(where + ": block has " + std::to_string(threads) + " threads (" + lim.arch + " allows at most " +
+                        std::to_string(lim.threads_per_block) + " per block)",
+                    kernel);
+  for (size_t d = 0; d < grid.size(); ++d)
+    if (grid[d] && (*grid[d] < 1 || *grid[d] > lim.grid[d]))
+      throw PlanError(where + ": grid[" + std::to_string(d) + "] = " + std::to_string(*grid[d]) + " (" + lim.arch +
+                          " allows 1 to " + std::to_string(lim.grid[d]) + ")",
+                      kernel);
+  if (shared && (*shared < 0 || *shared > lim.dynamic_shared))
+    throw PlanError(where + ": shared = " + std::to_string(*shared) + " bytes (" + lim.arch + " allows at most " +
+                        std::to_string(lim.dynamic_shared) + " bytes of dynamic shared memory per block)",
+                    kernel);
+}
+
 // The sizes a plan spells as constants or from known dims are checked before any shape is known
-// (compile-only); the rest when the plan is bound to the task.
-// The limits are the target's (LaunchLimits: the arch of a compile-only check, the device's on a GPU).
+// (compile-only); all of them again when the plan is bound to the task (bind_plan).
 void check_launch_sizes(const Step& step, const Plan& plan, const IoSpec* io, const LaunchLimits& lim) {
   const LaunchStep& L = step.launch;
-  const std::string where = step.label();
   Resolver exact{plan, io};
   try {
     eval_dims(plan, exact);
@@ -151,33 +183,10 @@ void check_launch_sizes(const Step& step, const Plan& plan, const IoSpec* io, co
       return std::nullopt;  // depends on what is not known yet
     }
   };
-  int64_t threads = 1;
-  bool all_known = true;
-  for (size_t d = 0; d < L.block.size(); ++d) {
-    auto b = value(L.block[d]);
-    if (!b) {
-      all_known = false;
-      continue;
-    }
-    if (*b < 1 || *b > lim.block[d])
-      throw PlanError(where + ": block[" + std::to_string(d) + "] = " + std::to_string(*b) + " (" + lim.arch + " allows 1 to " +
-                          std::to_string(lim.block[d]) + ")",
-                      L.kernel);
-    threads *= *b;
-  }
-  if (all_known && threads > lim.threads_per_block)
-    throw PlanError(where + ": block has " + std::to_string(threads) + " threads (" + lim.arch + " allows at most " +
-                        std::to_string(lim.threads_per_block) + " per block)",
-                    L.kernel);
-  for (size_t d = 0; d < L.grid.size(); ++d)
-    if (auto g = value(L.grid[d]); g && (*g < 1 || *g > lim.grid[d]))
-      throw PlanError(where + ": grid[" + std::to_string(d) + "] = " + std::to_string(*g) + " (" + lim.arch + " allows 1 to " +
-                          std::to_string(lim.grid[d]) + ")",
-                      L.kernel);
-  if (auto sh = value(L.shared); sh && (*sh < 0 || *sh > lim.dynamic_shared))
-    throw PlanError(where + ": shared = " + std::to_string(*sh) + " bytes (" + lim.arch + " allows at most " +
-                        std::to_string(lim.dynamic_shared) + " bytes of dynamic shared memory per block)",
-                    L.kernel);
+  std::vector<std::optional<int64_t>> grid, block;
+  for (const auto& e : L.grid) grid.push_back(value(e));
+  for (const auto& e : L.block) block.push_back(value(e));
+  check_sizes(step.label(), L.kernel, grid, block, value(L.shared), lim);
 }
 
 void check_launch(const Step& step, const Plan& plan, const Signatures& sigs, const IoSpec* io, Resolver& typed,
@@ -398,27 +407,15 @@ BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io, 
         const KernelSignature& sig = sigs.at(L.kernel);
         bs.launch.kernel = L.kernel;
         bs.launch.mangled = sig.mangled;
-        for (int d = 0; d < 3; ++d) {
-          if (d < static_cast<int>(L.grid.size())) {
-            int64_t g = eval_in(L.grid[d], r, bs.label + " grid", plan, L.kernel).i;
-            if (g < 1 || g > limits.grid[d])
-              throw PlanError(bs.label + ": grid[" + std::to_string(d) + "] = " + std::to_string(g) + " is out of range", L.kernel);
-            bs.launch.grid[d] = static_cast<unsigned>(g);
-          }
-          if (d < static_cast<int>(L.block.size())) {
-            int64_t b = eval_in(L.block[d], r, bs.label + " block", plan, L.kernel).i;
-            if (b < 1 || b > limits.block[d])
-              throw PlanError(bs.label + ": block[" + std::to_string(d) + "] = " + std::to_string(b) + " is out of range", L.kernel);
-            bs.launch.block[d] = static_cast<unsigned>(b);
-          }
-        }
-        if (int64_t t = int64_t(bs.launch.block[0]) * bs.launch.block[1] * bs.launch.block[2]; t > limits.threads_per_block)
-          throw PlanError(bs.label + ": block has " + std::to_string(t) + " threads (" + limits.arch + " allows at most " +
-                              std::to_string(limits.threads_per_block) + ")", L.kernel);
+        std::vector<std::optional<int64_t>> grid, block;
+        for (const auto& e : L.grid) grid.push_back(eval_in(e, r, bs.label + " grid", plan, L.kernel).i);
+        for (const auto& e : L.block) block.push_back(eval_in(e, r, bs.label + " block", plan, L.kernel).i);
         int64_t sh = eval_in(L.shared, r, bs.label + " shared", plan, L.kernel).i;
-        if (sh < 0 || sh > limits.dynamic_shared)
-          throw PlanError(bs.label + ": shared = " + std::to_string(sh) + " bytes (" + limits.arch + " allows at most " +
-                              std::to_string(limits.dynamic_shared) + ")", L.kernel);
+        check_sizes(bs.label, L.kernel, grid, block, sh, limits);
+        for (size_t d = 0; d < 3; ++d) {
+          if (d < grid.size()) bs.launch.grid[d] = static_cast<unsigned>(*grid[d]);
+          if (d < block.size()) bs.launch.block[d] = static_cast<unsigned>(*block[d]);
+        }
         bs.launch.shared = static_cast<unsigned>(sh);
         for (size_t i = 0; i < L.args.size(); ++i) {
           BoundArg a;

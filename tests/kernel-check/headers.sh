@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Every header the shipped policy allows compiles (CUDA 13 keeps cooperative_groups, cuda/std and the
+# Every header the shipped bundle rules allow compiles (CUDA 13 keeps cooperative_groups, cuda/std and the
 # C headers under include/cccl): one candidate per header, compile-only, each must be `compiled`.
 set -u
 source "$(dirname "$0")/../lib.sh"
 KC="$CA_BIN/kernel-check"
 export CUDA_AGENT_CACHE="$T/cache"
-"$PY" - "$CA_SRC/datasets/skill/policy.yaml" > "$T/in.jsonl" <<'PY'
+"$PY" - "$CA_SRC/datasets/skill/rules.yaml" > "$T/in.jsonl" <<'PY'
 import json, re, sys
 text = open(sys.argv[1]).read()
 block = text.split("allowed_headers:", 1)[1].split("\n\n", 1)[0]

@@ -136,10 +136,10 @@ static Json plain(const YAML::Node& n) {
   }
 }
 
-TEST_CASE("yaml reader: the shipped policy and configs read as yaml-cpp reads them") {
+TEST_CASE("yaml reader: the shipped bundle rules and configs read as yaml-cpp reads them") {
   const char* src = std::getenv("CA_SRC");
   REQUIRE(src != nullptr);
-  for (const char* rel : {"datasets/skill/policy.yaml", "tests/ppo-step/toy_ppo.yaml"}) {
+  for (const char* rel : {"datasets/skill/rules.yaml", "tests/ppo-step/toy_ppo.yaml"}) {
     std::string path = std::string(src) + "/" + rel;
     if (!file_exists(path)) continue;
     INFO(rel);

@@ -46,7 +46,7 @@ struct Checker::Item {
 };
 
 Checker::Checker(CheckOptions& options, const ca::CommonOptions& common)
-    : options_(options), common_(common), policy_(Policy::load(options.policy_path)), tasks_(read_tasks(options.tasks_path)) {
+    : options_(options), common_(common), rules_(Rules::load(options.rules_path)), tasks_(read_tasks(options.tasks_path)) {
   // The device: compile-only never touches it; otherwise no driver or GPU -> no_device verdicts.
   if (!options_.compile_only) {
     if (!ca::cuda::Driver::available(&no_device_why_)) {
@@ -75,7 +75,7 @@ Checker::Checker(CheckOptions& options, const ca::CommonOptions& common)
     ca::measure::GpuIdentity id = ca::measure::identify_gpu(g);
     gpus_json_.push_back({{"ordinal", g}, {"name", id.name}, {"uuid", id.uuid}, {"arch", id.arch}});
   }
-  if (!gpus_.empty()) judge_ = std::make_unique<GpuJudge>(options_, policy_, gpus_, base_seed);
+  if (!gpus_.empty()) judge_ = std::make_unique<GpuJudge>(options_, rules_, gpus_, base_seed);
 }
 
 Checker::~Checker() = default;
@@ -116,7 +116,7 @@ void Checker::process(Item& item) {
         }
       }
     }
-    Prepared p = prepare_candidate(rec, task, policy_, prepare_);
+    Prepared p = prepare_candidate(rec, task, rules_, prepare_);
     if (!p.final && !options_.compile_only) {
       if (!judge_) {
         set_verdict(p.check, "no_device", "no GPU: " + no_device_why_);
@@ -128,7 +128,7 @@ void Checker::process(Item& item) {
       }
     } else if (!p.final) {
       p.check["status"] = "compiled";
-      p.check["reason"] = "compile-only: compiled, plan and policy checks passed";
+      p.check["reason"] = "compile-only: compiled, plan and rules checks passed";
       p.check["correct"] = nullptr;
     }
     rec["check"] = p.check;

@@ -1,4 +1,4 @@
-// One kernel-check for as long as the tool runs (a stream, or a service's lifetime): the policy,
+// One kernel-check for as long as the tool runs (a stream, or a service's lifetime): the rules,
 // the tasks, the device, the store and the GPU judge (its lanes keep their reference worker,
 // runner and loaded tasks). check() judges a sequence of records; the stream and the service both
 // call it, so a record is handled the same way in both.
@@ -16,7 +16,7 @@
 #include "libcommon/record_loop.hpp"
 #include "libcommon/store.hpp"
 #include "tools/kernel-check/options.hpp"
-#include "tools/kernel-check/policy.hpp"
+#include "tools/kernel-check/rules.hpp"
 #include "tools/kernel-check/prepare.hpp"
 
 namespace ca::kc {
@@ -54,7 +54,7 @@ class Checker {
 
   CheckOptions& options_;
   const ca::CommonOptions& common_;
-  Policy policy_;
+  Rules rules_;
   std::map<std::string, ca::Json> tasks_;  // --tasks, by task_id
   std::string no_device_why_;
   std::vector<int> gpus_;

@@ -52,8 +52,8 @@ double task_eager_ms(const ca::Json& task) {
 
 }  // namespace
 
-GpuJudge::GpuJudge(const CheckOptions& options, const Policy& policy, std::vector<int> gpus, uint64_t base_seed)
-    : options_(options), policy_(policy), base_seed_(base_seed) {
+GpuJudge::GpuJudge(const CheckOptions& options, const Rules& rules, std::vector<int> gpus, uint64_t base_seed)
+    : options_(options), rules_(rules), base_seed_(base_seed) {
   for (int g : gpus) {
     auto lane = std::make_unique<Lane>();
     lane->gpu = g;
@@ -135,7 +135,7 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
     auto bound = ca::bundle::bind_plan(p.plan, p.signatures, io, lane.limits);
     check["precision"] = candidate_precision(p, &bound);
     check["scratch_bytes"] = bound.scratch_bytes();
-    if (auto v = policy_.check_bound(bound, io)) {
+    if (auto v = rules_.check_bound(bound, io)) {
       check["violation"] = v->to_json();
       set_verdict(check, "policy_violation", v->rule + ": " + v->reason);
       return;

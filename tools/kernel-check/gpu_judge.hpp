@@ -9,14 +9,14 @@
 
 #include "libcommon/jsonl.hpp"
 #include "tools/kernel-check/options.hpp"
-#include "tools/kernel-check/policy.hpp"
+#include "tools/kernel-check/rules.hpp"
 #include "tools/kernel-check/prepare.hpp"
 
 namespace ca::kc {
 
 class GpuJudge {
  public:
-  GpuJudge(const CheckOptions& options, const Policy& policy, std::vector<int> gpus, uint64_t base_seed);
+  GpuJudge(const CheckOptions& options, const Rules& rules, std::vector<int> gpus, uint64_t base_seed);
   ~GpuJudge();
   size_t lanes() const;
   // Runs the warm call and the trials, compares, and sets p.check (status, reason, trials, ...).
@@ -27,7 +27,7 @@ class GpuJudge {
   struct Lane;
   void judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std::string& task_id);
   const CheckOptions& options_;
-  const Policy& policy_;
+  const Rules& rules_;
   uint64_t base_seed_;
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::vector<Lane*> free_;

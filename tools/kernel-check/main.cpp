@@ -17,9 +17,9 @@ int main(int argc, char** argv) {
   cli.add_stream_options();
   ca::kc::CheckOptions opt;
   auto& app = cli.app();
-  app.add_flag("--compile-only", opt.compile_only, "Compile and check the plan and policy; no GPU needed");
+  app.add_flag("--compile-only", opt.compile_only, "Compile and check the plan and the rules; no GPU needed");
   app.add_option("--arch", opt.arch, "Target architecture sm_XX (default: the GPU's; sm_90 without one)");
-  app.add_option("--policy", opt.policy_path, "Policy YAML (default: the shipped datasets/skill/policy.yaml)");
+  app.add_option("--rules,--policy", opt.rules_path, "Bundle rules YAML (default: the shipped datasets/skill/rules.yaml)");
   app.add_option("--tasks", opt.tasks_path, "Task records (JSONL) for candidates that carry only a task_id");
   app.add_option("--cache-dir", opt.cache_dir, "Cubin cache (default $CUDA_AGENT_CACHE/cubin or ~/.cache/cuda-agent/cubin)");
   app.add_flag("--no-cache", opt.no_cache, "Neither read nor write the cubin cache");

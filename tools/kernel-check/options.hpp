@@ -8,7 +8,7 @@ namespace ca::kc {
 struct CheckOptions {
   bool compile_only = false;
   std::string arch;          // empty: the device's, or sm_90 without one
-  std::string policy_path;   // empty: the shipped default
+  std::string rules_path;   // empty: the shipped default
   std::string tasks_path;    // JSONL of task records, by task_id
   std::string cache_dir;
   bool no_cache = false;

@@ -1,4 +1,4 @@
-// The CPU stage: bundle -> plan -> policy -> NVRTC -> plan checks.
+// The CPU stage: bundle -> plan -> rules -> NVRTC -> plan checks.
 #include "tools/kernel-check/prepare.hpp"
 
 #include <regex>
@@ -47,7 +47,7 @@ static std::string base_name(const std::string& expr) {
   return colon == std::string::npos ? s : s.substr(colon + 2);
 }
 
-Prepared prepare_candidate(const ca::Record& record, const ca::Json* task, const Policy& policy,
+Prepared prepare_candidate(const ca::Record& record, const ca::Json* task, const Rules& rules,
                            const PrepareOptions& options) {
   Prepared p;
   auto bundle = ca::get_required<ca::Record>(record, "/bundle");
@@ -78,11 +78,11 @@ Prepared prepare_candidate(const ca::Record& record, const ca::Json* task, const
   }
   if (p.kernels.empty() && !p.plan.kernel_names().empty())
     return fail("plan_error", "the plan launches " + p.plan.kernel_names()[0] + " but the bundle has no kernel sources");
-  if (auto v = policy.check_plan(p.plan)) {
+  if (auto v = rules.check_plan(p.plan)) {
     p.check["violation"] = v->to_json();
     return fail("policy_violation", v->rule + ": " + v->reason);
   }
-  if (auto v = policy.check_sources(p.kernels)) {
+  if (auto v = rules.check_sources(p.kernels)) {
     p.check["violation"] = v->to_json();
     return fail("policy_violation", v->rule + ": " + v->reason);
   }
@@ -133,7 +133,7 @@ Prepared prepare_candidate(const ca::Record& record, const ca::Json* task, const
   p.check["compiled"] = true;
   p.check["resources"] = result->resources_json();
   p.check["precision"] = candidate_precision(p, nullptr);
-  if (auto v = policy.check_compiled(*result)) {
+  if (auto v = rules.check_compiled(*result)) {
     p.check["violation"] = v->to_json();
     return fail("policy_violation", v->rule + ": " + v->reason);
   }
@@ -146,7 +146,7 @@ Prepared prepare_candidate(const ca::Record& record, const ca::Json* task, const
       auto bound = ca::bundle::bind_plan(p.plan, p.signatures, p.io, limits);
       p.check["precision"] = candidate_precision(p, &bound);
       p.check["scratch_bytes"] = bound.scratch_bytes();
-      if (auto v = policy.check_bound(bound, p.io)) {
+      if (auto v = rules.check_bound(bound, p.io)) {
         p.check["violation"] = v->to_json();
         return fail("policy_violation", v->rule + ": " + v->reason);
       }

@@ -1,4 +1,4 @@
-// The CPU stage of a check: read the bundle, parse the plan, apply the policy, compile with NVRTC,
+// The CPU stage of a check: read the bundle, parse the plan, apply the rules, compile with NVRTC,
 // check the plan against the kernels' signatures (and bind it when the task's shapes are known).
 // Everything kernel-check can decide without a GPU is decided here.
 #pragma once
@@ -9,7 +9,7 @@
 #include "libcommon/bundle/compile.hpp"
 #include "libcommon/bundle/plan.hpp"
 #include "libcommon/jsonl.hpp"
-#include "tools/kernel-check/policy.hpp"
+#include "tools/kernel-check/rules.hpp"
 
 namespace ca::kc {
 
@@ -34,7 +34,7 @@ struct Prepared {
 
 // Reads record.bundle (kernels, plan); `task` may be null (no shapes known yet). Throws
 // ca::FieldError when the record lacks the bundle or has it mistyped.
-Prepared prepare_candidate(const ca::Record& record, const ca::Json* task, const Policy& policy,
+Prepared prepare_candidate(const ca::Record& record, const ca::Json* task, const Rules& rules,
                            const PrepareOptions& options);
 
 // Sets status/reason (and compiled/correct) in a check section.

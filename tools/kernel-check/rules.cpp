@@ -1,5 +1,5 @@
-// Policy loading and the rule checks.
-#include "tools/kernel-check/policy.hpp"
+// The bundle rules: loading and checks.
+#include "tools/kernel-check/rules.hpp"
 
 #include <algorithm>
 #include <map>
@@ -9,7 +9,7 @@
 #include "libcommon/paths.hpp"
 #include "libcommon/yaml.hpp"
 
-extern const char* kc_default_policy_yaml;  // generated from datasets/skill/policy.yaml
+extern const char* kc_default_rules_yaml;  // generated from datasets/skill/rules.yaml
 
 namespace ca::kc {
 
@@ -20,39 +20,39 @@ ca::Json Violation::to_json() const {
   return j;
 }
 
-const std::string& Policy::default_text() {
-  static const std::string text = kc_default_policy_yaml;
+const std::string& Rules::default_text() {
+  static const std::string text = kc_default_rules_yaml;
   return text;
 }
 
 namespace {
 
-// One setting's value by YAML's rules; a bad one names the policy, the key and the value.
+// One setting's value by YAML's rules; a bad one names the rules file, the key and the value.
 template <class F> auto setting(const std::string& name, const std::string& key, const ca::Json& v, F convert) {
   try {
     return convert(v);
   } catch (const ca::YamlError& e) {
-    throw ca::UsageError("policy " + name + ": " + key + ": bad value '" + ca::yaml_text(v) + "' (" + e.detail + ")");
+    throw ca::UsageError("rules " + name + ": " + key + ": bad value '" + ca::yaml_text(v) + "' (" + e.detail + ")");
   }
 }
 
-void apply(Policy& p, const ca::Json& n, const std::string& name) {
-  if (!n.is_object()) throw ca::UsageError("policy " + name + ": expected a map");
+void apply(Rules& p, const ca::Json& n, const std::string& name) {
+  if (!n.is_object()) throw ca::UsageError("rules " + name + ": expected a map");
   static const std::vector<std::string> known = {"allowed_steps", "allowed_headers", "forbidden", "max_module_global_bytes",
                                                  "max_scratch_ratio", "max_scratch_slack_bytes", "max_forward_steps", "max_init_steps"};
   for (const auto& k : ca::yaml_keys(n))
     if (std::find(known.begin(), known.end(), k) == known.end())
-      throw ca::UsageError("policy " + name + ": unknown key '" + k + "'");
+      throw ca::UsageError("rules " + name + ": unknown key '" + k + "'");
   if (n.contains("allowed_steps")) p.allowed_steps = setting(name, "allowed_steps", n["allowed_steps"], ca::yaml_strings);
   if (n.contains("allowed_headers")) p.allowed_headers = setting(name, "allowed_headers", n["allowed_headers"], ca::yaml_strings);
   if (n.contains("forbidden")) {
     const ca::Json& list = n["forbidden"];
-    if (!list.is_array()) throw ca::UsageError("policy " + name + ": forbidden: expected a list of rules");
+    if (!list.is_array()) throw ca::UsageError("rules " + name + ": forbidden: expected a list of rules");
     p.forbidden.clear();
     for (size_t i = 0; i < list.size(); ++i) {
       const ca::Json& f = list[i];
       const std::string at = "forbidden[" + std::to_string(i) + "]";
-      if (!f.is_object() || !f.contains("rule")) throw ca::UsageError("policy " + name + ": " + at + ": expected a map with rule");
+      if (!f.is_object() || !f.contains("rule")) throw ca::UsageError("rules " + name + ": " + at + ": expected a map with rule");
       ForbiddenRule r;
       r.rule = setting(name, at + ".rule", f["rule"], ca::yaml_string);
       r.why = f.contains("why") ? setting(name, at + ".why", f["why"], ca::yaml_string) : r.rule;
@@ -66,7 +66,7 @@ void apply(Policy& p, const ca::Json& n, const std::string& name) {
           r.ptx = std::regex(r.ptx_text);
         }
       } catch (const std::regex_error& e) {
-        throw ca::UsageError("policy " + name + ": rule " + r.rule + ": bad regular expression: " + e.what());
+        throw ca::UsageError("rules " + name + ": rule " + r.rule + ": bad regular expression: " + e.what());
       }
       p.forbidden.push_back(std::move(r));
     }
@@ -80,29 +80,29 @@ void apply(Policy& p, const ca::Json& n, const std::string& name) {
   if (n.contains("max_init_steps")) p.max_init_steps = setting(name, "max_init_steps", n["max_init_steps"], ca::yaml_int);
 }
 
-ca::Json load_policy_yaml(const std::string& text, const std::string& name) {
+ca::Json load_rules_yaml(const std::string& text, const std::string& name) {
   ca::YamlLimits limits;
-  limits.kind = "policy";
+  limits.kind = "rules";
   try {
-    return ca::yaml_to_json(text, "policy " + name, limits);
+    return ca::yaml_to_json(text, "rules " + name, limits);
   } catch (const ca::YamlError& e) {
-    throw ca::UsageError(e.syntax ? "policy " + name + ": " + e.detail : std::string(e.what()));
+    throw ca::UsageError(e.syntax ? "rules " + name + ": " + e.detail : std::string(e.what()));
   }
 }
 
 }  // namespace
 
-Policy Policy::parse(const std::string& yaml, const std::string& name) {
-  Policy p;
-  apply(p, load_policy_yaml(default_text(), name), "default");
-  if (name != "default") apply(p, load_policy_yaml(yaml, name), name);
+Rules Rules::parse(const std::string& yaml, const std::string& name) {
+  Rules p;
+  apply(p, load_rules_yaml(default_text(), name), "default");
+  if (name != "default") apply(p, load_rules_yaml(yaml, name), name);
   p.source = name;
   return p;
 }
 
-Policy Policy::load(const std::string& path) {
+Rules Rules::load(const std::string& path) {
   if (path.empty()) return parse(default_text(), "default");
-  if (!ca::file_exists(path)) throw ca::UsageError("--policy: no such file " + path);
+  if (!ca::file_exists(path)) throw ca::UsageError("--rules: no such file " + path);
   return parse(ca::read_file(path), path);
 }
 
@@ -152,7 +152,7 @@ static std::string line_text(const std::string& text, size_t pos) {
   return l.size() > 80 ? l.substr(0, 80) + "..." : l;
 }
 
-std::optional<Violation> Policy::check_sources(const std::map<std::string, std::string>& kernels) const {
+std::optional<Violation> Rules::check_sources(const std::map<std::string, std::string>& kernels) const {
   static const std::regex include_re(R"(^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"])");
   for (const auto& [file, src] : kernels) {
     std::string code = strip_comments(src);
@@ -181,21 +181,21 @@ std::optional<Violation> Policy::check_sources(const std::map<std::string, std::
   return std::nullopt;
 }
 
-std::optional<Violation> Policy::check_plan(const ca::bundle::Plan& plan) const {
+std::optional<Violation> Rules::check_plan(const ca::bundle::Plan& plan) const {
   for (auto* section : {&plan.init, &plan.forward})
     for (const auto& s : *section)
       if (std::find(allowed_steps.begin(), allowed_steps.end(), s.kind_name()) == allowed_steps.end())
-        return Violation{"allowed_steps", s.label() + ": step kind '" + s.kind_name() + "' is not allowed by the policy"};
+        return Violation{"allowed_steps", s.label() + ": step kind '" + s.kind_name() + "' is not allowed by the rules"};
   if (static_cast<int>(plan.forward.size()) > max_forward_steps)
-    return Violation{"max_forward_steps", "forward has " + std::to_string(plan.forward.size()) + " steps, the policy allows " +
+    return Violation{"max_forward_steps", "forward has " + std::to_string(plan.forward.size()) + " steps, the rules allow " +
                                               std::to_string(max_forward_steps)};
   if (static_cast<int>(plan.init.size()) > max_init_steps)
-    return Violation{"max_init_steps", "init has " + std::to_string(plan.init.size()) + " steps, the policy allows " +
+    return Violation{"max_init_steps", "init has " + std::to_string(plan.init.size()) + " steps, the rules allow " +
                                            std::to_string(max_init_steps)};
   return std::nullopt;
 }
 
-std::optional<Violation> Policy::check_compiled(const ca::bundle::CompileResult& r) const {
+std::optional<Violation> Rules::check_compiled(const ca::bundle::CompileResult& r) const {
   // PTX backstop: constructs hidden behind macros or templates. -lineinfo gives .loc lines.
   std::map<int, std::string> files;
   static const std::regex file_re(R"re(^\s*\.file\s+(\d+)\s+"([^"]+)")re");
@@ -224,16 +224,16 @@ std::optional<Violation> Policy::check_compiled(const ca::bundle::CompileResult&
   }
   if (r.module_global_bytes > max_module_global_bytes)
     return Violation{"max_module_global_bytes",
-                     "module-scope __device__ memory is " + std::to_string(r.module_global_bytes) + " bytes, the policy allows " +
+                     "module-scope __device__ memory is " + std::to_string(r.module_global_bytes) + " bytes, the rules allow " +
                          std::to_string(max_module_global_bytes) + " (state across calls must be a declared scratch buffer)"};
   return std::nullopt;
 }
 
-std::optional<Violation> Policy::check_bound(const ca::bundle::BoundPlan& bound, const ca::bundle::IoSpec& io) const {
+std::optional<Violation> Rules::check_bound(const ca::bundle::BoundPlan& bound, const ca::bundle::IoSpec& io) const {
   int64_t scratch = bound.scratch_bytes();
   double cap = max_scratch_ratio * static_cast<double>(io.io_bytes()) + static_cast<double>(max_scratch_slack_bytes);
   if (static_cast<double>(scratch) > cap)
-    return Violation{"max_scratch_ratio", "scratch buffers total " + std::to_string(scratch) + " bytes, the policy allows " +
+    return Violation{"max_scratch_ratio", "scratch buffers total " + std::to_string(scratch) + " bytes, the rules allow " +
                                               std::to_string(static_cast<int64_t>(cap)) + " (" + std::to_string(max_scratch_ratio) +
                                               " x inputs+outputs + " + std::to_string(max_scratch_slack_bytes) + ")"};
   return std::nullopt;

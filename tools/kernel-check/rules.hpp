@@ -1,5 +1,5 @@
-// The policy: which step kinds, headers and constructs a bundle may use, caps on module-scope
-// memory, scratch size and steps. Default in datasets/skill/policy.yaml (compiled in).
+// The bundle rules: which step kinds, headers and constructs a bundle may use, caps on module-scope
+// memory, scratch size and steps. Default in datasets/skill/rules.yaml (compiled in).
 #pragma once
 #include <optional>
 #include <regex>
@@ -24,7 +24,7 @@ struct ForbiddenRule {
   std::optional<std::regex> source, ptx;
 };
 
-struct Policy {
+struct Rules {
   std::vector<std::string> allowed_steps, allowed_headers;
   std::vector<ForbiddenRule> forbidden;
   int64_t max_module_global_bytes = 65536;
@@ -35,8 +35,8 @@ struct Policy {
 
   static const std::string& default_text();
   // Default first, then the file's keys over it. Throws UsageError for a malformed file.
-  static Policy load(const std::string& path);
-  static Policy parse(const std::string& yaml, const std::string& name);
+  static Rules load(const std::string& path);
+  static Rules parse(const std::string& yaml, const std::string& name);
 
   // Source-level rules (headers, forbidden constructs) and plan-level rules (steps).
   std::optional<Violation> check_sources(const std::map<std::string, std::string>& kernels) const;
