@@ -53,6 +53,14 @@ if ! py -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 
   [ "$rc" = 3 ] || fail "cuda:0 without a GPU should exit 3, got $rc"
   grep -q "no_device" "$T/err" || fail "message does not say no_device: $(cat "$T/err")"
 fi
+# warm on a CPU worker: an answer, nothing warmed (the profiler and torch.compile are started on GPUs).
+echo '{"op":"warm"}' | "$P" > "$T/warm.jsonl"
+py - "$T/warm.jsonl" <<'PY' || fail "warm on the CPU"
+import json, sys
+a = json.loads(open(sys.argv[1]).readline())
+assert a["ok"] is True and a["warmed"] == {}, a
+PY
+
 # The baselines' warm-up (timing.warm_up) on a virtual clock: a GPU whose calls speed up as its
 # clocks ramp is warmed until its time per call is steady, a busy one stops after the minimum, and
 # one that never settles stops at warmup_s.

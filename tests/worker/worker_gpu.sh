@@ -12,6 +12,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 PY=$(command -v python3)
 
 {
+  echo '{"op":"warm"}'   # kernel-prof sends it while its first record is on the way
   echo "{\"op\":\"load\",\"task_id\":\"gg\",\"code_file\":\"$FX/gemm_gelu.py\"}"
   for mode in eager eager compile compile; do
     echo "{\"op\":\"time\",\"task_id\":\"gg\",\"mode\":\"$mode\",\"precision\":\"fp32\",\"metric\":\"device\",\"budget_s\":3,\"rel_ci\":0.01}"
@@ -46,6 +47,10 @@ def check(cond, what):
         print("FAIL:", what)
 for a in answers:
     check(a["ok"], "answer not ok: %s" % json.dumps(a)[:600])
+warm = answers.pop(0)
+w = warm.get("warmed", {})
+print("warm: %s" % w)
+check(w.get("profiler_s", 0) > 0 and w.get("compile_s", 0) > 0, "warm did not start the profiler and torch.compile: %s" % warm)
 load, e1, e2, c1, c2, tf, bf, lr, inp, ref, f_lr, f_gg, f_dev, f_np = answers
 for t in (e1, e2, c1, c2, tf, bf):
     check(t["time_us"]["median"] > 0 and t["value_us"] > 0, "time not positive: %s" % t)

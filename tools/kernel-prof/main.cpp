@@ -1,5 +1,8 @@
 // kernel-prof: time candidates that passed kernel-check, and their task's eager and torch.compile
 // baselines, with one method (DESIGN.md §6); adds the `prof` section.
+#include <poll.h>
+#include <unistd.h>
+
 #include "libcommon/cli.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/ids.hpp"
@@ -11,6 +14,17 @@
 #include "tools/kernel-prof/options.hpp"
 #include "tools/kernel-prof/profiler.hpp"
 #include "tools/kernel-prof/replay.hpp"
+
+namespace {
+// Whether the input is stdin and nothing comes within a quarter second: a pipe whose writer is
+// still working on its first record (kernel-check checking it), not a record handed over at once
+// (agent-run's locked profile call, a file).
+bool input_pending(const std::string& path) {
+  if (path != "-") return false;
+  pollfd p{STDIN_FILENO, POLLIN, 0};
+  return ::poll(&p, 1, 250) == 0;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   ca::Cli cli("kernel-prof",
@@ -72,6 +86,9 @@ int main(int argc, char** argv) {
       if (store) store->end_run(status, totals.to_json());
       return status;
     }
+    // In a pipe whose first record is not there yet, the GPU, the reference worker and their
+    // one-time costs are paid while kernel-check is still checking it.
+    if (input_pending(common.input)) profiler.warm_up_while_waiting();
     ca::RecordLoop loop(common);
     int status = ca::kExitOk;
     try {

@@ -47,13 +47,7 @@ Record Profiler::find_task(const Record& record, const std::string& task_id) {
 
 GpuSession& Profiler::gpu() {
   if (!gpu_) {
-    try {
-      gpu_ = std::make_unique<GpuSession>(options_.gpus.front(), !options_.no_cupti);
-    } catch (const EnvironmentError& e) {
-      throw EnvironmentError(std::string(e.what()) +
-                             ": a record passed its check and needs a GPU to be timed (records whose check failed "
-                             "pass through without one)");
-    }
+    gpu_ = std::make_unique<GpuSession>(options_.gpus.front(), !options_.no_cupti);
     if (store_) store_->set_run_gpu(gpu_->identity().name + " " + gpu_->identity().uuid);
   }
   return *gpu_;
@@ -63,6 +57,27 @@ void Profiler::warm_up() {
   GpuSession& g = gpu();
   g.make_current();
   (void)g.torch_version();  // starts the worker: python, import torch, CUDA context
+}
+
+void Profiler::warm_up_while_waiting() {
+  try {
+    warm_up();
+    GpuSession& g = *gpu_;
+    // Shared, as kernel-check's runs: the warm-up's few kernels never run inside another profile's
+    // timed loop on this GPU.
+    measure::GpuLock lock(g.identity().uuid, options_.lock_timeout_s, measure::GpuLock::Mode::shared);
+    bool compile = false;
+    for (const auto& mode : options_.baselines) compile = compile || mode != "eager";
+    Json a = g.worker().request({{"op", "warm"}, {"compile", compile}}, std::chrono::milliseconds(300000));
+    if (a.value("ok", false))
+      log::verbose("warmed up while waiting for the first record: ", a.value("warmed", Json::object()).dump());
+    else
+      log::verbose("warm-up: ", a.value("error", std::string("?")), ": ", a.value("detail", std::string()));
+  } catch (const EnvironmentError& e) {
+    // No GPU or no torch: a record that needs timing says so, with the exit code; one that does
+    // not passes through as before.
+    log::verbose("no GPU session before the first record: ", e.what());
+  }
 }
 
 Json Profiler::gpu_json() const { return gpu_ ? gpu_->identity().to_json() : Json(nullptr); }
@@ -113,7 +128,15 @@ Outcome Profiler::profile(Record& record) {
     log::verbose(record.value("candidate_id", task_id), ": profile reused from the store (--resume)");
     return Outcome::skipped;
   }
-  GpuSession& g = gpu();  // first: without a GPU no passing record can be timed (exit 3)
+  GpuSession* gp = nullptr;  // first: without a GPU no passing record can be timed (exit 3)
+  try {
+    gp = &gpu();
+  } catch (const EnvironmentError& e) {
+    throw EnvironmentError(std::string(e.what()) +
+                           ": a record passed its check and needs a GPU to be timed (records whose check failed "
+                           "pass through without one)");
+  }
+  GpuSession& g = *gp;
   g.make_current();
   Record task = find_task(record, task_id);
   if (!task.contains("task_id")) task["task_id"] = task_id;

@@ -27,6 +27,10 @@ class Profiler {
   // Opens the GPU and starts its reference worker now rather than at the first passing record (a
   // service pays it once, before its first request). EnvironmentError without a GPU or torch.
   void warm_up();
+  // warm_up() and the worker's one-time costs of a first timing (torch.profiler's start, and
+  // torch.compile's when a compile baseline is asked for), for a stream whose first record has not
+  // arrived (kernel-check is still checking it). Without a GPU or torch it says so with -v only.
+  void warm_up_while_waiting();
   // The GPU opened ({ordinal, name, uuid, ...}), or null before it is.
   Json gpu_json() const;
 

@@ -121,7 +121,7 @@ class Worker(object):
         op = req.get("op")
         fn = getattr(self, "op_" + str(op).replace("-", "_"), None) if isinstance(op, str) else None
         if fn is None:
-            raise BadRequest("unknown op %r (load, inputs, reference, release, time, filters, similarity, ping, unload)" % (op,))
+            raise BadRequest("unknown op %r (load, inputs, reference, release, time, warm, filters, similarity, ping, unload)" % (op,))
         self.limit_cpu()
         ans = self.base(req)
         ans.update(fn(req))
@@ -268,6 +268,27 @@ class Worker(object):
         ans["precision"] = {"name": prec, "matmul_tf32": prec == "tf32", "cudnn_tf32": prec == "tf32",
                             "autocast": prec if prec in ("fp16", "bf16") else None}
         return ans
+
+    def op_warm(self, req):
+        """The one-time costs of the first timing, paid now: torch.profiler's first session (CUPTI
+        starts: seconds) and, with "compile" (default true), torch.compile's first compile (inductor
+        and Triton imported and started). A client sends it while it has nothing else to do."""
+        import time as _time
+        from . import timing
+        torch = self.torch
+        warmed = {}
+        if self.device.startswith("cuda"):
+            t0 = _time.perf_counter()
+            x = torch.ones(64, 64, device=self.device)
+            timing.profiled_device_times(lambda a: a @ a, [(x,)], None, 2)
+            warmed["profiler_s"] = round(_time.perf_counter() - t0, 3)
+            if req.get("compile", True) and hasattr(torch, "compile"):
+                t0 = _time.perf_counter()
+                fn = torch.compile(lambda a: torch.relu(a) + 1.0)
+                fn(x)
+                torch.cuda.synchronize()
+                warmed["compile_s"] = round(_time.perf_counter() - t0, 3)
+        return {"warmed": warmed}
 
     def op_filters(self, req):
         from . import filters
