@@ -235,7 +235,7 @@ void check_launch(const Step& step, const Plan& plan, const Signatures& sigs, co
       // init.N's type is its value's: unknown until the task's init inputs are (binding checks it).
       const bool type_unknown = (!io || io->init_values.empty()) && a.text.find("init.") != std::string::npos;
       if (sig.from_mangled && p.kind == ParamType::kPointer)
-        throw PlanError(at + " is '" + a.text + "' (a " + (v.is_float ? "float" : "int") + "), kernel expects " + p.text +
+        throw PlanError(at + " is '" + a.text + "' (" + (v.is_float ? "a float" : "an int") + "), kernel expects " + p.text +
                             ": pass a buffer (inputs.N, outputs.N, params.NAME, scratch.NAME)",
                         L.kernel);
       if (p.kind == ParamType::kFloat && !v.is_float && !type_unknown)
