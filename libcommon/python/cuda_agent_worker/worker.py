@@ -273,21 +273,20 @@ class Worker(object):
         """The one-time costs of the first timing, paid now: torch.profiler's first session (CUPTI
         starts: seconds) and, with "compile" (default true), torch.compile's first compile (inductor
         and Triton imported and started). A client sends it while it has nothing else to do."""
-        import time as _time
         from . import timing
         torch = self.torch
         warmed = {}
         if self.device.startswith("cuda"):
-            t0 = _time.perf_counter()
+            t0 = time.perf_counter()
             x = torch.ones(64, 64, device=self.device)
             timing.profiled_device_times(lambda a: a @ a, [(x,)], None, 2)
-            warmed["profiler_s"] = round(_time.perf_counter() - t0, 3)
+            warmed["profiler_s"] = round(time.perf_counter() - t0, 3)
             if req.get("compile", True) and hasattr(torch, "compile"):
-                t0 = _time.perf_counter()
+                t0 = time.perf_counter()
                 fn = torch.compile(lambda a: torch.relu(a) + 1.0)
                 fn(x)
                 torch.cuda.synchronize()
-                warmed["compile_s"] = round(_time.perf_counter() - t0, 3)
+                warmed["compile_s"] = round(time.perf_counter() - t0, 3)
         return {"warmed": warmed}
 
     def op_filters(self, req):

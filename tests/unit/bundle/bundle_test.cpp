@@ -330,6 +330,20 @@ TEST_CASE("launch sizes are checked against the target arch's limits, before and
   CHECK_THROWS_WITH_AS(bind_plan(from_dims, scale_add_sigs(), io_for(30000), LaunchLimits::for_arch("sm_86")),
                        doctest::Contains("sm_86 allows at most 101376"), PlanError);
   bind_plan(from_dims, scale_add_sigs(), io_for(30000), LaunchLimits::for_arch("sm_90"));
+  // A block or grid that is within the limits only for small inputs passes compile-only and is
+  // refused at binding, by the same check and in the same words.
+  const std::string base(kPlan);
+  Plan big_block = Plan::parse_text(base.substr(0, base.find("    block: [256]")) + "    block: [N]\n" +
+                                    base.substr(base.find("    args:")));
+  check_plan(big_block, scale_add_sigs(), nullptr, LaunchLimits::for_arch("sm_90"));
+  bind_plan(big_block, scale_add_sigs(), io_for(1024), LaunchLimits::for_arch("sm_90"));
+  CHECK_THROWS_WITH_AS(bind_plan(big_block, scale_add_sigs(), io_for(2048), LaunchLimits::for_arch("sm_90")),
+                       doctest::Contains("block[0] = 2048 (sm_90 allows 1 to 1024)"), PlanError);
+  Plan two_d = Plan::parse_text(base.substr(0, base.find("    grid:")) + "    grid: [1, N]\n" +
+                                base.substr(base.find("    block:")));
+  check_plan(two_d, scale_add_sigs(), nullptr, LaunchLimits::for_arch("sm_90"));
+  CHECK_THROWS_WITH_AS(bind_plan(two_d, scale_add_sigs(), io_for(70000), LaunchLimits::for_arch("sm_90")),
+                       doctest::Contains("grid[1] = 70000 (sm_90 allows 1 to 65535)"), PlanError);
 }
 
 TEST_CASE("conv binds F32, F16 and BF16 buffers only (cuDNN is told one of them)") {
