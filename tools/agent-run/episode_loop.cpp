@@ -40,10 +40,9 @@ void install_signal_handlers() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
 }
 
-int run_episodes(Options& o, const CommonOptions& opt, Policy& policy_ref, std::unique_ptr<Store>& store) {
+int run_episodes(Options& o, const CommonOptions& opt, Policy& policy, std::unique_ptr<Store>& store) {
   auto& [tasks_file, policy_spec, jobs, per_task, first_uid, s, po, extra_text, workspace_dir, no_logprobs, skill] = o;
-  Policy* policy = &policy_ref;
-  const Json policy_description = policy->describe();
+  const Json policy_description = policy.describe();
   ca::RecordReader reader(tasks_file.empty() ? opt.input : tasks_file);
   ca::RecordWriter writer(opt.output);
   ca::log::Progress progress("episodes");  // on a terminal: done/total, rate, time left
@@ -167,7 +166,7 @@ int run_episodes(Options& o, const CommonOptions& opt, Policy& policy_ref, std::
       }
       ca::Record out;
       try {
-        out = agent::run_episode(ep, *policy, policy_description, s, skill);
+        out = agent::run_episode(ep, policy, policy_description, s, skill);
       } catch (const std::exception& e) {
         // run_episode keeps what it can; this is for what failed around the loop (the workspace
         // could not be made, the record could not be built).
