@@ -59,7 +59,7 @@ for part in "$@"; do
       mkdir -p "$R/kb"
       timeout "$(left)" env BIN=build/bin OUT="$R/kb" STAGE_TIMEOUT=${KB_STAGE_TIMEOUT:-$(( $(left) - 15 ))} bash bench/kernelbench/run.sh ${KB_STAGES:-cands toolchain} \
         > "$R/kb.log" 2>&1
-      echo "rc=$?"; tail -25 "$R/kb.log" | cut -c1-400 ;;
+      echo "rc=$?"; tail -25 "$R/kb.log" | cut -c1-400; rm -rf "$R"/kb/compile-cache-* ;;
     kb-import)
       mkdir -p "$R/kb-import"
       timeout "$(left)" env BIN=build/bin OUT="$R/kb-import" bash bench/kernelbench/import_all.sh > "$R/kb-import.log" 2>&1

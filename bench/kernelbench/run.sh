@@ -4,7 +4,12 @@
 #   (b) the reference judge:  bench/kernelbench/reference_judge.py (one process, torch + CuPy)
 #   (c) a table of both, per candidate, and one JSON line with both wall times.
 #
-# usage: bench/kernelbench/run.sh [STAGE...]      stages: cands toolchain judge compare (default: all)
+#   (d) with the services stage: the toolchain again, through long-lived judge services
+#       (kernel-check --serve, kernel-prof --serve, started and warmed before the clock starts;
+#       via_services.py posts each record, check and profile overlapping as in the pipe)
+#
+# usage: bench/kernelbench/run.sh [STAGE...]      stages: cands toolchain services judge compare
+#                                                 (default: cands toolchain judge compare)
 # Run from the repository root. Each stage is its own command, so each fits a 10-minute limit:
 #   bench/kernelbench/run.sh cands toolchain && bench/kernelbench/run.sh judge compare
 # Environment:
@@ -17,6 +22,9 @@
 #   STAGE_TIMEOUT=570      seconds each stage may take before it is stopped (and says so)
 #   JUDGE_ARGS=...         more options for the judge (e.g. --runs 100 --budget-s 8)
 #   TC_CHECK_ARGS, TC_PROF_ARGS, TC_REWARD_ARGS   more options for each tool
+#   KB_SHARED_COMPILE_CACHE=1   let both stages share torch.compile's on-disk caches (inductor,
+#                          Triton). By default each timed stage starts from empty ones of its own, so
+#                          the stage that runs second does not get the first one's compiled graphs.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/env.sh"
@@ -26,6 +34,11 @@ export CUDA_AGENT_LOCK_DIR=${CUDA_AGENT_LOCK_DIR:-$OUT/locks}
 die() { echo "run.sh: $*" >&2; exit 1; }
 now() { date +%s.%N; }
 stages=("$@")
+fresh_compile_cache() {  # $1: the stage; a fresh inductor and Triton cache for it (see above)
+  [ "${KB_SHARED_COMPILE_CACHE:-0}" = 1 ] && return 0
+  rm -rf "$OUT/compile-cache-$1"; mkdir -p "$OUT/compile-cache-$1"
+  export TORCHINDUCTOR_CACHE_DIR="$OUT/compile-cache-$1/inductor" TRITON_CACHE_DIR="$OUT/compile-cache-$1/triton"
+}
 [ ${#stages[@]} -eq 0 ] && stages=(cands toolchain judge compare)
 
 need_bins() {
@@ -52,6 +65,7 @@ for stage in "${stages[@]}"; do
     [ -s "$OUT/cands.jsonl" ] || die "no $OUT/cands.jsonl: run the cands stage first"
     echo "run.sh: toolchain pipe (logs: $OUT/check.err $OUT/prof.err $OUT/reward.err)"
     rm -f "$OUT/toolchain.rc"
+    fresh_compile_cache toolchain
     t0=$(now)
     # shellcheck disable=SC2086
     timeout "$STAGE_TIMEOUT" bash -c '
@@ -72,12 +86,50 @@ for stage in "${stages[@]}"; do
     fi
     echo "run.sh: toolchain wall ${wall}s, $(wc -l < "$OUT/toolchain.jsonl") records in $OUT/toolchain.jsonl"
     ;;
+  services)
+    need_bins; need_gpu
+    [ -s "$OUT/cands.jsonl" ] || die "no $OUT/cands.jsonl: run the cands stage first"
+    fresh_compile_cache services
+    rm -f "$OUT"/svc-*.port
+    ts=$(now)
+    # shellcheck disable=SC2086
+    "$BIN/kernel-check" --serve 127.0.0.1:0 --port-file "$OUT/svc-check.port" --no-store ${TC_CHECK_ARGS:-} \
+      > /dev/null 2> "$OUT/svc-check.err" &
+    pc=$!
+    # shellcheck disable=SC2086
+    "$BIN/kernel-prof" --serve 127.0.0.1:0 --port-file "$OUT/svc-prof.port" --no-store ${TC_PROF_ARGS:-} \
+      > /dev/null 2> "$OUT/svc-prof.err" &
+    pp=$!
+    for _ in $(seq 1200); do
+      [ -s "$OUT/svc-check.port" ] && [ -s "$OUT/svc-prof.port" ] && break
+      kill -0 "$pc" 2>/dev/null && kill -0 "$pp" 2>/dev/null || break
+      sleep 0.1
+    done
+    if ! [ -s "$OUT/svc-check.port" ] || ! [ -s "$OUT/svc-prof.port" ]; then
+      kill "$pc" "$pp" 2>/dev/null; tail -5 "$OUT"/svc-*.err >&2; die "the services did not start"
+    fi
+    t0=$(now)
+    start=$("$PYTHON" -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 2))" "$ts" "$t0")
+    echo "run.sh: services listening after ${start}s (check $(cat "$OUT/svc-check.port"), prof $(cat "$OUT/svc-prof.port"))"
+    timeout "$STAGE_TIMEOUT" bash -c '
+      "$2" "$3/via_services.py" --check "http://$(cat "$1/svc-check.port")" --profile "http://$(cat "$1/svc-prof.port")" \
+        < "$1/cands.jsonl" 2> "$1/via.err" | "$0/reward-calc" --no-store ${TC_REWARD_ARGS:-} 2> "$1/svc-reward.err" > "$1/services.jsonl"
+      echo "${PIPESTATUS[*]}" > "$1/services.rc"' "$BIN" "$OUT" "$PYTHON" "$HERE"
+    t1=$(now)
+    kill -TERM "$pc" "$pp" 2>/dev/null; wait "$pc" "$pp" 2>/dev/null
+    wall=$("$PYTHON" -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 2))" "$t0" "$t1")
+    echo "$wall" > "$OUT/services.wall"; echo "$start" > "$OUT/services.start"
+    codes=$(cat "$OUT/services.rc" 2>/dev/null || echo "?")
+    [ "$codes" != "0 0" ] && { echo "run.sh: the services pipe's exit codes (client, reward): $codes" >&2; tail -5 "$OUT/via.err" >&2; }
+    echo "run.sh: services wall ${wall}s (started in ${start}s), $(wc -l < "$OUT/services.jsonl") records in $OUT/services.jsonl"
+    ;;
   judge)
     need_gpu
     [ -s "$OUT/cands.jsonl" ] || die "no $OUT/cands.jsonl: run the cands stage first"
     "$PYTHON" -c "import torch, cupy; assert torch.cuda.is_available(), 'torch sees no GPU'" \
       || die "$PYTHON needs torch with CUDA and CuPy (pip install cupy-cuda13x)"
     echo "run.sh: reference judge (log: $OUT/judge.err)"
+    fresh_compile_cache judge
     t0=$(now)
     # shellcheck disable=SC2086
     timeout "$STAGE_TIMEOUT" "$PYTHON" "$HERE/reference_judge.py" ${JUDGE_ARGS:-} -i "$OUT/cands.jsonl" \
@@ -95,7 +147,13 @@ for stage in "${stages[@]}"; do
     "$PYTHON" "$HERE/compare.py" "$OUT/toolchain.jsonl" "$OUT/judge.jsonl" --cands "$OUT/cands.jsonl" \
       --toolchain-wall "$(cat "$OUT/toolchain.wall" 2>/dev/null || echo 0)" \
       --judge-wall "$(cat "$OUT/judge.wall" 2>/dev/null || echo 0)" | tee "$OUT/compare.txt"
+    if [ -s "$OUT/services.jsonl" ]; then
+      echo "--- the toolchain through the judge services (tc columns), started in $(cat "$OUT/services.start")s before the clock"
+      "$PYTHON" "$HERE/compare.py" "$OUT/services.jsonl" "$OUT/judge.jsonl" --cands "$OUT/cands.jsonl" \
+        --toolchain-wall "$(cat "$OUT/services.wall" 2>/dev/null || echo 0)" \
+        --judge-wall "$(cat "$OUT/judge.wall" 2>/dev/null || echo 0)" | tee -a "$OUT/compare.txt"
+    fi
     ;;
-  *) die "unknown stage '$stage' (cands toolchain judge compare)" ;;
+  *) die "unknown stage '$stage' (cands toolchain services judge compare)" ;;
   esac
 done

@@ -88,7 +88,15 @@ int main(int argc, char** argv) {
     }
     // In a pipe whose first record is not there yet, the GPU, the reference worker and their
     // one-time costs are paid while kernel-check is still checking it.
-    if (input_pending(common.input)) profiler.warm_up_while_waiting();
+    if (input_pending(common.input)) {
+      try {
+        profiler.warm_up();
+      } catch (const ca::EnvironmentError& e) {
+        // No GPU or no torch: a record that needs timing says so, with the exit code; one that
+        // does not passes through as before.
+        ca::log::verbose("no GPU session before the first record: ", e.what());
+      }
+    }
     ca::RecordLoop loop(common);
     int status = ca::kExitOk;
     try {

@@ -57,27 +57,16 @@ void Profiler::warm_up() {
   GpuSession& g = gpu();
   g.make_current();
   (void)g.torch_version();  // starts the worker: python, import torch, CUDA context
-}
-
-void Profiler::warm_up_while_waiting() {
-  try {
-    warm_up();
-    GpuSession& g = *gpu_;
-    // Shared, as kernel-check's runs: the warm-up's few kernels never run inside another profile's
-    // timed loop on this GPU.
-    measure::GpuLock lock(g.identity().uuid, options_.lock_timeout_s, measure::GpuLock::Mode::shared);
-    bool compile = false;
-    for (const auto& mode : options_.baselines) compile = compile || mode != "eager";
-    Json a = g.worker().request({{"op", "warm"}, {"compile", compile}}, std::chrono::milliseconds(300000));
-    if (a.value("ok", false))
-      log::verbose("warmed up while waiting for the first record: ", a.value("warmed", Json::object()).dump());
-    else
-      log::verbose("warm-up: ", a.value("error", std::string("?")), ": ", a.value("detail", std::string()));
-  } catch (const EnvironmentError& e) {
-    // No GPU or no torch: a record that needs timing says so, with the exit code; one that does
-    // not passes through as before.
-    log::verbose("no GPU session before the first record: ", e.what());
-  }
+  // Shared, as kernel-check's runs: the warm-up's few kernels never run inside another profile's
+  // timed loop on this GPU.
+  measure::GpuLock lock(g.identity().uuid, options_.lock_timeout_s, measure::GpuLock::Mode::shared);
+  bool compile = false;
+  for (const auto& mode : options_.baselines) compile = compile || mode != "eager";
+  Json a = g.worker().request({{"op", "warm"}, {"compile", compile}}, std::chrono::milliseconds(300000));
+  if (a.value("ok", false))
+    log::verbose("warmed up: ", a.value("warmed", Json::object()).dump());
+  else  // the first record pays it then, and says what fails
+    log::verbose("warm-up: ", a.value("error", std::string("?")), ": ", a.value("detail", std::string()));
 }
 
 Json Profiler::gpu_json() const { return gpu_ ? gpu_->identity().to_json() : Json(nullptr); }

@@ -24,13 +24,11 @@ class Profiler {
   // every other record, untouched. Throws EnvironmentError when a record needs the GPU and there is
   // none; FieldError for a record missing what it needs.
   Outcome profile(Record& record);
-  // Opens the GPU and starts its reference worker now rather than at the first passing record (a
-  // service pays it once, before its first request). EnvironmentError without a GPU or torch.
+  // Opens the GPU, starts its reference worker and pays the worker's one-time costs of a first
+  // timing (torch.profiler's start, and torch.compile's when a compile baseline is asked for) now
+  // rather than at the first passing record: a service before its first request, a stream while its
+  // first record is still being checked. EnvironmentError without a GPU or torch.
   void warm_up();
-  // warm_up() and the worker's one-time costs of a first timing (torch.profiler's start, and
-  // torch.compile's when a compile baseline is asked for), for a stream whose first record has not
-  // arrived (kernel-check is still checking it). Without a GPU or torch it says so with -v only.
-  void warm_up_while_waiting();
   // The GPU opened ({ordinal, name, uuid, ...}), or null before it is.
   Json gpu_json() const;
 
