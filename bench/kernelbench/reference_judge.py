@@ -2,7 +2,8 @@
 """The simple in-process judge a benchmark measures the toolchain against.
 
 One Python process: PyTorch for the task's reference, its eager and torch.compile baselines and
-the plan's library steps (gemm -> torch.mm/addmm, conv -> torch conv2d); CuPy (RawModule, NVRTC)
+the plan's library steps (gemm -> torch.mm/addmm through cuBLASLt, as the plan's gemm is, with
+its bias+ReLU/GELU epilogue fused where torch can (_addmm_activation); conv -> torch conv2d); CuPy (RawModule, NVRTC)
 for the bundle's own kernels. It reads the candidate records kernel-check reads
 ({"task_id", "candidate_id", "task": {"task_id", "code"}, "bundle": {"kernels", "plan"}}) and
 writes one JSON line per candidate with its verdict, times, speedups and the milestone reward.
@@ -27,6 +28,7 @@ usage: reference_judge.py [-i FILE] [-o FILE] [--device cuda:0] [--trials 5] [--
                                           every bundle on meta tensors, gemm/conv steps on small tasks)
 """
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -398,6 +400,22 @@ def signature_for(sigs, expr, nargs):
 
 # ---- the task: reference model, seeded inputs, pinned precision ---------------------------------
 
+@contextlib.contextmanager
+def blas_cublaslt(on):
+    """torch's matmuls through cuBLASLt (torch >= 2.3 can be told; older: its own choice), as the
+    plan's gemm steps run: the same library, its own heuristic's algorithm."""
+    pref = getattr(torch.backends.cuda, "preferred_blas_library", None) if on else None
+    if pref is None:
+        yield
+        return
+    saved = pref()
+    pref("cublaslt")
+    try:
+        yield
+    finally:
+        pref(saved)
+
+
 def set_tf32(on):
     """TF32 for matmul and cuDNN conv (torch >= 2.9: fp32_precision; older: the allow_tf32 flags)."""
     for obj, legacy, attr in ((torch.backends.cuda.matmul, torch.backends.cuda.matmul, "allow_tf32"),
@@ -448,7 +466,6 @@ class Task(object):
     def _on_device(self):
         if self.device.type != "cpu" and hasattr(torch, "set_default_device"):
             return self.device            # torch.device is a context manager in torch >= 2.0
-        import contextlib
         return contextlib.nullcontext()
 
     def inputs(self, seed):
@@ -757,24 +774,31 @@ class Program(object):
             bias = B[st["bias"]].reshape(-1)[:n] if st["bias"] is not None else None
             if st["tf32"]:
                 set_tf32(True)
-            try:
-                if st["beta"] == 0.0 and bt == 1 and bias is not None:
-                    torch.addmm(bias, A[0], Bm[0], alpha=st["alpha"], out=O[0])
-                elif st["beta"] == 0.0:
-                    torch.matmul(A, Bm, out=O) if bt > 1 else torch.mm(A[0], Bm[0], out=O[0])
-                    if st["alpha"] != 1.0:
-                        O.mul_(st["alpha"])
-                    if bias is not None:
-                        O.add_(bias)
-                else:
-                    r = torch.matmul(A, Bm).mul_(st["alpha"]).add_(O, alpha=st["beta"])
-                    O.copy_(r if bias is None else r.add_(bias))
-            finally:
-                if st["tf32"]:
-                    set_tf32(False)
-            if st["act"] == "relu":
+            act = st["act"]
+            with blas_cublaslt(O.is_cuda):
+                try:
+                    if st["beta"] == 0.0 and bt == 1 and bias is not None and st["alpha"] == 1.0 \
+                            and act in ("relu", "gelu") and O.is_cuda and hasattr(torch, "_addmm_activation"):
+                        # one cuBLASLt call with the bias+activation epilogue, as the plan's step is
+                        O[0].copy_(torch._addmm_activation(bias, A[0], Bm[0], use_gelu=act == "gelu"))
+                        act = None
+                    elif st["beta"] == 0.0 and bt == 1 and bias is not None:
+                        torch.addmm(bias, A[0], Bm[0], alpha=st["alpha"], out=O[0])
+                    elif st["beta"] == 0.0:
+                        torch.matmul(A, Bm, out=O) if bt > 1 else torch.mm(A[0], Bm[0], out=O[0])
+                        if st["alpha"] != 1.0:
+                            O.mul_(st["alpha"])
+                        if bias is not None:
+                            O.add_(bias)
+                    else:
+                        r = torch.matmul(A, Bm).mul_(st["alpha"]).add_(O, alpha=st["beta"])
+                        O.copy_(r if bias is None else r.add_(bias))
+                finally:
+                    if st["tf32"]:
+                        set_tf32(False)
+            if act == "relu":
                 O.relu_()
-            elif st["act"] == "gelu":                  # cuBLASLt's GELU epilogue is the tanh form
+            elif act == "gelu":                        # cuBLASLt's GELU epilogue is the tanh form
                 O.copy_(F.gelu(O, approximate="tanh"))
         else:
             bias = B[st["bias"]].reshape(-1) if st["bias"] is not None else None
