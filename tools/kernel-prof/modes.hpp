@@ -1,0 +1,19 @@
+// kernel-prof's two ways of taking records: a stream (stdin to stdout, the pipe's stage) and a
+// service (--serve, SERVICE.md). Both time each record with the same Profiler::profile.
+#pragma once
+#include "libcommon/cli.hpp"
+#include "libcommon/service.hpp"
+#include "libcommon/store.hpp"
+#include "tools/kernel-prof/profiler.hpp"
+
+namespace ca::prof {
+
+// Records from common.input to common.output through one RecordLoop; in a pipe whose first record
+// is not there yet, the GPU and the worker's one-time costs are paid while it is on the way.
+int stream(Profiler& profiler, const CommonOptions& common, Store* store);
+
+// The service: warmed up before it listens, one timing job at a time (one GPU), each request's
+// records through their own RecordLoop; the run row closed with every request's counts.
+int serve(Profiler& profiler, const ServiceOptions& service, const CommonOptions& common, Store* store);
+
+}  // namespace ca::prof
