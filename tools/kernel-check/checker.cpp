@@ -21,19 +21,6 @@ namespace ca::kc {
 
 namespace {
 
-// task_id -> task record, from --tasks FILE.
-std::map<std::string, ca::Json> read_tasks(const std::string& path) {
-  std::map<std::string, ca::Json> tasks;
-  if (path.empty()) return tasks;
-  ca::RecordReader reader(path);
-  ca::Record r;
-  while (reader.next(r)) {
-    std::string id = r.contains("task_id") && r["task_id"].is_string() ? r["task_id"].get<std::string>() : ca::task_id_for(r);
-    tasks[id] = ca::Json(r);
-  }
-  return tasks;
-}
-
 }  // namespace
 
 struct Checker::Item {
@@ -46,7 +33,7 @@ struct Checker::Item {
 };
 
 Checker::Checker(CheckOptions& options, const ca::CommonOptions& common)
-    : options_(options), common_(common), rules_(Rules::load(options.rules_path)), tasks_(read_tasks(options.tasks_path)) {
+    : options_(options), common_(common), rules_(Rules::load(options.rules_path)), tasks_(options.tasks_path) {
   // The device: compile-only never touches it; otherwise no driver or GPU -> no_device verdicts.
   if (!options_.compile_only) {
     if (!ca::cuda::Driver::available(&no_device_why_)) {
@@ -87,20 +74,8 @@ void Checker::process(Item& item) {
   try {
     ca::check_record_ids(rec);
     std::string task_id = ca::get_required<std::string>(rec, "/task_id");
-    ca::Json task_json;
-    const ca::Json* task = nullptr;
-    if (rec.contains("task") && rec["task"].is_object()) {
-      task_json = ca::Json(rec["task"]);
-      task = &task_json;
-    } else if (auto it = tasks_.find(task_id); it != tasks_.end()) {
-      task = &it->second;
-    } else if (store_) {
-      std::lock_guard<std::mutex> lock(store_mu_);
-      if (auto t = store_->get_task(task_id)) {
-        task_json = ca::Json::parse(t->dump());
-        task = &task_json;
-      }
-    }
+    std::optional<ca::Json> task;
+    if (auto t = tasks_.find(rec, task_id, store_.get(), &store_mu_)) task = ca::Json(*t);
     if (!rec.contains("candidate_id"))
       rec["candidate_id"] = ca::candidate_id_for(task_id, ca::get_required<ca::Record>(rec, "/bundle"));
     // --resume: a verdict already in the store is reused (not a no_device or compile-only one).
@@ -116,7 +91,7 @@ void Checker::process(Item& item) {
         }
       }
     }
-    Prepared p = prepare_candidate(rec, task, rules_, prepare_);
+    Prepared p = prepare_candidate(rec, task ? &*task : nullptr, rules_, prepare_);
     if (!p.final && !options_.compile_only) {
       if (!judge_) {
         set_verdict(p.check, "no_device", "no GPU: " + no_device_why_);

@@ -15,6 +15,7 @@
 #include "libcommon/jsonl.hpp"
 #include "libcommon/record_loop.hpp"
 #include "libcommon/store.hpp"
+#include "libcommon/task_lookup.hpp"
 #include "tools/kernel-check/options.hpp"
 #include "tools/kernel-check/rules.hpp"
 #include "tools/kernel-check/prepare.hpp"
@@ -55,7 +56,7 @@ class Checker {
   CheckOptions& options_;
   const ca::CommonOptions& common_;
   Rules rules_;
-  std::map<std::string, ca::Json> tasks_;  // --tasks, by task_id
+  ca::TaskLookup tasks_;  // the record's task, --tasks, the store
   std::string no_device_why_;
   std::vector<int> gpus_;
   ca::Json gpus_json_ = ca::Json::array();

@@ -24,24 +24,14 @@ bool check_passed(const Record& record) {
 }
 
 Profiler::Profiler(const ProfOptions& options, const CommonOptions& common, Store* store)
-    : options_(options), common_(common), store_(store) {
-  if (!options_.tasks_path.empty()) {
-    RecordReader reader(options_.tasks_path);
-    Record task;
-    while (reader.next(task))
-      if (task.contains("task_id") && task["task_id"].is_string()) tasks_[task["task_id"].get<std::string>()] = task;
-    log::verbose("--tasks: ", tasks_.size(), " tasks from ", options_.tasks_path);
-  }
+    : options_(options), common_(common), store_(store), tasks_(options.tasks_path) {
+  if (!options_.tasks_path.empty()) log::verbose("--tasks: ", tasks_.size(), " tasks from ", options_.tasks_path);
 }
 
 Profiler::~Profiler() = default;
 
 Record Profiler::find_task(const Record& record, const std::string& task_id) {
-  if (record.contains("task") && record["task"].is_object()) return record["task"];
-  if (auto it = tasks_.find(task_id); it != tasks_.end()) return it->second;
-  if (store_)
-    if (auto t = store_->get_task(task_id)) return *t;
-  if (record.contains("code") && record["code"].is_string()) return record;  // a task record carrying a bundle
+  if (auto t = tasks_.find(record, task_id, store_)) return *t;
   throw FieldError("task", "task " + task_id + " not found (give --tasks FILE, a `task` object, or a store holding it)");
 }
 

@@ -10,6 +10,7 @@
 #include "libcommon/jsonl.hpp"
 #include "libcommon/record_loop.hpp"
 #include "libcommon/store.hpp"
+#include "libcommon/task_lookup.hpp"
 #include "tools/kernel-prof/options.hpp"
 
 namespace ca::prof {
@@ -40,7 +41,7 @@ class Profiler {
   const ProfOptions& options_;
   const CommonOptions& common_;
   Store* store_;
-  std::map<std::string, Record> tasks_;  // --tasks, by task_id
+  TaskLookup tasks_;  // the record's task, --tasks, the store
   std::unique_ptr<GpuSession> gpu_;
 };
 
