@@ -5,13 +5,17 @@
 #include <poll.h>
 #include <sys/prctl.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <dirent.h>
+#include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "libcommon/errors.hpp"
 #include "libcommon/signals.hpp"
@@ -34,6 +38,50 @@ int code_of(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return -1;
+}
+
+// The live descendants of `pid` (read from /proc/PID/task/*/children), each held by a pidfd so it
+// can be signalled and waited on after it is reparented. A process that left the group (setsid, as
+// bwrap's --new-session does) is reached this way, and so is a pid namespace's init, whose exit
+// comes only after every process in its namespace has gone.
+std::vector<int> descendant_pidfds(pid_t pid) {
+  std::vector<int> fds;
+  std::vector<pid_t> todo{pid};
+  while (!todo.empty() && fds.size() < 4096) {
+    pid_t p = todo.back();
+    todo.pop_back();
+    const std::string tasks = "/proc/" + std::to_string(p) + "/task";
+    DIR* d = opendir(tasks.c_str());
+    if (!d) continue;
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      std::ifstream in(tasks + "/" + e->d_name + "/children");
+      pid_t c;
+      while (in >> c) {
+        int fd = static_cast<int>(syscall(SYS_pidfd_open, c, 0));
+        if (fd < 0) continue;
+        fds.push_back(fd);
+        todo.push_back(c);
+      }
+    }
+    closedir(d);
+  }
+  return fds;
+}
+
+// SIGKILL to each, then wait (at most `bound`) until each has exited; the fds are closed.
+void kill_and_wait(std::vector<int>& fds, std::chrono::milliseconds bound) {
+  for (int fd : fds) syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0);
+  auto deadline = std::chrono::steady_clock::now() + bound;
+  for (int fd : fds) {
+    pollfd p{fd, POLLIN, 0};
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) != 0 || errno != EINTR) break;
+    }
+    ::close(fd);
+  }
+  fds.clear();
 }
 
 }  // namespace
@@ -229,12 +277,17 @@ std::string ChildProcess::drain_stderr() {
 
 void ChildProcess::kill() {
   if (pid_ <= 0) return;
+  // Its descendants first, while they are still its: once it is dead they belong to init.
+  std::vector<int> descendants = descendant_pidfds(pid_);
   ::kill(-pid_, SIGKILL);  // the whole group: a hung child's own children go too
   ::kill(pid_, SIGKILL);
   int status;
   if (waitpid(pid_, &status, 0) == pid_) record_exit(status);
   else signals::forget_child(pid_);  // reaped by the signal path
   pid_ = -1;
+  // Those that left the group, and the end of them all: nothing the child started is still
+  // writing when kill() returns (a sandbox's workspace is measured and trimmed right after).
+  kill_and_wait(descendants, std::chrono::seconds(5));
 }
 
 std::optional<int> ChildProcess::wait(std::chrono::milliseconds timeout) {
@@ -276,8 +329,11 @@ CommandResult run_command(const SpawnOptions& options, const std::string& stdin_
     if (stop && stop()) {
       result.stopped = true;
       if (child.pid() > 0) {
+        // The descendants are taken before the SIGTERM, which may end the child at once.
+        std::vector<int> descendants = descendant_pidfds(child.pid());
         ::kill(-child.pid(), SIGTERM);
-        if (!child.wait(stop_grace)) child.kill();  // SIGKILL to the whole group
+        if (!child.wait(stop_grace)) child.kill();  // SIGKILL to the whole group and its descendants
+        kill_and_wait(descendants, std::chrono::seconds(5));
       }
       break;
     }

@@ -69,9 +69,16 @@ e = recs[0]["episode"]
 res = [x for t in e["turns"] for x in t["tool_results"]]
 c = [x["content"] for x in res]
 assert not res[0]["ok"] and "wrote all" not in c[0], c[0]
-assert "over its cap of 32 MiB" in c[0] and "killed:" in c[0] and "workspace cap (--workspace-mib)" in c[0] and "removed: f" in c[0], c[0]
+assert "over its cap of 32768 KiB (32 MiB)" in c[0] and "killed:" in c[0] and "workspace cap (--workspace-mib)" in c[0] and "removed: f" in c[0], c[0]
 kib = int(c[1].split()[0])
 assert kib <= 32 * 1024, c[1]
+# The trim is final: nothing the killed command started wrote after it (what it removed stays
+# gone), and the next command finds the workspace under the cap (no second trim).
+import re
+gone = set(re.findall(r"\b(f\d+) \(", c[0].split("removed:")[1]))
+listed = set(c[1].split()[1:])
+assert gone and not (gone & listed), (gone, listed)
+assert res[1]["ok"] and "workspace cap" not in c[1], c[1]
 assert not res[2]["ok"] and "over its cap" in c[2], c[2]
 assert res[3]["ok"] and res[4]["ok"] and "still alive" in c[4] and c[4].split()[0] == "0", c[3:]
 assert e["stop_reason"] == "done" and recs[0]["bundle"]["kernels"] == {"k.cu": "__global__ void k() {}"}

@@ -1,5 +1,10 @@
 // Units of libcommon: records, ids, fields, shards, safetensors, processes.
 #include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
 
 #include <filesystem>
 #include <fstream>
@@ -140,6 +145,36 @@ TEST_CASE("child processes: lines, timeouts and kill") {
   auto t = run_command({{"sleep", "10"}}, "", std::chrono::milliseconds(200));
   CHECK(t.timed_out);
   CHECK_THROWS_AS(ChildProcess(SpawnOptions{{"/nonexistent/binary"}}), EnvironmentError);
+}
+
+// A stop or a timeout ends what the child started even when it left the process group (setsid, as
+// bwrap's --new-session does), and run_command returns only once those are gone: a sandbox's
+// workspace is measured and trimmed right after (agent-run's workspace cap).
+TEST_CASE("run_command: a stop and a timeout end the processes that left the group, before returning") {
+  char tmpl[] = "/tmp/ca-kill-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  const std::string script = "setsid sh -c 'echo started > " + dir + "/started; sleep 0.6; touch " + dir +
+                             "/late' & sleep 30";
+  for (int mode = 0; mode < 2; ++mode) {
+    std::remove((dir + "/started").c_str());
+    std::remove((dir + "/late").c_str());
+    auto begun = std::chrono::steady_clock::now();
+    StopCheck stop = [&] {
+      return mode == 0 && access((dir + "/started").c_str(), F_OK) == 0 &&
+             std::chrono::steady_clock::now() - begun > std::chrono::milliseconds(150);
+    };
+    auto r = run_command({{"sh", "-c", script}}, "", std::chrono::milliseconds(mode == 0 ? 20000 : 400), 1 << 16,
+                         stop, std::chrono::milliseconds(0));
+    CHECK((mode == 0 ? r.stopped : r.timed_out));
+    CHECK(access((dir + "/started").c_str(), F_OK) == 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(900));
+    INFO("mode " << mode << ": the setsid'ed grandchild outlived the stop");
+    CHECK(access((dir + "/late").c_str(), F_OK) != 0);
+  }
+  std::remove((dir + "/started").c_str());
+  std::remove((dir + "/late").c_str());
+  rmdir(dir.c_str());
 }
 
 // A service's request body is read as stdin is: blank lines skipped, lines numbered as on stdin,

@@ -212,6 +212,15 @@ bool remove_at(int dirfd, const std::string& name) {
   return unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) == 0;
 }
 
+// What one entry counts against the cap: its blocks, but never less than its size in whole 4 KiB
+// pages, since blocks lag the data on some file systems (delayed allocation, a journal not yet
+// committed) and a file that looks small now must not be let through the cap.
+int64_t disk_bytes(const struct stat& st) {
+  const int64_t blocks = static_cast<int64_t>(st.st_blocks) * 512;
+  const int64_t pages = S_ISREG(st.st_mode) ? (static_cast<int64_t>(st.st_size) + 4095) / 4096 * 4096 : 0;
+  return std::max({blocks, pages, int64_t{4096}});
+}
+
 // Disk use of the tree under `dirfd`, without following symlinks, to kMaxTreeDepth levels.
 void measure(int top, DiskUsage& u) {
   std::vector<DIR*> stack;
@@ -239,7 +248,7 @@ void measure(int top, DiskUsage& u) {
     const int at = dirfd(stack.back());
     struct stat st {};
     if (fstatat(at, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    u.bytes += std::max<int64_t>(static_cast<int64_t>(st.st_blocks) * 512, 4096);
+    u.bytes += disk_bytes(st);
     if (!S_ISDIR(st.st_mode)) continue;
     if (static_cast<int>(stack.size()) >= kMaxTreeDepth) {
       u.too_deep = true;
@@ -262,7 +271,7 @@ DiskUsage usage_of_entry(int dirfd, const std::string& name) {
   struct stat st {};
   if (fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return u;
   u.entries = 1;
-  u.bytes = std::max<int64_t>(static_cast<int64_t>(st.st_blocks) * 512, 4096);
+  u.bytes = disk_bytes(st);
   if (S_ISDIR(st.st_mode)) {
     Fd sub(open_dir_at(dirfd, name.c_str()));
     if (sub) measure(sub.fd, u);
@@ -587,7 +596,8 @@ std::string Workspace::over_cap(const DiskUsage& u) const {
   if (u.too_many) return "the workspace holds more than " + std::to_string(kMaxTreeEntries) + " entries";
   if (u.unreadable) return "part of the workspace cannot be read";
   if (u.bytes > cap_bytes_)
-    return "the workspace holds " + human_bytes(u.bytes) + ", over its cap of " + human_bytes(cap_bytes_);
+    return "the workspace holds " + std::to_string(u.bytes / 1024) + " KiB, over its cap of " +
+           std::to_string(cap_bytes_ / 1024) + " KiB (" + human_bytes(cap_bytes_) + ")";
   return "";
 }
 
@@ -601,6 +611,22 @@ std::string Workspace::enforce_cap() {
   std::string why = over_cap(u);
   if (why.empty()) return "";
   clear_tmp();
+  std::string removed, still;
+  // A pass trims by the entries' own measures; the whole tree is measured again after it, and a
+  // second pass runs if that is still over (a measure that moved while it was taken).
+  for (int pass = 0; pass < 3; ++pass) {
+    trim_once(removed);
+    still = over_cap(usage());
+    if (still.empty()) break;
+  }
+  struct stat st {};
+  if (fstatat(root_fd_, "kernels", &st, AT_SYMLINK_NOFOLLOW) != 0) mkdirat(root_fd_, "kernels", 0755);
+  if (fstatat(root_fd_, "plan.yaml", &st, AT_SYMLINK_NOFOLLOW) != 0) write_at(root_fd_, "plan.yaml", "");
+  return why + "; removed: " + (removed.empty() ? std::string("nothing") : removed) +
+         (still.empty() ? std::string() : "; still: " + still);
+}
+
+void Workspace::trim_once(std::string& removed) {
   // Candidates: the top-level entries but kernels/, and the entries of kernels/; largest first.
   struct Entry {
     int dirfd;
@@ -619,13 +645,13 @@ std::string Workspace::enforce_cap() {
       entries.push_back({kdir.fd, name, "kernels/" + valid_text(name), usage_of_entry(kdir.fd, name)});
   std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.bytes() > b.bytes(); });
   // The totals from the entries themselves, so trimming 100,000 small files is not 100,000 walks.
-  int64_t bytes = 3 * 4096, count = 3, unmeasured = 0;  // the episode folder, ws/ and kernels/
+  // The folders themselves: the episode folder's ws/ and tmp/, and kernels/.
+  int64_t bytes = 3 * 4096, count = 3, unmeasured = 0;
   for (const Entry& e : entries) {
     if (!e.use.measurable()) ++unmeasured;
     bytes += e.use.bytes;
     count += e.use.entries;
   }
-  std::string removed;
   for (const Entry& e : entries) {
     if (unmeasured == 0 && bytes <= cap_bytes_ && count <= kMaxTreeEntries) break;
     remove_at(e.dirfd, e.name);
@@ -636,12 +662,6 @@ std::string Workspace::enforce_cap() {
                (e.use.measurable() ? " (" + human_bytes(e.use.bytes) + ")"
                                    : std::string(" (too deep or too many entries to measure)"));
   }
-  struct stat st {};
-  if (fstatat(root_fd_, "kernels", &st, AT_SYMLINK_NOFOLLOW) != 0) mkdirat(root_fd_, "kernels", 0755);
-  if (fstatat(root_fd_, "plan.yaml", &st, AT_SYMLINK_NOFOLLOW) != 0) write_at(root_fd_, "plan.yaml", "");
-  std::string still = over_cap(usage());
-  return why + "; removed: " + (removed.empty() ? std::string("nothing") : removed) +
-         (still.empty() ? std::string() : "; still: " + still);
 }
 
 }  // namespace ca::agent

@@ -91,6 +91,8 @@ class Workspace {
   void clear_tmp() const;
 
  private:
+  // One pass of enforce_cap's trimming; appends what it removed to `removed`.
+  void trim_once(std::string& removed);
   std::string dir_, root_, tmp_;
   int root_fd_ = -1;
   int64_t cap_bytes_;
