@@ -117,6 +117,11 @@ bool RecordLoop::handle(Record& record, const std::string& where, const std::fun
     case Outcome::skipped: ++counts_.skipped; break;
     case Outcome::passed: ++counts_.passed; break;
   }
+  if (store_ && (outcome == Outcome::done || outcome == Outcome::failed) && record.contains(section_) &&
+      record[section_].is_object()) {
+    if (record.contains("candidate_id")) store_->put_section(section_, record);
+    else log::verbose(where, ": its ", section_, " is not stored (no candidate_id)");
+  }
   return !(drop_skipped && outcome == Outcome::skipped);
 }
 

@@ -8,6 +8,7 @@
 #include "libcommon/cli.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/jsonl.hpp"
+#include "libcommon/store.hpp"
 
 namespace ca {
 
@@ -61,10 +62,18 @@ class RecordLoop {
               bool drop_skipped = false);
   const Counts& counts() const { return counts_; }
   Counts& counts() { return counts_; }
+  // The store gets `section` ("prof", "reward") of every record the job finished (done or failed),
+  // here, after the job: a tool's job never writes its results to the store itself.
+  void store_into(Store* store, std::string section) {
+    store_ = store;
+    section_ = std::move(section);
+  }
 
  private:
   const CommonOptions& options_;
   Counts counts_;
+  Store* store_ = nullptr;
+  std::string section_;
 };
 
 }  // namespace ca

@@ -547,12 +547,21 @@ std::string Store::import_record(const Record& record) {
     for (const char* s : {"check", "prof", "reward", "episode"}) bare.erase(s);
     put_candidate(bare);
     kind = "candidate";
-    if (record.contains("check") && record["check"].is_object()) put_check(candidate_id, task_id, record["check"]);
-    if (record.contains("prof") && record["prof"].is_object()) put_profile(candidate_id, task_id, record["prof"]);
-    if (record.contains("reward") && record["reward"].is_object()) put_reward(candidate_id, task_id, record["reward"]);
-    if (record.contains("episode") && record["episode"].is_object()) put_episode(candidate_id, task_id, record["episode"]);
+    for (const char* s : {"check", "prof", "reward", "episode"})
+      if (record.contains(s) && record[s].is_object()) put_section(s, record);
   });
   return kind;
+}
+
+void Store::put_section(const std::string& section, const Record& record) {
+  const std::string candidate_id = id_of(record, "candidate_id"), task_id = id_of(record, "task_id");
+  if (candidate_id.empty()) throw FieldError("candidate_id", "missing (a " + section + " is stored by its candidate)");
+  const Record& body = record.at(section);
+  if (section == "check") put_check(candidate_id, task_id, body);
+  else if (section == "prof") put_profile(candidate_id, task_id, body);
+  else if (section == "reward") put_reward(candidate_id, task_id, body);
+  else if (section == "episode") put_episode(candidate_id, task_id, body);
+  else throw InternalError("store: no table for a record's '" + section + "' section");
 }
 
 std::unique_ptr<Store> open_store_for(const CommonOptions& options, const std::string& gpu) {

@@ -54,6 +54,9 @@ class Store {
   void put_ppo_step(const std::string& step_id, const Record& metrics);
   void put_filter_result(const std::string& task_id, bool kept, const std::string& reason, const Record& detail);
   void put_baseline(const BaselineKey& key, const Json& timing);
+  // A result section of a record ("check", "prof", "reward" or "episode") by the record's
+  // candidate_id and task_id: what a tool's record loop stores of each record it finished.
+  void put_section(const std::string& section, const Record& record);
 
   std::optional<Record> get_task(const std::string& task_id);
   std::optional<Json> get_baseline(const BaselineKey& key);

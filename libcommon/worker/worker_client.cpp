@@ -395,11 +395,4 @@ int64_t task_init_seed(const Json& task) {
   return 0;
 }
 
-Json load_request(const std::string& task_id, const Json& task) {
-  if (!task.contains("code") || !task["code"].is_string()) throw FieldError("task.code", "missing (the task's PyTorch source)");
-  Json req{{"op", "load"}, {"task_id", task_id}, {"code", task["code"]}, {"init_seed", task_init_seed(task)}};
-  if (task.contains("init_inputs")) req["init_inputs"] = task["init_inputs"];
-  return req;
-}
-
 }  // namespace ca

@@ -28,8 +28,7 @@ struct WorkerOptions {
 // task, so kernel-check, kernel-prof and the worker's filters all see the same weights and a kernel
 // cannot tell checking from timing by them.
 int64_t task_init_seed(const Json& task);
-// The `load` request for a task record (code, init_inputs, the init seed): the one spelling of it.
-Json load_request(const std::string& task_id, const Json& task);
+// Every request's spelling is in requests.hpp (worker_request::load, inputs, reference, ...).
 
 class WorkerClient {
  public:

@@ -30,7 +30,7 @@ assert a == b, (a, b)
 PY
 grep -q "3 passed through" "$T/err" || fail "summary should count 3 passed through: $(cat "$T/err")"
 
-# --gpus 0,1: one child per GPU, records dealt round-robin, written back in input order.
+# --gpus 0,1: one child per GPU, each record to the next free one, written back in input order.
 $PY -c '
 import json
 for i in range(9):

@@ -15,6 +15,7 @@
 #include "libcommon/errors.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/safetensors.hpp"
+#include "libcommon/worker/requests.hpp"
 #include "libcommon/worker/worker_client.hpp"
 
 using namespace ca;
@@ -460,4 +461,55 @@ TEST_CASE("worker: without torch the client throws EnvironmentError and names it
     CHECK(std::filesystem::exists(tmp));
   }
   CHECK_FALSE(std::filesystem::exists(tmp));
+}
+
+// The tools' requests come from libcommon/worker/requests.hpp: each one is what the worker reads
+// (a missing or mistyped field would be "needs field" / "wrong type"); on CPU those that keep
+// device tensors are refused for the device alone, and `time` answers no_device.
+TEST_CASE("worker: every typed request of requests.hpp is well-formed") {
+  auto& c = shared();
+  namespace wr = ca::worker_request;
+  const Json task{{"code", fixture("linear_relu")}, {"seed", 3}};
+  auto well_formed = [](const Json& a, const char* what) {
+    INFO(what << ": " << str(a));
+    const std::string detail = a.value("detail", std::string());
+    CHECK(detail.find("needs field") == std::string::npos);
+    CHECK(detail.find("wrong type") == std::string::npos);
+    const bool fine = a.value("ok", false) || a.value("error", "") == "no_device" ||
+                      (a.value("error", "") == "bad_request" && detail.find("CUDA worker") != std::string::npos);
+    CHECK(fine);
+  };
+  auto loaded = c.request(wr::load("typed", task));
+  REQUIRE(loaded.value("ok", false));
+  well_formed(c.request(wr::warm(false)), "warm");
+  well_formed(c.request(wr::inputs("typed", 7, "typed-in")), "inputs");
+  well_formed(c.request(wr::reference("typed", "typed-in", "typed-ref", std::string("typed-params"))), "reference");
+  well_formed(c.request(wr::release({"typed-in", "typed-ref"})), "release");
+  wr::Time t;
+  t.task_id = "typed";
+  t.mode = "eager";
+  t.precision = "fp32";
+  t.metric = "wall";
+  t.min_runs = 10;
+  t.max_runs = 20;
+  t.budget_s = 1;
+  t.rel_ci = 0.05;
+  auto timed = c.request(t.to_json());
+  well_formed(timed, "time");
+  CHECK(timed["error"] == "no_device");
+  wr::Filters f;
+  f.task_id = "typed-f";
+  f.code = fixture("linear_relu");
+  f.min_ms = 0;
+  f.max_ms = 1e6;
+  f.check_compile = false;
+  auto filtered = c.request(f.to_json());
+  well_formed(filtered, "filters");
+  CHECK(filtered.value("ok", false));
+  auto sim = c.request(wr::similarity(fixture("linear_relu"), fixtures()));
+  well_formed(sim, "similarity");
+  CHECK(sim.value("ok", false));
+  auto unloaded = c.request(wr::unload("typed"));
+  well_formed(unloaded, "unload");
+  CHECK(unloaded.value("ok", false));
 }

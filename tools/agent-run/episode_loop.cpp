@@ -7,14 +7,13 @@
 #include <cstring>
 #include <iostream>
 #include <map>
-#include <mutex>
 #include <random>
-#include <thread>
 
 #include "libcommon/errors.hpp"
 #include "libcommon/fields.hpp"
 #include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
+#include "libcommon/ordered_loop.hpp"
 #include "libcommon/record_loop.hpp"
 #include "tools/agent-run/episode.hpp"
 #include "tools/agent-run/text.hpp"
@@ -40,6 +39,16 @@ void install_signal_handlers() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
 }
 
+namespace {
+// One episode (or a bad input record, written as it is) on its way through the loop.
+struct EpisodeItem {
+  agent::EpisodeInput ep;
+  bool first_of_task = false;  // the store gets the task with it
+  bool bad = false;
+  ca::Record out;
+};
+}  // namespace
+
 int run_episodes(Options& o, const CommonOptions& opt, Policy& policy, std::unique_ptr<Store>& store) {
   auto& [tasks_file, policy_spec, jobs, per_task, first_uid, s, po, extra_text, workspace_dir, no_logprobs, skill] = o;
   const Json policy_description = policy.describe();
@@ -51,186 +60,136 @@ int run_episodes(Options& o, const CommonOptions& opt, Policy& policy, std::uniq
   const uint64_t base_seed = opt.seed ? *opt.seed : std::random_device{}() * 0x100000000ull + std::random_device{}();
   if (!opt.seed) ca::log::verbose("seed ", base_seed);
 
-
-  std::mutex in_mutex, out_mutex;
+  // The reader's (libcommon's ordered loop runs `next` on a thread of its own).
   ca::Record current;
   std::string current_id;
   int left_of_current = 0;
-  int64_t next_seq = 0, next_to_write = 0;
-  bool input_done = false;
-  std::map<int64_t, ca::Record> finished;
+  int64_t next_seq = 0;
+  std::atomic<int64_t> read{0}, other_shard{0};
+  // The emitter's (the calling thread).
   ca::Counts counts;
   std::map<std::string, int64_t> stops;
-  int status = ca::kExitOk;
-  std::string fatal;
-
-  // A failed write (the reader closed the output, a full disk) must not escape a worker thread:
-  // it is kept, no new episode starts, and it is reported once the workers have stopped.
-  std::exception_ptr write_error;  // guarded by out_mutex
+  int64_t episode_errors = 0;  // episodes that ended in stop reason `error`
+  // A failed write (the reader closed the output, a full disk) is kept, no new episode starts, and
+  // it is reported once the running ones have ended.
+  std::exception_ptr write_error;
   int write_status = ca::kExitOk;
   std::atomic<bool> output_gone{false};
-  auto write_ready = [&](bool all) {  // out_mutex held
+
+  auto next = [&](EpisodeItem& item) -> bool {
+    for (;;) {
+      if (left_of_current == 0) {
+        ca::Record rec;
+        try {
+          if (!reader.next(rec)) return false;
+        } catch (const ca::Error&) {  // a line that is not JSON breaks the stream
+          throw;
+        } catch (const std::exception& e) {
+          // The JSON parser's other errors (a number that overflows a double: 1e999) are bad
+          // input all the same, named by line.
+          throw ca::InputError(reader.where() + ": not JSON: " + e.what());
+        }
+        ++read;
+        if (!opt.shard.contains(ca::record_key(rec))) {
+          ++other_shard;
+          continue;
+        }
+        try {
+          ca::get_required<std::string>(rec, "/code");
+          auto id = ca::get_optional<std::string>(rec, "/task_id");
+          current_id = id ? *id : ca::task_id_for(rec);
+          if (!id) rec["task_id"] = current_id;
+        } catch (const ca::FieldError& e) {
+          ca::mark_bad_record(rec, e, "agent-run", reader.where(), opt.strict);  // throws under --strict
+          item.bad = true;
+          item.out = std::move(rec);
+          return true;
+        }
+        current = rec;
+        left_of_current = per_task;
+        item.first_of_task = true;
+      }
+      --left_of_current;
+      const int64_t seq = next_seq++;
+      item.ep.task = current;
+      item.ep.task_id = current_id;
+      item.ep.index = seq;
+      item.ep.seed = base_seed + static_cast<uint64_t>(seq);
+      return true;
+    }
+  };
+  auto work = [&](int lane, EpisodeItem& item) {
+    if (item.bad) return;
+    agent::EpisodeInput& ep = item.ep;
+    ep.sandbox_uid = first_uid + lane;
+    try {
+      item.out = agent::run_episode(ep, policy, policy_description, s, skill);
+    } catch (const std::exception& e) {
+      // run_episode keeps what it can; this is for what failed around the loop (the workspace
+      // could not be made, the record could not be built).
+      const std::string why = agent::valid_text(e.what());
+      ca::log::error("task ", ep.task_id, ": episode failed: ", why);
+      item.out = ca::Record{{"task_id", ep.task_id},
+                            {"task", ep.task},
+                            {"episode", {{"episode_index", ep.index}, {"seed", ep.seed}, {"turns", ca::Json::array()},
+                                         {"stop_reason", agent::g_interrupted ? "interrupted" : "error"},
+                                         {"error", why}}},
+                            {"error", {{"tool", "agent-run"}, {"field", "episode"}, {"reason", why}}}};
+    }
+    const ca::Json& episode = item.out["episode"];
+    ca::log::info("task ", ep.task_id, " episode ", ep.index, ": ", episode["stop_reason"].get<std::string>(), ", ",
+                  episode.contains("counts") ? episode["counts"]["turns"].get<int64_t>() : static_cast<int64_t>(0),
+                  " turns");
+  };
+  // In input order, here: the counts, the store, the output.
+  auto emit = [&](EpisodeItem& item) {
+    if (item.bad) {
+      ++counts.bad;
+    } else {
+      std::string stop = item.out["episode"]["stop_reason"].get<std::string>();
+      ++stops[stop];
+      if (stop == "error" || stop == "policy_error") ++counts.failed;
+      else ++counts.done;
+      if (stop == "error") ++episode_errors;
+      progress.tick();
+      if (store) {
+        try {
+          if (item.first_of_task) store->put_task(item.ep.task);
+          if (item.out.contains("candidate_id")) store->import_record(item.out);
+        } catch (const std::exception& e) {
+          ca::log::warn("store: ", e.what());
+        }
+      }
+    }
     if (write_error) return;
     try {
-      while (!finished.empty() && (all || finished.begin()->first == next_to_write)) {
-        writer.write(finished.begin()->second);
-        finished.erase(finished.begin());
-        ++next_to_write;
-      }
+      writer.write(item.out);
     } catch (const ca::Error& e) {
       write_error = std::current_exception();
       write_status = e.exit_code;
       output_gone = true;
     }
   };
-  auto emit = [&](int64_t seq, ca::Record rec) {
-    std::lock_guard<std::mutex> lock(out_mutex);
-    finished.emplace(seq, std::move(rec));
-    write_ready(false);
-  };
 
-  // Worker accounting, so an interrupt never waits on a thread blocked reading a slow input:
-  // `reading` counts workers in (or waiting for) the input section, `exited` those that returned.
-  std::atomic<int> reading{0}, exited{0};
-  int64_t episode_errors = 0;  // episodes that ended in stop reason `error` (out_mutex)
-  auto worker_loop = [&](int slot) {
-    for (;;) {
-      agent::EpisodeInput ep;
-      int64_t seq;
-      {
-        struct Reading {
-          std::atomic<int>& n;
-          explicit Reading(std::atomic<int>& c) : n(c) { ++n; }
-          ~Reading() { --n; }
-        } in_input(reading);
-        std::lock_guard<std::mutex> lock(in_mutex);
-        if (agent::g_interrupted || input_done || output_gone) return;
-        if (left_of_current == 0) {
-          ca::Record rec;
-          try {
-            if (!reader.next(rec)) {
-              input_done = true;
-              return;
-            }
-          } catch (const ca::Error& e) {  // a line that is not JSON breaks the stream
-            fatal = e.what();
-            status = e.exit_code;
-            input_done = true;
-            return;
-          } catch (const std::exception& e) {
-            // The JSON parser's other errors (a number that overflows a double: 1e999) are bad
-            // input all the same, named by line.
-            fatal = reader.where() + ": not JSON: " + e.what();
-            status = ca::kExitBadInput;
-            input_done = true;
-            return;
-          }
-          if (agent::g_interrupted) return;  // read while the signal came: not started
-          ++counts.read;
-          try {
-            if (!opt.shard.contains(ca::record_key(rec))) {
-              ++counts.other_shard;
-              continue;
-            }
-            ca::get_required<std::string>(rec, "/code");
-            auto id = ca::get_optional<std::string>(rec, "/task_id");
-            current_id = id ? *id : ca::task_id_for(rec);
-            if (!id) rec["task_id"] = current_id;
-          } catch (const ca::FieldError& e) {
-            try {
-              ca::mark_bad_record(rec, e, "agent-run", reader.where(), opt.strict);
-            } catch (const ca::Error& fe) {
-              fatal = fe.what();
-              status = fe.exit_code;
-              input_done = true;
-              return;
-            }
-            ++counts.bad;
-            emit(next_seq++, rec);
-            continue;
-          }
-          current = rec;
-          left_of_current = per_task;
-          if (store) {
-            std::lock_guard<std::mutex> olock(out_mutex);
-            store->put_task(current);
-          }
-        }
-        --left_of_current;
-        seq = next_seq++;
-        ep.task = current;
-        ep.task_id = current_id;
-        ep.index = seq;
-        ep.seed = base_seed + static_cast<uint64_t>(seq);
-        ep.sandbox_uid = first_uid + slot;
-      }
-      ca::Record out;
-      try {
-        out = agent::run_episode(ep, policy, policy_description, s, skill);
-      } catch (const std::exception& e) {
-        // run_episode keeps what it can; this is for what failed around the loop (the workspace
-        // could not be made, the record could not be built).
-        const std::string why = agent::valid_text(e.what());
-        ca::log::error("task ", ep.task_id, ": episode failed: ", why);
-        out = ca::Record{{"task_id", ep.task_id},
-                         {"task", ep.task},
-                         {"episode", {{"episode_index", ep.index}, {"seed", ep.seed}, {"turns", ca::Json::array()},
-                                      {"stop_reason", agent::g_interrupted ? "interrupted" : "error"},
-                                      {"error", why}}},
-                         {"error", {{"tool", "agent-run"}, {"field", "episode"}, {"reason", why}}}};
-      }
-      std::string stop = out["episode"]["stop_reason"].get<std::string>();
-      ca::log::info("task ", ep.task_id, " episode ", ep.index, ": ", stop, ", ",
-                    out["episode"].contains("counts") ? out["episode"]["counts"]["turns"].get<int64_t>()
-                                                      : static_cast<int64_t>(0),
-                    " turns");
-      {
-        std::lock_guard<std::mutex> lock(out_mutex);
-        ++stops[stop];
-        if (stop == "error" || stop == "policy_error") ++counts.failed;
-        else ++counts.done;
-        if (stop == "error") ++episode_errors;
-        progress.tick();
-        if (store && out.contains("candidate_id")) {
-          try {
-            store->import_record(out);
-          } catch (const std::exception& e) {
-            ca::log::warn("store: ", e.what());
-          }
-        }
-      }
-      emit(ep.index, std::move(out));
-    }
-  };
-  auto worker = [&](int slot) {
-    try {
-      worker_loop(slot);
-    } catch (const std::exception& e) {  // never out of a thread (that would abort the process)
-      std::lock_guard<std::mutex> lock(out_mutex);
-      if (fatal.empty()) fatal = std::string("internal error: ") + e.what();
-      if (status == ca::kExitOk) status = ca::kExitInternal;
-      output_gone = true;
-    }
-    ++exited;
-  };
-  std::vector<std::thread> threads;
-  for (int i = 0; i < jobs; ++i) threads.emplace_back(worker, i);
-  // After an interrupt, the workers still inside the input section are blocked on a read (the
-  // others returned): they are let go, the rest is written and the run closed.
-  while (exited.load() < jobs) {
-    if (agent::g_interrupted && exited.load() + reading.load() >= jobs) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  int status = ca::kExitOk;
+  std::string fatal;
+  ca::OrderedLoopOptions loop;
+  loop.lanes = jobs;
+  loop.window = 2 * static_cast<int64_t>(jobs);
+  loop.stop = [&] { return agent::g_interrupted.load() || output_gone.load(); };
+  ca::OrderedLoopEnd end;
+  try {
+    end = ca::run_ordered<EpisodeItem>(loop, next, work, emit);
+  } catch (const ca::Error& e) {  // a bad line (exit 2), or --strict on a bad record
+    fatal = e.what();
+    status = e.exit_code;
+  } catch (const std::exception& e) {
+    fatal = std::string("internal error: ") + e.what();
+    status = ca::kExitInternal;
   }
-  const bool all_exited = exited.load() >= jobs;
-  for (auto& t : threads) {
-    if (all_exited) t.join();
-    else t.detach();
-  }
-  std::unique_lock<std::mutex> final_lock(out_mutex);
+  counts.read = read.load();
+  counts.other_shard = other_shard.load();
   progress.finish();
-  // After an interrupt every finished episode is written, even past a gap in the order.
-  write_ready(true);
-  finished.clear();
   ca::Json by_stop = stops;
   ca::log::info(counts.done + counts.failed, " episodes (", counts.done, " done, ", counts.failed,
                 " failed: policy errors or errors), ", counts.bad, " bad records; stop reasons ", by_stop.dump());
@@ -245,9 +204,9 @@ int run_episodes(Options& o, const CommonOptions& opt, Policy& policy, std::uniq
   if (agent::g_interrupted) {
     ca::log::warn("interrupted by ", strsignal(agent::g_signal.load() ? agent::g_signal.load() : SIGINT),
                   ": every finished episode and those in progress (as interrupted) were written");
-    if (!all_exited) {
-      // A worker is still blocked reading the input and uses this frame: end here, the store
-      // closed and the output flushed, before the frame goes.
+    if (end.reader_blocked) {
+      // The reader is still blocked on the input and uses this frame: end here, the store closed
+      // and the output flushed, before the frame goes.
       store.reset();
       std::cout.flush();
       std::cerr.flush();

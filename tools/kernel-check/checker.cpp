@@ -3,8 +3,6 @@
 
 #include "libcommon/bundle/launch_limits.hpp"
 
-#include <deque>
-#include <future>
 #include <regex>
 
 #include "libcommon/cuda/driver.hpp"
@@ -14,6 +12,7 @@
 #include "libcommon/log.hpp"
 #include "libcommon/measure/gpu_lock.hpp"
 #include "libcommon/measure/gpu_state.hpp"
+#include "libcommon/ordered_loop.hpp"
 #include "tools/kernel-check/gpu_judge.hpp"
 #include "tools/kernel-check/runner.hpp"
 
@@ -26,7 +25,6 @@ namespace {
 struct Checker::Item {
   ca::Record record;
   std::string where;
-  std::future<void> done;
   std::optional<ca::FieldError> bad;
   std::string status;
   bool resumed = false;
@@ -114,7 +112,6 @@ void Checker::process(Item& item) {
 }
 
 void Checker::finish(Item& item, ca::Counts& counts, const Sink& write) {
-  item.done.get();
   ++counts.read;
   std::string status;
   if (item.bad) {
@@ -128,9 +125,7 @@ void Checker::finish(Item& item, ca::Counts& counts, const Sink& write) {
     if (item.status == "passed" || item.status == "compiled") ++counts.done;
     else ++counts.failed;
     std::lock_guard<std::mutex> lock(store_mu_);
-    if (store_)
-      store_->put_check(item.record["candidate_id"].get<std::string>(), item.record["task_id"].get<std::string>(),
-                        item.record["check"]);
+    if (store_) store_->put_section("check", item.record);
     ca::log::verbose(item.where, ": ", item.status, ": ", item.record["check"].value("reason", ""));
   }
   if (!status.empty()) {
@@ -143,49 +138,36 @@ void Checker::finish(Item& item, ca::Counts& counts, const Sink& write) {
 
 ca::Counts Checker::check(const Source& next, const Sink& write) {
   ca::Counts counts;
-  std::deque<std::unique_ptr<Item>> window;
-  const size_t window_size = static_cast<size_t>(options_.jobs) + (judge_ ? judge_->lanes() : 0) + 1;
-  auto add_totals = [&] {
-    std::lock_guard<std::mutex> lock(totals_mu_);
-    totals_ += counts;
-  };
-  ca::Record record;
-  std::string where;
+  // As many lanes as can be busy at once: the compile threads and the GPU lanes, and one more so
+  // the next record is read and parsed while they are.
+  ca::OrderedLoopOptions loop;
+  loop.lanes = options_.jobs + (judge_ ? judge_->lanes() : 0) + 1;
+  loop.window = loop.lanes;
   // A fatal line (not JSON, 1e999) ends the input, not the records read before it: they are
   // judged, stored and written first, then the error is rethrown (exit 2, or a 400).
-  std::exception_ptr input_error;
+  bool input_failed = false;
   try {
-    for (;;) {
-      try {
-        if (!next(record, where)) break;
-      } catch (const ca::Error&) {
-        input_error = std::current_exception();
-        break;
-      }
-      auto item = std::make_unique<Item>();
-      item->record = std::move(record);
-      item->where = where;
-      Item* raw = item.get();
-      item->done = std::async(std::launch::async, [this, raw] { process(*raw); });
-      window.push_back(std::move(item));
-      while (window.size() >= window_size) {
-        finish(*window.front(), counts, write);
-        window.pop_front();
-      }
-    }
-    while (!window.empty()) {
-      finish(*window.front(), counts, write);
-      window.pop_front();
-    }
+    ca::run_ordered<Item>(
+        loop,
+        [&](Item& item) {
+          try {
+            return next(item.record, item.where);
+          } catch (const ca::Error&) {
+            input_failed = true;
+            throw;
+          }
+        },
+        [this](int, Item& item) { process(item); }, [&](Item& item) { finish(item, counts, write); });
   } catch (...) {
-    add_totals();
+    {
+      std::lock_guard<std::mutex> lock(totals_mu_);
+      totals_ += counts;
+    }
+    if (input_failed) ca::log::info(counts.text(), " before the bad line");
     throw;
   }
-  add_totals();
-  if (input_error) {
-    ca::log::info(counts.text(), " before the bad line");
-    std::rethrow_exception(input_error);
-  }
+  std::lock_guard<std::mutex> lock(totals_mu_);
+  totals_ += counts;
   return counts;
 }
 

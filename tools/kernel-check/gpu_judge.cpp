@@ -16,6 +16,7 @@
 #include "libcommon/paths.hpp"
 #include "libcommon/worker/worker_client.hpp"
 #include "libcommon/bundle/compare.hpp"
+#include "libcommon/worker/requests.hpp"
 #include "tools/kernel-check/runner.hpp"
 
 namespace ca::kc {
@@ -125,7 +126,7 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   // 1. The task in this lane's worker: its specs bind the plan.
   auto it = lane.loaded.find(task_id);
   if (it == lane.loaded.end()) {
-    ca::Json ans = lane.worker->request(ca::load_request(task_id, task));
+    ca::Json ans = lane.worker->request(ca::worker_request::load(task_id, task));
     if (!ans.value("ok", false)) return reference_failed("load", ans);
     it = lane.loaded.emplace(task_id, ans).first;
   }
@@ -179,7 +180,7 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
     ~Cleanup() {
       for (auto& f : files) std::remove(f.c_str());
       try {
-        lane.worker->request({{"op", "release"}, {"keys", {"kc-in", "kc-ref", "kc-params"}}});
+        lane.worker->request(ca::worker_request::release({"kc-in", "kc-ref", "kc-params"}));
       } catch (const std::exception&) {
       }
     }
@@ -188,15 +189,14 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   double reference_ms = 0;  // the slowest reference call seen on these inputs
   ca::Json in_tensors, ref_tensors, params_tensors;
   auto make_trial = [&](uint64_t seed, bool with_params) -> bool {
-    ca::Json a = lane.worker->request({{"op", "inputs"}, {"task_id", task_id}, {"seed", seed}, {"keep", "kc-in"}});
+    ca::Json a = lane.worker->request(ca::worker_request::inputs(task_id, seed, "kc-in"));
     if (!a.value("ok", false)) {
       reference_failed("inputs", a);
       return false;
     }
     in_tensors = a["tensors"];
-    ca::Json req = {{"op", "reference"}, {"task_id", task_id}, {"inputs_key", "kc-in"}, {"keep", "kc-ref"}};
-    if (with_params) req["params_keep"] = "kc-params";
-    ca::Json b = lane.worker->request(req);
+    ca::Json b = lane.worker->request(ca::worker_request::reference(
+        task_id, "kc-in", "kc-ref", with_params ? std::optional<std::string>("kc-params") : std::nullopt));
     if (!b.value("ok", false)) {
       reference_failed("reference", b);
       return false;

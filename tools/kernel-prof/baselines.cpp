@@ -3,6 +3,7 @@
 
 #include "libcommon/errors.hpp"
 #include "libcommon/log.hpp"
+#include "libcommon/worker/requests.hpp"
 
 namespace ca::prof {
 
@@ -16,7 +17,7 @@ std::string baseline_method(const std::string& mode, const std::string& precisio
 Json BaselineTimer::load_task(const Record& task) {
   const std::string task_id = task["task_id"].get<std::string>();
   if (auto it = gpu_.loaded_tasks.find(task_id); it != gpu_.loaded_tasks.end()) return it->second;
-  Json req = load_request(task_id, Json(task));
+  Json req = worker_request::load(task_id, Json(task));
   Json answer = gpu_.worker().request(req);
   if (!answer.value("ok", false))
     throw FieldError("task", "the reference worker could not load task " + task_id + ": " + answer.value("error", std::string("?")) +
@@ -44,20 +45,20 @@ Json BaselineTimer::time(const std::string& task_id, const std::string& mode, co
       return b;
     }
   }
-  Json req{{"op", "time"},
-           {"task_id", task_id},
-           {"mode", mode},
-           {"precision", precision},
-           {"metric", metric},
-           {"warmup", options_.warmup},
-           {"min_runs", options_.stop.min_runs},
-           {"max_runs", options_.stop.max_runs},
-           {"budget_s", options_.baseline_budget_s},
-           {"rel_ci", options_.stop.rel_ci},
-           {"input_sets", input_sets},
-           {"flush_bytes", gpu_.flusher().bytes()},
-           {"seed", options_.seed}};
-  Json a = gpu_.worker().request(req);
+  worker_request::Time req;
+  req.task_id = task_id;
+  req.mode = mode;
+  req.precision = precision;
+  req.metric = metric;
+  req.warmup = options_.warmup;
+  req.min_runs = options_.stop.min_runs;
+  req.max_runs = options_.stop.max_runs;
+  req.budget_s = options_.baseline_budget_s;
+  req.rel_ci = options_.stop.rel_ci;
+  req.input_sets = input_sets;
+  req.flush_bytes = static_cast<int64_t>(gpu_.flusher().bytes());
+  req.seed = options_.seed;
+  Json a = gpu_.worker().request(req.to_json());
   Json b{{"mode", mode}, {"precision", precision}};
   if (!a.value("ok", false)) {
     b["error"] = a.value("error", std::string("?"));

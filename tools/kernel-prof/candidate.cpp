@@ -12,6 +12,7 @@
 #include "libcommon/log.hpp"
 #include "libcommon/safetensors.hpp"
 #include "libcommon/bundle/compare.hpp"
+#include "libcommon/worker/requests.hpp"
 
 namespace ca::prof {
 
@@ -98,20 +99,20 @@ std::vector<InputSet> make_input_sets(GpuSession& gpu, const std::string& task_i
     const std::string in_key = stem + "in-" + std::to_string(k), ref_key = stem + "ref-" + std::to_string(k);
     keys.push_back(in_key);
     keys.push_back(ref_key);
-    Json a = w.request({{"op", "inputs"}, {"task_id", task_id}, {"seed", set.seed}, {"keep", in_key}});
+    Json a = w.request(worker_request::inputs(task_id, set.seed, in_key));
     if (!a.value("ok", false)) {
-      w.request({{"op", "release"}, {"keys", keys}});
+      w.request(worker_request::release(keys));
       throw failed("inputs", a);
     }
     set.inputs = a["tensors"];
-    Json req{{"op", "reference"}, {"task_id", task_id}, {"inputs_key", in_key}, {"keep", ref_key}};
+    std::optional<std::string> params_key;
     if (k == 0 && params) {
-      keys.push_back(stem + "params");
-      req["params_keep"] = stem + "params";
+      params_key = stem + "params";
+      keys.push_back(*params_key);
     }
-    Json b = w.request(req);
+    Json b = w.request(worker_request::reference(task_id, in_key, ref_key, params_key));
     if (!b.value("ok", false)) {
-      w.request({{"op", "release"}, {"keys", keys}});
+      w.request(worker_request::release(keys));
       throw failed("reference", b);
     }
     set.reference = b["tensors"];
@@ -124,7 +125,7 @@ std::vector<InputSet> make_input_sets(GpuSession& gpu, const std::string& task_i
 void release_sets(GpuSession& gpu, const CandidateTiming& timing) {
   if (timing.keys.empty()) return;
   try {
-    gpu.worker().request({{"op", "release"}, {"keys", timing.keys}});
+    gpu.worker().request(worker_request::release(timing.keys));
   } catch (const std::exception& e) {
     log::warn("reference worker: release: ", e.what());
   }

@@ -36,6 +36,7 @@ int stream(Profiler& profiler, const CommonOptions& common, Store* store) {
     }
   }
   RecordLoop loop(common);
+  loop.store_into(store, "prof");
   int status = kExitOk;
   try {
     status = loop.run([&](Record& record) { return profiler.profile(record); });
@@ -65,6 +66,7 @@ int serve(Profiler& profiler, const ServiceOptions& service, const CommonOptions
   spec.judge = [&](std::vector<Line>& lines) {
     std::lock_guard<std::mutex> lock(mu);
     RecordLoop loop(common);
+    loop.store_into(store, "prof");
     struct Tally {  // counted also when a record's error ends the request
       Counts& totals;
       RecordLoop& loop;

@@ -1,14 +1,15 @@
 // One child per GPU (see multi_gpu.hpp).
 #include "tools/kernel-prof/multi_gpu.hpp"
 
+#include <atomic>
 #include <cctype>
 #include <chrono>
-#include <deque>
 #include <memory>
 
 #include "libcommon/errors.hpp"
 #include "libcommon/jsonl.hpp"
 #include "libcommon/log.hpp"
+#include "libcommon/ordered_loop.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/process.hpp"
 #include "libcommon/record_loop.hpp"
@@ -52,50 +53,60 @@ int run_on_gpus(const ProfOptions& options, const CommonOptions& common, int arg
   }
   RecordReader reader(common.input);
   RecordWriter writer(common.output);
-  std::deque<std::size_t> pending;  // child of each record in flight, in input order
-  const std::size_t window = 2 * children.size();
-  int status = kExitOk;
-  auto collect_one = [&]() -> bool {
-    std::size_t c = pending.front();
-    pending.pop_front();
-    for (;;) {
-      auto line = children[c]->read_line(std::chrono::milliseconds(60000));
-      if (line) {
-        writer.write(parse_record_line(*line, log::cat("GPU ", options.gpus[c], " child output")));
-        return true;
-      }
-      if (children[c]->eof()) {
-        auto rc = children[c]->wait(std::chrono::milliseconds(10000));
-        status = rc ? *rc : kExitInternal;
-        log::error("the child timing on GPU ", options.gpus[c], " ended early (", children[c]->status_text(), ")");
-        return false;
-      }
-    }
+  // libcommon's ordered loop, a lane per child: a free GPU takes the next record, and the answers
+  // are written in input order.
+  struct Item {
+    Record record;
+    std::string answer;
   };
-  Record record;
-  int64_t dealt = 0, other = 0;
-  bool ok = true;
-  while (ok && reader.next(record)) {
-    if (!common.shard.contains(record_key(record))) {
-      ++other;
-      continue;
-    }
-    std::size_t c = std::size_t(dealt++ % int64_t(children.size()));
-    if (!children[c]->write(record.dump() + "\n")) {
-      status = kExitInternal;
-      ok = false;
-      break;
-    }
-    pending.push_back(c);
-    if (pending.size() >= window) ok = collect_one();
+  OrderedLoopOptions loop;
+  loop.lanes = static_cast<int>(children.size());
+  loop.window = 2 * static_cast<int64_t>(children.size());
+  std::atomic<int> child_status{kExitOk};
+  std::atomic<int64_t> dealt{0}, other{0};
+  int status = kExitOk;
+  try {
+    run_ordered<Item>(
+        loop,
+        [&](Item& item) {
+          for (;;) {
+            if (!reader.next(item.record)) return false;
+            if (common.shard.contains(record_key(item.record))) break;
+            ++other;
+          }
+          ++dealt;
+          return true;
+        },
+        [&](int lane, Item& item) {
+          ChildProcess& child = *children[static_cast<std::size_t>(lane)];
+          const int gpu = options.gpus[static_cast<std::size_t>(lane)];
+          bool sent = child.write(item.record.dump() + "\n");
+          for (;;) {
+            if (sent)
+              if (auto line = child.read_line(std::chrono::milliseconds(60000))) {
+                item.answer = std::move(*line);
+                return;
+              }
+            if (!sent || child.eof()) {
+              auto rc = child.wait(std::chrono::milliseconds(10000));
+              int expected = kExitOk;
+              child_status.compare_exchange_strong(expected, rc && *rc != 0 ? *rc : kExitInternal);
+              throw InternalError(log::cat("the child timing on GPU ", gpu, " ended early (", child.status_text(), ")"));
+            }
+          }
+        },
+        [&](Item& item) { writer.write(parse_record_line(item.answer, "a GPU child's output")); });
+  } catch (const InternalError& e) {
+    log::error(e.what());
+    status = child_status.load() != kExitOk ? child_status.load() : kExitInternal;
   }
   for (auto& ch : children) ch->close_stdin();
-  while (ok && !pending.empty()) ok = collect_one();
   for (auto& ch : children) {
     auto rc = ch->wait(std::chrono::milliseconds(600000));
     if (rc && *rc != 0 && status == kExitOk) status = *rc;
   }
-  log::info(dealt, " records dealt to ", children.size(), " GPUs", other ? log::cat(", ", other, " in other shards") : "");
+  log::info(dealt.load(), " records dealt to ", children.size(), " GPUs",
+            other ? log::cat(", ", other.load(), " in other shards") : "");
   return status;
 }
 

@@ -1,4 +1,4 @@
-// --gpus with several ordinals: one kernel-prof child per GPU, records dealt round-robin, output
+// --gpus with several ordinals: one kernel-prof child per GPU, each record to the next free one, output
 // written in input order (so a pipeline downstream sees the same stream as with one GPU).
 #pragma once
 #include <string>

@@ -10,6 +10,7 @@
 #include "libcommon/measure/gpu_lock.hpp"
 #include "libcommon/measure/stage_clock.hpp"
 #include "libcommon/measure/gpu_state.hpp"
+#include "libcommon/worker/requests.hpp"
 #include "tools/kernel-prof/baselines.hpp"
 #include "tools/kernel-prof/candidate.hpp"
 #include "tools/kernel-prof/gpu_session.hpp"
@@ -52,7 +53,7 @@ void Profiler::warm_up() {
   measure::GpuLock lock(g.identity().uuid, options_.lock_timeout_s, measure::GpuLock::Mode::shared);
   bool compile = false;
   for (const auto& mode : options_.baselines) compile = compile || mode != "eager";
-  Json a = g.worker().request({{"op", "warm"}, {"compile", compile}}, std::chrono::milliseconds(300000));
+  Json a = g.worker().request(worker_request::warm(compile), std::chrono::milliseconds(300000));
   if (a.value("ok", false))
     log::verbose("warmed up: ", a.value("warmed", Json::object()).dump());
   else  // the first record pays it then, and says what fails
@@ -189,7 +190,6 @@ Outcome Profiler::profile(Record& record) {
     prof["profile_s"] = seconds_since(started);
     record["prof"] = prof;
     log::warn(record.value("candidate_id", task_id), ": ", prof["reason"].get<std::string>());
-    if (store_) store_->put_profile(record.value("candidate_id", std::string()), task_id, prof);
     return Outcome::failed;
   }
   if (metric_used == "device" && !have_device())
@@ -245,8 +245,7 @@ Outcome Profiler::profile(Record& record) {
       prof["notes"] = notes;
       prof["profile_s"] = seconds_since(started);
       record["prof"] = prof;
-      if (store_) store_->put_profile(record.value("candidate_id", std::string()), task_id, prof);
-      return Outcome::failed;
+        return Outcome::failed;
     }
     cand.loop.event_us.insert(cand.loop.event_us.end(), more.loop.event_us.begin(), more.loop.event_us.end());
     cand.loop.device_us.insert(cand.loop.device_us.end(), more.loop.device_us.begin(), more.loop.device_us.end());
@@ -284,7 +283,6 @@ Outcome Profiler::profile(Record& record) {
   prof["stage_s"] = stages.to_json();
   log::verbose(record.value("candidate_id", task_id), ": ", stages.text());
   record["prof"] = prof;
-  if (store_) store_->put_profile(record.value("candidate_id", std::string()), task_id, prof);
   log::verbose(record.value("candidate_id", task_id), ": ", chosen().median, " us (", metric_used, "), vs eager ",
                prof.value("speedup_vs_eager", Json(nullptr)).dump(), ", vs compile ",
                prof.value("speedup_vs_compile", Json(nullptr)).dump());

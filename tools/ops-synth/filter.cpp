@@ -14,6 +14,7 @@
 #include "libcommon/log.hpp"
 #include "libcommon/record_loop.hpp"
 #include "libcommon/store.hpp"
+#include "libcommon/worker/requests.hpp"
 #include "tools/ops-synth/pool.hpp"
 
 namespace ca::ops_synth {
@@ -55,9 +56,14 @@ ca::Record verdict_options(const FilterOptions& opt) {
 std::string judge(ca::WorkerClient& worker, ca::Record& rec, const FilterOptions& opt) {
   std::string code = ca::get_required<std::string>(rec, "/code");
   std::string task_id = ca::get_optional<std::string>(rec, "/task_id").value_or(ca::task_id_for(rec));
-  ca::Json req = {{"op", "filters"}, {"task_id", task_id}, {"code", code},
-                  {"eager_time_range_ms", {opt.min_ms, opt.max_ms}}, {"check_compile", opt.check_compile}};
-  if (rec.contains("init_inputs") && rec["init_inputs"].is_array()) req["init_inputs"] = ca::Json(rec["init_inputs"]);
+  ca::worker_request::Filters filters;
+  filters.task_id = task_id;
+  filters.code = code;
+  filters.min_ms = opt.min_ms;
+  filters.max_ms = opt.max_ms;
+  filters.check_compile = opt.check_compile;
+  if (rec.contains("init_inputs") && rec["init_inputs"].is_array()) filters.init_inputs = ca::Json(rec["init_inputs"]);
+  const ca::Json req = filters.to_json();
   // Workers sharing a GPU take memory from one another: a verdict lost to it says nothing about the
   // task, so it is asked again once some of the others have finished theirs.
   ca::Json ans;
@@ -100,7 +106,7 @@ std::string judge(ca::WorkerClient& worker, ca::Record& rec, const FilterOptions
     double best = 0;
     std::string best_program;
     for (const auto& dir : opt.decontaminate) {
-      ca::Json s = worker.request({{"op", "similarity"}, {"code", code}, {"dir", dir}});
+      ca::Json s = worker.request(ca::worker_request::similarity(code, dir));
       if (!s.value("ok", false))
         throw ca::EnvironmentError("similarity against " + dir + " failed: " + s.value("detail", s.dump()));
       double m = s.value("max", 0.0);

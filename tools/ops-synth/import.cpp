@@ -12,6 +12,7 @@
 #include "libcommon/paths.hpp"
 #include "libcommon/record_loop.hpp"
 #include "libcommon/store.hpp"
+#include "libcommon/worker/requests.hpp"
 #include "tools/ops-synth/pool.hpp"
 
 namespace fs = std::filesystem;
@@ -124,7 +125,8 @@ int run_import(const ca::CommonOptions& common, const ImportOptions& opt) {
       if (!rec.contains("task_id")) rec["task_id"] = ca::task_id_for(ca::Record{{"code", code}});
       if (!rec.contains("data_source")) rec["data_source"] = "import";
       if (!worker) return;
-      ca::Json ans = worker->request({{"op", "load"}, {"task_id", rec["task_id"]}, {"code", code}});
+      const std::string task_id = rec["task_id"].get<std::string>();
+      ca::Json ans = worker->request(ca::worker_request::load(task_id, ca::Json(rec)));
       if (!ans.value("ok", false)) {
         item.result = ans.value("error", std::string("error")) + ": " + ans.value("detail", std::string());
         rec["error"] = ca::Record{{"tool", "ops-synth"}, {"field", "code"}, {"reason", item.result},
@@ -133,7 +135,7 @@ int run_import(const ca::CommonOptions& common, const ImportOptions& opt) {
       }
       for (const char* key : {"inputs", "outputs", "init_inputs", "params"})
         if (ans.contains(key)) rec[key] = ca::Record(ans[key]);
-      worker->request({{"op", "unload"}, {"task_id", rec["task_id"]}});
+      worker->request(ca::worker_request::unload(task_id));
     } catch (const ca::FieldError& e) {
       ca::mark_bad_record(rec, e, "ops-synth", item.where, common.strict);
       item.bad = true;

@@ -15,7 +15,6 @@ namespace ca::ops_synth {
 std::vector<std::string> resolve_devices(const std::string& spec, int jobs, double timeout_s);
 
 struct PoolItem {
-  int64_t index = 0;
   ca::Record record;
   std::string where;   // "line N" for messages
   std::string result;  // what the work function decided (its caller's convention)
@@ -23,9 +22,10 @@ struct PoolItem {
   bool resumed = false;  // decided by an earlier run (--resume): no worker call
 };
 
-// Calls `next` (main thread) until it returns false, runs `work` on `jobs` threads (each with its
-// own WorkerClient on its device), and calls `emit` (main thread) for every item in input order.
-// An exception from `work` other than FieldError stops everything and is rethrown.
+// libcommon's ordered loop (ordered_loop.hpp) with a WorkerClient per lane: `next` on the reader
+// thread until it returns false, `work` on `jobs` threads (each with its own WorkerClient on its
+// device), `emit` on the calling thread for every item in input order. An exception from `work`
+// other than FieldError stops everything and is rethrown.
 void run_pool(int jobs, const std::vector<std::string>& devices, double timeout_s,
               const std::function<bool(PoolItem&)>& next,
               const std::function<void(ca::WorkerClient&, PoolItem&)>& work,

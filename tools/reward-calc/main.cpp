@@ -30,17 +30,14 @@ int main(int argc, char** argv) {
     ca::log::verbose("settings: ", config.to_json().dump());
     std::unique_ptr<ca::Store> store = ca::open_store_for(opt);
     ca::RecordLoop loop(opt);
+    loop.store_into(store.get(), "reward");
     ca::reward::Tally tally;
     int status = ca::kExitOk;
     try {
       status = loop.run([&](ca::Record& record) {
         // A record an earlier tool already marked bad, and never checked, is passed on as it came.
         if (record.contains("error") && !record.contains("check")) return ca::Outcome::passed;
-        std::string candidate_id, task_id;
-        if (store) {
-          candidate_id = ca::get_required<std::string>(record, "/candidate_id");
-          task_id = ca::get_optional<std::string>(record, "/task_id").value_or("");
-        }
+        if (store) ca::get_required<std::string>(record, "/candidate_id");  // the store keeps a reward by it
         ca::reward::Verdict verdict;
         ca::Record reward;
         try {
@@ -53,7 +50,6 @@ int main(int argc, char** argv) {
           }
           throw;
         }
-        if (store) store->put_reward(candidate_id, task_id, reward);
         tally.add(reward["value"].get<double>(), reward["value"].dump(), verdict);
         record["reward"] = std::move(reward);
         return verdict == ca::reward::Verdict::scored_correct || verdict == ca::reward::Verdict::unprofiled

@@ -1,0 +1,54 @@
+// The reference worker's requests (see requests.hpp).
+#include "libcommon/worker/requests.hpp"
+
+#include "libcommon/errors.hpp"
+#include "libcommon/worker/worker_client.hpp"
+
+namespace ca::worker_request {
+
+Json load(const std::string& task_id, const Json& task) {
+  if (!task.contains("code") || !task["code"].is_string()) throw FieldError("task.code", "missing (the task's PyTorch source)");
+  Json req{{"op", "load"}, {"task_id", task_id}, {"code", task["code"]}, {"init_seed", task_init_seed(task)}};
+  if (task.contains("init_inputs")) req["init_inputs"] = task["init_inputs"];
+  return req;
+}
+
+Json unload(const std::string& task_id) { return {{"op", "unload"}, {"task_id", task_id}}; }
+
+Json inputs(const std::string& task_id, uint64_t seed, const std::string& keep) {
+  return {{"op", "inputs"}, {"task_id", task_id}, {"seed", seed}, {"keep", keep}};
+}
+
+Json reference(const std::string& task_id, const std::string& inputs_key, const std::string& keep,
+               const std::optional<std::string>& params_keep) {
+  Json req{{"op", "reference"}, {"task_id", task_id}, {"inputs_key", inputs_key}, {"keep", keep}};
+  if (params_keep) req["params_keep"] = *params_keep;
+  return req;
+}
+
+Json release(const std::vector<std::string>& keys) { return {{"op", "release"}, {"keys", keys}}; }
+
+Json warm(bool compile) { return {{"op", "warm"}, {"compile", compile}}; }
+
+Json similarity(const std::string& code, const std::string& dir) {
+  return {{"op", "similarity"}, {"code", code}, {"dir", dir}};
+}
+
+Json Filters::to_json() const {
+  Json req{{"op", "filters"},
+           {"task_id", task_id},
+           {"code", code},
+           {"eager_time_range_ms", {min_ms, max_ms}},
+           {"check_compile", check_compile}};
+  if (init_inputs) req["init_inputs"] = *init_inputs;
+  return req;
+}
+
+Json Time::to_json() const {
+  return {{"op", "time"},         {"task_id", task_id},   {"mode", mode},         {"precision", precision},
+          {"metric", metric},     {"warmup", warmup},     {"min_runs", min_runs}, {"max_runs", max_runs},
+          {"budget_s", budget_s}, {"rel_ci", rel_ci},     {"input_sets", input_sets},
+          {"flush_bytes", flush_bytes}, {"seed", seed}};
+}
+
+}  // namespace ca::worker_request

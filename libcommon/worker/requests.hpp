@@ -1,0 +1,51 @@
+// The reference worker's requests, each spelled once (protocol: libcommon/python/cuda_agent_worker/
+// PROTOCOL.md). The tools build them here and send them with WorkerClient::request; a field the
+// worker reads is never written by hand in a tool.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "libcommon/jsonl.hpp"
+
+namespace ca::worker_request {
+
+// `load`: the task's code, init_inputs and init seed (task_init_seed). FieldError without a code.
+Json load(const std::string& task_id, const Json& task);
+// `unload`: drop a cached task.
+Json unload(const std::string& task_id);
+// `inputs`: a seeded input set, kept on the device under `keep` (answer: "tensors", as IPC handles).
+Json inputs(const std::string& task_id, uint64_t seed, const std::string& keep);
+// `reference`: the task's forward on the kept inputs `inputs_key`, its output kept under `keep`;
+// with `params_keep`, the Model's parameters are kept too (answer: "params").
+Json reference(const std::string& task_id, const std::string& inputs_key, const std::string& keep,
+               const std::optional<std::string>& params_keep = std::nullopt);
+// `release`: the kept tensors of these keys are freed.
+Json release(const std::vector<std::string>& keys);
+// `warm`: pay the profiler's (and with `compile`, torch.compile's) first-use costs now.
+Json warm(bool compile);
+// `similarity`: the code's AST similarity to every *.py under `dir`.
+Json similarity(const std::string& code, const std::string& dir);
+
+// `filters`: the task filters of ops-synth (runs, deterministic, eager time in range, compiles).
+struct Filters {
+  std::string task_id, code;
+  double min_ms = 0, max_ms = 0;  // eager_time_range_ms
+  bool check_compile = true;
+  std::optional<Json> init_inputs;
+  Json to_json() const;
+};
+
+// `time`: a baseline's timing (eager, compile, compile-max-autotune) over kept input sets.
+struct Time {
+  std::string task_id, mode, precision, metric;
+  int64_t warmup = 0, min_runs = 0, max_runs = 0;
+  double budget_s = 0, rel_ci = 0;
+  int64_t input_sets = 1;  // seeded input sets, seed + k for set k
+  int64_t flush_bytes = 0;  // L2 flush between calls
+  uint64_t seed = 0;
+  Json to_json() const;
+};
+
+}  // namespace ca::worker_request
