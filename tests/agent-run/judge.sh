@@ -8,8 +8,7 @@
 source "$CA_SRC/tests/agent-run/lib.sh"
 KC="$CA_BIN/kernel-check"
 PIDS=()
-stop_all() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; cleanup; }
-trap stop_all EXIT
+at_exit 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done'
 export CUDA_AGENT_CACHE="$TMP/cache"
 GOOD='extern \"C\" __global__ void scale_add(const float* a, const float* b, float* out, int n, float alpha) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = a[i] * alpha + b[i]; }'
 PLAN='dims: {N: inputs.0.shape[0]}\nforward:\n  - launch: scale_add\n    grid: [cdiv(N, 256)]\n    block: [256]\n    args: [inputs.0, inputs.1, outputs.0, N, 2.0]\n'

@@ -1,18 +1,14 @@
-# Shared setup for agent-run's shell tests: a temp dir, the mock server, a task, assertions.
+# Shared setup for agent-run's shell tests, on tests/lib.sh (the temp dir, PY, fail): the mock
+# server, a task, assertions.
 set -euo pipefail
 : "${CA_BIN:?}" "${CA_SRC:?}"
+source "$CA_SRC/tests/lib.sh"
 HERE="$CA_SRC/tests/agent-run"
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-TMP=$(mktemp -d)
+TMP=$T
 MOCK_PID=
-cleanup() {
-  [ -n "$MOCK_PID" ] && kill "$MOCK_PID" 2>/dev/null
-  [ -n "${AGENT_RUN_KEEP:-}" ] && cp -r "$TMP"/. "$AGENT_RUN_KEEP"/ 2>/dev/null
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# AGENT_RUN_KEEP=DIR keeps the temp dir's files for a look afterwards.
+at_exit '[ -n "$MOCK_PID" ] && kill "$MOCK_PID" 2>/dev/null'
+at_exit '[ -n "${AGENT_RUN_KEEP:-}" ] && cp -r "$TMP"/. "$AGENT_RUN_KEEP"/ 2>/dev/null'
 
 # A small task record (KernelBench form).
 cat > "$TMP/task.jsonl" <<'JSON'

@@ -1,11 +1,10 @@
-# Shared setup of ppo-step's shell tests: strict mode, the binary, the test folder, a Python that
-# runs the references, and a temporary folder removed on exit.
+# Shared setup of ppo-step's shell tests, on tests/lib.sh (the temp dir, PY, fail): strict mode,
+# the binary, the test folder, schema validation.
 set -euo pipefail
+source "$CA_SRC/tests/lib.sh"
 PPO=$CA_BIN/ppo-step
 HERE=$CA_TESTS   # tests/ppo-step (ca_shell_test passes the calling folder)
-PY=${CUDA_AGENT_PYTHON:-/usr/bin/python3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+tmp=$T
 # Validates JSON Lines against schemas/KIND; a device's Python may lack jsonschema (CI's has it).
 validate() {
   if ! $PY -c "import jsonschema" 2>/dev/null; then
