@@ -53,6 +53,19 @@ Shard Shard::from_environment() {
   return parse(std::to_string(index) + "/" + count);
 }
 
+uint64_t CommonOptions::run_seed() const {
+  if (seed) return *seed;
+  if (!drawn_seed_) {
+    drawn_seed_ = unpredictable_seed();
+    log::verbose("seed ", *drawn_seed_, " (--seed ", *drawn_seed_, " reproduces this run)");
+  }
+  return *drawn_seed_;
+}
+
+void CommonOptions::resume_does_nothing(const std::string& why) const {
+  if (resume) log::warn("--resume does nothing for ", tool, ": ", why);
+}
+
 std::string CommonOptions::resolved_store_path() const {
   if (!store_path.empty()) return store_path;
   if (const char* env = std::getenv("CUDA_AGENT_STORE"); env && *env) return env;

@@ -41,6 +41,14 @@ struct CommonOptions {
   std::vector<std::string> argv;
 
   std::string resolved_store_path() const;
+  // The run's seed, one formula for every tool: --seed, else one drawn once per run
+  // (unpredictable_seed, below 2^53) and logged under -v so the run can be reproduced.
+  uint64_t run_seed() const;
+  // For a tool where --resume has nothing to reuse: under --resume, a warning saying why.
+  void resume_does_nothing(const std::string& why) const;
+
+ private:
+  mutable std::optional<uint64_t> drawn_seed_;
 };
 
 class Cli {

@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <dirent.h>
 #include <fstream>
 #include <sstream>
@@ -46,10 +47,13 @@ int code_of(int status) {
 // comes only after every process in its namespace has gone.
 std::vector<int> descendant_pidfds(pid_t pid) {
   std::vector<int> fds;
-  std::vector<pid_t> todo{pid};
-  while (!todo.empty() && fds.size() < 4096) {
-    pid_t p = todo.back();
-    todo.pop_back();
+  std::deque<pid_t> todo{pid};  // breadth first
+  // At most 256 held at once: fds are shared by every thread of the process (a sandboxed fork bomb
+  // must not make another lane's open() fail). The first taken are the nearest: bwrap's pid
+  // namespace init is its direct child, and its end is the end of everything inside.
+  while (!todo.empty() && fds.size() < 256) {
+    pid_t p = todo.front();
+    todo.pop_front();
     const std::string tasks = "/proc/" + std::to_string(p) + "/task";
     DIR* d = opendir(tasks.c_str());
     if (!d) continue;
@@ -57,7 +61,7 @@ std::vector<int> descendant_pidfds(pid_t pid) {
       if (e->d_name[0] == '.') continue;
       std::ifstream in(tasks + "/" + e->d_name + "/children");
       pid_t c;
-      while (in >> c) {
+      while (fds.size() < 256 && in >> c) {
         int fd = static_cast<int>(syscall(SYS_pidfd_open, c, 0));
         if (fd < 0) continue;
         fds.push_back(fd);

@@ -57,8 +57,7 @@ int run_episodes(Options& o, const CommonOptions& opt, Policy& policy, std::uniq
   ca::log::Progress progress("episodes");  // on a terminal: done/total, rate, time left
   if (progress.enabled())
     if (int64_t n = ca::count_lines(tasks_file.empty() ? opt.input : tasks_file); n > 0) progress.set_total(n * per_task);
-  const uint64_t base_seed = opt.seed ? *opt.seed : std::random_device{}() * 0x100000000ull + std::random_device{}();
-  if (!opt.seed) ca::log::verbose("seed ", base_seed);
+  const uint64_t base_seed = opt.run_seed();
 
   // The reader's (libcommon's ordered loop runs `next` on a thread of its own).
   ca::Record current;

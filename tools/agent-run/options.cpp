@@ -131,7 +131,7 @@ void finish_options(Options& o, const CommonOptions& opt) {
     }
     if (!po.extra.is_object()) throw ca::UsageError("--request-extra: expected a JSON object");
   }
-  if (opt.resume) ca::log::warn("--resume does nothing for agent-run: episodes are samples, each one is new");
+  opt.resume_does_nothing("episodes are samples, each one is new");
   if (s.kernel_check.empty()) s.kernel_check = agent::default_locked_binary("kernel-check", "CA_KERNEL_CHECK");
   if (s.kernel_prof.empty()) s.kernel_prof = agent::default_locked_binary("kernel-prof", "CA_KERNEL_PROF");
   if (!s.judge_urls.empty()) {

@@ -53,7 +53,7 @@ Checker::Checker(CheckOptions& options, const ca::CommonOptions& common)
   prepare_.arch = options_.arch;
   prepare_.cache_dir = options_.cache_dir;
   prepare_.use_cache = !options_.no_cache;
-  uint64_t base_seed = common_.seed ? *common_.seed : ca::unpredictable_seed();
+  uint64_t base_seed = common_.run_seed();
 
   store_ = ca::open_store_for(common_);
   for (int g : gpus_) {

@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   return cli.run(argc, argv, [&]() -> int {
     opt.validate();
     opt.seed_given = common.seed.has_value();
-    opt.seed = common.seed ? *common.seed : ca::unpredictable_seed();
+    opt.seed = common.run_seed();
     if (!opt.replay_once.empty()) return ca::prof::replay_once(opt.replay_once, opt.gpus.front());
     service.validate(common);
     if (service.enabled() && opt.gpus.size() > 1)

@@ -87,13 +87,8 @@ int run_generate(const CommonOptions& common, GenerateCommand& cmd) {
   GenOptions opt = cmd.gen;
   auto started = std::chrono::steady_clock::now();
   Catalog catalog = Catalog::load(catalog_path);
-  if (common.seed) {
-    opt.seed = *common.seed;
-  } else {
-    std::random_device rd;
-    opt.seed = ((static_cast<uint64_t>(rd()) << 32) | rd()) & ((1ull << 53) - 1);
-    ca::log::info("seed ", opt.seed, " (pass --seed ", opt.seed, " to reproduce)");
-  }
+  opt.seed = common.run_seed();
+  if (!common.seed) ca::log::info("seed ", opt.seed, " (pass --seed ", opt.seed, " to reproduce)");
   ca::log::verbose("catalog ", catalog.path, ": ", catalog.ops.size(), " ops, ", catalog.modules.size(), " modules");
   Generator gen(catalog, opt);
   check_capacity(gen, n, catalog, opt);

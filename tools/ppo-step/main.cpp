@@ -28,9 +28,8 @@ int main(int argc, char** argv) {
 
   return cli.run(argc, argv, [&]() -> int {
     const auto& opt = cli.options();
-    if (opt.resume)
-      ca::log::warn("--resume does nothing for ppo-step: a step starts from the checkpoint it is given (--policy)");
-    const uint64_t seed = opt.seed ? *opt.seed : std::random_device{}();
+    opt.resume_does_nothing("a step starts from the checkpoint it is given (--policy)");
+    const uint64_t seed = opt.run_seed();
     if (auto rc = ca::ppo::run_subcommand(opt, sub, train.fields, train.paths, seed)) return *rc;
     auto tokenizer = ca::ppo::render_tokenizer(train.paths);
     if (tokenizer) train.fields.tokenizer = &*tokenizer;

@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   ca::reward::add_options(cli.app(), options);
 
   return cli.run(argc, argv, [&]() -> int {
-    if (opt.resume) ca::log::warn("--resume does nothing for reward-calc: a reward is computed again in microseconds");
+    opt.resume_does_nothing("a reward is computed again in microseconds");
     const ca::reward::Config config = ca::reward::settings(options);
     ca::log::verbose("settings: ", config.to_json().dump());
     std::unique_ptr<ca::Store> store = ca::open_store_for(opt);
