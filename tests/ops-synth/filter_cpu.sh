@@ -136,4 +136,19 @@ for g, i in zip(gen, imp):
     assert i["init_inputs"] == g["init_inputs"]
 PY
 CA_SRC="$CA_SRC" "$PY" "$CA_SRC/tests/validate_schema.py" task "$T/imp.jsonl" || fail "imported records: schema"
+# A row whose task_id is a number: a bad record naming the field (exit 0), the rows around it imported.
+python3 - "$T/ops6k.jsonl" > "$T/numid.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][:2]
+rows.insert(1, dict(rows[0], task_id=17))
+for r in rows: print(json.dumps(r))
+PY
+"$OS" import --no-store "$T/numid.jsonl" > "$T/numid.out" 2> "$T/numid.err" || fail "import with a numeric task_id: exit $?: $(cat "$T/numid.err")"
+python3 - "$T/numid.out" <<'PY' || fail "import with a numeric task_id: $(cat "$T/numid.out")"
+import json, sys
+out = [json.loads(l) for l in open(sys.argv[1])]
+assert len(out) == 3, len(out)
+assert out[1]["error"]["field"] == "task_id", out[1].get("error")
+assert "error" not in out[0] and "error" not in out[2] and out[2]["outputs"], out
+PY
 echo "ops-synth filter/import (cpu): ok"

@@ -125,7 +125,7 @@ int run_import(const ca::CommonOptions& common, const ImportOptions& opt) {
       if (!rec.contains("task_id")) rec["task_id"] = ca::task_id_for(ca::Record{{"code", code}});
       if (!rec.contains("data_source")) rec["data_source"] = "import";
       if (!worker) return;
-      const std::string task_id = rec["task_id"].get<std::string>();
+      const std::string task_id = ca::get_required<std::string>(rec, "/task_id");  // a numeric one is a bad record
       ca::Json ans = worker->request(ca::worker_request::load(task_id, ca::Json(rec)));
       if (!ans.value("ok", false)) {
         item.result = ans.value("error", std::string("error")) + ": " + ans.value("detail", std::string());
