@@ -12,7 +12,7 @@ std::string field_name(const std::string& pointer) {
   return out;
 }
 
-double get_positive(const Record& record, const std::string& pointer) {
+double get_positive(const Json& record, const std::string& pointer) {
   double v = get_required<double>(record, pointer);
   if (!std::isfinite(v) || v <= 0) throw FieldError(field_name(pointer), "expected a finite number > 0, got " + std::to_string(v));
   return v;

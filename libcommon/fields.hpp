@@ -20,7 +20,7 @@ template <class T> constexpr const char* type_name() {
   else if constexpr (std::is_same_v<T, std::string>) return "a string";
   else return "a JSON value";
 }
-template <class T> bool has_type(const Record& v) {
+template <class T> bool has_type(const Json& v) {
   if constexpr (std::is_same_v<T, bool>) return v.is_boolean();
   else if constexpr (std::is_integral_v<T>) return v.is_number_integer();
   else if constexpr (std::is_floating_point_v<T>) return v.is_number();
@@ -30,24 +30,24 @@ template <class T> bool has_type(const Record& v) {
 }  // namespace detail
 
 // The value at `pointer` if present (std::nullopt when absent or null); FieldError when mistyped.
-template <class T> std::optional<T> get_optional(const Record& record, const std::string& pointer) {
-  const auto ptr = Record::json_pointer(pointer);
+template <class T> std::optional<T> get_optional(const Json& record, const std::string& pointer) {
+  const auto ptr = Json::json_pointer(pointer);
   if (!record.contains(ptr) || record.at(ptr).is_null()) return std::nullopt;
-  const Record& v = record.at(ptr);
+  const Json& v = record.at(ptr);
   if (!detail::has_type<T>(v))
     throw FieldError(field_name(pointer), std::string("expected ") + detail::type_name<T>() + ", got " + v.type_name() +
                                               " " + v.dump().substr(0, 40));
-  if constexpr (std::is_same_v<T, Record>) return v;
+  if constexpr (std::is_same_v<T, Json>) return v;
   else return v.template get<T>();
 }
 
-template <class T> T get_required(const Record& record, const std::string& pointer) {
+template <class T> T get_required(const Json& record, const std::string& pointer) {
   auto v = get_optional<T>(record, pointer);
   if (!v) throw FieldError(field_name(pointer), "missing");
   return *v;
 }
 
 // A number that must also be finite and > 0 (times, sizes).
-double get_positive(const Record& record, const std::string& pointer);
+double get_positive(const Json& record, const std::string& pointer);
 
 }  // namespace ca

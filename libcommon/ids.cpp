@@ -24,23 +24,24 @@ std::string sha256_hex(std::string_view bytes) {
   return out;
 }
 
-std::string canonical_json(const Json& value) { return value.dump(-1, ' ', false, Json::error_handler_t::replace); }
-// Converting ordered_json to json sorts the keys of every object.
-std::string canonical_json(const Record& value) { return canonical_json(Json(value)); }
+// nlohmann::json keeps objects in sorted maps: converting to it sorts the keys of every object, at
+// every depth. This is the one place the sorted type is used for records.
+std::string canonical_json(const Json& value) {
+  return nlohmann::json(value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 std::string content_id(const Json& value) { return sha256_hex(canonical_json(value)).substr(0, 16); }
-std::string content_id(const Record& value) { return sha256_hex(canonical_json(value)).substr(0, 16); }
 
-std::string task_id_for(const Record& task) {
+std::string task_id_for(const Json& task) {
   Json key = Json::object();
   for (const char* field : {"code", "init_inputs", "inputs"}) {
-    if (task.contains(field)) key[field] = Json(task[field]);
+    if (task.contains(field)) key[field] = task[field];
   }
   return content_id(key);
 }
 
-std::string candidate_id_for(const std::string& task_id, const Record& bundle) {
-  Json key = {{"task_id", task_id}, {"bundle", Json(bundle)}};
+std::string candidate_id_for(const std::string& task_id, const Json& bundle) {
+  Json key = {{"task_id", task_id}, {"bundle", bundle}};
   return content_id(key);
 }
 

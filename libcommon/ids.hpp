@@ -11,16 +11,14 @@ namespace ca {
 std::string sha256_hex(std::string_view bytes);
 // Canonical text: keys sorted, compact separators, UTF-8 as is.
 std::string canonical_json(const Json& value);
-std::string canonical_json(const Record& value);
 // 16 hex digits (64 bits) of sha256(canonical_json): short enough to read, far from collisions at
 // the scale of millions of records.
 std::string content_id(const Json& value);
-std::string content_id(const Record& value);
 
 // The task id: the hash of what defines the task (its code and init inputs / input specs when given).
-std::string task_id_for(const Record& task);
+std::string task_id_for(const Json& task);
 // The candidate id: the hash of the bundle (kernels and plan) together with its task id.
-std::string candidate_id_for(const std::string& task_id, const Record& bundle);
+std::string candidate_id_for(const std::string& task_id, const Json& bundle);
 
 // A seed nobody can predict (the OS's entropy), below 2^53 so every JSON reader keeps it exact:
 // what a tool draws when --seed is not given, and records so the run can be reproduced.

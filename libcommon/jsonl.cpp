@@ -9,6 +9,7 @@
 
 #include "libcommon/errors.hpp"
 #include "libcommon/signals.hpp"
+#include "libcommon/tokenizer/unicode.hpp"
 
 namespace ca {
 
@@ -64,12 +65,12 @@ std::string without_prefix(const std::string& msg) {
 
 // Every parse failure is bad input (exit 2) naming the line, never an internal error: not JSON,
 // ill-formed UTF-8, a number a double cannot hold (1e999), nesting deeper than kMaxDepth.
-Record parse_record_line(const std::string& line, const std::string& where) {
+Json parse_record_line(const std::string& line, const std::string& where) {
   if (nesting_depth(line, kMaxDepth) > kMaxDepth)
     throw InputError(where + ": nested deeper than " + std::to_string(kMaxDepth) + " levels");
-  Record record;
+  Json record;
   try {
-    record = Record::parse(line);
+    record = Json::parse(line);
   } catch (const nlohmann::json::parse_error& e) {
     std::string msg = e.what();
     auto pos = msg.find("parse error");
@@ -82,7 +83,7 @@ Record parse_record_line(const std::string& line, const std::string& where) {
   return record;
 }
 
-bool RecordReader::next(Record& record) {
+bool RecordReader::next(Json& record) {
   while (std::getline(*in_, buffer_)) {
     ++line_number_;
     if (buffer_.size() > kMaxLineBytes)
@@ -106,7 +107,7 @@ RecordWriter::RecordWriter(const std::string& path) {
   }
 }
 
-void RecordWriter::write(const Record& record) {
+void RecordWriter::write(const Json& record) {
   std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   line += '\n';
   // A signal ends the process between lines, never inside one.
@@ -120,6 +121,18 @@ void RecordWriter::write(const Record& record) {
     throw EnvironmentError(std::string("write failed: ") + (errno ? std::strerror(errno) : "stream error"));
   }
   ++count_;
+}
+
+Json with_valid_utf8(Json value) {
+  if (value.is_string()) return tokenizer::valid_utf8(value.get_ref<const std::string&>());
+  if (value.is_array()) {
+    for (auto& v : value) v = with_valid_utf8(std::move(v));
+    return value;
+  }
+  if (!value.is_object()) return value;
+  Json out = Json::object();
+  for (auto& [k, v] : value.items()) out[tokenizer::valid_utf8(k)] = with_valid_utf8(std::move(v));
+  return out;
 }
 
 }  // namespace ca

@@ -22,23 +22,23 @@ std::string Counts::text() const {
   return s;
 }
 
-void mark_bad_record(Record& record, const FieldError& error, const std::string& tool, const std::string& where,
+void mark_bad_record(Json& record, const FieldError& error, const std::string& tool, const std::string& where,
                      bool strict) {
   if (strict) throw InputError(where + ": " + error.field + ": " + error.reason);
   log::warn(where, ": ", error.field, ": ", error.reason, " (record passed on with an error section)");
-  record["error"] = Record{{"tool", tool}, {"field", error.field}, {"reason", error.reason}, {"where", where}};
+  record["error"] = Json{{"tool", tool}, {"field", error.field}, {"reason", error.reason}, {"where", where}};
 }
 
-void check_record_ids(const Record& record) {
+void check_record_ids(const Json& record) {
   for (const char* key : {"candidate_id", "task_id"}) {
     if (!record.contains(key)) continue;
-    const Record& id = record[key];
+    const Json& id = record[key];
     if (!id.is_string()) throw FieldError(key, std::string("expected a string id, got ") + id.type_name());
     if (id.get_ref<const std::string&>().empty()) throw FieldError(key, "empty id");
   }
 }
 
-std::string record_key(const Record& record) {
+std::string record_key(const Json& record) {
   for (const char* key : {"candidate_id", "task_id", "id"})
     if (record.contains(key) && record[key].is_string()) return record[key].get<std::string>();
   return content_id(record);
@@ -74,9 +74,9 @@ std::vector<Line> parse_lines(const std::string& text) {
   return lines;
 }
 
-std::string dump_lines(const std::vector<Record>& records) {
+std::string dump_lines(const std::vector<Json>& records) {
   std::string out;
-  for (const Record& r : records) out += r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  for (const Json& r : records) out += r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   return out;
 }
 
@@ -99,7 +99,7 @@ int64_t count_lines(const std::string& path) {
 
 RecordLoop::RecordLoop(const CommonOptions& options) : options_(options) {}
 
-bool RecordLoop::handle(Record& record, const std::string& where, const std::function<Outcome(Record&)>& job,
+bool RecordLoop::handle(Json& record, const std::string& where, const std::function<Outcome(Json&)>& job,
                         bool drop_skipped) {
   ++counts_.read;
   Outcome outcome;
@@ -125,12 +125,12 @@ bool RecordLoop::handle(Record& record, const std::string& where, const std::fun
   return !(drop_skipped && outcome == Outcome::skipped);
 }
 
-int RecordLoop::run(const std::function<Outcome(Record&)>& job, bool drop_skipped) {
+int RecordLoop::run(const std::function<Outcome(Json&)>& job, bool drop_skipped) {
   RecordReader reader(options_.input);
   RecordWriter writer(options_.output);
   log::Progress progress;
   if (progress.enabled()) progress.set_total(count_lines(options_.input));  // a file: done/total and time left
-  Record record;
+  Json record;
   while (reader.next(record)) {
     if (!options_.shard.contains(record_key(record))) {
       ++counts_.read;

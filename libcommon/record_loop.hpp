@@ -23,26 +23,26 @@ struct Counts {
 
 // One parsed input line and where it was ("line N", as a tool reading stdin names it).
 struct Line {
-  Record record;
+  Json record;
   std::string where;
 };
 // Every record of a JSON Lines text (a service's request body), all parsed before any is judged:
 // the first line that is not a JSON object throws InputError naming it, as on stdin.
 std::vector<Line> parse_lines(const std::string& text);
 // The records as JSON Lines, written as RecordWriter writes them.
-std::string dump_lines(const std::vector<Record>& records);
+std::string dump_lines(const std::vector<Json>& records);
 
 // Adds an `error` section {tool, field, reason, line} and warns; under --strict throws InputError
 // naming the line and the field instead.
-void mark_bad_record(Record& record, const FieldError& error, const std::string& tool, const std::string& where,
+void mark_bad_record(Json& record, const FieldError& error, const std::string& tool, const std::string& where,
                      bool strict);
 
 // Throws FieldError when candidate_id or task_id is there but is not a non-empty string: a mistyped
 // id is a bad record (an error section, fatal under --strict), never a record without that id.
-void check_record_ids(const Record& record);
+void check_record_ids(const Json& record);
 
 // The key a record is sharded and resumed by: candidate_id, else task_id, else its content id.
-std::string record_key(const Record& record);
+std::string record_key(const Json& record);
 
 // Lines of a regular file (the records a tool will read, for its progress line); -1 for "-", a pipe
 // or anything that cannot be counted without consuming it.
@@ -54,11 +54,11 @@ class RecordLoop {
   // Calls `job` on every record of this shard, in order, and writes it (unless the job returns
   // skipped and `drop_skipped` is set). FieldError from the job becomes a bad record.
   // Returns the exit code: 0 unless something fatal was thrown.
-  int run(const std::function<Outcome(Record&)>& job, bool drop_skipped = false);
+  int run(const std::function<Outcome(Json&)>& job, bool drop_skipped = false);
   // One record of run() (or of a service's request): ids checked, the job, its outcome counted; a
   // FieldError becomes a bad record (InputError under --strict). Returns whether to write it.
   // Counts `read` too; sharding is the caller's.
-  bool handle(Record& record, const std::string& where, const std::function<Outcome(Record&)>& job,
+  bool handle(Json& record, const std::string& where, const std::function<Outcome(Json&)>& job,
               bool drop_skipped = false);
   const Counts& counts() const { return counts_; }
   Counts& counts() { return counts_; }

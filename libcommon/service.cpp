@@ -84,7 +84,7 @@ int run_service(const ServiceOptions& options, const ServiceSpec& spec) {
 
   if (!options.port_file.empty()) write_file_atomic(options.port_file, address + "\n");
   RecordWriter out("-");
-  out.write(Record{{"listening", address}});
+  out.write(Json{{"listening", address}});
   log::info("serving ", spec.endpoint, " and /v1/health on ", address, spec.gpus.empty() ? "" : " (GPUs " + spec.gpus.dump() + ")");
   server.serve();
   const int sig = stopped_by.load();

@@ -30,7 +30,7 @@ struct ServiceSpec {
   Json gpus = Json::array();
   // Judges one request's records, in order, and returns the output records. InputError (a bad
   // record under --strict) becomes a 400; EnvironmentError a 503.
-  std::function<std::vector<Record>(std::vector<Line>& lines)> judge;
+  std::function<std::vector<Json>(std::vector<Line>& lines)> judge;
 };
 
 // Binds, writes {"listening":"HOST:PORT"} as the first line on stdout (and the address into

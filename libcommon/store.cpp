@@ -111,20 +111,20 @@ class Statement {
   sqlite3_stmt* stmt_ = nullptr;
 };
 
-Value optional_number(const Record& r, const char* key) {
+Value optional_number(const Json& r, const char* key) {
   if (r.contains(key) && r[key].is_number()) return r[key].get<double>();
   if (r.contains(key) && r[key].is_object() && r[key].contains("median") && r[key]["median"].is_number())
     return r[key]["median"].get<double>();
   return nullptr;
 }
 
-std::string text_of(const Record& r, const char* key) {
+std::string text_of(const Json& r, const char* key) {
   return r.contains(key) && r[key].is_string() ? r[key].get<std::string>() : std::string();
 }
 
 // An id that is there but is not a non-empty string is a mistyped field, never "no id": a numeric
 // candidate_id must not file a candidate as a task over the real task's row.
-std::string id_of(const Record& r, const char* key) {
+std::string id_of(const Json& r, const char* key) {
   if (!r.contains(key)) return "";
   if (!r[key].is_string()) throw FieldError(key, std::string("expected a string id, got ") + r[key].type_name());
   std::string id = r[key].get<std::string>();
@@ -342,26 +342,26 @@ void Store::end_run(int exit_status, const Json& counts) {
   s.step();
 }
 
-void Store::put_task(const Record& task) {
+void Store::put_task(const Json& task) {
   Statement s(db_, "INSERT OR REPLACE INTO tasks (task_id, run_id, body) VALUES (?,?,?)");
   s.bind({text_of(task, "task_id"), run_id_, task.dump()});
   s.step();
 }
 
-void Store::put_candidate(const Record& candidate) {
+void Store::put_candidate(const Json& candidate) {
   Statement s(db_, "INSERT OR REPLACE INTO candidates (candidate_id, task_id, run_id, body) VALUES (?,?,?,?)");
   s.bind({text_of(candidate, "candidate_id"), text_of(candidate, "task_id"), run_id_, candidate.dump()});
   s.step();
 }
 
-void Store::put_check(const std::string& candidate_id, const std::string& task_id, const Record& check) {
+void Store::put_check(const std::string& candidate_id, const std::string& task_id, const Json& check) {
   Statement s(db_, "INSERT OR REPLACE INTO checks (candidate_id, run_id, task_id, status, correct, body) VALUES (?,?,?,?,?,?)");
   Value correct = check.contains("correct") && check["correct"].is_boolean() ? Value(int64_t(check["correct"].get<bool>())) : Value(nullptr);
   s.bind({candidate_id, run_id_, task_id, text_of(check, "status"), correct, check.dump()});
   s.step();
 }
 
-void Store::put_profile(const std::string& candidate_id, const std::string& task_id, const Record& prof) {
+void Store::put_profile(const std::string& candidate_id, const std::string& task_id, const Json& prof) {
   Statement s(db_, "INSERT OR REPLACE INTO profiles (candidate_id, run_id, task_id, time_us, speedup_vs_eager, "
                    "speedup_vs_compile, body) VALUES (?,?,?,?,?,?,?)");
   s.bind({candidate_id, run_id_, task_id, optional_number(prof, "time_us"), optional_number(prof, "speedup_vs_eager"),
@@ -369,25 +369,25 @@ void Store::put_profile(const std::string& candidate_id, const std::string& task
   s.step();
 }
 
-void Store::put_reward(const std::string& candidate_id, const std::string& task_id, const Record& reward) {
+void Store::put_reward(const std::string& candidate_id, const std::string& task_id, const Json& reward) {
   Statement s(db_, "INSERT OR REPLACE INTO rewards (candidate_id, run_id, task_id, value, scheme, body) VALUES (?,?,?,?,?,?)");
   s.bind({candidate_id, run_id_, task_id, optional_number(reward, "value"), text_of(reward, "scheme"), reward.dump()});
   s.step();
 }
 
-void Store::put_episode(const std::string& candidate_id, const std::string& task_id, const Record& episode) {
+void Store::put_episode(const std::string& candidate_id, const std::string& task_id, const Json& episode) {
   Statement s(db_, "INSERT OR REPLACE INTO episodes (candidate_id, run_id, task_id, body) VALUES (?,?,?,?)");
   s.bind({candidate_id, run_id_, task_id, episode.dump()});
   s.step();
 }
 
-void Store::put_ppo_step(const std::string& step_id, const Record& metrics) {
+void Store::put_ppo_step(const std::string& step_id, const Json& metrics) {
   Statement s(db_, "INSERT OR REPLACE INTO ppo_steps (step_id, run_id, body) VALUES (?,?,?)");
   s.bind({step_id, run_id_, metrics.dump()});
   s.step();
 }
 
-void Store::put_filter_result(const std::string& task_id, bool kept, const std::string& reason, const Record& detail) {
+void Store::put_filter_result(const std::string& task_id, bool kept, const std::string& reason, const Json& detail) {
   Statement s(db_, "INSERT OR REPLACE INTO filter_results (task_id, run_id, kept, reason, body) VALUES (?,?,?,?,?)");
   s.bind({task_id, run_id_, int64_t(kept), reason, detail.dump()});
   s.step();
@@ -406,11 +406,11 @@ void Store::put_baseline(const BaselineKey& key, const Json& timing) {
   s.step();
 }
 
-std::optional<Record> Store::get_task(const std::string& task_id) {
+std::optional<Json> Store::get_task(const std::string& task_id) {
   Statement s(db_, "SELECT body FROM tasks WHERE task_id = ?");
   s.bind({task_id});
   if (!s.step()) return std::nullopt;
-  return Record::parse(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)));
+  return Json::parse(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)));
 }
 
 std::optional<Json> Store::get_baseline(const BaselineKey& key) {
@@ -420,7 +420,7 @@ std::optional<Json> Store::get_baseline(const BaselineKey& key) {
   return Json::parse(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)));
 }
 
-std::optional<Record> Store::latest(const std::string& table, const std::string& key) {
+std::optional<Json> Store::latest(const std::string& table, const std::string& key) {
   static const std::map<std::string, std::string> key_column = {{"checks", "candidate_id"},   {"profiles", "candidate_id"},
                                                                 {"rewards", "candidate_id"},  {"episodes", "candidate_id"},
                                                                 {"filter_results", "task_id"}};
@@ -430,13 +430,13 @@ std::optional<Record> Store::latest(const std::string& table, const std::string&
                    " = ? ORDER BY r.started_at DESC LIMIT 1");
   s.bind({key});
   if (!s.step()) return std::nullopt;
-  return Record::parse(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)));
+  return Json::parse(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)));
 }
 
-void Store::query(const std::string& sql, const std::function<void(const Record&)>& row) {
+void Store::query(const std::string& sql, const std::function<void(const Json&)>& row) {
   Statement s(db_, sql);
   while (s.step()) {
-    Record r = Record::object();
+    Json r = Json::object();
     int n = sqlite3_column_count(s.get());
     for (int i = 0; i < n; ++i) {
       std::string name = sqlite3_column_name(s.get(), i);
@@ -450,7 +450,7 @@ void Store::query(const std::string& sql, const std::function<void(const Record&
           // JSON-bearing columns come back as JSON, so `query` output is records, not escaped strings.
           if ((name == "body" || name == "argv" || name == "counts") && !text.empty() && (text[0] == '{' || text[0] == '[')) {
             try {
-              r[name] = Record::parse(text);
+              r[name] = Json::parse(text);
               break;
             } catch (...) {
             }
@@ -511,7 +511,7 @@ SELECT r.run_id, r.tool, r.started_at, r.exit_status,
   (SELECT AVG(value) FROM rewards w WHERE w.run_id = r.run_id) AS reward_mean,
   (SELECT COUNT(*) FROM episodes e WHERE e.run_id = r.run_id) AS episodes
 FROM runs r ORDER BY r.started_at)SQL",
-        [&](const Record& row) { runs.push_back(Json(row)); });
+        [&](const Json& row) { runs.push_back(Json(row)); });
   return runs;
 }
 
@@ -526,7 +526,7 @@ void Store::in_transaction(const std::function<void()>& body) {
   }
 }
 
-std::string Store::import_record(const Record& record) {
+std::string Store::import_record(const Json& record) {
   std::string schema = text_of(record, "schema");
   std::string kind;
   in_transaction([&] {
@@ -543,7 +543,7 @@ std::string Store::import_record(const Record& record) {
       kind = "task";
       return;
     }
-    Record bare = record;
+    Json bare = record;
     for (const char* s : {"check", "prof", "reward", "episode"}) bare.erase(s);
     put_candidate(bare);
     kind = "candidate";
@@ -553,10 +553,10 @@ std::string Store::import_record(const Record& record) {
   return kind;
 }
 
-void Store::put_section(const std::string& section, const Record& record) {
+void Store::put_section(const std::string& section, const Json& record) {
   const std::string candidate_id = id_of(record, "candidate_id"), task_id = id_of(record, "task_id");
   if (candidate_id.empty()) throw FieldError("candidate_id", "missing (a " + section + " is stored by its candidate)");
-  const Record& body = record.at(section);
+  const Json& body = record.at(section);
   if (section == "check") put_check(candidate_id, task_id, body);
   else if (section == "prof") put_profile(candidate_id, task_id, body);
   else if (section == "reward") put_reward(candidate_id, task_id, body);

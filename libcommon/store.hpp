@@ -45,27 +45,27 @@ class Store {
   void end_run(int exit_status, const Json& counts = Json::object());
   const std::string& run_id() const { return run_id_; }
 
-  void put_task(const Record& task);  // needs task_id
-  void put_candidate(const Record& candidate);  // needs candidate_id, task_id
-  void put_check(const std::string& candidate_id, const std::string& task_id, const Record& check);
-  void put_profile(const std::string& candidate_id, const std::string& task_id, const Record& prof);
-  void put_reward(const std::string& candidate_id, const std::string& task_id, const Record& reward);
-  void put_episode(const std::string& candidate_id, const std::string& task_id, const Record& episode);
-  void put_ppo_step(const std::string& step_id, const Record& metrics);
-  void put_filter_result(const std::string& task_id, bool kept, const std::string& reason, const Record& detail);
+  void put_task(const Json& task);  // needs task_id
+  void put_candidate(const Json& candidate);  // needs candidate_id, task_id
+  void put_check(const std::string& candidate_id, const std::string& task_id, const Json& check);
+  void put_profile(const std::string& candidate_id, const std::string& task_id, const Json& prof);
+  void put_reward(const std::string& candidate_id, const std::string& task_id, const Json& reward);
+  void put_episode(const std::string& candidate_id, const std::string& task_id, const Json& episode);
+  void put_ppo_step(const std::string& step_id, const Json& metrics);
+  void put_filter_result(const std::string& task_id, bool kept, const std::string& reason, const Json& detail);
   void put_baseline(const BaselineKey& key, const Json& timing);
   // A result section of a record ("check", "prof", "reward" or "episode") by the record's
   // candidate_id and task_id: what a tool's record loop stores of each record it finished.
-  void put_section(const std::string& section, const Record& record);
+  void put_section(const std::string& section, const Json& record);
 
-  std::optional<Record> get_task(const std::string& task_id);
+  std::optional<Json> get_task(const std::string& task_id);
   std::optional<Json> get_baseline(const BaselineKey& key);
   // Body of the newest row (by its run's start) of a per-run result table for a key: the candidate_id
   // in checks, profiles, rewards and episodes, the task_id in filter_results.
-  std::optional<Record> latest(const std::string& table, const std::string& key);
+  std::optional<Json> latest(const std::string& table, const std::string& key);
 
   // Rows of any SELECT as JSON objects (column name -> value; `body` columns parsed).
-  void query(const std::string& sql, const std::function<void(const Record&)>& row);
+  void query(const std::string& sql, const std::function<void(const Json&)>& row);
   // Fold another store in; rows already present are skipped, so merging twice changes nothing.
   // Returns rows added per table. The store itself (same device and inode) is a UsageError.
   Json merge_from(const std::string& other_path);
@@ -77,7 +77,7 @@ class Store {
   // Routes a record of any kind to its tables (task, candidate and its check/prof/reward/episode
   // sections, ppo metrics) in one transaction. Returns the kind it was stored as. A missing or
   // mistyped id (a number, an empty string) is a FieldError.
-  std::string import_record(const Record& record);
+  std::string import_record(const Json& record);
 
   sqlite3* handle() { return db_; }
 

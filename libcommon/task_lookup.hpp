@@ -19,12 +19,12 @@ class TaskLookup {
   explicit TaskLookup(const std::string& tasks_path = "");
   // The task of `record` (whose task_id is `task_id`), or nothing when no source has it. The store
   // is read under `store_mu` when one is given (a store shared with other threads).
-  std::optional<Record> find(const Record& record, const std::string& task_id, Store* store,
+  std::optional<Json> find(const Json& record, const std::string& task_id, Store* store,
                              std::mutex* store_mu = nullptr) const;
   size_t size() const { return tasks_.size(); }
 
  private:
-  std::map<std::string, Record> tasks_;
+  std::map<std::string, Json> tasks_;
 };
 
 }  // namespace ca

@@ -63,16 +63,11 @@ Json yaml_node_to_json(const YAML::Node& n, NodeBudget& budget, int depth) {
       return a;
     }
     case YAML::NodeType::Map: {
-      // JSON objects lose key order; it is kept in the "__order" list.
-      Json o = Json::object();
-      Json order = Json::array();
+      Json o = Json::object();  // ordered: the file's key order is the object's
       for (const auto& kv : n) {
         if (!kv.first.IsScalar()) throw YamlError(budget.label + ": a map key is not a plain name", "a map key is not a plain name");
-        std::string k = kv.first.as<std::string>();
-        o[k] = yaml_node_to_json(kv.second, budget, depth + 1);
-        order.push_back(k);
+        o[kv.first.as<std::string>()] = yaml_node_to_json(kv.second, budget, depth + 1);
       }
-      o["__order"] = order;
       return o;
     }
     default: return nullptr;
@@ -205,23 +200,13 @@ class FlowQuoter {
   std::string out_;
 };
 
-Json ordered_node_to_json(const Record& r, NodeBudget& budget, int depth) {
+// Walks a JSON value under the node and depth bounds yaml_to_json applies; throws at the first excess.
+void check_bounds(const Json& v, NodeBudget& budget, int depth) {
   budget.enter(depth);
-  if (r.is_object()) {
-    Json o = Json::object(), order = Json::array();
-    for (auto& [k, v] : r.items()) {
-      o[k] = ordered_node_to_json(v, budget, depth + 1);
-      order.push_back(k);
-    }
-    o["__order"] = order;
-    return o;
-  }
-  if (r.is_array()) {
-    Json a = Json::array();
-    for (auto& v : r) a.push_back(ordered_node_to_json(v, budget, depth + 1));
-    return a;
-  }
-  return Json(r);
+  if (v.is_object())
+    for (auto& [k, x] : v.items()) check_bounds(x, budget, depth + 1);
+  else if (v.is_array())
+    for (auto& x : v) check_bounds(x, budget, depth + 1);
 }
 
 [[noreturn]] void bad_conversion() { throw YamlError("bad conversion", "bad conversion"); }
@@ -256,21 +241,16 @@ Json yaml_to_json(const std::string& text, const std::string& label, const YamlL
   }
 }
 
-Json ordered_to_json(const Record& r, const std::string& label, const YamlLimits& limits) {
+const Json& bounded_json(const Json& v, const std::string& label, const YamlLimits& limits) {
   NodeBudget budget{label, limits};
-  return ordered_node_to_json(r, budget, 0);
+  check_bounds(v, budget, 0);
+  return v;
 }
 
 std::vector<std::string> yaml_keys(const Json& o) {
   std::vector<std::string> keys;
-  if (!o.is_object()) return keys;
-  if (o.contains("__order") && o["__order"].is_array()) {
-    for (auto& k : o["__order"])
-      if (k.is_string()) keys.push_back(k.get<std::string>());
-  } else {
-    for (auto& [k, v] : o.items())
-      if (k != "__order") keys.push_back(k);
-  }
+  if (o.is_object())
+    for (auto& [k, v] : o.items()) keys.push_back(k);
   return keys;
 }
 

@@ -7,7 +7,7 @@
 //   double lr = ca::yaml_double(j["lr"]);                  // YAML's own scalar rules; YamlError "bad conversion"
 //
 // Scalars stay strings ("2.0" keeps its spelling), nulls are null, lists are arrays, and maps are
-// objects whose key order is kept in an extra "__order" list. Flow collections ([a, b], {k: v}) have
+// objects in the file's key order (Json is ordered). Flow collections ([a, b], {k: v}) have
 // their scalars quoted first, with commas inside parentheses and index brackets kept in the scalar,
 // so `grid: [cdiv(N, 256)]` is one value.
 #pragma once
@@ -37,9 +37,10 @@ struct YamlError : std::runtime_error {
 // `label` starts every message: "<label>: not valid YAML: ...", "<label>: nested more than 64
 // levels deep: refused (limit: <kind> depth)".
 Json yaml_to_json(const std::string& text, const std::string& label = "yaml", const YamlLimits& limits = {});
-// A JSON object (key order kept) in the shape yaml_to_json gives, under the same node and depth bounds.
-Json ordered_to_json(const Record& r, const std::string& label = "json", const YamlLimits& limits = {});
-// A map's keys in order (its "__order" when there is one), without "__order".
+// A JSON value given where YAML could be (a plan inline in a record), under the same node and depth
+// bounds as yaml_to_json: returns `v`, or throws YamlError at the first excess.
+const Json& bounded_json(const Json& v, const std::string& label = "json", const YamlLimits& limits = {});
+// A map's keys in order; none for a value that is not a map.
 std::vector<std::string> yaml_keys(const Json& map);
 
 // Scalars by YAML's own rules (yaml-cpp's conversions: "yes"/"on"/"true" are true, ".inf" a double).

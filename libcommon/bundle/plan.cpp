@@ -63,9 +63,9 @@ Json plan_json_from_text(const std::string& text) {
   }
 }
 
-Json plan_json_from_record(const Record& plan) {
+Json plan_json_from_record(const Json& plan) {
   try {
-    return ordered_to_json(plan, "plan", plan_limits());
+    return bounded_json(plan, "plan", plan_limits());
   } catch (const YamlError& e) {
     throw PlanError(e.what());
   }
@@ -91,15 +91,6 @@ Expr parse_expr(const Json& v, const std::string& where) {
   } catch (const ExprError& e) {
     throw PlanError(where + ": " + e.what());
   }
-}
-
-std::vector<std::string> keys_in_order(const Json& o) {
-  std::vector<std::string> keys;
-  if (o.contains("__order"))
-    for (auto& k : o["__order"]) keys.push_back(k.get<std::string>());
-  else
-    for (auto& [k, v] : o.items()) keys.push_back(k);
-  return keys;
 }
 
 BufferRef parse_buffer(const Json& v, const std::string& where) {
@@ -155,7 +146,7 @@ void refuse_unknown_keys(const Json& o, const std::vector<std::string>& known, c
     return prev[b.size()];
   };
   for (auto& [k, v] : o.items()) {
-    if (k == "__order" || std::find(known.begin(), known.end(), k) != known.end()) continue;
+    if (std::find(known.begin(), known.end(), k) != known.end()) continue;
     std::string nearest;
     size_t best = SIZE_MAX;
     for (const auto& c : known)
@@ -181,8 +172,7 @@ Step parse_step(const Json& s, const std::string& section, int index) {
     }
   if (kind.empty()) {
     std::string seen;
-    for (auto& [k, v] : s.items())
-      if (k != "__order") seen += (seen.empty() ? "" : ", ") + k;
+    for (auto& [k, v] : s.items()) seen += (seen.empty() ? "" : ", ") + k;
     throw PlanError(where + ": unknown step kind (keys: " + seen + "); expected launch, gemm or conv");
   }
   // gemm/conv fields may be nested under the kind key or be siblings of it.
@@ -287,7 +277,7 @@ static Plan plan_from_json(const Json& p);
 
 Plan Plan::parse_text(const std::string& text) { return plan_from_json(plan_json_from_text(text)); }
 
-Plan Plan::parse(const Record& plan_in) {
+Plan Plan::parse(const Json& plan_in) {
   if (plan_in.is_string()) return plan_from_json(plan_json_from_text(plan_in.get<std::string>()));
   return plan_from_json(plan_json_from_record(plan_in));
 }
@@ -300,10 +290,10 @@ static Plan plan_from_json(const Json& p) {
   if (p.contains("dims") && !p["dims"].is_null()) {
     const Json& d = p["dims"];
     if (d.is_object()) {
-      for (auto& k : keys_in_order(d)) plan.dims.emplace_back(k, parse_expr(d[k], "dims." + k));
+      for (auto& k : yaml_keys(d)) plan.dims.emplace_back(k, parse_expr(d[k], "dims." + k));
     } else if (d.is_array()) {
       for (auto& item : d)
-        for (auto& k : keys_in_order(item)) plan.dims.emplace_back(k, parse_expr(item[k], "dims." + k));
+        for (auto& k : yaml_keys(item)) plan.dims.emplace_back(k, parse_expr(item[k], "dims." + k));
     } else {
       throw PlanError("plan: dims must be a map of NAME: expression");
     }
@@ -332,9 +322,9 @@ static Plan plan_from_json(const Json& p) {
     plan.scratch.push_back(std::move(s));
   };
   if (p.contains("scratch") && p["scratch"].is_object())
-    for (auto& k : keys_in_order(p["scratch"])) add_scratch(k, p["scratch"][k]);
+    for (auto& k : yaml_keys(p["scratch"])) add_scratch(k, p["scratch"][k]);
   if (p.contains("buffers") && p["buffers"].is_object())
-    for (auto& k : keys_in_order(p["buffers"])) {
+    for (auto& k : yaml_keys(p["buffers"])) {
       auto ref = BufferRef::parse(k);
       if (!ref || ref->space != Space::scratch)
         throw PlanError("plan: buffers." + k + ": only scratch.NAME buffers are declared (inputs, outputs and params come from the task)");

@@ -98,7 +98,7 @@ struct Plan {
   std::optional<int> outputs_declared;  // `outputs: 2` or a list of outputs.N
 
   // A YAML string or a JSON object (the record's bundle.plan). Throws PlanError.
-  static Plan parse(const Record& plan);
+  static Plan parse(const Json& plan);
   static Plan parse_text(const std::string& yaml_or_json);
   // Every kernel name expression the steps launch, in first-use order.
   std::vector<std::string> kernel_names() const;

@@ -16,8 +16,8 @@ void StageClock::lap(const std::string& stage) {
   last_ = now;
 }
 
-Record StageClock::to_json() const {
-  Record j = Record::object();
+Json StageClock::to_json() const {
+  Json j = Json::object();
   for (const auto& [k, v] : seconds_) j[k] = ms_rounded(v);
   return j;
 }

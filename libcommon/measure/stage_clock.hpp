@@ -14,7 +14,7 @@ class StageClock {
   // The time since the last lap (or since the clock was made) goes to `stage`; laps of one stage add up.
   void lap(const std::string& stage);
   bool empty() const { return seconds_.empty(); }
-  Record to_json() const;   // {"stage": seconds, to the millisecond}, stages by name
+  Json to_json() const;   // {"stage": seconds, to the millisecond}, stages by name
   std::string text() const;  // "compare 0.005 s load 0.1 s"
 
  private:

@@ -57,16 +57,16 @@ std::size_t whitespace_match(const std::vector<Codepoint>& c, std::size_t i, boo
 // Loading
 
 Tokenizer Tokenizer::from_file(const std::string& path) {
-  Json j;
+  nlohmann::json j;  // sorted maps: a vocabulary of 150,000 keys parses in linear time, not quadratic
   try {
-    j = Json::parse(read_file(path));
-  } catch (const Json::exception& e) {
+    j = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
     throw InputError("'" + path + "': not JSON: " + e.what());
   }
   return from_json(j, path);
 }
 
-Tokenizer Tokenizer::from_json(const Json& j, const std::string& origin) {
+Tokenizer Tokenizer::from_json(const nlohmann::json& j, const std::string& origin) {
   auto bad = [&](const std::string& why) { return InputError("'" + origin + "': " + why); };
   Tokenizer t;
   // GPT-2's byte-to-unicode map: printable bytes stand for themselves, the rest shift to U+0100...
@@ -77,7 +77,7 @@ Tokenizer Tokenizer::from_json(const Json& j, const std::string& origin) {
     t.unicode_to_byte_[t.byte_to_unicode_[b]] = static_cast<unsigned char>(b);
   }
   if (!j.contains("model") || !j["model"].is_object()) throw bad("no 'model'");
-  const Json& m = j["model"];
+  const nlohmann::json& m = j["model"];
   if (m.value("type", std::string("BPE")) != "BPE") throw bad("model type '" + m.value("type", std::string()) + "' is not BPE");
   if (!m.contains("vocab") || !m["vocab"].is_object()) throw bad("model.vocab missing");
   t.ignore_merges_ = m.value("ignore_merges", false);
@@ -115,8 +115,8 @@ Tokenizer Tokenizer::from_json(const Json& j, const std::string& origin) {
   for (auto& a : t.added_) t.id_to_token_[a.id] = a.content;
 
   // Pre-tokenizer: ByteLevel (with its own GPT-2 regex) or Sequence[Split(regex), ByteLevel].
-  const Json pre = j.value("pre_tokenizer", Json());
-  std::vector<Json> steps;
+  const nlohmann::json pre = j.value("pre_tokenizer", nlohmann::json());
+  std::vector<nlohmann::json> steps;
   if (pre.is_object() && pre.value("type", std::string()) == "Sequence")
     steps.assign(pre["pretokenizers"].begin(), pre["pretokenizers"].end());
   else if (pre.is_object())

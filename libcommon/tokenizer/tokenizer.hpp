@@ -19,7 +19,9 @@ class Tokenizer {
  public:
   // Throws InputError naming the file and what it cannot use (not BPE, an unknown pre-tokenizer regex, ...).
   static Tokenizer from_file(const std::string& path);
-  static Tokenizer from_json(const Json& j, const std::string& origin = "tokenizer.json");
+  // nlohmann::json (sorted maps), not ca::Json: a vocabulary has 150,000 keys and ordered objects
+  // look keys up in linear time.
+  static Tokenizer from_json(const nlohmann::json& j, const std::string& origin = "tokenizer.json");
 
   // Added tokens (<|im_start|>, ...) in the text are matched first and become their ids; the rest is
   // pre-tokenized, mapped byte-by-byte and merged by BPE. The text should be NFC-normalized (Qwen's

@@ -21,6 +21,7 @@
 #include "libcommon/log.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/process.hpp"
+#include "libcommon/worker/requests.hpp"
 
 namespace fs = std::filesystem;
 using namespace std::chrono;
@@ -393,6 +394,27 @@ std::string WorkerClient::find_python() {
 int64_t task_init_seed(const Json& task) {
   if (task.contains("seed") && task["seed"].is_number_integer()) return task["seed"].get<int64_t>();
   return 0;
+}
+
+Trial draw_trial(WorkerClient& worker, const std::string& task_id, uint64_t seed, const TrialKeys& keys) {
+  Trial t;
+  Json a = worker.request(worker_request::inputs(task_id, seed, keys.inputs));
+  if (!a.value("ok", false)) {
+    t.failed = "inputs";
+    t.answer = std::move(a);
+    return t;
+  }
+  t.inputs = std::move(a["tensors"]);
+  Json b = worker.request(worker_request::reference(task_id, keys.inputs, keys.reference, keys.params));
+  if (!b.value("ok", false)) {
+    t.failed = "reference";
+    t.answer = std::move(b);
+    return t;
+  }
+  t.reference = std::move(b["tensors"]);
+  if (keys.params) t.params = std::move(b["params"]);
+  if (b.contains("forward_ms") && b["forward_ms"].is_number()) t.forward_ms = b["forward_ms"].get<double>();
+  return t;
 }
 
 }  // namespace ca

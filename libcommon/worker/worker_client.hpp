@@ -7,7 +7,9 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "libcommon/jsonl.hpp"
@@ -72,5 +74,22 @@ class WorkerClient {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// One seeded trial, kept on the worker's GPU: the task's inputs for `seed` (kept under keys.inputs)
+// and the reference's outputs on them (under keys.reference; with keys.params, the Model's
+// parameters too). The one way the judges draw what a candidate is compared against: kernel-check's
+// trials and kernel-prof's input sets.
+struct TrialKeys {
+  std::string inputs, reference;
+  std::optional<std::string> params;
+};
+struct Trial {
+  Json inputs, reference, params;  // shared tensors (IPC handles), as the worker answered
+  double forward_ms = 0;           // the reference's own call on these inputs; 0 when not measured
+  std::string failed;              // "" when drawn; else the request that failed: "inputs" or "reference"
+  Json answer;                     // the failing request's answer
+  bool ok() const { return failed.empty(); }
+};
+Trial draw_trial(WorkerClient& worker, const std::string& task_id, uint64_t seed, const TrialKeys& keys);
 
 }  // namespace ca

@@ -45,7 +45,7 @@ TEST_CASE("workspace: fresh files, confinement, edits") {
   CHECK(ws.read_file("kernels/a.cu", 1000).text == "__global__ void f() {}\n__global__ void h() {}\n");
   CHECK(ws.read_file("kernels/a.cu", 5).text.rfind("__glo\n[... cut at 5", 0) == 0);
   BundleRead r = ws.read_bundle();
-  ca::Record& b = r.bundle;
+  ca::Json& b = r.bundle;
   CHECK(b["kernels"].size() == 1);  // the symlink is refused
   REQUIRE(r.refused.size() == 1);
   CHECK(r.refused[0].rfind("kernels/out: a symlink, refused", 0) == 0);
@@ -166,7 +166,7 @@ TEST_CASE("toolbox: malformed calls are tool errors") {
   Workspace ws("s", "m", kCap);
   RunSettings settings;
   settings.kernel_check = "/nonexistent/kernel-check";
-  ca::Record task = {{"task_id", "t"}, {"code", "m"}};
+  ca::Json task = {{"task_id", "t"}, {"code", "m"}};
   Toolbox tb(settings, ws, task, "t", 65534);
   CHECK(tool_schemas().size() == 9);
   auto o = tb.call({"1", "write_file", "{\"path\": \"a\""});

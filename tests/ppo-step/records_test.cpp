@@ -10,7 +10,7 @@
 using namespace ca::ppo;
 
 TEST_CASE("role turns: prompt, assistant, tool output, assistant") {
-  auto rec = ca::Record::parse(R"({"task_id":"t1","reward":{"value":2,"scheme":"milestone"},"episode":{"turns":[
+  auto rec = ca::Json::parse(R"({"task_id":"t1","reward":{"value":2,"scheme":"milestone"},"episode":{"turns":[
     {"role":"user","token_ids":[1,2]},
     {"role":"assistant","token_ids":[3,4],"logprobs":[-0.1,-0.2]},
     {"role":"tool","token_ids":[5],"error":true},
@@ -29,7 +29,7 @@ TEST_CASE("role turns: prompt, assistant, tool output, assistant") {
 }
 
 TEST_CASE("agent-run turns: the last context with every completion at its place") {
-  auto rec = ca::Record::parse(R"({"task_id":"t","candidate_id":"c","reward":1.5,"episode":{"counts":{"malformed_calls":0},"turns":[
+  auto rec = ca::Json::parse(R"({"task_id":"t","candidate_id":"c","reward":1.5,"episode":{"counts":{"malformed_calls":0},"turns":[
     {"index":0,"prompt_token_ids":[1,2],"assistant":{"content":"","tool_calls":[],"finish_reason":"tool_calls","token_ids":[3,4],"logprobs":[-1,-2]},"tool_results":[{"ok":true}]},
     {"index":1,"prompt_token_ids":[1,2,3,4,5,6],"assistant":{"content":"","tool_calls":[],"finish_reason":"stop","token_ids":[7],"logprobs":[-3]},"tool_results":[]}]}})");
   auto tr = parse_episode(rec, EpisodeFields{});
@@ -40,7 +40,7 @@ TEST_CASE("agent-run turns: the last context with every completion at its place"
   CHECK(tr.old_logprobs[6] == -3.0);
   CHECK(tr.clean_tool_use);
   // A re-rendered history (turn 0's completion is not where its prompt ends) is refused.
-  rec["episode"]["turns"][1]["prompt_token_ids"] = ca::Record::parse("[1,2,9,4,5,6]");
+  rec["episode"]["turns"][1]["prompt_token_ids"] = ca::Json::parse("[1,2,9,4,5,6]");
   CHECK_THROWS_AS(parse_episode(rec, EpisodeFields{}), ca::FieldError);
   // Without the server's prompt ids there is nothing to train on.
   rec["episode"]["turns"][0].erase("prompt_token_ids");
@@ -49,29 +49,29 @@ TEST_CASE("agent-run turns: the last context with every completion at its place"
 }
 
 TEST_CASE("bad episode fields name the field") {
-  auto rec = ca::Record::parse(R"({"episode":{"turns":[{"role":"user","token_ids":[1]},{"role":"assistant","token_ids":[2]}]}})");
+  auto rec = ca::Json::parse(R"({"episode":{"turns":[{"role":"user","token_ids":[1]},{"role":"assistant","token_ids":[2]}]}})");
   CHECK_THROWS_WITH_AS(parse_episode(rec, EpisodeFields{}), doctest::Contains("reward"), ca::FieldError);
   rec["reward"] = 1;
   auto tr = parse_episode(rec, EpisodeFields{});
   CHECK_FALSE(tr.has_old_logprobs);  // recomputed by the trainer
   rec["episode"]["turns"][0]["token_ids"] = "oops";
   CHECK_THROWS_AS(parse_episode(rec, EpisodeFields{}), ca::FieldError);
-  auto no_prompt = ca::Record::parse(R"({"reward":1,"episode":{"turns":[{"role":"assistant","token_ids":[2]}]}})");
+  auto no_prompt = ca::Json::parse(R"({"reward":1,"episode":{"turns":[{"role":"assistant","token_ids":[2]}]}})");
   CHECK_THROWS_AS(parse_episode(no_prompt, EpisodeFields{}), ca::FieldError);
-  auto custom = ca::Record::parse(R"({"score":{"r":0.5},"episode":{"turns":[{"role":"user","token_ids":[1]},{"role":"assistant","token_ids":[2]}]}})");
+  auto custom = ca::Json::parse(R"({"score":{"r":0.5},"episode":{"turns":[{"role":"user","token_ids":[1]},{"role":"assistant","token_ids":[2]}]}})");
   EpisodeFields f;
   f.reward_pointer = "/score/r";
   CHECK(parse_episode(custom, f).reward == 0.5);
 }
 
 TEST_CASE("sequence records for `advantages`") {
-  auto rec = ca::Record::parse(R"({"id":7,"group":"g","response_mask":[1,0,1],"values":[0,0,0],"reward":1})");
+  auto rec = ca::Json::parse(R"({"id":7,"group":"g","response_mask":[1,0,1],"values":[0,0,0],"reward":1})");
   auto s = parse_sequence(rec, true);
   CHECK(s.id == "7");
   CHECK(s.token_rewards == std::vector<double>{0, 0, 1});
-  rec["response_mask"] = ca::Record::parse("[1,2,1]");
+  rec["response_mask"] = ca::Json::parse("[1,2,1]");
   CHECK_THROWS_AS(parse_sequence(rec, true), ca::FieldError);
-  auto grpo_rec = ca::Record::parse(R"({"response_mask":[1,1],"token_rewards":[0.5,0.5]})");
+  auto grpo_rec = ca::Json::parse(R"({"response_mask":[1,1],"token_rewards":[0.5,0.5]})");
   CHECK(parse_sequence(grpo_rec, false).values.size() == 2);
   CHECK_THROWS_AS(parse_sequence(grpo_rec, true), ca::FieldError);
 }

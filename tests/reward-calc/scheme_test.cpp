@@ -14,19 +14,19 @@ using namespace ca::reward;
 
 namespace {
 
-Record passed(Record prof) {
-  Record r = {{"candidate_id", "c"}, {"task_id", "t"}, {"check", {{"correct", true}, {"status", "passed"}}}};
+Json passed(Json prof) {
+  Json r = {{"candidate_id", "c"}, {"task_id", "t"}, {"check", {{"correct", true}, {"status", "passed"}}}};
   if (!prof.is_null()) r["prof"] = prof;
   return r;
 }
 
-Record timed(double t, double eager, double compile) {
+Json timed(double t, double eager, double compile) {
   return passed({{"time_us", t}, {"baselines", {{"eager", {{"time_us", eager}}}, {"compile", {{"time_us", compile}}}}}});
 }
 
-double value(const Record& rec, const Config& c = Config{}) { return score(rec, c)["value"].get<double>(); }
+double value(const Json& rec, const Config& c = Config{}) { return score(rec, c)["value"].get<double>(); }
 
-std::string field_of_error(const Record& rec, const Config& c = Config{}) {
+std::string field_of_error(const Json& rec, const Config& c = Config{}) {
   try {
     score(rec, c);
   } catch (const FieldError& e) {
@@ -39,7 +39,7 @@ std::string field_of_error(const Record& rec, const Config& c = Config{}) {
 
 TEST_CASE("milestone: the eight cases of the bar") {
   Config c;
-  Record failed = {{"check", {{"correct", false}, {"status", "incorrect"}, {"reason", "output 0 differs"}}}};
+  Json failed = {{"check", {{"correct", false}, {"status", "incorrect"}, {"reason", "output 0 differs"}}}};
   CHECK(value(failed) == -1);
   CHECK(score(failed, c)["reason"].get<std::string>().find("output 0 differs") != std::string::npos);
   CHECK(value(timed(98, 100, 90)) == 1);    // 2% faster than eager
@@ -50,7 +50,7 @@ TEST_CASE("milestone: the eight cases of the bar") {
   Config unprof;
   unprof.allow_unprofiled = true;
   CHECK(value(passed(nullptr), unprof) == 1);
-  Record violation = {{"check", {{"correct", false}, {"status", "policy_violation"}, {"reason", "clock64 at k.cu:3"}}}};
+  Json violation = {{"check", {{"correct", false}, {"status", "policy_violation"}, {"reason", "clock64 at k.cu:3"}}}};
   CHECK(value(violation) == -1);
   Verdict v;
   score(violation, c, &v);
@@ -75,7 +75,7 @@ TEST_CASE("milestone: the margin and its value are configurable and recorded") {
   c.margin = 0;
   CHECK(value(timed(99.9, 100, 101), c) == 3);
   CHECK(value(timed(100, 100, 101), c) == 1);  // equal to eager is not faster
-  Record r = score(timed(94, 100, 90), Config{});
+  Json r = score(timed(94, 100, 90), Config{});
   CHECK(r["margin"].get<double>() == 0.05);
   CHECK(r["faster_than_eager"] == true);
   CHECK(r["faster_than_compile"] == false);
@@ -85,22 +85,22 @@ TEST_CASE("milestone: the margin and its value are configurable and recorded") {
 }
 
 TEST_CASE("times as kernel-prof summaries: {median, ...}") {
-  Record r = passed({{"time_us", {{"median", 94}, {"p10", 93}, {"p90", 95}}},
+  Json r = passed({{"time_us", {{"median", 94}, {"p10", 93}, {"p90", 95}}},
                      {"baselines", {{"eager", {{"time_us", {{"median", 100}}}}}, {"compile", {{"time_us", 100}}}}}});
   CHECK(value(r) == 3);
 }
 
 TEST_CASE("failures: every failing status, correct=false, and failure_value") {
   for (const char* s : {"compile_error", "plan_error", "runtime_error", "timeout", "incorrect"}) {
-    Record r = {{"check", {{"compiled", true}, {"status", s}}}};  // correct absent (compile-only) still fails
+    Json r = {{"check", {{"compiled", true}, {"status", s}}}};  // correct absent (compile-only) still fails
     CHECK(value(r) == -1);
   }
   Config c;
   c.failure_value = -2;
   c.violation_penalty = -5;
-  CHECK(value(Record{{"check", {{"correct", false}}}}, c) == -2);
-  CHECK(value(Record{{"check", {{"correct", false}, {"status", "policy_violation"}}}}, c) == -5);
-  Record wrong_when_timed = passed({{"correct", false}, {"reason", "call 3 differs"}, {"time_us", 5}});
+  CHECK(value(Json{{"check", {{"correct", false}}}}, c) == -2);
+  CHECK(value(Json{{"check", {{"correct", false}, {"status", "policy_violation"}}}}, c) == -5);
+  Json wrong_when_timed = passed({{"correct", false}, {"reason", "call 3 differs"}, {"time_us", 5}});
   CHECK(value(wrong_when_timed) == -1);
   CHECK(value(passed({{"status", "failed"}, {"time_us", 5}})) == -1);
 }
@@ -110,8 +110,8 @@ TEST_CASE("every scheme scores a failure with failure_value and a violation with
     Config c;
     c.scheme = s;
     c.violation_penalty = -3;
-    CHECK(value(Record{{"check", {{"correct", false}, {"status", "incorrect"}}}}, c) == -1);
-    CHECK(value(Record{{"check", {{"correct", false}, {"status", "policy_violation"}}}}, c) == -3);
+    CHECK(value(Json{{"check", {{"correct", false}, {"status", "incorrect"}}}}, c) == -1);
+    CHECK(value(Json{{"check", {{"correct", false}, {"status", "policy_violation"}}}}, c) == -3);
   }
 }
 
@@ -122,7 +122,7 @@ TEST_CASE("speedup: t_compile / t, or t_eager / t") {
   c.speedup_baseline = SpeedupBaseline::eager;
   CHECK(value(timed(50, 100, 80), c) == doctest::Approx(2.0));
   // Only the chosen baseline is needed.
-  Record no_compile = passed({{"time_us", 50}, {"baselines", {{"eager", {{"time_us", 100}}}}}});
+  Json no_compile = passed({{"time_us", 50}, {"baselines", {{"eager", {{"time_us", 100}}}}}});
   CHECK(value(no_compile, c) == doctest::Approx(2.0));
   c.speedup_baseline = SpeedupBaseline::compile;
   CHECK(field_of_error(no_compile, c) == "prof.baselines.compile.time_us");
@@ -140,19 +140,19 @@ TEST_CASE("log-speedup: ln(t_base/t) clipped to [-clip, clip]") {
   CHECK(value(timed(10, 100, 80), c) == doctest::Approx(std::log(8.0)));
   c.allow_unprofiled = true;
   CHECK(value(passed(nullptr), c) == 0.0);
-  Record r = score(timed(10, 100, 80), c);
+  Json r = score(timed(10, 100, 80), c);
   CHECK(r["log_clip"].get<double>() == 3);
   CHECK(r["speedup_baseline"] == "compile");
 }
 
 TEST_CASE("baselines: precision-matched by default (plain when no matched one was timed), plain as an option") {
-  Record r = passed({{"time_us", 94},
+  Json r = passed({{"time_us", 94},
                      {"baselines", {{"eager", {{"time_us", 100}}}, {"compile", {{"time_us", 100}}},
                                     {"compile_precision_matched", {{"time_us", 90}}}}}});
   Config c;
   CHECK(c.compile_baseline == CompileBaseline::precision_matched);
   CHECK(value(r, c) == 2);
-  Record s = score(r, c);
+  Json s = score(r, c);
   CHECK(s["compile_baseline"] == "compile_precision_matched");
   // The plain fp32 comparison is shown beside the matched one.
   CHECK(s["plain"]["value"] == 3);
@@ -162,7 +162,7 @@ TEST_CASE("baselines: precision-matched by default (plain when no matched one wa
   c.compile_baseline = CompileBaseline::plain;
   CHECK(value(r, c) == 3);
   // Eager is matched too: a TF32 kernel 6% faster than fp32 eager but not than TF32 eager scores 1.
-  Record tf32 = passed({{"time_us", 94},
+  Json tf32 = passed({{"time_us", 94},
                         {"baselines", {{"eager", {{"time_us", 100}}}, {"compile", {{"time_us", 100}}},
                                        {"eager_precision_matched", {{"time_us", 96}}}, {"compile_precision_matched", {{"time_us", 95}}}}}});
   Config d;
@@ -172,27 +172,27 @@ TEST_CASE("baselines: precision-matched by default (plain when no matched one wa
 }
 
 TEST_CASE("one metric per speedup: kernel sums never against event times") {
-  Record mixed = passed({{"time_us", {{"median", 50.0}}},
+  Json mixed = passed({{"time_us", {{"median", 50.0}}},
                          {"method", {{"metric", "device"}}},
                          {"baselines", {{"eager", {{"time_us", {{"median", 100.0}}}, {"metric", "wall"}}},
                                         {"compile", {{"time_us", {{"median", 100.0}}}, {"metric", "device"}}}}}});
-  Record s = score(mixed, Config{});
+  Json s = score(mixed, Config{});
   CHECK(s["value"] == 1);
   CHECK(s["comparable"] == false);
   CHECK(s["reason"].get<std::string>().find("wall time") != std::string::npos);
   // A baseline without kernel times: its error, no speedup.
-  Record no_device = passed({{"time_us", {{"median", 50.0}}},
+  Json no_device = passed({{"time_us", {{"median", 50.0}}},
                              {"method", {{"metric", "device"}}},
                              {"baselines", {{"eager", {{"error", "no_device_time"}, {"detail", "profiler off"}}},
                                             {"compile", {{"time_us", {{"median", 100.0}}}, {"metric", "device"}}}}}});
   CHECK(score(no_device, Config{})["comparable"] == false);
   CHECK(score(no_device, Config{})["reason"].get<std::string>().find("no_device_time") != std::string::npos);
   // The candidate without device time (kernel-prof says why): no speedup.
-  Record no_cand = passed({{"time_us", nullptr}, {"no_speedup", "the candidate has no device time (CUPTI off)"}});
+  Json no_cand = passed({{"time_us", nullptr}, {"no_speedup", "the candidate has no device time (CUPTI off)"}});
   CHECK(score(no_cand, Config{})["value"] == 1);
   CHECK(score(no_cand, Config{})["comparable"] == false);
   // The same metric on both sides compares.
-  Record same = passed({{"time_us", {{"median", 50.0}}},
+  Json same = passed({{"time_us", {{"median", 50.0}}},
                         {"method", {{"metric", "device"}}},
                         {"baselines", {{"eager", {{"time_us", {{"median", 100.0}}}, {"metric", "device"}}},
                                        {"compile", {{"time_us", {{"median", 100.0}}}, {"metric", "device"}}}}}});
@@ -201,16 +201,16 @@ TEST_CASE("one metric per speedup: kernel sums never against event times") {
 
 TEST_CASE("noise: a margin inside the measured intervals is marked") {
   // 5.5% faster than both, but each median is known only to 1%: the 5% line is inside the interval.
-  Record close = passed({{"time_us", {{"median", 94.5}, {"rel_ci", 0.01}}},
+  Json close = passed({{"time_us", {{"median", 94.5}, {"rel_ci", 0.01}}},
                          {"remeasured", 2},
                          {"baselines", {{"eager", {{"time_us", {{"median", 100.0}, {"rel_ci", 0.01}}}}},
                                         {"compile", {{"time_us", {{"median", 100.0}, {"rel_ci", 0.01}}}}}}}});
-  Record s = score(close, Config{});
+  Json s = score(close, Config{});
   CHECK(s["value"] == 3);
   CHECK(s["within_noise"] == true);
   CHECK(s["remeasured"] == 2);
   // 20% faster with 1% intervals: decided.
-  Record clear = passed({{"time_us", {{"median", 80.0}, {"rel_ci", 0.01}}},
+  Json clear = passed({{"time_us", {{"median", 80.0}, {"rel_ci", 0.01}}},
                          {"baselines", {{"eager", {{"time_us", {{"median", 100.0}, {"rel_ci", 0.01}}}}},
                                         {"compile", {{"time_us", {{"median", 100.0}, {"rel_ci", 0.01}}}}}}}});
   CHECK_FALSE(score(clear, Config{}).contains("within_noise"));
@@ -218,20 +218,20 @@ TEST_CASE("noise: a margin inside the measured intervals is marked") {
 
 TEST_CASE("bad records: the field named") {
   Config c;
-  CHECK(field_of_error(Record{{"candidate_id", "c"}}) == "check");
-  CHECK(field_of_error(Record{{"check", "passed"}}) == "check");
-  CHECK(field_of_error(Record{{"check", {{"status", "no_device"}}}}) == "check.correct");
-  CHECK(field_of_error(Record{{"check", {{"correct", "yes"}}}}) == "check.correct");
-  CHECK(field_of_error(Record{{"check", {{"correct", true}, {"status", "timeoutish"}}}}) == "check.status");
+  CHECK(field_of_error(Json{{"candidate_id", "c"}}) == "check");
+  CHECK(field_of_error(Json{{"check", "passed"}}) == "check");
+  CHECK(field_of_error(Json{{"check", {{"status", "no_device"}}}}) == "check.correct");
+  CHECK(field_of_error(Json{{"check", {{"correct", "yes"}}}}) == "check.correct");
+  CHECK(field_of_error(Json{{"check", {{"correct", true}, {"status", "timeoutish"}}}}) == "check.status");
   CHECK(field_of_error(passed(nullptr)) == "prof");  // passed, unprofiled, not allowed
-  Record r = timed(94, 100, 100);
+  Json r = timed(94, 100, 100);
   r["prof"]["time_us"] = "fast";
   CHECK(field_of_error(r) == "prof.time_us");
   r["prof"]["time_us"] = -3;
   CHECK(field_of_error(r) == "prof.time_us");
-  r["prof"]["time_us"] = Record{{"p10", 3}};
+  r["prof"]["time_us"] = Json{{"p10", 3}};
   CHECK(field_of_error(r) == "prof.time_us");
-  r["prof"]["time_us"] = Record{{"median", "x"}};
+  r["prof"]["time_us"] = Json{{"median", "x"}};
   CHECK(field_of_error(r) == "prof.time_us.median");
   r = timed(94, 100, 100);
   r["prof"]["baselines"].erase("eager");

@@ -31,7 +31,7 @@ TEST_CASE("jsonl reader keeps key order and names the bad line") {
   PrivateTempDir dir("unit");
   auto path = write_temp(dir.path(), "a.jsonl", "{\"z\":1,\"a\":2}\n\n{\"b\":[1,2]}\n{oops\n");
   RecordReader reader(path);
-  Record r;
+  Json r;
   REQUIRE(reader.next(r));
   CHECK(r.dump() == "{\"z\":1,\"a\":2}");
   REQUIRE(reader.next(r));
@@ -51,18 +51,41 @@ TEST_CASE("a non-object line is bad input") {
 }
 
 TEST_CASE("content ids are canonical: key order and spacing do not matter") {
-  Record a = Record::parse("{\"b\":1,\"a\":{\"y\":2,\"x\":[1,2]}}");
-  Record b = Record::parse("{\"a\": {\"x\": [1, 2], \"y\": 2}, \"b\": 1}");
+  Json a = Json::parse("{\"b\":1,\"a\":{\"y\":2,\"x\":[1,2]}}");
+  Json b = Json::parse("{\"a\": {\"x\": [1, 2], \"y\": 2}, \"b\": 1}");
   CHECK(content_id(a) == content_id(b));
   CHECK(content_id(a).size() == 16);
   CHECK(canonical_json(a) == "{\"a\":{\"x\":[1,2],\"y\":2},\"b\":1}");
   CHECK(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  Record c = Record::parse("{\"b\":2,\"a\":{\"y\":2,\"x\":[1,2]}}");
+  Json c = Json::parse("{\"b\":2,\"a\":{\"y\":2,\"x\":[1,2]}}");
   CHECK(content_id(a) != content_id(c));
 }
 
+TEST_CASE("one JSON type: objects keep their order, equality is by order, ids are not") {
+  Json a = Json::parse(R"({"z":1,"a":2})"), b = Json::parse(R"({"a":2,"z":1})");
+  CHECK(a.dump() == R"({"z":1,"a":2})");
+  CHECK(a.begin().key() == "z");
+  CHECK(content_id(a) == content_id(b));  // the id of a task or bundle never depends on key order
+  CHECK(canonical_json(b) == R"({"a":2,"z":1})");
+}
+
+TEST_CASE("with_valid_utf8: broken bytes in strings and keys become U+FFFD; the rest is kept") {
+  Json j = {{"ok", "caf\xc3\xa9"}, {"bad\xff", Json::array({"x\xc3", 1, nullptr})}, {"n", {{"deep", "\xe2\x82"}}}};
+  CHECK_THROWS(j.dump());  // the strict dump refuses it: this is why the function exists
+  Json v = with_valid_utf8(j);
+  CHECK_NOTHROW(v.dump());
+  CHECK(v["ok"] == "caf\xc3\xa9");
+  CHECK(v.contains("bad\xef\xbf\xbd"));
+  CHECK(v["bad\xef\xbf\xbd"][0] == "x\xef\xbf\xbd");
+  CHECK(v["bad\xef\xbf\xbd"][1] == 1);
+  CHECK(v["n"]["deep"].get<std::string>().rfind("\xef\xbf\xbd", 0) == 0);
+  std::vector<std::string> keys;
+  for (auto& [k, x] : v.items()) keys.push_back(k);
+  CHECK(keys == std::vector<std::string>{"ok", "bad\xef\xbf\xbd", "n"});  // order kept
+}
+
 TEST_CASE("typed fields name what is wrong") {
-  Record r = Record::parse(R"({"check":{"correct":true,"n":"x"},"prof":{"time_us":-1}})");
+  Json r = Json::parse(R"({"check":{"correct":true,"n":"x"},"prof":{"time_us":-1}})");
   CHECK(get_required<bool>(r, "/check/correct") == true);
   CHECK_FALSE(get_optional<double>(r, "/prof/missing").has_value());
   try {
@@ -77,12 +100,12 @@ TEST_CASE("typed fields name what is wrong") {
 }
 
 TEST_CASE("bad records get an error section, or are fatal under --strict") {
-  Record r = Record::parse(R"({"task_id":"t1"})");
+  Json r = Json::parse(R"({"task_id":"t1"})");
   mark_bad_record(r, FieldError("prof.time_us", "missing"), "reward-calc", "line 3", false);
   CHECK(r["error"]["field"] == "prof.time_us");
   CHECK(r["error"]["tool"] == "reward-calc");
   CHECK(r["task_id"] == "t1");
-  Record s = Record::parse(R"({"task_id":"t1"})");
+  Json s = Json::parse(R"({"task_id":"t1"})");
   CHECK_THROWS_AS(mark_bad_record(s, FieldError("x", "missing"), "t", "line 3", true), InputError);
 }
 

@@ -78,7 +78,7 @@ TEST_CASE("dtype table: an unknown dtype in a plan's scratch or buffers is a pla
   CHECK_THROWS_WITH_AS(bundle::Plan::parse_text("buffers:\n  scratch.acc:\n    dtype: complex64\n    shape: [N]\n" + forward),
                        "scratch.acc: unknown dtype 'complex64'", bundle::PlanError);
   // The JSON form of the plan takes the same path.
-  Record plan = Record::parse(R"({"scratch": {"w": {"dtype": "int4", "shape": [2]}},
+  Json plan = Json::parse(R"({"scratch": {"w": {"dtype": "int4", "shape": [2]}},
                                   "forward": [{"launch": "k", "grid": [1], "block": [1], "args": ["outputs.0"]}]})");
   CHECK_THROWS_WITH_AS(bundle::Plan::parse(plan), "scratch.w: unknown dtype 'int4'", bundle::PlanError);
   // Known aliases are normalized.

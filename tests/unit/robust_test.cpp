@@ -64,22 +64,22 @@ TEST_CASE("every parse failure is bad input naming the line") {
 }
 
 TEST_CASE("a mistyped id is a field error, not a missing one") {
-  CHECK_NOTHROW(check_record_ids(Record::parse(R"({"task_id":"t1","candidate_id":"c1"})")));
-  CHECK_NOTHROW(check_record_ids(Record::parse(R"({"code":"x"})")));
-  CHECK_THROWS_AS(check_record_ids(Record::parse(R"({"task_id":"t1","candidate_id":7})")), FieldError);
-  CHECK_THROWS_AS(check_record_ids(Record::parse(R"({"task_id":["t1"]})")), FieldError);
-  CHECK_THROWS_AS(check_record_ids(Record::parse(R"({"task_id":""})")), FieldError);
-  CHECK_THROWS_AS(check_record_ids(Record::parse(R"({"task_id":null})")), FieldError);
+  CHECK_NOTHROW(check_record_ids(Json::parse(R"({"task_id":"t1","candidate_id":"c1"})")));
+  CHECK_NOTHROW(check_record_ids(Json::parse(R"({"code":"x"})")));
+  CHECK_THROWS_AS(check_record_ids(Json::parse(R"({"task_id":"t1","candidate_id":7})")), FieldError);
+  CHECK_THROWS_AS(check_record_ids(Json::parse(R"({"task_id":["t1"]})")), FieldError);
+  CHECK_THROWS_AS(check_record_ids(Json::parse(R"({"task_id":""})")), FieldError);
+  CHECK_THROWS_AS(check_record_ids(Json::parse(R"({"task_id":null})")), FieldError);
 
   PrivateTempDir dir("unit");
   CommonOptions opt;
   opt.tool = "unit";
   Store s(dir.path() + "/ids.db");
   s.begin_run(opt);
-  s.import_record(Record::parse(R"({"task_id":"t1","code":"the real code"})"));
+  s.import_record(Json::parse(R"({"task_id":"t1","code":"the real code"})"));
   // A candidate whose candidate_id is a number was filed as a task over t1's row.
-  CHECK_THROWS_AS(s.import_record(Record::parse(R"({"task_id":"t1","candidate_id":12,"bundle":{}})")), FieldError);
-  CHECK_THROWS_AS(s.import_record(Record::parse(R"({"task_id":5,"code":"y"})")), FieldError);
+  CHECK_THROWS_AS(s.import_record(Json::parse(R"({"task_id":"t1","candidate_id":12,"bundle":{}})")), FieldError);
+  CHECK_THROWS_AS(s.import_record(Json::parse(R"({"task_id":5,"code":"y"})")), FieldError);
   auto task = s.get_task("t1");
   REQUIRE(task.has_value());
   CHECK((*task)["code"] == "the real code");
@@ -125,7 +125,7 @@ TEST_CASE("a store is not merged into itself, also through a symlink") {
     CommonOptions opt;
     opt.tool = "unit";
     s.begin_run(opt);
-    s.import_record(Record::parse(R"({"task_id":"t1","code":"x"})"));
+    s.import_record(Json::parse(R"({"task_id":"t1","code":"x"})"));
     s.end_run(0);
   }
   fs::create_symlink(path, dir.path() + "/link.db");

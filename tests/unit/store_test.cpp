@@ -10,7 +10,7 @@ using namespace ca;
 
 static int64_t count_rows(Store& s, const std::string& table) {
   int64_t n = -1;
-  s.query("SELECT COUNT(*) AS n FROM " + table, [&](const Record& r) { n = r["n"].get<int64_t>(); });
+  s.query("SELECT COUNT(*) AS n FROM " + table, [&](const Json& r) { n = r["n"].get<int64_t>(); });
   return n;
 }
 
@@ -24,12 +24,12 @@ TEST_CASE("store: schema, records, baselines, merge and summary") {
     Store a(a_path);
     CHECK(a.schema_version() == Store::kSchemaVersion);
     a.begin_run(opt, "H200");
-    a.import_record(Record::parse(R"({"task_id":"t1","code":"x"})"));
-    a.import_record(Record::parse(
+    a.import_record(Json::parse(R"({"task_id":"t1","code":"x"})"));
+    a.import_record(Json::parse(
         R"({"task_id":"t1","candidate_id":"c1","check":{"status":"passed","correct":true},)"
         R"("prof":{"time_us":{"median":10.0},"speedup_vs_eager":2.0,"speedup_vs_compile":1.5},"reward":{"value":3,"scheme":"milestone"}})"));
-    a.import_record(Record::parse(R"({"task_id":"t1","candidate_id":"c2","check":{"status":"incorrect","correct":false}})"));
-    CHECK_THROWS_AS(a.import_record(Record::parse(R"({"x":1})")), FieldError);
+    a.import_record(Json::parse(R"({"task_id":"t1","candidate_id":"c2","check":{"status":"incorrect","correct":false}})"));
+    CHECK_THROWS_AS(a.import_record(Json::parse(R"({"x":1})")), FieldError);
     BaselineKey key{"t1", "H200", "580", "2.11", "eager/device"};
     CHECK_FALSE(a.get_baseline(key).has_value());
     a.put_baseline(key, Json{{"time_us", {{"median", 20.0}}}});
@@ -40,7 +40,7 @@ TEST_CASE("store: schema, records, baselines, merge and summary") {
     REQUIRE(latest.has_value());
     CHECK((*latest)["status"] == "passed");
     CHECK_FALSE(a.latest("checks", "t1").has_value());  // checks are keyed by candidate
-    a.put_filter_result("t1", false, "deterministic", Record{{"kept", false}, {"reason", "deterministic"}});
+    a.put_filter_result("t1", false, "deterministic", Json{{"kept", false}, {"reason", "deterministic"}});
     auto verdict = a.latest("filter_results", "t1");  // filter results by task
     REQUIRE(verdict.has_value());
     CHECK((*verdict)["reason"] == "deterministic");
@@ -49,7 +49,7 @@ TEST_CASE("store: schema, records, baselines, merge and summary") {
   {
     Store b(b_path);
     b.begin_run(opt);
-    b.import_record(Record::parse(R"({"task_id":"t2","code":"y"})"));
+    b.import_record(Json::parse(R"({"task_id":"t2","code":"y"})"));
     b.end_run(0);
   }
   {

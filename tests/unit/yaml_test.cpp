@@ -84,13 +84,14 @@ TEST_CASE("yaml reader: a syntax error names the line yaml-cpp names in the text
 }
 
 TEST_CASE("yaml reader: a JSON object takes the same shape and bounds") {
-  Json j = ordered_to_json(Record::parse(R"({"z": 1, "a": {"y": [1, 2.5], "b": true}})"));
+  Json j = bounded_json(Json::parse(R"({"z": 1, "a": {"y": [1, 2.5], "b": true}})"));
   CHECK(yaml_keys(j) == std::vector<std::string>{"z", "a"});
+  CHECK(j.dump() == R"({"z":1,"a":{"y":[1,2.5],"b":true}})");  // nothing added: no "__order" list
   CHECK(yaml_keys(j["a"]) == std::vector<std::string>{"y", "b"});
   CHECK(j["a"]["y"][1] == 2.5);
   YamlLimits shallow;
   shallow.max_depth = 1;
-  CHECK_THROWS_AS(ordered_to_json(Record::parse(R"({"a": {"b": {"c": 1}}})"), "plan", shallow), YamlError);
+  CHECK_THROWS_AS(bounded_json(Json::parse(R"({"a": {"b": {"c": 1}}})"), "plan", shallow), YamlError);
 }
 
 TEST_CASE("yaml reader: scalars convert by YAML's rules") {
@@ -124,12 +125,8 @@ static Json plain(const YAML::Node& n) {
       return a;
     }
     case YAML::NodeType::Map: {
-      Json o = Json::object(), order = Json::array();
-      for (const auto& kv : n) {
-        o[kv.first.Scalar()] = plain(kv.second);
-        order.push_back(kv.first.Scalar());
-      }
-      o["__order"] = order;
+      Json o = Json::object();
+      for (const auto& kv : n) o[kv.first.Scalar()] = plain(kv.second);
       return o;
     }
     default: return nullptr;

@@ -196,6 +196,36 @@ TEST_CASE("device comparison agrees with the host one (fresh random perturbation
   }
 }
 
+TEST_CASE("device tensors: draw_trial keeps the inputs, the reference and the params of one seed") {
+  auto& w = gpu_worker();
+  cuda::Driver::get().primary_context(0);
+  REQUIRE(w.request({{"op", "load"}, {"task_id", "lr"}, {"code", fixture("linear_relu")}}).value("ok", false));
+  Trial t = draw_trial(w, "lr", 17, {"dt-in", "dt-ref", std::string("dt-par")});
+  REQUIRE_MESSAGE(t.ok(), t.answer.dump());
+  CHECK(t.forward_ms > 0);
+  // The same seed through the file path: the drawn inputs and reference are those bytes.
+  std::string in_file = w.temp_path("in"), ref_file = w.temp_path("ref");
+  REQUIRE(w.request({{"op", "inputs"}, {"task_id", "lr"}, {"seed", 17}, {"out", in_file}}).value("ok", false));
+  REQUIRE(w.request({{"op", "reference"}, {"task_id", "lr"}, {"inputs_key", "dt-in"}, {"out", ref_file}}).value("ok", false));
+  auto files_in = read_safetensors(in_file).tensors, files_ref = read_safetensors(ref_file).tensors;
+  cuda::IpcMaps maps;
+  for (auto [desc, files] : {std::pair{t.inputs, &files_in}, std::pair{t.reference, &files_ref}}) {
+    auto shared = cuda::shared_tensors(desc);
+    REQUIRE(shared.size() == files->size());
+    for (auto& [name, st] : shared) {
+      REQUIRE(files->count(name));
+      REQUIRE(st.bytes == files->at(name).data.size());
+      CHECK_MESSAGE(download(maps.map(st), st.bytes) == files->at(name).data, name);
+    }
+  }
+  CHECK(cuda::shared_tensors(t.params).size() >= 2);  // the Linear's weight and bias
+  Json rel = w.request({{"op", "release"}, {"keys", {"dt-in", "dt-ref", "dt-par"}}});
+  CHECK(rel.value("released", 0) == 3);
+  // An unknown task fails at its first request, and the draw says which.
+  Trial bad = draw_trial(w, "no_such_task", 1, {"dt-in", "dt-ref", std::nullopt});
+  CHECK(bad.failed == "inputs");
+}
+
 TEST_CASE("device tensors: a 2.5 GiB input and its reference travel without a file") {
   auto& w = gpu_worker();
   cuda::Driver::get().primary_context(0);

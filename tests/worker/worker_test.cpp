@@ -257,6 +257,21 @@ TEST_CASE("worker: device tensors need a CUDA worker; inputs and reference need 
   CHECK(c.request({{"op", "inputs"}, {"task_id", "linear_relu"}, {"seed", 1}, {"out", in}}).value("ok", false));
 }
 
+TEST_CASE("worker: draw_trial names the request that failed and carries the worker's answer") {
+  auto& c = shared();
+  REQUIRE(load(c, "linear_relu").value("ok", false));
+  // A CPU worker keeps no device tensors: the first request of the draw fails, the second is not sent.
+  Trial t = draw_trial(c, "linear_relu", 7, {"d-in", "d-ref", std::string("d-par")});
+  CHECK_FALSE(t.ok());
+  CHECK(t.failed == "inputs");
+  CHECK(t.answer.value("error", std::string()) == "bad_request");
+  CHECK(t.inputs.is_null());
+  CHECK(t.reference.is_null());
+  Trial u = draw_trial(c, "no_such_task", 7, {"d-in", "d-ref", std::nullopt});
+  CHECK(u.failed == "inputs");
+  CHECK_FALSE(u.answer.value("ok", true));
+}
+
 TEST_CASE("worker: on CPU, time answers no_device; the method runs with allow_cpu") {
   auto& c = shared();
   REQUIRE(load(c, "linear_relu").value("ok", false));

@@ -26,7 +26,7 @@ std::string system_prompt() {
          "as you leave it is your submission.";
 }
 
-std::string user_prompt(const Record& task) {
+std::string user_prompt(const Json& task) {
   std::string s = "Task";
   if (task.contains("task_id") && task["task_id"].is_string()) s += " " + task["task_id"].get<std::string>();
   s += ": write a CUDA bundle (kernels/*.cu + plan.yaml) computing the same outputs as model.py, faster.\n\n"
@@ -114,7 +114,7 @@ Json assistant_message(const AssistantTurn& t) {
 
 }  // namespace
 
-Record run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_description, const RunSettings& settings,
+Json run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_description, const RunSettings& settings,
                    const std::string& skill_text) {
   auto start = std::chrono::steady_clock::now();
   auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
@@ -208,7 +208,7 @@ Record run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_de
                                      {"elapsed_ms", o.elapsed_ms}});
       if (!o.result.is_null()) {
         o.result["turn"] = turn;
-        results.push_back(Json::parse(dump_safe(o.result)));
+        results.push_back(with_valid_utf8(o.result));
       }
       if (g_interrupted) break;
     }
@@ -227,16 +227,16 @@ Record run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_de
   try {
     read = ws.read_bundle();
   } catch (const std::exception& e) {
-    read.bundle = Record{{"kernels", Record::object()}, {"plan", ""}};
+    read.bundle = Json{{"kernels", Json::object()}, {"plan", ""}};
     read.notes = std::string("the bundle could not be read: ") + e.what() + "\n";
   }
   std::string notes = read.notes;
-  Record bundle = read.bundle;
+  Json bundle = read.bundle;
   Json submitted = {{"mode", settings.submit}, {"from", "final"}};
   if (settings.submit == "best") {
     Json best = best_result(results);
     if (!best.is_null()) {
-      bundle = Record::parse(dump_safe(best["bundle"]));
+      bundle = with_valid_utf8(best["bundle"]);
       submitted = {{"mode", "best"}, {"from", "turn"}, {"turn", best["turn"]}, {"candidate_id", best["candidate_id"]}};
     } else {
       submitted["note"] = "no verified bundle seen; the final workspace is submitted";
@@ -273,13 +273,13 @@ Record run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_de
   if (!notes.empty()) episode["bundle_notes"] = valid_text(notes);
   if (!read.refused.empty()) episode["bundle_refused"] = read.refused;
 
-  Record out;
+  Json out;
   out["schema"] = "cuda-agent/candidate/v1";
   out["task_id"] = in.task_id;
   out["candidate_id"] = candidate_id_for(in.task_id, bundle);
   out["bundle"] = bundle;
   out["task"] = in.task;
-  out["episode"] = Record::parse(dump_safe(episode));
+  out["episode"] = with_valid_utf8(std::move(episode));
   return out;
 }
 

@@ -10,7 +10,7 @@
 namespace ca::agent {
 
 struct EpisodeInput {
-  Record task;            // the task record (needs `code`)
+  Json task;            // the task record (needs `code`)
   std::string task_id;
   int64_t index = 0;      // episode number in this run
   uint64_t seed = 0;      // sampling seed of the policy
@@ -19,12 +19,12 @@ struct EpisodeInput {
 
 // Runs the episode to its end and returns the candidate record. Never throws for what the policy or
 // the tools do: those end the episode with a stop reason.
-Record run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_description, const RunSettings& settings,
+Json run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_description, const RunSettings& settings,
                    const std::string& skill_text);
 
 // The prompts the episode starts with.
 std::string system_prompt();
-std::string user_prompt(const Record& task);
+std::string user_prompt(const Json& task);
 // Tokens of a text when the server gives no usage: about 4 bytes per token for code and English.
 int64_t estimate_tokens(const std::string& text);
 

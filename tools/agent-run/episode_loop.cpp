@@ -45,7 +45,7 @@ struct EpisodeItem {
   agent::EpisodeInput ep;
   bool first_of_task = false;  // the store gets the task with it
   bool bad = false;
-  ca::Record out;
+  ca::Json out;
 };
 }  // namespace
 
@@ -60,7 +60,7 @@ int run_episodes(Options& o, const CommonOptions& opt, Policy& policy, std::uniq
   const uint64_t base_seed = opt.run_seed();
 
   // The reader's (libcommon's ordered loop runs `next` on a thread of its own).
-  ca::Record current;
+  ca::Json current;
   std::string current_id;
   int left_of_current = 0;
   int64_t next_seq = 0;
@@ -78,7 +78,7 @@ int run_episodes(Options& o, const CommonOptions& opt, Policy& policy, std::uniq
   auto next = [&](EpisodeItem& item) -> bool {
     for (;;) {
       if (left_of_current == 0) {
-        ca::Record rec;
+        ca::Json rec;
         try {
           if (!reader.next(rec)) return false;
         } catch (const ca::Error&) {  // a line that is not JSON breaks the stream
@@ -128,7 +128,7 @@ int run_episodes(Options& o, const CommonOptions& opt, Policy& policy, std::uniq
       // could not be made, the record could not be built).
       const std::string why = agent::valid_text(e.what());
       ca::log::error("task ", ep.task_id, ": episode failed: ", why);
-      item.out = ca::Record{{"task_id", ep.task_id},
+      item.out = ca::Json{{"task_id", ep.task_id},
                             {"task", ep.task},
                             {"episode", {{"episode_index", ep.index}, {"seed", ep.seed}, {"turns", ca::Json::array()},
                                          {"stop_reason", agent::g_interrupted ? "interrupted" : "error"},

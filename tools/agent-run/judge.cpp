@@ -42,7 +42,7 @@ JudgePool::JudgePool(const std::vector<std::string>& urls) {
   down_until_.assign(urls_.size(), std::chrono::steady_clock::time_point{});
 }
 
-JudgePool::Answer JudgePool::call(const std::string& tool, const Record& input, double timeout_s) {
+JudgePool::Answer JudgePool::call(const std::string& tool, const Json& input, double timeout_s) {
   const std::size_t n = urls_.size();
   std::size_t start;
   std::vector<std::chrono::steady_clock::time_point> down;
@@ -119,7 +119,7 @@ JudgePool::Answer JudgePool::call(const std::string& tool, const Record& input, 
     while (std::getline(lines, line))
       if (!line.empty() && line[0] == '{') last = line;
     try {
-      if (!last.empty()) return Answer{Record::parse(last), url, ""};
+      if (!last.empty()) return Answer{Json::parse(last), url, ""};
     } catch (const std::exception&) {
     }
     return Answer{nullptr, url, url + ": an answer without a record"};

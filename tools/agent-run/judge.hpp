@@ -16,7 +16,7 @@ class JudgePool {
   explicit JudgePool(const std::vector<std::string>& urls);
 
   struct Answer {
-    Record record;      // the service's output record for the one input record
+    Json record;      // the service's output record for the one input record
     std::string url;    // the service that answered
     std::string error;  // non-empty: no service gave a result; names each one tried and why
   };
@@ -24,7 +24,7 @@ class JudgePool {
   // those that answer their health check (round-robin among equals), then the others if it fails
   // (no answer, 5xx). A 4xx is the record's fault: its message is the error, no other is tried.
   // Never waits longer than timeout_s for an answer nor 5 s for a connection or a health check.
-  Answer call(const std::string& tool, const Record& input, double timeout_s);
+  Answer call(const std::string& tool, const Json& input, double timeout_s);
 
   const std::vector<std::string>& urls() const { return urls_; }
 

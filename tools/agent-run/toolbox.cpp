@@ -36,8 +36,6 @@ std::string cut(const std::string& text, int64_t max_chars) {
          std::to_string(max_chars) + " characters]";
 }
 
-Json dump_safe_parse(const Json& j) { return Json::parse(j.dump(-1, ' ', false, Json::error_handler_t::replace)); }
-
 // A required string argument, or the reason it is not there.
 bool arg(const Json& args, const char* name, std::string& out, std::string& why) {
   if (!args.contains(name)) {
@@ -97,7 +95,7 @@ std::string default_locked_binary(const std::string& name, const char* env_var) 
   return executable_dir() + "/" + name;
 }
 
-Toolbox::Toolbox(const RunSettings& settings, Workspace& workspace, const Record& task, const std::string& task_id,
+Toolbox::Toolbox(const RunSettings& settings, Workspace& workspace, const Json& task, const std::string& task_id,
                  int uid)
     : settings_(settings), workspace_(workspace), task_(task), task_id_(task_id),
       sandbox_(workspace.root(), workspace.tmp(), settings.sandbox, uid) {}
@@ -220,9 +218,9 @@ ToolOutcome Toolbox::locked(const std::string& which) {
   ToolOutcome o;
   BundleRead read = workspace_.read_bundle();
   const std::string& notes = read.notes;
-  Record& bundle = read.bundle;
+  Json& bundle = read.bundle;
   std::string candidate_id = candidate_id_for(task_id_, bundle);
-  Record input = {{"task_id", task_id_}, {"candidate_id", candidate_id}, {"bundle", bundle}, {"task", task_}};
+  Json input = {{"task_id", task_id_}, {"candidate_id", candidate_id}, {"bundle", bundle}, {"task", task_}};
   o.result = {{"tool", which}, {"candidate_id", candidate_id}, {"bundle", bundle}};
   // What cannot be read without following a symlink (or is no plain file) is refused by name: the
   // locked tools run outside the sandbox and must never see a host file through the workspace.
@@ -278,11 +276,11 @@ ToolOutcome Toolbox::locked(const std::string& which) {
   // One locked step on one record: kernel-check or kernel-prof as a child process, or a POST to a
   // judge service. `error` (after "failed: ") when no record with `section` came back.
   struct Step {
-    Record record;
+    Json record;
     std::string error;
     bool stopped = false;
   };
-  auto step = [&](const std::string& tool, const Record& in, const char* section) -> Step {
+  auto step = [&](const std::string& tool, const Json& in, const char* section) -> Step {
     Step st;
     if (remote) {
       JudgePool::Answer a = settings_.judge->call(tool, in, settings_.locked_timeout_s);
@@ -313,7 +311,7 @@ ToolOutcome Toolbox::locked(const std::string& which) {
     }
     std::string line = last_line(cr.out);
     try {
-      if (!line.empty()) st.record = Record::parse(line);
+      if (!line.empty()) st.record = Json::parse(line);
     } catch (const std::exception&) {
     }
     if (cr.timed_out || !st.record.is_object() || !st.record.contains(section)) {
@@ -339,10 +337,10 @@ ToolOutcome Toolbox::locked(const std::string& which) {
     o.result["error"] = o.text;
     return o;
   }
-  const Record& checked = checked_step.record;
+  const Json& checked = checked_step.record;
   o.result["check"] = checked["check"];
-  Json shown = {{"check", dump_safe_parse(checked["check"])}};
-  const Record& ck = checked["check"];
+  Json shown = {{"check", with_valid_utf8(checked["check"])}};
+  const Json& ck = checked["check"];
   const bool correct = ck.is_object() && ck.contains("correct") && ck["correct"].is_boolean() && ck["correct"].get<bool>();
   if (which == "profile" && correct) {
     Step prof_step = step("kernel-prof", checked, "prof");
@@ -358,9 +356,9 @@ ToolOutcome Toolbox::locked(const std::string& which) {
       o.result["error"] = o.text;
       return o;
     }
-    const Record& profiled = prof_step.record;
+    const Json& profiled = prof_step.record;
     o.result["prof"] = profiled["prof"];
-    shown["prof"] = dump_safe_parse(profiled["prof"]);
+    shown["prof"] = with_valid_utf8(profiled["prof"]);
     // The timing seeds stay in the record (and the store), never in what the model reads: a kernel
     // written for the timing inputs must not be possible (issue 16).
     Json& sp = shown["prof"];

@@ -18,20 +18,20 @@ struct ToolOutcome {
   std::string text;       // what the model sees
   bool ok = true;         // false: a tool error (malformed call, bad path, missing binary, ...)
   bool malformed = false; // unknown tool, arguments not JSON, or a missing/mistyped argument
-  Record result = nullptr;  // compile/verify/profile: {tool, candidate_id, bundle, check, prof}
+  Json result = nullptr;  // compile/verify/profile: {tool, candidate_id, bundle, check, prof}
   double elapsed_ms = 0;
 };
 
 class Toolbox {
  public:
-  Toolbox(const RunSettings& settings, Workspace& workspace, const Record& task, const std::string& task_id, int uid);
+  Toolbox(const RunSettings& settings, Workspace& workspace, const Json& task, const std::string& task_id, int uid);
   ToolOutcome call(const ToolCall& call);
 
  private:
   ToolOutcome locked(const std::string& which);
   const RunSettings& settings_;
   Workspace& workspace_;
-  const Record& task_;
+  const Json& task_;
   std::string task_id_;
   Sandbox sandbox_;
 };

@@ -518,7 +518,7 @@ ToolAnswer Workspace::list_files(const std::string& path) const {
 
 BundleRead Workspace::read_bundle() const {
   BundleRead r;
-  Record kernels = Record::object();
+  Json kernels = Json::object();
   auto refuse = [&](const std::string& what) {
     r.refused.push_back(what);
     r.notes += what + "\n";
@@ -576,7 +576,7 @@ BundleRead Workspace::read_bundle() const {
     if (replaced > 0)
       r.notes += "plan.yaml: " + std::to_string(replaced) + " byte sequences that are not valid UTF-8 are shown as U+FFFD\n";
   }
-  r.bundle = Record{{"kernels", kernels}, {"plan", plan}};
+  r.bundle = Json{{"kernels", kernels}, {"plan", plan}};
   return r;
 }
 

@@ -48,7 +48,7 @@ inline constexpr int64_t kMaxTreeEntries = 100000;
 // it, plan.yaml), a FIFO, socket or device, a file over 1 MiB, more than 32 files. Refusals name the
 // path, never what it points at.
 struct BundleRead {
-  Record bundle;                     // {"kernels": {name: source}, "plan": text}
+  Json bundle;                     // {"kernels": {name: source}, "plan": text}
   std::vector<std::string> refused;  // "kernels/x.cu: a symlink, refused ..."
   std::string notes;                 // one line per refusal, file left out or text made valid UTF-8
 };

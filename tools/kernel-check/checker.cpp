@@ -23,7 +23,7 @@ namespace {
 }  // namespace
 
 struct Checker::Item {
-  ca::Record record;
+  ca::Json record;
   std::string where;
   std::optional<ca::FieldError> bad;
   std::string status;
@@ -68,14 +68,14 @@ Checker::~Checker() = default;
 ca::Json Checker::gpus_json() const { return gpus_json_; }
 
 void Checker::process(Item& item) {
-  ca::Record& rec = item.record;
+  ca::Json& rec = item.record;
   try {
     ca::check_record_ids(rec);
     std::string task_id = ca::get_required<std::string>(rec, "/task_id");
     std::optional<ca::Json> task;
     if (auto t = tasks_.find(rec, task_id, store_.get(), &store_mu_)) task = ca::Json(*t);
     if (!rec.contains("candidate_id"))
-      rec["candidate_id"] = ca::candidate_id_for(task_id, ca::get_required<ca::Record>(rec, "/bundle"));
+      rec["candidate_id"] = ca::candidate_id_for(task_id, ca::get_required<ca::Json>(rec, "/bundle"));
     // --resume: a verdict already in the store is reused (not a no_device or compile-only one).
     if (common_.resume && store_) {
       std::lock_guard<std::mutex> lock(store_mu_);

@@ -31,8 +31,8 @@ class Checker {
   ~Checker();
 
   // Yields the next record and where it was; false at the end. A ca::Error it throws ends the input.
-  using Source = std::function<bool(ca::Record& record, std::string& where)>;
-  using Sink = std::function<void(const ca::Record& record)>;
+  using Source = std::function<bool(ca::Json& record, std::string& where)>;
+  using Sink = std::function<void(const ca::Json& record)>;
   // Judges the records of `next` in input order (compiles and GPU lanes overlap; each record is
   // stored, then given to `write`). A bad input line ends the input: the records before it are
   // finished and written, then the error is rethrown. Thread-safe: a service calls it per request.

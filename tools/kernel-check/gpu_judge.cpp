@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <future>
 #include <map>
 
 #include "libcommon/cuda/driver.hpp"
@@ -55,19 +56,33 @@ double task_eager_ms(const ca::Json& task) {
 
 GpuJudge::GpuJudge(const CheckOptions& options, const Rules& rules, std::vector<int> gpus, uint64_t base_seed)
     : options_(options), rules_(rules), base_seed_(base_seed) {
-  for (int g : gpus) {
-    auto lane = std::make_unique<Lane>();
-    lane->gpu = g;
-    ca::WorkerOptions wo;
-    wo.device = "cuda:" + std::to_string(g);
-    lane->worker = std::make_unique<ca::WorkerClient>(wo);  // EnvironmentError without torch/GPU
-    lane->runner = std::make_unique<RunnerClient>(g);
-    lane->ctx = ca::cuda::Driver::get().primary_context(g);
-    lane->uuid = ca::measure::identify_gpu(g).uuid;
-    lane->limits = ca::bundle::LaunchLimits::for_arch(ca::cuda::Driver::get().device_info(g).arch());
-    free_.push_back(lane.get());
-    lanes_.push_back(std::move(lane));
+  // The lanes' reference workers start side by side: each start is seconds of importing torch, and
+  // `serve -j 8` would otherwise wait for eight in a row. The driver's queries follow, lane by lane.
+  std::vector<std::future<std::unique_ptr<Lane>>> starting;
+  for (int g : gpus)
+    starting.push_back(std::async(std::launch::async, [g] {
+      auto lane = std::make_unique<Lane>();
+      lane->gpu = g;
+      ca::WorkerOptions wo;
+      wo.device = "cuda:" + std::to_string(g);
+      lane->worker = std::make_unique<ca::WorkerClient>(wo);  // EnvironmentError without torch/GPU
+      return lane;
+    }));
+  std::exception_ptr failed;
+  for (auto& f : starting) {
+    try {
+      auto lane = f.get();
+      lane->runner = std::make_unique<RunnerClient>(lane->gpu);
+      lane->ctx = ca::cuda::Driver::get().primary_context(lane->gpu);
+      lane->uuid = ca::measure::identify_gpu(lane->gpu).uuid;
+      lane->limits = ca::bundle::LaunchLimits::for_arch(ca::cuda::Driver::get().device_info(lane->gpu).arch());
+      free_.push_back(lane.get());
+      lanes_.push_back(std::move(lane));
+    } catch (...) {
+      if (!failed) failed = std::current_exception();  // the first failure, after every start has ended
+    }
   }
+  if (failed) std::rethrow_exception(failed);
 }
 
 GpuJudge::~GpuJudge() {
@@ -103,7 +118,7 @@ void GpuJudge::judge(Prepared& p, const ca::Json& task, const std::string& task_
 }
 
 void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std::string& task_id) {
-  ca::Record& check = p.check;
+  ca::Json& check = p.check;
   check["gpu"] = lane.gpu;
   // Where a check's time goes (seconds per stage, in the record as check.stage_s and with -v): task
   // load, the worker's draws and references, the runner's load, the calls, the comparisons.
@@ -111,7 +126,7 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   auto lap = [&](const char* stage) { stages.lap(stage); };
   struct StageReport {
     const ca::measure::StageClock& s;
-    ca::Record& check;
+    ca::Json& check;
     const std::string& task_id;
     ~StageReport() {
       if (s.empty()) return;
@@ -189,21 +204,16 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   double reference_ms = 0;  // the slowest reference call seen on these inputs
   ca::Json in_tensors, ref_tensors, params_tensors;
   auto make_trial = [&](uint64_t seed, bool with_params) -> bool {
-    ca::Json a = lane.worker->request(ca::worker_request::inputs(task_id, seed, "kc-in"));
-    if (!a.value("ok", false)) {
-      reference_failed("inputs", a);
+    ca::Trial d = ca::draw_trial(*lane.worker, task_id, seed,
+                                 {"kc-in", "kc-ref", with_params ? std::optional<std::string>("kc-params") : std::nullopt});
+    if (!d.ok()) {
+      reference_failed(d.failed, d.answer);
       return false;
     }
-    in_tensors = a["tensors"];
-    ca::Json b = lane.worker->request(ca::worker_request::reference(
-        task_id, "kc-in", "kc-ref", with_params ? std::optional<std::string>("kc-params") : std::nullopt));
-    if (!b.value("ok", false)) {
-      reference_failed("reference", b);
-      return false;
-    }
-    ref_tensors = b["tensors"];
-    if (with_params) params_tensors = b["params"];
-    if (b.contains("forward_ms") && b["forward_ms"].is_number()) reference_ms = std::max(reference_ms, b["forward_ms"].get<double>());
+    in_tensors = std::move(d.inputs);
+    ref_tensors = std::move(d.reference);
+    if (with_params) params_tensors = std::move(d.params);
+    reference_ms = std::max(reference_ms, d.forward_ms);
     return true;
   };
 

@@ -54,17 +54,17 @@ int main(int argc, char** argv) {
       spec.endpoint = "/v1/check";
       spec.gpus = checker.gpus_json();
       spec.judge = [&](std::vector<ca::Line>& lines) {
-        std::vector<ca::Record> out;
+        std::vector<ca::Json> out;
         std::size_t i = 0;
         checker.check(
-            [&](ca::Record& r, std::string& where) {
+            [&](ca::Json& r, std::string& where) {
               if (i == lines.size()) return false;
               r = std::move(lines[i].record);
               where = lines[i].where;
               ++i;
               return true;
             },
-            [&](const ca::Record& r) { out.push_back(r); });
+            [&](const ca::Json& r) { out.push_back(r); });
         return out;
       };
       int code = ca::run_service(service, spec);
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
     ca::RecordWriter writer(common.output);
     int64_t other_shard = 0;
     checker.check(
-        [&](ca::Record& r, std::string& where) {
+        [&](ca::Json& r, std::string& where) {
           for (;;) {
             if (!reader.next(r)) return false;
             if (common.shard.contains(ca::record_key(r))) break;
@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
           where = reader.where();
           return true;
         },
-        [&](const ca::Record& r) { writer.write(r); });
+        [&](const ca::Json& r) { writer.write(r); });
     checker.add_other_shard(other_shard);
     return checker.summary();
   });

@@ -8,7 +8,7 @@
 
 namespace ca::kc {
 
-void set_verdict(ca::Record& check, const std::string& status, const std::string& reason) {
+void set_verdict(ca::Json& check, const std::string& status, const std::string& reason) {
   check["status"] = status;
   check["reason"] = reason;
   if (status == "passed") check["correct"] = true;
@@ -47,12 +47,12 @@ static std::string base_name(const std::string& expr) {
   return colon == std::string::npos ? s : s.substr(colon + 2);
 }
 
-Prepared prepare_candidate(const ca::Record& record, const ca::Json* task, const Rules& rules,
+Prepared prepare_candidate(const ca::Json& record, const ca::Json* task, const Rules& rules,
                            const PrepareOptions& options) {
   Prepared p;
-  auto bundle = ca::get_required<ca::Record>(record, "/bundle");
+  auto bundle = ca::get_required<ca::Json>(record, "/bundle");
   if (!bundle.is_object()) throw ca::FieldError("bundle", "expected an object with kernels and plan");
-  auto kernels = ca::get_required<ca::Record>(record, "/bundle/kernels");
+  auto kernels = ca::get_required<ca::Json>(record, "/bundle/kernels");
   if (!kernels.is_object()) throw ca::FieldError("bundle.kernels", "expected an object {file: source}");
   for (auto& [file, src] : kernels.items()) {
     if (!src.is_string()) throw ca::FieldError("bundle.kernels." + file, "expected the source text");

@@ -22,7 +22,7 @@ struct PrepareOptions {
 
 // The outcome of the CPU stage for one candidate.
 struct Prepared {
-  ca::Record check = ca::Record::object();  // the `check` section so far
+  ca::Json check = ca::Json::object();  // the `check` section so far
   bool final = false;                       // a verdict already (compile_error, plan_error, policy_violation)
   ca::bundle::Plan plan;
   ca::Json plan_json;                       // the plan as given (YAML text or object)
@@ -34,11 +34,11 @@ struct Prepared {
 
 // Reads record.bundle (kernels, plan); `task` may be null (no shapes known yet). Throws
 // ca::FieldError when the record lacks the bundle or has it mistyped.
-Prepared prepare_candidate(const ca::Record& record, const ca::Json* task, const Rules& rules,
+Prepared prepare_candidate(const ca::Json& record, const ca::Json* task, const Rules& rules,
                            const PrepareOptions& options);
 
 // Sets status/reason (and compiled/correct) in a check section.
-void set_verdict(ca::Record& check, const std::string& status, const std::string& reason);
+void set_verdict(ca::Json& check, const std::string& status, const std::string& reason);
 // The precision of the candidate: the PTX's and that of any library step (tf32 gemm, fp16 buffers).
 std::string candidate_precision(const Prepared& p, const ca::bundle::BoundPlan* bound);
 

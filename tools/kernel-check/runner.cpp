@@ -101,7 +101,7 @@ int runner_main(int gpu) {
         cr.ptx = ca::read_file(req.at("ptx"));
         for (auto& [k, v] : req.at("lowered").items()) cr.lowered[k] = v.get<std::string>();
         auto sigs = ca::bundle::signatures_of(cr);
-        ca::bundle::Plan plan = ca::bundle::Plan::parse(ca::Record(req.at("plan")));
+        ca::bundle::Plan plan = ca::bundle::Plan::parse(ca::Json(req.at("plan")));
         ca::bundle::IoSpec io = ca::bundle::IoSpec::from_json(req.at("io"));
         ca::bundle::BoundPlan bound =
             ca::bundle::bind_plan(plan, sigs, io, ca::bundle::LaunchLimits::for_arch(ca::cuda::Driver::get().device_info(gpu).arch()));

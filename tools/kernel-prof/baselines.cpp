@@ -14,7 +14,7 @@ std::string baseline_method(const std::string& mode, const std::string& precisio
   return log::cat(mode, "/", precision, "/", metric, "/sets=", input_sets, "/flush=", flush_factor, "xL2/v1");
 }
 
-Json BaselineTimer::load_task(const Record& task) {
+Json BaselineTimer::load_task(const Json& task) {
   const std::string task_id = task["task_id"].get<std::string>();
   if (auto it = gpu_.loaded_tasks.find(task_id); it != gpu_.loaded_tasks.end()) return it->second;
   Json req = worker_request::load(task_id, Json(task));

@@ -19,7 +19,7 @@ class BaselineTimer {
   BaselineTimer(GpuSession& gpu, Store* store, const ProfOptions& options)
       : gpu_(gpu), store_(store), options_(options) {}
   // Loads the task into the worker once per session; returns the worker's load answer (specs).
-  Json load_task(const Record& task);
+  Json load_task(const Json& task);
   // {mode, precision, time_us (the metric asked for), event_time_us, device_time_us, compile_s,
   //  method, cached} or {mode, precision, error, detail} when the worker could not time it.
   Json time(const std::string& task_id, const std::string& mode, const std::string& precision,

@@ -16,7 +16,7 @@
 
 namespace ca::prof {
 
-CandidateBench::CandidateBench(const Record& bundle, const Json& loaded, const std::string& arch, const Json& params,
+CandidateBench::CandidateBench(const Json& bundle, const Json& loaded, const std::string& arch, const Json& params,
                                const std::vector<InputSet>& sets, uint32_t guard_seed)
     : guard_seed_(guard_seed) {
   if (!bundle.contains("kernels") || !bundle["kernels"].is_object()) throw FieldError("bundle.kernels", "missing or not an object");
@@ -99,24 +99,19 @@ std::vector<InputSet> make_input_sets(GpuSession& gpu, const std::string& task_i
     const std::string in_key = stem + "in-" + std::to_string(k), ref_key = stem + "ref-" + std::to_string(k);
     keys.push_back(in_key);
     keys.push_back(ref_key);
-    Json a = w.request(worker_request::inputs(task_id, set.seed, in_key));
-    if (!a.value("ok", false)) {
-      w.request(worker_request::release(keys));
-      throw failed("inputs", a);
-    }
-    set.inputs = a["tensors"];
     std::optional<std::string> params_key;
     if (k == 0 && params) {
       params_key = stem + "params";
       keys.push_back(*params_key);
     }
-    Json b = w.request(worker_request::reference(task_id, in_key, ref_key, params_key));
-    if (!b.value("ok", false)) {
+    Trial d = draw_trial(w, task_id, set.seed, {in_key, ref_key, params_key});
+    if (!d.ok()) {
       w.request(worker_request::release(keys));
-      throw failed("reference", b);
+      throw failed(d.failed.c_str(), d.answer);
     }
-    set.reference = b["tensors"];
-    if (k == 0 && params) *params = b["params"];
+    set.inputs = std::move(d.inputs);
+    set.reference = std::move(d.reference);
+    if (params_key) *params = std::move(d.params);
     sets.push_back(std::move(set));
   }
   return sets;
@@ -133,7 +128,7 @@ void release_sets(GpuSession& gpu, const CandidateTiming& timing) {
 
 namespace {
 
-void time_into(CandidateTiming& result, GpuSession& gpu, const Record& record, const Record& task, const Json& loaded,
+void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, const Json& task, const Json& loaded,
                const ProfOptions& options) {
   const std::string task_id = task["task_id"].get<std::string>();
   result.sets = make_input_sets(gpu, task_id, options.input_sets, options.seed, &result.params, result.keys);
@@ -197,7 +192,7 @@ void time_into(CandidateTiming& result, GpuSession& gpu, const Record& record, c
 
 }  // namespace
 
-CandidateTiming time_candidate(GpuSession& gpu, const Record& record, const Record& task, const Json& loaded,
+CandidateTiming time_candidate(GpuSession& gpu, const Json& record, const Json& task, const Json& loaded,
                                const ProfOptions& options) {
   CandidateTiming result;
   try {

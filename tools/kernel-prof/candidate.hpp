@@ -31,7 +31,7 @@ class CandidateBench : public measure::TimedTarget {
   // std::runtime_error("compile: ...") when the bundle no longer compiles.
   // `guard_seed` fills every set's guard zones (as kernel-check does before each of its calls).
   // `params` and every set's `inputs` are the worker's device tensors: copied in, then unmapped.
-  CandidateBench(const Record& bundle, const Json& loaded, const std::string& arch, const Json& params,
+  CandidateBench(const Json& bundle, const Json& loaded, const std::string& arch, const Json& params,
                  const std::vector<InputSet>& sets, uint32_t guard_seed);
   ~CandidateBench() override;
   int input_sets() const override { return int(executors_.size()); }
@@ -70,7 +70,7 @@ std::vector<InputSet> make_input_sets(GpuSession& gpu, const std::string& task_i
 
 // `loaded` is the worker's load answer for the task (tensor specs). Never throws for a candidate
 // that goes wrong when timed: outputs_ok false and `failure` say what happened.
-CandidateTiming time_candidate(GpuSession& gpu, const Record& record, const Record& task, const Json& loaded,
+CandidateTiming time_candidate(GpuSession& gpu, const Json& record, const Json& task, const Json& loaded,
                                const ProfOptions& options);
 
 // Releases what the worker keeps for a timing (never throws).

@@ -39,7 +39,7 @@ int stream(Profiler& profiler, const CommonOptions& common, Store* store) {
   loop.store_into(store, "prof");
   int status = kExitOk;
   try {
-    status = loop.run([&](Record& record) { return profiler.profile(record); });
+    status = loop.run([&](Json& record) { return profiler.profile(record); });
   } catch (const Error& e) {
     report_error(e);
     log::info(loop.counts().text());
@@ -72,9 +72,9 @@ int serve(Profiler& profiler, const ServiceOptions& service, const CommonOptions
       RecordLoop& loop;
       ~Tally() { totals += loop.counts(); }
     } tally{totals, loop};
-    std::vector<Record> out;
+    std::vector<Json> out;
     for (auto& line : lines)
-      if (loop.handle(line.record, line.where, [&](Record& r) { return profiler.profile(r); }))
+      if (loop.handle(line.record, line.where, [&](Json& r) { return profiler.profile(r); }))
         out.push_back(std::move(line.record));
     return out;
   };

@@ -56,7 +56,7 @@ int run_on_gpus(const ProfOptions& options, const CommonOptions& common, int arg
   // libcommon's ordered loop, a lane per child: a free GPU takes the next record, and the answers
   // are written in input order.
   struct Item {
-    Record record;
+    Json record;
     std::string answer;
   };
   OrderedLoopOptions loop;

@@ -18,7 +18,7 @@
 
 namespace ca::prof {
 
-bool check_passed(const Record& record) {
+bool check_passed(const Json& record) {
   if (!record.contains("check") || record["check"].is_null()) return false;
   if (!record["check"].is_object()) throw FieldError("check", "expected an object, got " + std::string(record["check"].type_name()));
   return get_required<bool>(record, "/check/correct");
@@ -31,7 +31,7 @@ Profiler::Profiler(const ProfOptions& options, const CommonOptions& common, Stor
 
 Profiler::~Profiler() = default;
 
-Record Profiler::find_task(const Record& record, const std::string& task_id) {
+Json Profiler::find_task(const Json& record, const std::string& task_id) {
   if (auto t = tasks_.find(record, task_id, store_)) return *t;
   throw FieldError("task", "task " + task_id + " not found (give --tasks FILE, a `task` object, or a store holding it)");
 }
@@ -74,14 +74,14 @@ std::string underscored(std::string s) {
 }
 }  // namespace
 
-std::optional<Record> Profiler::stored_profile(const std::string& candidate_id) {
+std::optional<Json> Profiler::stored_profile(const std::string& candidate_id) {
   if (!common_.resume || !store_ || candidate_id.empty()) return std::nullopt;
   auto prev = store_->latest("profiles", candidate_id);
   if (!prev || !prev->is_object()) return std::nullopt;
   const std::string status = prev->value("status", "");
   if (status != "timed" && status != "failed") return std::nullopt;
   // The same method: seed, warm-up, stop rule and (for a timed one) every baseline asked for now.
-  const Record& m = (*prev)["method"];
+  const Json& m = (*prev)["method"];
   auto same = [&](const std::string& key, double want) {
     return m.contains(key) && m[key].is_number() && m[key].get<double>() == want;
   };
@@ -97,7 +97,7 @@ std::optional<Record> Profiler::stored_profile(const std::string& candidate_id) 
   return prev;
 }
 
-Outcome Profiler::profile(Record& record) {
+Outcome Profiler::profile(Json& record) {
   if (!check_passed(record)) return Outcome::passed;
   const std::string task_id = get_required<std::string>(record, "/task_id");
   if (!record.contains("bundle") || !record["bundle"].is_object()) throw FieldError("bundle", "missing (a passing check needs its bundle to be timed)");
@@ -118,7 +118,7 @@ Outcome Profiler::profile(Record& record) {
   }
   GpuSession& g = *gp;
   g.make_current();
-  Record task = find_task(record, task_id);
+  Json task = find_task(record, task_id);
   if (!task.contains("task_id")) task["task_id"] = task_id;
   const std::string precision = record["check"].value("precision", std::string("fp32"));
 
@@ -127,7 +127,7 @@ Outcome Profiler::profile(Record& record) {
   measure::GpuLock lock(g.identity().uuid, options_.lock_timeout_s);
   stages.lap("lock_wait");
 
-  Record prof;
+  Json prof;
   prof["gpu"] = g.identity().to_json();
   prof["lock_wait_s"] = lock.waited_s();
   auto clock_start = measure::sm_clock_mhz(g.identity().pci_bus_id);

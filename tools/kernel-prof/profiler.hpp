@@ -24,7 +24,7 @@ class Profiler {
   // Adds `prof` (status "timed" or "failed") to a record whose check passed; returns passed for
   // every other record, untouched. Throws EnvironmentError when a record needs the GPU and there is
   // none; FieldError for a record missing what it needs.
-  Outcome profile(Record& record);
+  Outcome profile(Json& record);
   // Opens the GPU, starts its reference worker and pays the worker's one-time costs of a first
   // timing (torch.profiler's start, and torch.compile's when a compile baseline is asked for) now
   // rather than at the first passing record: a service before its first request, a stream while its
@@ -34,8 +34,8 @@ class Profiler {
   Json gpu_json() const;
 
  private:
-  Record find_task(const Record& record, const std::string& task_id);
-  std::optional<Record> stored_profile(const std::string& candidate_id);  // --resume
+  Json find_task(const Json& record, const std::string& task_id);
+  std::optional<Json> stored_profile(const std::string& candidate_id);  // --resume
   GpuSession& gpu();
 
   const ProfOptions& options_;
@@ -47,6 +47,6 @@ class Profiler {
 
 // Whether the record's check passed: false without a `check` section; FieldError when `check`
 // lacks a boolean `correct`.
-bool check_passed(const Record& record);
+bool check_passed(const Json& record);
 
 }  // namespace ca::prof

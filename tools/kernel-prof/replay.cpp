@@ -10,7 +10,7 @@
 namespace ca::prof {
 
 int replay_once(const std::string& file, int gpu_ordinal) {
-  Record r = Record::parse(read_file(file));
+  Json r = Json::parse(read_file(file));
   GpuSession gpu(gpu_ordinal, false);
   gpu.make_current();
   // The parent's worker still keeps the sets: their device tensors are mapped here as in the parent.

@@ -126,7 +126,7 @@ Json roofline(const Json& estimates, double time_us, const Peaks& peaks) {
   return j;
 }
 
-Json kernel_metrics(GpuSession& gpu, const Record& record, const Record& task, const Json& loaded,
+Json kernel_metrics(GpuSession& gpu, const Json& record, const Json& task, const Json& loaded,
                     const CandidateTiming& timing, const ProfOptions& options) {
   Json out = Json::object();
   const double t = timing.loop.device_us.empty() ? timing.loop.event.median : timing.loop.device.median;
@@ -145,13 +145,13 @@ Json kernel_metrics(GpuSession& gpu, const Record& record, const Record& task, c
   // A one-shot replay of the forward steps in a child kernel-prof under ncu: ncu owns CUPTI in
   // that process (our tracer sees CUDA_INJECTION64_PATH and stands aside).
   PrivateTempDir tmp("kernel-prof-ncu");
-  Record one = record;
+  Json one = record;
   one["task"] = task;
   one["task"]["loaded"] = loaded;
   // The sets' device tensors (the worker keeps them until the timing is released).
-  one["replay"]["params"] = Record(timing.params);
-  one["replay"]["inputs"] = Record::array();
-  for (const auto& set : timing.sets) one["replay"]["inputs"].push_back(Record(set.inputs));
+  one["replay"]["params"] = Json(timing.params);
+  one["replay"]["inputs"] = Json::array();
+  for (const auto& set : timing.sets) one["replay"]["inputs"].push_back(Json(set.inputs));
   write_file_atomic(tmp.path() + "/record.json", one.dump());
   std::string metrics;
   for (const auto& m : ncu_metric_names()) metrics += (metrics.empty() ? "" : ",") + m;

@@ -31,7 +31,7 @@ Peaks device_peaks(int ordinal);
 //  fraction_of_roof}; null when the task has no estimates.
 Json roofline(const Json& estimates, double time_us, const Peaks& peaks);
 
-Json kernel_metrics(GpuSession& gpu, const Record& record, const Record& task, const Json& loaded,
+Json kernel_metrics(GpuSession& gpu, const Json& record, const Json& task, const Json& loaded,
                     const CandidateTiming& timing, const ProfOptions& options);
 
 }  // namespace ca::prof

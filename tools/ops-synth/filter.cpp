@@ -44,8 +44,8 @@ namespace {
 // One task through the filters; fills record["filter"]. Returns the drop reason ("" when kept).
 // What a verdict depends on besides the task: an earlier verdict is reused (--resume) only when these
 // are the same.
-ca::Record verdict_options(const FilterOptions& opt) {
-  ca::Record o = {{"min_ms", opt.min_ms}, {"max_ms", opt.max_ms}, {"check_compile", opt.check_compile}};
+ca::Json verdict_options(const FilterOptions& opt) {
+  ca::Json o = {{"min_ms", opt.min_ms}, {"max_ms", opt.max_ms}, {"check_compile", opt.check_compile}};
   if (!opt.decontaminate.empty()) {
     o["decontaminate"] = opt.decontaminate;
     o["threshold"] = opt.threshold;
@@ -53,7 +53,7 @@ ca::Record verdict_options(const FilterOptions& opt) {
   return o;
 }
 
-std::string judge(ca::WorkerClient& worker, ca::Record& rec, const FilterOptions& opt) {
+std::string judge(ca::WorkerClient& worker, ca::Json& rec, const FilterOptions& opt) {
   std::string code = ca::get_required<std::string>(rec, "/code");
   std::string task_id = ca::get_optional<std::string>(rec, "/task_id").value_or(ca::task_id_for(rec));
   ca::worker_request::Filters filters;
@@ -75,7 +75,7 @@ std::string judge(ca::WorkerClient& worker, ca::Record& rec, const FilterOptions
     ca::log::verbose(task_id, ": a verdict was lost to GPU memory; asking again in ", wait, " s");
     std::this_thread::sleep_for(std::chrono::duration<double>(wait));
   }
-  ca::Record section;
+  ca::Json section;
   std::string reason;
   if (!ans.value("ok", false)) {
     // timeout, worker_died, memory_limit: the task itself is the suspect.
@@ -88,8 +88,8 @@ std::string judge(ca::WorkerClient& worker, ca::Record& rec, const FilterOptions
     if (!kept) reason = ans["reason"].is_string() ? ans["reason"].get<std::string>() : "rejected";
     if (!kept && ans.value("lost_to_memory", false)) reason = "gpu_memory";  // after every retry
     section["kept"] = kept;
-    section["reason"] = kept ? ca::Record(nullptr) : ca::Record(reason);
-    section["verdicts"] = ca::Record(ans["verdicts"]);
+    section["reason"] = kept ? ca::Json(nullptr) : ca::Json(reason);
+    section["verdicts"] = ca::Json(ans["verdicts"]);
     section["device"] = ans.value("device", std::string());
     if (ans.contains("seconds")) section["seconds"] = ans["seconds"];  // the worker's time on this task
     if (memory_retries) section["memory_retries"] = memory_retries;
@@ -98,11 +98,11 @@ std::string judge(ca::WorkerClient& worker, ca::Record& rec, const FilterOptions
     if (ans.contains("load") && ans["load"].is_object()) {
       const ca::Json& load = ans["load"];
       for (const char* key : {"inputs", "outputs", "init_inputs", "params"})
-        if (!rec.contains(key) && load.contains(key)) rec[key] = ca::Record(load[key]);
+        if (!rec.contains(key) && load.contains(key)) rec[key] = ca::Json(load[key]);
     }
   }
   if (reason.empty() && !opt.decontaminate.empty()) {
-    ca::Record sim = ca::Record::object();
+    ca::Json sim = ca::Json::object();
     double best = 0;
     std::string best_program;
     for (const auto& dir : opt.decontaminate) {
@@ -132,11 +132,11 @@ std::string judge(ca::WorkerClient& worker, ca::Record& rec, const FilterOptions
 
 // --resume: the stored verdict for this task when it was made with the same options and the worker
 // answered (a timeout, a dead worker or a verdict lost to GPU memory is judged again).
-std::optional<ca::Record> stored_verdict(ca::Store& store, const std::string& task_id, const FilterOptions& opt) {
+std::optional<ca::Json> stored_verdict(ca::Store& store, const std::string& task_id, const FilterOptions& opt) {
   auto prev = store.latest("filter_results", task_id);
   if (!prev || !prev->is_object() || !prev->contains("verdicts") || !prev->contains("options")) return std::nullopt;
   if ((*prev)["options"] != verdict_options(opt)) return std::nullopt;
-  if ((*prev).value("reason", ca::Record()) == "gpu_memory") return std::nullopt;  // the GPU's state, not the task's
+  if ((*prev).value("reason", ca::Json()) == "gpu_memory") return std::nullopt;  // the GPU's state, not the task's
   return prev;
 }
 

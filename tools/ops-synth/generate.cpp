@@ -98,17 +98,17 @@ std::string shape_literal(const Shape& s) {
   return s.size() == 1 ? "(" + out + ",)" : "(" + out + ")";
 }
 
-ca::Record shape_json(const Shape& s) {
-  ca::Record a = ca::Record::array();
+ca::Json shape_json(const Shape& s) {
+  ca::Json a = ca::Json::array();
   for (auto d : s) a.push_back(d);
   return a;
 }
 
-ca::Record distribution(const std::string& kind, int64_t high) {
-  if (kind == "uniform") return ca::Record{{"kind", "uniform"}, {"low", 0.0}, {"high", 1.0}};
-  if (kind == "randint") return ca::Record{{"kind", "randint"}, {"low", 0}, {"high", high}};
-  if (kind == "sign") return ca::Record{{"kind", "derived"}, {"values", ca::Record::array({-1, 1})}};
-  return ca::Record{{"kind", "normal"}, {"mean", 0.0}, {"std", 1.0}};
+ca::Json distribution(const std::string& kind, int64_t high) {
+  if (kind == "uniform") return ca::Json{{"kind", "uniform"}, {"low", 0.0}, {"high", 1.0}};
+  if (kind == "randint") return ca::Json{{"kind", "randint"}, {"low", 0}, {"high", high}};
+  if (kind == "sign") return ca::Json{{"kind", "derived"}, {"values", ca::Json::array({-1, 1})}};
+  return ca::Json{{"kind", "normal"}, {"mean", 0.0}, {"std", 1.0}};
 }
 
 // Eager-time targets (ms) drawn per task; the batch is scaled toward one of them.
@@ -726,7 +726,7 @@ const char* kHeader = "import torch\nimport torch.nn as nn\nimport torch.nn.func
 
 }  // namespace
 
-ca::Record Generator::render_chain(const Built& b, int64_t index, int attempt) const {
+ca::Json Generator::render_chain(const Built& b, int64_t index, int attempt) const {
   Names names;
   const StartLayout& layout = cat_.starts.at(static_cast<int>(b.start.size()));
   for (std::size_t i = 0; i < b.start.size(); ++i) names.constants.emplace_back(layout.names[i], b.start[i]);
@@ -735,10 +735,10 @@ ca::Record Generator::render_chain(const Built& b, int64_t index, int attempt) c
 
   std::string init_body, forward_body, extra_inputs_code;
   std::vector<std::string> forward_params = {"x"};
-  ca::Record inputs = ca::Record::array();
-  inputs.push_back(ca::Record{{"name", "x"}, {"shape", shape_json(b.start)}, {"dtype", "F32"},
+  ca::Json inputs = ca::Json::array();
+  inputs.push_back(ca::Json{{"name", "x"}, {"shape", shape_json(b.start)}, {"dtype", "F32"},
                               {"distribution", distribution("normal", 0)}});
-  ca::Record ops = ca::Record::array();
+  ca::Json ops = ca::Json::array();
   std::string task_name;
   for (std::size_t k = 0; k < b.chain.size(); ++k) {
     const OpInstance& inst = b.chain[k];
@@ -769,7 +769,7 @@ ca::Record Generator::render_chain(const Built& b, int64_t index, int attempt) c
         int64_t h = 0;
         if (x.dist_high.try_eval(env, h)) high = h;
       }
-      inputs.push_back(ca::Record{{"name", extra_names[e]}, {"shape", shape_json(st.extras[e])}, {"dtype", x.dtype},
+      inputs.push_back(ca::Json{{"name", extra_names[e]}, {"shape", shape_json(st.extras[e])}, {"dtype", x.dtype},
                                   {"distribution", distribution(x.dist, high)}});
     }
   }
@@ -791,17 +791,17 @@ ca::Record Generator::render_chain(const Built& b, int64_t index, int attempt) c
   code += "]\n";
 
   const Applied& last = b.steps.back();
-  ca::Record outputs = ca::Record::array();
-  outputs.push_back(ca::Record{{"name", "output"}, {"shape", shape_json(last.out)}, {"dtype", b.chain.back().spec->out_dtype}});
-  ca::Record init_inputs = ca::Record::array();
+  ca::Json outputs = ca::Json::array();
+  outputs.push_back(ca::Json{{"name", "output"}, {"shape", shape_json(last.out)}, {"dtype", b.chain.back().spec->out_dtype}});
+  ca::Json init_inputs = ca::Json::array();
   for (auto v : names.param_values) init_inputs.push_back(v);
   int64_t flops = 0, bytes = 0;
   for (const auto& s : b.steps) {
     flops += s.flops;
     bytes += s.bytes;
   }
-  ca::Record key{{"code", code}, {"init_inputs", init_inputs}, {"inputs", inputs}};
-  ca::Record rec;
+  ca::Json key{{"code", code}, {"init_inputs", init_inputs}, {"inputs", inputs}};
+  ca::Json rec;
   rec["schema"] = "cuda-agent/task/v1";
   rec["task_id"] = ca::task_id_for(key);
   rec["name"] = task_name;
@@ -812,14 +812,14 @@ ca::Record Generator::render_chain(const Built& b, int64_t index, int attempt) c
   rec["outputs"] = std::move(outputs);
   rec["init_inputs"] = std::move(init_inputs);
   rec["seed"] = opt_.seed;
-  rec["estimates"] = ca::Record{{"flops", flops}, {"bytes", bytes}, {"eager_ms", b.est_ms},
+  rec["estimates"] = ca::Json{{"flops", flops}, {"bytes", bytes}, {"eager_ms", b.est_ms},
                                 {"gpu_profile", gpu_->name}};
-  rec["synth"] = ca::Record{{"index", index}, {"attempt", attempt}, {"category", category_name(b.category)},
+  rec["synth"] = ca::Json{{"index", index}, {"attempt", attempt}, {"category", category_name(b.category)},
                             {"sizes", opt_.sizes}, {"catalog_version", cat_.version}};
   return rec;
 }
 
-ca::Record Generator::render_module(const Built& b, int64_t index, int attempt) const {
+ca::Json Generator::render_module(const Built& b, int64_t index, int attempt) const {
   const ModuleSpec& m = *b.module;
   std::string code = m.source;
   for (std::size_t i = 0; i < m.constants.size(); ++i) {
@@ -833,34 +833,34 @@ ca::Record Generator::render_module(const Built& b, int64_t index, int attempt) 
       if (m.constants[i].name == name) return b.consts[i];
     throw ca::InternalError("module " + m.name + ": init input '" + name + "' is not a constant");
   };
-  ca::Record inputs = ca::Record::array(), outputs = ca::Record::array(), init_inputs = ca::Record::array();
+  ca::Json inputs = ca::Json::array(), outputs = ca::Json::array(), init_inputs = ca::Json::array();
   for (std::size_t i = 0; i < m.inputs.size(); ++i)
-    inputs.push_back(ca::Record{{"name", m.inputs[i].name}, {"shape", shape_json(b.module_in[i])},
+    inputs.push_back(ca::Json{{"name", m.inputs[i].name}, {"shape", shape_json(b.module_in[i])},
                                 {"dtype", m.inputs[i].dtype}, {"distribution", distribution("normal", 0)}});
   for (std::size_t i = 0; i < m.outputs.size(); ++i)
-    outputs.push_back(ca::Record{{"name", m.outputs[i].name.empty() ? "output" : m.outputs[i].name},
+    outputs.push_back(ca::Json{{"name", m.outputs[i].name.empty() ? "output" : m.outputs[i].name},
                                  {"shape", shape_json(b.module_out[i])}, {"dtype", m.outputs[i].dtype}});
   for (const auto& n : m.init_inputs) init_inputs.push_back(value_of(n));
-  ca::Record key{{"code", code}, {"init_inputs", init_inputs}, {"inputs", inputs}};
-  ca::Record rec;
+  ca::Json key{{"code", code}, {"init_inputs", init_inputs}, {"inputs", inputs}};
+  ca::Json rec;
   rec["schema"] = "cuda-agent/task/v1";
   rec["task_id"] = ca::task_id_for(key);
   rec["name"] = m.name;
-  rec["ops"] = ca::Record::array({m.api});
+  rec["ops"] = ca::Json::array({m.api});
   rec["data_source"] = "transformers#1";
   rec["code"] = std::move(code);
   rec["inputs"] = std::move(inputs);
   rec["outputs"] = std::move(outputs);
   rec["init_inputs"] = std::move(init_inputs);
   rec["seed"] = opt_.seed;
-  rec["estimates"] = ca::Record{{"flops", b.flops}, {"bytes", b.bytes}, {"eager_ms", b.est_ms},
+  rec["estimates"] = ca::Json{{"flops", b.flops}, {"bytes", b.bytes}, {"eager_ms", b.est_ms},
                                 {"gpu_profile", gpu_->name}};
-  rec["synth"] = ca::Record{{"index", index}, {"attempt", attempt}, {"category", "module"},
+  rec["synth"] = ca::Json{{"index", index}, {"attempt", attempt}, {"category", "module"},
                             {"sizes", opt_.sizes}, {"catalog_version", cat_.version}};
   return rec;
 }
 
-ca::Record Generator::task(int64_t index) {
+ca::Json Generator::task(int64_t index) {
   int category = category_of(index);
   uint64_t task_seed = mix_seed(opt_.seed, static_cast<uint64_t>(index));
   for (int attempt = 0; attempt < opt_.max_attempts; ++attempt) {
@@ -898,7 +898,7 @@ ca::Record Generator::task(int64_t index) {
       ++duplicates_;
       continue;
     }
-    ca::Record rec = b.module ? render_module(b, index, attempt) : render_chain(b, index, attempt);
+    ca::Json rec = b.module ? render_module(b, index, attempt) : render_chain(b, index, attempt);
     std::string id = rec["task_id"].get<std::string>();
     if (!task_ids_.insert(id).second) {
       ++duplicates_;

@@ -68,7 +68,7 @@ class Generator {
   Generator(const Catalog& catalog, GenOptions options);
   // The task at `index`; call in increasing index order (near-duplicates are judged against every
   // earlier task). Returns the record; `emit` false only computes it for the dedup state.
-  ca::Record task(int64_t index);
+  ca::Json task(int64_t index);
   int category_of(int64_t index) const;
   int64_t retries() const { return retries_; }
   int64_t duplicates() const { return duplicates_; }
@@ -100,8 +100,8 @@ class Generator {
   bool fits(const std::vector<Applied>& steps, double& est_ms) const;
   double estimate_ms(int64_t flops, int64_t bytes, int n_ops) const;
   bool size_for_gpu(Built& built, class Rng& rng);
-  ca::Record render_chain(const Built& built, int64_t index, int attempt) const;
-  ca::Record render_module(const Built& built, int64_t index, int attempt) const;
+  ca::Json render_chain(const Built& built, int64_t index, int attempt) const;
+  ca::Json render_module(const Built& built, int64_t index, int attempt) const;
 
   const Catalog& cat_;
   GenOptions opt_;

@@ -99,7 +99,7 @@ int run_generate(const CommonOptions& common, GenerateCommand& cmd) {
   for (int64_t i = 0; i < n; ++i) {
     // Sharding is by index, and every shard walks the whole sequence so near-duplicates are judged
     // the same way: the shards' union is exactly the unsharded output.
-    ca::Record rec = gen.task(i);
+    ca::Json rec = gen.task(i);
     if (common.shard.count > 1 && i % common.shard.count != common.shard.index) continue;
     // Committed before it is on stdout: a kill -9 loses at most this record, and never leaves an
     // emitted task missing from the store (its own transaction; cheap in WAL, synchronous=NORMAL).

@@ -47,18 +47,18 @@ std::string level_of(const fs::path& p) {
   return "";
 }
 
-ca::Record kernelbench_record(const fs::path& file, const fs::path& root) {
-  ca::Record rec;
+ca::Json kernelbench_record(const fs::path& file, const fs::path& root) {
+  ca::Json rec;
   rec["schema"] = "cuda-agent/task/v1";
   std::string code = ca::read_file(file.string());
-  rec["task_id"] = ca::task_id_for(ca::Record{{"code", code}});
+  rec["task_id"] = ca::task_id_for(ca::Json{{"code", code}});
   rec["name"] = file.stem().string();
   std::string level = level_of(fs::relative(file, root.has_parent_path() ? root.parent_path() : root));
   if (level.empty()) level = level_of(file);
-  rec["ops"] = ca::Record::array();
+  rec["ops"] = ca::Json::array();
   rec["data_source"] = "kernelbench#" + (level.empty() ? std::string("unknown") : level);
   rec["code"] = std::move(code);
-  rec["source"] = ca::Record{{"kind", "kernelbench"}, {"path", file.string()}, {"level", level}};
+  rec["source"] = ca::Json{{"kind", "kernelbench"}, {"path", file.string()}, {"level", level}};
   return rec;
 }
 
@@ -119,22 +119,22 @@ int run_import(const ca::CommonOptions& common, const ImportOptions& opt) {
     }
   };
   auto fill = [&](ca::WorkerClient* worker, PoolItem& item) {
-    ca::Record& rec = item.record;
+    ca::Json& rec = item.record;
     try {
       std::string code = ca::get_required<std::string>(rec, "/code");
-      if (!rec.contains("task_id")) rec["task_id"] = ca::task_id_for(ca::Record{{"code", code}});
+      if (!rec.contains("task_id")) rec["task_id"] = ca::task_id_for(ca::Json{{"code", code}});
       if (!rec.contains("data_source")) rec["data_source"] = "import";
       if (!worker) return;
       const std::string task_id = ca::get_required<std::string>(rec, "/task_id");  // a numeric one is a bad record
       ca::Json ans = worker->request(ca::worker_request::load(task_id, ca::Json(rec)));
       if (!ans.value("ok", false)) {
         item.result = ans.value("error", std::string("error")) + ": " + ans.value("detail", std::string());
-        rec["error"] = ca::Record{{"tool", "ops-synth"}, {"field", "code"}, {"reason", item.result},
+        rec["error"] = ca::Json{{"tool", "ops-synth"}, {"field", "code"}, {"reason", item.result},
                                   {"where", item.where}};
         return;
       }
       for (const char* key : {"inputs", "outputs", "init_inputs", "params"})
-        if (ans.contains(key)) rec[key] = ca::Record(ans[key]);
+        if (ans.contains(key)) rec[key] = ca::Json(ans[key]);
       worker->request(ca::worker_request::unload(task_id));
     } catch (const ca::FieldError& e) {
       ca::mark_bad_record(rec, e, "ops-synth", item.where, common.strict);

@@ -15,7 +15,7 @@ namespace ca::ops_synth {
 std::vector<std::string> resolve_devices(const std::string& spec, int jobs, double timeout_s);
 
 struct PoolItem {
-  ca::Record record;
+  ca::Json record;
   std::string where;   // "line N" for messages
   std::string result;  // what the work function decided (its caller's convention)
   bool bad = false;    // a FieldError made it a bad record

@@ -18,10 +18,10 @@ int run_advantages(const CommonOptions& options, const AdvantageSettings& settin
   RecordReader reader(options.input);
   RecordWriter writer(options.output);
   Counts counts;
-  std::vector<Record> records;
+  std::vector<Json> records;
   std::vector<Sequence> batch;
   std::vector<int> slot;  // record index -> batch index, -1 for a bad record
-  Record rec;
+  Json rec;
   const bool need_values = settings.estimator == "gae";
   while (reader.next(rec)) {
     ++counts.read;
@@ -55,7 +55,7 @@ Sampler::Sampler(const SampleSettings& settings)
   if (settings_.options.top_p <= 0 || settings_.options.top_p > 1) throw UsageError("--top-p must be in (0, 1]");
 }
 
-std::vector<Record> Sampler::responses(const Record& prompt) {
+std::vector<Json> Sampler::responses(const Json& prompt) {
   if (!prompt.contains("prompt_token_ids") || !prompt["prompt_token_ids"].is_array() || prompt["prompt_token_ids"].empty())
     throw FieldError("prompt_token_ids", "missing or not a non-empty array of token ids");
   std::vector<int> ids;
@@ -68,19 +68,19 @@ std::vector<Record> Sampler::responses(const Record& prompt) {
   const auto t0 = std::chrono::steady_clock::now();
   nn::Decoder<float> decoder(model_);
   decoder.feed(ids);  // the prompt's state is computed once; each response restarts from a copy
-  std::vector<Record> out;
+  std::vector<Json> out;
   for (int i = 0; i < settings_.samples; ++i) {
     nn::Decoder<float> d = decoder;
     nn::SampleResult r = nn::generate(d, settings_.options, rng_);
-    Record rec = prompt;
+    Json rec = prompt;
     Json settings = {{"temperature", settings_.options.temperature}, {"top_p", settings_.options.top_p},
                      {"max_new_tokens", settings_.options.max_new_tokens}, {"seed", settings_.seed}};
     rec["episode_id"] = content_id(Json{{"key", key}, {"seed", settings_.seed}, {"sample", i}, {"tokens", r.tokens}});
-    Record episode;
+    Json episode;
     episode["policy"] = "native:" + settings_.policy;
     episode["settings"] = settings;
-    episode["turns"] = Record::array({Record{{"role", "user"}, {"token_ids", ids}},
-                                      Record{{"role", "assistant"}, {"token_ids", r.tokens}, {"logprobs", r.logprobs}}});
+    episode["turns"] = Json::array({Json{{"role", "user"}, {"token_ids", ids}},
+                                      Json{{"role", "assistant"}, {"token_ids", r.tokens}, {"logprobs", r.logprobs}}});
     episode["stop_reason"] = r.stop_reason;
     episode["tokens"] = int64_t(r.tokens.size());
     rec["episode"] = episode;
@@ -102,7 +102,7 @@ int run_sample(const CommonOptions& options, const SampleSettings& settings) {
   RecordReader reader(options.input);
   RecordWriter writer(options.output);
   Counts counts;
-  Record rec;
+  Json rec;
   while (reader.next(rec)) {
     ++counts.read;
     if (!options.shard.contains(record_key(rec))) {
@@ -124,7 +124,7 @@ int run_sample(const CommonOptions& options, const SampleSettings& settings) {
 
 int run_tokenize(const CommonOptions& options, const EpisodeFields& fields) {
   RecordLoop loop(options);
-  int rc = loop.run([&](Record& rec) {
+  int rc = loop.run([&](Json& rec) {
     Trajectory tr = parse_episode(rec, fields);
     rec["training_tokens"] = {{"ids", tr.tokens},
                               {"mask", tr.mask},

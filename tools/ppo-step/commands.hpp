@@ -37,7 +37,7 @@ struct SampleSettings {
 class Sampler {
  public:
   explicit Sampler(const SampleSettings& settings);
-  std::vector<Record> responses(const Record& prompt);  // throws FieldError for a bad prompt record
+  std::vector<Json> responses(const Json& prompt);  // throws FieldError for a bad prompt record
   std::string summary() const;
 
  private:

@@ -12,9 +12,9 @@
 namespace ca::ppo {
 
 namespace {
-std::vector<double> number_array(const Record& record, const std::string& key) {
+std::vector<double> number_array(const Json& record, const std::string& key) {
   if (!record.contains(key)) throw FieldError(key, "missing");
-  const Record& a = record[key];
+  const Json& a = record[key];
   if (!a.is_array()) throw FieldError(key, std::string("expected an array of numbers, got ") + a.type_name());
   std::vector<double> out;
   out.reserve(a.size());
@@ -25,22 +25,22 @@ std::vector<double> number_array(const Record& record, const std::string& key) {
   return out;
 }
 
-std::string key_text(const Record& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+std::string key_text(const Json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 }  // namespace
 
 namespace {
 // Turns as ppo-step sample (and a tokenizing policy) writes them: {role, token_ids, logprobs, error}.
-void parse_role_turns(const Record& turns, Trajectory& tr) {
+void parse_role_turns(const Json& turns, Trajectory& tr) {
   tr.response_start = -1;
   for (std::size_t i = 0; i < turns.size(); ++i) {
-    const Record& turn = turns[i];
+    const Json& turn = turns[i];
     const std::string where = "episode.turns[" + std::to_string(i) + "]";
     if (!turn.is_object()) throw FieldError(where, "expected an object");
     if (!turn.contains("role") || !turn["role"].is_string()) throw FieldError(where + ".role", "missing or not a string");
     const std::string role = turn["role"];
     if (!turn.contains("token_ids") || !turn["token_ids"].is_array())
       throw FieldError(where + ".token_ids", "missing (training needs the token ids of every turn)");
-    const Record& ids = turn["token_ids"];
+    const Json& ids = turn["token_ids"];
     const bool assistant = role == "assistant";
     std::vector<double> lps;
     bool have_lps = assistant && turn.contains("logprobs") && !turn["logprobs"].is_null();
@@ -67,7 +67,7 @@ void parse_role_turns(const Record& turns, Trajectory& tr) {
 // trajectory is the last turn's prompt plus its completion, and every earlier completion must sit at its
 // own prompt's end inside it. A chat template that re-renders earlier turns breaks that: the record is
 // then refused, naming the turn, rather than trained on misaligned tokens.
-bool has_token_ids(const Record& turns) {
+bool has_token_ids(const Json& turns) {
   for (const auto& t : turns)
     if (t.is_object() && (t.contains("prompt_token_ids") ||
                           (t.contains("assistant") && t["assistant"].is_object() && t["assistant"].contains("token_ids"))))
@@ -79,7 +79,7 @@ bool has_token_ids(const Record& turns) {
 // policy's tokenizer and chat template exactly as the native policy would have been fed them and would
 // have had to sample them (libcommon/tokenizer/agent_chat). Tool output is masked; there are no old
 // logprobs (rft; ppo recomputes them with actor.recompute_old_logprobs).
-void render_agent_run_turns(const Record& episode, const tokenizer::Tokenizer& tok, Trajectory& tr) {
+void render_agent_run_turns(const Json& episode, const tokenizer::Tokenizer& tok, Trajectory& tr) {
   auto r = tokenizer::render_episode(tok, episode);
   tr.tokens = std::move(r.tokens);
   tr.mask = std::move(r.mask);
@@ -95,8 +95,8 @@ void render_agent_run_turns(const Record& episode, const tokenizer::Tokenizer& t
     if (t >= tok.vocab_size()) throw FieldError("episode.turns", "rendered a token id past the tokenizer's vocabulary");
 }
 
-void parse_agent_run_turns(const Record& turns, Trajectory& tr) {
-  auto ints = [](const Record& a, const std::string& where) {
+void parse_agent_run_turns(const Json& turns, Trajectory& tr) {
+  auto ints = [](const Json& a, const std::string& where) {
     if (!a.is_array()) throw FieldError(where, "expected an array of token ids");
     std::vector<int> out;
     for (auto& v : a) {
@@ -121,7 +121,7 @@ void parse_agent_run_turns(const Record& turns, Trajectory& tr) {
   tr.old_logprobs.assign(tr.tokens.size(), NAN);
   tr.response_start = -1;
   for (int i = 0; i <= last; ++i) {
-    const Record& turn = turns[i];
+    const Json& turn = turns[i];
     const std::string where = "episode.turns[" + std::to_string(i) + "]";
     if (turn.contains("tool_results") && turn["tool_results"].is_array())
       for (auto& r : turn["tool_results"])
@@ -151,7 +151,7 @@ void parse_agent_run_turns(const Record& turns, Trajectory& tr) {
 }
 }  // namespace
 
-Sequence parse_sequence(const Record& record, bool need_values) {
+Sequence parse_sequence(const Json& record, bool need_values) {
   Sequence s;
   s.id = record.contains("id") ? key_text(record["id"]) : content_id(record);
   s.group = record.contains("group") ? key_text(record["group"]) : s.id;
@@ -177,7 +177,7 @@ Sequence parse_sequence(const Record& record, bool need_values) {
   return s;
 }
 
-void write_sequence_result(Record& record, const Sequence& s) {
+void write_sequence_result(Json& record, const Sequence& s) {
   record["advantages"] = s.advantages;
   record["returns"] = s.returns;
   if (!record.contains("schema")) record["schema"] = "cuda-agent/ppo-batch/v1";
@@ -189,7 +189,7 @@ std::size_t Trajectory::model_tokens() const {
   return n;
 }
 
-Trajectory parse_episode(const Record& record, const EpisodeFields& fields) {
+Trajectory parse_episode(const Json& record, const EpisodeFields& fields) {
   Trajectory tr;
   for (const char* key : {"episode_id", "candidate_id", "id", "task_id"})
     if (record.contains(key)) {
@@ -197,11 +197,11 @@ Trajectory parse_episode(const Record& record, const EpisodeFields& fields) {
       break;
     }
   if (tr.id.empty()) tr.id = content_id(record);
-  const auto group_ptr = Record::json_pointer(fields.group_pointer);
+  const auto group_ptr = Json::json_pointer(fields.group_pointer);
   tr.group = record.contains(group_ptr) ? key_text(record.at(group_ptr)) : tr.id;
 
   if (!fields.need_reward && !(fields.reward_pointer.empty() ? record.contains("reward")
-                                                             : record.contains(Record::json_pointer(fields.reward_pointer)))) {
+                                                             : record.contains(Json::json_pointer(fields.reward_pointer)))) {
     tr.reward = 0;
   } else if (!fields.reward_pointer.empty()) {
     tr.reward = get_required<double>(record, fields.reward_pointer);
@@ -214,12 +214,12 @@ Trajectory parse_episode(const Record& record, const EpisodeFields& fields) {
   }
   if (!std::isfinite(tr.reward)) throw FieldError("reward", "not finite");
 
-  const auto turns_ptr = Record::json_pointer("/episode/turns");
+  const auto turns_ptr = Json::json_pointer("/episode/turns");
   if (!record.contains(turns_ptr) || !record.at(turns_ptr).is_array()) throw FieldError("episode.turns", "missing or not an array");
-  const Record& turns = record.at(turns_ptr);
+  const Json& turns = record.at(turns_ptr);
   if (!turns.empty() && turns[0].is_object() && turns[0].contains("assistant")) {
     if (!has_token_ids(turns) && fields.tokenizer)
-      render_agent_run_turns(record.at(Record::json_pointer("/episode")), *fields.tokenizer, tr);
+      render_agent_run_turns(record.at(Json::json_pointer("/episode")), *fields.tokenizer, tr);
     else if (!has_token_ids(turns))
       throw FieldError("episode.turns[].prompt_token_ids",
                        "missing, and the policy checkpoint has no tokenizer.json to render the turns with");
@@ -228,10 +228,10 @@ Trajectory parse_episode(const Record& record, const EpisodeFields& fields) {
   } else {
     parse_role_turns(turns, tr);
   }
-  if (record.contains(Record::json_pointer("/episode/clean_tool_use")) &&
-      record.at(Record::json_pointer("/episode/clean_tool_use")) == false)
+  if (record.contains(Json::json_pointer("/episode/clean_tool_use")) &&
+      record.at(Json::json_pointer("/episode/clean_tool_use")) == false)
     tr.clean_tool_use = false;
-  const auto malformed = Record::json_pointer("/episode/counts/malformed_calls");  // agent-run's count
+  const auto malformed = Json::json_pointer("/episode/counts/malformed_calls");  // agent-run's count
   if (record.contains(malformed) && record.at(malformed).is_number() && record.at(malformed).get<double>() > 0)
     tr.clean_tool_use = false;
   if (tr.response_start < 0) throw FieldError("episode.turns", "no assistant turn with tokens");

@@ -11,9 +11,9 @@
 namespace ca::ppo {
 
 // `advantages` input: id, group, response_mask, values (GAE), reward or token_rewards.
-Sequence parse_sequence(const Record& record, bool need_values);
+Sequence parse_sequence(const Json& record, bool need_values);
 // Adds advantages and returns (and the schema tag when the record has none).
-void write_sequence_result(Record& record, const Sequence& s);
+void write_sequence_result(Json& record, const Sequence& s);
 
 // One episode flattened for training. Token t of `tokens` is scored by the model's output at t - 1.
 struct Trajectory {
@@ -42,6 +42,6 @@ struct EpisodeFields {
 // Reads episode.turns[] = {role, token_ids, logprobs (assistant, optional), error (tool, optional)},
 // or agent-run's turns: with the server's prompt and completion ids, or, when no turn has any, rendered
 // with fields.tokenizer (no old logprobs then: rft, or ppo with actor.recompute_old_logprobs).
-Trajectory parse_episode(const Record& record, const EpisodeFields& fields);
+Trajectory parse_episode(const Json& record, const EpisodeFields& fields);
 
 }  // namespace ca::ppo

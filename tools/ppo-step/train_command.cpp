@@ -51,7 +51,7 @@ int run_train(const CommonOptions& opt, TrainSettings& t, uint64_t seed) {
   std::vector<ca::ppo::Trajectory> batch;
   int64_t bad = 0, read = 0;
   ca::RecordReader reader(opt.input);
-  ca::Record rec;
+  ca::Json rec;
   while (reader.next(rec)) {
     ++read;
     if (!opt.shard.contains(ca::record_key(rec))) continue;
@@ -64,7 +64,7 @@ int run_train(const CommonOptions& opt, TrainSettings& t, uint64_t seed) {
     }
   }
   auto store = ca::open_store_for(opt);
-  ca::Record metrics;
+  ca::Json metrics;
   try {
     metrics = trainer.run(batch, bad);
   } catch (const ca::ppo::NothingToTrain& e) {
@@ -74,7 +74,7 @@ int run_train(const CommonOptions& opt, TrainSettings& t, uint64_t seed) {
     }
     ca::log::warn(paths.mode, ": ", e.what(), " (", e.episodes_skipped, " of ", read,
                   " left out); --empty-ok: no checkpoint written");
-    ca::RecordWriter(opt.output).write(ca::Record{{"mode", paths.mode}, {"trained", false}, {"reason", e.what()},
+    ca::RecordWriter(opt.output).write(ca::Json{{"mode", paths.mode}, {"trained", false}, {"reason", e.what()},
                                                   {"policy", paths.policy}, {"episodes", 0},
                                                   {"episodes_skipped", e.episodes_skipped}, {"bad_records", bad}});
     if (store) store->end_run(ca::kExitOk, ca::Json{{"read", read}, {"done", 0}, {"bad", bad}});

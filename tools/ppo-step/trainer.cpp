@@ -229,7 +229,7 @@ void Trainer::update_critic(TrainModel& critic, const std::vector<Trajectory>& b
     }
 }
 
-Record Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
+Json Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string& mode = paths_.mode;
   const bool use_critic = mode == "value-pretrain" || (mode == "ppo" && config_.estimator == "gae");
@@ -310,7 +310,7 @@ Record Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
   if (recomputed) log::info("old logprobs recomputed with the policy for ", recomputed, " of ", B, " trajectories");
 
   UpdateStats st;
-  Record metrics;
+  Json metrics;
   metrics["schema"] = "cuda-agent/ppo-metrics/v1";
   if (mode != "rft") {
     const std::string estimator = mode == "value-pretrain" ? "gae" : config_.estimator;

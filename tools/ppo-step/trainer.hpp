@@ -39,7 +39,7 @@ class Trainer {
  public:
   Trainer(const TrainConfig& config, StepPaths paths, uint64_t seed, DeviceOptions device = {});
   // Runs the step; `skipped` counts records dropped before (bad or filtered) for the metrics.
-  Record run(std::vector<Trajectory>& batch, int64_t skipped);
+  Json run(std::vector<Trajectory>& batch, int64_t skipped);
 
  private:
   struct UpdateStats;

@@ -34,12 +34,12 @@ int main(int argc, char** argv) {
     ca::reward::Tally tally;
     int status = ca::kExitOk;
     try {
-      status = loop.run([&](ca::Record& record) {
+      status = loop.run([&](ca::Json& record) {
         // A record an earlier tool already marked bad, and never checked, is passed on as it came.
         if (record.contains("error") && !record.contains("check")) return ca::Outcome::passed;
         if (store) ca::get_required<std::string>(record, "/candidate_id");  // the store keeps a reward by it
         ca::reward::Verdict verdict;
-        ca::Record reward;
+        ca::Json reward;
         try {
           reward = ca::reward::score(record, config, &verdict);
         } catch (const ca::FieldError& e) {

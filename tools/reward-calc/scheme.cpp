@@ -21,7 +21,7 @@ namespace {
 const char* const kMatchedCompileKeys[] = {"compile_precision_matched", "compile_matched"};
 
 // JSON keeps -1 as -1 (not -1.0) when a value is integral, so milestone rewards read as integers.
-Record number(double v) {
+Json number(double v) {
   if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) return static_cast<int64_t>(v);
   return v;
 }
@@ -40,11 +40,11 @@ std::string fixed(double v, const char* format = "%.4g") {
 }
 
 // A time is a number or an object with a numeric `median` (kernel-prof's summary); finite, > 0.
-std::optional<double> optional_time(const Record& record, const std::string& pointer) {
-  const auto ptr = Record::json_pointer(pointer);
+std::optional<double> optional_time(const Json& record, const std::string& pointer) {
+  const auto ptr = Json::json_pointer(pointer);
   if (!record.contains(ptr) || record.at(ptr).is_null()) return std::nullopt;
-  const Record& v = record.at(ptr);
-  const Record* number_node = &v;
+  const Json& v = record.at(ptr);
+  const Json* number_node = &v;
   std::string field = field_name(pointer);
   if (v.is_object()) {
     if (!v.contains("median")) throw FieldError(field, "an object without 'median'");
@@ -59,7 +59,7 @@ std::optional<double> optional_time(const Record& record, const std::string& poi
   return t;
 }
 
-double required_time(const Record& record, const std::string& pointer, const std::string& hint) {
+double required_time(const Json& record, const std::string& pointer, const std::string& hint) {
   auto t = optional_time(record, pointer);
   if (!t) throw FieldError(field_name(pointer), "missing" + hint);
   return *t;
@@ -152,10 +152,10 @@ Json Config::to_json() const {
   return j;
 }
 
-Record score(const Record& record, const Config& config, Verdict* verdict) {
+Json score(const Json& record, const Config& config, Verdict* verdict) {
   Verdict local;
   Verdict& out_verdict = verdict ? *verdict : local;
-  Record r = Record::object();
+  Json r = Json::object();
   r["value"] = nullptr;  // first key, filled below
   r["scheme"] = scheme_name(config.scheme);
 
@@ -232,7 +232,7 @@ Record score(const Record& record, const Config& config, Verdict* verdict) {
   // Which baselines: those timed at the candidate's precision (TF32 on, or autocast) by default, as
   // kernel-prof times them when the kernel computes in reduced precision; the plain fp32 ones when it
   // does not (then plain is the match) or with --compile-baseline plain.
-  auto has = [&](const std::string& key) { return record.contains(Record::json_pointer("/prof/baselines/" + key)); };
+  auto has = [&](const std::string& key) { return record.contains(Json::json_pointer("/prof/baselines/" + key)); };
   auto matched_key = [&](const std::string& mode) -> std::string {
     if (config.compile_baseline != CompileBaseline::precision_matched) return mode;
     if (has(mode + "_precision_matched")) return mode + "_precision_matched";
@@ -250,7 +250,7 @@ Record score(const Record& record, const Config& config, Verdict* verdict) {
       if (needed) throw FieldError(field_name(base + "/time_us"), "missing (kernel-prof --baselines eager,compile times it)");
       return std::nullopt;
     }
-    if (!record.contains(Record::json_pointer(base + "/time_us")) || record.at(Record::json_pointer(base + "/time_us")).is_null()) {
+    if (!record.contains(Json::json_pointer(base + "/time_us")) || record.at(Json::json_pointer(base + "/time_us")).is_null()) {
       auto err = get_optional<std::string>(record, base + "/error");
       if (!err) {
         if (needed) throw FieldError(field_name(base + "/time_us"), "missing (kernel-prof --baselines eager,compile times it)");
@@ -284,7 +284,7 @@ Record score(const Record& record, const Config& config, Verdict* verdict) {
   }
   // The plain fp32 comparison, shown beside the matched one it did not decide.
   if ((te && eager_key != "eager") || (tc && compile_key != "compile")) {
-    Record plain = Record::object();
+    Json plain = Json::object();
     auto pe = optional_time(record, "/prof/baselines/eager/time_us");
     auto pc = optional_time(record, "/prof/baselines/compile/time_us");
     if (pe) plain["speedup_vs_eager"] = *pe / t;
@@ -298,7 +298,7 @@ Record score(const Record& record, const Config& config, Verdict* verdict) {
   // Noise: a decision the measured intervals leave open (kernel-prof measured it again, up to its
   // budget) is marked, so a reader knows which rewards rest on a margin inside the noise.
   auto rel_ci_of = [&](const std::string& pointer) -> std::optional<double> {
-    auto p = Record::json_pointer(pointer + "/rel_ci");
+    auto p = Json::json_pointer(pointer + "/rel_ci");
     if (record.contains(p) && record.at(p).is_number()) return record.at(p).get<double>();
     return std::nullopt;
   };

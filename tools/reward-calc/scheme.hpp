@@ -51,6 +51,6 @@ enum class Verdict { scored_correct, scored_failed, scored_violation, unprofiled
 
 // The reward section for one record. Throws FieldError (missing check, non-numeric time, a passed
 // check without prof unless allow_unprofiled, ...) for the bad-record rules of DESIGN.md §1.
-Record score(const Record& record, const Config& config, Verdict* verdict = nullptr);
+Json score(const Json& record, const Config& config, Verdict* verdict = nullptr);
 
 }  // namespace ca::reward

@@ -41,7 +41,7 @@ int run_import(const CommonOptions& opt) {
   ca::RecordReader reader(opt.input);
   ca::Counts counts;
   std::map<std::string, int64_t> kinds;
-  ca::Record record;
+  ca::Json record;
   int status = ca::kExitOk;
   try {
     while (reader.next(record)) {
@@ -81,7 +81,7 @@ int run_merge(const std::string& merge_out, const std::vector<std::string>& merg
 int run_query(const CommonOptions& opt, const std::string& sql) {
   ca::Store store(opt.resolved_store_path(), true);
   ca::RecordWriter out("-");
-  store.query(sql, [&](const ca::Record& row) { out.write(row); });
+  store.query(sql, [&](const ca::Json& row) { out.write(row); });
   return ca::kExitOk;
 }
 
@@ -90,7 +90,7 @@ int run_export(const CommonOptions& opt, const std::string& table) {
   if (std::find(names.begin(), names.end(), table) == names.end()) throw ca::UsageError("unknown table '" + table + "'");
   ca::Store store(opt.resolved_store_path(), true);
   ca::RecordWriter out("-");
-  store.query("SELECT * FROM " + table + " ORDER BY rowid", [&](const ca::Record& row) { out.write(row); });
+  store.query("SELECT * FROM " + table + " ORDER BY rowid", [&](const ca::Json& row) { out.write(row); });
   return ca::kExitOk;
 }
 
@@ -100,7 +100,7 @@ int run_summary(const CommonOptions& opt, bool as_json, bool as_table) {
   ca::Json runs = ca::folded_summary(store);  // agent-run's locked calls under their episode's run
   if (as_table || (!as_json && isatty(STDOUT_FILENO))) std::cout << ca::render_summary_table(runs);
   else
-    for (const auto& row : runs) out.write(ca::Record(row));
+    for (const auto& row : runs) out.write(ca::Json(row));
   return ca::kExitOk;
 }
 

@@ -6,13 +6,13 @@
 namespace ca {
 namespace {
 
-std::string text(const Record& row, const char* key) {
+std::string text(const Json& row, const char* key) {
   return row.contains(key) && row[key].is_string() ? row[key].get<std::string>() : std::string();
 }
 
 bool has_column(Store& store, const std::string& table, const std::string& column) {
   bool found = false;
-  store.query("PRAGMA table_info(" + table + ")", [&](const Record& row) {
+  store.query("PRAGMA table_info(" + table + ")", [&](const Json& row) {
     if (text(row, "name") == column) found = true;
   });
   return found;
@@ -25,7 +25,7 @@ std::vector<RunInfo> read_runs(Store& store) {
   std::vector<RunInfo> runs;
   store.query(std::string("SELECT run_id, tool, host, started_at, ended_at, counts") +
                   (recorded_parent ? ", parent_run_id" : "") + " FROM runs ORDER BY started_at, rowid",
-              [&](const Record& row) {
+              [&](const Json& row) {
                 RunInfo r;
                 r.run_id = text(row, "run_id");
                 r.tool = text(row, "tool");

@@ -34,26 +34,26 @@ struct Row {
   std::string run_id;
   int store = 0;
   int64_t rowid = 0;
-  Record data;
+  Json data;
 };
 
 struct CandidateState {
   std::string task_id, data_source;
   std::optional<Seq> candidate_seq, episode_seq, check_seq, prof_seq, reward_seq;
   std::optional<bool> check_correct;
-  Record prof;
+  Json prof;
   std::optional<double> reward;
   Seq newest;  // of any of its rows
   bool any = false;
 };
 
-std::string text(const Record& row, const char* key) {
+std::string text(const Json& row, const char* key) {
   return row.contains(key) && row[key].is_string() ? row[key].get<std::string>() : std::string();
 }
 
-std::optional<double> number(const Record& j, const char* key) {
+std::optional<double> number(const Json& j, const char* key) {
   if (!j.is_object() || !j.contains(key)) return std::nullopt;
-  const Record& v = j[key];
+  const Json& v = j[key];
   if (v.is_number()) return v.get<double>();
   if (v.is_object() && v.contains("median") && v["median"].is_number()) return v["median"].get<double>();
   return std::nullopt;
@@ -81,7 +81,7 @@ std::unique_ptr<Store> open_run_store(const std::string& path) {
     throw InputError("'" + path + "' is not a run store (" + what + ")");
   }
   bool has_runs = false;
-  store->query("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'runs'", [&](const Record&) { has_runs = true; });
+  store->query("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'runs'", [&](const Json&) { has_runs = true; });
   if (version == 0 || !has_runs)
     throw InputError("'" + path + "' is an SQLite file but not a cuda-agent run store (schema version " +
                      std::to_string(version) + (has_runs ? "" : ", no runs table") + ")");
@@ -117,7 +117,7 @@ double geomean(const std::vector<double>& v) {
 }
 
 // The row of one level (or of all): fractions over every task of it, geomeans over the timed ones.
-Record level_row(const std::string& level, const std::vector<const TaskResult*>& tasks, Select select) {
+Json level_row(const std::string& level, const std::vector<const TaskResult*>& tasks, Select select) {
   const double n = static_cast<double>(tasks.size());
   int64_t candidates = 0, passed = 0, rewards = 0;
   double reward_sum = 0;
@@ -126,14 +126,14 @@ Record level_row(const std::string& level, const std::vector<const TaskResult*>&
     passed += t->passed;
     if (t->reward) ++rewards, reward_sum += *t->reward;
   }
-  Record row;
+  Json row;
   row["schema"] = "cuda-agent/report/v1";
   row["level"] = level;
   row["select"] = select_name(select);
   row["tasks"] = static_cast<int64_t>(tasks.size());
   row["candidates"] = candidates;
   row["passed"] = passed;
-  row["pass_rate"] = n > 0 ? Record(passed / n) : Record(nullptr);
+  row["pass_rate"] = n > 0 ? Json(passed / n) : Json(nullptr);
   // One baseline family: plain (fp32, TF32 off) or precision-matched.
   auto family = [&](const std::string& suffix, std::optional<double> TaskResult::*eager,
                     std::optional<double> TaskResult::*compile) {
@@ -152,12 +152,12 @@ Record level_row(const std::string& level, const std::vector<const TaskResult*>&
         fast2 += *s > 2.0;
       }
     }
-    auto frac = [&](int64_t k) { return n > 0 ? Record(k / n) : Record(nullptr); };
+    auto frac = [&](int64_t k) { return n > 0 ? Json(k / n) : Json(nullptr); };
     row["timed" + suffix] = static_cast<int64_t>(c.size());
     row["faster_than_eager" + suffix] = frac(faster_e);
     row["faster_than_compile" + suffix] = frac(faster_c);
-    row["geomean_vs_eager" + suffix] = e.empty() ? Record(nullptr) : Record(geomean(e));
-    row["geomean_vs_compile" + suffix] = c.empty() ? Record(nullptr) : Record(geomean(c));
+    row["geomean_vs_eager" + suffix] = e.empty() ? Json(nullptr) : Json(geomean(e));
+    row["geomean_vs_compile" + suffix] = c.empty() ? Json(nullptr) : Json(geomean(c));
     // KernelBench's fast_p: correct and faster than the baseline by more than p, over all tasks.
     row["fast_1_0" + suffix] = frac(faster_c);
     row["fast_1_5" + suffix] = frac(fast15);
@@ -165,7 +165,7 @@ Record level_row(const std::string& level, const std::vector<const TaskResult*>&
   };
   family("", &TaskResult::vs_eager, &TaskResult::vs_compile);
   row["rewards"] = rewards;
-  row["reward_mean"] = rewards > 0 ? Record(reward_sum / static_cast<double>(rewards)) : Record(nullptr);
+  row["reward_mean"] = rewards > 0 ? Json(reward_sum / static_cast<double>(rewards)) : Json(nullptr);
   family("_precision_matched", &TaskResult::vs_eager_pm, &TaskResult::vs_compile_pm);
   return row;
 }
@@ -183,7 +183,7 @@ bool passed(const CandidateState& c) {
 
 // Speedup against a precision-matched baseline: kernel-prof times one only when the kernel computes in
 // tf32/fp16/bf16 (then speedup_vs_<mode>_precision_matched); otherwise the plain baseline is the match.
-std::optional<double> matched_speedup(const Record& prof, const std::string& mode) {
+std::optional<double> matched_speedup(const Json& prof, const std::string& mode) {
   const std::string key = "speedup_vs_" + mode + "_precision_matched";
   if (prof.contains(key)) return positive(number(prof, key.c_str()));
   if (!prof.contains("matched_precision")) return positive(number(prof, ("speedup_vs_" + mode).c_str()));
@@ -203,14 +203,14 @@ Select parse_select(const std::string& text) {
 
 const char* select_name(Select s) { return s == Select::final ? "final" : "best"; }
 
-std::string format_rate(const Record& v) {
+std::string format_rate(const Json& v) {
   if (!v.is_number()) return "-";
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f%%", v.get<double>() * 100);
   return buf;
 }
 
-std::string format_number(const Record& v, const char* format) {
+std::string format_number(const Json& v, const char* format) {
   if (!v.is_number()) return "-";
   if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
   char buf[32];
@@ -226,7 +226,7 @@ Report build_report(const std::vector<std::string>& store_paths, Select select) 
   // Every store read in full first (rows refer to runs by id, and a run may come from another shard).
   std::map<std::string, std::string> run_started, run_tool;
   std::vector<RunInfo> all_runs;
-  std::map<std::string, Record> tasks;  // task_id -> {data_source, name, n_ops}
+  std::map<std::string, Json> tasks;  // task_id -> {data_source, name, n_ops}
   std::map<std::string, std::vector<Row>> rows;  // table -> rows, first store's row for a key kept
   std::set<std::string> seen;
   auto keep = [&](const std::string& table, const std::string& key) { return seen.insert(table + "\x1f" + key).second; };
@@ -236,7 +236,7 @@ Report build_report(const std::vector<std::string>& store_paths, Select select) 
       if (run_started.emplace(r.run_id, r.started_at).second) run_tool[r.run_id] = r.tool, all_runs.push_back(r);
     store->query("SELECT task_id, json_extract(body, '$.data_source') AS data_source, json_extract(body, '$.name') AS name, "
                  "CASE WHEN json_type(body, '$.ops') = 'array' THEN json_array_length(body, '$.ops') END AS n_ops FROM tasks",
-                 [&](const Record& r) { tasks.emplace(text(r, "task_id"), r); });
+                 [&](const Json& r) { tasks.emplace(text(r, "task_id"), r); });
     const std::vector<std::pair<std::string, std::string>> tables = {
         {"candidates", "SELECT rowid AS seq, candidate_id, task_id, run_id, "
                        "json_extract(body, '$.task.data_source') AS data_source FROM candidates"},
@@ -246,7 +246,7 @@ Report build_report(const std::vector<std::string>& store_paths, Select select) 
         {"episodes", "SELECT rowid AS seq, candidate_id, run_id, task_id FROM episodes"},
         {"ppo_steps", "SELECT rowid AS seq, step_id, run_id, body FROM ppo_steps"}};
     for (const auto& [table, sql] : tables) {
-      store->query(sql, [&](const Record& r) {
+      store->query(sql, [&](const Json& r) {
         // candidates are keyed by candidate_id alone; the per-run tables by (id, run).
         std::string key = table == "ppo_steps" ? text(r, "step_id") : text(r, "candidate_id");
         if (table != "candidates") key += "\x1f" + text(r, "run_id");
@@ -395,7 +395,7 @@ Report build_report(const std::vector<std::string>& store_paths, Select select) 
   }
   std::vector<std::pair<Seq, PpoStep>> steps;
   for (const auto& r : rows["ppo_steps"]) {
-    const Record& body = r.data["body"];
+    const Json& body = r.data["body"];
     PpoStep p;
     p.run_id = r.run_id;
     p.mode = text(body, "mode");
@@ -432,7 +432,7 @@ std::string render_table(const Report& report) {
     for (const auto& row : report.levels) {
       std::vector<std::string> line;
       for (const auto& [key, _] : columns) {
-        const Record v = row.contains(key) ? row[key] : Record();
+        const Json v = row.contains(key) ? row[key] : Json();
         if (v.is_string()) line.push_back(v.get<std::string>());
         else if (key == "pass_rate" || key.rfind("faster", 0) == 0 || key.rfind("fast_", 0) == 0) line.push_back(format_rate(v));
         else line.push_back(format_number(v));

@@ -47,7 +47,7 @@ struct Report {
   std::vector<std::string> stores;
   Select select = Select::final;
   std::vector<TaskResult> tasks;   // in level order, then task name
-  Record levels = Record::array();  // one JSON row per level, then the "all" row
+  Json levels = Json::array();  // one JSON row per level, then the "all" row
   std::vector<Iteration> iterations;  // in run order
   std::vector<PpoStep> ppo_steps;     // in run order, then step
   int64_t tasks_without_candidates = 0;
@@ -71,7 +71,7 @@ struct Command {
 int run(const Command& command, const std::string& default_store);
 
 // Shared by both renderings: "12.5%", "1.234", "-".
-std::string format_rate(const Record& v);
-std::string format_number(const Record& v, const char* format = "%.3f");
+std::string format_rate(const Json& v);
+std::string format_number(const Json& v, const char* format = "%.3f");
 
 }  // namespace ca::report

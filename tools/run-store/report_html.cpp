@@ -103,7 +103,7 @@ std::string level_table(const Report& r, const std::string& id, const std::strin
     h += "<tr data-level=\"" + escape(level) + "\"" + (level == "all" ? " class=\"total\"" : "") + "><td>" +
          escape(level) + "</td>";
     for (const auto& c : cols) {
-      const Record v = row.contains(c.key) ? row[c.key] : Record();
+      const Json v = row.contains(c.key) ? row[c.key] : Json();
       h += "<td data-key=\"" + escape(c.key) + "\">" + escape(c.rate ? format_rate(v) : format_number(v)) + "</td>";
     }
     h += "</tr>\n";
@@ -197,7 +197,7 @@ std::string training_plots(const Report& r) {
       const auto& it = r.iterations[i];
       const std::string where = "run " + it.run_id.substr(0, 8) + " (" + it.tool + ", " + it.started_at.substr(0, 19) +
                                 "), " + std::to_string(it.rewards) + " rewards";
-      pass.emplace_back(it.pass_rate, where + ": pass rate " + format_rate(Record(it.pass_rate)));
+      pass.emplace_back(it.pass_rate, where + ": pass rate " + format_rate(Json(it.pass_rate)));
       reward.emplace_back(it.reward_mean, where + ": mean reward " + num(it.reward_mean, "%.3f"));
       lo = std::min(lo, it.reward_mean);
       hi = std::max(hi, it.reward_mean);

@@ -131,7 +131,7 @@ TEST_CASE("plan: the DESIGN.md example parses, checks and binds") {
   CHECK(alpha == 2.0f);
   CHECK(b.buffers[b.forward[0].launch.args[2].buffer].ref == "outputs.0");
   // The same plan as a JSON object.
-  ca::Record j = ca::Record::parse(R"j({"dims":{"N":"inputs.a.shape[0]"},"forward":[{"launch":"scale_add","grid":["cdiv(N,256)"],"block":[256],"args":["inputs.0","inputs.1","outputs.0","N",2.0]}]})j");
+  ca::Json j = ca::Json::parse(R"j({"dims":{"N":"inputs.a.shape[0]"},"forward":[{"launch":"scale_add","grid":["cdiv(N,256)"],"block":[256],"args":["inputs.0","inputs.1","outputs.0","N",2.0]}]})j");
   BoundPlan bj = bind_plan(Plan::parse(j), scale_add_sigs(), io);
   CHECK(bj.forward[0].launch.grid[0] == 4);
 }
