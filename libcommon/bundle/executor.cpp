@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <random>
 #include <set>
@@ -95,6 +96,47 @@ extern "C" __global__ void ca_fingerprint(const unsigned long long* words, unsig
 
 CUfunction fingerprint_function() { return trusted_kernel("fingerprint.cu", kFingerprintSource, "ca_fingerprint"); }
 
+// Shared memory is not cleared between the kernels of one context: a call could leave its results
+// in shared memory and a later call on the same inputs find them there (a cache across calls that
+// no buffer holds). Before every call, one block per SM takes all the shared memory an SM gives a
+// block and fills it with 0xFF. The stores are volatile: nothing reads them, and they must stay.
+const char* kScrubSharedSource = R"(
+extern "C" __global__ void ca_scrub_shared(unsigned words) {
+  extern __shared__ unsigned smem[];
+  volatile unsigned* v = smem;
+  for (unsigned i = threadIdx.x; i < words; i += blockDim.x) v[i] = 0xFFFFFFFFu;
+}
+)";
+
+struct SharedScrub {
+  CUfunction fn = nullptr;
+  int blocks = 0;       // one per SM: a block of this size leaves no room for a second
+  unsigned bytes = 0;   // the most dynamic shared memory a block may take (opt-in)
+};
+
+// The scrub of the current context's device, set up once per context (a one-time cost).
+const SharedScrub& shared_scrub() {
+  static std::mutex mu;
+  static std::map<CUcontext, SharedScrub> by_context;
+  auto& d = Driver::get();
+  CUcontext ctx = nullptr;
+  d.check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = by_context.find(ctx); it != by_context.end()) return it->second;
+  SharedScrub s;
+  CUdevice dev;
+  d.check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+  int sms = 0, optin = 0;
+  d.check(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "SM count");
+  d.check(d.cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev), "shared memory per block");
+  s.fn = trusted_kernel("scrub_shared.cu", kScrubSharedSource, "ca_scrub_shared");
+  s.blocks = sms;
+  s.bytes = static_cast<unsigned>(optin);
+  d.check(d.cuFuncSetAttribute(s.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optin), "scrub: dynamic shared memory");
+  d.check(d.cuFuncSetAttribute(s.fn, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100), "scrub: carveout");
+  return by_context.emplace(ctx, s).first->second;
+}
+
 }  // namespace
 
 struct Executor::Impl {
@@ -136,6 +178,7 @@ Executor::Executor(const BoundPlan& plan, const std::string& cubin, ExecutorOpti
     if (plan_.buffers[i].space == Space::scratch && plan_.buffers[i].bytes > 0)
       (in_init.count(int(i)) ? init_scratch_ : forward_scratch_).push_back(int(i));
   d.check(d.cuModuleLoadData(&module_, cubin.data()), "cuModuleLoadData");
+  shared_scrub();  // its one-time compile and load here, with the module's, not in a call
   // The load-time image of every writable module-scope variable, restored before each call.
   for (const auto& [name, bytes] : cubin_writable_globals(cubin)) {
     GlobalImage g;
@@ -439,12 +482,21 @@ void Executor::poison_outputs() {
 
 void Executor::reset_call_state(CUstream stream) {
   auto& d = Driver::get();
+  scrub_shared_memory(stream);
   for (int i : forward_scratch_)
     d.check(d.cuMemsetD8Async(base_[i] + options_.guard_bytes, 0xFF, plan_.buffers[i].bytes, stream), "poison scratch");
   if (impl_->workspace) d.check(d.cuMemsetD8Async(impl_->workspace, 0xFF, impl_->workspace_bytes, stream), "poison workspace");
   if (impl_->conv_workspace)
     d.check(d.cuMemsetD8Async(impl_->conv_workspace, 0xFF, impl_->conv_workspace_bytes, stream), "poison workspace");
   for (const auto& g : globals_) d.check(d.cuMemcpyDtoDAsync(g.ptr, g.image, g.bytes, stream), "restore " + g.name);
+}
+
+void scrub_shared_memory(CUstream stream) {
+  auto& d = Driver::get();
+  const SharedScrub& s = shared_scrub();
+  unsigned words = s.bytes / 4;
+  void* args[] = {&words};
+  d.check(d.cuLaunchKernel(s.fn, s.blocks, 1, 1, 1024, 1, 1, s.bytes, stream, args, nullptr), "scrub shared memory");
 }
 
 int64_t Executor::module_global_bytes() const {

@@ -17,9 +17,10 @@
 //   auto changed = ex.changed_init_scratch(init_state);  // a cache kept in init's scratch
 //
 // Calls are independent by construction (DESIGN.md §5): before every call reset_call_state()
-// poisons the scratch that only forward writes and the library workspaces, and restores every
-// writable module-scope variable to its load-time bytes; the scratch init wrote is hashed and
-// must not change. Nothing a call leaves behind can reach the next one, so no cache can pay.
+// fills every SM's shared memory with 0xFF (it is not cleared between kernels), poisons the
+// scratch that only forward writes and the library workspaces, and restores every writable
+// module-scope variable to its load-time bytes; the scratch init wrote is hashed and must not
+// change. Nothing a call leaves behind can reach the next one, so no cache can pay.
 //   ca::TensorMap out = ex.download_outputs();
 #pragma once
 #include <cuda.h>
@@ -77,8 +78,9 @@ class Executor {
   std::string hash(const std::string& ref);
 
   void poison_outputs();                  // every output byte 0xFF: NaN for fp32/fp16/bf16
-  // Untimed, before every forward call, enqueued on `stream`: forward-only scratch and the
-  // cuBLASLt/cuDNN workspaces set to 0xFF, module globals copied back from their load-time image.
+  // Untimed, before every forward call, enqueued on `stream`: every SM's shared memory (the
+  // kernel kScrubSharedKernel), forward-only scratch and the cuBLASLt/cuDNN workspaces set to
+  // 0xFF, module globals copied back from their load-time image.
   void reset_call_state(CUstream stream);
   // The scratch buffers init steps touch ("scratch.wt" -> sha256), taken after run_init().
   std::map<std::string, std::string> init_scratch_hashes();
@@ -116,5 +118,10 @@ class Executor {
   std::vector<CUfunction> functions_;  // per step, init then forward
   std::unique_ptr<Impl> impl_;
 };
+
+// Fills the shared memory of every SM of the current context's device with 0xFF: one block per SM,
+// each taking the most a block may. A profiler that sums kernel time leaves this kernel out.
+inline constexpr const char* kScrubSharedKernel = "ca_scrub_shared";
+void scrub_shared_memory(CUstream stream);
 
 }  // namespace ca::bundle

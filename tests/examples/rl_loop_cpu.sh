@@ -14,7 +14,7 @@ MOCK_PID=
 trap '[ -n "$MOCK_PID" ] && kill "$MOCK_PID" 2>/dev/null; rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 demo=$CA_SRC/datasets/demo
-command -v kernel-check >/dev/null || { echo "kernel-check not built: skipped"; exit 0; }
+command -v kernel-check >/dev/null || fail "kernel-check not found in CA_BIN=$CA_BIN"
 
 ppo-step init --model-config "$demo/loop/policy-cpu.json" --out "$tmp/base" --seed 1 -q
 cp "$demo/tokenizer.json" "$tmp/base/"

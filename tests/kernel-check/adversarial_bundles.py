@@ -121,6 +121,54 @@ __global__ void memo_probe(const float* x, const float* saved, int* flag, int to
 case("passed", "memo-call-count-global", LINEAR, {"linear.cu": TILED_SKIPPING + COUNT_KERNELS},
      LINEAR_DIMS + MEMO_SCRATCH + MEMO_FORWARD, timed=True)
 
+# Memo in shared memory, which no buffer holds and no kernel clears: each block keeps its share of
+# the output in slots of its (uninitialized) shared memory, tagged by a sample of x and its block
+# index; a later call on the same inputs that finds its tag copies the slot instead of computing.
+# One block per SM (149 KB each), 12 slots: room for every timed input set. The checker fills all
+# shared memory with 0xFF before every call, so no tag survives and the kernel always computes.
+SMEM_MEMO = r"""
+#define SLOTS 12
+#define TAG 18
+__global__ void smem_memo_linear_relu(const float* x, const float* w, const float* b, float* y, int M, int N, int K) {
+  extern __shared__ float sm[];
+  __shared__ float want[TAG];
+  __shared__ int hit;
+  const int chunk = (M * N) / gridDim.x, stride = TAG + chunk, tid = threadIdx.x;
+  if (tid < 16) want[tid] = x[((size_t)tid * 104729u) % ((size_t)M * K)];
+  if (tid == 16) want[16] = (float)blockIdx.x;
+  if (tid == 17) want[17] = 1234.5f;
+  if (tid == 0) hit = -1;
+  __syncthreads();
+  if (tid < SLOTS) {
+    bool same = true;
+    for (int j = 0; j < TAG; ++j) same = same && sm[tid * stride + j] == want[j];
+    if (same) atomicMax(&hit, tid);
+  }
+  __syncthreads();
+  const size_t base = (size_t)blockIdx.x * chunk;
+  if (hit >= 0) {
+    for (int i = tid; i < chunk; i += blockDim.x) y[base + i] = sm[hit * stride + TAG + i];
+    return;
+  }
+  const int slot = (__float_as_uint(want[0]) >> 7) % SLOTS;
+  for (int i = tid; i < chunk; i += blockDim.x) {
+    const size_t idx = base + i;
+    const int m = idx / N, n = idx % N;
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k) acc = fmaf(x[(size_t)m * K + k], w[(size_t)n * K + k], acc);
+    const float v = fmaxf(acc + b[n], 0.0f);
+    y[idx] = v;
+    sm[slot * stride + TAG + i] = v;
+  }
+  __syncthreads();
+  if (tid < TAG) sm[slot * stride + tid] = want[tid];
+}
+"""
+# 128 blocks of 3072 outputs (512 x 768 / 128); 12 slots of 18 + 3072 floats = 148,320 bytes.
+case("passed", "memo-shared-memory", LINEAR, {"linear.cu": SMEM_MEMO},
+     LINEAR_DIMS + "forward:\n  - launch: smem_memo_linear_relu\n    grid: [128]\n    block: [512]\n"
+     "    shared: 148320\n    args: [inputs.0, params.linear.weight, params.linear.bias, outputs.0, M, N, K]\n", timed=True)
+
 # Results that would depend on the previous call through a module global: restored, so they do not.
 # (The bump is a second step, after the whole first kernel: within one launch it would race.)
 GLOBAL_COUNTER = SCALE_SRC.replace("__global__ void scale_add", "__device__ float g_bias;\n__global__ void bump() { g_bias += 1.0f; }\n"

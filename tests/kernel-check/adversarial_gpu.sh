@@ -59,7 +59,7 @@ def say(ok, text):
 honest = recs["adv-honest-tiled"]["prof"]
 say(honest["status"] == "timed", "honest tiled kernel timed: %s us" % honest["time_us"]["median"])
 t0 = honest["time_us"]["median"]
-for name in ("memo-sample-forward-scratch", "memo-pointer", "memo-call-count-global"):
+for name in ("memo-sample-forward-scratch", "memo-pointer", "memo-call-count-global", "memo-shared-memory"):
     p = recs["adv-" + name]["prof"]
     t = p["time_us"]["median"] if p.get("time_us") else 0
     # The cache never hits: the memo kernel does the honest work (plus its probes), never 1000x less.

@@ -154,6 +154,7 @@ void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, con
   lo.stop = options.stop;
   lo.warmup_calls = options.warmup;
   lo.use_cupti = !options.no_cupti;
+  lo.ignore_kernels = {bundle::kScrubSharedKernel};  // prepare()'s, between calls
   try {
     result.loop = measure::time_target(*bench, gpu.stream(), gpu.flusher(), lo);
   } catch (const cuda::CudaError& e) {

@@ -163,7 +163,7 @@ Outcome Profiler::profile(Json& record) {
   method["seed_given"] = options_.seed_given;
   method["flush_bytes"] = g.flusher().bytes();
   method["persisting_l2_reset"] = g.flusher().resets_persisting();
-  method["call_state_reset"] = "forward scratch and library workspaces poisoned, module globals restored, before every call";
+  method["call_state_reset"] = "shared memory of every SM, forward scratch and library workspaces poisoned, module globals restored, before every call";
   method["timer"] = "cuda_events around cuGraphLaunch";
   auto fill_times = [&] {
     method["device_timer"] = have_device() ? "cupti concurrent-kernel records, summed per call" : "none";
