@@ -1,11 +1,14 @@
 // GPU tests of kernel-prof's method on reference kernels (label gpu; run on the device):
 // a copy kernel's bandwidth against the device's own D2D copy rate, repeatability of one kernel
-// timed 5 times, proportionality (2x the work takes 1.8-2.2x), and CUPTI's per-kernel breakdown.
+// timed 5 times, proportionality (2x the work takes 1.8-2.2x), CUPTI's per-kernel breakdown, and
+// the shared-memory scrub every call starts with (a channel between calls without it).
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cstdio>
 
+#include "libcommon/bundle/compile.hpp"
+#include "libcommon/bundle/executor.hpp"
 #include "libcommon/cuda/cupti.hpp"
 #include "libcommon/cuda/driver.hpp"
 #include "libcommon/measure/gpu_lock.hpp"
@@ -109,4 +112,59 @@ TEST_CASE("CUPTI: one kernel per call, breakdown with its launch shape, device t
               (long long)r.device.n, measure::stop_reason_name(r.stop));
   CHECK(r.device.median <= r.event.median * 1.01);
   CHECK(r.device.median >= r.event.median * 0.9);
+}
+
+// What bench/smem_probe.py measured on the H200 (driver 580): a kernel's shared memory holds what
+// the previous kernel of the context left in it (all 7,670,784 words), a 2x-L2 memset between them
+// leaves 1.6%, and the scrub leaves none. So a call could find a result an earlier call left there;
+// reset_call_state() scrubs before every call.
+TEST_CASE("shared memory outlives a kernel; scrub_shared_memory leaves none of it") {
+  Gpu& g = gpu();
+  auto& drv = cuda::Driver::get();
+  static const char* src = R"(
+extern "C" __global__ void ca_test_smem_writer(unsigned words, unsigned tag) {
+  extern __shared__ unsigned s[];
+  volatile unsigned* v = s;
+  for (unsigned i = threadIdx.x; i < words; i += blockDim.x) v[i] = tag ^ (i * 2654435761u);
+}
+extern "C" __global__ void ca_test_smem_reader(unsigned words, unsigned tag, unsigned long long* kept) {
+  extern __shared__ unsigned s[];
+  volatile unsigned* v = s;
+  unsigned c = 0;
+  for (unsigned i = threadIdx.x; i < words; i += blockDim.x) c += (v[i] == (tag ^ (i * 2654435761u)));
+  atomicAdd(kept, (unsigned long long)c);
+}
+)";
+  CUfunction writer = bundle::trusted_kernel("smem_test.cu", src, "ca_test_smem_writer");
+  CUfunction reader = bundle::trusted_kernel("smem_test.cu", src, "ca_test_smem_reader");
+  CUdevice dev;
+  drv.check(drv.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+  int sms = 0, optin = 0;
+  drv.check(drv.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "SM count");
+  drv.check(drv.cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev), "optin");
+  for (CUfunction f : {writer, reader})
+    drv.check(drv.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optin), "dynamic shared memory");
+  CUdeviceptr kept = 0;
+  drv.check(drv.cuMemAlloc(&kept, 8), "cuMemAlloc");
+  unsigned words = unsigned(optin) / 4;
+  // Writer, [scrub], reader: the words of the writer's pattern the reader still finds.
+  auto words_kept = [&](bool scrub, unsigned tag) {
+    drv.check(drv.cuMemsetD8Async(kept, 0, 8, g.stream), "memset");
+    void* wargs[] = {&words, &tag};
+    drv.check(drv.cuLaunchKernel(writer, sms, 1, 1, 1024, 1, 1, optin, g.stream, wargs, nullptr), "writer");
+    if (scrub) bundle::scrub_shared_memory(g.stream);
+    void* rargs[] = {&words, &tag, &kept};
+    drv.check(drv.cuLaunchKernel(reader, sms, 1, 1, 1024, 1, 1, optin, g.stream, rargs, nullptr), "reader");
+    unsigned long long n = 0;
+    drv.check(drv.cuStreamSynchronize(g.stream), "smem test");
+    drv.check(drv.cuMemcpyDtoH(&n, kept, 8), "download");
+    return n;
+  };
+  const unsigned long long total = (unsigned long long)sms * words;
+  unsigned long long plain = words_kept(false, 0x5EED0001u), scrubbed = words_kept(true, 0x5EED0002u);
+  std::printf("shared memory: %llu of %llu words kept from one kernel to the next, %llu past the scrub\n", plain, total,
+              scrubbed);
+  CHECK(plain > total / 2);  // the channel the scrub closes (were it cleared by the GPU, the scrub would be moot)
+  CHECK(scrubbed == 0);
+  drv.cuMemFree(kept);
 }
