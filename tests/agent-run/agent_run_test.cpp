@@ -3,7 +3,9 @@
 // replay script format.
 #include <doctest/doctest.h>
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -138,6 +140,54 @@ TEST_CASE("workspace: disk use is measured, the cap trims the largest entries, k
   CHECK(ws.over_cap(ws.usage()).empty());
   CHECK(fs::exists(ws.root() + "/kernels/k.cu"));
   CHECK(ws.enforce_cap().empty());
+}
+
+// A workspace is stale when the process that made it is gone. Its owner need not be a program
+// named agent-run (this unit binary owns workspaces too, and an agent-run running beside it once
+// removed them mid-test); a pid reused by another process is told apart by its start time.
+TEST_CASE("stale workspaces: a live owner's stays whatever its program; a dead or reused pid's goes") {
+  const std::string old_base = workspace_base();
+  const std::string base = fs::temp_directory_path().string() + "/agent-run-unit-stale-" + std::to_string(getpid());
+  fs::create_directories(base);
+  set_workspace_base(base);
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    Workspace ws("s", "m", kCap);
+    if (write(ready[1], "x", 1) != 1) _exit(1);
+    pause();  // killed while it holds its workspace
+    _exit(0);
+  }
+  char c = 0;
+  REQUIRE(read(ready[0], &c, 1) == 1);
+  const std::string tag = "." + std::to_string(child) + ".";
+  auto folders_of_child = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(base))
+      if (e.path().filename().string().find(tag) != std::string::npos) names.push_back(e.path().filename().string());
+    return names;
+  };
+  REQUIRE(folders_of_child().size() == 1);
+  const std::string real = folders_of_child()[0];
+  CHECK(clean_stale_workspaces() == 0);  // alive, though its program is agent_run_unit
+  CHECK(fs::exists(base + "/" + real));
+  // The same pid with another start time: that process is gone, the pid now another's.
+  const std::string fake = real.substr(0, real.find(tag) + tag.size()) + "1.reused";
+  fs::create_directory(base + "/" + fake);
+  CHECK(clean_stale_workspaces() == 1);
+  CHECK(!fs::exists(base + "/" + fake));
+  CHECK(fs::exists(base + "/" + real));
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(clean_stale_workspaces() == 1);  // killed: its destructor never ran
+  CHECK(folders_of_child().empty());
+  close(ready[0]);
+  close(ready[1]);
+  set_workspace_base(old_base);
+  fs::remove_all(base);
 }
 
 TEST_CASE("remove_tree: any depth, folders without permissions, never through a symlink") {

@@ -293,14 +293,30 @@ std::string this_host_prefix() {
   return "agent-run." + (h.empty() ? std::string("host") : h) + "." + (n.empty() ? std::string("0") : n) + ".";
 }
 
-bool agent_run_alive(pid_t pid) {
+// The start time of a process (clock ticks since boot, /proc/PID/stat field 22), or "" if it is
+// gone or unreadable. With its pid it names one process: a reused pid has another start time.
+std::string process_start(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!in || !std::getline(in, stat)) return "";
+  std::size_t close = stat.rfind(')');  // the name before it may hold spaces and parentheses
+  if (close == std::string::npos) return "";
+  std::istringstream rest(stat.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i)
+    if (i == 22) return field;
+  return "";
+}
+
+// Whether the process that made a workspace (its pid and start time, from the folder's name) is
+// still running. Any program may own workspaces (agent-run, its unit tests, a library user), so
+// the name of the running program is not asked; the start time tells a reused pid apart.
+bool owner_alive(pid_t pid, const std::string& start) {
   if (pid == getpid()) return true;
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  // A pid reused by another program: its owner is gone all the same.
-  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
-  std::string name;
-  if (comm && std::getline(comm, name)) return name == "agent-run";
-  return true;  // cannot tell: leave it
+  std::string now = process_start(pid);
+  if (now.empty()) return true;  // cannot tell: leave it
+  return now == start;
 }
 
 }  // namespace
@@ -331,7 +347,9 @@ const std::string& workspace_base() {
 }
 
 std::string make_owned_dir(const std::string& tag) {
-  std::string templ = workspace_base() + "/" + this_host_prefix() + std::to_string(getpid()) + "." + tag + "XXXXXX";
+  const std::string start = process_start(getpid());  // not cached: a forked child is another process
+  std::string templ = workspace_base() + "/" + this_host_prefix() + std::to_string(getpid()) + "." +
+                      (start.empty() ? std::string("0") : start) + "." + tag + "XXXXXX";
   std::vector<char> buf(templ.begin(), templ.end());
   buf.push_back('\0');
   if (!mkdtemp(buf.data()))
@@ -346,11 +364,14 @@ int clean_stale_workspaces() {
   if (!base) return 0;
   for (const std::string& name : entries_of(base.fd)) {
     if (name.rfind(prefix, 0) != 0) continue;
+    // PREFIX PID.START.TAG+random: both numbers must be there, or the folder is not one of ours.
     std::string rest = name.substr(prefix.size());
-    std::size_t dot = rest.find('.');
-    if (dot == 0 || dot == std::string::npos || rest.find_first_not_of("0123456789") != dot) continue;
+    std::size_t dot = rest.find('.'), dot2 = dot == std::string::npos ? dot : rest.find('.', dot + 1);
+    if (dot == 0 || dot2 == std::string::npos || dot2 == dot + 1 || rest.find_first_not_of("0123456789") != dot ||
+        rest.find_first_not_of("0123456789", dot + 1) != dot2)
+      continue;
     pid_t pid = static_cast<pid_t>(std::stol(rest.substr(0, dot)));
-    if (agent_run_alive(pid)) continue;
+    if (owner_alive(pid, rest.substr(dot + 1, dot2 - dot - 1))) continue;
     struct stat st {};
     if (fstatat(base.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) continue;
     if (st.st_uid != geteuid() && geteuid() != 0) continue;  // another user's: theirs to clean
