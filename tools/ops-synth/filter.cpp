@@ -135,7 +135,8 @@ std::string judge(ca::WorkerClient& worker, ca::Json& rec, const FilterOptions& 
 std::optional<ca::Json> stored_verdict(ca::Store& store, const std::string& task_id, const FilterOptions& opt) {
   auto prev = store.latest("filter_results", task_id);
   if (!prev || !prev->is_object() || !prev->contains("verdicts") || !prev->contains("options")) return std::nullopt;
-  if ((*prev)["options"] != verdict_options(opt)) return std::nullopt;
+  // Compared as canonical text: ordered JSON objects are equal only with their keys in the same order.
+  if (ca::canonical_json((*prev)["options"]) != ca::canonical_json(verdict_options(opt))) return std::nullopt;
   if ((*prev).value("reason", ca::Json()) == "gpu_memory") return std::nullopt;  // the GPU's state, not the task's
   return prev;
 }
