@@ -179,10 +179,15 @@ TEST_CASE("stale workspaces: a live owner's stays whatever its program; a dead o
   CHECK(clean_stale_workspaces() == 1);
   CHECK(!fs::exists(base + "/" + fake));
   CHECK(fs::exists(base + "/" + real));
+  // An older agent-run's name (PID.random, no start time): kept while the pid lives.
+  const std::string legacy = real.substr(0, real.find(tag) + tag.size()) + "Ab12Cd";
+  fs::create_directory(base + "/" + legacy);
+  CHECK(clean_stale_workspaces() == 0);
+  CHECK(fs::exists(base + "/" + legacy));
   kill(child, SIGKILL);
   int status = 0;
   waitpid(child, &status, 0);
-  CHECK(clean_stale_workspaces() == 1);  // killed: its destructor never ran
+  CHECK(clean_stale_workspaces() == 2);  // killed: its destructor never ran; and the older name of its pid
   CHECK(folders_of_child().empty());
   close(ready[0]);
   close(ready[1]);

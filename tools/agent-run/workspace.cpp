@@ -308,12 +308,13 @@ std::string process_start(pid_t pid) {
   return "";
 }
 
-// Whether the process that made a workspace (its pid and start time, from the folder's name) is
-// still running. Any program may own workspaces (agent-run, its unit tests, a library user), so
+// Whether the process that made a workspace (its pid and start time, from the folder's name; ""
+// for an older agent-run's folder, which has none) is still running. Any program may own workspaces (agent-run, its unit tests, a library user), so
 // the name of the running program is not asked; the start time tells a reused pid apart.
 bool owner_alive(pid_t pid, const std::string& start) {
   if (pid == getpid()) return true;
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  if (start.empty()) return true;  // no start time in the name: a live pid may be its owner, leave it
   std::string now = process_start(pid);
   if (now.empty()) return true;  // cannot tell: leave it
   return now == start;
@@ -364,14 +365,16 @@ int clean_stale_workspaces() {
   if (!base) return 0;
   for (const std::string& name : entries_of(base.fd)) {
     if (name.rfind(prefix, 0) != 0) continue;
-    // PREFIX PID.START.TAG+random: both numbers must be there, or the folder is not one of ours.
+    // PREFIX PID.START.TAG+random; an older agent-run's folders have no START (PID.TAG+random).
     std::string rest = name.substr(prefix.size());
-    std::size_t dot = rest.find('.'), dot2 = dot == std::string::npos ? dot : rest.find('.', dot + 1);
-    if (dot == 0 || dot2 == std::string::npos || dot2 == dot + 1 || rest.find_first_not_of("0123456789") != dot ||
-        rest.find_first_not_of("0123456789", dot + 1) != dot2)
-      continue;
+    std::size_t dot = rest.find('.');
+    if (dot == 0 || dot == std::string::npos || rest.find_first_not_of("0123456789") != dot) continue;
     pid_t pid = static_cast<pid_t>(std::stol(rest.substr(0, dot)));
-    if (owner_alive(pid, rest.substr(dot + 1, dot2 - dot - 1))) continue;
+    std::size_t dot2 = rest.find('.', dot + 1);
+    std::string start;
+    if (dot2 != std::string::npos && dot2 > dot + 1 && rest.find_first_not_of("0123456789", dot + 1) == dot2)
+      start = rest.substr(dot + 1, dot2 - dot - 1);
+    if (owner_alive(pid, start)) continue;
     struct stat st {};
     if (fstatat(base.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) continue;
     if (st.st_uid != geteuid() && geteuid() != 0) continue;  // another user's: theirs to clean
