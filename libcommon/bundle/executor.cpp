@@ -129,7 +129,7 @@ const SharedScrub& shared_scrub() {
   int sms = 0, optin = 0;
   d.check(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "SM count");
   d.check(d.cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev), "shared memory per block");
-  s.fn = trusted_kernel("scrub_shared.cu", kScrubSharedSource, "ca_scrub_shared");
+  s.fn = trusted_kernel("scrub_shared.cu", kScrubSharedSource, kScrubSharedKernel);
   s.blocks = sms;
   s.bytes = static_cast<unsigned>(optin);
   d.check(d.cuFuncSetAttribute(s.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optin), "scrub: dynamic shared memory");

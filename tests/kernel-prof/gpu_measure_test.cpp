@@ -6,6 +6,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
 
 #include "libcommon/bundle/compile.hpp"
 #include "libcommon/bundle/executor.hpp"
@@ -114,29 +118,21 @@ TEST_CASE("CUPTI: one kernel per call, breakdown with its launch shape, device t
   CHECK(r.device.median >= r.event.median * 0.9);
 }
 
-// What bench/smem_probe.py measured on the H200 (driver 580): a kernel's shared memory holds what
-// the previous kernel of the context left in it (all 7,670,784 words), a 2x-L2 memset between them
-// leaves 1.6%, and the scrub leaves none. So a call could find a result an earlier call left there;
-// reset_call_state() scrubs before every call.
+// What bench/smem_probe.py measured on the H200 (driver 580), with these kernels: a kernel's shared
+// memory holds what the previous kernel of the context left in it (all 7,670,784 words), a 2x-L2
+// memset between them leaves 1.6%, and the scrub leaves none. So a call could find a result an
+// earlier call left there; reset_call_state() scrubs before every call.
 TEST_CASE("shared memory outlives a kernel; scrub_shared_memory leaves none of it") {
   Gpu& g = gpu();
   auto& drv = cuda::Driver::get();
-  static const char* src = R"(
-extern "C" __global__ void ca_test_smem_writer(unsigned words, unsigned tag) {
-  extern __shared__ unsigned s[];
-  volatile unsigned* v = s;
-  for (unsigned i = threadIdx.x; i < words; i += blockDim.x) v[i] = tag ^ (i * 2654435761u);
-}
-extern "C" __global__ void ca_test_smem_reader(unsigned words, unsigned tag, unsigned long long* kept) {
-  extern __shared__ unsigned s[];
-  volatile unsigned* v = s;
-  unsigned c = 0;
-  for (unsigned i = threadIdx.x; i < words; i += blockDim.x) c += (v[i] == (tag ^ (i * 2654435761u)));
-  atomicAdd(kept, (unsigned long long)c);
-}
-)";
-  CUfunction writer = bundle::trusted_kernel("smem_test.cu", src, "ca_test_smem_writer");
-  CUfunction reader = bundle::trusted_kernel("smem_test.cu", src, "ca_test_smem_reader");
+  // The probe's kernels (bench/smem_probe.cu), read from the source tree.
+  const char* root = std::getenv("CA_SRC");
+  REQUIRE(root != nullptr);
+  std::ifstream in(std::string(root) + "/bench/smem_probe.cu");
+  REQUIRE(in.good());
+  const std::string src((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CUfunction writer = bundle::trusted_kernel("smem_probe.cu", src.c_str(), "ca_probe_smem_writer");
+  CUfunction reader = bundle::trusted_kernel("smem_probe.cu", src.c_str(), "ca_probe_smem_reader");
   CUdevice dev;
   drv.check(drv.cuCtxGetDevice(&dev), "cuCtxGetDevice");
   int sms = 0, optin = 0;

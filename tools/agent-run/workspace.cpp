@@ -309,8 +309,9 @@ std::string process_start(pid_t pid) {
 }
 
 // Whether the process that made a workspace (its pid and start time, from the folder's name; ""
-// for an older agent-run's folder, which has none) is still running. Any program may own workspaces (agent-run, its unit tests, a library user), so
-// the name of the running program is not asked; the start time tells a reused pid apart.
+// for an older agent-run's folder, which has none) is still running. Any program may own
+// workspaces (agent-run, its unit tests, a library user), so the running program's name is not
+// asked; the start time tells a reused pid apart.
 bool owner_alive(pid_t pid, const std::string& start) {
   if (pid == getpid()) return true;
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
