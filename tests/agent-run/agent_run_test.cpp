@@ -309,17 +309,12 @@ TEST_CASE("native policy: Qwen2.5 tool calls are parsed from a completion") {
   CHECK(content == "just text");
 }
 
-TEST_CASE("native policy: the tools block lists every schema; turns extend one token context") {
-  ca::Json tools = ca::Json::array({{{"type", "function"}, {"function", {{"name", "read_file"}, {"parameters", ca::Json::object()}}}},
-                                    {{"type", "function"}, {"function", {{"name", "compile"}, {"parameters", ca::Json::object()}}}}});
-  std::string block = tools_system_block(tools);
-  CHECK(block.find("<tools>\n" + tools[0].dump() + "\n" + tools[1].dump() + "\n</tools>") != std::string::npos);
-  CHECK(block.find("<tool_call>") != std::string::npos);
-
-  // A small random checkpoint with the fixture tokenizer (303 tokens; the model pads to 320).
+namespace {
+// A small random native checkpoint with the fixture tokenizer, in a temporary folder.
+fs::path native_checkpoint(const std::string& name) {
   const char* src = std::getenv("CA_SRC");
   REQUIRE(src != nullptr);
-  fs::path dir = fs::temp_directory_path() / ("native-policy-" + std::to_string(::getpid()));
+  fs::path dir = fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()));
   ca::nn::Config c;
   c.vocab_size = 320;
   c.hidden_size = 32;
@@ -328,12 +323,26 @@ TEST_CASE("native policy: the tools block lists every schema; turns extend one t
   c.num_attention_heads = 4;
   c.num_key_value_heads = 2;
   c.head_dim = 8;
-  c.max_position_embeddings = 2048;
+  c.max_position_embeddings = 16384;
   ca::nn::Model<float> m(c);
   m.init_random(5, 0.02);
   ca::nn::save_model(m, dir.string());
-  fs::copy_file(fs::path(src) / "tests/nn_cuda/fixtures/tokenizer.json", dir / "tokenizer.json");
+  fs::copy_file(fs::path(src) / "tests/nn_cuda/fixtures/tokenizer.json", dir / "tokenizer.json",
+                fs::copy_options::overwrite_existing);
+  return dir;
+}
 
+}  // namespace
+
+TEST_CASE("native policy: the tools block lists every schema; turns extend one token context") {
+  ca::Json tools = ca::Json::array({{{"type", "function"}, {"function", {{"name", "read_file"}, {"parameters", ca::Json::object()}}}},
+                                    {{"type", "function"}, {"function", {{"name", "compile"}, {"parameters", ca::Json::object()}}}}});
+  std::string block = tools_system_block(tools);
+  CHECK(block.find("<tools>\n" + tools[0].dump() + "\n" + tools[1].dump() + "\n</tools>") != std::string::npos);
+  CHECK(block.find("<tool_call>") != std::string::npos);
+
+  // A small random checkpoint with the fixture tokenizer (303 tokens; the model pads to 320).
+  fs::path dir = native_checkpoint("native-policy");
   PolicyOptions o;
   o.max_tokens = 12;
   auto policy = make_native_policy(dir.string(), o);
@@ -367,28 +376,6 @@ TEST_CASE("native policy: the tools block lists every schema; turns extend one t
 }
 
 namespace {
-// A small random native checkpoint with the fixture tokenizer, in a temporary folder.
-fs::path native_checkpoint(const std::string& name) {
-  const char* src = std::getenv("CA_SRC");
-  REQUIRE(src != nullptr);
-  fs::path dir = fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()));
-  ca::nn::Config c;
-  c.vocab_size = 320;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.max_position_embeddings = 16384;
-  ca::nn::Model<float> m(c);
-  m.init_random(5, 0.02);
-  ca::nn::save_model(m, dir.string());
-  fs::copy_file(fs::path(src) / "tests/nn_cuda/fixtures/tokenizer.json", dir / "tokenizer.json",
-                fs::copy_options::overwrite_existing);
-  return dir;
-}
-
 // Runs of equal mask values: [begin, end) and the value.
 struct Run {
   std::size_t begin, end;
