@@ -42,7 +42,7 @@ def main():
     env = dict(os.environ)
     if a.device == "cpu":
         env["CA_FORCE_CPU"] = "1"
-    train_dev = ["--device", a.device]
+    train_dev = ["--device", a.device]  # training and sampling (bf16 on cuda, f32 on the CPU)
 
     def yaml(name, lr, epochs):
         open(W(name), "w").write("rft:\n  lr: %g\n  epochs: %d\n  weight_decay: 0.0\n  grad_clip: 1.0\n" % (lr, epochs))
@@ -105,7 +105,7 @@ def main():
         inp = "".join(json.dumps({"task_id": "t%d" % k, "prompt_token_ids": ids[:b]}) + "\n" for k, (b, e) in enumerate(turns))
         got = [json.loads(l) for l in run([ppo, "sample", "--policy", policy, "--temperature", str(temperature),
                                            "--max-new-tokens", str(max(e - b for b, e in turns) + 64), "--stop", "302", "300",
-                                           "--seed", "1"], input=inp, env=env).splitlines()]
+                                           "--seed", "1"] + train_dev, input=inp, env=env).splitlines()]
         same, rec_turns, prev = 0, [], 0
         for (b, e), g in zip(turns, got):
             comp = g["episode"]["turns"][1]["token_ids"]

@@ -8,7 +8,9 @@
 #  3. the optimizer state crosses devices: a CPU step continues a GPU step and agrees with a GPU one;
 #  4. learning: rft on the GPU lowers the NLL over three chained steps, and the toy RL task of
 #     toy_rl.sh, trained on the GPU in bf16, raises its reward as on the CPU;
-#  5. a GPU that is not there is an environment error (exit 3) naming it.
+#  5. ppo-step sample --device cuda: the logprobs it records for its sampled tokens are the CPU
+#     model's (within 1e-4 per response in fp32, 3e-2 in bf16), and it stops at a stop token;
+#  6. a GPU that is not there is an environment error (exit 3) naming it.
 source "$(dirname "$0")/lib.sh"
 cd "$tmp"
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -80,6 +82,62 @@ printf '%s\n' '{"model_type": "qwen2", "vocab_size": 8, "hidden_size": 32, "inte
   '"num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 32,' \
   '"rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": false}' > toy16.json
 TOY_MODEL=$tmp/toy16.json TOY_TRAIN_ARGS="--device cuda --dtype bf16" bash "$HERE/toy_rl.sh" || fail "toy RL on the GPU"
+
+# Sampling on the GPU: each response's mean logprob against the CPU model's NLL of the same tokens
+# (an rft step with a zero learning rate reports it as sft_loss_first).
+$PY - > prompts.jsonl <<'PYEOF'
+import json, random
+rng = random.Random(11)
+vocab = json.load(open("policy/config.json"))["vocab_size"]
+for i in range(4):
+    print(json.dumps({"task_id": "p%d" % i, "prompt_token_ids": [rng.randrange(vocab) for _ in range(5 + 7 * i)]}))
+PYEOF
+printf 'rft:\n  lr: 1.0e-30\n  epochs: 1\n  min_reward: 0.5\n  require_clean_tool_use: false\n' > score.yaml
+for dt in f32 bf16; do
+  $PPO sample --policy policy --device cuda --dtype $dt -n 2 --temperature 1 --max-new-tokens 24 --seed 7 \
+    < prompts.jsonl > "sampled_$dt.jsonl" || fail "ppo-step sample --device cuda --dtype $dt"
+  n=0
+  while IFS= read -r line; do
+    n=$((n + 1))
+    printf '%s\n' "$line" | $PY -c 'import json,sys; r=json.loads(sys.stdin.read()); r["reward"]=1; print(json.dumps(r))' > one.jsonl
+    $PPO --mode rft --policy policy --out scored --config score.yaml --seed 1 --no-store -q < one.jsonl > "score_${dt}_$n.jsonl" \
+      || fail "scoring response $n on the CPU"
+    rm -rf scored
+  done < "sampled_$dt.jsonl"
+  $PY - "sampled_$dt.jsonl" $dt $n <<'PYEOF' || fail "GPU sampling ($dt) disagrees with the CPU model"
+import json, sys
+path, dt, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+recs = [json.loads(l) for l in open(path)]
+assert len(recs) == 8 == n, (len(recs), n)
+tol = 1e-4 if dt == "f32" else 3e-2
+worst = 0.0
+for k, r in enumerate(recs, 1):
+    e = r["episode"]
+    assert e["settings"]["device"] == "cuda:0" and e["settings"]["dtype"] == dt, e["settings"]
+    lp = e["turns"][1]["logprobs"]
+    assert len(lp) == len(e["turns"][1]["token_ids"]) == 24, len(lp)
+    gpu = -sum(lp) / len(lp)
+    cpu = json.loads(open("score_%s_%d.jsonl" % (dt, k)).readlines()[-1])["sft_loss_first"]
+    worst = max(worst, abs(gpu - cpu))
+    assert abs(gpu - cpu) <= tol, (k, gpu, cpu)
+print("sample on cuda (%s): 8 responses, mean NLL per token against the CPU model's: worst difference %.2e (bound %.0e)" % (dt, worst, tol))
+PYEOF
+done
+# A stop token ends a response on the GPU as on the CPU: stop at the token greedy decoding gives first.
+head -n 1 prompts.jsonl | $PPO sample --policy policy --device cuda --dtype f32 --temperature 0 --max-new-tokens 24 --seed 7 \
+  > greedy.jsonl || fail "greedy sample"
+g=$($PY -c 'import json; print(json.loads(open("greedy.jsonl").readline())["episode"]["turns"][1]["token_ids"][1])')
+head -n 1 prompts.jsonl | $PPO sample --policy policy --device cuda --dtype f32 --temperature 0 --max-new-tokens 24 --seed 7 \
+  --stop "$g" > stopped.jsonl || fail "sample with --stop"
+$PY - <<'PYEOF' || fail "--stop on the GPU"
+import json
+full = json.loads(open("greedy.jsonl").readline())["episode"]
+cut = json.loads(open("stopped.jsonl").readline())["episode"]
+want = full["turns"][1]["token_ids"][:full["turns"][1]["token_ids"].index(full["turns"][1]["token_ids"][1]) + 1]
+got = cut["turns"][1]["token_ids"]
+assert got == want and cut["stop_reason"] == "stop", (got, want, cut["stop_reason"])
+print("sample on cuda: --stop ends the response at its stop token (%d tokens)" % len(got))
+PYEOF
 
 set +e
 $PPO --mode rft --policy policy --out nowhere --device cuda:63 --no-store -q < episodes.jsonl > /dev/null 2> err

@@ -160,7 +160,20 @@ if [ ! -e /dev/nvidiactl ]; then  # no GPU here: --device cuda is an environment
   $PPO --mode rft --policy policy --out bad/8 --device cuda --no-store -i episodes.jsonl > out8 2> err; [ $? -eq 3 ] || fail "--device cuda without a GPU"
   [ ! -s out8 ] && [ ! -e bad/8 ] || fail "--device cuda without a GPU wrote something"
   head -2 err
+  $PPO sample --policy policy --device cuda < prompts.jsonl > out9 2> err; [ $? -eq 3 ] || fail "sample --device cuda without a GPU"
+  [ ! -s out9 ] || fail "sample --device cuda without a GPU wrote something"
 fi
+# sample: a prompt token outside the model's vocabulary is a bad record naming the field; the next
+# prompt is still answered.
+vocab=$(field policy/config.json vocab_size)
+printf '%s\n' "{\"task_id\":\"x\",\"prompt_token_ids\":[0,$vocab]}" '{"task_id":"y","prompt_token_ids":[1]}' \
+  | $PPO sample --policy policy --max-new-tokens 2 --seed 1 -q > s9.jsonl; [ $? -eq 0 ] || fail "sample with a bad prompt"
+$PY - s9.jsonl <<'PYEOF' || fail "sample: the bad prompt record"
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+assert len(r) == 2 and r[0]["error"]["field"] == "prompt_token_ids" and "vocabulary" in r[0]["error"]["reason"], r[0]
+assert "episode" in r[1] and len(r[1]["episode"]["turns"][1]["token_ids"]) == 2, r[1]
+PYEOF
 set -e
 $PPO config | grep -q "clip_ratio_high: 0.28" || fail "config defaults"
 echo "train modes: ok"

@@ -1,7 +1,9 @@
 // ppo-step's subcommands: advantages, sample, tokenize, init and config.
 #include "tools/ppo-step/commands.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
 #include <iostream>
 
 #include "libcommon/errors.hpp"
@@ -49,10 +51,31 @@ int run_advantages(const CommonOptions& options, const AdvantageSettings& settin
 
 Sampler::Sampler(const SampleSettings& settings)
     : settings_(settings), model_(nn::load_model<float>(settings.policy)), rng_(settings.seed) {
-  model_.release_gradients();  // sampling runs forward only
   if (settings_.samples < 1) throw UsageError("-n must be at least 1");
   if (settings_.options.max_new_tokens < 1) throw UsageError("--max-new-tokens must be at least 1");
   if (settings_.options.top_p <= 0 || settings_.options.top_p > 1) throw UsageError("--top-p must be in (0, 1]");
+  if (const int ordinal = nn_cuda::parse_device(settings_.device, "--device"); ordinal >= 0) {
+    gpu_ = std::make_unique<nn_cuda::Gpu>(ordinal);
+    nn_cuda::CudaModelOptions o;
+    o.dtype = nn_cuda::parse_dtype(settings_.dtype);
+    cuda_model_ = std::make_unique<nn_cuda::CudaModel>(*gpu_, model_, o);
+  }
+  model_.release_gradients();  // sampling runs forward only
+}
+
+// One response to `prompt`. On the CPU the prompt's state is computed once per prompt (the caller's
+// decoder) and each response continues from a copy; on the GPU each response feeds the prompt again
+// into a KV cache sized for it.
+nn::SampleResult Sampler::generate(const std::vector<int>& prompt, const nn::Decoder<float>* cpu_prompt_state) {
+  if (!cuda_model_) {
+    nn::Decoder<float> d = *cpu_prompt_state;
+    return nn::generate(d, settings_.options, rng_);
+  }
+  const int max_len = int(std::min<int64_t>(model_.config().max_position_embeddings,
+                                            int64_t(prompt.size()) + settings_.options.max_new_tokens + 1));
+  nn_cuda::CudaDecoder d(*cuda_model_, max_len);
+  d.feed(prompt);
+  return nn_cuda::generate(d, settings_.options, rng_);
 }
 
 std::vector<Json> Sampler::responses(const Json& prompt) {
@@ -63,18 +86,29 @@ std::vector<Json> Sampler::responses(const Json& prompt) {
     if (!v.is_number_integer()) throw FieldError("prompt_token_ids", "expected integers");
     ids.push_back(v.get<int>());
   }
+  if (int64_t(ids.size()) + 1 > model_.config().max_position_embeddings)
+    throw FieldError("prompt_token_ids", log::cat(ids.size(), " tokens: the model's window is ",
+                                                  model_.config().max_position_embeddings));
+  for (int id : ids)
+    if (id < 0 || id >= model_.config().vocab_size)
+      throw FieldError("prompt_token_ids", log::cat("token id ", id, " is outside the model's vocabulary of ",
+                                                    model_.config().vocab_size));
   const std::string key = record_key(prompt);
   ++prompts_;
   const auto t0 = std::chrono::steady_clock::now();
-  nn::Decoder<float> decoder(model_);
-  decoder.feed(ids);  // the prompt's state is computed once; each response restarts from a copy
+  std::optional<nn::Decoder<float>> decoder;
+  if (!cuda_model_) {
+    decoder.emplace(model_);
+    decoder->feed(ids);
+  }
   std::vector<Json> out;
   for (int i = 0; i < settings_.samples; ++i) {
-    nn::Decoder<float> d = decoder;
-    nn::SampleResult r = nn::generate(d, settings_.options, rng_);
+    nn::SampleResult r = generate(ids, decoder ? &*decoder : nullptr);
     Json rec = prompt;
     Json settings = {{"temperature", settings_.options.temperature}, {"top_p", settings_.options.top_p},
-                     {"max_new_tokens", settings_.options.max_new_tokens}, {"seed", settings_.seed}};
+                     {"max_new_tokens", settings_.options.max_new_tokens}, {"seed", settings_.seed},
+                     {"device", cuda_model_ ? "cuda:" + std::to_string(gpu_->info().ordinal) : std::string("cpu")},
+                     {"dtype", cuda_model_ ? settings_.dtype : std::string("f32")}};
     rec["episode_id"] = content_id(Json{{"key", key}, {"seed", settings_.seed}, {"sample", i}, {"tokens", r.tokens}});
     Json episode;
     episode["policy"] = "native:" + settings_.policy;
@@ -173,6 +207,10 @@ void add_subcommands(Cli& cli, Subcommands& s, EpisodeFields& fields) {
   s.sample->add_option("--temperature", s.sample_settings.options.temperature, "0 = greedy")->capture_default_str();
   s.sample->add_option("--top-p", s.sample_settings.options.top_p, "Nucleus mass")->capture_default_str();
   s.sample->add_option("--stop", s.sample_settings.options.stop_tokens, "Stop token ids");
+  s.sample->add_option("--device", s.sample_settings.device, "cpu, cuda or cuda:N: where the policy samples")->capture_default_str();
+  s.sample->add_option("--dtype", s.sample_settings.dtype, "Compute dtype on cuda: bf16 or f32")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
   cli.add_io_options(s.sample);
   cli.add_record_options(s.sample);
   cli.add_seed_option(s.sample);

@@ -3,12 +3,14 @@
 // native model in HF layout).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "libcommon/cli.hpp"
 #include "libcommon/nn/model.hpp"
 #include "libcommon/nn/sample.hpp"
+#include "libcommon/nn_cuda/model.hpp"
 #include "libcommon/record_loop.hpp"
 #include "tools/ppo-step/records.hpp"
 #include "tools/ppo-step/train_command.hpp"
@@ -29,6 +31,8 @@ struct SampleSettings {
   int samples = 1;
   uint64_t seed = 0;
   nn::SampleOptions options;
+  std::string device = "cpu";  // cpu, cuda or cuda:N (libcommon/nn_cuda, as agent-run's --policy-device)
+  std::string dtype = "bf16";  // compute dtype on cuda
 };
 
 // Prompt record {prompt_token_ids, task_id or id, ...} -> one record per response: the prompt record's
@@ -41,8 +45,12 @@ class Sampler {
   std::string summary() const;
 
  private:
+  nn::SampleResult generate(const std::vector<int>& prompt, const nn::Decoder<float>* cpu_prompt_state);
+
   SampleSettings settings_;
   nn::Model<float> model_;
+  std::unique_ptr<nn_cuda::Gpu> gpu_;  // with --device cuda: the model there, sampled there
+  std::unique_ptr<nn_cuda::CudaModel> cuda_model_;
   std::mt19937_64 rng_;
   int64_t prompts_ = 0, responses_ = 0, tokens_ = 0;
   double seconds_ = 0;
