@@ -317,7 +317,8 @@ int BoundPlan::buffer_index(const std::string& ref) const {
 int64_t BoundPlan::scratch_bytes() const {
   int64_t n = 0;
   for (auto& b : buffers)
-    if (b.space == Space::scratch) n += b.bytes;
+    if (b.space == Space::scratch && __builtin_add_overflow(n, b.bytes, &n))
+      throw PlanError("scratch: the buffers' sizes add up past 2^63 bytes");
   return n;
 }
 
@@ -363,7 +364,8 @@ BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io, 
   BoundPlan bp;
   Resolver r{plan, &io};
   eval_dims(plan, r);
-  for (auto& [name, v] : r.dims) bp.dims[name] = v.is_float ? static_cast<int64_t>(v.f) : v.i;
+  for (auto& [name, v] : r.dims)
+    if (!v.is_float) bp.dims[name] = v.i;  // a float dim (a scale, say) is not a size; 1e300 has no int64
   auto add = [&](Space space, int index, const TensorSpec& t, const std::string& key) {
     BoundBuffer b;
     b.space = space;
@@ -458,11 +460,22 @@ BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io, 
           if (!G.trans_a) g.m = rows;
         }
         if (kb != g.k) throw PlanError(bs.label + ": inner sizes differ (a gives k=" + std::to_string(g.k) + ", b gives " + std::to_string(kb) + ")");
-        int64_t esz = element_bytes(g.dtype, bs.label);
-        if (g.batch * g.m * g.k * esz > A.bytes || g.batch * g.k * g.n * esz > B.bytes ||
-            g.batch * g.m * g.n * esz > O.bytes)
-          throw PlanError(bs.label + ": m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
-                          " batch=" + std::to_string(g.batch) + " does not fit the buffers");
+        const std::string dims = "m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
+                                 " batch=" + std::to_string(g.batch);
+        if (g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1)
+          throw PlanError(bs.label + ": " + dims + ": every size must be at least 1");
+        const int64_t esz = element_bytes(g.dtype, bs.label);
+        // batch * x * y * element size <= the buffer's bytes, in 128 bits and a factor at a time (every
+        // factor is at least 1, so a partial product past the bytes already fails): sizes from the
+        // plan's expressions must not wrap into a fit.
+        auto fits = [&](int64_t x, int64_t y, const BoundBuffer& buf) {
+          __int128 p = esz;
+          for (int64_t f : {g.batch, x, y})
+            if ((p *= f) > buf.bytes) return false;
+          return true;
+        };
+        if (!fits(g.m, g.k, A) || !fits(g.k, g.n, B) || !fits(g.m, g.n, O))
+          throw PlanError(bs.label + ": " + dims + " does not fit the buffers");
         if (g.bias >= 0 && bp.buffers[g.bias].bytes < g.n * element_bytes(bp.buffers[g.bias].dtype, bs.label + " bias"))
           throw PlanError(bs.label + ": bias has fewer than n=" + std::to_string(g.n) + " elements");
         g.trans_a = G.trans_a;

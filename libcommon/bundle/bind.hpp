@@ -70,7 +70,7 @@ struct BoundStep {
 struct BoundPlan {
   std::vector<BoundBuffer> buffers;
   std::vector<BoundStep> init, forward;
-  std::map<std::string, int64_t> dims;
+  std::map<std::string, int64_t> dims;  // the integer dims, evaluated
   int buffer_index(const std::string& ref) const;  // -1 when absent
   int64_t scratch_bytes() const;
 };

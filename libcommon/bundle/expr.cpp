@@ -3,6 +3,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 namespace ca::bundle {
@@ -180,6 +181,10 @@ class Parser {
   size_t pos_ = 0;
 };
 
+ExprError overflow(const std::string& text) {
+  return ExprError("integer overflow in '" + text + "' (integers are 64-bit)");
+}
+
 Value eval_node(const ExprNode& n, const ExprContext& ctx, const std::string& text) {
   switch (n.kind) {
     case ExprNode::kNumber:
@@ -191,7 +196,9 @@ Value eval_node(const ExprNode& n, const ExprContext& ctx, const std::string& te
     }
     case ExprNode::kUnaryMinus: {
       Value a = eval_node(*n.kids[0], ctx, text);
-      return a.is_float ? Value::real(-a.f) : Value::integer(-a.i);
+      if (a.is_float) return Value::real(-a.f);
+      if (a.i == std::numeric_limits<int64_t>::min()) throw overflow(text);
+      return Value::integer(-a.i);
     }
     case ExprNode::kBinary: {
       Value a = eval_node(*n.kids[0], ctx, text), b = eval_node(*n.kids[1], ctx, text);
@@ -207,13 +214,24 @@ Value eval_node(const ExprNode& n, const ExprContext& ctx, const std::string& te
         }
       }
       if ((op == '/' || op == '%') && b.i == 0) throw ExprError("division by zero in '" + text + "'");
+      // 64-bit integers, checked: a plan's arithmetic that leaves them is an error, never a wrapped
+      // value (nor, for INT64_MIN / -1, a trap that would end the judge).
+      int64_t r = 0;
+      bool over = false;
       switch (op) {
-        case '+': return Value::integer(a.i + b.i);
-        case '-': return Value::integer(a.i - b.i);
-        case '*': return Value::integer(a.i * b.i);
-        case '/': return Value::integer(a.i / b.i);
-        default: return Value::integer(a.i % b.i);
+        case '+': over = __builtin_add_overflow(a.i, b.i, &r); break;
+        case '-': over = __builtin_sub_overflow(a.i, b.i, &r); break;
+        case '*': over = __builtin_mul_overflow(a.i, b.i, &r); break;
+        default:
+          if (a.i == std::numeric_limits<int64_t>::min() && b.i == -1) {
+            over = op == '/';
+            r = 0;  // INT64_MIN % -1
+          } else {
+            r = op == '/' ? a.i / b.i : a.i % b.i;
+          }
       }
+      if (over) throw overflow(text);
+      return Value::integer(r);
     }
     case ExprNode::kCall: {
       std::vector<Value> args;
@@ -225,8 +243,12 @@ Value eval_node(const ExprNode& n, const ExprContext& ctx, const std::string& te
       if (n.name == "cdiv") {
         if (any_float) throw ExprError("cdiv needs integers in '" + text + "'");
         if (args[1].i == 0) throw ExprError("cdiv by zero in '" + text + "'");
-        int64_t a = args[0].i, b = args[1].i;
-        return Value::integer((a + b - 1) / b);
+        int64_t a = args[0].i, b = args[1].i, b1 = 0, sum = 0;
+        if (a >= 0 && b > 0) return Value::integer(a / b + (a % b != 0));  // (a + b - 1) / b without the sum
+        if (__builtin_sub_overflow(b, 1, &b1) || __builtin_add_overflow(a, b1, &sum) ||
+            (sum == std::numeric_limits<int64_t>::min() && b == -1))
+          throw overflow(text);
+        return Value::integer(sum / b);
       }
       Value best = args[0];
       for (size_t i = 1; i < args.size(); ++i) {

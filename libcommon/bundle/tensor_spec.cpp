@@ -9,16 +9,27 @@
 
 namespace ca::bundle {
 
+namespace {
+// A size the shape cannot have: a plan's scratch shape comes from its expressions, and a product
+// that wraps would allocate (and admit to memory) a buffer of another size than the plan declares.
+PlanError too_large(const TensorSpec& t) {
+  return PlanError((t.name.empty() ? std::string("tensor") : t.name) + ": shape too large (its size passes 2^63 bytes)");
+}
+}  // namespace
+
 int64_t TensorSpec::numel() const {
   int64_t n = 1;
-  for (auto d : shape) n *= d;
+  for (auto d : shape)
+    if (__builtin_mul_overflow(n, d, &n)) throw too_large(*this);
   return n;
 }
 
 int64_t TensorSpec::bytes() const {
   const DtypeInfo* d = dtype_info(dtype);
   if (!d) throw PlanError((name.empty() ? std::string("tensor") : name) + ": unknown dtype '" + dtype + "'");
-  return numel() * static_cast<int64_t>(d->bytes);
+  int64_t b = 0;
+  if (__builtin_mul_overflow(numel(), static_cast<int64_t>(d->bytes), &b)) throw too_large(*this);
+  return b;
 }
 
 bool IoSpec::shapes_known() const {

@@ -103,6 +103,31 @@ $MK "$B/scale_add" --no-task --plan-replace "grid: [cdiv(N, 256)]" "grid: [cdiv(
 $MK "$B/scale_add" --no-task --plan-replace "N, 2.0]" "N, init.0]" | expect "init.0 for a float, values unknown" compiled ""
 $MK "$B/scale_add" --plan-replace "N, 2.0]" "N, init.0]" --task-set init_inputs '[0.5]' | expect "init.0 = 0.5 for a float" compiled ""
 $MK "$B/scale_add" --plan-replace "N, 2.0]" "N, init.0]" --task-set init_inputs '[3]' | expect "init.0 = 3 for a float" plan_error "argument 5 is int"
+# Hostile sizes: 64-bit arithmetic that would wrap (or trap: INT64_MIN / -1 ended kernel-check with
+# SIGFPE, and every record in flight with it) is a plan error naming the expression; gemm sizes from
+# expressions must be at least 1 and fit their buffers without wrapping; scratch that cannot exist
+# is refused before anything is allocated.
+$MK "$B/scale_add" --plan-replace "grid: [cdiv(N, 256)]" "grid: [(-9223372036854775807 - 1) / -1]" \
+  | expect "INT64_MIN / -1 (was SIGFPE)" plan_error "integer overflow in '(-9223372036854775807 - 1) / -1'"
+$MK "$B/scale_add" --plan-replace "N, 2.0]" "N * 9223372036854775807, 2.0]" \
+  | expect "a scalar that wraps" plan_error "argument 4: integer overflow in 'N * 9223372036854775807'"
+$MK "$B/scale_add" --plan-replace "grid: [cdiv(N, 256)]" "grid: [-(-9223372036854775807 - 1)]" \
+  | expect "negating INT64_MIN" plan_error "integer overflow"
+$MK "$B/scale_add" --plan-replace "grid: [cdiv(N, 256)]" "grid: [cdiv(9223372036854775807, 4611686018427387904)]" \
+  | expect "cdiv near INT64_MAX is exact" compiled ""
+for v in "m: -4" "m: 0" "batch: -1"; do
+  $MK "$B/linear_relu_gemm" --plan-replace "trans_b: true" "trans_b: true
+      $v" | expect "gemm $v" plan_error "every size must be at least 1"
+done
+$MK "$B/linear_relu_gemm" --plan-replace "trans_b: true" "trans_b: true
+      k: 4611686018427387904" | expect "gemm k that wraps into a fit" plan_error "k=4611686018427387904 batch=1 does not fit the buffers"
+$MK "$B/scale_add" --plan-replace "forward:" "scratch:
+  big: {dtype: float32, shape: [4611686018427387904, 4]}
+forward:" | expect "scratch whose size wraps" plan_error "scratch.big: shape too large"
+$MK "$B/scale_add" --plan-replace "forward:" "scratch:
+  a: {dtype: uint8, shape: [4611686018427387904]}
+  b: {dtype: uint8, shape: [4611686018427387904]}
+forward:" | expect "scratch sizes that add up past 2^63" plan_error "add up past 2^63 bytes"
 
 # 5. Policy rules, each naming the rule and the source line.
 $MK "$B/scale_add" --replace fused.cu "if (i < n)" "long long t = clock64(); if (i < n + (t & 0))" | expect "clock64" policy_violation "clock: fused.cu:5"

@@ -42,6 +42,14 @@ TEST_CASE("expressions: arithmetic, functions, references") {
   CHECK_THROWS_AS(Expr::parse("foo(1)").eval(c), ExprError);
   CHECK_THROWS_WITH_AS(Expr::parse("N / (N - N)").eval(c), doctest::Contains("division by zero"), ExprError);
   CHECK_THROWS_AS(Expr::parse("1 2").eval(c), ExprError);
+  // 64-bit arithmetic is checked: a wrap is an error, INT64_MIN / -1 is an error and not a trap.
+  for (const char* e : {"9223372036854775807 + 1", "(-9223372036854775807 - 1) - 1", "N * 9223372036854775807",
+                        "(-9223372036854775807 - 1) / -1", "-(-9223372036854775807 - 1)", "cdiv(-9223372036854775807 - 1, -1)"})
+    CHECK_THROWS_WITH_AS(Expr::parse(e).eval(c), doctest::Contains("integer overflow"), ExprError);
+  CHECK(Expr::parse("(-9223372036854775807 - 1) % -1").eval_int(c) == 0);
+  CHECK(Expr::parse("cdiv(9223372036854775807, 2)").eval_int(c) == 4611686018427387904LL);
+  CHECK(Expr::parse("cdiv(N, 256)").eval_int(c) == 4);
+  CHECK(Expr::parse("cdiv(0 - N, 256)").eval_int(c) == (-1000 + 255) / 256);  // C semantics kept for negatives
 }
 
 TEST_CASE("signatures from mangled names") {
