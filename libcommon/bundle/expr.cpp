@@ -26,11 +26,20 @@ namespace {
 
 using NodePtr = std::shared_ptr<const ExprNode>;
 
+// A plan's expressions come from the policy: their size bounds the parser's and the evaluator's
+// recursion (300,000 nested parentheses overflowed the stack and ended kernel-check).
+constexpr std::size_t kMaxChars = 1024;
+constexpr int kMaxNesting = 64;  // parentheses, signs and function calls inside one another
+
 class Parser {
  public:
   explicit Parser(const std::string& text) : s_(text) {}
 
   NodePtr parse_all() {
+    if (s_.size() > kMaxChars) {
+      throw ExprError("expression '" + s_.substr(0, 40) + "...': " + std::to_string(s_.size()) +
+                      " characters, more than " + std::to_string(kMaxChars) + " (limit: expression length)");
+    }
     NodePtr n = parse_sum();
     skip_space();
     if (pos_ != s_.size()) fail(std::string("unexpected '") + s_[pos_] + "'");
@@ -76,14 +85,26 @@ class Parser {
       else return left;
     }
   }
+  // One level of nesting while it lives.
+  struct Nested {
+    explicit Nested(Parser& p) : p_(p) {
+      if (++p_.depth_ > kMaxNesting) p_.fail("nested more than " + std::to_string(kMaxNesting) + " levels deep (limit: expression nesting)");
+    }
+    ~Nested() { --p_.depth_; }
+    Parser& p_;
+  };
   NodePtr parse_unary() {
     if (accept('-')) {
+      Nested level(*this);
       auto n = std::make_shared<ExprNode>();
       n->kind = ExprNode::kUnaryMinus;
       n->kids = {parse_unary()};
       return n;
     }
-    if (accept('+')) return parse_unary();
+    if (accept('+')) {
+      Nested level(*this);
+      return parse_unary();
+    }
     return parse_primary();
   }
   NodePtr parse_primary() {
@@ -92,6 +113,7 @@ class Parser {
     char c = s_[pos_];
     if (c == '(') {
       ++pos_;
+      Nested level(*this);
       NodePtr n = parse_sum();
       if (!accept(')')) fail("expected ')'");
       return n;
@@ -140,6 +162,7 @@ class Parser {
       n->kind = ExprNode::kCall;
       n->name = name;
       std::vector<NodePtr> args;
+      Nested level(*this);
       if (!accept(')')) {
         do args.push_back(parse_sum());
         while (accept(','));
@@ -179,6 +202,7 @@ class Parser {
 
   const std::string& s_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 ExprError overflow(const std::string& text) {

@@ -128,6 +128,16 @@ $MK "$B/scale_add" --plan-replace "forward:" "scratch:
   a: {dtype: uint8, shape: [4611686018427387904]}
   b: {dtype: uint8, shape: [4611686018427387904]}
 forward:" | expect "scratch sizes that add up past 2^63" plan_error "add up past 2^63 bytes"
+# Hostile expression sizes: 300,000 nested parentheses (or signs) overflowed the parser's stack and
+# ended kernel-check with SIGSEGV; a long expression and deep nesting are plan errors naming the limit.
+deep=$(python3 -c 'print("(" * 300000 + "N" + ")" * 300000)')
+$MK "$B/scale_add" --plan-replace "grid: [cdiv(N, 256)]" "grid: [cdiv($deep, 256)]" \
+  | expect "300,000 nested parentheses (was SIGSEGV)" plan_error "(limit: expression length)"
+deep=$(python3 -c 'print("(" * 100 + "N" + ")" * 100)')
+$MK "$B/scale_add" --plan-replace "grid: [cdiv(N, 256)]" "grid: [cdiv($deep, 256)]" \
+  | expect "100 nested parentheses" plan_error "nested more than 64 levels deep (limit: expression nesting)"
+deep=$(python3 -c 'print("(" * 30 + "N" + ")" * 30)')
+$MK "$B/scale_add" --plan-replace "grid: [cdiv(N, 256)]" "grid: [cdiv($deep, 256)]" | expect "30 nested parentheses" compiled ""
 
 # 5. Policy rules, each naming the rule and the source line.
 $MK "$B/scale_add" --replace fused.cu "if (i < n)" "long long t = clock64(); if (i < n + (t & 0))" | expect "clock64" policy_violation "clock: fused.cu:5"

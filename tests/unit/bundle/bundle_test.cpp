@@ -50,6 +50,15 @@ TEST_CASE("expressions: arithmetic, functions, references") {
   CHECK(Expr::parse("cdiv(9223372036854775807, 2)").eval_int(c) == 4611686018427387904LL);
   CHECK(Expr::parse("cdiv(N, 256)").eval_int(c) == 4);
   CHECK(Expr::parse("cdiv(0 - N, 256)").eval_int(c) == (-1000 + 255) / 256);  // C semantics kept for negatives
+  // Size limits bound the recursion: length, then nesting of parentheses, signs and calls.
+  CHECK_THROWS_WITH_AS(Expr::parse(std::string(2000, '(') + "N" + std::string(2000, ')')), doctest::Contains("limit: expression length"), ExprError);
+  CHECK_THROWS_WITH_AS(Expr::parse(std::string(65, '(') + "N" + std::string(65, ')')), doctest::Contains("limit: expression nesting"), ExprError);
+  CHECK_THROWS_WITH_AS(Expr::parse(std::string(65, '-') + "N"), doctest::Contains("limit: expression nesting"), ExprError);
+  std::string calls = "N";
+  for (int i = 0; i < 65; ++i) calls = "max(" + calls + ", 1)";
+  CHECK_THROWS_WITH_AS(Expr::parse(calls), doctest::Contains("limit: expression nesting"), ExprError);
+  CHECK(Expr::parse(std::string(64, '(') + "N" + std::string(64, ')')).eval_int(c) == 1000);
+  CHECK(Expr::parse(std::string(64, '-') + "N").eval_int(c) == 1000);
 }
 
 TEST_CASE("signatures from mangled names") {
