@@ -5,8 +5,9 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
-#include <regex>
 #include <set>
+
+#include <re2/re2.h>
 
 #include "libcommon/dtype.hpp"
 
@@ -25,29 +26,29 @@ struct Resolver {
 
   std::optional<Value> operator()(const std::string& ref) {
     if (auto it = dims.find(ref); it != dims.end()) return it->second;
-    static const std::regex shape_re(R"(^(inputs|outputs|params)\.([A-Za-z0-9_.]+?)\.(shape\[(-?\d+)\]|numel|ndim)$)");
-    static const std::regex init_re(R"(^init\.(\d+)$)");
-    std::smatch m;
-    if (std::regex_match(ref, m, shape_re)) {
-      auto buf = BufferRef::parse(std::string(m[1]) + "." + std::string(m[2]));
+    // RE2 (linear, no recursion); indices of at most 9 digits, so they convert without overflow.
+    static const re2::RE2 shape_re(R"((inputs|outputs|params)\.([A-Za-z0-9_.]+?)\.(shape\[(-?\d{1,9})\]|numel|ndim))");
+    static const re2::RE2 init_re(R"(init\.(\d{1,9}))");
+    std::string space, key, what, index;
+    if (re2::RE2::FullMatch(ref, shape_re, &space, &key, &what, &index)) {
+      auto buf = BufferRef::parse(space + "." + key);
       if (!buf) return std::nullopt;
       const TensorSpec* t = io ? io->find(*buf) : nullptr;
       if (!t || !t->known) {
         if (typed_only && (!io || !io->shapes_known())) return Value::integer(7);
         return std::nullopt;
       }
-      std::string what = m[3];
       if (what == "numel") return Value::integer(t->numel());
       if (what == "ndim") return Value::integer(static_cast<int64_t>(t->shape.size()));
-      int64_t i = std::stoll(m[4]);
+      int64_t i = std::stoll(index);
       int64_t nd = static_cast<int64_t>(t->shape.size());
       if (i < 0) i += nd;
       if (i < 0 || i >= nd)
         throw ExprError("'" + ref + "': " + buf->text() + " has " + std::to_string(nd) + " dimensions");
       return Value::integer(t->shape[i]);
     }
-    if (std::regex_match(ref, m, init_re)) {
-      size_t i = std::stoul(m[1]);
+    if (re2::RE2::FullMatch(ref, init_re, &index)) {
+      size_t i = std::stoul(index);
       if (io && i < io->init_values.size()) {
         const Json& v = io->init_values[i];
         if (v.is_number_integer()) return Value::integer(v.get<int64_t>());

@@ -12,7 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
-#include <regex>
+
+#include <re2/re2.h>
 
 #include "libcommon/confine.hpp"
 #include "libcommon/cuda/driver.hpp"
@@ -116,16 +117,20 @@ std::map<std::string, int64_t> cubin_writable_globals(const std::string& elf) {
 
 std::string ptx_precision(const std::string& ptx) {
   // Ordered from the lowest precision: the first found is what the kernel's accuracy rests on.
-  static const std::vector<std::pair<std::regex, const char*>> probes = {
-      {std::regex(R"(\.e4m3|\.e5m2|\.e2m1|\.e3m2|\.e2m3)"), "fp8"},
-      // dp4a/dp2a, and integer tensor-core MMA (s8/u8/s4/u4 operands).
-      {std::regex(R"(\bdp[24]a\.|\b(mma|wgmma)\S*\.(s8|u8|s4|u4)\b)"), "int8"},
-      {std::regex(R"(\b(mma|wgmma|fma|mul|add|sub|hfma2?)\S*\.f16\b|\.f16x2|mma\S*\.f16)"), "fp16"},
-      {std::regex(R"(\b(mma|wgmma|fma|mul|add|sub)\S*\.bf16|\.bf16x2|mma\S*\.bf16)"), "bf16"},
-      {std::regex(R"(\.tf32)"), "tf32"},
-  };
+  // RE2: the PTX carries the policy's inline asm, so the search must not recurse or backtrack.
+  static const std::vector<std::pair<std::unique_ptr<re2::RE2>, const char*>> probes = [] {
+    std::vector<std::pair<std::unique_ptr<re2::RE2>, const char*>> p;
+    auto add = [&](const char* re, const char* name) { p.emplace_back(std::make_unique<re2::RE2>(re), name); };
+    add(R"(\.e4m3|\.e5m2|\.e2m1|\.e3m2|\.e2m3)", "fp8");
+    // dp4a/dp2a, and integer tensor-core MMA (s8/u8/s4/u4 operands).
+    add(R"(\bdp[24]a\.|\b(mma|wgmma)\S*\.(s8|u8|s4|u4)\b)", "int8");
+    add(R"(\b(mma|wgmma|fma|mul|add|sub|hfma2?)\S*\.f16\b|\.f16x2|mma\S*\.f16)", "fp16");
+    add(R"(\b(mma|wgmma|fma|mul|add|sub)\S*\.bf16|\.bf16x2|mma\S*\.bf16)", "bf16");
+    add(R"(\.tf32)", "tf32");
+    return p;
+  }();
   for (auto& [re, name] : probes)
-    if (std::regex_search(ptx, re)) return name;
+    if (re2::RE2::PartialMatch(ptx, *re)) return name;
   return "fp32";
 }
 
@@ -146,29 +151,32 @@ std::string first_error_of(const std::string& log) {
 }
 
 void parse_ptxas_report(const std::string& log, CompileResult& r) {
-  static const std::regex entry(R"(Compiling entry function '([^']+)')");
-  static const std::regex props(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
-  static const std::regex used(R"(Used (\d+) registers)");
-  static const std::regex smem(R"((\d+) bytes smem)");
+  // RE2 (linear, no recursion): the log quotes the policy's kernel names. Numbers of at most 9
+  // digits, so they convert without overflow.
+  static const re2::RE2 entry(R"(Compiling entry function '([^']+)')");
+  static const re2::RE2 props(R"((\d{1,9}) bytes stack frame, (\d{1,9}) bytes spill stores, (\d{1,9}) bytes spill loads)");
+  static const re2::RE2 used(R"(Used (\d{1,9}) registers)");
+  static const re2::RE2 smem(R"((\d{1,9}) bytes smem)");
   std::string current;
   size_t pos = 0;
   while (pos < log.size()) {
     size_t end = log.find('\n', pos);
     std::string line = log.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
-    std::smatch m;
-    if (std::regex_search(line, m, entry)) {
-      current = m[1];
+    std::string name;
+    int64_t a = 0, b = 0, c = 0;
+    if (re2::RE2::PartialMatch(line, entry, &name)) {
+      current = name;
       r.resources[current].mangled = current;
     } else if (!current.empty()) {
       auto& k = r.resources[current];
-      if (std::regex_search(line, m, props)) {
-        k.stack_bytes = std::stoll(m[1]);
-        k.spill_store_bytes = std::stoll(m[2]);
-        k.spill_load_bytes = std::stoll(m[3]);
+      if (re2::RE2::PartialMatch(line, props, &a, &b, &c)) {
+        k.stack_bytes = a;
+        k.spill_store_bytes = b;
+        k.spill_load_bytes = c;
       }
-      if (std::regex_search(line, m, used)) {
-        k.registers = std::stoi(m[1]);
-        if (std::regex_search(line, m, smem)) k.static_shared_bytes = std::stoll(m[1]);
+      if (re2::RE2::PartialMatch(line, used, &a)) {
+        k.registers = static_cast<int>(a);
+        if (re2::RE2::PartialMatch(line, smem, &b)) k.static_shared_bytes = b;
       }
     }
     if (end == std::string::npos) break;
@@ -229,9 +237,9 @@ namespace {
 // plain relative names (letters, digits, _ . + - and / between parts; no "..", no leading dot) are
 // taken, so a name cannot inject a line, a quote or a path outside the bundle.
 std::string bad_file_name(const std::string& name) {
-  static const std::regex ok(R"(^[A-Za-z0-9_+\-][A-Za-z0-9_.+\-]*(/[A-Za-z0-9_+\-][A-Za-z0-9_.+\-]*)*$)");
+  static const re2::RE2 ok(R"([A-Za-z0-9_+\-][A-Za-z0-9_.+\-]*(/[A-Za-z0-9_+\-][A-Za-z0-9_.+\-]*)*)");
   if (name.size() > 200) return "longer than 200 characters";
-  if (!std::regex_match(name, ok)) return "only letters, digits and _ . + - (and / between folder names) may appear";
+  if (!re2::RE2::FullMatch(name, ok)) return "only letters, digits and _ . + - (and / between folder names) may appear";
   if (name == "bundle_main.cu") return "the name of the compiler's main file";
   return "";
 }
@@ -312,8 +320,7 @@ CompileResult nvrtc_compile(const std::map<std::string, std::string>& kernels, c
 void explain_failure(CompileResult& r) {
   r.first_error = first_error_of(r.log);
   // Errors in the synthesized name map come from the plan's kernel names, not the sources.
-  static const std::regex name_err(R"re(__nv_name_map.*\n\s*#pragma nv_mangled_name (.+))re");
-  std::smatch m;
+  static const re2::RE2 name_err(R"re(__nv_name_map.*\n\s*#pragma nv_mangled_name (.+))re");
   bool all_in_map = true;
   size_t pos = 0;
   while (pos < r.log.size()) {
@@ -323,9 +330,10 @@ void explain_failure(CompileResult& r) {
     if (end == std::string::npos) break;
     pos = end + 1;
   }
-  if (all_in_map && std::regex_search(r.log, m, name_err)) {
+  std::string failed;
+  if (all_in_map && re2::RE2::PartialMatch(r.log, name_err, &failed)) {
     r.name_error = true;
-    r.failed_name = m[1];
+    r.failed_name = failed;
     while (!r.failed_name.empty() && std::isspace(static_cast<unsigned char>(r.failed_name.back()))) r.failed_name.pop_back();
   }
 }
@@ -335,7 +343,7 @@ void explain_failure(CompileResult& r) {
 // the confined compiler cannot open another file in the first place.
 std::string quote_only_bundle(const std::string& log, const std::map<std::string, std::string>& kernels,
                               const std::vector<std::string>& include_dirs) {
-  static const std::regex located(R"(^(.+?)\((\d+)\): )");
+  static const re2::RE2 located(R"(^(.+?)\((\d+)\): )");
   auto allowed = [&](const std::string& file) {
     if (file == "bundle_main.cu" || file.rfind("__nv_name_map", 0) == 0 || kernels.count(file) || c_header_shims().count(file)) return true;
     for (const auto& d : include_dirs)
@@ -348,9 +356,9 @@ std::string quote_only_bundle(const std::string& log, const std::map<std::string
   while (pos <= log.size()) {
     size_t end = log.find('\n', pos);
     std::string line = log.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
-    std::smatch m;
-    if (std::regex_search(line, m, located)) {
-      withholding = !allowed(m[1]);
+    std::string file;
+    if (re2::RE2::PartialMatch(line, located, &file)) {
+      withholding = !allowed(file);
       if (withholding) line = "(a message located in a file outside the bundle was withheld)";
       out += line + "\n";
     } else if (!withholding || line.empty()) {

@@ -3,8 +3,9 @@
 #include "libcommon/bundle/plan.hpp"
 
 #include <algorithm>
-#include <regex>
 #include <set>
+
+#include <re2/re2.h>
 
 #include "libcommon/dtype.hpp"
 #include "libcommon/yaml.hpp"
@@ -21,13 +22,13 @@ const char* space_name(Space s) {
 }
 
 std::optional<BufferRef> BufferRef::parse(const std::string& text) {
-  static const std::regex re(R"(^\s*(inputs|outputs|params|scratch)\.([A-Za-z0-9_][A-Za-z0-9_.]*)\s*$)");
-  std::smatch m;
-  if (!std::regex_match(text, m, re)) return std::nullopt;
-  std::string key = m[2];
+  // RE2 (linear, no recursion): the text is the policy's.
+  static const re2::RE2 re(R"(\s*(inputs|outputs|params|scratch)\.([A-Za-z0-9_][A-Za-z0-9_.]*)\s*)");
+  std::string space, key;
+  if (!re2::RE2::FullMatch(text, re, &space, &key)) return std::nullopt;
   if (key.size() >= 6 && key.compare(key.size() - 6, 6, ".numel") == 0) return std::nullopt;
   BufferRef r;
-  std::string s = m[1];
+  const std::string& s = space;
   r.space = s == "inputs" ? Space::input : s == "outputs" ? Space::output : s == "params" ? Space::param : Space::scratch;
   r.key = key;
   return r;
@@ -297,9 +298,9 @@ static Plan plan_from_json(const Json& p) {
     } else {
       throw PlanError("plan: dims must be a map of NAME: expression");
     }
-    static const std::regex ident(R"(^[A-Za-z_][A-Za-z0-9_]*$)");
+    static const re2::RE2 ident(R"([A-Za-z_][A-Za-z0-9_]*)");
     for (auto& [name, e] : plan.dims) {
-      if (!std::regex_match(name, ident)) throw PlanError("plan: dim name '" + name + "' is not an identifier");
+      if (!re2::RE2::FullMatch(name, ident)) throw PlanError("plan: dim name '" + name + "' is not an identifier");
       if (name == "inputs" || name == "outputs" || name == "params" || name == "scratch" || name == "init" ||
           name == "cdiv" || name == "min" || name == "max")
         throw PlanError("plan: dim name '" + name + "' is reserved");

@@ -5,7 +5,8 @@
 
 #include <cctype>
 #include <map>
-#include <regex>
+
+#include <re2/re2.h>
 
 namespace ca::bundle {
 
@@ -329,9 +330,10 @@ std::optional<KernelSignature> ptx_signature(const std::string& ptx, const std::
   KernelSignature sig;
   sig.mangled = mangled;
   sig.name = mangled;
-  static const std::regex param(R"(\.param\s+(?:\.align\s+\d+\s+)?\.(\w+))");
-  for (std::sregex_iterator it(list.begin(), list.end(), param), e; it != e; ++it) {
-    std::string ty = (*it)[1];
+  static const re2::RE2 param(R"(\.param\s+(?:\.align\s+\d+\s+)?\.(\w+))");
+  re2::StringPiece rest(list);
+  std::string ty;
+  while (re2::RE2::FindAndConsume(&rest, param, &ty)) {
     ParamType p;
     p.text = "." + ty;
     if (ty == "u64" || ty == "b64" || ty == "s64") {

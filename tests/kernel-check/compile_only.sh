@@ -130,14 +130,28 @@ $MK "$B/scale_add" --plan-replace "forward:" "scratch:
 forward:" | expect "scratch sizes that add up past 2^63" plan_error "add up past 2^63 bytes"
 # Hostile expression sizes: 300,000 nested parentheses (or signs) overflowed the parser's stack and
 # ended kernel-check with SIGSEGV; a long expression and deep nesting are plan errors naming the limit.
-deep=$(python3 -c 'print("(" * 300000 + "N" + ")" * 300000)')
-$MK "$B/scale_add" --plan-replace "grid: [cdiv(N, 256)]" "grid: [cdiv($deep, 256)]" \
+$MK "$B/scale_add" --plan-replace "grid: [cdiv(N, 256)]" "grid: [cdiv(@DEEP@, 256)]" \
+  | python3 -c 'import sys; sys.stdout.write(sys.stdin.read().replace("@DEEP@", "(" * 300000 + "N" + ")" * 300000))' \
   | expect "300,000 nested parentheses (was SIGSEGV)" plan_error "(limit: expression length)"
 deep=$(python3 -c 'print("(" * 100 + "N" + ")" * 100)')
 $MK "$B/scale_add" --plan-replace "grid: [cdiv(N, 256)]" "grid: [cdiv($deep, 256)]" \
   | expect "100 nested parentheses" plan_error "nested more than 64 levels deep (limit: expression nesting)"
 deep=$(python3 -c 'print("(" * 30 + "N" + ")" * 30)')
 $MK "$B/scale_add" --plan-replace "grid: [cdiv(N, 256)]" "grid: [cdiv($deep, 256)]" | expect "30 nested parentheses" compiled ""
+# Hostile text sizes against the rule scanners (RE2 now; std::regex recursed per character): a
+# 1 MiB comment line ended kernel-check with SIGSEGV, as did any long run the rules' patterns could
+# span. Each is now answered, and the rules still see across the run. (@X@ and @S@ stand for 1 MiB
+# of x and of spaces, @H@ for 512 KiB of x: an argument that long is past the kernel's limit.)
+inflate() {
+  python3 -c 'import sys; sys.stdout.write(sys.stdin.read().replace("@X@", "x" * (1 << 20)).replace("@S@", " " * (1 << 20)).replace("@H@", "x" * (1 << 19)))'
+}
+$MK "$B/scale_add" --add-file big.cuh "// @X@" | inflate | expect "a 1 MiB comment line (was SIGSEGV)" compiled ""
+$MK "$B/scale_add" --replace fused.cu "__global__" "@S@#include <cstdio>
+__global__" | inflate | expect "#include after a 1 MiB run of spaces" policy_violation "allowed_headers: fused.cu:3"
+$MK "$B/scale_add" --replace fused.cu "if (i < n)" "long long t = clock64@S@(); if (i < n + (t & 0))" | inflate \
+  | expect "clock64 and its ( a 1 MiB run apart" policy_violation "clock: fused.cu:5"
+$MK "$B/scale_add" --plan-replace "args: [inputs.0," "args: [inputs.@H@," | inflate \
+  | expect "a 512 KiB buffer name in the plan" plan_error "does not exist"
 
 # 5. Policy rules, each naming the rule and the source line.
 $MK "$B/scale_add" --replace fused.cu "if (i < n)" "long long t = clock64(); if (i < n + (t & 0))" | expect "clock64" policy_violation "clock: fused.cu:5"

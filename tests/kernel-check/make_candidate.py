@@ -40,7 +40,8 @@ def main():
                 sys.exit(f"make_candidate: '{old}' not in plan.yaml")
             plan = plan.replace(old, new)
         elif a == "--add-file":
-            kernels[args.pop(0)] = args.pop(0)
+            name = args.pop(0)  # (the right side of an assignment is evaluated first)
+            kernels[name] = args.pop(0)
         elif a == "--task-set":
             key = args.pop(0)
             task[key] = json.loads(args.pop(0))

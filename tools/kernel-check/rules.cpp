@@ -5,6 +5,8 @@
 #include <map>
 #include <sstream>
 
+#include <re2/re2.h>
+
 #include "libcommon/errors.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/yaml.hpp"
@@ -56,17 +58,20 @@ void apply(Rules& p, const ca::Json& n, const std::string& name) {
       ForbiddenRule r;
       r.rule = setting(name, at + ".rule", f["rule"], ca::yaml_string);
       r.why = f.contains("why") ? setting(name, at + ".why", f["why"], ca::yaml_string) : r.rule;
-      try {
-        if (f.contains("source")) {
-          r.source_text = setting(name, at + ".source", f["source"], ca::yaml_string);
-          r.source = std::regex(r.source_text);
-        }
-        if (f.contains("ptx")) {
-          r.ptx_text = setting(name, at + ".ptx", f["ptx"], ca::yaml_string);
-          r.ptx = std::regex(r.ptx_text);
-        }
-      } catch (const std::regex_error& e) {
-        throw ca::UsageError("rules " + name + ": rule " + r.rule + ": bad regular expression: " + e.what());
+      auto compile = [&](const std::string& text) {
+        re2::RE2::Options o;
+        o.set_log_errors(false);
+        auto re = std::make_shared<const re2::RE2>(text, o);
+        if (!re->ok()) throw ca::UsageError("rules " + name + ": rule " + r.rule + ": bad regular expression (RE2 syntax): " + re->error());
+        return re;
+      };
+      if (f.contains("source")) {
+        r.source_text = setting(name, at + ".source", f["source"], ca::yaml_string);
+        r.source = compile(r.source_text);
+      }
+      if (f.contains("ptx")) {
+        r.ptx_text = setting(name, at + ".ptx", f["ptx"], ca::yaml_string);
+        r.ptx = compile(r.ptx_text);
       }
       p.forbidden.push_back(std::move(r));
     }
@@ -153,7 +158,7 @@ static std::string line_text(const std::string& text, size_t pos) {
 }
 
 std::optional<Violation> Rules::check_sources(const std::map<std::string, std::string>& kernels) const {
-  static const std::regex include_re(R"(^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"])");
+  static const re2::RE2 include_re(R"(^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"])");
   for (const auto& [file, src] : kernels) {
     std::string code = strip_comments(src);
     std::istringstream lines(code);
@@ -161,18 +166,17 @@ std::optional<Violation> Rules::check_sources(const std::map<std::string, std::s
     int line = 0;
     while (std::getline(lines, text)) {
       ++line;
-      std::smatch m;
-      if (!std::regex_search(text, m, include_re)) continue;
-      std::string h = m[1];
+      std::string h;
+      if (!re2::RE2::PartialMatch(text, include_re, &h)) continue;
       if (kernels.count(h)) continue;
       if (std::find(allowed_headers.begin(), allowed_headers.end(), h) != allowed_headers.end()) continue;
       return Violation{"allowed_headers", file + ":" + std::to_string(line) + ": #include <" + h + "> is not an allowed header", file, line};
     }
     for (const auto& r : forbidden) {
       if (!r.source) continue;
-      std::smatch m;
-      if (std::regex_search(code, m, *r.source)) {
-        size_t pos = static_cast<size_t>(m.position(0));
+      re2::StringPiece m;
+      if (r.source->Match(code, 0, code.size(), re2::RE2::UNANCHORED, &m, 1)) {
+        size_t pos = static_cast<size_t>(m.data() - code.data());
         int line = line_of(code, pos);
         return Violation{r.rule, file + ":" + std::to_string(line) + ": " + r.why + ": " + line_text(code, pos), file, line};
       }
@@ -198,26 +202,28 @@ std::optional<Violation> Rules::check_plan(const ca::bundle::Plan& plan) const {
 std::optional<Violation> Rules::check_compiled(const ca::bundle::CompileResult& r) const {
   // PTX backstop: constructs hidden behind macros or templates. -lineinfo gives .loc lines.
   std::map<int, std::string> files;
-  static const std::regex file_re(R"re(^\s*\.file\s+(\d+)\s+"([^"]+)")re");
-  static const std::regex loc_re(R"(^\s*\.loc\s+(\d+)\s+(\d+))");
+  // File and line numbers of at most 9 digits, so they convert without overflow (inline asm can
+  // write such lines too).
+  static const re2::RE2 file_re(R"re(^\s*\.file\s+(\d{1,9})\s+"([^"]+)")re");
+  static const re2::RE2 loc_re(R"(^\s*\.loc\s+(\d{1,9})\s+(\d{1,9}))");
   std::istringstream in(r.ptx);
   std::string line;
   std::string cur_file;
   int cur_line = 0;
   while (std::getline(in, line)) {
-    std::smatch m;
-    if (std::regex_search(line, m, file_re)) {
-      std::string path = m[2];
-      files[std::stoi(m[1])] = path.substr(path.find_last_of('/') + 1);
+    int num = 0, at_line = 0;
+    std::string path;
+    if (re2::RE2::PartialMatch(line, file_re, &num, &path)) {
+      files[num] = path.substr(path.find_last_of('/') + 1);
       continue;
     }
-    if (std::regex_search(line, m, loc_re)) {
-      cur_file = files[std::stoi(m[1])];
-      cur_line = std::stoi(m[2]);
+    if (re2::RE2::PartialMatch(line, loc_re, &num, &at_line)) {
+      cur_file = files[num];
+      cur_line = at_line;
       continue;
     }
     for (const auto& rule : forbidden) {
-      if (!rule.ptx || !std::regex_search(line, *rule.ptx)) continue;
+      if (!rule.ptx || !re2::RE2::PartialMatch(line, *rule.ptx)) continue;
       std::string where = cur_file.empty() ? "PTX" : cur_file + ":" + std::to_string(cur_line);
       return Violation{rule.rule, where + ": " + rule.why + " (found in the PTX)", cur_file, cur_line};
     }

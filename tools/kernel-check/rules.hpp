@@ -1,13 +1,17 @@
 // The bundle rules: which step kinds, headers and constructs a bundle may use, caps on module-scope
 // memory, scratch size and steps. Default in datasets/skill/rules.yaml (compiled in).
 #pragma once
+#include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <vector>
 
 #include "libcommon/bundle/compile.hpp"
 #include "libcommon/bundle/plan.hpp"
+
+namespace re2 {
+class RE2;
+}  // namespace re2
 
 namespace ca::kc {
 
@@ -21,7 +25,9 @@ struct Violation {
 
 struct ForbiddenRule {
   std::string rule, why, source_text, ptx_text;
-  std::optional<std::regex> source, ptx;
+  // RE2, not std::regex: the text they search is the policy's (std::regex recursed per character and
+  // overflowed the stack on a 1 MiB line); RE2 runs in linear time without recursion.
+  std::shared_ptr<const re2::RE2> source, ptx;
 };
 
 struct Rules {
