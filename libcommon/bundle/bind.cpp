@@ -7,8 +7,8 @@
 #include <optional>
 #include <set>
 
-#include <re2/re2.h>
 
+#include "libcommon/byte_regex.hpp"
 #include "libcommon/dtype.hpp"
 
 namespace ca::bundle {
@@ -27,8 +27,9 @@ struct Resolver {
   std::optional<Value> operator()(const std::string& ref) {
     if (auto it = dims.find(ref); it != dims.end()) return it->second;
     // RE2 (linear, no recursion); indices of at most 9 digits, so they convert without overflow.
-    static const re2::RE2 shape_re(R"((inputs|outputs|params)\.([A-Za-z0-9_.]+?)\.(shape\[(-?\d{1,9})\]|numel|ndim))");
-    static const re2::RE2 init_re(R"(init\.(\d{1,9}))");
+    static const re2::RE2 shape_re(R"((inputs|outputs|params)\.([A-Za-z0-9_.]+?)\.(shape\[(-?\d{1,9})\]|numel|ndim))",
+        ca::byte_regex_options());
+    static const re2::RE2 init_re(R"(init\.(\d{1,9}))", ca::byte_regex_options());
     std::string space, key, what, index;
     if (re2::RE2::FullMatch(ref, shape_re, &space, &key, &what, &index)) {
       auto buf = BufferRef::parse(space + "." + key);

@@ -13,8 +13,8 @@
 #include <filesystem>
 #include <mutex>
 
-#include <re2/re2.h>
 
+#include "libcommon/byte_regex.hpp"
 #include "libcommon/confine.hpp"
 #include "libcommon/cuda/driver.hpp"
 #include "libcommon/cuda/nvrtc.hpp"
@@ -120,7 +120,9 @@ std::string ptx_precision(const std::string& ptx) {
   // RE2: the PTX carries the policy's inline asm, so the search must not recurse or backtrack.
   static const std::vector<std::pair<std::unique_ptr<re2::RE2>, const char*>> probes = [] {
     std::vector<std::pair<std::unique_ptr<re2::RE2>, const char*>> p;
-    auto add = [&](const char* re, const char* name) { p.emplace_back(std::make_unique<re2::RE2>(re), name); };
+    auto add = [&](const char* re, const char* name) {
+      p.emplace_back(std::make_unique<re2::RE2>(re, ca::byte_regex_options()), name);
+    };
     add(R"(\.e4m3|\.e5m2|\.e2m1|\.e3m2|\.e2m3)", "fp8");
     // dp4a/dp2a, and integer tensor-core MMA (s8/u8/s4/u4 operands).
     add(R"(\bdp[24]a\.|\b(mma|wgmma)\S*\.(s8|u8|s4|u4)\b)", "int8");
@@ -153,10 +155,11 @@ std::string first_error_of(const std::string& log) {
 void parse_ptxas_report(const std::string& log, CompileResult& r) {
   // RE2 (linear, no recursion): the log quotes the policy's kernel names. Numbers of at most 9
   // digits, so they convert without overflow.
-  static const re2::RE2 entry(R"(Compiling entry function '([^']+)')");
-  static const re2::RE2 props(R"((\d{1,9}) bytes stack frame, (\d{1,9}) bytes spill stores, (\d{1,9}) bytes spill loads)");
-  static const re2::RE2 used(R"(Used (\d{1,9}) registers)");
-  static const re2::RE2 smem(R"((\d{1,9}) bytes smem)");
+  static const re2::RE2 entry(R"(Compiling entry function '([^']+)')", ca::byte_regex_options());
+  static const re2::RE2 props(R"((\d{1,9}) bytes stack frame, (\d{1,9}) bytes spill stores, (\d{1,9}) bytes spill loads)",
+      ca::byte_regex_options());
+  static const re2::RE2 used(R"(Used (\d{1,9}) registers)", ca::byte_regex_options());
+  static const re2::RE2 smem(R"((\d{1,9}) bytes smem)", ca::byte_regex_options());
   std::string current;
   size_t pos = 0;
   while (pos < log.size()) {
@@ -237,7 +240,8 @@ namespace {
 // plain relative names (letters, digits, _ . + - and / between parts; no "..", no leading dot) are
 // taken, so a name cannot inject a line, a quote or a path outside the bundle.
 std::string bad_file_name(const std::string& name) {
-  static const re2::RE2 ok(R"([A-Za-z0-9_+\-][A-Za-z0-9_.+\-]*(/[A-Za-z0-9_+\-][A-Za-z0-9_.+\-]*)*)");
+  static const re2::RE2 ok(R"([A-Za-z0-9_+\-][A-Za-z0-9_.+\-]*(/[A-Za-z0-9_+\-][A-Za-z0-9_.+\-]*)*)",
+      ca::byte_regex_options());
   if (name.size() > 200) return "longer than 200 characters";
   if (!re2::RE2::FullMatch(name, ok)) return "only letters, digits and _ . + - (and / between folder names) may appear";
   if (name == "bundle_main.cu") return "the name of the compiler's main file";
@@ -320,7 +324,7 @@ CompileResult nvrtc_compile(const std::map<std::string, std::string>& kernels, c
 void explain_failure(CompileResult& r) {
   r.first_error = first_error_of(r.log);
   // Errors in the synthesized name map come from the plan's kernel names, not the sources.
-  static const re2::RE2 name_err(R"re(__nv_name_map.*\n\s*#pragma nv_mangled_name (.+))re");
+  static const re2::RE2 name_err(R"re(__nv_name_map.*\n\s*#pragma nv_mangled_name (.+))re", ca::byte_regex_options());
   bool all_in_map = true;
   size_t pos = 0;
   while (pos < r.log.size()) {
@@ -343,7 +347,7 @@ void explain_failure(CompileResult& r) {
 // the confined compiler cannot open another file in the first place.
 std::string quote_only_bundle(const std::string& log, const std::map<std::string, std::string>& kernels,
                               const std::vector<std::string>& include_dirs) {
-  static const re2::RE2 located(R"(^(.+?)\((\d+)\): )");
+  static const re2::RE2 located(R"(^(.+?)\((\d+)\): )", ca::byte_regex_options());
   auto allowed = [&](const std::string& file) {
     if (file == "bundle_main.cu" || file.rfind("__nv_name_map", 0) == 0 || kernels.count(file) || c_header_shims().count(file)) return true;
     for (const auto& d : include_dirs)

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <set>
 
-#include <re2/re2.h>
 
+#include "libcommon/byte_regex.hpp"
 #include "libcommon/dtype.hpp"
 #include "libcommon/yaml.hpp"
 
@@ -23,7 +23,8 @@ const char* space_name(Space s) {
 
 std::optional<BufferRef> BufferRef::parse(const std::string& text) {
   // RE2 (linear, no recursion): the text is the policy's.
-  static const re2::RE2 re(R"(\s*(inputs|outputs|params|scratch)\.([A-Za-z0-9_][A-Za-z0-9_.]*)\s*)");
+  static const re2::RE2 re(R"(\s*(inputs|outputs|params|scratch)\.([A-Za-z0-9_][A-Za-z0-9_.]*)\s*)",
+      ca::byte_regex_options());
   std::string space, key;
   if (!re2::RE2::FullMatch(text, re, &space, &key)) return std::nullopt;
   if (key.size() >= 6 && key.compare(key.size() - 6, 6, ".numel") == 0) return std::nullopt;
@@ -298,7 +299,7 @@ static Plan plan_from_json(const Json& p) {
     } else {
       throw PlanError("plan: dims must be a map of NAME: expression");
     }
-    static const re2::RE2 ident(R"([A-Za-z_][A-Za-z0-9_]*)");
+    static const re2::RE2 ident(R"([A-Za-z_][A-Za-z0-9_]*)", ca::byte_regex_options());
     for (auto& [name, e] : plan.dims) {
       if (!re2::RE2::FullMatch(name, ident)) throw PlanError("plan: dim name '" + name + "' is not an identifier");
       if (name == "inputs" || name == "outputs" || name == "params" || name == "scratch" || name == "init" ||

@@ -6,7 +6,7 @@
 #include <cctype>
 #include <map>
 
-#include <re2/re2.h>
+#include "libcommon/byte_regex.hpp"
 
 namespace ca::bundle {
 
@@ -330,7 +330,7 @@ std::optional<KernelSignature> ptx_signature(const std::string& ptx, const std::
   KernelSignature sig;
   sig.mangled = mangled;
   sig.name = mangled;
-  static const re2::RE2 param(R"(\.param\s+(?:\.align\s+\d+\s+)?\.(\w+))");
+  static const re2::RE2 param(R"(\.param\s+(?:\.align\s+\d+\s+)?\.(\w+))", ca::byte_regex_options());
   re2::StringPiece rest(list);
   std::string ty;
   while (re2::RE2::FindAndConsume(&rest, param, &ty)) {

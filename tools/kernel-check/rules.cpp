@@ -5,8 +5,8 @@
 #include <map>
 #include <sstream>
 
-#include <re2/re2.h>
 
+#include "libcommon/byte_regex.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/yaml.hpp"
@@ -59,9 +59,7 @@ void apply(Rules& p, const ca::Json& n, const std::string& name) {
       r.rule = setting(name, at + ".rule", f["rule"], ca::yaml_string);
       r.why = f.contains("why") ? setting(name, at + ".why", f["why"], ca::yaml_string) : r.rule;
       auto compile = [&](const std::string& text) {
-        re2::RE2::Options o;
-        o.set_log_errors(false);
-        auto re = std::make_shared<const re2::RE2>(text, o);
+        auto re = std::make_shared<const re2::RE2>(text, ca::byte_regex_options());
         if (!re->ok()) throw ca::UsageError("rules " + name + ": rule " + r.rule + ": bad regular expression (RE2 syntax): " + re->error());
         return re;
       };
@@ -158,7 +156,7 @@ static std::string line_text(const std::string& text, size_t pos) {
 }
 
 std::optional<Violation> Rules::check_sources(const std::map<std::string, std::string>& kernels) const {
-  static const re2::RE2 include_re(R"(^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"])");
+  static const re2::RE2 include_re(R"(^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"])", ca::byte_regex_options());
   for (const auto& [file, src] : kernels) {
     std::string code = strip_comments(src);
     std::istringstream lines(code);
@@ -204,8 +202,8 @@ std::optional<Violation> Rules::check_compiled(const ca::bundle::CompileResult& 
   std::map<int, std::string> files;
   // File and line numbers of at most 9 digits, so they convert without overflow (inline asm can
   // write such lines too).
-  static const re2::RE2 file_re(R"re(^\s*\.file\s+(\d{1,9})\s+"([^"]+)")re");
-  static const re2::RE2 loc_re(R"(^\s*\.loc\s+(\d{1,9})\s+(\d{1,9}))");
+  static const re2::RE2 file_re(R"re(^\s*\.file\s+(\d{1,9})\s+"([^"]+)")re", ca::byte_regex_options());
+  static const re2::RE2 loc_re(R"(^\s*\.loc\s+(\d{1,9})\s+(\d{1,9}))", ca::byte_regex_options());
   std::istringstream in(r.ptx);
   std::string line;
   std::string cur_file;
