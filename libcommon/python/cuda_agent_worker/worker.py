@@ -182,7 +182,9 @@ class Worker(object):
             raise BadRequest("'inputs' needs field 'out' (a file) or 'keep' (a key for device tensors)")
         if out is not None and not isinstance(out, str):
             raise BadRequest("'inputs': field 'out' has the wrong type")
-        values, specs = t.make_inputs(seed, on_device=keep is not None)
+        # device_draw (kernel-prof's fresh set per timed call): drawn on the GPU, no statistics.
+        device_draw = bool(req.get("device_draw", False)) and keep is not None
+        values, specs = t.make_inputs(seed, stats=not device_draw, on_device=keep is not None, device_draw=device_draw)
         ans = {"task_id": t.task_id, "seed": seed, "inputs": specs}
         if out is not None:
             self.tasks_mod.write_inputs(out, values)
