@@ -68,7 +68,6 @@ int main(int argc, char** argv) {
         measure::LoopOptions o;
         o.stop.min_runs = 20;
         o.stop.budget_s = 2;
-        o.ignore_kernels = {"read_flush"};
         measure::TimedTarget& target = std::string(mode) == "read" ? static_cast<measure::TimedTarget&>(rt) : t;
         measure::L2Flusher& fl = std::string(mode) == "memset" ? flusher : tiny;
         std::vector<double> medians, events;

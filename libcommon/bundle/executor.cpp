@@ -82,11 +82,11 @@ cudaDataType_t data_type(const std::string& dtype) {
 // that ran before the key existed cannot change words and keep the sum.
 const char* kFingerprintSource = R"(
 extern "C" __global__ void ca_fingerprint(const unsigned long long* words, unsigned long long n, unsigned long long key,
-                                          unsigned long long* out) {
+                                          unsigned long long base, unsigned long long* out) {
   unsigned long long acc = 0;
   for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
        i += (unsigned long long)gridDim.x * blockDim.x) {
-    unsigned long long x = words[i] ^ (key + i * 0x9E3779B97F4A7C15ull);
+    unsigned long long x = words[i] ^ (key + (base + i) * 0x9E3779B97F4A7C15ull);
     x ^= x >> 30; x *= 0xBF58476D1CE4E5B9ull; x ^= x >> 27; x *= 0x94D049BB133111EBull; x ^= x >> 31;
     acc += x;
   }
@@ -137,6 +137,47 @@ const SharedScrub& shared_scrub() {
   return by_context.emplace(ctx, s).first->second;
 }
 
+// The tool's own kernels that run beside a candidate (the shared-memory scrub, the fingerprint)
+// run in a context of their own, one per device in this process, never in the candidate's: each
+// context has its own address space, so no candidate kernel can write into their modules or their
+// buffers, whatever address it computes. Work crosses over by events (a stream may wait on another
+// context's event) and by cuMemcpyPeerAsync (which copies between contexts).
+struct TrustedLane {
+  CUcontext ctx = nullptr;
+  CUstream stream = nullptr;
+};
+
+// Makes `ctx` current for a scope, then the one before it again.
+struct InContext {
+  CUcontext before = nullptr;
+  explicit InContext(CUcontext ctx) {
+    auto& d = Driver::get();
+    d.check(d.cuCtxGetCurrent(&before), "cuCtxGetCurrent");
+    d.check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  }
+  ~InContext() { Driver::get().cuCtxSetCurrent(before); }
+};
+
+const TrustedLane& trusted_lane() {
+  static std::mutex mu;
+  static std::map<CUdevice, TrustedLane> by_device;
+  auto& d = Driver::get();
+  CUdevice dev;
+  d.check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = by_device.find(dev); it != by_device.end()) return it->second;
+  CUcontext before = nullptr;
+  d.check(d.cuCtxGetCurrent(&before), "cuCtxGetCurrent");
+  TrustedLane t;
+  d.check(d.cuCtxCreate(&t.ctx, nullptr, 0, dev), "cuCtxCreate(the tool's own context)");  // current now
+  CUresult r = d.cuStreamCreate(&t.stream, CU_STREAM_NON_BLOCKING);
+  d.cuCtxSetCurrent(before);
+  d.check(r, "cuStreamCreate(the tool's own context)");
+  return by_device.emplace(dev, t).first->second;
+}
+
+constexpr size_t kFingerprintChunk = size_t(64) << 20;  // bytes copied into the tool's context at a time
+
 }  // namespace
 
 struct Executor::Impl {
@@ -153,7 +194,9 @@ struct Executor::Impl {
   std::vector<uint8_t> guard_bytes;
   uint32_t guard_pattern = 0;
   uint64_t fingerprint_key = 0;
-  CUdeviceptr fingerprint_out = 0;
+  CUdeviceptr fingerprint_out = 0, fingerprint_chunk = 0;  // in the tool's own context
+  CUcontext ctx = nullptr;                                  // the candidate's
+  CUevent call_ready = nullptr, scrubbed = nullptr;         // the candidate's context, the tool's
 };
 
 Executor::Executor(const BoundPlan& plan, const std::string& cubin, ExecutorOptions options)
@@ -177,8 +220,22 @@ Executor::Executor(const BoundPlan& plan, const std::string& cubin, ExecutorOpti
   for (size_t i = 0; i < plan_.buffers.size(); ++i)
     if (plan_.buffers[i].space == Space::scratch && plan_.buffers[i].bytes > 0)
       (in_init.count(int(i)) ? init_scratch_ : forward_scratch_).push_back(int(i));
+  // The device heap is unusable: no bundle may call malloc/new (kernel-check refuses what the
+  // compiled code declares), and the heap is set to the least the driver takes, so nothing it held
+  // can carry a value from one call, or one module, to the next. (The limit is the context's; it
+  // cannot change once a kernel that uses the heap has run, which no bundle's kernel may.)
+  if (d.cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 0) != CUDA_SUCCESS) d.cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 4096);
   d.check(d.cuModuleLoadData(&module_, cubin.data()), "cuModuleLoadData");
-  shared_scrub();  // its one-time compile and load here, with the module's, not in a call
+  d.check(d.cuCtxGetCurrent(&impl_->ctx), "cuCtxGetCurrent");
+  d.check(d.cuEventCreate(&impl_->call_ready, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  {
+    // The scrub's one-time compile and load here, with the module's, not in a call.
+    const TrustedLane& t = trusted_lane();
+    InContext in(t.ctx);
+    shared_scrub();
+    fingerprint_function();
+    d.check(d.cuEventCreate(&impl_->scrubbed, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  }
   // The load-time image of every writable module-scope variable, restored before each call.
   for (const auto& [name, bytes] : cubin_writable_globals(cubin)) {
     GlobalImage g;
@@ -353,7 +410,13 @@ Executor::~Executor() {
     if (impl_->conv_workspace) d.cuMemFree(impl_->conv_workspace);
   }
   if (module_) d.cuModuleUnload(module_);
-  if (impl_->fingerprint_out) d.cuMemFree(impl_->fingerprint_out);
+  if (impl_->call_ready) d.cuEventDestroy(impl_->call_ready);
+  if (impl_->fingerprint_out || impl_->fingerprint_chunk || impl_->scrubbed) {
+    InContext in(trusted_lane().ctx);
+    if (impl_->fingerprint_out) d.cuMemFree(impl_->fingerprint_out);
+    if (impl_->fingerprint_chunk) d.cuMemFree(impl_->fingerprint_chunk);
+    if (impl_->scrubbed) d.cuEventDestroy(impl_->scrubbed);
+  }
   for (auto& g : globals_) d.cuMemFree(g.image);
   for (auto p : base_) d.cuMemFree(p);
   if (stream_) d.cuStreamDestroy(stream_);
@@ -449,21 +512,33 @@ std::string Executor::hash(const std::string& ref) {
     return sha256_hex(std::string_view(reinterpret_cast<const char*>(data.data()), data.size()));
   }
   auto& d = Driver::get();
-  if (!impl_->fingerprint_out) {
-    d.check(d.cuMemAlloc(&impl_->fingerprint_out, 8), "cuMemAlloc(fingerprint)");
-    std::random_device rd;
-    impl_->fingerprint_key = (uint64_t(rd()) << 32) ^ rd();
-  }
-  CUfunction fn = fingerprint_function();
-  CUdeviceptr words = base_[i] + options_.guard_bytes;
-  unsigned long long n = bytes / 8, key = impl_->fingerprint_key;
-  CUdeviceptr out = impl_->fingerprint_out;
-  void* args[] = {&words, &n, &key, &out};
-  d.check(d.cuMemsetD8Async(out, 0, 8, stream_), "fingerprint");
-  d.check(d.cuLaunchKernel(fn, 1056, 1, 1, 256, 1, 1, 0, stream_, args, nullptr), "fingerprint " + ref);
+  d.check(d.cuCtxSynchronize(), "before fingerprint " + ref);  // what the candidate's streams still write
+  const TrustedLane& t = trusted_lane();
+  const CUdeviceptr words = base_[i] + options_.guard_bytes;
+  const unsigned long long n = bytes / 8;
   uint64_t sum = 0;
-  d.check(d.cuStreamSynchronize(stream_), "fingerprint " + ref);
-  d.check(d.cuMemcpyDtoH(&sum, out, 8), "fingerprint");
+  {
+    // In the tool's own context: the buffer copied over a chunk at a time, fingerprinted there.
+    InContext in(t.ctx);
+    if (!impl_->fingerprint_out) {
+      d.check(d.cuMemAlloc(&impl_->fingerprint_out, 8), "cuMemAlloc(fingerprint)");
+      d.check(d.cuMemAlloc(&impl_->fingerprint_chunk, kFingerprintChunk), "cuMemAlloc(fingerprint chunk)");
+      std::random_device rd;
+      impl_->fingerprint_key = (uint64_t(rd()) << 32) ^ rd();
+    }
+    CUfunction fn = fingerprint_function();
+    unsigned long long key = impl_->fingerprint_key;
+    CUdeviceptr out = impl_->fingerprint_out, chunk = impl_->fingerprint_chunk;
+    d.check(d.cuMemsetD8Async(out, 0, 8, t.stream), "fingerprint");
+    for (unsigned long long w0 = 0; w0 < n; w0 += kFingerprintChunk / 8) {
+      unsigned long long count = std::min<unsigned long long>(kFingerprintChunk / 8, n - w0);
+      d.check(d.cuMemcpyPeerAsync(chunk, t.ctx, words + w0 * 8, impl_->ctx, count * 8, t.stream), "fingerprint copy " + ref);
+      void* args[] = {&chunk, &count, &key, &w0, &out};
+      d.check(d.cuLaunchKernel(fn, 1056, 1, 1, 256, 1, 1, 0, t.stream, args, nullptr), "fingerprint " + ref);
+    }
+    d.check(d.cuStreamSynchronize(t.stream), "fingerprint " + ref);
+    d.check(d.cuMemcpyDtoH(&sum, out, 8), "fingerprint");
+  }
   std::string text = "fp64:" + std::to_string(sum);
   if (bytes % 8) {
     std::vector<uint8_t> tail(bytes % 8);
@@ -482,13 +557,41 @@ void Executor::poison_outputs() {
 
 void Executor::reset_call_state(CUstream stream) {
   auto& d = Driver::get();
-  scrub_shared_memory(stream);
+  scrub_shared_memory_between(stream, impl_->call_ready, impl_->scrubbed);
   for (int i : forward_scratch_)
     d.check(d.cuMemsetD8Async(base_[i] + options_.guard_bytes, 0xFF, plan_.buffers[i].bytes, stream), "poison scratch");
   if (impl_->workspace) d.check(d.cuMemsetD8Async(impl_->workspace, 0xFF, impl_->workspace_bytes, stream), "poison workspace");
   if (impl_->conv_workspace)
     d.check(d.cuMemsetD8Async(impl_->conv_workspace, 0xFF, impl_->conv_workspace_bytes, stream), "poison workspace");
   for (const auto& g : globals_) d.check(d.cuMemcpyDtoDAsync(g.ptr, g.image, g.bytes, stream), "restore " + g.name);
+}
+
+void scrub_shared_memory_between(CUstream stream, CUevent ready, CUevent done) {
+  auto& d = Driver::get();
+  const TrustedLane& t = trusted_lane();
+  CUevent own_ready = nullptr, own_done = nullptr;
+  if (!ready) {
+    d.check(d.cuEventCreate(&own_ready, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    ready = own_ready;
+  }
+  d.check(d.cuEventRecord(ready, stream), "cuEventRecord");
+  {
+    InContext in(t.ctx);
+    if (!done) {
+      d.check(d.cuEventCreate(&own_done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+      done = own_done;
+    }
+    d.check(d.cuStreamWaitEvent(t.stream, ready, 0), "cuStreamWaitEvent");
+    scrub_shared_memory(t.stream);
+    d.check(d.cuEventRecord(done, t.stream), "cuEventRecord");
+  }
+  d.check(d.cuStreamWaitEvent(stream, done, 0), "cuStreamWaitEvent");
+  // Events destroyed while pending are released once they complete.
+  if (own_ready) d.cuEventDestroy(own_ready);
+  if (own_done) {
+    InContext in(t.ctx);
+    d.cuEventDestroy(own_done);
+  }
 }
 
 void scrub_shared_memory(CUstream stream) {

@@ -19,8 +19,12 @@
 // Calls are independent by construction (DESIGN.md §5): before every call reset_call_state()
 // fills every SM's shared memory with 0xFF (it is not cleared between kernels), poisons the
 // scratch that only forward writes and the library workspaces, and restores every writable
-// module-scope variable to its load-time bytes; the scratch init wrote is hashed and must not
-// change. Nothing a call leaves behind can reach the next one, so no cache can pay.
+// module-scope variable (__device__ and __constant__) to its load-time bytes; the scratch init
+// wrote is hashed and must not change; the device heap is set to its minimum. kernel-prof also
+// gives every call inputs no earlier call saw, so a cache anywhere never hits.
+//
+// The tool's own kernels used here (the scrub, the fingerprint behind hash()) run in a context of
+// their own, never the candidate's: the candidate's kernels cannot reach their code or buffers.
 //   ca::TensorMap out = ex.download_outputs();
 #pragma once
 #include <cuda.h>
@@ -120,8 +124,13 @@ class Executor {
 };
 
 // Fills the shared memory of every SM of the current context's device with 0xFF: one block per SM,
-// each taking the most a block may. A profiler that sums kernel time leaves this kernel out.
+// each taking the most a block may. (The executor launches it from the tool's own context; a
+// profiler tells it from a candidate's kernels by how it was launched, never by this name.)
 inline constexpr const char* kScrubSharedKernel = "ca_scrub_shared";
 void scrub_shared_memory(CUstream stream);
+// The same scrub launched from the tool's own context (one per device in this process, never a
+// candidate's), ordered between `stream`'s work before and after it by events: `ready` (of
+// `stream`'s context) and `done` (of the tool's), or made for the call when null.
+void scrub_shared_memory_between(CUstream stream, CUevent ready = nullptr, CUevent done = nullptr);
 
 }  // namespace ca::bundle

@@ -27,6 +27,8 @@ struct CuptiApi {
   decltype(&::cuptiActivityFlushAll) flush_all = nullptr;
   decltype(&::cuptiActivityGetNextRecord) next_record = nullptr;
   decltype(&::cuptiActivityGetNumDroppedRecords) num_dropped = nullptr;
+  decltype(&::cuptiActivityPushExternalCorrelationId) push_external = nullptr;
+  decltype(&::cuptiActivityPopExternalCorrelationId) pop_external = nullptr;
 };
 CuptiApi api;
 CUpti_SubscriberHandle subscriber = nullptr;
@@ -98,7 +100,9 @@ void CuptiTracer::open() {
             load(lib, "cuptiSubscribe", api.subscribe) &&
             load(lib, "cuptiActivityRegisterCallbacks", api.register_callbacks) &&
             load(lib, "cuptiActivityEnable", api.enable) && load(lib, "cuptiActivityFlushAll", api.flush_all) &&
-            load(lib, "cuptiActivityGetNextRecord", api.next_record);
+            load(lib, "cuptiActivityGetNextRecord", api.next_record) &&
+            load(lib, "cuptiActivityPushExternalCorrelationId", api.push_external) &&
+            load(lib, "cuptiActivityPopExternalCorrelationId", api.pop_external);
   load(lib, "cuptiActivityGetNumDroppedRecords", api.num_dropped);
   if (!ok) {
     why_ = library_path_ + " lacks a CUPTI activity entry point";
@@ -123,6 +127,14 @@ void CuptiTracer::open() {
     why_ = "cuptiActivityEnable(CONCURRENT_KERNEL): " + result_text(r);
     return;
   }
+  // Which kernels a timed call launched is known by identity: the call's API calls are marked with
+  // an external correlation id, and CUPTI writes an external-correlation record for each driver
+  // API record made inside the mark (so driver API records are enabled too, and ignored).
+  for (auto kind : {CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION})
+    if ((r = api.enable(kind)) != CUPTI_SUCCESS) {
+      why_ = "cuptiActivityEnable(" + std::to_string(int(kind)) + "): " + result_text(r);
+      return;
+    }
   available_ = true;
   log::debug("CUPTI ", version_, " from ", library_path_);
 }
@@ -130,7 +142,13 @@ void CuptiTracer::open() {
 void CuptiTracer::take_buffer(uint8_t* buffer, std::size_t valid_bytes) {
   CUpti_Activity* record = nullptr;
   std::vector<KernelActivity> got;
+  std::vector<std::pair<uint32_t, uint64_t>> external;
   while (api.next_record(buffer, valid_bytes, &record) == CUPTI_SUCCESS) {
+    if (record->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
+      const auto* e = reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(record);
+      if (e->externalKind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) external.emplace_back(e->correlationId, e->externalId);
+      continue;
+    }
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
     KernelActivity a;
@@ -150,6 +168,16 @@ void CuptiTracer::take_buffer(uint8_t* buffer, std::size_t valid_bytes) {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   records_.insert(records_.end(), std::make_move_iterator(got.begin()), std::make_move_iterator(got.end()));
+  for (auto& [corr, ext] : external) external_of_[corr] = ext;
+}
+
+void CuptiTracer::push_call(uint64_t id) {
+  if (available_) api.push_external(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id);
+}
+
+void CuptiTracer::pop_call() {
+  uint64_t last = 0;
+  if (available_) api.pop_external(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
 }
 
 void CuptiTracer::begin() {
@@ -157,6 +185,7 @@ void CuptiTracer::begin() {
   api.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   std::lock_guard<std::mutex> lock(mutex_);
   records_.clear();
+  external_of_.clear();
 }
 
 std::vector<KernelActivity> CuptiTracer::end() {
@@ -170,6 +199,9 @@ std::vector<KernelActivity> CuptiTracer::end() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<KernelActivity> out;
   out.swap(records_);
+  for (auto& k : out)
+    if (auto it = external_of_.find(k.correlation_id); it != external_of_.end()) k.external_id = it->second;
+  external_of_.clear();
   return out;
 }
 
@@ -178,9 +210,10 @@ std::vector<double> device_time_per_call_us(const std::vector<KernelActivity>& r
     uint64_t first_start = UINT64_MAX;
     double sum_us = 0;
   };
-  std::map<uint32_t, Call> calls;
+  std::map<uint64_t, Call> calls;
   for (const auto& r : records) {
-    Call& c = calls[r.correlation_id];
+    // External ids (push_call) and correlation ids kept apart: the high bit marks the latter.
+    Call& c = calls[r.external_id ? r.external_id : (uint64_t(1) << 63 | r.correlation_id)];
     c.first_start = std::min(c.first_start, r.start_ns);
     c.sum_us += r.duration_us();
   }

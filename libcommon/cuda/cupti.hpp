@@ -4,6 +4,7 @@
 // unavailable and why() says so; callers then fall back to CUDA events alone.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -14,6 +15,10 @@ struct KernelActivity {
   std::string name;  // mangled, as the driver knows it
   uint64_t start_ns = 0, end_ns = 0;
   uint32_t correlation_id = 0;  // one per API call: all kernels of one graph launch share it
+  // The id pushed with push_call() around the API call that launched it; 0 when none was: the
+  // kernels a caller launched itself (a flush, a scrub, a fingerprint) are told apart from the
+  // timed call's by how they were launched, never by their names.
+  uint64_t external_id = 0;
   uint32_t device_id = 0, stream_id = 0, graph_id = 0;
   int grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
   int registers_per_thread = 0;
@@ -41,6 +46,10 @@ class CuptiTracer {
   // in completion order as CUPTI delivered them.
   std::vector<KernelActivity> end();
   uint64_t dropped_records() const { return dropped_; }
+  // Marks the API calls this thread makes until pop_call() with `id` (> 0): every kernel they
+  // launch carries it in external_id (CUPTI external correlation).
+  void push_call(uint64_t id);
+  void pop_call();
 
   // Called by CUPTI's buffer callback; public only for that.
   void take_buffer(uint8_t* buffer, std::size_t valid_bytes);
@@ -54,10 +63,12 @@ class CuptiTracer {
   uint64_t dropped_ = 0;
   std::mutex mutex_;
   std::vector<KernelActivity> records_;
+  std::map<uint32_t, uint64_t> external_of_;  // correlation id -> pushed id
 };
 
-// Groups kernel records into calls: records sharing a correlation id (one graph launch or one
-// kernel launch) form one call, ordered by their first start. Returns per-call device time in us
+// Groups kernel records into calls: records sharing an external id (the API calls of one
+// push_call() region), else a correlation id (one graph launch or one kernel launch), form one
+// call, ordered by their first start. Returns per-call device time in us
 // (the sum of its kernels' durations, as the published profiler summed device time).
 std::vector<double> device_time_per_call_us(const std::vector<KernelActivity>& records);
 

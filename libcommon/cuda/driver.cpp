@@ -61,6 +61,12 @@ void load_all() {
     load(d.cuCtxSynchronize, "cuCtxSynchronize", 2000);
     load(d.cuCtxGetDevice, "cuCtxGetDevice", 2000);
     load(d.cuCtxGetCurrent, "cuCtxGetCurrent", 4000);
+    load(d.cuCtxCreate, "cuCtxCreate", 12050);
+    load(d.cuCtxDestroy, "cuCtxDestroy", 4000);
+    load(d.cuCtxPushCurrent, "cuCtxPushCurrent", 4000);
+    load(d.cuCtxPopCurrent, "cuCtxPopCurrent", 4000);
+    load(d.cuCtxSetLimit, "cuCtxSetLimit", 3010);
+    load(d.cuCtxGetLimit, "cuCtxGetLimit", 3010);
     load(d.cuModuleLoadData, "cuModuleLoadData", 2000);
     load(d.cuModuleUnload, "cuModuleUnload", 2000);
     load(d.cuModuleGetFunction, "cuModuleGetFunction", 2000);
@@ -77,6 +83,7 @@ void load_all() {
     load(d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync", 3020);
     load(d.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync", 3020);
     load(d.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync", 3020);
+    load(d.cuMemcpyPeerAsync, "cuMemcpyPeerAsync", 4000);
     load(d.cuIpcGetMemHandle, "cuIpcGetMemHandle", 4010);
     load(d.cuIpcOpenMemHandle, "cuIpcOpenMemHandle", 11000);
     load(d.cuIpcCloseMemHandle, "cuIpcCloseMemHandle", 4010);
@@ -88,6 +95,7 @@ void load_all() {
     load(d.cuStreamDestroy, "cuStreamDestroy", 4000);
     load(d.cuStreamSynchronize, "cuStreamSynchronize", 2000);
     load(d.cuStreamQuery, "cuStreamQuery", 2000);
+    load(d.cuStreamWaitEvent, "cuStreamWaitEvent", 3020);
     load(d.cuStreamBeginCapture, "cuStreamBeginCapture", 10010);
     load(d.cuStreamEndCapture, "cuStreamEndCapture", 10000);
     load(d.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 11040);

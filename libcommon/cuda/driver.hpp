@@ -50,6 +50,12 @@ struct Driver {
   PFN_cuCtxSynchronize_v2000 cuCtxSynchronize = nullptr;
   PFN_cuCtxGetDevice_v2000 cuCtxGetDevice = nullptr;
   PFN_cuCtxGetCurrent_v4000 cuCtxGetCurrent = nullptr;
+  PFN_cuCtxCreate_v12050 cuCtxCreate = nullptr;  // cuCtxCreate_v4: params may be null
+  PFN_cuCtxDestroy_v4000 cuCtxDestroy = nullptr;
+  PFN_cuCtxPushCurrent_v4000 cuCtxPushCurrent = nullptr;
+  PFN_cuCtxPopCurrent_v4000 cuCtxPopCurrent = nullptr;
+  PFN_cuCtxSetLimit_v3010 cuCtxSetLimit = nullptr;
+  PFN_cuCtxGetLimit_v3010 cuCtxGetLimit = nullptr;
   PFN_cuModuleLoadData_v2000 cuModuleLoadData = nullptr;
   PFN_cuModuleUnload_v2000 cuModuleUnload = nullptr;
   PFN_cuModuleGetFunction_v2000 cuModuleGetFunction = nullptr;
@@ -66,6 +72,7 @@ struct Driver {
   PFN_cuMemcpyHtoDAsync_v3020 cuMemcpyHtoDAsync = nullptr;
   PFN_cuMemcpyDtoHAsync_v3020 cuMemcpyDtoHAsync = nullptr;
   PFN_cuMemcpyDtoDAsync_v3020 cuMemcpyDtoDAsync = nullptr;
+  PFN_cuMemcpyPeerAsync_v4000 cuMemcpyPeerAsync = nullptr;  // between contexts of one device too
   PFN_cuMemsetD8_v3020 cuMemsetD8 = nullptr;
   PFN_cuMemsetD32_v3020 cuMemsetD32 = nullptr;
   PFN_cuMemsetD8Async_v3020 cuMemsetD8Async = nullptr;
@@ -74,6 +81,7 @@ struct Driver {
   PFN_cuStreamDestroy_v4000 cuStreamDestroy = nullptr;
   PFN_cuStreamSynchronize_v2000 cuStreamSynchronize = nullptr;
   PFN_cuStreamQuery_v2000 cuStreamQuery = nullptr;
+  PFN_cuStreamWaitEvent_v3020 cuStreamWaitEvent = nullptr;  // the event may be another context's
   PFN_cuStreamBeginCapture_v10010 cuStreamBeginCapture = nullptr;
   PFN_cuStreamEndCapture_v10000 cuStreamEndCapture = nullptr;
   PFN_cuGraphInstantiateWithFlags_v11040 cuGraphInstantiateWithFlags = nullptr;

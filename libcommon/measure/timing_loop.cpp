@@ -116,7 +116,14 @@ LoopResult time_target(TimedTarget& target, CUstream stream, L2Flusher& flusher,
       target.prepare(set, stream);
       flusher.flush(stream);
       drv.check(drv.cuEventRecord(ev.start[b], stream), "cuEventRecord");
-      target.enqueue(set, stream);
+      if (traced) cupti->push_call(uint64_t(call) + 1);
+      try {
+        target.enqueue(set, stream);
+      } catch (...) {
+        if (traced) cupti->pop_call();
+        throw;
+      }
+      if (traced) cupti->pop_call();
       drv.check(drv.cuEventRecord(ev.end[b], stream), "cuEventRecord");
     }
     drv.check(drv.cuStreamSynchronize(stream), "timed calls");
@@ -139,13 +146,9 @@ LoopResult time_target(TimedTarget& target, CUstream stream, L2Flusher& flusher,
 
   if (traced) {
     auto records = cupti->end();
-    if (!options.ignore_kernels.empty())
-      records.erase(std::remove_if(records.begin(), records.end(),
-                                   [&](const cuda::KernelActivity& a) {
-                                     return std::find(options.ignore_kernels.begin(), options.ignore_kernels.end(),
-                                                      a.name) != options.ignore_kernels.end();
-                                   }),
-                    records.end());
+    // The call's kernels, by identity: launched from inside enqueue().
+    records.erase(std::remove_if(records.begin(), records.end(), [](const cuda::KernelActivity& a) { return a.external_id == 0; }),
+                  records.end());
     std::vector<double> per_call = cuda::device_time_per_call_us(records);
     if (int64_t(per_call.size()) != call) {
       result.cupti_note = log::cat("CUPTI saw ", per_call.size(), " calls with kernels for ", call, " timed calls",

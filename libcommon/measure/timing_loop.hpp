@@ -34,7 +34,9 @@ struct LoopOptions {
   double warmup_min_s = 0.05;    // ... and at least this long, so the clocks have ramped
   int batch = 8;                 // calls enqueued before the host waits (the flush memset keeps the GPU behind)
   bool use_cupti = true;
-  std::vector<std::string> ignore_kernels;  // launched by prepare() (e.g. a flush kernel): not the call's
+  // Device time counts only the kernels launched from inside enqueue() (CUPTI external correlation
+  // marks its API calls): what prepare(), the flush or any trusted code launches is left out by how
+  // it was launched, whatever its kernels are named.
   Json to_json() const;
 };
 

@@ -10,6 +10,9 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
+
+#include <unistd.h>
 
 #include "libcommon/bundle/compile.hpp"
 #include "libcommon/bundle/executor.hpp"
@@ -144,11 +147,12 @@ TEST_CASE("shared memory outlives a kernel; scrub_shared_memory leaves none of i
   drv.check(drv.cuMemAlloc(&kept, 8), "cuMemAlloc");
   unsigned words = unsigned(optin) / 4;
   // Writer, [scrub], reader: the words of the writer's pattern the reader still finds.
-  auto words_kept = [&](bool scrub, unsigned tag) {
+  auto words_kept = [&](int scrub, unsigned tag) {
     drv.check(drv.cuMemsetD8Async(kept, 0, 8, g.stream), "memset");
     void* wargs[] = {&words, &tag};
     drv.check(drv.cuLaunchKernel(writer, sms, 1, 1, 1024, 1, 1, optin, g.stream, wargs, nullptr), "writer");
-    if (scrub) bundle::scrub_shared_memory(g.stream);
+    if (scrub == 1) bundle::scrub_shared_memory(g.stream);
+    if (scrub == 2) bundle::scrub_shared_memory_between(g.stream);  // as the executor does it
     void* rargs[] = {&words, &tag, &kept};
     drv.check(drv.cuLaunchKernel(reader, sms, 1, 1, 1024, 1, 1, optin, g.stream, rargs, nullptr), "reader");
     unsigned long long n = 0;
@@ -157,10 +161,56 @@ TEST_CASE("shared memory outlives a kernel; scrub_shared_memory leaves none of i
     return n;
   };
   const unsigned long long total = (unsigned long long)sms * words;
-  unsigned long long plain = words_kept(false, 0x5EED0001u), scrubbed = words_kept(true, 0x5EED0002u);
-  std::printf("shared memory: %llu of %llu words kept from one kernel to the next, %llu past the scrub\n", plain, total,
-              scrubbed);
+  unsigned long long plain = words_kept(0, 0x5EED0001u), scrubbed = words_kept(1, 0x5EED0002u);
+  unsigned long long from_tool = words_kept(2, 0x5EED0003u);
+  std::printf("shared memory: %llu of %llu words kept from one kernel to the next, %llu past the scrub, %llu past the "
+              "scrub from the tool's own context\n", plain, total, scrubbed, from_tool);
   CHECK(plain > total / 2);  // the channel the scrub closes (were it cleared by the GPU, the scrub would be moot)
   CHECK(scrubbed == 0);
+  CHECK(from_tool == 0);
   drv.cuMemFree(kept);
+}
+
+// The property the tool's own kernels rely on (they run in a context of their own): a kernel of
+// one context cannot write into another context's memory, whatever address it is handed. Run in a
+// child process (the fault kills its context): the write must fault or leave the bytes as they were.
+TEST_CASE("isolation child: a kernel cannot write into another context's memory" * doctest::skip()) {
+  auto& drv = cuda::Driver::get();
+  CUcontext mine = drv.primary_context(0);
+  CUdevice dev;
+  drv.check(drv.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+  CUcontext other = nullptr;
+  drv.check(drv.cuCtxCreate(&other, nullptr, 0, dev), "cuCtxCreate");
+  CUdeviceptr theirs = 0;
+  drv.check(drv.cuMemAlloc(&theirs, 4096), "cuMemAlloc");
+  drv.check(drv.cuMemsetD32(theirs, 0x11111111u, 1024), "memset");
+  drv.check(drv.cuCtxSetCurrent(mine), "cuCtxSetCurrent");
+  const char* src = R"(extern "C" __global__ void ca_test_write_at(unsigned long long addr) {
+    unsigned* p = (unsigned*)addr; for (int i = threadIdx.x; i < 1024; i += blockDim.x) p[i] = 0xDEADBEEFu; })";
+  CUfunction fn = bundle::trusted_kernel("isolation.cu", src, "ca_test_write_at");
+  unsigned long long addr = theirs;
+  void* args[] = {&addr};
+  CUresult launch = drv.cuLaunchKernel(fn, 1, 1, 1, 256, 1, 1, 0, nullptr, args, nullptr);
+  CUresult sync = launch == CUDA_SUCCESS ? drv.cuCtxSynchronize() : launch;
+  std::printf("isolation: the write ended with %s\n", drv.error_text(sync).c_str());
+  drv.check(drv.cuCtxSetCurrent(other), "cuCtxSetCurrent(other)");
+  std::vector<unsigned> back(1024);
+  drv.check(drv.cuMemcpyDtoH(back.data(), theirs, 4096), "read back");
+  const bool unchanged = std::all_of(back.begin(), back.end(), [](unsigned v) { return v == 0x11111111u; });
+  std::printf("isolation: the other context's bytes %s\n", unchanged ? "unchanged" : "CHANGED");
+  CHECK(unchanged);
+}
+
+TEST_CASE("a kernel cannot write into another context's memory (child process)") {
+  std::string cmd = "'/proc/" + std::to_string(getpid()) + "/exe' --no-skip=true "
+                    "-tc='isolation child: a kernel cannot write into another context*' 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  int status = pclose(p);
+  std::printf("%s", out.c_str());
+  CHECK(status == 0);
+  CHECK(out.find("isolation: the other context's bytes unchanged") != std::string::npos);
 }

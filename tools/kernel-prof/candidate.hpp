@@ -1,11 +1,23 @@
 // Timing one candidate bundle: compiled (NVRTC, cached) and bound with the shared bundle library,
-// one executor per input set with its forward steps captured in a CUDA graph, the timing loop of
-// libcommon/measure, and the outputs of the timed calls checked against the reference worker's.
+// one executor with its forward steps captured in a CUDA graph, the timing loop of
+// libcommon/measure, and a random subset of the timed calls checked against the reference worker.
+//
+// No input set is timed twice (DESIGN.md §5): before every call, checked or timed, untimed like the
+// L2 flush, the reference worker draws a fresh set on the GPU from the task's own get_inputs() with
+// a seed no earlier call used, and it is copied into the candidate's input buffers. A cache kept
+// anywhere (module memory, the heap, shared memory, a channel nobody has found yet) is keyed on
+// values that never come back, so it never hits. Which calls are checked is drawn after the
+// inputs, from a generator the kernel never sees, and every call does the same untimed work
+// before it runs (the same draw, copy and fingerprint of its inputs), so nothing a kernel can
+// observe tells a checked call from an unchecked one.
 #pragma once
 #include <cuda.h>
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -24,42 +36,69 @@ struct InputSet {
   Json inputs, reference;  // {"inputs.0": {dtype, shape, bytes, handle, offset}, ...}, {"outputs.0": ...}
 };
 
-// The candidate ready to run: one executor and one graph per input set, params uploaded, init run.
+// Where the inputs of each call come from, and what is done with a call once it has run.
+class CallInputs {
+ public:
+  virtual ~CallInputs() = default;
+  // The device tensors of call `call`'s inputs (worker descriptions); called before the call.
+  virtual Json draw(int64_t call) = 0;
+  // After the call has run (its stream synchronized): `check` says whether to compare its outputs
+  // with the reference. Returns "" or what was wrong.
+  virtual std::string finish(int64_t call, bool check, bundle::Executor& ex) = 0;
+};
+
+// The candidate ready to run: one executor, params uploaded, init run, forward captured.
 class CandidateBench : public measure::TimedTarget {
  public:
   // Throws bundle::PlanError, CudaError, FieldError (record lacks its bundle), or
   // std::runtime_error("compile: ...") when the bundle no longer compiles.
-  // `guard_seed` fills every set's guard zones (as kernel-check does before each of its calls).
-  // `params` and every set's `inputs` are the worker's device tensors: copied in, then unmapped.
-  CandidateBench(const Json& bundle, const Json& loaded, const std::string& arch, const Json& params,
-                 const std::vector<InputSet>& sets, uint32_t guard_seed);
+  // `guard_seed` fills the guard zones (as kernel-check does before each of its calls).
+  // `params` are the worker's device tensors: copied in, then unmapped.
+  CandidateBench(const Json& bundle, const Json& loaded, const std::string& arch, const Json& params, CallInputs& inputs,
+                 uint32_t guard_seed, double check_fraction, uint64_t pick_seed);
   ~CandidateBench() override;
-  int input_sets() const override { return int(executors_.size()); }
-  // Untimed, before every call: the set's call state reset (forward scratch poisoned, module
-  // globals restored: Executor::reset_call_state) and its outputs poisoned (NaN bytes).
+  int input_sets() const override { return 1; }  // one set of buffers, fresh values every call
+  // Untimed, before every call: the previous call finished (and checked when drawn so), fresh
+  // inputs copied in and fingerprinted, the call state reset (Executor::reset_call_state), outputs
+  // poisoned (NaN bytes). Throws CallFailed when a checked call was wrong.
   void prepare(int set, CUstream stream) override;
-  void enqueue(int set, CUstream stream) override;  // replay the set's graph
-  bundle::Executor& executor(int set) { return *executors_[set]; }
-  // After the timed calls: what any of them left where no call may write (guard zones, inputs,
-  // params, init's scratch), or "" when nothing.
-  std::string state_violation(int set);
+  void enqueue(int set, CUstream stream) override;  // replay the graph
+  // After the loop: the last call is always checked. Returns "" or what was wrong.
+  std::string finish_last(CUstream stream);
+  bundle::Executor& executor() { return *executor_; }
+  int64_t calls() const { return calls_; }
+  int64_t checked_calls() const { return checked_; }
+  // What any call left where no call may write (guard zones, params, init's scratch), or "".
+  std::string state_violation();
+
+  struct CallFailed : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
 
  private:
+  std::string finish_call(int64_t call, bool check);
+  CallInputs& inputs_;
   uint32_t guard_seed_;
-  std::vector<std::map<std::string, std::string>> read_only_;  // per set: ref -> sha256 before timing
-  std::vector<std::unique_ptr<bundle::Executor>> executors_;
-  std::vector<CUgraphExec> graphs_;
-  std::vector<std::vector<std::pair<CUdeviceptr, size_t>>> outputs_;  // per set
+  double check_fraction_;
+  std::mt19937_64 pick_;                        // which calls are checked: never seen by the kernel
+  std::map<std::string, std::string> read_only_;  // params and init's scratch: ref -> hash after init
+  std::map<std::string, std::string> input_hashes_;  // the current call's inputs, hashed before it ran
+  std::unique_ptr<bundle::Executor> executor_;
+  CUgraphExec graph_ = nullptr;
+  std::vector<std::pair<CUdeviceptr, size_t>> outputs_;
+  int64_t calls_ = 0, checked_ = 0;
+  bool pending_ = false, pending_check_ = false;
 };
 
 struct CandidateTiming {
   measure::LoopResult loop;
-  int input_sets = 0;
+  int64_t checked_calls = 0;
   bool outputs_ok = true;
   std::string failure;  // what was wrong when timed
-  Json outputs_check = Json::array();  // per input set: {set, seed, ok, max_abs_err, ...}
+  Json outputs_check = Json::array();  // per checked call: {call, seed, ok, max_abs_err, ...}
+  double draw_ms_per_call = 0;         // the untimed fresh draw + copy + fingerprint, per call
   Json params;                         // the worker's device params (kept for --metrics' replay)
-  std::vector<InputSet> sets;
+  std::vector<InputSet> sets;          // the set drawn with the params (kept for --metrics' replay)
   std::vector<std::string> keys;       // what the worker keeps for this timing, released by the caller
 };
 
@@ -68,10 +107,12 @@ struct CandidateTiming {
 std::vector<InputSet> make_input_sets(GpuSession& gpu, const std::string& task_id, int count, uint64_t seed, Json* params,
                                       std::vector<std::string>& keys);
 
-// `loaded` is the worker's load answer for the task (tensor specs). Never throws for a candidate
-// that goes wrong when timed: outputs_ok false and `failure` say what happened.
+// `loaded` is the worker's load answer for the task (tensor specs). `round` numbers the timings of
+// one record (remeasure rounds): no two rounds, and no call within one, share an input seed.
+// Never throws for a candidate that goes wrong when timed: outputs_ok false and `failure` say what
+// happened.
 CandidateTiming time_candidate(GpuSession& gpu, const Json& record, const Json& task, const Json& loaded,
-                               const ProfOptions& options);
+                               const ProfOptions& options, int round = 0);
 
 // Releases what the worker keeps for a timing (never throws).
 void release_sets(GpuSession& gpu, const CandidateTiming& timing);

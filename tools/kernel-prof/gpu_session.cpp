@@ -28,7 +28,26 @@ GpuSession::GpuSession(int ordinal, bool trace) {
 GpuSession::~GpuSession() {
   worker_.reset();
   flusher_.reset();
-  if (stream_) cuda::Driver::get().cuStreamDestroy(stream_);
+  auto& drv = cuda::Driver::get();
+  if (stream_) drv.cuStreamDestroy(stream_);
+  if (trusted_) drv.cuCtxDestroy(trusted_);  // its stream with it
+}
+
+CUcontext GpuSession::trusted_context() {
+  if (!trusted_) {
+    auto& drv = cuda::Driver::get();
+    CUdevice dev;
+    drv.check(drv.cuDeviceGet(&dev, id_.ordinal), "cuDeviceGet");
+    drv.check(drv.cuCtxCreate(&trusted_, nullptr, 0, dev), "cuCtxCreate(trusted context)");  // current now
+    drv.check(drv.cuStreamCreate(&trusted_stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate(trusted)");
+    drv.check(drv.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+  }
+  return trusted_;
+}
+
+CUstream GpuSession::trusted_stream() {
+  trusted_context();
+  return trusted_stream_;
 }
 
 void GpuSession::make_current() const {

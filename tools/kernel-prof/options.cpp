@@ -30,7 +30,7 @@ void ProfOptions::register_with(CLI::App& app) {
                "Per kernel: DRAM and SM throughput (% of peak) and achieved occupancy through ncu, and the roofline "
                "position from the task's FLOP and byte estimates");
   app.add_flag("--no-cupti", no_cupti, "Do not trace with CUPTI (device time then falls back to CUDA events)");
-  app.add_option("--input-sets", input_sets, "Input sets rotated between calls")->check(CLI::Range(1, 64))
+  app.add_option("--input-sets", input_sets, "Input sets rotated between the baselines' calls (the candidate gets a fresh set every call)")->check(CLI::Range(1, 64))
       ->capture_default_str();
   app.add_option("--warmup", warmup, "Untimed calls before timing")->check(CLI::Range(0, 10000))->capture_default_str();
   app.add_option("--min-runs", stop.min_runs, "Fewest timed calls (the median's 95% CI needs 6)")

@@ -158,17 +158,21 @@ Outcome Profiler::profile(Json& record) {
   Json method = options_.stop.to_json();
   method["metric"] = metric_used;
   method["warmup_calls"] = options_.warmup;
-  method["input_sets"] = cand.input_sets;
+  // Every call, warm-up, timed or checked, on a set no earlier call saw (drawn untimed by the worker).
+  method["input_sets"] = "fresh per call";
+  method["checked_calls"] = cand.checked_calls;
+  method["draw_ms_per_call"] = cand.draw_ms_per_call;
   method["seed"] = options_.seed;
   method["seed_given"] = options_.seed_given;
   method["flush_bytes"] = g.flusher().bytes();
   method["persisting_l2_reset"] = g.flusher().resets_persisting();
-  method["call_state_reset"] = "shared memory of every SM, forward scratch and library workspaces poisoned, module globals restored, before every call";
+  method["call_state_reset"] = "fresh inputs, shared memory of every SM, forward scratch and library workspaces poisoned, module memory restored, before every call";
   method["timer"] = "cuda_events around cuGraphLaunch";
   auto fill_times = [&] {
     method["device_timer"] = have_device() ? "cupti concurrent-kernel records, summed per call" : "none";
     method["stop"] = measure::stop_reason_name(cand.loop.stop);
     method["calls"] = cand.loop.calls;
+    method["checked_calls"] = cand.checked_calls;
     method["timed_wall_s"] = cand.loop.timed_wall_s;
     prof["method"] = method;
     const bool comparable = metric_used == "wall" || have_device();
@@ -201,14 +205,14 @@ Outcome Profiler::profile(Json& record) {
   // matched with fp16 autocast, the lowest precision PyTorch runs these tasks in).
   Json base = Json::object();
   for (const auto& mode : options_.baselines) {
-    base[mode] = baselines.time(task_id, mode, "fp32", metric_used, cand.input_sets);
+    base[mode] = baselines.time(task_id, mode, "fp32", metric_used, options_.input_sets);
     stages.lap("baseline_" + mode);
   }
   std::string matched = precision == "int8" || precision == "fp8" ? "fp16" : precision;
   if (matched == "tf32" || matched == "fp16" || matched == "bf16") {
     prof["matched_precision"] = matched;
     for (const auto& mode : options_.baselines)
-      base[mode + "_precision_matched"] = baselines.time(task_id, mode, matched, metric_used, cand.input_sets);
+      base[mode + "_precision_matched"] = baselines.time(task_id, mode, matched, metric_used, options_.input_sets);
     stages.lap("baselines_matched");
   }
   prof["baselines"] = base;
@@ -236,7 +240,7 @@ Outcome Profiler::profile(Json& record) {
   int rounds = 0;
   for (Json d = decisions(); open_decisions(d) > 0 && rounds < options_.remeasure; d = decisions()) {
     ++rounds;
-    CandidateTiming more = time_candidate(g, record, task, loaded, options_);
+    CandidateTiming more = time_candidate(g, record, task, loaded, options_, rounds);
     release_sets(g, more);
     if (!more.outputs_ok) {
       prof["status"] = "failed";
@@ -253,6 +257,7 @@ Outcome Profiler::profile(Json& record) {
     cand.loop.event = measure::summarize(cand.loop.event_us);
     cand.loop.device = measure::summarize(cand.loop.device_us);
     cand.loop.calls += more.loop.calls;
+    cand.checked_calls += more.checked_calls;
     cand.loop.timed_wall_s += more.loop.timed_wall_s;
     fill_times();
   }

@@ -13,16 +13,21 @@ int replay_once(const std::string& file, int gpu_ordinal) {
   Json r = Json::parse(read_file(file));
   GpuSession gpu(gpu_ordinal, false);
   gpu.make_current();
-  // The parent's worker still keeps the sets: their device tensors are mapped here as in the parent.
-  std::vector<InputSet> sets;
-  for (auto& p : r["replay"]["inputs"]) sets.push_back(InputSet{0, Json(p), Json()});
-  CandidateBench bench(r["bundle"], r["task"]["loaded"], gpu.identity().arch, Json(r["replay"]["params"]), sets,
-                       0x5eedu);
+  // The parent's worker still keeps the set drawn with the params: its device tensors are mapped
+  // here as in the parent, and every call of the replay reads them.
+  struct KeptSets : CallInputs {
+    std::vector<Json> sets;
+    Json draw(int64_t call) override { return sets[size_t(call) % sets.size()]; }
+    std::string finish(int64_t, bool, bundle::Executor&) override { return ""; }
+  } kept;
+  for (auto& p : r["replay"]["inputs"]) kept.sets.push_back(Json(p));
+  if (kept.sets.empty()) throw InputError("--replay-once: the record has no replay inputs");
+  CandidateBench bench(r["bundle"], r["task"]["loaded"], gpu.identity().arch, Json(r["replay"]["params"]), kept, 0x5eedu, 0.0, 0);
   auto& drv = cuda::Driver::get();
-  for (int k = 0; k < bench.input_sets(); ++k) {
-    bench.prepare(k, gpu.stream());
+  for (size_t k = 0; k < kept.sets.size(); ++k) {
+    bench.prepare(0, gpu.stream());
     gpu.flusher().flush(gpu.stream());
-    bench.enqueue(k, gpu.stream());
+    bench.enqueue(0, gpu.stream());
   }
   drv.check(drv.cuStreamSynchronize(gpu.stream()), "replay");
   return kExitOk;
