@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -89,15 +90,45 @@ std::map<std::string, int64_t> cubin_sections(const std::string& elf) {
   return out;
 }
 
+namespace {
+
+// Module data a kernel can write through a generic address: __device__ variables (.nv.global,
+// .nv.global.init) and every constant bank but the kernel parameters' (.nv.constant0.<kernel>):
+// .nv.constant3 holds __constant__ variables.
+bool module_data_section(const std::string& name) {
+  if (name == ".nv.global" || name.rfind(".nv.global.", 0) == 0) return true;
+  return name.rfind(".nv.constant", 0) == 0 && name.rfind(".nv.constant0", 0) != 0;
+}
+
+}  // namespace
+
+std::set<std::string> cubin_undefined_functions(const std::string& elf) {
+  std::set<std::string> out;
+  try {
+    Elf64View v(elf);
+    for (uint64_t i = 0; i < v.shnum; ++i) {
+      if (v.section(i, 0x04, 4) != 2) continue;  // SHT_SYMTAB
+      const uint64_t off = v.section(i, 0x18, 8), size = v.section(i, 0x20, 8), entsize = v.section(i, 0x38, 8);
+      const uint64_t strtab = v.section(v.section(i, 0x28, 4), 0x18, 8);
+      if (entsize < 24) continue;
+      for (uint64_t sym = off; sym + 24 <= off + size; sym += entsize) {
+        const uint64_t shndx = v.read(sym + 6, 2), type = v.read(sym + 4, 1) & 0xf;
+        if (shndx != 0 || (type != 2 /* STT_FUNC */ && type != 0 /* STT_NOTYPE */)) continue;
+        std::string name = v.string_at(strtab + v.read(sym, 4));
+        if (!name.empty()) out.insert(name);
+      }
+    }
+  } catch (const std::exception&) {
+  }
+  return out;
+}
+
 std::map<std::string, int64_t> cubin_writable_globals(const std::string& elf) {
   std::map<std::string, int64_t> out;
   try {
     Elf64View v(elf);
     std::vector<bool> writable(v.shnum, false);
-    for (uint64_t i = 0; i < v.shnum; ++i) {
-      std::string name = v.section_name(i);
-      writable[i] = name == ".nv.global" || name == ".nv.global.init";
-    }
+    for (uint64_t i = 0; i < v.shnum; ++i) writable[i] = module_data_section(v.section_name(i));
     for (uint64_t i = 0; i < v.shnum; ++i) {
       if (v.section(i, 0x04, 4) != 2) continue;  // SHT_SYMTAB
       const uint64_t off = v.section(i, 0x18, 8), size = v.section(i, 0x20, 8), entsize = v.section(i, 0x38, 8);
@@ -113,27 +144,6 @@ std::map<std::string, int64_t> cubin_writable_globals(const std::string& elf) {
   } catch (const std::exception&) {
   }
   return out;
-}
-
-std::string ptx_precision(const std::string& ptx) {
-  // Ordered from the lowest precision: the first found is what the kernel's accuracy rests on.
-  // RE2: the PTX carries the policy's inline asm, so the search must not recurse or backtrack.
-  static const std::vector<std::pair<std::unique_ptr<re2::RE2>, const char*>> probes = [] {
-    std::vector<std::pair<std::unique_ptr<re2::RE2>, const char*>> p;
-    auto add = [&](const char* re, const char* name) {
-      p.emplace_back(std::make_unique<re2::RE2>(re, ca::byte_regex_options()), name);
-    };
-    add(R"(\.e4m3|\.e5m2|\.e2m1|\.e3m2|\.e2m3)", "fp8");
-    // dp4a/dp2a, and integer tensor-core MMA (s8/u8/s4/u4 operands).
-    add(R"(\bdp[24]a\.|\b(mma|wgmma)\S*\.(s8|u8|s4|u4)\b)", "int8");
-    add(R"(\b(mma|wgmma|fma|mul|add|sub|hfma2?)\S*\.f16\b|\.f16x2|mma\S*\.f16)", "fp16");
-    add(R"(\b(mma|wgmma|fma|mul|add|sub)\S*\.bf16|\.bf16x2|mma\S*\.bf16)", "bf16");
-    add(R"(\.tf32)", "tf32");
-    return p;
-  }();
-  for (auto& [re, name] : probes)
-    if (re2::RE2::PartialMatch(ptx, *re)) return name;
-  return "fp32";
 }
 
 namespace {
@@ -193,7 +203,7 @@ void read_cubin_resources(CompileResult& r) {
   r.module_constant_bytes = 0;
   for (auto& [name, size] : sections) {
     if (name == ".nv.global" || name == ".nv.global.init") r.module_global_bytes += size;
-    if (name == ".nv.constant3" || name == ".nv.constant1") r.module_constant_bytes += size;
+    if (name.rfind(".nv.constant", 0) == 0 && name.rfind(".nv.constant0", 0) != 0) r.module_constant_bytes += size;
     if (name.rfind(".nv.shared.", 0) == 0) {
       std::string fn = name.substr(11);
       if (r.resources.count(fn)) r.resources[fn].static_shared_bytes = size;
@@ -599,7 +609,31 @@ std::map<std::string, KernelSignature> signatures_of(const CompileResult& r) {
   return out;
 }
 
+bool reserved_kernel_name(const std::string& name) {
+  const std::string prefix = kReservedKernelPrefix;
+  if (name.rfind(prefix, 0) == 0) return true;
+  // A mangled name: each <length><identifier> of its qualified name (_Z15ca_scrub_sharedj,
+  // _ZN2ns6ca_fooEv, _ZL6ca_barv), not its parameter types.
+  if (name.rfind("_Z", 0) != 0) return false;
+  size_t i = 2;
+  if (i < name.size() && name[i] == 'L') ++i;
+  const bool nested = i < name.size() && name[i] == 'N';
+  if (nested) ++i;
+  while (i < name.size() && (name[i] == 'r' || name[i] == 'V' || name[i] == 'K')) ++i;
+  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) {
+    size_t len = 0;
+    while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])) && len < (size_t(1) << 20))
+      len = len * 10 + size_t(name[i++] - '0');
+    if (len == 0 || i + len > name.size()) return false;
+    if (name.compare(i, prefix.size(), prefix) == 0) return true;
+    i += len;
+    if (!nested) break;
+  }
+  return false;
+}
+
 CUfunction trusted_kernel(const std::string& file, const char* source, const std::string& name) {
+  if (!reserved_kernel_name(name)) throw InternalError("trusted kernel " + name + ": not named " + kReservedKernelPrefix + "...");
   static std::mutex mu;
   static std::map<std::pair<CUcontext, std::string>, CUfunction> loaded;
   auto& d = cuda::Driver::get();

@@ -8,9 +8,11 @@
 #pragma once
 #include <cuda.h>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "libcommon/bundle/ptx_scan.hpp"
 #include "libcommon/bundle/signature.hpp"
 #include "libcommon/jsonl.hpp"
 
@@ -55,7 +57,8 @@ struct CompileResult {
   std::string confinement;  // how the compiler ran: landlock, interpose, or empty (unconfined/cached)
   std::map<std::string, KernelResources> resources;  // by mangled name
   int64_t module_global_bytes = 0;    // writable __device__ memory (.nv.global + .nv.global.init)
-  int64_t module_constant_bytes = 0;  // __constant__ memory
+  int64_t module_constant_bytes = 0;  // __constant__ memory (.nv.constantN but the parameter bank 0):
+                                      // writable too, through the generic address of the symbol
   Json resources_json() const;
 };
 
@@ -64,19 +67,28 @@ std::string default_cache_dir();
 // are headers only. Never throws for a compile error (r.ok = false); EnvironmentError without NVRTC.
 CompileResult compile_bundle(const std::map<std::string, std::string>& kernels, const std::vector<std::string>& names,
                              const CompileOptions& options);
+// The namespace of the toolchain's own kernels (ca_scrub_shared, ca_fingerprint, ca_compare, ...):
+// a bundle kernel named in it is refused (rule reserved_name), and trusted_kernel takes no other name.
+inline constexpr const char* kReservedKernelPrefix = "ca_";
+// Whether a kernel's name (as the PTX or CUPTI spell it, mangled or not) is in that namespace: the
+// name itself, or the unqualified name a mangled one carries (_Z15ca_scrub_sharedj, _ZN2ns6ca_fooEv).
+bool reserved_kernel_name(const std::string& name);
 // One of the toolchain's own kernels (trusted source, extern "C" `name`), compiled once per process
 // and context for the current context's device, loaded, and returned. Thread-safe. Throws
-// InternalError when it does not compile, cuda::CudaError when it does not load.
+// InternalError when it does not compile or `name` is not in kReservedKernelPrefix's namespace,
+// cuda::CudaError when it does not load.
 CUfunction trusted_kernel(const std::string& file, const char* source, const std::string& name);
 // Signatures of the compiled kernels, by name expression (mangled name first, PTX as fallback).
 std::map<std::string, KernelSignature> signatures_of(const CompileResult& r);
-// The precision the PTX really computes in: fp8, int8, fp16, bf16, tf32 or fp32 (the lowest seen;
-// int8 from dp4a/dp2a and integer MMA operands, fp8 from e4m3/e5m2 and the narrower float types).
-std::string ptx_precision(const std::string& ptx);
+// (ptx_precision, kernel_precisions and the rest of the PTX reading: libcommon/bundle/ptx_scan.hpp.)
 // Section sizes of a cubin (ELF): {".nv.global": 400, ".nv.shared._Z2k2ILi128EEvPf": 512, ...}.
 std::map<std::string, int64_t> cubin_sections(const std::string& cubin);
-// The writable module-scope variables of a cubin (__device__ objects in .nv.global and
-// .nv.global.init), by symbol name with their sizes: what the executor restores before every call.
+// The module-scope variables of a cubin a kernel can write, by symbol name with their sizes: what the
+// executor restores before every call. __device__ objects (.nv.global, .nv.global.init, managed
+// ones too) and __constant__ ones (.nv.constant3 and any other bank but the parameters' bank 0): a
+// kernel writes a constant table through the generic address of its symbol.
 std::map<std::string, int64_t> cubin_writable_globals(const std::string& cubin);
+// The functions a cubin calls but does not define (undefined FUNC symbols: malloc, free, vprintf, ...).
+std::set<std::string> cubin_undefined_functions(const std::string& cubin);
 
 }  // namespace ca::bundle

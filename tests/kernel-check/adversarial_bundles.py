@@ -247,6 +247,90 @@ case("passed", "honest-module-table", SCALE, {"fused.cu": LUT}, SCALE_PLAN)
 case("passed|tf32", "tf32-gemm", task_of("linear_relu_gemm"), {},
      read("linear_relu_gemm", "plan.yaml").replace("      out: outputs.0", "      out: outputs.0\n      compute: tf32"))
 
+# --- What the compiled code is (issue 31). A kernel named in the checker's namespace (kernel-prof
+# once left CUPTI records named ca_scrub_shared out of the sum): refused, launched or not.
+SCRUB_NAMED = TILED.replace("__global__ void linear_relu_tiled(", 'extern "C" __global__ void ca_scrub_shared(')
+assert SCRUB_NAMED != TILED
+case("policy_violation", "reserved-name-scrub", LINEAR,
+     {"linear.cu": SCRUB_NAMED + "__global__ void one_warp(float* y) { if (threadIdx.x == 0) y[0] = y[0]; }\n"},
+     read("linear_relu_tiled", "plan.yaml").replace("launch: linear_relu_tiled", "launch: ca_scrub_shared") +
+     "  - launch: one_warp\n    grid: [1]\n    block: [32]\n    args: [outputs.0]\n")
+
+# The device heap kept across calls, spelled so no source pattern sees it: refused from the PTX.
+HEAP = SCALE_SRC.replace("__global__ void scale_add", "__device__ float* g_block;\n__global__ void scale_add").replace(
+    "if (i < n) out[i] = a[i] * alpha + b[i];",
+    "if (i == 0 && !g_block) g_block = (float*)::operator new(4096);\n  if (i < n) out[i] = a[i] * alpha + b[i];")
+assert HEAP != SCALE_SRC
+case("policy_violation", "heap-operator-new", SCALE, {"fused.cu": HEAP}, SCALE_PLAN)
+
+# A cache in __constant__ memory, written through the generic address of its symbol and keyed on a
+# sample of the input: restored to its load-time bytes before every call (and no input set repeats),
+# so it never hits; timed as the honest row sum it then is. Output 4,096 floats: the cache fits the
+# 64 KiB module cap.
+ROWSUM = {
+    "task_id": "adv-row-sum",
+    "code": "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+            "        super().__init__()\n\n    def forward(self, x):\n        return x.sum(dim=1)\n\n"
+            "def get_inputs():\n    return [torch.rand(4096, 8192)]\n\ndef get_init_inputs():\n    return []\n",
+}
+ROWSUM_KERNEL = r"""
+__global__ void row_sum(const float* x, float* y, int rows, int cols, const int* hit) {
+  if (hit && *hit) return;
+  __shared__ float part[256];
+  const float* row = x + (size_t)blockIdx.x * cols;
+  float s = 0.0f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) s += row[j];
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) y[blockIdx.x] = part[0];
+}
+"""
+ROWSUM_DIMS = "dims:\n  R: inputs.0.shape[0]\n  C: inputs.0.shape[1]\n"
+HONEST_ROWSUM = ROWSUM_KERNEL.replace(", const int* hit) {\n  if (hit && *hit) return;", ") {")
+assert HONEST_ROWSUM != ROWSUM_KERNEL
+case("passed", "honest-row-sum", ROWSUM, {"k.cu": HONEST_ROWSUM},
+     ROWSUM_DIMS + "forward:\n  - launch: row_sum\n    grid: [R]\n    block: [256]\n    args: [inputs.0, outputs.0, R, C]\n",
+     timed=True)
+CONST_CACHE = ROWSUM_KERNEL + r"""
+__constant__ float c_tag[16];
+__constant__ float c_out[4096];
+__device__ __forceinline__ float* generic_tag() { unsigned long long p; asm volatile("cvta.const.u64 %0, c_tag;" : "=l"(p)); return (float*)p; }
+__device__ __forceinline__ float* generic_out() { unsigned long long p; asm volatile("cvta.const.u64 %0, c_out;" : "=l"(p)); return (float*)p; }
+__global__ void probe(const float* x, int total, int* hit) {
+  __shared__ int same;
+  if (threadIdx.x == 0) same = 1;
+  __syncthreads();
+  if (threadIdx.x < 16 && x[(size_t)threadIdx.x * (total / 16)] != c_tag[threadIdx.x]) same = 0;
+  __syncthreads();
+  if (threadIdx.x == 0) *hit = same;
+}
+__global__ void serve_or_save(const float* x, float* y, int rows, int total, const int* hit) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= rows) return;
+  if (*hit) y[i] = c_out[i];
+  else generic_out()[i] = y[i];
+  if (i < 16) generic_tag()[i] = x[(size_t)i * (total / 16)];
+}
+"""
+case("passed", "constant-cache-row-sum", ROWSUM, {"k.cu": CONST_CACHE},
+     ROWSUM_DIMS + "scratch:\n  hit: {dtype: int32, shape: [1]}\nforward:\n"
+     "  - launch: probe\n    grid: [1]\n    block: [32]\n    args: [inputs.0, R * C, scratch.hit]\n"
+     "  - launch: row_sum\n    grid: [R]\n    block: [256]\n    args: [inputs.0, outputs.0, R, C, scratch.hit]\n"
+     "  - launch: serve_or_save\n    grid: [cdiv(R, 256)]\n    block: [256]\n    args: [inputs.0, outputs.0, R, R * C, scratch.hit]\n",
+     timed=True)
+
+# Honest controls: a lookup table in __constant__ memory; an fp16 kernel the plan never launches
+# leaves the record fp32.
+CONST_LUT = SCALE_SRC.replace("__global__ void scale_add", "__constant__ float c_lut[2] = {1.0f, 0.0f};\n__global__ void scale_add").replace(
+    "out[i] = a[i] * alpha + b[i];", "out[i] = a[i] * alpha * c_lut[0] + b[i] + c_lut[1];")
+case("passed", "honest-constant-table", SCALE, {"fused.cu": CONST_LUT}, SCALE_PLAN)
+UNLAUNCHED = "#include <cuda_fp16.h>\n__global__ void never_launched(__half2* x) { x[threadIdx.x] = __hfma2(x[0], x[1], x[2]); }\n" + SCALE_SRC
+case("passed|fp32", "unlaunched-fp16-kernel", SCALE, {"fused.cu": UNLAUNCHED}, SCALE_PLAN)
+
 for expected, name, timed, rec in cases:
     print("%s|%s|%d" % (expected, name, 1 if timed else 0))
     print(json.dumps(rec))

@@ -139,6 +139,132 @@ no_leak dp4a compiled
 python3 -c "import json,sys; p=json.loads(open(sys.argv[1]).readline())['check']['precision']; sys.exit(0 if p=='int8' else print(p) or 1)" "$T/dp4a.out" \
   && pass "dp4a: precision int8" || fail "dp4a precision" "not int8"
 
+# 4b. What the compiled code is (issue 31), whatever the spelling. Precision is read from the PTX as
+#     ptxas reads it, per launched kernel with what it calls; the device heap is refused from what
+#     the compiled code calls; the checker's kernel namespace (ca_...) is refused; __constant__
+#     memory counts toward the module cap.
+# field_is NAME KEY VALUE: check.KEY of $T/NAME.out (a dict key path a.b) equals VALUE.
+field_is() {
+  python3 - "$T/$1.out" "$2" "$3" <<'EOF2' && pass "$1: $2 = $3" || fail "$1 $2" "$(head -c 400 "$T/$1.out")"
+import json, sys
+v = json.loads(open(sys.argv[1]).readline())["check"]
+for k in sys.argv[2].split("."):
+    v = v[k]
+sys.exit(0 if v == sys.argv[3] else 1)
+EOF2
+}
+# prec NAME EXPECTED SOURCE: compiled, record precision EXPECTED, the launched scale_add's too.
+prec() {
+  cand "$1" "$3"
+  no_leak "$1" compiled
+  field_is "$1" precision "$2"
+  field_is "$1" kernel_precision.scale_add "$2"
+}
+H='#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <mma.h>
+'
+MMA_ARGS=': "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3) : "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]), "r"(r[4]), "r"(r[5])'
+SIG='__global__ void scale_add(const float* a, const float* b, float* out, int n, float alpha) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;'
+prec p_fp32 fp32 "@BODY@"
+prec p_mma_newline fp16 "$SIG
+  const unsigned* r = (const unsigned*)a; float d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+  asm volatile(\"mma\\n  .sync\\n\\t.aligned.m16n8k16.row.col.f32\\n.f16\\n.f16\\r\\n.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\" $MMA_ARGS);
+  if (i < n) out[i] = d0 + d1 + d2 + d3;
+}"
+prec p_mma_comments bf16 "$SIG
+  const unsigned* r = (const unsigned*)a; float d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+  asm volatile(\"mma/* x */.sync.aligned // y\\n .m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\" $MMA_ARGS);
+  if (i < n) out[i] = d0 + d1 + d2 + d3;
+}"
+prec p_mma_f16 fp16 "$SIG
+  const unsigned* r = (const unsigned*)a; float d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+  asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\" $MMA_ARGS);
+  if (i < n) out[i] = d0 + d1 + d2 + d3;
+}"
+prec p_wmma fp16 "$H$SIG
+  using namespace nvcuda;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+  wmma::fill_fragment(fc, 0.0f);
+  wmma::load_matrix_sync(fa, (const half*)a, 16);
+  wmma::load_matrix_sync(fb, (const half*)b, 16);
+  wmma::mma_sync(fc, fa, fb, fc);
+  wmma::store_matrix_sync(out, fc, 16, wmma::mem_row_major);
+}"
+prec p_half2 fp16 "$H$SIG
+  if (i < n) { __half2 h = __floats2half2_rn(a[i], b[i]); h = __hmul2(h, h); out[i] = __low2float(h) + __high2float(h); }
+}"
+prec p_float2half fp16 "$H$SIG
+  if (i < n) out[i] = __half2float(__float2half(a[i] * alpha)) + b[i];
+}"
+prec p_bfloat16 bf16 "$H$SIG
+  if (i < n) out[i] = __bfloat162float(__float2bfloat16(a[i] * alpha)) + b[i];
+}"
+prec p_dp4a_spelled int8 "$SIG
+  if (i < n) out[i] = float(__dp4a(int(a[i]), int(b[i]), 0)) * alpha;
+}"
+prec p_callee fp16 "$H
+__device__ __noinline__ float narrow(float v) { return __half2float(__float2half(v)); }
+$SIG
+  if (i < n) out[i] = narrow(a[i] * alpha) + b[i];
+}"
+prec p_function_pointer fp16 "$H
+__device__ __noinline__ float narrow(float v) { return __half2float(__float2half(v)); }
+__device__ float (*g_narrow)(float) = narrow;
+$SIG
+  if (i < n) out[i] = g_narrow(a[i] * alpha) + b[i];
+}"
+# One fp16 kernel the plan never launches: the record stays fp32.
+prec p_unlaunched_fp16 fp32 "$H
+__global__ void never_launched(__half2* x) { x[threadIdx.x] = __hfma2(x[threadIdx.x], x[threadIdx.x], x[0]); }
+@BODY@"
+
+# The device heap, every spelling; the source pattern catches some, the compiled code all.
+heap() {
+  cand "$1" "$SIG
+  $2
+  if (i < n) out[i] = a[i] * alpha + b[i];
+}"
+  no_leak "$1" policy_violation
+  field_is "$1" violation.rule device_malloc
+}
+heap h_malloc 'float* p = (float*)malloc(16); p[0] = 1;'
+heap h_token_paste '#define CAT(x, y) x##y
+  float* p = (float*)CAT(mal, loc)(16); p[0] = 1;'
+heap h_operator_new 'void* p = ::operator new(64); *(float*)p = 1;'
+heap h_operator_delete '::operator delete((void*)out);'
+heap h_free_parens '(free)((void*)out);'
+heap h_new_array 'float* p = new float[4]; p[0] = 1; delete[] p;'
+heap h_aligned '#define ALLOC __nv_aligned_device_malloc
+  float* p = (float*)ALLOC(64, 16); p[0] = 1;'
+heap h_pointer_to_malloc 'void* (*f)(size_t) = malloc; float* p = (float*)f(64); p[0] = 1;'
+grep -q 'found in the compiled code' "$T/h_token_paste.out" && pass "h_token_paste: refused from the compiled code" \
+  || fail "h_token_paste reason" "$(head -c 300 "$T/h_token_paste.out")"
+
+# A kernel named in the checker's namespace (kernel-prof once left CUPTI records of that name out of
+# the sum): refused whether or not the plan launches it.
+cand r_scrub_name 'extern "C" __global__ void ca_scrub_shared(float* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] = 0; }
+@BODY@'
+no_leak r_scrub_name policy_violation
+field_is r_scrub_name violation.rule reserved_name
+
+# __constant__ memory is module memory: counted with __device__ memory against the cap; a small
+# constant table stays legal.
+cand m_constant_big '__constant__ float c_big[16384];
+__device__ float g_small[16];
+@BODY@'
+no_leak m_constant_big policy_violation
+field_is m_constant_big violation.rule max_module_global_bytes
+cand m_constant_lut '__constant__ float c_lut[256] = {2.0f};
+__global__ void scale_add(const float* a, const float* b, float* out, int n, float alpha) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] * c_lut[0] + b[i];
+}'
+no_leak m_constant_lut compiled
+
 # 5. Plans that bomb the parser: eight nested aliases (each level doubles 9 times), a nesting bomb
 #    and oversize text. Each is a plan_error naming the limit, and the record after it is judged.
 python3 - > "$T/bombs.jsonl" <<'EOF'

@@ -1,11 +1,14 @@
 // Units of kernel-check's own rules (tools/kernel-check/rules.*): comment stripping, the shipped
-// default, unknown keys. The bundle library's units are in tests/unit/bundle.
+// default, unknown keys; and the rules on compiled code (heap, reserved names, module memory), each
+// with NVRTC compiling the hostile spelling for real. The bundle library's units are in tests/unit/bundle.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <string>
 
 #include "libcommon/errors.hpp"
+#include "libcommon/bundle/compile.hpp"
+#include "libcommon/cuda/nvrtc.hpp"
 #include "tools/kernel-check/rules.hpp"
 
 TEST_CASE("rules: comments stripped, lines kept; the default parses") {
@@ -42,4 +45,119 @@ TEST_CASE("rules: patterns run over bytes, in linear time, on text of any length
   // RE2 syntax: a pattern RE2 cannot compile (a backreference) is a usage error naming the rule.
   CHECK_THROWS_WITH_AS(ca::kc::Rules::parse("forbidden:\n  - rule: back\n    source: '(a)\\1'\n", "x.yaml"),
                        doctest::Contains("rule back: bad regular expression (RE2 syntax)"), ca::UsageError);
+}
+
+// The compiled code decides, not the source's spelling: each is compiled by NVRTC for real and
+// given to check_compiled alone (the source patterns are not asked).
+static ca::bundle::CompileResult compiled(const std::string& src, const std::vector<std::string>& names) {
+  ca::bundle::CompileOptions opt;
+  opt.use_cache = false;
+  auto r = ca::bundle::compile_bundle({{"k.cu", src}}, names, opt);
+  REQUIRE_MESSAGE(r.ok, r.log);
+  return r;
+}
+
+TEST_CASE("rules: the device heap is refused from what the compiled code calls, in every spelling") {
+  REQUIRE_MESSAGE(ca::cuda::Nvrtc::available(), "NVRTC (the CUDA toolkit the build uses) is needed");
+  ca::kc::Rules p = ca::kc::Rules::load("");
+  const std::vector<std::pair<std::string, std::string>> spellings = {
+      {"plain malloc", "float* p = (float*)malloc(16); x[0] = p[0];"},
+      {"token pasting", "#define CAT(a, b) a##b\n  float* p = (float*)CAT(mal, loc)(16); x[0] = p[0];"},
+      {"::operator new", "void* p = ::operator new(64); x[0] = *(float*)p;"},
+      {"::operator delete", "::operator delete((void*)x);"},
+      {"(free)(p)", "(free)(x);"},
+      {"new[] / delete[]", "float* p = new float[4]; p[0] = 1; x[0] = p[1]; delete[] p;"},
+      {"__nv_aligned_device_malloc", "float* p = (float*)__nv_aligned_device_malloc(64, 16); x[0] = p[0];"},
+      {"a pointer to malloc", "void* (*f)(size_t) = malloc; float* p = (float*)f(64); x[0] = p[0];"},
+  };
+  for (const auto& [what, body] : spellings) {
+    auto r = compiled("__global__ void k(float* x) {\n  " + body + "\n}\n", {"k"});
+    auto v = p.check_compiled(r);
+    REQUIRE_MESSAGE(v, what);
+    CHECK_MESSAGE(v->rule == "device_malloc", what);
+    CHECK_MESSAGE(v->reason.find("the device heap") != std::string::npos, what << ": " << v->reason);
+    CHECK_MESSAGE(v->reason.find("found in the compiled code") != std::string::npos, what);
+  }
+  // The place, from -lineinfo: the bundle's file and the line of the call.
+  auto r = compiled("__global__ void k(float* x) {\n  x[1] = 2;\n  (free)(x);\n}\n", {"k"});
+  auto v = p.check_compiled(r);
+  REQUIRE(v);
+  CHECK(v->file == "k.cu");
+  CHECK(v->line == 3);
+  // The undefined symbols of the cubin say the same.
+  auto undefined = ca::bundle::cubin_undefined_functions(r.cubin);
+  CHECK(undefined.count("free") == 1);
+  // printf (vprintf) and assert (__assertfail) are the externs allowed here (printf has its own rule).
+  auto fine = compiled("__global__ void k(float* x) {\n  assert(x != nullptr);\n  x[0] = 1;\n}\n", {"k"});
+  CHECK_FALSE(p.check_compiled(fine));
+  auto printed = compiled("__global__ void k(float* x) {\n  printf(\"%f\", x[0]);\n}\n", {"k"});
+  auto pv = p.check_compiled(printed);
+  REQUIRE(pv);
+  CHECK(pv->rule == "printf");
+}
+
+TEST_CASE("rules: a kernel named in the checker's namespace is refused") {
+  REQUIRE_MESSAGE(ca::cuda::Nvrtc::available(), "NVRTC (the CUDA toolkit the build uses) is needed");
+  ca::kc::Rules p = ca::kc::Rules::load("");
+  // The timing exploit: an extern "C" kernel named like the checker's shared-memory scrub.
+  auto r = compiled("extern \"C\" __global__ void ca_scrub_shared(float* x) { x[threadIdx.x] = 1; }\n", {"ca_scrub_shared"});
+  auto v = p.check_compiled(r);
+  REQUIRE(v);
+  CHECK(v->rule == "reserved_name");
+  CHECK(v->reason.find("ca_scrub_shared") != std::string::npos);
+  // Mangled, in a namespace, or never launched: the same.
+  for (std::string src : {"__global__ void ca_fingerprint(float* x) { x[0] = 1; }\n__global__ void k(float* x) { x[0] = 2; }\n",
+                          "namespace ns { __global__ void ca_compare(float* x) { x[0] = 1; } }\n__global__ void k(float* x) { x[0] = 2; }\n",
+                          "extern \"C\" __global__ void ca_read_flush() {}\n__global__ void k(float* x) { x[0] = 2; }\n"}) {
+    auto rv = p.check_compiled(compiled(src, {"k"}));
+    REQUIRE_MESSAGE(rv, src);
+    CHECK_MESSAGE(rv->rule == "reserved_name", src);
+  }
+  // A name that only contains the prefix is the bundle's own.
+  CHECK_FALSE(p.check_compiled(compiled("__global__ void scale_ca_x(float* x) { x[0] = 1; }\nstruct ca_t { float v; };\n"
+                                        "__global__ void k(ca_t* x) { x[0].v = 1; }\n",
+                                        {"scale_ca_x", "k"})));
+  CHECK(ca::bundle::reserved_kernel_name("ca_scrub_shared"));
+  CHECK(ca::bundle::reserved_kernel_name("_Z15ca_scrub_sharedj"));
+  CHECK(ca::bundle::reserved_kernel_name("_ZN2ns10ca_compareEPf"));
+  CHECK_FALSE(ca::bundle::reserved_kernel_name("_Z1kP4ca_t"));
+  CHECK_FALSE(ca::bundle::reserved_kernel_name("scale_ca_x"));
+}
+
+TEST_CASE("rules: __constant__ memory counts toward the module cap") {
+  REQUIRE_MESSAGE(ca::cuda::Nvrtc::available(), "NVRTC (the CUDA toolkit the build uses) is needed");
+  ca::kc::Rules p = ca::kc::Rules::load("");
+  // 64 KiB of constants and 64 bytes of globals: past the 65,536-byte cap.
+  auto big = compiled("__constant__ float c_big[16384];\n__device__ float g_small[16];\n"
+                      "__global__ void k(float* x) { g_small[threadIdx.x & 15] = c_big[threadIdx.x]; x[0] = g_small[0]; }\n",
+                      {"k"});
+  CHECK(big.module_constant_bytes >= 65536);
+  auto v = p.check_compiled(big);
+  REQUIRE(v);
+  CHECK(v->rule == "max_module_global_bytes");
+  CHECK(v->reason.find("__constant__") != std::string::npos);
+  // A lookup table in __constant__ stays legal; the executor restores it before every call.
+  auto lut = compiled("__constant__ float c_lut[256] = {1, 2, 3};\n"
+                      "__global__ void k(float* x) { x[threadIdx.x] *= c_lut[threadIdx.x & 255]; }\n",
+                      {"k"});
+  CHECK_FALSE(p.check_compiled(lut));
+  CHECK(ca::bundle::cubin_writable_globals(lut.cubin).at("c_lut") == 1024);
+  // Written through its generic address (the cache exploit): a restored symbol all the same.
+  auto written = compiled("__constant__ float c_cache[1024];\n"
+                          "__device__ __noinline__ float* generic(const float* p) { return const_cast<float*>(p); }\n"
+                          "__global__ void k(float* x) { generic(c_cache)[threadIdx.x] = x[threadIdx.x]; }\n",
+                          {"k"});
+  CHECK(ca::bundle::cubin_writable_globals(written.cubin).at("c_cache") == 4096);
+}
+
+TEST_CASE("rules: PTX patterns also see an instruction split over lines") {
+  // A rule over the PTX text matches the instruction as ptxas reads it: the line breaks inline asm
+  // puts between an opcode and its modifiers, or between call and its target, cannot split it.
+  ca::kc::Rules p = ca::kc::Rules::parse("forbidden:\n  - rule: no_f16x2\n    ptx: 'fma\\.rn\\.f16x2'\n", "x.yaml");
+  auto r = compiled("__global__ void k(unsigned* x) {\n  unsigned d;\n"
+                    "  asm volatile(\"fma\\n.rn\\n.f16x2 %0, %1, %1, %1;\" : \"=r\"(d) : \"r\"(x[0]));\n  x[1] = d;\n}\n",
+                    {"k"});
+  auto v = p.check_compiled(r);
+  REQUIRE(v);
+  CHECK(v->rule == "no_f16x2");
 }

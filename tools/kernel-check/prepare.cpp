@@ -16,16 +16,29 @@ void set_verdict(ca::Json& check, const std::string& status, const std::string& 
   else check["correct"] = false;
 }
 
-static std::string rank_precision(const std::string& a, const std::string& b) {
-  static const std::vector<std::string> order = {"fp8", "int8", "fp16", "bf16", "tf32", "fp32"};
-  auto ia = std::find(order.begin(), order.end(), a), ib = std::find(order.begin(), order.end(), b);
-  return ia < ib ? a : b;
+static std::string rank_precision(const std::string& a, const std::string& b) { return ca::bundle::lower_precision(a, b); }
+
+std::map<std::string, std::string> launched_kernel_precisions(const Prepared& p) {
+  std::map<std::string, std::string> out;
+  if (!p.compiled || !p.compiled->ok || p.kernels.empty()) return out;
+  std::vector<std::string> mangled;
+  for (const auto& name : p.plan.kernel_names()) {
+    auto it = p.compiled->lowered.find(name);
+    mangled.push_back(it == p.compiled->lowered.end() ? name : it->second);
+  }
+  auto by_mangled = ca::bundle::kernel_precisions(ca::bundle::scan_ptx(p.compiled->ptx), mangled);
+  for (const auto& name : p.plan.kernel_names()) {
+    auto it = p.compiled->lowered.find(name);
+    out[name] = by_mangled[it == p.compiled->lowered.end() ? name : it->second];
+  }
+  return out;
 }
 
 std::string candidate_precision(const Prepared& p, const ca::bundle::BoundPlan* bound) {
-  std::string prec = p.compiled && p.compiled->ok && !p.kernels.empty() && !p.plan.kernel_names().empty()
-                         ? ca::bundle::ptx_precision(p.compiled->ptx)
-                         : "fp32";
+  // The kernels the plan launches (init and forward) and what they can call; a kernel never
+  // launched does not count.
+  std::string prec = "fp32";
+  for (const auto& [name, kp] : launched_kernel_precisions(p)) prec = rank_precision(prec, kp);
   for (auto* section : {&p.plan.init, &p.plan.forward})
     for (auto& s : *section)
       if (s.kind == ca::bundle::Step::kGemm && s.gemm.compute == "tf32") prec = rank_precision(prec, "tf32");
@@ -133,6 +146,7 @@ Prepared prepare_candidate(const ca::Json& record, const ca::Json* task, const R
   p.check["compiled"] = true;
   p.check["resources"] = result->resources_json();
   p.check["precision"] = candidate_precision(p, nullptr);
+  if (auto per_kernel = launched_kernel_precisions(p); !per_kernel.empty()) p.check["kernel_precision"] = per_kernel;
   if (auto v = rules.check_compiled(*result)) {
     p.check["violation"] = v->to_json();
     return fail("policy_violation", v->rule + ": " + v->reason);

@@ -39,7 +39,11 @@ Prepared prepare_candidate(const ca::Json& record, const ca::Json* task, const R
 
 // Sets status/reason (and compiled/correct) in a check section.
 void set_verdict(ca::Json& check, const std::string& status, const std::string& reason);
-// The precision of the candidate: the PTX's and that of any library step (tf32 gemm, fp16 buffers).
+// The precision of the candidate: the lowest of the kernels the plan launches (each with every
+// function it can call, read from the PTX as ptxas reads it) and of its library steps (tf32 gemm,
+// fp16/bf16 buffers).
 std::string candidate_precision(const Prepared& p, const ca::bundle::BoundPlan* bound);
+// Each launched kernel's precision, by the plan's name expression (empty without compiled kernels).
+std::map<std::string, std::string> launched_kernel_precisions(const Prepared& p);
 
 }  // namespace ca::kc

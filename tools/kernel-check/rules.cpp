@@ -2,6 +2,8 @@
 #include "tools/kernel-check/rules.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <set>
 #include <map>
 #include <sstream>
 
@@ -197,7 +199,71 @@ std::optional<Violation> Rules::check_plan(const ca::bundle::Plan& plan) const {
   return std::nullopt;
 }
 
+namespace {
+
+// The first place in the PTX (a bundle file and line, from -lineinfo's .loc) where `symbol` is named
+// as a word inside code, or "PTX".
+std::pair<std::string, int> where_named(const std::string& ptx, const std::string& symbol) {
+  static const re2::RE2 file_re(R"re(^\s*\.file\s+(\d{1,9})\s+"([^"]+)")re", ca::byte_regex_options());
+  static const re2::RE2 loc_re(R"(^\s*\.loc\s+(\d{1,9})\s+(\d{1,9}))", ca::byte_regex_options());
+  std::map<int, std::string> files;
+  // .file lines come last in NVRTC's PTX: read them first.
+  {
+    std::istringstream in(ptx);
+    std::string line, path;
+    int num = 0;
+    while (std::getline(in, line))
+      if (re2::RE2::PartialMatch(line, file_re, &num, &path)) files[num] = path.substr(path.find_last_of('/') + 1);
+  }
+  std::istringstream in(ptx);
+  std::string line, cur_file;
+  int cur_line = 0;
+  while (std::getline(in, line)) {
+    int num = 0, at = 0;
+    if (re2::RE2::PartialMatch(line, loc_re, &num, &at)) {
+      cur_file = files[num];
+      cur_line = at;
+      continue;
+    }
+    if (cur_line == 0) continue;
+    for (size_t p = line.find(symbol); p != std::string::npos; p = line.find(symbol, p + 1)) {
+      auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$'; };
+      if ((p == 0 || !word(line[p - 1])) && (p + symbol.size() >= line.size() || !word(line[p + symbol.size()])))
+        return {cur_file, cur_line};
+    }
+  }
+  return {"", 0};
+}
+
+Violation at_symbol(const std::string& rule, const std::string& ptx, const std::string& symbol, const std::string& what) {
+  auto [file, line] = where_named(ptx, symbol);
+  std::string where = file.empty() ? "PTX" : file + ":" + std::to_string(line);
+  return Violation{rule, where + ": " + what + " (found in the compiled code)", file, line};
+}
+
+}  // namespace
+
 std::optional<Violation> Rules::check_compiled(const ca::bundle::CompileResult& r) const {
+  // What the compiled code is, whatever the source spelled: its kernels, the functions it calls.
+  const ca::bundle::PtxModule m = ca::bundle::scan_ptx(r.ptx);
+  for (const auto& e : m.entries())
+    if (ca::bundle::reserved_kernel_name(e))
+      return Violation{"reserved_name", "kernel " + e + ": names beginning with " + ca::bundle::kReservedKernelPrefix +
+                                            " belong to the checker's own kernels (rename the kernel)"};
+  // The device heap (malloc, free, operator new/delete, ...): what the PTX declares and calls and
+  // what the cubin leaves for the driver to resolve.
+  std::set<std::string> called = m.externs;
+  for (const auto& t : m.call_targets)
+    if (auto f = m.functions.find(t); f == m.functions.end() || !f->second.defined) called.insert(t);
+  for (const auto& u : ca::bundle::cubin_undefined_functions(r.cubin)) called.insert(u);
+  for (const auto& c : called)
+    if (ca::bundle::is_heap_symbol(c))
+      return at_symbol("device_malloc", r.ptx, c,
+                       "calls " + c + ", the device heap (state that outlives a call must be a declared scratch buffer)");
+  for (const auto& c : called)
+    if (!ca::bundle::is_allowed_extern(c))
+      return at_symbol("extern_function", r.ptx, c, "calls " + c + ", a function outside the bundle the rules do not allow");
+
   // PTX backstop: constructs hidden behind macros or templates. -lineinfo gives .loc lines.
   std::map<int, std::string> files;
   // File and line numbers of at most 9 digits, so they convert without overflow (inline asm can
@@ -226,10 +292,20 @@ std::optional<Violation> Rules::check_compiled(const ca::bundle::CompileResult& 
       return Violation{rule.rule, where + ": " + rule.why + " (found in the PTX)", cur_file, cur_line};
     }
   }
-  if (r.module_global_bytes > max_module_global_bytes)
+  // The same patterns over the instructions as ptxas reads them (comments gone, an instruction's
+  // lines joined, whitespace one space, none around a dot): a line break cannot split a match.
+  for (const auto& ins : m.instructions)
+    for (const auto& rule : forbidden)
+      if (rule.ptx && re2::RE2::PartialMatch(ins, *rule.ptx))
+        return Violation{rule.rule, "PTX: " + rule.why + " (found in the PTX: " + (ins.size() > 80 ? ins.substr(0, 80) + "..." : ins) + ")"};
+  // Module memory the executor restores before every call: __device__ and __constant__ alike.
+  const int64_t module_bytes = r.module_global_bytes + r.module_constant_bytes;
+  if (module_bytes > max_module_global_bytes)
     return Violation{"max_module_global_bytes",
-                     "module-scope __device__ memory is " + std::to_string(r.module_global_bytes) + " bytes, the rules allow " +
-                         std::to_string(max_module_global_bytes) + " (state across calls must be a declared scratch buffer)"};
+                     "module-scope __device__ and __constant__ memory is " + std::to_string(module_bytes) + " bytes (" +
+                         std::to_string(r.module_global_bytes) + " + " + std::to_string(r.module_constant_bytes) +
+                         "), the rules allow " + std::to_string(max_module_global_bytes) +
+                         " (state across calls must be a declared scratch buffer)"};
   return std::nullopt;
 }
 
