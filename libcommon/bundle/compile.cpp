@@ -123,12 +123,15 @@ std::set<std::string> cubin_undefined_functions(const std::string& elf) {
   return out;
 }
 
-std::map<std::string, int64_t> cubin_writable_globals(const std::string& elf) {
-  std::map<std::string, int64_t> out;
+namespace {
+
+// Every sized STT_OBJECT symbol in module data, with its size and its section's name.
+std::map<std::string, std::pair<int64_t, std::string>> module_objects(const std::string& elf) {
+  std::map<std::string, std::pair<int64_t, std::string>> out;
   try {
     Elf64View v(elf);
-    std::vector<bool> writable(v.shnum, false);
-    for (uint64_t i = 0; i < v.shnum; ++i) writable[i] = module_data_section(v.section_name(i));
+    std::vector<std::string> names(v.shnum);
+    for (uint64_t i = 0; i < v.shnum; ++i) names[i] = v.section_name(i);
     for (uint64_t i = 0; i < v.shnum; ++i) {
       if (v.section(i, 0x04, 4) != 2) continue;  // SHT_SYMTAB
       const uint64_t off = v.section(i, 0x18, 8), size = v.section(i, 0x20, 8), entsize = v.section(i, 0x38, 8);
@@ -136,13 +139,27 @@ std::map<std::string, int64_t> cubin_writable_globals(const std::string& elf) {
       if (entsize < 24) continue;
       for (uint64_t sym = off; sym + 24 <= off + size; sym += entsize) {
         const uint64_t shndx = v.read(sym + 6, 2), info = v.read(sym + 4, 1), sym_size = v.read(sym + 16, 8);
-        if ((info & 0xf) != 1 /* STT_OBJECT */ || shndx >= v.shnum || !writable[shndx] || sym_size == 0) continue;
+        if ((info & 0xf) != 1 /* STT_OBJECT */ || shndx >= v.shnum || !module_data_section(names[shndx]) || sym_size == 0) continue;
         std::string name = v.string_at(strtab + v.read(sym, 4));
-        if (!name.empty()) out[name] = static_cast<int64_t>(sym_size);
+        if (!name.empty()) out[name] = {static_cast<int64_t>(sym_size), names[shndx]};
       }
     }
   } catch (const std::exception&) {
   }
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> cubin_object_sections(const std::string& elf) {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, o] : module_objects(elf)) out[name] = o.second;
+  return out;
+}
+
+std::map<std::string, int64_t> cubin_writable_globals(const std::string& elf) {
+  std::map<std::string, int64_t> out;
+  for (const auto& [name, o] : module_objects(elf)) out[name] = o.first;
   return out;
 }
 
@@ -199,11 +216,16 @@ void parse_ptxas_report(const std::string& log, CompileResult& r) {
 
 void read_cubin_resources(CompileResult& r) {
   auto sections = cubin_sections(r.cubin);
+  // Constant banks that hold variables (__constant__ ones live in .nv.constant3); the compiler's own
+  // banks (addresses of globals, literals) hold no symbol and are not counted.
+  std::set<std::string> constant_banks;
+  for (const auto& [name, section] : cubin_object_sections(r.cubin))
+    if (section.rfind(".nv.constant", 0) == 0) constant_banks.insert(section);
   r.module_global_bytes = 0;
   r.module_constant_bytes = 0;
   for (auto& [name, size] : sections) {
     if (name == ".nv.global" || name == ".nv.global.init") r.module_global_bytes += size;
-    if (name.rfind(".nv.constant", 0) == 0 && name.rfind(".nv.constant0", 0) != 0) r.module_constant_bytes += size;
+    if (constant_banks.count(name)) r.module_constant_bytes += size;
     if (name.rfind(".nv.shared.", 0) == 0) {
       std::string fn = name.substr(11);
       if (r.resources.count(fn)) r.resources[fn].static_shared_bytes = size;
@@ -447,6 +469,11 @@ CompileResult confined_compile(const std::map<std::string, std::string>& kernels
     head = Json::parse(res.out.substr(0, nl));
   } catch (const std::exception&) {
     if (res.exit_status == kChildConfineFailed) throw EnvironmentError("compile: " + res.err.substr(0, 500));
+    // Killed from outside (the OOM killer, kill -9, a stop's SIGTERM): the environment failed, not
+    // the candidate; never its compile_error. (Its own CPU limit ends it with SIGXCPU, a verdict.)
+    if (const int sig = res.exit_status - 128; sig == SIGKILL || sig == SIGTERM || sig == SIGINT || sig == SIGHUP)
+      throw EnvironmentError("compile: the compiler was killed from outside (" + std::string(strsignal(sig)) +
+                             "): not the candidate's verdict; judge it again");
     r.log = res.exit_status > 128 ? "the compiler crashed (" + std::string(strsignal(res.exit_status - 128)) + ")"
                                   : "the compiler stopped without an answer (exit " + std::to_string(res.exit_status) + ")";
     return r;
@@ -476,7 +503,12 @@ int compile_child_main() {
     setrlimit(resource, &rl);
   };
   limit(RLIMIT_AS, rlim_t(8) << 30);
-  limit(RLIMIT_CPU, 150);
+  {
+    // Soft below hard: past 150 s of CPU it ends with SIGXCPU (the candidate's verdict); SIGKILL is
+    // then always someone else's (an equal hard limit would send SIGKILL itself).
+    struct rlimit cpu{150, 160};
+    setrlimit(RLIMIT_CPU, &cpu);
+  }
   limit(RLIMIT_FSIZE, 0);
   limit(RLIMIT_CORE, 0);
   auto answer = [](const Json& head, const std::string& tail = "") {

@@ -57,8 +57,8 @@ struct CompileResult {
   std::string confinement;  // how the compiler ran: landlock, interpose, or empty (unconfined/cached)
   std::map<std::string, KernelResources> resources;  // by mangled name
   int64_t module_global_bytes = 0;    // writable __device__ memory (.nv.global + .nv.global.init)
-  int64_t module_constant_bytes = 0;  // __constant__ memory (.nv.constantN but the parameter bank 0):
-                                      // writable too, through the generic address of the symbol
+  int64_t module_constant_bytes = 0;  // __constant__ memory (the constant banks that hold variables,
+                                      // .nv.constant3): writable too, through a symbol's generic address
   Json resources_json() const;
 };
 
@@ -88,6 +88,8 @@ std::map<std::string, int64_t> cubin_sections(const std::string& cubin);
 // ones too) and __constant__ ones (.nv.constant3 and any other bank but the parameters' bank 0): a
 // kernel writes a constant table through the generic address of its symbol.
 std::map<std::string, int64_t> cubin_writable_globals(const std::string& cubin);
+// The section of each of those variables ({"g_table": ".nv.global.init", "c_k": ".nv.constant3"}).
+std::map<std::string, std::string> cubin_object_sections(const std::string& cubin);
 // The functions a cubin calls but does not define (undefined FUNC symbols: malloc, free, vprintf, ...).
 std::set<std::string> cubin_undefined_functions(const std::string& cubin);
 

@@ -204,9 +204,17 @@ void finish_statement(const std::string& s, size_t b, size_t brace, size_t e, Re
     }
     return;
   }
+  // `.alias a, b;`: a call of a runs b.
+  if (size_t at = directive_at(s, b, head_end, "alias"); at != std::string::npos) {
+    std::vector<std::string> names;
+    for (const auto& w : words_of(s, at, head_end))
+      if (!w.empty() && w[0] != '.') names.push_back(w.substr(0, w.find('.')));
+    if (names.size() >= 2) r.m.variables[names[0]].insert(names[1]);
+    return;
+  }
   // A module variable: the names its initializer holds (function pointers, other variables).
-  size_t eq = s.find('=', b);
-  if (eq == std::string::npos || eq >= e) return;
+  const size_t eq = static_cast<size_t>(std::find(s.begin() + b, s.begin() + e, '=') - s.begin());
+  if (eq >= e) return;
   std::string name;
   for (const auto& w : words_of(s, b, eq))
     if (!w.empty() && (std::isalpha(static_cast<unsigned char>(w[0])) || w[0] == '_' || w[0] == '$')) name = w.substr(0, w.find('.'));
@@ -229,7 +237,7 @@ Reading read_module(const std::string& ptx, bool escapes, bool multiline) {
     } else if (c == '}') {
       if (depth > 0) --depth;
       // A body closes its statement; an initializer's braces ("= {1, 2}") run on to the ';'.
-      if (depth == 0 && brace != std::string::npos && s.find('=', start) > brace) {
+      if (depth == 0 && brace != std::string::npos && std::find(s.begin() + start, s.begin() + brace, '=') == s.begin() + brace) {
         finish_statement(s, start, brace, i, r);
         start = i + 1;
         brace = std::string::npos;
@@ -278,7 +286,9 @@ std::string instruction_precision(const std::string& word) {
       if (mma_family) p = lower_precision(p, "int8");
     } else if (t == "f64") f64 = true;
   }
-  if (base == "dp4a" || base == "dp2a") p = lower_precision(p, "int8");
+  // dp4a/dp2a, and the four-lane byte SIMD instructions (__vadd4, __vabsdiff4, ...).
+  static const std::set<std::string> byte_ops = {"dp4a", "dp2a", "vadd4", "vsub4", "vavrg4", "vabsdiff4", "vmin4", "vmax4", "vset4"};
+  if (byte_ops.count(base)) p = lower_precision(p, "int8");
   // cvt.dtype.atype: a float (or a packing of integers) made 8-bit is int8 quantization.
   if (base == "cvt" && narrow_int && !types.empty() && is_narrow_int(types[0]) &&
       (has("pack") || (types.size() > 1 && is_float_type(types[1]))))
@@ -431,16 +441,15 @@ std::set<std::string> reachable_functions(const PtxModule& m, const std::string&
   while (!todo.empty()) {
     std::string n = todo.front();
     todo.pop_front();
-    const std::set<std::string>* refs = nullptr;
+    // A name can be a function and an alias at once (`.func f(...);` then `.alias f, g;`).
     if (auto f = m.functions.find(n); f != m.functions.end()) {
       functions.insert(n);
       indirect = indirect || f->second.indirect_call;
-      refs = &f->second.refs;
-    } else if (auto v = m.variables.find(n); v != m.variables.end()) {
-      refs = &v->second;
+      for (const auto& r : f->second.refs)
+        if (seen.insert(r).second) todo.push_back(r);
     }
-    if (refs)
-      for (const auto& r : *refs)
+    if (auto v = m.variables.find(n); v != m.variables.end())
+      for (const auto& r : v->second)
         if (seen.insert(r).second) todo.push_back(r);
     // A call through a register can reach any .func of the module (an address can be computed).
     if (todo.empty() && indirect) {

@@ -7,8 +7,8 @@
 //   for (auto& s : m.externs) if (is_heap_symbol(s)) ... refuse
 //
 // Precision is the lowest class of any instruction a kernel can execute: its own body, and every
-// .func it can reach (calls, addresses taken, function pointers in module variables; a reachable
-// indirect call reaches every .func of the module). Instructions in a kernel that is never launched
+// .func it can reach (calls, addresses taken, function pointers in module variables, .alias; a
+// reachable indirect call reaches every .func of the module). Instructions in a kernel that is never launched
 // do not count. Integer emulation of narrow formats (bf16 kept in integers, widened with a shift)
 // has no opcode to find: the calibrated tolerance judges it, not this scan.
 #pragma once
@@ -42,7 +42,8 @@ struct PtxFunction {
 
 struct PtxModule {
   std::map<std::string, PtxFunction> functions;               // .entry and .func, by name
-  std::map<std::string, std::set<std::string>> variables;     // module variable -> names in its initializer
+  std::map<std::string, std::set<std::string>> variables;     // module variable -> names in its initializer;
+                                                              // an .alias -> the function it names
   std::set<std::string> externs;                              // .extern .func declarations
   std::set<std::string> call_targets;                         // every direct call target of every body
   std::vector<std::string> instructions;                      // every instruction, normalized ("call.uni (retval0), malloc, (param0)")

@@ -217,6 +217,17 @@ __device__ float (*g_narrow)(float) = narrow;
 $SIG
   if (i < n) out[i] = g_narrow(a[i] * alpha) + b[i];
 }"
+# A function reached through an .alias that inline asm injects at module scope (its asm closes the
+# kernel's body): the alias leads to the fp16 function.
+prec p_alias_injected fp16 "$H
+extern \"C\" __device__ __noinline__ float narrow(float v) { return __half2float(__float2half(v)); }
+__global__ void keep(float* y) { y[0] = narrow(y[0]); }
+__global__ void inj() { asm volatile(\"ret;\\n}\\n.func (.param .b32 r) al (.param .b32 p);\\n.alias al, narrow;\\n.visible .entry inj2()\\n{\\n\"); }
+$SIG
+  float r;
+  asm volatile(\"{ .param .b32 pa; .param .b32 re; st.param.f32 [pa], %1; call.uni (re), al, (pa); ld.param.f32 %0, [re]; }\" : \"=f\"(r) : \"f\"(a[0]));
+  if (i < n) out[i] = r + b[i];
+}"
 # One fp16 kernel the plan never launches: the record stays fp32.
 prec p_unlaunched_fp16 fp32 "$H
 __global__ void never_launched(__half2* x) { x[threadIdx.x] = __hfma2(x[threadIdx.x], x[threadIdx.x], x[0]); }

@@ -253,8 +253,8 @@ std::optional<Violation> Rules::check_compiled(const ca::bundle::CompileResult& 
   // The device heap (malloc, free, operator new/delete, ...): what the PTX declares and calls and
   // what the cubin leaves for the driver to resolve.
   std::set<std::string> called = m.externs;
-  for (const auto& t : m.call_targets)
-    if (auto f = m.functions.find(t); f == m.functions.end() || !f->second.defined) called.insert(t);
+  for (const auto& t : m.call_targets)  // (an .alias of a function of the module is the module's)
+    if (auto f = m.functions.find(t); (f == m.functions.end() || !f->second.defined) && !m.variables.count(t)) called.insert(t);
   for (const auto& u : ca::bundle::cubin_undefined_functions(r.cubin)) called.insert(u);
   for (const auto& c : called)
     if (ca::bundle::is_heap_symbol(c))

@@ -3,6 +3,8 @@
 // modifiers, comments, wmma, intrinsics, inline asm). The compiled cases run NVRTC for real.
 #include <doctest/doctest.h>
 
+#include <chrono>
+
 #include "libcommon/bundle/compile.hpp"
 #include "libcommon/bundle/ptx_scan.hpp"
 #include "libcommon/cuda/nvrtc.hpp"
@@ -26,6 +28,8 @@ TEST_CASE("ptx scan: each instruction's class from its opcode and modifiers") {
   CHECK(instruction_precision("cvt.s32.s8") == "fp32");  // a char widened is integer work
   CHECK(instruction_precision("dp4a.s32.s32") == "int8");
   CHECK(instruction_precision("dp2a.lo.u32.u32") == "int8");
+  CHECK(instruction_precision("vabsdiff4.u32.u32.u32.add") == "int8");
+  CHECK(instruction_precision("red.global.add.noftz.f16x2") == "fp16");
   CHECK(instruction_precision("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == "fp16");
   CHECK(instruction_precision("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") == "bf16");
   CHECK(instruction_precision("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == "tf32");
@@ -257,4 +261,44 @@ TEST_CASE("ptx scan: every spelling compiled by NVRTC reports its true precision
   CHECK(ptx_precision(r.ptx, {r.lowered.at("k_fp32")}) == "fp32");
   CHECK(ptx_precision(r.ptx, {r.lowered.at("k_fp32"), r.lowered.at("k_bf16")}) == "bf16");
   CHECK(ptx_precision(r.ptx) == "fp8");
+}
+
+TEST_CASE("ptx scan: an .alias injected by inline asm leads to the function it names") {
+  REQUIRE_MESSAGE(ca::cuda::Nvrtc::available(), "NVRTC (the CUDA toolkit the build uses) is needed");
+  // inj's asm closes its body and declares `al` as an alias of the fp16 function; k calls `al`.
+  const char* src = R"cu(#include <cuda_fp16.h>
+extern "C" __device__ __noinline__ float narrow(float v) { return __half2float(__float2half(v)); }
+__global__ void keep(float* y) { y[0] = narrow(y[0]); }
+__global__ void inj() { asm volatile("ret;\n}\n.func (.param .b32 r) al (.param .b32 p);\n.alias al, narrow;\n.visible .entry inj2()\n{\n"); }
+__global__ void k(float* y) {
+  float r;
+  asm volatile("{ .param .b32 pa; .param .b32 re; st.param.f32 [pa], %1; call.uni (re), al, (pa); ld.param.f32 %0, [re]; }" : "=f"(r) : "f"(y[0]));
+  y[0] = r;
+}
+)cu";
+  CompileOptions opt;
+  opt.use_cache = false;
+  CompileResult r = compile_bundle({{"k.cu", src}}, {"k", "inj"}, opt);
+  REQUIRE_MESSAGE(r.ok, r.log);
+  PtxModule m = scan_ptx(r.ptx);
+  CHECK(m.functions.count("inj2"));  // the injected kernel is a kernel like any other
+  CHECK(ptx_precision(r.ptx, {r.lowered.at("k")}) == "fp16");
+  CHECK(ptx_precision(r.ptx, {r.lowered.at("inj")}) == "fp32");
+}
+
+TEST_CASE("ptx scan: linear in the size of the module") {
+  // 4,000 functions of 40 instructions each (about 7 MB): scanned in well under the compile's time.
+  std::string ptx = ".version 8.5\n.target sm_90\n.address_size 64\n";
+  for (int f = 0; f < 4000; ++f) {
+    ptx += ".visible .entry k" + std::to_string(f) + "(.param .u64 p)\n{\n  .reg .f32 %f<4>;\n";
+    for (int i = 0; i < 40; ++i) ptx += "  fma.rn.f32 %f1, %f2, %f3, %f1; // step\n";
+    ptx += "  ret;\n}\n";
+  }
+  ptx += ".visible .entry last()\n{\n  cvt.rn.f16.f32 %rs1, %f1;\n}\n";
+  auto t0 = std::chrono::steady_clock::now();
+  PtxModule m = scan_ptx(ptx);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(m.functions.size() == 4001);
+  CHECK(kernel_precisions(m, {"k17", "last"}) == std::map<std::string, std::string>{{"k17", "fp32"}, {"last", "fp16"}});
+  CHECK_MESSAGE(s < 20.0, "scan took " << s << " s");
 }
