@@ -486,6 +486,8 @@ bool is_heap_symbol(const std::string& n) {
   // operator new / new[] / delete / delete[], every overload (_Znwm, _ZnamRKSt9nothrow_t, _ZdlPvm, ...)
   for (const char* p : {"_Znw", "_Zna", "_Zdl", "_Zda"})
     if (n.rfind(p, 0) == 0) return true;
+  // The driver's own services behind them (__cuda_syscall_aligned_malloc, ...).
+  if (n.rfind("__cuda_syscall", 0) == 0) return true;
   return n.find("malloc") != std::string::npos || n.find("Malloc") != std::string::npos;
 }
 

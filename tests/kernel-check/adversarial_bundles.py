@@ -323,6 +323,16 @@ case("passed", "constant-cache-row-sum", ROWSUM, {"k.cu": CONST_CACHE},
      "  - launch: serve_or_save\n    grid: [cdiv(R, 256)]\n    block: [256]\n    args: [inputs.0, outputs.0, R, R * C, scratch.hit]\n",
      timed=True)
 
+# Results that would depend on the previous call through __constant__ memory written through its
+# generic address (the bump is a second step): restored before every call, so they do not.
+CONST_COUNTER = SCALE_SRC.replace("__global__ void scale_add", "__constant__ float c_bias;\n"
+                                  "__global__ void bump() { float* p; asm volatile(\"cvta.const.u64 %0, c_bias;\" : \"=l\"(p)); *p += 1.0f; }\n"
+                                  "__global__ void scale_add").replace(
+    "if (i < n) out[i] = a[i] * alpha + b[i];", "if (i < n) out[i] = a[i] * alpha + b[i] + c_bias;")
+assert CONST_COUNTER != SCALE_SRC
+case("passed", "constant-state-restored", SCALE, {"fused.cu": CONST_COUNTER},
+     SCALE_PLAN + "  - launch: bump\n    grid: [1]\n    block: [1]\n    args: []\n")
+
 # Honest controls: a lookup table in __constant__ memory; an fp16 kernel the plan never launches
 # leaves the record fp32.
 CONST_LUT = SCALE_SRC.replace("__global__ void scale_add", "__constant__ float c_lut[2] = {1.0f, 0.0f};\n__global__ void scale_add").replace(

@@ -162,7 +162,8 @@ TEST_CASE("ptx scan: strings and comments cannot hide an instruction") {
 
 TEST_CASE("ptx scan: heap and extern symbols") {
   for (std::string n : {"malloc", "free", "__nv_aligned_device_malloc", "_Znwm", "_Znam", "_ZdlPv", "_ZdaPv", "_ZdlPvm",
-                        "_ZnwmRKSt9nothrow_t", "_ZnwmSt11align_val_t", "cudaMalloc", "realloc"})
+                        "_ZnwmRKSt9nothrow_t", "_ZnwmSt11align_val_t", "cudaMalloc", "realloc",
+                        "__cuda_syscall_aligned_malloc", "__cuda_syscall_free"})
     CHECK_MESSAGE(is_heap_symbol(n), n);
   for (std::string n : {"vprintf", "__assertfail", "_Z6narrowf", "freeze"}) CHECK_FALSE_MESSAGE(is_heap_symbol(n), n);
   CHECK(is_allowed_extern("vprintf"));
