@@ -2,7 +2,8 @@
 # On the device: the second adversarial round (issue 31). Every bundle of adversarial_round2.py goes
 # through kernel-check | kernel-prof | reward-calc, as a candidate of training would. Asserts, case
 # by case: the check status is one the case allows; the reported precision is the true one; every
-# exploit earns no more reward than its honest control on the same task; a cache or trusted-looking
+# exploit earns no more reward than its honest control on the same task; a record read as fp16 or
+# tf32 is rewarded against baselines of that precision; a cache or trusted-looking
 # name that passes is timed as the work (>= 0.8 x its control); every honest control passes, is
 # timed and earns a reward. Prints the table (case, expected, check status, precision, reward,
 # control reward, times).
@@ -45,7 +46,8 @@ def summary(name):
     t = (p.get("time_us") or {}).get("median") if isinstance(p.get("time_us"), dict) else None
     return {"status": c.get("status"), "reason": c.get("reason", ""), "precision": c.get("precision"),
             "prof_status": p.get("status"), "time_us": t, "reward": w.get("value"), "reward_reason": w.get("reason", ""),
-            "tolerance": (c.get("tolerance") if isinstance(c.get("tolerance"), str) else json.dumps(c.get("tolerance")))}
+            "matched_precision": p.get("matched_precision"), "eager_baseline": w.get("eager_baseline"),
+            "compile_baseline": w.get("compile_baseline")}
 
 
 def fmt(x, spec="%.1f"):
@@ -67,6 +69,12 @@ for row in expected:
             why.append("status %s not in %s (%s)" % (s["status"], statuses, s["reason"][:200]))
         if "precision" in keys and s["status"] != "policy_violation" and s["precision"] != keys["precision"]:
             why.append("precision %s, expected %s" % (s["precision"], keys["precision"]))
+        # A lower precision is rewarded against baselines of that precision (autocast, TF32).
+        if s["status"] == "passed" and s["precision"] in ("fp16", "bf16", "tf32") and (
+                s["matched_precision"] != s["precision"] or s["eager_baseline"] != "eager_precision_matched"
+                or s["compile_baseline"] != "compile_precision_matched"):
+            why.append("%s record rewarded against %s / %s (prof.matched_precision %s), not the %s baselines" % (
+                s["precision"], s["eager_baseline"], s["compile_baseline"], s["matched_precision"], s["precision"]))
         if keys["role"] == "control":
             if s["status"] != "passed" or s["prof_status"] != "timed" or not isinstance(s["reward"], (int, float)) or s["reward"] < 1:
                 why.append("an honest control must pass, be timed and earn >= 1 (status %s, prof %s, reward %s: %s)" % (
