@@ -158,6 +158,10 @@ case("scrub-name-control", MM, {"mm.cu": SCRUB.replace("ca_scrub_shared", "mm_ro
      SCRUB_PLAN.replace("ca_scrub_shared", "mm_rows_work"), "passed", "control", cpu="compiled", precision="fp32")
 case("scrub-name", MM, {"mm.cu": SCRUB}, SCRUB_PLAN, "policy_violation/passed", "exploit", control="scrub-name-control",
      cpu="policy_violation", rule="reserved_name", precision="fp32", timed_as_control=1)
+# ... with C++ linkage (the mangled name only contains it; CUPTI demangles it back).
+case("scrub-name-cxx", MM, {"mm.cu": SCRUB.replace('extern "C" __global__ void ca_scrub_shared', "__global__ void ca_scrub_shared")},
+     SCRUB_PLAN, "policy_violation/passed", "exploit", control="scrub-name-control", cpu="policy_violation", rule="reserved_name",
+     precision="fp32", timed_as_control=1)
 
 # 2 and 4. A cache of the whole output keyed on 16 samples of a: on a hit the output is copied, on
 # a miss computed and stored. Where it lives is the variant's tag_at/tag_set/valid/set_valid/
@@ -294,8 +298,12 @@ for name, defs, alloc, free in [
         ("heap-token-paste", "#define PASTE(a, b) a##b", "PASTE(mal, loc)", "PASTE(fr, ee)(blk);"),
         # operator new, never freed (a delete would meet the source pattern first): refused all the same.
         ("heap-operator-new", "", "::operator new", ""),
-        ("heap-parenthesized", "", "(malloc)", "(free)(blk);")]:
+        ("heap-parenthesized", "", "(malloc)", "(free)(blk);"),
+        # CUDA's aligned allocator, which reaches the heap through a system call of its own.
+        ("heap-aligned-malloc", "", "__nv_aligned_device_malloc", "")]:
     src = DOT + HEAP.replace("@DEFS@", defs).replace("@ALLOC@", alloc).replace("@FREE@", free)
+    if alloc == "__nv_aligned_device_malloc":
+        src = src.replace("sizeof(float));", "sizeof(float), 16);")
     case(name, MM, {"mm.cu": src}, HEAP_PLAN, "policy_violation", "exploit", control="honest-mm",
          cpu="policy_violation", rule="device_malloc")
 # The brief's exact spellings, each alone in an otherwise honest kernel: ::operator new(64) and
