@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <set>
 
@@ -100,6 +101,14 @@ Value eval_in(const Expr& e, Resolver& r, const std::string& where, const Plan& 
 }
 
 std::string ordinal_arg(size_t i) { return "argument " + std::to_string(i + 1); }
+
+int arch_number(const std::string& arch) {  // "sm_90" -> 90; 0 when not of that form
+  try {
+    return arch.rfind("sm_", 0) == 0 ? std::stoi(arch.substr(3)) : 0;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
 
 // Does the buffer exist (as far as we can tell)? Returns its dtype when known.
 std::optional<std::string> buffer_dtype(const BufferRef& ref, const Plan& plan, const IoSpec* io, const std::string& where,
@@ -212,12 +221,21 @@ void check_launch(const Step& step, const Plan& plan, const Signatures& sigs, co
       if (v.is_float) throw PlanError(where + ": grid and block sizes must be integers ('" + e.text() + "')", L.kernel);
     }
   eval_in(L.shared, typed, where + " shared", plan, L.kernel);
+  for (auto& e : L.cluster)
+    if (eval_in(e, typed, where + " cluster", plan, L.kernel).is_float)
+      throw PlanError(where + ": cluster sizes must be integers ('" + e.text() + "')", L.kernel);
+  if (!L.cluster.empty() && arch_number(limits.arch) < 90)
+    throw PlanError(where + ": thread block clusters need sm_90 or newer (" + limits.arch + ")", L.kernel);
+  if (!L.cluster.empty() && L.cooperative)
+    throw PlanError(where + ": a launch is cooperative or has clusters, not both", L.kernel);
   check_launch_sizes(step, plan, io, limits);
   for (size_t i = 0; i < L.args.size(); ++i) {
     const Arg& a = L.args[i];
     const ParamType& p = sig.params[i];
     std::string at = where + ": " + ordinal_arg(i);
     if (a.buffer) {
+      if (!a.offset.empty() && eval_in(a.offset, typed, at + " offset", plan, L.kernel).is_float)
+        throw PlanError(at + ": the offset of " + a.buffer->text() + " ('" + a.offset.text() + "') is not an integer", L.kernel);
       if (step.section == "init" && (a.buffer->space == Space::input || a.buffer->space == Space::output))
         throw PlanError(at + " is " + a.buffer->text() + ": init steps read params and write scratch, never inputs or outputs",
                         L.kernel);
@@ -280,9 +298,22 @@ void check_plan(const Plan& plan, const Signatures& sigs, const IoSpec* io, cons
       Value v = eval_in(e, typed, "scratch." + s.name + " shape", plan);
       if (v.is_float) throw PlanError("scratch." + s.name + ": shape '" + e.text() + "' is not an integer");
     }
+  // Loop indices are integers in every expression of their steps; counts are integers.
+  for (const auto& loop : plan.loops) {
+    if (eval_in(loop.count, typed, loop.path + " repeat", plan).is_float)
+      throw PlanError(loop.path + ": repeat count '" + loop.count.text() + "' is not an integer");
+    typed.dims[loop.index] = Value::integer(1);
+  }
   std::set<std::string> written;
   for (auto* section : {&plan.init, &plan.forward})
     for (auto& step : *section) {
+      for (const Expr* e : {&step.gemm.a_offset, &step.gemm.b_offset, &step.gemm.out_offset, &step.gemm.bias_offset,
+                            &step.conv.x_offset, &step.conv.w_offset, &step.conv.out_offset, &step.conv.bias_offset})
+        if (step.kind != Step::kLaunch && !e->empty() && eval_in(*e, typed, step.label() + " offset", plan).is_float)
+          throw PlanError(step.label() + ": offset '" + e->text() + "' is not an integer");
+      for (auto& [k, e] : step.conv.shape)
+        if (step.kind == Step::kConv && eval_in(e, typed, step.label() + " shape." + k, plan).is_float)
+          throw PlanError(step.label() + ": shape." + k + " '" + e.text() + "' is not an integer");
       if (step.kind == Step::kLaunch) {
         check_launch(step, plan, sigs, io, typed, written, limits);
       } else if (step.kind == Step::kGemm) {
@@ -400,120 +431,242 @@ BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io, 
     std::string key = ref.space == Space::param ? io.params[idx].name : std::to_string(idx);
     return bp.buffer_index(std::string(space_name(ref.space)) + "." + key);
   };
-  for (auto* section : {&plan.init, &plan.forward}) {
-    auto& out = section == &plan.init ? bp.init : bp.forward;
-    for (auto& step : *section) {
-      BoundStep bs;
-      bs.kind = step.kind;
-      bs.label = step.label();
-      if (step.kind == Step::kLaunch) {
-        const LaunchStep& L = step.launch;
-        const KernelSignature& sig = sigs.at(L.kernel);
-        bs.launch.kernel = L.kernel;
-        bs.launch.mangled = sig.mangled;
-        std::vector<std::optional<int64_t>> grid, block;
-        for (const auto& e : L.grid) grid.push_back(eval_in(e, r, bs.label + " grid", plan, L.kernel).i);
-        for (const auto& e : L.block) block.push_back(eval_in(e, r, bs.label + " block", plan, L.kernel).i);
-        int64_t sh = eval_in(L.shared, r, bs.label + " shared", plan, L.kernel).i;
-        check_sizes(bs.label, L.kernel, grid, block, sh, limits);
+  // A view's offset in bytes, checked against its buffer: 0 <= offset, and `need` elements from it
+  // (0: only the start) inside the buffer.
+  auto view_offset = [&](const Expr& offset, int buffer, int64_t need, const std::string& where) -> int64_t {
+    const BoundBuffer& b = bp.buffers[buffer];
+    const int64_t esz = element_bytes(b.dtype, where);
+    int64_t off = offset.empty() ? 0 : eval_in(offset, r, where + " offset", plan).i;
+    const int64_t numel = esz ? b.bytes / esz : 0;
+    if (off < 0 || off > numel || need > numel - off)
+      throw PlanError(where + ": the view " + b.ref + "[" + std::to_string(off) + "]" +
+                      (need ? " of " + std::to_string(need) + " elements" : "") + " is outside " + b.ref + " (" +
+                      std::to_string(numel) + " elements)");
+    return off * esz;
+  };
+  auto overlap = [&](int b1, int64_t o1, int64_t n1, int b2, int64_t o2, int64_t n2) {
+    return b1 == b2 && o1 < o2 + n2 && o2 < o1 + n1;
+  };
+  auto bind_leaf = [&](const Step& step) -> BoundStep {
+    BoundStep bs;
+    bs.kind = step.kind;
+    bs.label = step.label();
+    if (step.kind == Step::kLaunch) {
+      const LaunchStep& L = step.launch;
+      const KernelSignature& sig = sigs.at(L.kernel);
+      bs.launch.kernel = L.kernel;
+      bs.launch.mangled = sig.mangled;
+      std::vector<std::optional<int64_t>> grid, block;
+      for (const auto& e : L.grid) grid.push_back(eval_in(e, r, bs.label + " grid", plan, L.kernel).i);
+      for (const auto& e : L.block) block.push_back(eval_in(e, r, bs.label + " block", plan, L.kernel).i);
+      int64_t sh = eval_in(L.shared, r, bs.label + " shared", plan, L.kernel).i;
+      check_sizes(bs.label, L.kernel, grid, block, sh, limits);
+      for (size_t d = 0; d < 3; ++d) {
+        if (d < grid.size()) bs.launch.grid[d] = static_cast<unsigned>(*grid[d]);
+        if (d < block.size()) bs.launch.block[d] = static_cast<unsigned>(*block[d]);
+      }
+      bs.launch.shared = static_cast<unsigned>(sh);
+      for (size_t i = 0; i < L.args.size(); ++i) {
+        BoundArg a;
+        a.text = L.args[i].text;
+        if (L.args[i].buffer) {
+          a.buffer = index_of(*L.args[i].buffer);
+          a.offset = view_offset(L.args[i].offset, a.buffer, 0, bs.label + ": " + ordinal_arg(i));
+        } else {
+          a.scalar = pack_scalar(eval_in(L.args[i].expr, r, bs.label, plan, L.kernel), sig.params[i]);
+        }
+        bs.launch.args.push_back(std::move(a));
+      }
+      bs.launch.cooperative = L.cooperative;
+      if (!L.cluster.empty()) {
+        int64_t blocks = 1;
         for (size_t d = 0; d < 3; ++d) {
-          if (d < grid.size()) bs.launch.grid[d] = static_cast<unsigned>(*grid[d]);
-          if (d < block.size()) bs.launch.block[d] = static_cast<unsigned>(*block[d]);
+          int64_t c = d < L.cluster.size() ? eval_in(L.cluster[d], r, bs.label + " cluster", plan, L.kernel).i : 1;
+          if (c < 1 || bs.launch.grid[d] % c != 0)
+            throw PlanError(bs.label + ": cluster[" + std::to_string(d) + "] = " + std::to_string(c) +
+                                " must be at least 1 and divide grid[" + std::to_string(d) + "] = " + std::to_string(bs.launch.grid[d]),
+                            L.kernel);
+          bs.launch.cluster[d] = static_cast<unsigned>(c);
+          blocks *= c;
         }
-        bs.launch.shared = static_cast<unsigned>(sh);
-        for (size_t i = 0; i < L.args.size(); ++i) {
-          BoundArg a;
-          a.text = L.args[i].text;
-          if (L.args[i].buffer) a.buffer = index_of(*L.args[i].buffer);
-          else a.scalar = pack_scalar(eval_in(L.args[i].expr, r, bs.label, plan, L.kernel), sig.params[i]);
-          bs.launch.args.push_back(std::move(a));
-        }
-      } else if (step.kind == Step::kGemm) {
-        const GemmStep& G = step.gemm;
-        BoundGemm& g = bs.gemm;
-        g.a = index_of(G.a);
-        g.b = index_of(G.b);
-        g.out = index_of(G.out);
-        if (G.bias) g.bias = index_of(*G.bias);
-        const auto &A = bp.buffers[g.a], &B = bp.buffers[g.b], &O = bp.buffers[g.out];
-        if (A.dtype != B.dtype || A.dtype != O.dtype)
-          throw PlanError(bs.label + ": a, b and out must have one dtype (" + A.dtype + ", " + B.dtype + ", " + O.dtype + ")");
-        require_library_dtype(bs.label, "gemm", A.dtype);
-        g.dtype = A.dtype;
-        auto last2 = [](const BoundBuffer& b, int64_t& r0, int64_t& r1) {
-          if (b.shape.size() < 2) { r0 = 1; r1 = b.shape.empty() ? 1 : b.shape[0]; return; }
-          r0 = b.shape[b.shape.size() - 2];
-          r1 = b.shape.back();
-        };
-        int64_t a0, a1, b0, b1;
-        last2(A, a0, a1);
-        last2(B, b0, b1);
-        g.m = G.trans_a ? a1 : a0;
-        g.k = G.trans_a ? a0 : a1;
-        g.n = G.trans_b ? b0 : b1;
-        int64_t kb = G.trans_b ? b1 : b0;
-        if (!G.m.empty()) g.m = eval_in(G.m, r, bs.label + " m", plan).i;
-        if (!G.n.empty()) g.n = eval_in(G.n, r, bs.label + " n", plan).i;
-        if (!G.k.empty()) g.k = kb = eval_in(G.k, r, bs.label + " k", plan).i;
-        g.batch = G.batch.empty() ? 1 : eval_in(G.batch, r, bs.label + " batch", plan).i;
-        if (G.m.empty() && G.batch.empty() && A.shape.size() > 2) {  // [.., M, K] flattened rows
-          int64_t rows = 1;
-          for (size_t d = 0; d + 1 < A.shape.size(); ++d) rows *= A.shape[d];
-          if (!G.trans_a) g.m = rows;
-        }
-        if (kb != g.k) throw PlanError(bs.label + ": inner sizes differ (a gives k=" + std::to_string(g.k) + ", b gives " + std::to_string(kb) + ")");
-        const std::string dims = "m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
-                                 " batch=" + std::to_string(g.batch);
-        if (g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1)
-          throw PlanError(bs.label + ": " + dims + ": every size must be at least 1");
-        const int64_t esz = element_bytes(g.dtype, bs.label);
-        // batch * x * y * element size <= the buffer's bytes, in 128 bits and a factor at a time (every
-        // factor is at least 1, so a partial product past the bytes already fails): sizes from the
-        // plan's expressions must not wrap into a fit.
-        auto fits = [&](int64_t x, int64_t y, const BoundBuffer& buf) {
-          __int128 p = esz;
-          for (int64_t f : {g.batch, x, y})
-            if ((p *= f) > buf.bytes) return false;
-          return true;
-        };
-        if (!fits(g.m, g.k, A) || !fits(g.k, g.n, B) || !fits(g.m, g.n, O))
-          throw PlanError(bs.label + ": " + dims + " does not fit the buffers");
-        if (g.bias >= 0 && bp.buffers[g.bias].bytes < g.n * element_bytes(bp.buffers[g.bias].dtype, bs.label + " bias"))
-          throw PlanError(bs.label + ": bias has fewer than n=" + std::to_string(g.n) + " elements");
-        g.trans_a = G.trans_a;
-        g.trans_b = G.trans_b;
-        g.activation = G.activation;
-        g.compute = G.compute;
-        g.alpha = G.alpha;
-        g.beta = G.beta;
+        // 8 blocks are portable; Hopper allows 16 with the non-portable attribute, set at launch.
+        if (blocks > 16)
+          throw PlanError(bs.label + ": a cluster of " + std::to_string(blocks) + " blocks (at most 16 on " + limits.arch + ")",
+                          L.kernel);
+      }
+    } else if (step.kind == Step::kGemm) {
+      const GemmStep& G = step.gemm;
+      BoundGemm& g = bs.gemm;
+      g.a = index_of(G.a);
+      g.b = index_of(G.b);
+      g.out = index_of(G.out);
+      if (G.bias) g.bias = index_of(*G.bias);
+      const auto &A = bp.buffers[g.a], &B = bp.buffers[g.b], &O = bp.buffers[g.out];
+      if (A.dtype != B.dtype || A.dtype != O.dtype)
+        throw PlanError(bs.label + ": a, b and out must have one dtype (" + A.dtype + ", " + B.dtype + ", " + O.dtype + ")");
+      const bool views = !G.a_offset.empty() || !G.b_offset.empty() || !G.out_offset.empty();
+      if (views && (G.m.empty() || G.n.empty() || G.k.empty()))
+        throw PlanError(bs.label + ": a gemm on views needs m, n and k (a view's shape is not its buffer's)");
+      require_library_dtype(bs.label, "gemm", A.dtype);
+      g.dtype = A.dtype;
+      auto last2 = [](const BoundBuffer& b, int64_t& r0, int64_t& r1) {
+        if (b.shape.size() < 2) { r0 = 1; r1 = b.shape.empty() ? 1 : b.shape[0]; return; }
+        r0 = b.shape[b.shape.size() - 2];
+        r1 = b.shape.back();
+      };
+      int64_t a0, a1, b0, b1;
+      last2(A, a0, a1);
+      last2(B, b0, b1);
+      g.m = G.trans_a ? a1 : a0;
+      g.k = G.trans_a ? a0 : a1;
+      g.n = G.trans_b ? b0 : b1;
+      int64_t kb = G.trans_b ? b1 : b0;
+      if (!G.m.empty()) g.m = eval_in(G.m, r, bs.label + " m", plan).i;
+      if (!G.n.empty()) g.n = eval_in(G.n, r, bs.label + " n", plan).i;
+      if (!G.k.empty()) g.k = kb = eval_in(G.k, r, bs.label + " k", plan).i;
+      g.batch = G.batch.empty() ? 1 : eval_in(G.batch, r, bs.label + " batch", plan).i;
+      if (G.m.empty() && G.batch.empty() && A.shape.size() > 2) {  // [.., M, K] flattened rows
+        int64_t rows = 1;
+        for (size_t d = 0; d + 1 < A.shape.size(); ++d) rows *= A.shape[d];
+        if (!G.trans_a) g.m = rows;
+      }
+      if (kb != g.k) throw PlanError(bs.label + ": inner sizes differ (a gives k=" + std::to_string(g.k) + ", b gives " + std::to_string(kb) + ")");
+      const std::string dims = "m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
+                               " batch=" + std::to_string(g.batch);
+      if (g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1)
+        throw PlanError(bs.label + ": " + dims + ": every size must be at least 1");
+      const int64_t esz = element_bytes(g.dtype, bs.label);
+      // batch * x * y * element size <= the buffer's bytes, in 128 bits and a factor at a time (every
+      // factor is at least 1, so a partial product past the bytes already fails): sizes from the
+      // plan's expressions must not wrap into a fit.
+      // Views first (their offsets within their buffers), then the sizes against what is left.
+      g.a_offset = view_offset(G.a_offset, g.a, 0, bs.label + " a");
+      g.b_offset = view_offset(G.b_offset, g.b, 0, bs.label + " b");
+      g.out_offset = view_offset(G.out_offset, g.out, 0, bs.label + " out");
+      auto fits = [&](int64_t x, int64_t y, const BoundBuffer& buf, int64_t offset) {
+        __int128 p = esz;
+        for (int64_t f : {g.batch, x, y})
+          if ((p *= f) > buf.bytes - offset) return false;
+        return true;
+      };
+      if (!fits(g.m, g.k, A, g.a_offset) || !fits(g.k, g.n, B, g.b_offset) || !fits(g.m, g.n, O, g.out_offset))
+        throw PlanError(bs.label + ": " + dims + " does not fit the buffers" + (views ? " (from the views' offsets)" : ""));
+      if (g.bias >= 0) g.bias_offset = view_offset(G.bias_offset, g.bias, g.n, bs.label + " bias");
+      // cuBLASLt reads a and b while it writes out: they may not overlap it.
+      const int64_t out_bytes = int64_t(g.batch * g.m * g.n * esz);
+      if (overlap(g.out, g.out_offset, out_bytes, g.a, g.a_offset, int64_t(g.batch * g.m * g.k * esz)) ||
+          overlap(g.out, g.out_offset, out_bytes, g.b, g.b_offset, int64_t(g.batch * g.k * g.n * esz)))
+        throw PlanError(bs.label + ": out overlaps a or b (" + O.ref + "); cuBLASLt does not compute in place");
+      g.trans_a = G.trans_a;
+      g.trans_b = G.trans_b;
+      g.activation = G.activation;
+      g.compute = G.compute;
+      g.alpha = G.alpha;
+      g.beta = G.beta;
+    } else {
+      const ConvStep& C = step.conv;
+      BoundConv& c = bs.conv;
+      c.x = index_of(C.x);
+      c.w = index_of(C.w);
+      c.out = index_of(C.out);
+      if (C.bias) c.bias = index_of(*C.bias);
+      const auto &X = bp.buffers[c.x], &W = bp.buffers[c.w], &O = bp.buffers[c.out];
+      const bool given = !C.shape.empty();
+      if (given) {
+        // The operands' shapes given (views into larger buffers): n, c, h, w of x; k, r, s of w.
+        for (const char* key : {"n", "c", "h", "w", "k", "r", "s"})
+          if (!C.shape.count(key))
+            throw PlanError(bs.label + ": conv shape needs n, c, h, w, k, r and s (" + key + " is missing)");
+        auto get = [&](const char* key) { return eval_in(C.shape.at(key), r, bs.label + " shape." + key, plan).i; };
+        c.n = get("n"); c.c = get("c"); c.h = get("h"); c.wd = get("w"); c.k = get("k"); c.r = get("r"); c.s = get("s");
+        for (int64_t v : {c.n, c.c, c.h, c.wd, c.k, c.r, c.s})
+          if (v < 1 || v > INT32_MAX) throw PlanError(bs.label + ": conv shape sizes must be 1 to 2^31-1 (cuDNN's int)");
       } else {
-        const ConvStep& C = step.conv;
-        BoundConv& c = bs.conv;
-        c.x = index_of(C.x);
-        c.w = index_of(C.w);
-        c.out = index_of(C.out);
-        if (C.bias) c.bias = index_of(*C.bias);
-        const auto &X = bp.buffers[c.x], &W = bp.buffers[c.w], &O = bp.buffers[c.out];
         if (X.shape.size() != 4 || W.shape.size() != 4 || O.shape.size() != 4)
-          throw PlanError(bs.label + ": conv needs 4-d NCHW x, KCRS w and NKPQ out");
+          throw PlanError(bs.label + ": conv needs 4-d NCHW x [" + std::to_string(X.shape.size()) + "-d " + X.ref + "], KCRS w [" +
+                          std::to_string(W.shape.size()) + "-d " + W.ref + "] and NKPQ out [" + std::to_string(O.shape.size()) + "-d " +
+                          O.ref + "], or a shape: {n, c, h, w, k, r, s} for views");
         c.n = X.shape[0]; c.c = X.shape[1]; c.h = X.shape[2]; c.wd = X.shape[3];
         c.k = W.shape[0]; c.r = W.shape[2]; c.s = W.shape[3];
-        std::copy(C.stride, C.stride + 2, c.stride);
-        std::copy(C.padding, C.padding + 2, c.padding);
-        std::copy(C.dilation, C.dilation + 2, c.dilation);
-        c.groups = C.groups;
-        c.p = (c.h + 2 * c.padding[0] - c.dilation[0] * (c.r - 1) - 1) / c.stride[0] + 1;
-        c.q = (c.wd + 2 * c.padding[1] - c.dilation[1] * (c.s - 1) - 1) / c.stride[1] + 1;
-        if (W.shape[1] * c.groups != c.c) throw PlanError(bs.label + ": w has " + std::to_string(W.shape[1]) + " input channels per group, x has " + std::to_string(c.c));
-        if (O.shape != std::vector<int64_t>{c.n, c.k, c.p, c.q})
-          throw PlanError(bs.label + ": out must be [" + std::to_string(c.n) + ", " + std::to_string(c.k) + ", " +
-                          std::to_string(c.p) + ", " + std::to_string(c.q) + "]");
-        if (X.dtype != W.dtype || X.dtype != O.dtype) throw PlanError(bs.label + ": x, w and out must have one dtype");
-        require_library_dtype(bs.label, "conv", X.dtype);
-        c.dtype = X.dtype;
       }
-      out.push_back(std::move(bs));
+      std::copy(C.stride, C.stride + 2, c.stride);
+      std::copy(C.padding, C.padding + 2, c.padding);
+      std::copy(C.dilation, C.dilation + 2, c.dilation);
+      c.groups = C.groups;
+      c.p = (c.h + 2 * c.padding[0] - c.dilation[0] * (c.r - 1) - 1) / c.stride[0] + 1;
+      c.q = (c.wd + 2 * c.padding[1] - c.dilation[1] * (c.s - 1) - 1) / c.stride[1] + 1;
+      if (c.groups < 1 || c.c % c.groups != 0 || c.k % c.groups != 0)
+        throw PlanError(bs.label + ": groups = " + std::to_string(c.groups) + " must divide the input channels (" + std::to_string(c.c) +
+                        ") and the output channels (" + std::to_string(c.k) + ")");
+      if (!given && W.shape[1] * c.groups != c.c)
+        throw PlanError(bs.label + ": w [" + std::to_string(W.shape[0]) + ", " + std::to_string(W.shape[1]) + ", ...] has " +
+                        std::to_string(W.shape[1]) + " input channels per group; x has " + std::to_string(c.c) + " channels in " +
+                        std::to_string(c.groups) + " groups (w's second dimension must be " + std::to_string(c.c / c.groups) + ")");
+      if (c.p < 1 || c.q < 1) throw PlanError(bs.label + ": the output would be empty (p=" + std::to_string(c.p) + ", q=" + std::to_string(c.q) + ")");
+      if (!given && O.shape != std::vector<int64_t>{c.n, c.k, c.p, c.q})
+        throw PlanError(bs.label + ": out must be [" + std::to_string(c.n) + ", " + std::to_string(c.k) + ", " +
+                        std::to_string(c.p) + ", " + std::to_string(c.q) + "]");
+      // Element counts in checked arithmetic: given shapes are the policy's numbers.
+      auto count = [&](std::initializer_list<int64_t> f, const char* what) {
+        int64_t n = 1;
+        for (int64_t v : f)
+          if (__builtin_mul_overflow(n, v, &n) || n > (int64_t(1) << 60))
+            throw PlanError(bs.label + ": " + what + " has more elements than any buffer");
+        return n;
+      };
+      const int64_t x_elems = count({c.n, c.c, c.h, c.wd}, "x"), w_elems = count({c.k, c.c / c.groups, c.r, c.s}, "w"),
+                    out_elems = count({c.n, c.k, c.p, c.q}, "out");
+      c.x_offset = view_offset(C.x_offset, c.x, x_elems, bs.label + " x");
+      c.w_offset = view_offset(C.w_offset, c.w, w_elems, bs.label + " w");
+      c.out_offset = view_offset(C.out_offset, c.out, out_elems, bs.label + " out");
+      if (c.bias >= 0) c.bias_offset = view_offset(C.bias_offset, c.bias, c.k, bs.label + " bias");
+      if (X.dtype != W.dtype || X.dtype != O.dtype) throw PlanError(bs.label + ": x, w and out must have one dtype");
+      // cuDNN's forward convolution reads x and w while it writes out: no overlap (in-place is refused).
+      const int64_t esz = element_bytes(X.dtype, bs.label);
+      const int64_t out_bytes = out_elems * esz;
+      if (overlap(c.out, c.out_offset, out_bytes, c.x, c.x_offset, x_elems * esz) ||
+          overlap(c.out, c.out_offset, out_bytes, c.w, c.w_offset, w_elems * esz))
+        throw PlanError(bs.label + ": out overlaps x or w (" + O.ref + "); cuDNN does not convolve in place");
+      require_library_dtype(bs.label, "conv", X.dtype);
+      c.dtype = X.dtype;
     }
+    return bs;
+  };
+  // Steps in order, each `repeat` block unrolled with its index bound (the loops nest; a step's
+  // loops are listed outermost first).
+  std::function<void(const std::vector<Step>&, size_t, size_t, size_t, std::vector<BoundStep>&, const std::string&)> unroll =
+      [&](const std::vector<Step>& steps, size_t lo, size_t hi, size_t depth, std::vector<BoundStep>& out, const std::string& at) {
+        for (size_t i = lo; i < hi;) {
+          if (steps[i].loops.size() <= depth) {
+            BoundStep bs = bind_leaf(steps[i]);
+            bs.label += at;
+            out.push_back(std::move(bs));
+            if (int64_t(out.size()) > kMaxBoundSteps)
+              throw PlanError(steps[i].section + ": more than " + std::to_string(kMaxBoundSteps) +
+                              " steps per call once the repeats are unrolled");
+            ++i;
+            continue;
+          }
+          const int id = steps[i].loops[depth];
+          size_t j = i;
+          while (j < hi && steps[j].loops.size() > depth && steps[j].loops[depth] == id) ++j;
+          const Loop& loop = plan.loops[id];
+          const int64_t count = eval_in(loop.count, r, loop.path + " repeat", plan).i;
+          if (count < 0) throw PlanError(loop.path + ": repeat count " + std::to_string(count) + " is negative");
+          if (count > kMaxBoundSteps)
+            throw PlanError(loop.path + ": repeat count " + std::to_string(count) + " is more than " +
+                            std::to_string(kMaxBoundSteps) + " steps per call");
+          for (int64_t t = 0; t < count; ++t) {
+            r.dims[loop.index] = Value::integer(t);
+            unroll(steps, i, j, depth + 1, out, at + " [" + loop.index + "=" + std::to_string(t) + "]");
+          }
+          r.dims.erase(loop.index);
+          i = j;
+        }
+      };
+  for (auto* section : {&plan.init, &plan.forward}) {
+    auto& out = section == &plan.init ? bp.init : bp.forward;
+    unroll(*section, 0, section->size(), 0, out, "");
   }
   return bp;
 }

@@ -33,6 +33,7 @@ struct BoundBuffer {
 
 struct BoundArg {
   int buffer = -1;              // index into BoundPlan::buffers, or -1 for a scalar
+  int64_t offset = 0;           // a view: bytes past the buffer's start
   std::vector<uint8_t> scalar;  // packed as the kernel's parameter type
   std::string text;
 };
@@ -42,10 +43,17 @@ struct BoundLaunch {
   unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
   unsigned shared = 0;
   std::vector<BoundArg> args;
+  bool cooperative = false;
+  unsigned cluster[3] = {0, 0, 0};  // 0: no cluster
 };
+
+// The most steps one call may run once its loops are unrolled (each a launch or a library call in
+// the forward graph): past it, binding is refused naming the limit. The rules may set a lower one.
+inline constexpr int64_t kMaxBoundSteps = 100000;
 
 struct BoundGemm {
   int a = -1, b = -1, out = -1, bias = -1;
+  int64_t a_offset = 0, b_offset = 0, out_offset = 0, bias_offset = 0;  // views, in bytes
   int64_t m = 0, n = 0, k = 0, batch = 1;
   bool trans_a = false, trans_b = false;
   std::string activation, compute, dtype;
@@ -54,6 +62,7 @@ struct BoundGemm {
 
 struct BoundConv {
   int x = -1, w = -1, out = -1, bias = -1;
+  int64_t x_offset = 0, w_offset = 0, out_offset = 0, bias_offset = 0;  // views, in bytes
   int64_t n = 0, c = 0, h = 0, wd = 0, k = 0, r = 0, s = 0, p = 0, q = 0;
   int64_t stride[2], padding[2], dilation[2], groups = 1;
   std::string dtype;

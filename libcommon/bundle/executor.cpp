@@ -261,10 +261,31 @@ Executor::Executor(const BoundPlan& plan, const std::string& cubin, ExecutorOpti
         if (s.launch.shared > 48 * 1024)
           d.check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(s.launch.shared)),
                   s.label + ": dynamic shared memory of " + std::to_string(s.launch.shared) + " bytes");
+        const auto& L = s.launch;
+        const unsigned cluster_blocks = L.cluster[0] * L.cluster[1] * L.cluster[2];
+        if (cluster_blocks > 8)
+          d.check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+                  s.label + ": a cluster of " + std::to_string(cluster_blocks) + " blocks (non-portable size)");
+        if (L.cooperative) {
+          // A grid-wide barrier needs every block resident at once: refused, naming the numbers, when
+          // the device cannot hold the grid.
+          int per_sm = 0, sms = 0;
+          CUdevice dev;
+          d.check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+          d.check(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "SM count");
+          const int threads = int(L.block[0] * L.block[1] * L.block[2]);
+          d.check(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, threads, L.shared), s.label + ": occupancy");
+          const int64_t grid = int64_t(L.grid[0]) * L.grid[1] * L.grid[2], resident = int64_t(per_sm) * sms;
+          if (grid > resident)
+            throw PlanError(s.label + ": cooperative launch of " + std::to_string(grid) + " blocks, but at most " +
+                                std::to_string(resident) + " (" + std::to_string(per_sm) + " per SM x " + std::to_string(sms) +
+                                " SMs) can be resident at once with this block size and shared memory",
+                            L.kernel);
+        }
         auto& storage = impl_->arg_storage[si];
         for (const auto& a : s.launch.args) {
           if (a.buffer >= 0) {
-            CUdeviceptr p = base_[a.buffer] + options_.guard_bytes;
+            CUdeviceptr p = base_[a.buffer] + options_.guard_bytes + static_cast<CUdeviceptr>(a.offset);
             std::vector<uint8_t> bytes(sizeof p);
             std::memcpy(bytes.data(), &p, sizeof p);
             storage.push_back(bytes);
@@ -297,7 +318,7 @@ Executor::Executor(const BoundPlan& plan, const std::string& cubin, ExecutorOpti
         else if (bias) epi = CUBLASLT_EPILOGUE_BIAS;
         lt.check(lt.matmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "EPILOGUE");
         if (bias) {
-          CUdeviceptr bp = base_[g.bias] + options_.guard_bytes;
+          CUdeviceptr bp = base_[g.bias] + options_.guard_bytes + static_cast<CUdeviceptr>(g.bias_offset);
           void* bptr = reinterpret_cast<void*>(bp);
           lt.check(lt.matmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bptr, sizeof bptr), "BIAS_POINTER");
           cudaDataType_t bt = data_type(plan_.buffers[g.bias].dtype);
@@ -676,6 +697,28 @@ void Executor::run_steps(const std::vector<BoundStep>& steps, CUstream stream) {
     size_t si = offset + i;
     if (s.kind == Step::kLaunch) {
       const auto& L = s.launch;
+      if (L.cooperative || L.cluster[0]) {
+        // cuLaunchKernelEx: both attributes are valid in captured graphs.
+        CUlaunchAttribute attr{};
+        if (L.cooperative) {
+          attr.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+          attr.value.cooperative = 1;
+        } else {
+          attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+          attr.value.clusterDim.x = L.cluster[0];
+          attr.value.clusterDim.y = L.cluster[1];
+          attr.value.clusterDim.z = L.cluster[2];
+        }
+        CUlaunchConfig cfg{};
+        cfg.gridDimX = L.grid[0], cfg.gridDimY = L.grid[1], cfg.gridDimZ = L.grid[2];
+        cfg.blockDimX = L.block[0], cfg.blockDimY = L.block[1], cfg.blockDimZ = L.block[2];
+        cfg.sharedMemBytes = L.shared;
+        cfg.hStream = stream;
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+        d.check(d.cuLaunchKernelEx(&cfg, functions_[si], impl_->arg_ptrs[si].data(), nullptr), s.label);
+        continue;
+      }
       d.check(d.cuLaunchKernel(functions_[si], L.grid[0], L.grid[1], L.grid[2], L.block[0], L.block[1], L.block[2], L.shared,
                                stream, impl_->arg_ptrs[si].data(), nullptr),
               s.label);
@@ -684,8 +727,9 @@ void Executor::run_steps(const std::vector<BoundStep>& steps, CUstream stream) {
       const GemmPlan& gp = impl_->gemms[si];
       const BoundGemm& g = *gp.g;
       float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
-      auto ptr = [&](int b) { return reinterpret_cast<void*>(base_[b] + options_.guard_bytes); };
-      cublasStatus_t st = lt.matmul(impl_->lt, gp.desc, &alpha, ptr(g.b), gp.a, ptr(g.a), gp.b, &beta, ptr(g.out), gp.c, ptr(g.out),
+      auto ptr = [&](int b, int64_t offset) { return reinterpret_cast<void*>(base_[b] + options_.guard_bytes + offset); };
+      cublasStatus_t st = lt.matmul(impl_->lt, gp.desc, &alpha, ptr(g.b, g.b_offset), gp.a, ptr(g.a, g.a_offset), gp.b, &beta,
+                                    ptr(g.out, g.out_offset), gp.c, ptr(g.out, g.out_offset),
                                     gp.c, &gp.algo, reinterpret_cast<void*>(impl_->workspace), impl_->workspace_bytes,
                                     reinterpret_cast<cudaStream_t>(stream));
       if (st != CUBLAS_STATUS_SUCCESS)
@@ -694,13 +738,16 @@ void Executor::run_steps(const std::vector<BoundStep>& steps, CUstream stream) {
       const auto& dnn = cuda::Cudnn::get();
       const ConvPlan& cp = impl_->convs[si];
       const BoundConv& c = *cp.c;
-      auto ptr = [&](int b) { return reinterpret_cast<void*>(base_[b] + options_.guard_bytes); };
+      auto ptr = [&](int b, int64_t offset) { return reinterpret_cast<void*>(base_[b] + options_.guard_bytes + offset); };
       float one = 1.0f, zero = 0.0f;
       dnn.check(dnn.setStream(impl_->dnn, reinterpret_cast<cudaStream_t>(stream)), s.label + ": cudnnSetStream");
-      dnn.check(dnn.convolutionForward(impl_->dnn, &one, cp.x, ptr(c.x), cp.w, ptr(c.w), cp.conv, cp.algo,
-                                       reinterpret_cast<void*>(impl_->conv_workspace), cp.workspace_bytes, &zero, cp.y, ptr(c.out)),
+      dnn.check(dnn.convolutionForward(impl_->dnn, &one, cp.x, ptr(c.x, c.x_offset), cp.w, ptr(c.w, c.w_offset), cp.conv, cp.algo,
+                                       reinterpret_cast<void*>(impl_->conv_workspace), cp.workspace_bytes, &zero, cp.y,
+                                       ptr(c.out, c.out_offset)),
                 s.label + ": cudnnConvolutionForward");
-      if (c.bias >= 0) dnn.check(dnn.addTensor(impl_->dnn, &one, cp.bias, ptr(c.bias), &one, cp.y, ptr(c.out)), s.label + ": bias");
+      if (c.bias >= 0)
+        dnn.check(dnn.addTensor(impl_->dnn, &one, cp.bias, ptr(c.bias, c.bias_offset), &one, cp.y, ptr(c.out, c.out_offset)),
+                  s.label + ": bias");
     }
   }
 }

@@ -39,7 +39,7 @@ std::string Step::label() const {
   std::string what = kind == kLaunch ? "launch " + launch.kernel
                      : kind == kGemm ? "gemm " + gemm.out.text()
                                      : "conv " + conv.out.text();
-  return section + " step " + std::to_string(index) + " '" + what + "'";
+  return section + " step " + (path.empty() ? std::to_string(index) : path) + " '" + what + "'";
 }
 
 // ---- YAML / JSON ----
@@ -95,10 +95,31 @@ Expr parse_expr(const Json& v, const std::string& where) {
   }
 }
 
-BufferRef parse_buffer(const Json& v, const std::string& where) {
+// `scratch.h[t * H]`: a buffer and an element offset; nullopt when `text` is not of that form.
+// (`inputs.0.shape[1]` is an expression, not a view.)
+std::optional<std::pair<BufferRef, std::string>> parse_view_text(const std::string& text) {
+  static const re2::RE2 re(R"(\s*((?:inputs|outputs|params|scratch)\.[A-Za-z0-9_][A-Za-z0-9_.]*)\s*\[(.*)\]\s*)",
+      ca::byte_regex_options());
+  std::string ref, offset;
+  if (!re2::RE2::FullMatch(text, re, &ref, &offset)) return std::nullopt;
+  if (ref.size() >= 6 && ref.compare(ref.size() - 6, 6, ".shape") == 0) return std::nullopt;
+  auto r = BufferRef::parse(ref);
+  if (!r) return std::nullopt;
+  return std::make_pair(*r, offset);
+}
+
+BufferRef parse_buffer(const Json& v, const std::string& where, Expr* offset = nullptr) {
   std::string text = scalar_text(v, where);
+  if (offset) {
+    if (auto view = parse_view_text(text)) {
+      *offset = parse_expr(Json(view->second), where + " offset");
+      return view->first;
+    }
+  }
   auto r = BufferRef::parse(text);
-  if (!r) throw PlanError(where + ": '" + text + "' is not a buffer (inputs.N, outputs.N, params.NAME, scratch.NAME)");
+  if (!r)
+    throw PlanError(where + ": '" + text + "' is not a buffer (inputs.N, outputs.N, params.NAME, scratch.NAME" +
+                    (offset ? ", or a view such as scratch.NAME[offset in elements])" : ")"));
   return *r;
 }
 
@@ -180,10 +201,12 @@ Step parse_step(const Json& s, const std::string& section, int index) {
   // gemm/conv fields may be nested under the kind key or be siblings of it.
   Json fields = s;
   if (s[kind].is_object()) fields = s[kind];
-  static const std::vector<std::string> launch_keys = {"launch", "grid", "block", "shared", "smem", "shared_bytes", "args"};
-  static const std::vector<std::string> gemm_keys = {"a", "b", "out", "c", "bias", "activation", "epilogue", "trans_a", "trans_b",
+  static const std::vector<std::string> launch_keys = {"launch", "grid", "block", "shared", "smem", "shared_bytes", "args",
+                                                       "cooperative", "cluster"};
+  // No `c`: an undocumented alias that passed every check (gemm out is `out`).
+  static const std::vector<std::string> gemm_keys = {"a", "b", "out", "bias", "activation", "epilogue", "trans_a", "trans_b",
                                                      "m", "n", "k", "batch", "alpha", "beta", "compute"};
-  static const std::vector<std::string> conv_keys = {"x", "w", "out", "bias", "stride", "padding", "dilation", "groups"};
+  static const std::vector<std::string> conv_keys = {"x", "w", "out", "bias", "stride", "padding", "dilation", "groups", "shape"};
   const auto& field_keys = kind == "launch" ? launch_keys : kind == "gemm" ? gemm_keys : conv_keys;
   if (kind == "launch") {
     refuse_unknown_keys(s, launch_keys, where);
@@ -214,21 +237,28 @@ Step parse_step(const Json& s, const std::string& section, int index) {
         Arg arg;
         arg.text = scalar_text(a, where + " argument " + std::to_string(i));
         arg.buffer = BufferRef::parse(arg.text);
+        if (!arg.buffer) {
+          if (auto view = parse_view_text(arg.text)) {
+            arg.buffer = view->first;
+            arg.offset = parse_expr(Json(view->second), where + " argument " + std::to_string(i) + " offset");
+          }
+        }
         if (!arg.buffer) arg.expr = parse_expr(a, where + " argument " + std::to_string(i));
         L.args.push_back(std::move(arg));
       }
     }
+    if (s.contains("cooperative")) L.cooperative = truthy(s["cooperative"]);
+    if (s.contains("cluster") && !s["cluster"].is_null()) L.cluster = parse_dim3(s["cluster"], where + " cluster");
   } else if (kind == "gemm") {
     step.kind = Step::kGemm;
     auto& G = step.gemm;
     for (const char* req : {"a", "b"})
       if (!has(req)) throw PlanError(where + " 'gemm': needs '" + std::string(req) + "'");
-    G.a = parse_buffer(fields["a"], where + " gemm a");
-    G.b = parse_buffer(fields["b"], where + " gemm b");
-    if (has("out")) G.out = parse_buffer(fields["out"], where + " gemm out");
-    else if (has("c")) G.out = parse_buffer(fields["c"], where + " gemm c");
+    G.a = parse_buffer(fields["a"], where + " gemm a", &G.a_offset);
+    G.b = parse_buffer(fields["b"], where + " gemm b", &G.b_offset);
+    if (has("out")) G.out = parse_buffer(fields["out"], where + " gemm out", &G.out_offset);
     else throw PlanError(where + " 'gemm': needs 'out'");
-    if (has("bias")) G.bias = parse_buffer(fields["bias"], where + " gemm bias");
+    if (has("bias")) G.bias = parse_buffer(fields["bias"], where + " gemm bias", &G.bias_offset);
     for (const char* key : {"activation", "epilogue"})
       if (has(key)) G.activation = scalar_text(fields[key], where);
     if (G.activation == "bias") G.activation = "none";
@@ -250,10 +280,17 @@ Step parse_step(const Json& s, const std::string& section, int index) {
     auto& C = step.conv;
     for (const char* req : {"x", "w", "out"})
       if (!has(req)) throw PlanError(where + " 'conv': needs '" + std::string(req) + "'");
-    C.x = parse_buffer(fields["x"], where + " conv x");
-    C.w = parse_buffer(fields["w"], where + " conv w");
-    C.out = parse_buffer(fields["out"], where + " conv out");
-    if (has("bias")) C.bias = parse_buffer(fields["bias"], where + " conv bias");
+    C.x = parse_buffer(fields["x"], where + " conv x", &C.x_offset);
+    C.w = parse_buffer(fields["w"], where + " conv w", &C.w_offset);
+    C.out = parse_buffer(fields["out"], where + " conv out", &C.out_offset);
+    if (has("bias")) C.bias = parse_buffer(fields["bias"], where + " conv bias", &C.bias_offset);
+    if (has("shape")) {
+      const Json& sh = fields["shape"];
+      static const std::vector<std::string> shape_keys = {"n", "c", "h", "w", "k", "r", "s"};
+      if (!sh.is_object()) throw PlanError(where + " conv shape: expected a map of n, c, h, w, k, r, s");
+      refuse_unknown_keys(sh, shape_keys, where + " conv shape");
+      for (auto& [k, v] : sh.items()) C.shape[k] = parse_expr(v, where + " conv shape." + k);
+    }
     auto pair = [&](const char* key, int64_t* dst) {
       if (!has(key)) return;
       const Json& v = fields[key];
@@ -271,6 +308,57 @@ Step parse_step(const Json& s, const std::string& section, int index) {
     if (has("groups")) C.groups = static_cast<int64_t>(number(fields["groups"], where));
   }
   return step;
+}
+
+constexpr int kMaxLoopDepth = 8;
+
+bool is_identifier(const std::string& name) {
+  static const re2::RE2 ident(R"([A-Za-z_][A-Za-z0-9_]*)", ca::byte_regex_options());
+  return re2::RE2::FullMatch(name, ident);
+}
+
+bool reserved_name(const std::string& name) {
+  return name == "inputs" || name == "outputs" || name == "params" || name == "scratch" || name == "init" || name == "cdiv" ||
+         name == "min" || name == "max";
+}
+
+// A section's steps, `repeat` blocks flattened into their steps (each marked with its loops).
+void parse_steps(const Json& list, const std::string& section, const std::string& prefix, std::vector<int>& open, Plan& plan,
+                 std::vector<Step>& out) {
+  int i = 0;
+  for (auto& item : list) {
+    ++i;
+    const std::string path = prefix + std::to_string(i);
+    const std::string where = section + " step " + path;
+    if (item.is_object() && item.contains("repeat")) {
+      refuse_unknown_keys(item, {"repeat", "index", "steps"}, where + " 'repeat'");
+      if (int(open.size()) >= kMaxLoopDepth)
+        throw PlanError(where + ": repeat nested more than " + std::to_string(kMaxLoopDepth) + " deep");
+      Loop loop;
+      loop.count = parse_expr(item["repeat"], where + " repeat");
+      loop.index = item.contains("index") ? scalar_text(item["index"], where + " index") : "i";
+      loop.path = where;
+      loop.parent = open.empty() ? -1 : open.back();
+      if (!is_identifier(loop.index) || reserved_name(loop.index))
+        throw PlanError(where + ": repeat index '" + loop.index + "' is not a free identifier");
+      for (auto& [name, e] : plan.dims)
+        if (name == loop.index) throw PlanError(where + ": repeat index '" + loop.index + "' is also a dim");
+      for (int l : open)
+        if (plan.loops[l].index == loop.index)
+          throw PlanError(where + ": repeat index '" + loop.index + "' is already the index of " + plan.loops[l].path);
+      if (!item.contains("steps") || !item["steps"].is_array() || item["steps"].empty())
+        throw PlanError(where + ": repeat needs a non-empty list under steps:");
+      plan.loops.push_back(std::move(loop));
+      open.push_back(int(plan.loops.size()) - 1);
+      parse_steps(item["steps"], section, path + ".", open, plan, out);
+      open.pop_back();
+      continue;
+    }
+    Step step = parse_step(item, section, i);
+    step.loops = open;
+    if (!prefix.empty()) step.path = path;
+    out.push_back(std::move(step));
+  }
 }
 
 }  // namespace
@@ -299,12 +387,9 @@ static Plan plan_from_json(const Json& p) {
     } else {
       throw PlanError("plan: dims must be a map of NAME: expression");
     }
-    static const re2::RE2 ident(R"([A-Za-z_][A-Za-z0-9_]*)", ca::byte_regex_options());
     for (auto& [name, e] : plan.dims) {
-      if (!re2::RE2::FullMatch(name, ident)) throw PlanError("plan: dim name '" + name + "' is not an identifier");
-      if (name == "inputs" || name == "outputs" || name == "params" || name == "scratch" || name == "init" ||
-          name == "cdiv" || name == "min" || name == "max")
-        throw PlanError("plan: dim name '" + name + "' is reserved");
+      if (!is_identifier(name)) throw PlanError("plan: dim name '" + name + "' is not an identifier");
+      if (reserved_name(name)) throw PlanError("plan: dim name '" + name + "' is reserved");
     }
   }
   auto add_scratch = [&](const std::string& name, const Json& decl) {
@@ -316,10 +401,14 @@ static Plan plan_from_json(const Json& p) {
     std::string dt = decl.contains("dtype") ? scalar_text(decl["dtype"], where) : "float32";
     s.dtype = normalize_dtype(dt);
     if (s.dtype.empty()) throw PlanError(where + ": unknown dtype '" + dt + "'");
-    s.shape = parse_dim3(decl["shape"].is_array() && decl["shape"].size() > 3 ? Json::array() : decl["shape"], where);
-    if (decl["shape"].is_array() && decl["shape"].size() > 3) {
-      s.shape.clear();
-      for (auto& e : decl["shape"]) s.shape.push_back(parse_expr(e, where + " shape"));
+    // Any rank up to 8 (a 5-d activation of a 3-d conv, say); a single value is a 1-d shape.
+    const Json& shape = decl["shape"];
+    if (shape.is_array()) {
+      if (shape.empty() || shape.size() > 8)
+        throw PlanError(where + ": shape has " + std::to_string(shape.size()) + " dimensions (1 to 8)");
+      for (auto& e : shape) s.shape.push_back(parse_expr(e, where + " shape"));
+    } else {
+      s.shape.push_back(parse_expr(shape, where + " shape"));
     }
     plan.scratch.push_back(std::move(s));
   };
@@ -341,8 +430,8 @@ static Plan plan_from_json(const Json& p) {
     if (!p.contains(section) || p[section].is_null()) continue;
     if (!p[section].is_array()) throw PlanError(std::string("plan: ") + section + " must be a list of steps");
     auto& steps = std::string(section) == "init" ? plan.init : plan.forward;
-    int i = 0;
-    for (auto& s : p[section]) steps.push_back(parse_step(s, section, ++i));
+    std::vector<int> open;
+    parse_steps(p[section], section, "", open, plan, steps);
   }
   if (plan.forward.empty()) throw PlanError("plan: no forward steps");
   return plan;

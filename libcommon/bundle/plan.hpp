@@ -43,6 +43,16 @@ struct Arg {
   std::string text;
   std::optional<BufferRef> buffer;  // set: a buffer; else `expr`
   Expr expr;
+  // A view: `scratch.h[t * H]` passes the buffer's address plus this many elements (empty: 0).
+  // Bound-checked when the plan is bound; the guard zones still catch writes past the buffer.
+  Expr offset;
+};
+
+// A buffer operand of a library step, maybe a view at an element offset (`scratch.x[n * C * H * W]`).
+struct View {
+  BufferRef ref;
+  Expr offset;  // elements; empty: 0
+  std::string text() const { return offset.empty() ? ref.text() : ref.text() + "[" + offset.text() + "]"; }
 };
 
 struct LaunchStep {
@@ -50,6 +60,11 @@ struct LaunchStep {
   std::vector<Expr> grid, block;
   Expr shared;  // dynamic shared memory bytes
   std::vector<Arg> args;
+  // `cooperative: true`: a cooperative launch (cooperative_groups grid.sync() works), refused when
+  // the grid cannot be co-resident on the device. `cluster: [x, y, z]`: thread block clusters set at
+  // launch (sm_90+), each dimension dividing the grid's; up to 16 blocks (the non-portable sizes).
+  bool cooperative = false;
+  std::vector<Expr> cluster;
 };
 
 // out[M,N] = act(alpha * op(A) @ op(B) + beta * out + bias), row-major; op = transpose when trans_*.
@@ -57,6 +72,7 @@ struct LaunchStep {
 struct GemmStep {
   BufferRef a, b, out;
   std::optional<BufferRef> bias;     // length N, added per column
+  Expr a_offset, b_offset, out_offset, bias_offset;  // views: element offsets (empty: 0)
   std::string activation = "none";   // none, relu, gelu
   bool trans_a = false, trans_b = false;
   Expr m, n, k, batch;               // empty: taken from the buffers' shapes
@@ -68,6 +84,10 @@ struct GemmStep {
 struct ConvStep {
   BufferRef x, w, out;
   std::optional<BufferRef> bias;
+  Expr x_offset, w_offset, out_offset, bias_offset;  // views: element offsets (empty: 0)
+  // With views, the operands' shapes are given (n, c, h, w of x; k, r, s of w), not read from the
+  // buffers: `shape: {n: B, c: 64, h: H, w: W, k: 128, r: 3, s: 3}`. Empty: from the buffers.
+  std::map<std::string, Expr> shape;
   int64_t stride[2] = {1, 1}, padding[2] = {0, 0}, dilation[2] = {1, 1};
   int64_t groups = 1;
 };
@@ -80,6 +100,12 @@ struct Step {
   GemmStep gemm;
   ConvStep conv;
   int source_line = 0;  // line of the step in the YAML text, when known
+  // The `repeat` blocks the step sits in, outermost first (ids into Plan::loops), and its place in
+  // them ("3.2.1": forward step 3, its step 2, that one's step 1). A plan's step lists hold every
+  // step that runs, loops or not, so whatever looks at the steps (the rules, the precision) sees
+  // each of them; the binder unrolls the loops.
+  std::vector<int> loops;
+  std::string path;
   std::string kind_name() const { return kind == kLaunch ? "launch" : kind == kGemm ? "gemm" : "conv"; }
   // "forward step 2 'launch softmax_rows'"
   std::string label() const;
@@ -91,8 +117,19 @@ struct ScratchDecl {
   std::vector<Expr> shape;
 };
 
+// `repeat: N` with `index: t` (default i) and `steps: [...]`: its steps run N times (N an
+// expression of the dims and enclosing indices), with the index bound to 0..N-1 in every expression
+// of its steps, offsets included. Loops nest; the whole forward is still one CUDA graph.
+struct Loop {
+  Expr count;
+  std::string index;
+  std::string path;   // "forward step 3"
+  int parent = -1;    // the enclosing loop, or -1
+};
+
 struct Plan {
   std::vector<std::pair<std::string, Expr>> dims;  // in order; later dims may use earlier ones
+  std::vector<Loop> loops;
   std::vector<ScratchDecl> scratch;
   std::vector<Step> init, forward;
   std::optional<int> outputs_declared;  // `outputs: 2` or a list of outputs.N

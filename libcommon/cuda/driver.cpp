@@ -74,6 +74,8 @@ void load_all() {
     load(d.cuFuncGetAttribute, "cuFuncGetAttribute", 2020);
     load(d.cuFuncSetAttribute, "cuFuncSetAttribute", 9000);
     load(d.cuLaunchKernel, "cuLaunchKernel", 4000);
+    load(d.cuLaunchKernelEx, "cuLaunchKernelEx", 11060);
+    load(d.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050);
     load(d.cuMemAlloc, "cuMemAlloc", 3020);
     load(d.cuMemFree, "cuMemFree", 3020);
     load(d.cuMemGetInfo, "cuMemGetInfo", 3020);

@@ -63,6 +63,8 @@ struct Driver {
   PFN_cuFuncGetAttribute_v2020 cuFuncGetAttribute = nullptr;
   PFN_cuFuncSetAttribute_v9000 cuFuncSetAttribute = nullptr;
   PFN_cuLaunchKernel_v4000 cuLaunchKernel = nullptr;
+  PFN_cuLaunchKernelEx_v11060 cuLaunchKernelEx = nullptr;  // cooperative and cluster launches
+  PFN_cuOccupancyMaxActiveBlocksPerMultiprocessor_v6050 cuOccupancyMaxActiveBlocksPerMultiprocessor = nullptr;
   PFN_cuMemAlloc_v3020 cuMemAlloc = nullptr;
   PFN_cuMemFree_v3020 cuMemFree = nullptr;
   PFN_cuMemGetInfo_v3020 cuMemGetInfo = nullptr;

@@ -1,0 +1,239 @@
+// Units for the plan language of issue 33: repeat blocks (unrolled at bind time, the index in
+// every expression and offset), buffer views (launch arguments, gemm and conv operands, bounds and
+// aliasing checked at bind time), cooperative and cluster launches, N-d scratch, refused keys.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <string>
+
+#include "libcommon/bundle/plan.hpp"
+#include "libcommon/bundle/signature.hpp"
+#include "libcommon/jsonl.hpp"
+
+using namespace ca::bundle;
+
+namespace {
+
+// __global__ void cell(const float* x, const float* h_prev, float* h_next, int n)
+Signatures cell_sigs() { return {{"cell", *demangle_kernel("_Z4cellPKfS0_Pfi")}}; }
+
+// An RNN-like task: x [T, B, H] in, h [B, H] out (the last step's state).
+IoSpec rnn_io(int T, int B, int H) {
+  return IoSpec::from_json(ca::Json::parse("{\"inputs\":[{\"shape\":[" + std::to_string(T) + "," + std::to_string(B) + "," +
+                                           std::to_string(H) + "],\"dtype\":\"F32\"}],\"outputs\":[{\"shape\":[" +
+                                           std::to_string(B) + "," + std::to_string(H) + "],\"dtype\":\"F32\"}]}"));
+}
+
+const char* kRecurrence = R"y(dims: {T: inputs.0.shape[0], B: inputs.0.shape[1], H: inputs.0.shape[2]}
+scratch:
+  hs: {dtype: float32, shape: [T + 1, B, H]}
+forward:
+  - repeat: T
+    index: t
+    steps:
+      - launch: cell
+        grid: [cdiv(B * H, 256)]
+        block: [256]
+        args: ["inputs.0[t * B * H]", "scratch.hs[t * B * H]", "scratch.hs[(t + 1) * B * H]", B * H]
+  - launch: cell
+    grid: [cdiv(B * H, 256)]
+    block: [256]
+    args: ["inputs.0[(T - 1) * B * H]", "scratch.hs[(T - 1) * B * H]", outputs.0, B * H]
+)y";
+
+std::string bind_error(const std::string& plan, const Signatures& sigs, const IoSpec& io) {
+  try {
+    bind_plan(Plan::parse_text(plan), sigs, io);
+  } catch (const PlanError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("repeat: a recurrence unrolled at bind time, the index in every offset") {
+  Plan p = Plan::parse_text(kRecurrence);
+  REQUIRE(p.loops.size() == 1);
+  CHECK(p.loops[0].index == "t");
+  REQUIRE(p.forward.size() == 2);  // every step that runs is in the list, the loop's too
+  CHECK(p.forward[0].loops == std::vector<int>{0});
+  CHECK(p.forward[0].label() == "forward step 1.1 'launch cell'");
+  CHECK(p.kernel_names() == std::vector<std::string>{"cell"});
+  BoundPlan b = bind_plan(p, cell_sigs(), rnn_io(512, 4, 64));
+  REQUIRE(b.forward.size() == 513);
+  const int64_t row = 4 * 64 * 4;  // bytes of one step's [B, H]
+  for (int t : {0, 1, 511}) {
+    CAPTURE(t);
+    const auto& L = b.forward[t].launch;
+    CHECK(L.args[0].offset == t * row);
+    CHECK(L.args[1].offset == t * row);
+    CHECK(L.args[2].offset == (t + 1) * row);
+    CHECK(b.forward[t].label.find("[t=" + std::to_string(t) + "]") != std::string::npos);
+  }
+  CHECK(b.forward[512].launch.args[0].offset == 511 * row);
+  CHECK(b.forward[512].launch.args[2].offset == 0);
+  CHECK(b.buffers[b.buffer_index("scratch.hs")].shape == std::vector<int64_t>{513, 4, 64});
+}
+
+TEST_CASE("repeat: nesting, counts, limits, names") {
+  const std::string nested = R"y(dims: {T: inputs.0.shape[0], B: inputs.0.shape[1], H: inputs.0.shape[2]}
+forward:
+  - repeat: 3
+    index: l
+    steps:
+      - repeat: T
+        index: t
+        steps:
+          - launch: cell
+            grid: [1]
+            block: [32]
+            args: ["inputs.0[t * B * H]", inputs.0, outputs.0, l * 1000 + t]
+)y";
+  BoundPlan b = bind_plan(Plan::parse_text(nested), cell_sigs(), rnn_io(5, 2, 8));
+  REQUIRE(b.forward.size() == 15);
+  int32_t last = 0;
+  std::memcpy(&last, b.forward[14].launch.args[3].scalar.data(), 4);
+  CHECK(last == 2004);
+  CHECK(b.forward[14].label.find("[l=2] [t=4]") != std::string::npos);
+  // Zero iterations bind nothing from the loop (the output must still be written elsewhere).
+  CHECK(bind_error(R"y(forward:
+  - repeat: 0
+    steps:
+      - launch: cell
+        grid: [1]
+        block: [32]
+        args: [inputs.0, inputs.0, outputs.0, 1]
+  - launch: cell
+    grid: [1]
+    block: [32]
+    args: [inputs.0, inputs.0, outputs.0, 1]
+)y", cell_sigs(), rnn_io(5, 2, 8)) == "");
+  const std::string one = "forward:\n  - repeat: COUNT\n    index: IDX\n    steps:\n      - launch: cell\n        grid: [1]\n"
+                          "        block: [32]\n        args: [inputs.0, inputs.0, outputs.0, 1]\n";
+  auto with = [&](const std::string& count, const std::string& idx) {
+    std::string s = one;
+    s.replace(s.find("COUNT"), 5, count);
+    s.replace(s.find("IDX"), 3, idx);
+    return s;
+  };
+  CHECK(bind_error(with("-1", "t"), cell_sigs(), rnn_io(5, 2, 8)).find("repeat count -1 is negative") != std::string::npos);
+  CHECK(bind_error(with("1000000", "t"), cell_sigs(), rnn_io(5, 2, 8)).find("steps per call") != std::string::npos);
+  CHECK(bind_error(with("2.5", "t"), cell_sigs(), rnn_io(5, 2, 8)).find("is not an integer") != std::string::npos);
+  CHECK_THROWS_WITH_AS(Plan::parse_text(with("2", "cdiv")), doctest::Contains("is not a free identifier"), PlanError);
+  CHECK_THROWS_WITH_AS(Plan::parse_text("dims: {t: 3}\n" + with("2", "t")), doctest::Contains("is also a dim"), PlanError);
+  CHECK_THROWS_WITH_AS(Plan::parse_text("forward:\n  - repeat: 2\n    steps: []\n"), doctest::Contains("non-empty list"), PlanError);
+  CHECK_THROWS_WITH_AS(Plan::parse_text("forward:\n  - repeat: 2\n    step: []\n"), doctest::Contains("unknown key 'step'"), PlanError);
+  std::string deep = "forward:\n";
+  std::string indent = "  ";
+  for (int d = 0; d < 9; ++d) {
+    deep += indent + "- repeat: 2\n" + indent + "  index: i" + std::to_string(d) + "\n" + indent + "  steps:\n";
+    indent += "    ";
+  }
+  deep += indent + "- launch: cell\n" + indent + "  grid: [1]\n" + indent + "  block: [1]\n" + indent +
+          "  args: [inputs.0, inputs.0, outputs.0, 1]\n";
+  CHECK_THROWS_WITH_AS(Plan::parse_text(deep), doctest::Contains("nested more than 8 deep"), PlanError);
+}
+
+TEST_CASE("views: bounds checked at bind time, expressions in the offset") {
+  auto plan_with = [](const std::string& a0) {
+    return "dims: {N: inputs.0.numel}\nforward:\n  - launch: cell\n    grid: [1]\n    block: [32]\n    args: [\"" + a0 +
+           "\", inputs.0, outputs.0, 1]\n";
+  };
+  IoSpec io = rnn_io(4, 2, 8);  // 64 elements in, 16 out
+  CHECK(bind_error(plan_with("inputs.0[N - 1]"), cell_sigs(), io) == "");
+  CHECK(bind_error(plan_with("inputs.0[N]"), cell_sigs(), io) == "");  // one past the end: a pointer, not an access
+  CHECK(bind_error(plan_with("inputs.0[N + 1]"), cell_sigs(), io).find("is outside inputs.0 (64 elements)") != std::string::npos);
+  CHECK(bind_error(plan_with("inputs.0[0 - 1]"), cell_sigs(), io).find("is outside") != std::string::npos);
+  CHECK(bind_error(plan_with("inputs.0[unknown]"), cell_sigs(), io).find("unbound name 'unknown'") != std::string::npos);
+  // `inputs.0.shape[1]` stays an expression (a scalar argument), not a view.
+  BoundPlan b = bind_plan(Plan::parse_text("forward:\n  - launch: cell\n    grid: [1]\n    block: [32]\n"
+                                           "    args: [inputs.0, inputs.0, outputs.0, inputs.0.shape[1]]\n"),
+                          cell_sigs(), io);
+  CHECK(b.forward[0].launch.args[3].buffer == -1);
+}
+
+TEST_CASE("gemm on views: concatenation by offsets, sizes required, aliasing refused") {
+  // out [8, 32] = [x1 @ w1 | ...]: the first half of a scratch row block, as a concat would.
+  IoSpec io = IoSpec::from_json(ca::Json::parse(
+      R"j({"inputs":[{"shape":[8,16],"dtype":"F32"}],"params":[{"name":"w","shape":[16,16],"dtype":"F32"}],"outputs":[{"shape":[8,32],"dtype":"F32"}]})j"));
+  const std::string good = R"y(scratch:
+  cat: {dtype: float32, shape: [2, 8, 16]}
+forward:
+  - gemm: {a: inputs.0, b: params.w, out: "scratch.cat[8 * 16]", m: 8, n: 16, k: 16}
+  - gemm: {a: "scratch.cat[8 * 16]", b: params.w, out: outputs.0, m: 8, n: 16, k: 16}
+)y";
+  BoundPlan b = bind_plan(Plan::parse_text(good), {}, io);
+  CHECK(b.forward[0].gemm.out_offset == 8 * 16 * 4);
+  CHECK(b.forward[1].gemm.a_offset == 8 * 16 * 4);
+  std::string no_sizes = good;
+  no_sizes.replace(no_sizes.find(", m: 8, n: 16, k: 16}"), 21, "}");
+  CHECK(bind_error(no_sizes, {}, io).find("needs m, n and k") != std::string::npos);
+  std::string past = good;
+  past.replace(past.find("scratch.cat[8 * 16]\", m"), 19, "scratch.cat[8 * 17]");
+  CHECK(bind_error(past, {}, io).find("does not fit the buffers") != std::string::npos);
+  const std::string alias = "scratch:\n  s: {dtype: float32, shape: [512]}\nforward:\n"
+                            "  - gemm: {a: \"scratch.s[0]\", b: params.w, out: \"scratch.s[64]\", m: 8, n: 16, k: 16}\n"
+                            "  - gemm: {a: inputs.0, b: params.w, out: outputs.0, m: 8, n: 16, k: 16}\n";
+  CHECK(bind_error(alias, {}, io).find("out overlaps a or b") != std::string::npos);
+  // `c` was an undocumented alias of out that passed every check: refused now.
+  CHECK_THROWS_WITH_AS(Plan::parse_text("forward:\n  - gemm: {a: inputs.0, b: params.w, c: outputs.0}\n"),
+                       doctest::Contains("unknown key 'c'"), PlanError);
+}
+
+TEST_CASE("conv on views with given shapes; in-place and bad groups refused; N-d scratch") {
+  IoSpec io = IoSpec::from_json(ca::Json::parse(
+      R"j({"inputs":[{"shape":[2,3,8,8],"dtype":"F32"}],"params":[{"name":"w","shape":[4,3,3,3],"dtype":"F32"}],"outputs":[{"shape":[2,8,8,8],"dtype":"F32"}]})j"));
+  // Two convs writing the two halves of the output's channels (an Inception-style concat) for one image each.
+  const std::string cat = R"y(scratch:
+  t5: {dtype: float32, shape: [1, 2, 3, 4, 5]}
+forward:
+  - repeat: 2
+    index: n
+    steps:
+      - conv: {x: "inputs.0[n * 3 * 64]", w: params.w, out: "outputs.0[n * 8 * 64]", padding: 1, shape: {n: 1, c: 3, h: 8, w: 8, k: 4, r: 3, s: 3}}
+      - conv: {x: "inputs.0[n * 3 * 64]", w: params.w, out: "outputs.0[n * 8 * 64 + 4 * 64]", padding: 1, shape: {n: 1, c: 3, h: 8, w: 8, k: 4, r: 3, s: 3}}
+)y";
+  BoundPlan b = bind_plan(Plan::parse_text(cat), {}, io);
+  REQUIRE(b.forward.size() == 4);
+  CHECK(b.forward[3].conv.out_offset == (8 * 64 + 4 * 64) * 4);
+  CHECK(b.forward[3].conv.x_offset == 3 * 64 * 4);
+  CHECK(b.buffers[b.buffer_index("scratch.t5")].shape.size() == 5);
+  std::string missing = cat;
+  missing.replace(missing.find(", s: 3}}"), 8, "}}");
+  CHECK(bind_error(missing, {}, io).find("s is missing") != std::string::npos);
+  const std::string inplace = "scratch:\n  s: {dtype: float32, shape: [4096]}\nforward:\n"
+                              "  - conv: {x: \"scratch.s[0]\", w: params.w, out: \"scratch.s[100]\", padding: 1, "
+                              "shape: {n: 1, c: 3, h: 8, w: 8, k: 4, r: 3, s: 3}}\n"
+                              "  - conv: {x: inputs.0, w: params.w, out: \"outputs.0[0]\", padding: 1, "
+                              "shape: {n: 2, c: 3, h: 8, w: 8, k: 4, r: 3, s: 3}}\n";
+  CHECK(bind_error(inplace, {}, io).find("out overlaps x or w") != std::string::npos);
+  const std::string groups = "forward:\n  - conv: {x: inputs.0, w: params.w, out: outputs.0, groups: 2, padding: 1}\n";
+  CHECK(bind_error(groups, {}, io).find("groups = 2 must divide the input channels (3)") != std::string::npos);
+  CHECK_THROWS_WITH_AS(Plan::parse_text("scratch:\n  s: {dtype: float32, shape: [1,2,3,4,5,6,7,8,9]}\nforward:\n  - launch: k\n"
+                                        "    grid: [1]\n    block: [1]\n"),
+                       doctest::Contains("9 dimensions (1 to 8)"), PlanError);
+}
+
+TEST_CASE("cooperative and cluster launches") {
+  const std::string base = "forward:\n  - launch: cell\n    grid: [GRID]\n    block: [128]\n    EXTRA\n"
+                           "    args: [inputs.0, inputs.0, outputs.0, 1]\n";
+  auto with = [&](const std::string& grid, const std::string& extra) {
+    std::string s = base;
+    s.replace(s.find("GRID"), 4, grid);
+    s.replace(s.find("EXTRA"), 5, extra);
+    return s;
+  };
+  IoSpec io = rnn_io(4, 2, 8);
+  BoundPlan c = bind_plan(Plan::parse_text(with("132", "cooperative: true")), cell_sigs(), io);
+  CHECK(c.forward[0].launch.cooperative);
+  BoundPlan k = bind_plan(Plan::parse_text(with("64", "cluster: [16]")), cell_sigs(), io, LaunchLimits::for_arch("sm_90"));
+  CHECK(k.forward[0].launch.cluster[0] == 16);
+  CHECK(k.forward[0].launch.cluster[1] == 1);
+  CHECK(bind_error(with("60", "cluster: [8]"), cell_sigs(), io).find("must be at least 1 and divide grid[0] = 60") != std::string::npos);
+  CHECK(bind_error(with("64", "cluster: [32]"), cell_sigs(), io).find("a cluster of 32 blocks (at most 16") != std::string::npos);
+  CHECK_THROWS_WITH_AS(bind_plan(Plan::parse_text(with("64", "cluster: [2]")), cell_sigs(), io, LaunchLimits::for_arch("sm_80")),
+                       doctest::Contains("clusters need sm_90"), PlanError);
+  CHECK(bind_error(with("64", "cooperative: true\n    cluster: [2]"), cell_sigs(), io).find("cooperative or has clusters, not both") !=
+        std::string::npos);
+}
