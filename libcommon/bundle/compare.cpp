@@ -12,26 +12,152 @@
 
 namespace ca::bundle {
 
-Tolerance Tolerance::for_dtype(const std::string& mode, const std::string& dtype, double atol_o, double rtol_o) {
-  Tolerance t;
+CalibrationRule calibration_rule(const std::string& precision) {
+  // compare.hpp says why these numbers; numerics.py's CALIBRATE_DEFAULTS repeats them for clients
+  // that send none (kernel-check sends these with every request).
+  if (precision == "fp32") return {"fp32", 8, 3e-5};
+  if (precision == "tf32") return {"tf32", 4, 3e-5};
+  if (precision == "fp16") return {"fp16", 4, 1e-4};
+  if (precision == "bf16") return {"bf16", 4, 1e-4};
+  if (precision == "int8" || precision == "fp8") return {"bf16", 16, 1e-3};
+  throw ca::InputError("compare: no calibration rule for precision '" + precision +
+                       "' (fp32, tf32, fp16, bf16, int8, fp8)");
+}
+
+static bool is_float_dtype(const std::string& dtype) {
   const ca::DtypeInfo* info = ca::dtype_info(dtype);
   if (!info) throw ca::InputError("compare: unknown dtype '" + dtype + "'");
-  bool is_int = !info->is_float;
+  return info->is_float;
+}
+
+Tolerance Tolerance::for_dtype(const std::string& mode, const std::string& dtype, double atol_o, double rtol_o) {
+  Tolerance t;
+  bool is_int = !is_float_dtype(dtype);
   if (is_int) t.atol = t.rtol = 0;
   else if (mode == "strict" && (dtype == "F32" || dtype == "F64")) {
     t.atol = t.rtol = 1e-4;
     t.rel_norm = 1e-3;
   }
+  t.mode = is_int ? "exact" : mode == "strict" ? "strict" : "published";
   if (atol_o >= 0) t.atol = atol_o;
   if (rtol_o >= 0) t.rtol = rtol_o;
   return t;
 }
 
+Tolerances Tolerances::by_mode(const std::string& mode, double atol_o, double rtol_o) {
+  Tolerances t;
+  if (mode == "published" || mode == "default") t.mode_ = "published";
+  else if (mode == "strict") t.mode_ = "strict";
+  else if (mode == "calibrated") {
+    t.mode_ = "calibrated";
+    t.calibration_error_ = "no calibration given to the comparison";
+  } else
+    throw ca::InputError("compare: tolerance mode '" + mode + "' (calibrated, published or strict)");
+  t.atol_ = atol_o;
+  t.rtol_ = rtol_o;
+  return t;
+}
+
+// A measured error of the calibration: a number >= 0, or null / absent (infinite: the precision
+// could not compute the output).
+static double calibration_error_of(const ca::Json& entry, const std::string& name, const char* key) {
+  if (!entry.contains(key) || entry[key].is_null()) return INFINITY;
+  if (!entry[key].is_number() || entry[key].get<double>() < 0 || std::isnan(entry[key].get<double>()))
+    throw ca::InputError("compare: calibration of " + name + ": '" + key + "' is not a number >= 0");
+  return entry[key].get<double>();
+}
+
+Tolerances Tolerances::calibrated(const std::string& precision, const ca::Json& calibration,
+                                  const std::string& calibration_error, double atol_o, double rtol_o) {
+  const CalibrationRule rule = calibration_rule(precision);
+  Tolerances t;
+  t.mode_ = "calibrated";
+  t.precision_ = precision;
+  t.atol_ = atol_o;
+  t.rtol_ = rtol_o;
+  t.calibration_error_ = calibration_error;
+  if (calibration.is_null()) {
+    if (t.calibration_error_.empty()) t.calibration_error_ = "the reference came without a calibration";
+    return t;
+  }
+  if (!calibration.is_object()) throw ca::InputError("compare: a calibration is an object of outputs");
+  for (const auto& [name, entry] : calibration.items()) {
+    if (!entry.is_object()) throw ca::InputError("compare: calibration of " + name + " is not an object");
+    if (entry.value("precision", std::string()) != precision)
+      throw ca::InputError("compare: calibration of " + name + " is for precision '" +
+                           entry.value("precision", std::string("?")) + "', the claim is " + precision);
+    Tolerance tol;
+    tol.mode = "calibrated";
+    tol.precision = precision;
+    tol.ref_err_rel_l2 = calibration_error_of(entry, name, "ref_err_rel_l2");
+    tol.fp32_err_rel_l2 = calibration_error_of(entry, name, "fp32_err_rel_l2");
+    const double bound = rule.k * std::max(tol.ref_err_rel_l2, tol.fp32_err_rel_l2) + rule.floor;
+    tol.rel_norm = std::min(bound, kPublishedRelL2);  // never looser than published; inf -> published
+    t.calibrated_[name] = tol;
+  }
+  return t;
+}
+
+Tolerances Tolerances::from_check(const ca::Json& check) {
+  std::string mode = "published";
+  if (check.contains("tolerance") && check["tolerance"].is_string()) mode = check["tolerance"].get<std::string>();
+  if (mode != "calibrated") return by_mode(mode);
+  const std::string precision = check.value("precision", std::string("fp32"));
+  const ca::Json calibration = check.contains("calibration") ? check["calibration"] : ca::Json();
+  std::string why = check.value("calibration_error", std::string());
+  return calibrated(precision, calibration, why);
+}
+
+Tolerance Tolerances::for_output(const std::string& name, const std::string& dtype) const {
+  if (mode_ != "calibrated") return Tolerance::for_dtype(mode_, dtype, atol_, rtol_);
+  // The elementwise gate stays the published one; the norm bound is the calibrated one.
+  Tolerance t = Tolerance::for_dtype("published", dtype, atol_, rtol_);
+  if (!is_float_dtype(dtype)) return t;  // exact: nothing to calibrate
+  t.mode = "calibrated";
+  t.precision = precision_;
+  auto it = calibrated_.find(name);
+  if (it != calibrated_.end()) {
+    t.rel_norm = it->second.rel_norm;
+    t.ref_err_rel_l2 = it->second.ref_err_rel_l2;
+    t.fp32_err_rel_l2 = it->second.fp32_err_rel_l2;
+  } else {
+    t.mode = "published";
+    t.fallback = calibration_error_.empty() ? "no calibration for " + name : calibration_error_;
+  }
+  return t;
+}
+
 ca::Json CompareResult::to_json() const {
-  return ca::Json{{"max_abs_err", max_abs_err},
-                  {"max_rel_err", max_rel_err},
-                  {"mismatch_fraction", mismatch_fraction},
-                  {"rel_l2_err", rel_l2_err}};
+  ca::Json j{{"max_abs_err", max_abs_err},
+             {"max_rel_err", max_rel_err},
+             {"mismatch_fraction", mismatch_fraction},
+             {"rel_l2_err", rel_l2_err}};
+  ca::Json tol{{"mode", mode}};
+  if (!precision.empty()) tol["precision"] = precision;
+  // The output closest to its bound speaks for the comparison.
+  const std::pair<const std::string, OutputJudgement>* worst = nullptr;
+  auto ratio = [](const OutputJudgement& o) { return o.bound_rel_l2 > 0 ? o.measured_rel_l2 / o.bound_rel_l2 : INFINITY; };
+  for (const auto& kv : outputs)
+    if (!worst || ratio(kv.second) > ratio(worst->second)) worst = &kv;
+  if (worst) {
+    tol["output"] = worst->first;
+    tol["bound_rel_l2"] = worst->second.bound_rel_l2;
+    tol["measured_rel_l2"] = std::isfinite(worst->second.measured_rel_l2) ? worst->second.measured_rel_l2 : 1e308;
+  }
+  std::string fallback;
+  for (const auto& [name, o] : outputs)
+    if (!o.fallback.empty() && fallback.empty()) fallback = name + " judged by the published bound: " + o.fallback;
+  if (!fallback.empty()) tol["fallback"] = fallback;
+  if (outputs.size() > 1) {
+    ca::Json per = ca::Json::object();
+    for (const auto& [name, o] : outputs)
+      per[name] = {{"mode", o.mode},
+                   {"bound_rel_l2", o.bound_rel_l2},
+                   {"measured_rel_l2", std::isfinite(o.measured_rel_l2) ? o.measured_rel_l2 : 1e308}};
+    tol["outputs"] = per;
+  }
+  j["tolerance"] = tol;
+  return j;
 }
 
 static std::string index_text(int64_t flat, const std::vector<int64_t>& shape) {
@@ -126,11 +252,23 @@ void judge_output(const std::string& name, const std::vector<int64_t>& shape, co
   if (st.ref2 > 0) {
     const double rel = std::sqrt(st.diff2 / st.ref2);
     r.rel_l2_err = std::max(r.rel_l2_err, std::isfinite(rel) ? rel : INFINITY);
+    if (tol.mode != "exact")
+      r.outputs[name] = OutputJudgement{tol.mode, tol.rel_norm, std::isfinite(rel) ? rel : INFINITY, tol.fallback};
     if (rel > tol.rel_norm && r.ok) {
       r.ok = false;
-      r.reason = name + ": relative error norm ||out - ref|| / ||ref|| = " + num(rel) + " is over " + num(tol.rel_norm) +
-                 " (elementwise within atol " + num(tol.atol) + ", but the output as a whole is not the reference's: "
-                 "a zero or constant output where the reference is small?)";
+      if (tol.mode == "calibrated") {
+        const CalibrationRule rule = calibration_rule(tol.precision);
+        r.reason = name + ": relative error norm ||out - ref|| / ||ref|| = " + num(rel) + " is over the calibrated bound " +
+                   num(tol.rel_norm) + " for " + tol.precision + " (" + num(rule.k) + " x max(" +
+                   rule.reference_precision + " reference's error against float64 " + num(tol.ref_err_rel_l2) +
+                   ", fp32's " + num(tol.fp32_err_rel_l2) + ") + " + num(rule.floor) +
+                   "): a record read as " + tol.precision + " must be as accurate as " + rule.reference_precision +
+                   " is on this task (half-precision storage, a partial or sampled reduction, an approximation?)";
+      } else {
+        r.reason = name + ": relative error norm ||out - ref|| / ||ref|| = " + num(rel) + " is over " + num(tol.rel_norm) +
+                   " (elementwise within atol " + num(tol.atol) + ", but the output as a whole is not the reference's: "
+                   "a zero or constant output where the reference is small?)";
+      }
     }
   }
 }
@@ -138,9 +276,10 @@ void judge_output(const std::string& name, const std::vector<int64_t>& shape, co
 // Walks the reference's outputs, asking `stats_of` for each one present in `got` with the same
 // shape and dtype; the common frame of both comparisons.
 template <typename Got, typename Want, typename StatsOf>
-CompareResult compare_with(const Got& got, const Want& want, const std::string& mode, double atol, double rtol,
-                           StatsOf stats_of) {
+CompareResult compare_with(const Got& got, const Want& want, const Tolerances& tolerances, StatsOf stats_of) {
   CompareResult r;
+  r.mode = tolerances.mode();
+  r.precision = tolerances.precision();
   int64_t total = 0, bad = 0;
   for (const auto& [name, w] : want) {
     if (name.rfind("outputs.", 0) != 0) continue;
@@ -155,7 +294,7 @@ CompareResult compare_with(const Got& got, const Want& want, const std::string& 
       if (r.reason.empty()) r.reason = name + ": shape/dtype differ from the reference";
       continue;
     }
-    Tolerance tol = Tolerance::for_dtype(mode, w.dtype, atol, rtol);
+    Tolerance tol = tolerances.for_output(name, w.dtype);
     OutputStats st = stats_of(it->second, w, tol);
     total += st.n;
     bad += st.bad;
@@ -268,14 +407,23 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
+CompareResult compare_outputs(const ca::TensorMap& got, const ca::TensorMap& want, const Tolerances& tolerances) {
+  return compare_with(got, want, tolerances,
+                      [](const ca::Tensor& g, const ca::Tensor& w, const Tolerance& tol) { return host_stats(g, w, tol); });
+}
+
 CompareResult compare_outputs(const ca::TensorMap& got, const ca::TensorMap& want, const std::string& mode, double atol,
                               double rtol) {
-  return compare_with(got, want, mode, atol, rtol,
-                      [](const ca::Tensor& g, const ca::Tensor& w, const Tolerance& tol) { return host_stats(g, w, tol); });
+  return compare_outputs(got, want, Tolerances::by_mode(mode, atol, rtol));
 }
 
 CompareResult compare_outputs_device(const DeviceOutputs& got, const DeviceOutputs& want, const std::string& mode,
                                      double atol, double rtol, CUstream stream) {
+  return compare_outputs_device(got, want, Tolerances::by_mode(mode, atol, rtol), stream);
+}
+
+CompareResult compare_outputs_device(const DeviceOutputs& got, const DeviceOutputs& want, const Tolerances& tolerances,
+                                     CUstream stream) {
   auto& d = ca::cuda::Driver::get();
   CUfunction fn = trusted_kernel("compare.cu", kCompareSource, "ca_compare");
   CUdeviceptr stats = 0;
@@ -322,7 +470,7 @@ CompareResult compare_outputs_device(const DeviceOutputs& got, const DeviceOutpu
     }
     return st;
   };
-  return compare_with(got, want, mode, atol, rtol, stats_of);
+  return compare_with(got, want, tolerances, stats_of);
 }
 
 }  // namespace ca::bundle

@@ -1,5 +1,6 @@
 // Output comparison in the parent: the candidate's outputs against the reference worker's, with
-// dtype-aware tolerances (|got - want| <= atol + rtol * |want|, as torch.allclose), NaN/Inf named.
+// dtype-aware tolerances (|got - want| <= atol + rtol * |want|, as torch.allclose) and a bound on
+// the relative error norm calibrated per task and claimed precision (below), NaN/Inf named.
 // Two places the bytes can be, one rule: on the host (safetensors tensors) or on the device (the
 // runner's outputs and the worker's references mapped by CUDA IPC, compared by a trusted kernel
 // where they are: gigabyte outputs never cross PCIe). Both reduce an output to the same
@@ -17,16 +18,104 @@
 
 namespace ca::bundle {
 
+// ---- Which bound judges an output ---------------------------------------------------------------
+//
+// Three modes (kernel-check --tolerance):
+// - "calibrated" (the default): the bound is what the claimed precision achieves on this task. The
+//   worker's `reference` request with "calibrate": "<precision>" computes, on the same inputs, the
+//   reference in float64 and the reference at that precision, and returns per output the error of
+//   that reference against float64 (ref_err_rel_l2) and of the fp32 reference (fp32_err_rel_l2).
+//   The candidate, compared with the fp32 reference, must meet
+//       ||out - ref|| / ||ref|| <= min(K * max(ref_err_rel_l2, fp32_err_rel_l2) + floor, 5e-2)
+//   and, as a second gate, the published elementwise allclose (atol = rtol = 1e-2 for floats,
+//   exact for integers). Integer outputs are compared exactly and have no calibration.
+// - "published": atol = rtol = 1e-2 elementwise and the 5e-2 relative-norm bound, for every dtype
+//   (as the CUDA Agent paper published; "default", its old name, is read as this).
+// - "strict": 1e-4 elementwise and a 1e-3 norm for fp32/fp64 (KernelBench's), 1e-2 for half types.
+//
+// K and the floor, per claimed precision (calibration_rule), and why:
+// - fp32: K = 8, floor = 3e-5. Honest fp32 kernels differ from the reference by their own rounding,
+//   which is about as large as the reference's error against float64: another summation order,
+//   split-K partial sums and tree reductions land within 1-3x that error, and K = 8 leaves room
+//   for a draw's noise. The floor covers what the reference's error does not predict: fast-math
+//   intrinsics (__expf, __fdividef, rsqrtf: a few ulp, ~1e-6 relative for moderate arguments) and a
+//   naive serial accumulation (a mean over 16,384 uniform values summed left to right in fp32 is
+//   ~2e-6 off, ~1e-5 at a million terms) where the reference's tree summation has ~5e-8. Against
+//   it: storing values in fp16 costs ~2.5e-4 (10x the floor), bf16-rounded weights ~1e-3, a
+//   reduction over half the row ~5e-3, a sampled reduction of 15/16 of it ~1e-3: all fail.
+// - tf32: K = 4, floor = 3e-5. TF32's error is its 10-bit operand rounding, which an honest TF32
+//   kernel repeats (truncating instead of rounding doubles it at most); bf16 operands (8x TF32's
+//   unit roundoff) in a record read as tf32 fail.
+// - fp16, bf16: K = 4, floor = 1e-4, on the error of torch's autocast reference. A kernel that
+//   rounds where autocast rounds passes; one that rounds where autocast keeps fp32 (a softmax or a
+//   reduction autocast computes in fp32) does not: it is less accurate than the baseline it is
+//   timed against.
+// - int8, fp8: no autocast of their own: calibrated by bf16's error, K = 16, floor = 1e-3 (fp8
+//   e4m3's unit roundoff is 16x bf16's). The published elementwise gate still applies.
+// An output without a calibration (the worker could not run the task in float64 or at that
+// precision, or the reference is stochastic) is judged by the published bound, and says so.
+struct CalibrationRule {
+  std::string reference_precision;  // the precision whose reference error calibrates the claim
+  double k = 8, floor = 3e-5;
+};
+// The rule for a claimed precision (fp32, tf32, fp16, bf16, int8, fp8); InputError otherwise.
+CalibrationRule calibration_rule(const std::string& precision);
+constexpr double kPublishedTolerance = 1e-2;  // atol = rtol, elementwise
+constexpr double kPublishedRelL2 = 5e-2;      // ||out - ref|| / ||ref||, and the cap of every calibrated bound
+
 struct Tolerance {
-  double atol = 1e-2, rtol = 1e-2;
+  double atol = kPublishedTolerance, rtol = kPublishedTolerance;
   // Bound on ||got - want|| / ||want|| (L2 over an output, non-finite reference elements left out):
   // allclose alone lets zero or constant outputs pass where the reference is small everywhere
   // (|want| < atol); this fails them wherever the reference is not itself zero.
-  double rel_norm = 0.05;
-  // "default": 1e-2 for every dtype (as published), relative norm 5e-2; "strict": 1e-4 for fp32/fp64
-  // (as KernelBench now) with relative norm 1e-3, 1e-2 and 5e-2 for fp16/bf16, 0 for integers.
+  double rel_norm = kPublishedRelL2;
+  std::string mode = "published";  // which rule set rel_norm: published, strict, calibrated; exact for integers
+  std::string precision;           // calibrated: the claimed precision
+  double ref_err_rel_l2 = 0, fp32_err_rel_l2 = 0;  // calibrated: the measured errors the bound is from
+  std::string fallback;            // calibrated mode, but no calibration for this output: why
+  // "published" (or "default"): 1e-2 for every dtype, relative norm 5e-2; "strict": 1e-4 for
+  // fp32/fp64 with relative norm 1e-3, 1e-2 for fp16/bf16; 0 for integers in every mode.
   // Overrides >= 0 win (atol, rtol; the norm bound stays).
   static Tolerance for_dtype(const std::string& mode, const std::string& dtype, double atol_override, double rtol_override);
+};
+
+// The bounds of one comparison, per output.
+class Tolerances {
+ public:
+  // "published" (or "default") or "strict", the same for every output. "calibrated" without a
+  // calibration is the published bound with a fallback note (a caller that has a calibration uses
+  // calibrated()).
+  static Tolerances by_mode(const std::string& mode, double atol_override = -1, double rtol_override = -1);
+  // From the worker's `reference` answer for a candidate that claims `precision`: `calibration` is
+  // its "calibration" object ({"outputs.0": {"precision", "ref_err_rel_l2", "fp32_err_rel_l2",
+  // ...}}), `calibration_error` its "calibration_error" ("" when none). The bounds are computed
+  // here, from the measured errors and calibration_rule(precision) (the worker's own bound_rel_l2
+  // is not read). A missing or null error (the worker's JSON has no Infinity) means the precision
+  // could not compute the output: the bound is the published 5e-2. InputError on a malformed entry
+  // or one for another precision.
+  static Tolerances calibrated(const std::string& precision, const ca::Json& calibration,
+                               const std::string& calibration_error = "", double atol_override = -1,
+                               double rtol_override = -1);
+  // What a kernel-check record says judged it: check.tolerance (a mode) and, when calibrated,
+  // check.calibration (the calibration of the warm call's inputs) and check.precision. For
+  // kernel-prof's outputs check: a timed call's outputs judged by the same bounds as the check's.
+  // Records of before calibration ("default", or no tolerance) read as published.
+  static Tolerances from_check(const ca::Json& check);
+
+  Tolerance for_output(const std::string& name, const std::string& dtype) const;
+  const std::string& mode() const { return mode_; }
+  const std::string& precision() const { return precision_; }
+
+ private:
+  std::string mode_ = "published", precision_, calibration_error_;
+  double atol_ = -1, rtol_ = -1;
+  std::map<std::string, Tolerance> calibrated_;  // "outputs.0" -> its bound
+};
+
+struct OutputJudgement {
+  std::string mode;       // published, strict, calibrated
+  double bound_rel_l2 = 0, measured_rel_l2 = 0;
+  std::string fallback;   // calibrated mode, judged by the published bound: why
 };
 
 struct CompareResult {
@@ -34,9 +123,16 @@ struct CompareResult {
   std::string reason;  // first failure: which output, which index, expected vs got
   double max_abs_err = 0, max_rel_err = 0, mismatch_fraction = 0;
   double rel_l2_err = 0;  // the largest ||got - want|| / ||want|| over the outputs
+  std::string mode, precision;                      // which bound judged it
+  std::map<std::string, OutputJudgement> outputs;   // floating outputs with a nonzero reference
+  // {"max_abs_err", ..., "tolerance": {"mode", "precision"?, "bound_rel_l2", "measured_rel_l2",
+  // "output"}}: the output closest to its bound (measured / bound largest), and with several,
+  // "outputs": {name: {"bound_rel_l2", "measured_rel_l2"}}.
   ca::Json to_json() const;
 };
 
+// The comparison on the host. The mode-string form is Tolerances::by_mode(mode, atol, rtol).
+CompareResult compare_outputs(const ca::TensorMap& got, const ca::TensorMap& want, const Tolerances& tolerances);
 CompareResult compare_outputs(const ca::TensorMap& got, const ca::TensorMap& want, const std::string& mode, double atol,
                               double rtol);
 
@@ -51,6 +147,8 @@ using DeviceOutputs = std::map<std::string, DeviceOutput>;  // "outputs.0" -> ..
 
 // The same comparison on the device, in the current context, on `stream` (synchronized before it
 // returns). Throws cuda::CudaError when the device fails.
+CompareResult compare_outputs_device(const DeviceOutputs& got, const DeviceOutputs& want, const Tolerances& tolerances,
+                                     CUstream stream);
 CompareResult compare_outputs_device(const DeviceOutputs& got, const DeviceOutputs& want, const std::string& mode,
                                      double atol, double rtol, CUstream stream);
 

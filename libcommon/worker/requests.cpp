@@ -15,14 +15,21 @@ Json load(const std::string& task_id, const Json& task) {
 
 Json unload(const std::string& task_id) { return {{"op", "unload"}, {"task_id", task_id}}; }
 
-Json inputs(const std::string& task_id, uint64_t seed, const std::string& keep) {
-  return {{"op", "inputs"}, {"task_id", task_id}, {"seed", seed}, {"keep", keep}};
+Json inputs(const std::string& task_id, uint64_t seed, const std::string& keep, const std::string& variant) {
+  Json req{{"op", "inputs"}, {"task_id", task_id}, {"seed", seed}, {"keep", keep}};
+  if (!variant.empty() && variant != "plain") req["variant"] = variant;
+  return req;
 }
 
 Json reference(const std::string& task_id, const std::string& inputs_key, const std::string& keep,
-               const std::optional<std::string>& params_keep) {
+               const std::optional<std::string>& params_keep, const std::optional<Calibrate>& calibrate) {
   Json req{{"op", "reference"}, {"task_id", task_id}, {"inputs_key", inputs_key}, {"keep", keep}};
   if (params_keep) req["params_keep"] = *params_keep;
+  if (calibrate) {
+    req["calibrate"] = calibrate->precision;
+    req["calibrate_k"] = calibrate->k;
+    req["calibrate_floor"] = calibrate->floor;
+  }
   return req;
 }
 

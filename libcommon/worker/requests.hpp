@@ -16,11 +16,22 @@ Json load(const std::string& task_id, const Json& task);
 // `unload`: drop a cached task.
 Json unload(const std::string& task_id);
 // `inputs`: a seeded input set, kept on the device under `keep` (answer: "tensors", as IPC handles).
-Json inputs(const std::string& task_id, uint64_t seed, const std::string& keep);
+// `variant` (shift_scale, outliers, seed_stream; "" or "plain" for none): the task's draw varied,
+// floating tensors only, or a milder variant where the reference would stop being finite (answer:
+// "variant": {"asked", "applied", "params", "tried"}).
+Json inputs(const std::string& task_id, uint64_t seed, const std::string& keep, const std::string& variant = "");
+// `calibrate`: the reference's error at a claimed precision against float64, per output (answer:
+// "calibration", or "calibration_error"); k and floor are the bound's rule (compare.hpp's
+// calibration_rule), so the answer's bound_rel_l2 is the one the judge applies.
+struct Calibrate {
+  std::string precision;  // fp32, tf32, fp16, bf16, int8, fp8
+  double k = 8, floor = 3e-5;
+};
 // `reference`: the task's forward on the kept inputs `inputs_key`, its output kept under `keep`;
 // with `params_keep`, the Model's parameters are kept too (answer: "params").
 Json reference(const std::string& task_id, const std::string& inputs_key, const std::string& keep,
-               const std::optional<std::string>& params_keep = std::nullopt);
+               const std::optional<std::string>& params_keep = std::nullopt,
+               const std::optional<Calibrate>& calibrate = std::nullopt);
 // `release`: the kept tensors of these keys are freed.
 Json release(const std::vector<std::string>& keys);
 // `warm`: pay the profiler's (and with `compile`, torch.compile's) first-use costs now.

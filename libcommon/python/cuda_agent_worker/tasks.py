@@ -319,7 +319,11 @@ class Task(object):
         self.initial_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         self.input_names = self._forward_names()
         inputs, self.input_specs = self.make_inputs(0, on_device=True)
-        outs = self.forward(inputs)
+        # Stochastic (live dropout: KernelBench runs models in training mode) when another RNG state
+        # gives other outputs on the same inputs: flagged, so judges apply their rule for it.
+        from . import numerics
+        outs, self.stochastic = numerics.detect_stochastic(self, inputs)
+        self._model64 = self._state64 = None  # the float64 copy, made when a calibration asks
         # keep_inputs: the seed-0 draw stays on the device for one taker (the filters op), which saves
         # drawing gigabytes again on the CPU. It has been through one forward already.
         self.load_inputs = inputs if keep_inputs else None
@@ -361,10 +365,11 @@ class Task(object):
             return []
         return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
-    def make_inputs(self, seed, stats=True, on_device=False, device_draw=False):
+    def make_inputs(self, seed, stats=True, on_device=False, device_draw=False, stream=0):
         """Values for a seed and their specs. get_inputs runs where it puts them (the CPU, as a rule),
         so every device sees the same values, unless build_on_device (see __init__). on_device moves
-        them to the task's device first. The
+        them to the task's device first. stream=k: the draw after k discarded ones (the same seed,
+        later in the generator's stream: the seed_stream variant). The
         stats (four passes over what may be gigabytes) are computed on the task's device, and left
         out with stats=False, for draws whose specs nobody reads."""
         made = {}
@@ -374,6 +379,9 @@ class Task(object):
             made.clear()
             with stage("get_inputs"):
                 with track_distributions(made, device):
+                    for _ in range(stream):
+                        self.module.get_inputs()
+                        made.clear()
                     return self.module.get_inputs()
         if device_draw and self.device.type != "cpu" and hasattr(torch, "set_default_device"):
             # kernel-prof's per-call draws: get_inputs with the task's device as torch's default, so a
@@ -437,9 +445,12 @@ class Task(object):
             "init_inputs": _jsonable(self.init_inputs),
             "params": [dict(name=k, **tensor_spec(v)) for k, v in self.initial_state.items()],
             "outputs": self.output_specs,
+            "stochastic": self.stochastic["stochastic"],
+            "stochastic_evidence": {k: v for k, v in self.stochastic.items() if k != "stochastic"},
         }
 
     def drop(self):
+        self._model64 = self._state64 = None
         sys.modules.pop(self.modname, None)
 
 

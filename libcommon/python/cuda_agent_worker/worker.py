@@ -184,8 +184,38 @@ class Worker(object):
             raise BadRequest("'inputs': field 'out' has the wrong type")
         # device_draw (kernel-prof's fresh set per timed call): drawn on the GPU, no statistics.
         device_draw = bool(req.get("device_draw", False)) and keep is not None
-        values, specs = t.make_inputs(seed, stats=not device_draw, on_device=keep is not None, device_draw=device_draw)
+        variant = req.get("variant")
+        if variant is not None and variant != "plain":
+            from . import numerics
+            if variant not in numerics.VARIANTS:
+                raise BadRequest("'inputs': field 'variant' must be plain, %s, not %r"
+                                 % (", ".join(numerics.VARIANTS), variant))
+        else:
+            variant = None
+
+        def draw(stream=0):
+            return t.make_inputs(seed, stats=not device_draw, on_device=keep is not None, device_draw=device_draw,
+                                 stream=stream)
+        varied = None
+        if variant == "seed_stream":
+            values, specs = draw(1)
+            varied = {"asked": variant, "applied": variant, "tried": []}
+        else:
+            values, specs = draw()
+            if variant is not None:
+                # Transformed after get_inputs; a milder variant when the reference stops being finite.
+                redrawn = []
+
+                def redraw():
+                    v, sp = draw(1)
+                    redrawn.append(sp)
+                    return v
+                values, varied = numerics.vary(t, values, variant, seed, redraw)
+                if redrawn:
+                    specs = redrawn[0]
         ans = {"task_id": t.task_id, "seed": seed, "inputs": specs}
+        if varied is not None:
+            ans["variant"] = varied
         if out is not None:
             self.tasks_mod.write_inputs(out, values)
             ans["out"] = out
@@ -215,6 +245,17 @@ class Worker(object):
                       else values["inputs.%d" % i] for i in range(n)]
         else:
             inputs = self.tasks_mod.read_inputs(need(req, "inputs", str))
+        calibrate = req.get("calibrate")
+        pristine = None
+        if calibrate is not None:
+            from . import numerics
+            if calibrate not in numerics.CALIBRATE_REFERENCE:
+                raise BadRequest("'reference': field 'calibrate' must be one of %s, not %r"
+                                 % (", ".join(sorted(numerics.CALIBRATE_REFERENCE)), calibrate))
+            # The calibration's runs start from the inputs as they were (forward may work in place).
+            pristine = ([entry["tensors"].get("inputs.%d" % i, entry["scalars"].get("inputs.%d" % i))
+                         for i in range(len(inputs))] if "inputs_key" in req
+                        else [v.clone() if isinstance(v, self.torch.Tensor) else v for v in inputs])
         dev_inputs = t.to_device(inputs)
         # forward_ms: the reference's own time on these inputs, the scale kernel-check's watchdog
         # is set from.
@@ -225,8 +266,13 @@ class Worker(object):
         forward_ms = (time.perf_counter() - started) * 1e3
         del dev_inputs, inputs
         named = {"outputs.%d" % i: o for i, o in enumerate(outs)}
-        ans = {"task_id": t.task_id, "forward_ms": forward_ms,
+        ans = {"task_id": t.task_id, "forward_ms": forward_ms, "stochastic": t.stochastic["stochastic"],
                "outputs": [dict(index=i, **self.tasks_mod.tensor_spec(o)) for i, o in enumerate(outs)]}
+        if calibrate is not None:
+            ans["calibration"], why = self._calibration(t, pristine, outs, calibrate, req)
+            if why:
+                ans["calibration_error"] = why
+            del pristine
         if out is not None:
             if not isinstance(out, str):
                 raise BadRequest("'reference': field 'out' has the wrong type")
@@ -243,6 +289,24 @@ class Worker(object):
             ans["params"] = self.kept().put(str(req["params_keep"]), t.device,
                                             {"params." + k: v for k, v in t.initial_state.items()})
         return ans
+
+    def _calibration(self, t, inputs, outs, claim, req):
+        """The reference's calibration (numerics.calibrate) and, when there is none, why: a stochastic
+        reference has no error of its own to measure, and code that cannot run in float64 (or at the
+        claimed precision) has none either. The client then judges by the published bound."""
+        from . import numerics
+        if t.stochastic["stochastic"]:
+            return {}, "the reference is stochastic (another RNG state gives other outputs): no calibration"
+        for key in ("calibrate_k", "calibrate_floor"):
+            if key in req and (not isinstance(req[key], (int, float)) or isinstance(req[key], bool) or req[key] < 0):
+                raise BadRequest("'reference': field '%s' must be a number >= 0" % key)
+        try:
+            return numerics.calibrate(t, t.to_device(inputs), outs, claim, req.get("calibrate_k"),
+                                      req.get("calibrate_floor")), None
+        except self.tasks_mod.TaskError as e:
+            return {}, "%s: %s" % (e.stage, e.detail)
+        except RuntimeError as e:  # out of memory for the float64 copy, an op without a float64 kernel
+            return {}, "calibrate: %s: %s" % (type(e).__name__, str(e).splitlines()[0][:300] if str(e) else "")
 
     def op_release(self, req):
         keys = need(req, "keys", list)

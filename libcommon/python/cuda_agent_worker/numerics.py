@@ -1,0 +1,318 @@
+"""What a candidate is judged against beyond one reference: the error a precision has on the task
+(calibrate: the reference at the claimed precision against float64), inputs the task's own
+distribution does not give (variants: shifted and scaled values, outliers, another seed stream),
+and whether the reference is a random draw itself (stochastic). PROTOCOL.md, "reference",
+"inputs" and "load", says what the answers hold; libcommon/bundle/compare.hpp turns calibrations
+into bounds."""
+import copy
+import hashlib
+import math
+
+import torch
+
+from .tasks import TaskError, precision, stage
+
+# ---- calibration -------------------------------------------------------------------------------------
+
+# The claimed precision -> the precision whose reference error calibrates it, and the rule's defaults
+# (K, floor). Kept equal to compare.hpp's calibration_rule(), which sends its own K and floor with
+# every request (the answer's bound is then the C++ rule's; these are for other clients).
+# int8/fp8 have no autocast of their own: they are calibrated by bf16's error, with a looser K and
+# floor (their unit roundoff is 16x (fp8 e4m3) bf16's).
+CALIBRATE_REFERENCE = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "int8": "bf16", "fp8": "bf16"}
+CALIBRATE_DEFAULTS = {"fp32": (8.0, 3e-5), "tf32": (4.0, 3e-5), "fp16": (4.0, 1e-4), "bf16": (4.0, 1e-4),
+                      "int8": (16.0, 1e-3), "fp8": (16.0, 1e-3)}
+PUBLISHED_REL_L2 = 5e-2  # a calibrated bound is never looser than the published one
+
+_HOLDER64 = [None]  # the one task whose float64 model is kept (a model in double is twice its size)
+
+
+def _is_float(t):
+    return isinstance(t, torch.Tensor) and t.is_floating_point()
+
+
+def _clone_inputs(values):
+    return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _model64(task):
+    """The task's model in float64 (a deep copy of its load-time state), kept for the last task
+    that asked."""
+    m = getattr(task, "_model64", None)
+    if m is None:
+        holder = _HOLDER64[0]
+        if holder is not None and holder is not task:
+            holder._model64 = None
+            holder._state64 = None
+        task.restore()
+        with stage("calibrate: float64 copy of the model"):
+            try:
+                m = copy.deepcopy(task.model)
+            except Exception:  # a module that cannot be deep-copied: built again, same state
+                m = task.module.Model(*task.init_inputs).to(task.device)
+                m.load_state_dict(task.initial_state)
+                if not task.model.training:
+                    m.eval()
+            m = m.double()
+        task._model64 = m
+        task._state64 = {k: v.detach().clone() for k, v in m.state_dict().items()}
+        _HOLDER64[0] = task
+    m.load_state_dict(task._state64)
+    return m
+
+
+def forward64(task, inputs):
+    """The reference in float64: the model in double, floating inputs in double (integer inputs
+    unchanged), torch's default dtype double while forward runs (tensors the code makes itself).
+    `inputs` are not changed: the run gets copies."""
+    model = _model64(task)
+    ins = [v.to(torch.float64, copy=True) if _is_float(v) else v.clone() if isinstance(v, torch.Tensor) else v
+           for v in inputs]
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with stage("calibrate: forward in float64"):
+            with precision("fp32", task.device), torch.no_grad():
+                out = model(*ins)
+            from .tasks import flatten_outputs
+            return [o.detach() for o in flatten_outputs(out)]
+    finally:
+        torch.set_default_dtype(saved)
+
+
+def _errors(out, out64):
+    """(relative L2 error, max abs error / RMS of float64) of `out` against `out64`, over the
+    elements finite in both; and how many elements are finite in one and not the other."""
+    a, b = out.double(), out64.double()
+    fa, fb = torch.isfinite(a), torch.isfinite(b)
+    both = fa & fb
+    mismatched = int((fa != fb).sum())
+    n = int(both.sum())
+    if n == 0:
+        return 0.0, 0.0, mismatched
+    d = torch.where(both, a - b, torch.zeros_like(a))
+    ref = torch.where(both, b, torch.zeros_like(b))
+    ref2 = float((ref * ref).sum())
+    diff2 = float((d * d).sum())
+    rms = math.sqrt(ref2 / n)
+    if ref2 == 0:
+        return (0.0 if diff2 == 0 else float("inf")), (0.0 if diff2 == 0 else float("inf")), mismatched
+    return math.sqrt(diff2 / ref2), float(d.abs().max()) / rms, mismatched
+
+
+def calibrate(task, inputs, ref_outs, claim, k=None, floor=None):
+    """Per floating output, the error of the reference at the claimed precision (and of the fp32
+    reference) against float64 on these inputs, and the bound K * max(both) + floor (at most the
+    published 5e-2). `inputs` are device inputs (not changed: each run gets a copy); `ref_outs`
+    the fp32 reference outputs on them. Integer outputs are compared exactly and get no entry."""
+    if claim not in CALIBRATE_REFERENCE:
+        raise ValueError("calibrate: precision must be one of %s, not %r"
+                         % (", ".join(sorted(CALIBRATE_REFERENCE)), claim))
+    dk, dfloor = CALIBRATE_DEFAULTS[claim]
+    k = dk if k is None else float(k)
+    floor = dfloor if floor is None else float(floor)
+    ref_prec = CALIBRATE_REFERENCE[claim]
+    out64 = forward64(task, inputs)
+    if ref_prec == "fp32":
+        outp = ref_outs
+    else:
+        outp = task.forward(_clone_inputs(inputs), prec=ref_prec)
+    if len(out64) != len(ref_outs) or len(outp) != len(ref_outs):
+        raise TaskError("calibrate", "the float64 or %s forward returned %d/%d outputs, the reference %d"
+                        % (ref_prec, len(out64), len(outp), len(ref_outs)))
+    res = {}
+    for i, (o32, op, o64) in enumerate(zip(ref_outs, outp, out64)):
+        if not o32.is_floating_point():
+            continue
+        if o64.shape != o32.shape or op.shape != o32.shape:
+            raise TaskError("calibrate", "output %d: the float64 or %s forward has shape %s/%s, the reference %s"
+                            % (i, ref_prec, list(o64.shape), list(op.shape), list(o32.shape)))
+        e32, m32, n32 = _errors(o32, o64)
+        ep, mp, np_ = (e32, m32, n32) if op is o32 else _errors(op, o64)
+        bound = min(k * max(ep, e32) + floor, PUBLISHED_REL_L2)
+        entry = {"precision": claim, "reference_precision": ref_prec,
+                 "ref_err_rel_l2": ep, "ref_err_max_abs_rel": mp,
+                 "fp32_err_rel_l2": e32, "fp32_err_max_abs_rel": m32,
+                 "k": k, "floor": floor, "bound_rel_l2": bound}
+        if n32 or np_:
+            entry["finite_mismatch"] = max(n32, np_)  # elements finite in float64 and not here, or back
+        if task.device.type == "cpu" and ref_prec == "fp16":
+            entry["note"] = "no fp16 autocast on the CPU: the fp16 reference ran in fp32"
+        res["outputs.%d" % i] = entry
+    del out64, outp
+    return res
+
+
+# ---- input variants ------------------------------------------------------------------------------------
+
+VARIANTS = ("shift_scale", "outliers", "seed_stream")
+# Each asked variant, then milder ones: the first whose reference stays finite wherever the plain
+# draw's is. seed_stream (the task's own distribution, drawn later in the generator's stream) is
+# always accepted: the task made it.
+CHAINS = {"shift_scale": ("shift_scale", "scale", "seed_stream"),
+          "outliers": ("outliers", "outliers_mild", "seed_stream"),
+          "seed_stream": ("seed_stream",)}
+
+
+def _generator(seed, kind, index):
+    h = hashlib.sha256(("%d/%s/%d" % (int(seed), kind, index)).encode()).digest()
+    g = torch.Generator()
+    g.manual_seed(int.from_bytes(h[:8], "little") & ((1 << 63) - 1))
+    return g
+
+
+def _uniform(g, lo, hi):
+    return lo + (hi - lo) * float(torch.rand(1, generator=g))
+
+
+def _spread(t):
+    """The tensor's scale for shifts and outliers: its standard deviation, else its largest |value|,
+    else 1."""
+    if t.numel() > 1:
+        s = float(t.float().std())
+        if math.isfinite(s) and s > 0:
+            return s
+    m = float(t.float().abs().max()) if t.numel() else 0.0
+    return m if math.isfinite(m) and m > 0 else 1.0
+
+
+def _transform(t, kind, g):
+    """One floating tensor under a variant (a new tensor; `t` unchanged), and what was done."""
+    if kind in ("shift_scale", "scale"):
+        scale = _uniform(g, 0.5, 2.0)
+        shift = 0.0
+        if kind == "shift_scale":
+            # Away from zero when the values have one sign (positive inputs stay positive: a log or a
+            # square root still accepts them), else either way.
+            lo, hi = float(t.min()), float(t.max())
+            sign = 1.0 if lo >= 0 else -1.0 if hi <= 0 else (1.0 if float(torch.rand(1, generator=g)) < 0.5 else -1.0)
+            shift = _uniform(g, 0.5, 2.0) * _spread(t) * sign
+        out = t * scale + shift if shift else t * scale
+        return out.to(t.dtype), {"scale": scale, "shift": shift}
+    # outliers: a few elements per row (the last dimension) pushed out by `mag` spreads, sign kept
+    # (positive inputs stay positive: logs and square roots still accept them).
+    mag = 10.0 if kind == "outliers" else 3.0
+    spread = _spread(t)
+    out = t.clone()
+    if t.numel() == 0:
+        return out, {"per_row": 0, "magnitude": mag * spread}
+    n = t.shape[-1] if t.dim() > 0 else 1
+    rows = t.numel() // n
+    per_row = min(4, max(1, n // 256))
+    idx = torch.randint(0, n, (rows, per_row), generator=g).to(t.device)
+    flat = out.reshape(rows, n)
+    vals = flat.gather(1, idx)
+    sign = torch.where(vals < 0, -torch.ones_like(vals), torch.ones_like(vals))
+    flat.scatter_(1, idx, sign * (vals.abs() + mag * spread))
+    return flat.reshape(t.shape), {"per_row": per_row, "magnitude": mag * spread}
+
+
+def _finite_masks(outs):
+    return [torch.isfinite(o) if o.is_floating_point() else None for o in outs]
+
+
+def vary(task, values, asked, seed, redraw):
+    """The inputs of one draw under the variant `asked`: floating tensors transformed (integer,
+    bool and index tensors and Python scalars unchanged), kept only if the reference on them stays
+    finite wherever the reference on the plain draw is (and does not raise); else the next milder
+    variant of CHAINS. `redraw()` gives the seed_stream draw. Returns (values, record)."""
+    if asked not in CHAINS:
+        raise ValueError("variant must be one of %s, not %r" % (", ".join(VARIANTS), asked))
+    record = {"asked": asked}
+    tried = []
+    plain_masks = None
+    for kind in CHAINS[asked]:
+        if kind == "seed_stream":
+            record.update(applied="seed_stream", tried=tried)
+            return redraw(), record
+        if plain_masks is None:
+            plain_masks = _finite_masks(task.forward(task.to_device(_clone_inputs(values))))
+        params = []
+        varied = []
+        for i, v in enumerate(values):
+            if _is_float(v):
+                nv, p = _transform(v, kind, _generator(seed, kind, i))
+                p["input"] = i
+                params.append(p)
+                varied.append(nv)
+            else:
+                varied.append(v)
+        if not params:  # nothing floating to vary: the task's own distribution, another stream
+            tried.append({"variant": kind, "rejected": "no floating inputs"})
+            continue
+        why = None
+        try:
+            outs = task.forward(task.to_device(_clone_inputs(varied)))
+            masks = _finite_masks(outs)
+            del outs
+            for j, (pm, vm) in enumerate(zip(plain_masks, masks)):
+                if pm is None or vm is None:
+                    continue
+                if pm.shape != vm.shape:
+                    why = "outputs.%d changed shape" % j
+                    break
+                lost = int((pm & ~vm).sum())
+                if lost:
+                    why = "outputs.%d: %d element(s) not finite where the plain draw's are" % (j, lost)
+                    break
+        except TaskError as e:
+            why = "%s: %s" % (e.stage, e.detail)
+        if why is None:
+            record.update(applied=kind, params=params, tried=tried)
+            return varied, record
+        tried.append({"variant": kind, "rejected": why[:300]})
+        del varied
+    raise AssertionError("unreachable: every chain ends with seed_stream")
+
+
+# ---- stochastic references ------------------------------------------------------------------------------
+
+def _rel_diff(a_list, b_list):
+    """Largest relative L2 difference over the outputs (inf on a shape or dtype change)."""
+    worst = 0.0
+    for a, b in zip(a_list, b_list):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return float("inf")
+        if a.numel() == 0:
+            continue
+        x, y = a.double(), b.double()
+        both = torch.isfinite(x) & torch.isfinite(y)
+        if bool((torch.isfinite(x) != torch.isfinite(y)).any()):
+            return float("inf")
+        d = float(torch.where(both, x - y, torch.zeros_like(x)).pow(2).sum())
+        r = float(torch.where(both, y, torch.zeros_like(y)).pow(2).sum())
+        worst = max(worst, math.sqrt(d / r) if r > 0 else (0.0 if d == 0 else float("inf")))
+    return worst
+
+
+def _set_rng(seed):
+    torch.manual_seed(seed)  # every device's generator too
+
+
+def detect_stochastic(task, inputs):
+    """Runs the reference three times on copies of `inputs`: twice from one RNG state, once from
+    another. Stochastic (a live dropout, a random op in forward) when the other state changes the
+    outputs and the same state does not, or changes them far more than a repeat does (a repeat may
+    differ by atomics' order on a GPU: nondeterministic, not stochastic). Returns (outputs of the
+    first run, record)."""
+    from .filters import bit_equal
+    _set_rng(0x5EED0001)
+    a = task.forward(_clone_inputs(inputs))
+    _set_rng(0x5EED0001)
+    b = task.forward(_clone_inputs(inputs))
+    same = bit_equal(a, b)
+    d_same = 0.0 if same else _rel_diff(a, b)
+    del b
+    _set_rng(0x5EED0002)
+    c = task.forward(_clone_inputs(inputs))
+    other_equal = bit_equal(a, c)
+    d_other = 0.0 if other_equal else _rel_diff(a, c)
+    del c
+    if other_equal:
+        stochastic = False
+    elif same:
+        stochastic = True
+    else:
+        stochastic = d_other > 1e-3 and d_other > 100.0 * d_same
+    return a, {"stochastic": stochastic, "same_rng_bit_equal": same, "rel_diff_same_rng": d_same,
+               "rel_diff_other_rng": d_other}

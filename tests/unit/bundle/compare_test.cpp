@@ -1,0 +1,204 @@
+// Units of the calibrated tolerance (libcommon/bundle/compare): bounds built from a worker's
+// calibration, the half-reduction and bf16-weight shortcuts failing where the published bound lets
+// them pass, honest reorderings passing, hostile calibrations unable to loosen the bound.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "libcommon/bundle/compare.hpp"
+#include "libcommon/errors.hpp"
+
+using namespace ca::bundle;
+
+namespace {
+
+ca::Tensor f32(const std::vector<float>& v) {
+  ca::Tensor x = ca::Tensor::zeros("F32", {static_cast<int64_t>(v.size())});
+  std::memcpy(x.data.data(), v.data(), v.size() * 4);
+  return x;
+}
+
+ca::Json fp32_calibration(double ref_err, const std::string& precision = "fp32") {
+  return ca::Json{{"outputs.0", {{"precision", precision}, {"ref_err_rel_l2", ref_err}, {"fp32_err_rel_l2", ref_err}}}};
+}
+
+// torch.mean(x, 1) over `rows` x `cols` uniform [0, 1) values: the reference (double accumulation,
+// rounded to fp32), an honest fp32 kernel that sums left to right in float, and the shortcut that
+// averages the first half of each row.
+struct RowMeans {
+  std::vector<float> reference, honest_serial, half_row;
+};
+RowMeans row_means(int rows, int cols, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  RowMeans m;
+  for (int r = 0; r < rows; ++r) {
+    double exact = 0;
+    float serial = 0, half = 0;
+    for (int c = 0; c < cols; ++c) {
+      float x = u(gen);
+      exact += x;
+      serial += x;
+      if (c < cols / 2) half += x;
+    }
+    m.reference.push_back(static_cast<float>(exact / cols));
+    m.honest_serial.push_back(serial / static_cast<float>(cols));
+    m.half_row.push_back(half / static_cast<float>(cols / 2));
+  }
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("calibrated: the rule per precision, capped by the published bound") {
+  CHECK(calibration_rule("fp32").k == 8);
+  CHECK(calibration_rule("fp32").floor == doctest::Approx(3e-5));
+  CHECK(calibration_rule("tf32").reference_precision == "tf32");
+  CHECK(calibration_rule("int8").reference_precision == "bf16");
+  CHECK(calibration_rule("fp8").k == 16);
+  CHECK_THROWS_AS(calibration_rule("fp64"), ca::InputError);
+  // K * max(ref, fp32) + floor.
+  auto tol = Tolerances::calibrated("fp32", fp32_calibration(1e-7));
+  CHECK(tol.for_output("outputs.0", "F32").rel_norm == doctest::Approx(8 * 1e-7 + 3e-5));
+  CHECK(tol.for_output("outputs.0", "F32").atol == doctest::Approx(1e-2));  // the elementwise gate stays published
+  // The larger of the two errors: a claimed precision never gets a bound below fp32's own error.
+  ca::Json c{{"outputs.0", {{"precision", "bf16"}, {"ref_err_rel_l2", 1e-9}, {"fp32_err_rel_l2", 1e-4}}}};
+  CHECK(Tolerances::calibrated("bf16", c).for_output("outputs.0", "F32").rel_norm == doctest::Approx(4 * 1e-4 + 1e-4));
+  // Hostile or broken calibrations cannot loosen the bound past the published one: a huge error, an
+  // infinite one (null in JSON), a missing one.
+  CHECK(Tolerances::calibrated("fp32", fp32_calibration(10)).for_output("outputs.0", "F32").rel_norm == doctest::Approx(5e-2));
+  ca::Json inf{{"outputs.0", {{"precision", "fp32"}, {"ref_err_rel_l2", nullptr}, {"fp32_err_rel_l2", 1e-7}}}};
+  CHECK(Tolerances::calibrated("fp32", inf).for_output("outputs.0", "F32").rel_norm == doctest::Approx(5e-2));
+  ca::Json missing{{"outputs.0", {{"precision", "fp32"}}}};
+  CHECK(Tolerances::calibrated("fp32", missing).for_output("outputs.0", "F32").rel_norm == doctest::Approx(5e-2));
+  // Malformed: another precision's calibration, a negative or non-numeric error.
+  CHECK_THROWS_AS(Tolerances::calibrated("fp32", fp32_calibration(1e-7, "bf16")), ca::InputError);
+  CHECK_THROWS_AS(Tolerances::calibrated("fp32", fp32_calibration(-1)), ca::InputError);
+  ca::Json text{{"outputs.0", {{"precision", "fp32"}, {"ref_err_rel_l2", "0"}}}};
+  CHECK_THROWS_AS(Tolerances::calibrated("fp32", text), ca::InputError);
+  CHECK_THROWS_AS(Tolerances::calibrated("fp32", ca::Json::array()), ca::InputError);
+  CHECK_THROWS_AS(Tolerances::by_mode("loose"), ca::InputError);
+}
+
+TEST_CASE("calibrated: half a reduction fails where the published bound lets it pass; the honest serial sum passes") {
+  // The exploit of issue 31: torch.mean(x, 1) over 16,384 torch.rand columns from the first half of
+  // each row. fp32's own error on this task is ~1e-7 (the worker measures it; test_calibrate checks).
+  RowMeans m = row_means(32, 16384, 7);
+  ca::TensorMap want{{"outputs.0", f32(m.reference)}};
+  auto tol = Tolerances::calibrated("fp32", fp32_calibration(6e-8));
+
+  auto half_published = compare_outputs({{"outputs.0", f32(m.half_row)}}, want, "published", -1, -1);
+  CHECK(half_published.ok);  // the hole: within atol = rtol = 1e-2 and the 5e-2 norm
+  auto half = compare_outputs({{"outputs.0", f32(m.half_row)}}, want, tol);
+  CHECK_FALSE(half.ok);
+  CHECK(half.rel_l2_err > 1e-3);
+  CHECK(half.reason.find("calibrated bound") != std::string::npos);
+  CHECK(half.reason.find("for fp32") != std::string::npos);
+
+  auto honest = compare_outputs({{"outputs.0", f32(m.honest_serial)}}, want, tol);
+  CHECK(honest.ok);
+  CHECK(honest.rel_l2_err > 0);  // a different summation order, really
+  CHECK(honest.rel_l2_err < 1e-5);
+
+  // The record says which bound judged it.
+  ca::Json j = honest.to_json();
+  CHECK(j["tolerance"]["mode"] == "calibrated");
+  CHECK(j["tolerance"]["precision"] == "fp32");
+  CHECK(j["tolerance"]["output"] == "outputs.0");
+  CHECK(j["tolerance"]["bound_rel_l2"].get<double>() == doctest::Approx(8 * 6e-8 + 3e-5));
+  CHECK(j["tolerance"]["measured_rel_l2"].get<double>() == doctest::Approx(honest.rel_l2_err));
+  CHECK(half_published.to_json()["tolerance"]["mode"] == "published");
+  CHECK(half_published.to_json()["tolerance"]["bound_rel_l2"].get<double>() == doctest::Approx(5e-2));
+}
+
+TEST_CASE("calibrated: bf16-rounded values in an fp32 record fail; fp16 storage fails; fast-math-sized errors pass") {
+  std::mt19937 gen(3);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<float> ref(4096), bf16(4096), fp16ish(4096), fast(4096);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ref[i] = n(gen);
+    uint32_t u;
+    std::memcpy(&u, &ref[i], 4);
+    u = (u + 0x8000u) & 0xffff0000u;  // round to bf16
+    std::memcpy(&bf16[i], &u, 4);
+    fp16ish[i] = ref[i] * (1.0f + std::ldexp(static_cast<float>(i % 7) - 3.0f, -13));  // ~fp16 rounding
+    fast[i] = ref[i] * (1.0f + std::ldexp(static_cast<float>(i % 5) - 2.0f, -22));     // a few ulp
+  }
+  ca::TensorMap want{{"outputs.0", f32(ref)}};
+  auto tol = Tolerances::calibrated("fp32", fp32_calibration(3e-8));
+  CHECK(compare_outputs({{"outputs.0", f32(bf16)}}, want, "published", -1, -1).ok);
+  CHECK_FALSE(compare_outputs({{"outputs.0", f32(bf16)}}, want, tol).ok);
+  CHECK_FALSE(compare_outputs({{"outputs.0", f32(fp16ish)}}, want, tol).ok);
+  CHECK(compare_outputs({{"outputs.0", f32(fast)}}, want, tol).ok);
+  // The same bf16 values claimed as bf16 on a task where bf16 autocast is that inaccurate pass.
+  ca::Json bf{{"outputs.0", {{"precision", "bf16"}, {"ref_err_rel_l2", 2e-3}, {"fp32_err_rel_l2", 3e-8}}}};
+  CHECK(compare_outputs({{"outputs.0", f32(bf16)}}, want, Tolerances::calibrated("bf16", bf)).ok);
+  // ... and fail where bf16 autocast computes in fp32 (a reduction autocast leaves alone): claiming
+  // bf16 buys no looser bound than the baseline it is timed against has.
+  ca::Json bf_exact{{"outputs.0", {{"precision", "bf16"}, {"ref_err_rel_l2", 3e-8}, {"fp32_err_rel_l2", 3e-8}}}};
+  CHECK_FALSE(compare_outputs({{"outputs.0", f32(bf16)}}, want, Tolerances::calibrated("bf16", bf_exact)).ok);
+}
+
+TEST_CASE("calibrated: the elementwise gate, integers, fallbacks, several outputs") {
+  std::vector<float> ref(10000, 1.0f), spike = ref;
+  spike[17] = 1.5f;  // rel L2 5e-3 would fail the norm anyway; the elementwise gate names the index
+  ca::TensorMap want{{"outputs.0", f32(ref)}};
+  auto tol = Tolerances::calibrated("fp32", ca::Json{{"outputs.0", {{"precision", "fp32"}, {"ref_err_rel_l2", 1.0}}}});
+  auto r = compare_outputs({{"outputs.0", f32(spike)}}, want, tol);  // norm bound capped at 5e-2: passes it
+  CHECK_FALSE(r.ok);
+  CHECK(r.reason.find("outputs.0[17]") != std::string::npos);
+
+  // Integers: exact, no calibration needed or read.
+  ca::Tensor iw = ca::Tensor::zeros("I64", {3}), ig = ca::Tensor::zeros("I64", {3});
+  int64_t one = 1;
+  std::memcpy(ig.data.data(), &one, 8);
+  auto ints = compare_outputs({{"outputs.0", ig}}, {{"outputs.0", iw}}, Tolerances::calibrated("fp32", ca::Json::object()));
+  CHECK_FALSE(ints.ok);
+
+  // No calibration for an output (the worker could not run float64, or the reference is stochastic):
+  // the published bound, and the record says why.
+  auto fb = Tolerances::calibrated("fp32", ca::Json::object(), "calibrate: forward in float64: RuntimeError: no double kernel");
+  CHECK(fb.for_output("outputs.0", "F32").rel_norm == doctest::Approx(5e-2));
+  CHECK(fb.for_output("outputs.0", "F32").mode == "published");
+  std::vector<float> off(ref.size(), 1.001f);
+  auto res = compare_outputs({{"outputs.0", f32(off)}}, want, fb);
+  CHECK(res.ok);
+  CHECK(res.to_json()["tolerance"]["fallback"].get<std::string>().find("no double kernel") != std::string::npos);
+
+  // Two outputs: each its own bound; the record names the one closest to it.
+  ca::TensorMap want2{{"outputs.0", f32(ref)}, {"outputs.1", f32(ref)}};
+  ca::Json cal2{{"outputs.0", {{"precision", "fp32"}, {"ref_err_rel_l2", 1e-7}, {"fp32_err_rel_l2", 1e-7}}},
+                {"outputs.1", {{"precision", "fp32"}, {"ref_err_rel_l2", 1e-3}, {"fp32_err_rel_l2", 1e-3}}}};
+  std::vector<float> slightly(ref.size(), 1.0f + 1e-4f);
+  auto two = compare_outputs({{"outputs.0", f32(slightly)}, {"outputs.1", f32(slightly)}}, want2,
+                             Tolerances::calibrated("fp32", cal2));
+  CHECK_FALSE(two.ok);  // outputs.0's bound is ~3e-5
+  CHECK(two.reason.rfind("outputs.0:", 0) == 0);
+  ca::Json tj = two.to_json()["tolerance"];
+  CHECK(tj["output"] == "outputs.0");
+  CHECK(tj["outputs"]["outputs.1"]["bound_rel_l2"].get<double>() == doctest::Approx(8e-3 + 3e-5));
+}
+
+TEST_CASE("published and strict modes are unchanged; records of before calibration read as published") {
+  ca::TensorMap want{{"outputs.0", f32({1, 2, 3, 100})}};
+  ca::TensorMap got{{"outputs.0", f32({1.005f, 2, 3, 100.5f})}};
+  CHECK(compare_outputs(got, want, "published", -1, -1).ok);
+  CHECK(compare_outputs(got, want, "default", -1, -1).ok);
+  CHECK_FALSE(compare_outputs(got, want, "strict", -1, -1).ok);
+  CHECK(Tolerances::by_mode("published").for_output("outputs.0", "F32").rel_norm == doctest::Approx(5e-2));
+  CHECK(Tolerances::by_mode("strict").for_output("outputs.0", "F32").rel_norm == doctest::Approx(1e-3));
+
+  // from_check: what kernel-prof reads from a check section.
+  CHECK(Tolerances::from_check(ca::Json{{"tolerance", "default"}}).mode() == "published");
+  CHECK(Tolerances::from_check(ca::Json::object()).mode() == "published");
+  CHECK(Tolerances::from_check(ca::Json{{"tolerance", "strict"}}).mode() == "strict");
+  ca::Json check{{"tolerance", "calibrated"}, {"precision", "fp32"}, {"calibration", fp32_calibration(1e-7)}};
+  auto t = Tolerances::from_check(check);
+  CHECK(t.mode() == "calibrated");
+  CHECK(t.for_output("outputs.0", "F32").rel_norm == doctest::Approx(8e-7 + 3e-5));
+  // A calibrated check without its calibration: published, with the reason.
+  ca::Json lost{{"tolerance", "calibrated"}, {"precision", "fp32"}, {"calibration_error", "the reference is stochastic"}};
+  CHECK(Tolerances::from_check(lost).for_output("outputs.0", "F32").fallback == "the reference is stochastic");
+}

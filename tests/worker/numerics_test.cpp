@@ -1,0 +1,289 @@
+// Units of the worker's numerics (numerics.py) through ca::WorkerClient on CPU torch: the reference's
+// calibration per claimed precision (and the half-reduction shortcut failing the bound built from
+// it), input variants (finite, different from the plain draw, index tensors untouched, milder ones
+// where the reference would stop being finite), and stochastic references flagged at load.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "libcommon/bundle/compare.hpp"
+#include "libcommon/errors.hpp"
+#include "libcommon/paths.hpp"
+#include "libcommon/safetensors.hpp"
+#include "libcommon/worker/requests.hpp"
+#include "libcommon/worker/worker_client.hpp"
+
+using namespace ca;
+
+namespace {
+
+std::string source(const std::string& dir, const std::string& name) {
+  const char* src = std::getenv("CA_SRC");
+  return read_file(std::string(src ? src : ".") + "/tests/worker/" + dir + "/" + name + ".py");
+}
+
+WorkerClient& shared() {
+  static WorkerClient client([] {
+    WorkerOptions o;
+    o.request_timeout = std::chrono::seconds(120);
+    return o;
+  }());
+  return client;
+}
+
+std::string str(const Json& a) { return a.dump().substr(0, 1200); }
+
+Json load(const std::string& dir, const std::string& name) {
+  Json a = shared().request({{"op", "load"}, {"task_id", name}, {"code", source(dir, name)}});
+  REQUIRE_MESSAGE(a.value("ok", false), str(a));
+  return a;
+}
+
+// The seed's inputs into a file (optionally a variant) and their answer.
+Json draw(const std::string& task, uint64_t seed, const std::string& path, const std::string& variant = "") {
+  Json req{{"op", "inputs"}, {"task_id", task}, {"seed", seed}, {"out", path}};
+  if (!variant.empty()) req["variant"] = variant;
+  Json a = shared().request(req);
+  REQUIRE_MESSAGE(a.value("ok", false), str(a));
+  return a;
+}
+
+std::vector<float> floats(const Tensor& t) {
+  REQUIRE(t.dtype == "F32");
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  std::memcpy(v.data(), t.data.data(), v.size() * 4);
+  return v;
+}
+
+Tensor f32(const std::vector<float>& v, std::vector<int64_t> shape) {
+  Tensor x = Tensor::zeros("F32", shape);
+  std::memcpy(x.data.data(), v.data(), v.size() * 4);
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("numerics: calibrate fp32 on a mean over 16,384 columns; half the row fails the bound, a serial sum passes") {
+  auto& c = shared();
+  load("numerics_fixtures", "row_mean");
+  auto in = c.temp_path("in"), out = c.temp_path("out");
+  draw("row_mean", 11, in);
+  Json a = c.request({{"op", "reference"}, {"task_id", "row_mean"}, {"inputs", in}, {"out", out},
+                      {"calibrate", "fp32"}, {"calibrate_k", 8}, {"calibrate_floor", 3e-5}});
+  REQUIRE_MESSAGE(a.value("ok", false), str(a));
+  CHECK(a["stochastic"] == false);
+  REQUIRE(a.contains("calibration"));
+  const Json& cal = a["calibration"]["outputs.0"];
+  CHECK(cal["precision"] == "fp32");
+  CHECK(cal["reference_precision"] == "fp32");
+  const double err = cal["ref_err_rel_l2"].get<double>();
+  MESSAGE("fp32 error of the mean against float64: ", err, ", bound ", cal["bound_rel_l2"].get<double>());
+  CHECK(err > 0);
+  CHECK(err < 1e-6);  // ~1e-7
+  CHECK(cal["fp32_err_rel_l2"].get<double>() == doctest::Approx(err));
+  CHECK(cal["ref_err_max_abs_rel"].get<double>() < 1e-5);
+  // The worker's bound is the rule's (compare.hpp), computed from the same numbers.
+  CHECK(cal["bound_rel_l2"].get<double>() == doctest::Approx(8 * err + 3e-5));
+  auto tol = bundle::Tolerances::calibrated("fp32", a["calibration"]);
+  CHECK(tol.for_output("outputs.0", "F32").rel_norm == doctest::Approx(cal["bound_rel_l2"].get<double>()));
+
+  // Candidates computed here from the same inputs: the shortcut and the honest serial fp32 sum.
+  auto x = floats(read_safetensors(in).tensors.at("inputs.0"));
+  TensorMap want = read_safetensors(out).tensors;
+  const int rows = 32, cols = 16384;
+  REQUIRE(x.size() == size_t(rows) * cols);
+  std::vector<float> half(rows), serial(rows);
+  for (int r = 0; r < rows; ++r) {
+    float h = 0, s = 0;
+    for (int k = 0; k < cols; ++k) {
+      s += x[size_t(r) * cols + k];
+      if (k < cols / 2) h += x[size_t(r) * cols + k];
+    }
+    half[r] = h / (cols / 2);
+    serial[r] = s / cols;
+  }
+  auto half_cal = bundle::compare_outputs({{"outputs.0", f32(half, {rows})}}, want, tol);
+  CHECK_FALSE(half_cal.ok);
+  CHECK(half_cal.reason.find("calibrated bound") != std::string::npos);
+  CHECK(bundle::compare_outputs({{"outputs.0", f32(half, {rows})}}, want, "published", -1, -1).ok);  // the old hole
+  auto honest = bundle::compare_outputs({{"outputs.0", f32(serial, {rows})}}, want, tol);
+  CHECK_MESSAGE(honest.ok, honest.reason);
+}
+
+TEST_CASE("numerics: calibrate per precision on a Linear; defaults without k and floor; bad values refused") {
+  auto& c = shared();
+  load("numerics_fixtures", "linear_tanh");
+  auto in = c.temp_path("in"), out = c.temp_path("out");
+  draw("linear_tanh", 3, in);
+  for (const char* prec : {"fp32", "tf32", "bf16", "int8"}) {
+    Json a = c.request({{"op", "reference"}, {"task_id", "linear_tanh"}, {"inputs", in}, {"out", out}, {"calibrate", prec}});
+    REQUIRE_MESSAGE(a.value("ok", false), str(a));
+    REQUIRE_MESSAGE(a["calibration"].contains("outputs.0"), str(a));
+    const Json& e = a["calibration"]["outputs.0"];
+    CHECK(e["precision"] == prec);
+    CHECK(e["fp32_err_rel_l2"].get<double>() < 1e-5);
+    auto rule = bundle::calibration_rule(prec);
+    CHECK(e["reference_precision"] == rule.reference_precision);
+    CHECK(e["k"].get<double>() == doctest::Approx(rule.k));  // numerics.py's defaults are compare.hpp's
+    CHECK(e["floor"].get<double>() == doctest::Approx(rule.floor));
+    if (std::string(prec) == "bf16" || std::string(prec) == "int8") {
+      // CPU autocast in bf16: the Linear runs in bf16, ~1e-3 off float64.
+      CHECK(e["ref_err_rel_l2"].get<double>() > 1e-4);
+      CHECK(e["bound_rel_l2"].get<double>() > e["ref_err_rel_l2"].get<double>());
+    }
+    CHECK(e["bound_rel_l2"].get<double>() <= 5e-2);
+  }
+  for (Json bad : {Json("fp64"), Json(32), Json(nullptr)}) {
+    Json a = c.request({{"op", "reference"}, {"task_id", "linear_tanh"}, {"inputs", in}, {"out", out}, {"calibrate", bad}});
+    if (bad.is_null()) {
+      CHECK(a.value("ok", false));  // null: no calibration asked
+      CHECK_FALSE(a.contains("calibration"));
+      continue;
+    }
+    CHECK_FALSE(a.value("ok", true));
+    CHECK(a["error"] == "bad_request");
+  }
+  Json neg = c.request({{"op", "reference"}, {"task_id", "linear_tanh"}, {"inputs", in}, {"out", out}, {"calibrate", "fp32"},
+                        {"calibrate_k", -1}});
+  CHECK(neg["error"] == "bad_request");
+}
+
+TEST_CASE("numerics: a forward that changes its input in place is calibrated from the inputs as drawn") {
+  // Were the float64 run given what the reference run left (x * 3), its error would read ~2 and the
+  // bound would open to the published 5e-2.
+  auto& c = shared();
+  load("numerics_fixtures", "inplace_scale");
+  auto in = c.temp_path("in"), out = c.temp_path("out");
+  draw("inplace_scale", 5, in);
+  Json a = c.request({{"op", "reference"}, {"task_id", "inplace_scale"}, {"inputs", in}, {"out", out}, {"calibrate", "fp32"}});
+  REQUIRE_MESSAGE(a.value("ok", false), str(a));
+  CHECK(a["calibration"]["outputs.0"]["ref_err_rel_l2"].get<double>() < 1e-5);
+  CHECK(a["calibration"]["outputs.0"]["bound_rel_l2"].get<double>() < 1e-4);
+}
+
+TEST_CASE("numerics: variants change floating inputs only, stay finite, and are reproducible") {
+  auto& c = shared();
+  load("numerics_fixtures", "log_gather");
+  auto plain = c.temp_path("in");
+  draw("log_gather", 21, plain);
+  auto p = read_safetensors(plain).tensors;
+  for (const char* v : {"shift_scale", "outliers", "seed_stream"}) {
+    auto path = c.temp_path("in");
+    Json a = draw("log_gather", 21, path, v);
+    INFO(v, ": ", str(a["variant"]));
+    REQUIRE(a.contains("variant"));
+    CHECK(a["variant"]["asked"] == v);
+    // log(x + 1e-3) of positive values: every variant is accepted (a shift keeps positive values positive).
+    CHECK(a["variant"]["applied"] == v);
+    auto t = read_safetensors(path).tensors;
+    auto x0 = floats(p.at("inputs.0")), x1 = floats(t.at("inputs.0"));
+    REQUIRE(x0.size() == x1.size());
+    size_t changed = 0;
+    for (size_t i = 0; i < x0.size(); ++i) {
+      CHECK(std::isfinite(x1[i]));
+      changed += x0[i] != x1[i];
+    }
+    CHECK(changed > 0);
+    if (std::string(v) == "outliers") {
+      // A few per row (the last dimension: 512 -> 2 per row), pushed out by 10 spreads.
+      CHECK(changed <= 64 * 2);
+      float big = 0;
+      for (float y : x1) big = std::max(big, y);
+      CHECK(big > 2.5f);  // torch.rand is < 1; its spread ~0.29
+    } else {
+      CHECK(changed > x0.size() / 2);
+    }
+    if (std::string(v) == "seed_stream") {
+      // The task's own index tensor of the later draw: another draw of the distribution.
+      CHECK(t.at("inputs.1").dtype == p.at("inputs.1").dtype);
+    } else {
+      // Index tensors untouched.
+      CHECK(t.at("inputs.1").data == p.at("inputs.1").data);
+    }
+    // The same seed, the same variant: the same values.
+    auto again = c.temp_path("in");
+    draw("log_gather", 21, again, v);
+    CHECK(read_safetensors(again).tensors.at("inputs.0").data == t.at("inputs.0").data);
+    // The reference on the variant is finite.
+    auto out = c.temp_path("out");
+    Json r = c.request({{"op", "reference"}, {"task_id", "log_gather"}, {"inputs", path}, {"out", out}});
+    REQUIRE(r.value("ok", false));
+    for (float y : floats(read_safetensors(out).tensors.at("outputs.0"))) CHECK(std::isfinite(y));
+  }
+  // "plain" is no variant; an unknown one is a bad request.
+  Json plain_again = c.request({{"op", "inputs"}, {"task_id", "log_gather"}, {"seed", 21}, {"out", c.temp_path("in")}, {"variant", "plain"}});
+  CHECK(plain_again.value("ok", false));
+  CHECK_FALSE(plain_again.contains("variant"));
+  Json bad = c.request({{"op", "inputs"}, {"task_id", "log_gather"}, {"seed", 21}, {"out", c.temp_path("in")}, {"variant", "adversarial"}});
+  CHECK(bad["error"] == "bad_request");
+  // The typed request spells it.
+  Json typed = worker_request::inputs("log_gather", 21, "k", "outliers");
+  CHECK(typed["variant"] == "outliers");
+  CHECK_FALSE(worker_request::inputs("log_gather", 21, "k").contains("variant"));
+}
+
+TEST_CASE("numerics: a variant that makes the reference non-finite falls back to a milder one, and says so") {
+  auto& c = shared();
+  load("numerics_fixtures", "sqrt_one_minus");
+  int fell_back = 0;
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    for (const char* v : {"shift_scale", "outliers"}) {
+      auto path = c.temp_path("in");
+      Json a = draw("sqrt_one_minus", seed, path, v);
+      INFO(v, " seed ", seed, ": ", str(a["variant"]));
+      const std::string applied = a["variant"]["applied"];
+      // sqrt(1 - x): an outlier past 1 is NaN, always (x + 10 spreads, x + 3 spreads of torch.rand in
+      // four places per row); a shift past 1 often (a positive shift, a scale over 1).
+      if (std::string(v) == "outliers") CHECK(applied == "seed_stream");
+      if (applied != v) {
+        ++fell_back;
+        CHECK(a["variant"]["tried"].size() >= 1);
+        CHECK(a["variant"]["tried"][0]["variant"] == v);
+        CHECK(a["variant"]["tried"][0]["rejected"].get<std::string>().find("not finite") != std::string::npos);
+      } else {
+        CHECK(a["variant"]["tried"].empty());
+      }
+      auto out = c.temp_path("out");
+      Json r = c.request({{"op", "reference"}, {"task_id", "sqrt_one_minus"}, {"inputs", path}, {"out", out}});
+      REQUIRE(r.value("ok", false));
+      for (float y : floats(read_safetensors(out).tensors.at("outputs.0"))) REQUIRE(std::isfinite(y));
+    }
+  }
+  CHECK(fell_back >= 4);
+}
+
+TEST_CASE("numerics: a stochastic reference is flagged at load; a deterministic one is not") {
+  auto& c = shared();
+  Json drop = c.request({{"op", "load"}, {"task_id", "drop"}, {"code", source("fixtures", "stochastic_dropout")}});
+  REQUIRE_MESSAGE(drop.value("ok", false), str(drop));
+  CHECK(drop["stochastic"] == true);
+  CHECK(drop["stochastic_evidence"]["same_rng_bit_equal"] == true);
+  CHECK(drop["stochastic_evidence"]["rel_diff_other_rng"].get<double>() > 0.1);
+  Json rnd = c.request({{"op", "load"}, {"task_id", "rnd"}, {"code", source("fixtures", "stochastic_rand")}});
+  REQUIRE(rnd.value("ok", false));
+  CHECK(rnd["stochastic"] == true);
+  for (const char* name : {"linear_relu", "softmax", "conv_bn"}) {
+    Json a = c.request({{"op", "load"}, {"task_id", name}, {"code", source("fixtures", name)}});
+    REQUIRE_MESSAGE(a.value("ok", false), str(a));
+    CHECK_MESSAGE(a["stochastic"] == false, name);
+  }
+  // The reference answer repeats it; a calibration of a stochastic reference is refused with a reason
+  // (the judge then uses the published bound, if it judges at all).
+  auto in = c.temp_path("in"), out = c.temp_path("out");
+  draw("drop", 1, in);
+  Json r = c.request({{"op", "reference"}, {"task_id", "drop"}, {"inputs", in}, {"out", out}, {"calibrate", "fp32"}});
+  REQUIRE(r.value("ok", false));
+  CHECK(r["stochastic"] == true);
+  CHECK(r["calibration"].empty());
+  CHECK(r["calibration_error"].get<std::string>().find("stochastic") != std::string::npos);
+  auto tol = bundle::Tolerances::calibrated("fp32", r["calibration"], r["calibration_error"]);
+  CHECK(tol.for_output("outputs.0", "F32").rel_norm == doctest::Approx(5e-2));
+  // The typed request carries the calibration fields.
+  Json typed = worker_request::reference("t", "in", "ref", std::nullopt, worker_request::Calibrate{"bf16", 4, 1e-4});
+  CHECK(typed["calibrate"] == "bf16");
+  CHECK(typed["calibrate_k"].get<double>() == 4);
+  CHECK_FALSE(worker_request::reference("t", "in", "ref").contains("calibrate"));
+}
