@@ -42,6 +42,52 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// The trials' draws: the warm call from the task's own distribution, then in turn the task's
+// distribution, shifted and scaled values, outliers and a later seed stream (analytic and sampling
+// shortcuts fail): each variant at least once in the 5 trials after the warm call, again with more.
+const char* variant_for_trial(size_t t) {
+  static const char* const cycle[] = {"plain", "shift_scale", "outliers", "seed_stream"};
+  return t == 0 ? "plain" : cycle[(t - 1) % 4];
+}
+
+// One trial's draw: its inputs (a variant of the task's distribution or not) and the reference on
+// them with its calibration, kept on the worker's GPU.
+struct Draw {
+  ca::Json inputs, reference, params;
+  ca::Json variant;                    // the worker's record of the variant applied (null: plain)
+  ca::Json calibration;                // per output (null: not asked)
+  std::string calibration_error;
+  double forward_ms = 0;
+  std::string failed;                  // "" when drawn; else the request that failed
+  ca::Json answer;                     // the failing request's answer
+};
+
+Draw draw(ca::WorkerClient& worker, const std::string& task_id, uint64_t seed, const std::string& variant, bool with_params,
+          const std::optional<ca::worker_request::Calibrate>& calibrate) {
+  Draw d;
+  ca::Json a = worker.request(ca::worker_request::inputs(task_id, seed, "kc-in", variant));
+  if (!a.value("ok", false)) {
+    d.failed = "inputs";
+    d.answer = std::move(a);
+    return d;
+  }
+  d.inputs = std::move(a["tensors"]);
+  if (a.contains("variant")) d.variant = std::move(a["variant"]);
+  ca::Json b = worker.request(ca::worker_request::reference(
+      task_id, "kc-in", "kc-ref", with_params ? std::optional<std::string>("kc-params") : std::nullopt, calibrate));
+  if (!b.value("ok", false)) {
+    d.failed = "reference";
+    d.answer = std::move(b);
+    return d;
+  }
+  d.reference = std::move(b["tensors"]);
+  if (with_params) d.params = std::move(b["params"]);
+  if (b.contains("forward_ms") && b["forward_ms"].is_number()) d.forward_ms = b["forward_ms"].get<double>();
+  if (b.contains("calibration")) d.calibration = std::move(b["calibration"]);
+  if (b.contains("calibration_error") && b["calibration_error"].is_string()) d.calibration_error = b["calibration_error"].get<std::string>();
+  return d;
+}
+
 double task_eager_ms(const ca::Json& task) {
   for (const char* key : {"eager_ms", "eager_time_ms"})
     if (task.contains(key) && task[key].is_number()) return task[key].get<double>();
@@ -161,6 +207,21 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
     if (!e.kernel.empty()) check["kernel"] = e.kernel;
     return;
   }
+  // A stochastic reference (live dropout: the worker runs it twice from two RNG states at load, and
+  // the task record may say so from import) is one random draw: matching it is luck, missing it is
+  // not the candidate's fault. Its own verdict, with correct null: reward-calc gives no -1 for it.
+  const bool stochastic = it->second.value("stochastic", false) || task.value("stochastic", false);
+  if (stochastic) {
+    check["task_stochastic"] = true;
+    if (!options_.allow_stochastic) {
+      set_verdict(check, "task_stochastic",
+                  "the task's reference is stochastic (two RNG states give two outputs on the same inputs: a live "
+                  "dropout or random op in forward, as KernelBench runs models in training mode): no candidate can be "
+                  "judged against one random draw (--allow-stochastic judges it anyway)");
+      check["correct"] = nullptr;
+      return;
+    }
+  }
 
   // 2. Seeds: unpredictable unless --seed; each candidate gets its own sequence.
   uint64_t cand_hash = std::stoull(ca::sha256_hex(check.value("candidate_id", "") + p.compiled->key).substr(0, 15), nullptr, 16);
@@ -202,23 +263,42 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   } cleanup{lane, {cubin_path, ptx_path}};
 
   double reference_ms = 0;  // the slowest reference call seen on these inputs
-  ca::Json in_tensors, ref_tensors, params_tensors;
-  auto make_trial = [&](uint64_t seed, bool with_params) -> bool {
-    ca::Trial d = ca::draw_trial(*lane.worker, task_id, seed,
-                                 {"kc-in", "kc-ref", with_params ? std::optional<std::string>("kc-params") : std::nullopt});
-    if (!d.ok()) {
+  ca::Json in_tensors, ref_tensors, params_tensors, trial_variant;
+  // Every trial is judged by the bound of the precision the record claims, calibrated on that
+  // trial's inputs (compare.hpp), unless --tolerance published or strict.
+  const bool calibrated = options_.tolerance == "calibrated";
+  const std::string claimed = check.value("precision", std::string("fp32"));
+  std::optional<ca::worker_request::Calibrate> calibrate;
+  if (calibrated) {
+    const ca::bundle::CalibrationRule rule = ca::bundle::calibration_rule(claimed);
+    calibrate = ca::worker_request::Calibrate{claimed, rule.k, rule.floor};
+  }
+  ca::bundle::Tolerances trial_tolerances = ca::bundle::Tolerances::by_mode(calibrated ? "published" : options_.tolerance,
+                                                                          options_.atol, options_.rtol);
+  auto make_trial = [&](uint64_t seed, const std::string& variant, bool with_params) -> bool {
+    Draw d = draw(*lane.worker, task_id, seed, variant, with_params, calibrate);
+    if (!d.failed.empty()) {
       reference_failed(d.failed, d.answer);
       return false;
     }
     in_tensors = std::move(d.inputs);
     ref_tensors = std::move(d.reference);
+    trial_variant = std::move(d.variant);
     if (with_params) params_tensors = std::move(d.params);
     reference_ms = std::max(reference_ms, d.forward_ms);
+    if (calibrated) {
+      trial_tolerances = ca::bundle::Tolerances::calibrated(claimed, d.calibration, d.calibration_error, options_.atol,
+                                                            options_.rtol);
+      if (with_params) {  // the warm call's: what kernel-prof's outputs check reads (Tolerances::from_check)
+        if (!d.calibration.is_null()) check["calibration"] = d.calibration;
+        if (!d.calibration_error.empty()) check["calibration_error"] = d.calibration_error;
+      }
+    }
     return true;
   };
 
   lap("bind");
-  if (!make_trial(seeds[0], true)) return;
+  if (!make_trial(seeds[0], variant_for_trial(0), true)) return;
   lap("worker_draws");
   ca::Json load = {{"op", "load"},        {"cubin", cubin_path}, {"ptx", ptx_path},           {"lowered", p.compiled->lowered},
                    {"plan", p.plan_json}, {"io", io.to_json()},  {"params_ipc", params_tensors}, {"graph", options_.graph}};
@@ -252,13 +332,18 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   double forward_ms_sum = 0;
   for (size_t t = 0; t < seeds.size(); ++t) {
     lap("calls");
-    if (t > 0 && !make_trial(seeds[t], false)) return;
+    if (t > 0 && !make_trial(seeds[t], variant_for_trial(t), false)) return;
     lap("worker_draws");
     uint32_t guard_seed = static_cast<uint32_t>(splitmix64(seeds[t] ^ 0xabcdef));
     // The warm call pays the one-time costs (lazy module loading, first touch): the generous bound.
     ca::Json run = lane.runner->request({{"op", "run"}, {"inputs_ipc", in_tensors}, {"guard_seed", guard_seed}, {"graph", options_.graph}},
                                         t == 0 ? one_time_bound() : watchdog());
-    ca::Json trial = {{"seed", seeds[t]}, {"warm", t == 0}};
+    ca::Json trial = {{"seed", seeds[t]}, {"warm", t == 0}, {"variant", variant_for_trial(t)}};
+    if (trial_variant.is_object()) {
+      // The variant the worker applied (a milder one where the asked one made the reference non-finite).
+      trial["variant"] = trial_variant.value("applied", std::string(variant_for_trial(t)));
+      if (trial["variant"] != variant_for_trial(t)) trial["variant_asked"] = variant_for_trial(t);
+    }
     if (!run.value("ok", false)) {
       runner_failed(run, t == 0 ? "first call" : "trial " + std::to_string(t));
       trials.push_back(trial);
@@ -273,7 +358,7 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
       ca::bundle::DeviceOutputs want;
       for (const auto& [name, r] : ca::cuda::shared_tensors(ref_tensors, "reference"))
         want[name] = ca::bundle::DeviceOutput{r.dtype, r.shape, ref_maps.map(r)};
-      cmp = ca::bundle::compare_outputs_device(got, want, options_.tolerance, options_.atol, options_.rtol, nullptr);
+      cmp = ca::bundle::compare_outputs_device(got, want, trial_tolerances, nullptr);
     }
     lap("compare");
     trial.update(cmp.to_json());
@@ -288,7 +373,12 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
     trial["ok"] = reason.empty();
     if (!reason.empty()) {
       trial["reason"] = reason;
-      if (all_ok) first_reason = (t == 0 ? "warm call: " : "trial " + std::to_string(t) + " (fresh inputs after a call): ") + reason;
+      const std::string variant = trial["variant"].get<std::string>();
+      if (all_ok)
+        first_reason = (t == 0 ? "warm call: "
+                               : "trial " + std::to_string(t) + " (fresh inputs after a call" +
+                                     (variant == "plain" ? std::string() : ", variant " + variant) + "): ") +
+                       reason;
       all_ok = false;
     }
     trials.push_back(trial);

@@ -99,6 +99,8 @@ std::string judge(ca::WorkerClient& worker, ca::Json& rec, const FilterOptions& 
       const ca::Json& load = ans["load"];
       for (const char* key : {"inputs", "outputs", "init_inputs", "params"})
         if (!rec.contains(key) && load.contains(key)) rec[key] = ca::Json(load[key]);
+      // The worker's measurement, whatever the record said (kernel-check's task_stochastic rule).
+      if (load.contains("stochastic") && load["stochastic"].is_boolean()) rec["stochastic"] = ca::Json(load["stochastic"]);
     }
   }
   if (reason.empty() && !opt.decontaminate.empty()) {

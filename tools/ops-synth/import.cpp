@@ -133,7 +133,8 @@ int run_import(const ca::CommonOptions& common, const ImportOptions& opt) {
                                   {"where", item.where}};
         return;
       }
-      for (const char* key : {"inputs", "outputs", "init_inputs", "params"})
+      // stochastic: the load ran the reference from two RNG states (kernel-check's task_stochastic rule).
+      for (const char* key : {"inputs", "outputs", "init_inputs", "params", "stochastic"})
         if (ans.contains(key)) rec[key] = ca::Json(ans[key]);
       worker->request(ca::worker_request::unload(task_id));
     } catch (const ca::FieldError& e) {
