@@ -31,5 +31,8 @@ std::string encode_utf8(uint32_t cp);
 // The text with every invalid, overlong or surrogate sequence replaced by U+FFFD, as a lossy UTF-8
 // decoder does: byte tokens need not end on a character boundary.
 std::string valid_utf8(const std::string& text);
+// True when valid_utf8(text) == text: no invalid, overlong or surrogate sequence. Checked in place,
+// nothing allocated, so a valid text (the usual case) need not be copied to be made valid.
+bool is_valid_utf8(const std::string& text);
 
 }  // namespace ca::tokenizer

@@ -16,6 +16,7 @@
 #include "libcommon/errors.hpp"
 #include "libcommon/nn/model.hpp"
 #include "libcommon/tokenizer/tokenizer.hpp"
+#include "libcommon/tokenizer/unicode.hpp"
 
 #include "tools/agent-run/episode.hpp"
 #include "tools/agent-run/policy.hpp"
@@ -501,4 +502,146 @@ TEST_CASE("recorded turns without token ids: rendered as the native policy is fe
   broken["turns"][1].erase("assistant");
   CHECK_THROWS_AS(ca::tokenizer::render_episode(tok, broken), ca::FieldError);
   fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every input channel bounded (issue 32): the one JSON parser (libcommon/jsonl) and what uses it.
+
+namespace {
+std::string nested(int n, const std::string& inner = "") { return std::string(n, '[') + inner + std::string(n, ']'); }
+std::string parse_error(const std::string& text, const ca::JsonSelection& sel = {}) {
+  try {
+    (void)ca::parse_json(text, "here", sel);
+    return "";
+  } catch (const ca::InputError& e) {
+    return e.what();
+  }
+}
+}  // namespace
+
+TEST_CASE("parse_json: the depth limit holds by construction, anywhere in the text") {
+  CHECK(parse_error(nested(ca::kMaxJsonDepth)).empty());
+  CHECK(parse_error(nested(ca::kMaxJsonDepth + 1)) == "here: nested deeper than 512 levels");
+  CHECK(parse_error(nested(100000)) == "here: nested deeper than 512 levels");
+  // Objects count as arrays do; brackets inside strings do not count; escapes do not end a string.
+  std::string objs;
+  for (int i = 0; i < 600; ++i) objs += "{\"a\":";
+  objs += "1" + std::string(600, '}');
+  CHECK(parse_error(objs).find("nested deeper") != std::string::npos);
+  CHECK(parse_error("[\"" + std::string(100000, '[') + "\\\"\"]").empty());
+  // Deep where a selection skips it is refused all the same: a skipped value is still parsed.
+  ca::JsonSelection sel;
+  sel.keep = {{"choices"}};
+  CHECK(parse_error("{\"extra\": " + nested(100000) + ", \"choices\": []}", sel).find("nested deeper") !=
+        std::string::npos);
+  // Not JSON, ill-formed UTF-8, a number a double cannot hold: InputError naming the place.
+  CHECK(parse_error("{").rfind("here: not JSON: parse error", 0) == 0);
+  CHECK(parse_error("[1] x").rfind("here: not JSON", 0) == 0);
+  CHECK(parse_error("\"\xff\"").rfind("here: not JSON", 0) == 0);
+  CHECK(parse_error("[1e999]").find("number overflow") != std::string::npos);
+  // The value is what nlohmann's parse gives.
+  const std::string text = R"({"b": [1, -2, 3.5, "x\u00e9", null, true, {"z": {}}], "a": {"k": [[]]}, "b2": 18446744073709551615})";
+  CHECK(ca::parse_json(text, "x") == ca::Json::parse(text));
+  CHECK(ca::parse_json(text, "x").dump() == ca::Json::parse(text).dump());  // key order kept
+  CHECK(ca::parse_json("{\"a\": 1, \"a\": 2}", "x")["a"] == 2);               // the last duplicate wins
+  CHECK(ca::json_depth(ca::parse_json(nested(ca::kMaxJsonDepth), "x")) == ca::kMaxJsonDepth);
+  CHECK(ca::json_depth(ca::Json(3)) == 0);
+}
+
+TEST_CASE("parse_json: a selection builds only what it keeps; arrays built are bounded") {
+  ca::JsonSelection sel;
+  sel.keep = {{"choices", "0", "message", "content"}, {"items", "*", "id"}, {"usage"}};
+  const std::string text = R"({"junk": [{"a": 1}, [2, 3]], "choices": [{"message": {"content": "hi", "other": [1]}, "x": 1},
+                               {"message": {"content": "second"}}],
+                               "items": [{"id": 1, "big": "zzz"}, {"id": 2}], "usage": {"p": {"q": [1]}}})";
+  const ca::Json j = ca::parse_json(text, "x", sel);
+  CHECK(j == ca::Json::parse(R"({"choices": [{"message": {"content": "hi"}}], "items": [{"id": 1}, {"id": 2}],
+                                 "usage": {"p": {"q": [1]}}})"));
+  sel.max_array_items = 2;
+  CHECK(parse_error(R"({"usage": [1, 2, 3]})", sel) == "here: more than 2 items in the array at /usage");
+  CHECK(parse_error(R"({"items": [{"id": 1}, {"id": 2}, {"id": 3}]})", sel) ==
+        "here: more than 2 items in the array at /items");
+  // What is skipped is neither built nor counted: junk, and choices past [0].
+  CHECK(parse_error(R"({"junk": [1, 2, 3, 4], "choices": [{}, {}, {}, {}]})", sel).empty());
+  CHECK(ca::parse_json(R"({"choices": [{}, {}, {}, {}]})", "x", sel) == ca::Json::parse(R"({"choices": [{}]})"));
+}
+
+TEST_CASE("parse_json_sorted and the tokenizer file: nesting limited, bad input named") {
+  CHECK_THROWS_WITH_AS(ca::parse_json_sorted(nested(100000), "'tok.json'"), "'tok.json': nested deeper than 512 levels",
+                       ca::InputError);
+  const std::string path = (fs::temp_directory_path() / ("deep-tokenizer-" + std::to_string(getpid()) + ".json")).string();
+  { std::ofstream(path) << "{\"model\": " << nested(100000) << "}"; }
+  CHECK_THROWS_WITH_AS(ca::tokenizer::Tokenizer::from_file(path), doctest::Contains("nested deeper than 512 levels"),
+                       ca::InputError);
+  fs::remove(path);
+}
+
+TEST_CASE("dumped_size is the length of the line written, without making it") {
+  ca::Json j = ca::parse_json(R"({"a": "x\u0001\"y", "b": [1.5, null, {"c": "\u00e9"}]})", "x");
+  j["bad"] = std::string("\xff\xfe");  // written as U+FFFD
+  CHECK(ca::dumped_size(j) == ca::dump_record(j).size());
+}
+
+TEST_CASE("RecordReader: a line past 64 MiB is refused without holding it; the lines before are read") {
+  const std::string path = (fs::temp_directory_path() / ("long-line-" + std::to_string(getpid()) + ".jsonl")).string();
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << "{\"a\": 1}\n{\"b\": \"";
+    const std::string block(1 << 20, 'x');
+    for (int i = 0; i < 65; ++i) f << block;
+    f << "\"}\n{\"c\": 3}";
+  }
+  ca::RecordReader r(path);
+  ca::Json rec;
+  REQUIRE(r.next(rec));
+  CHECK(rec["a"] == 1);
+  CHECK_THROWS_WITH_AS(r.next(rec), doctest::Contains("line 2: line longer than 64 MiB"), ca::InputError);
+  fs::remove(path);
+  // A last line without a newline, and \r\n lines, read as before.
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << "{\"a\": 1}\r\n\n{\"b\": 2}";
+  }
+  ca::RecordReader r2(path);
+  REQUIRE(r2.next(rec));
+  CHECK(rec["a"] == 1);
+  REQUIRE(r2.next(rec));
+  CHECK(rec["b"] == 2);
+  CHECK(r2.line_number() == 3);
+  CHECK_FALSE(r2.next(rec));
+  fs::remove(path);
+}
+
+TEST_CASE("is_valid_utf8 agrees with the lossy decoder") {
+  for (const std::string s : {"", "plain", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80", "\xEF\xBF\xBD"})
+    CHECK(is_valid_utf8(s));
+  for (const std::string s : {"\x80", "\xC0\x80", "\xC1\xBF", "\xE0\x80\x80", "\xED\xA0\x80", "\xF4\x90\x80\x80",
+                              "\xF5\x80\x80\x80", "\xC3", "\xE2\x82", "a\xFF"}) {
+    CHECK_FALSE(is_valid_utf8(s));
+    CHECK(valid_text(s) != s);
+  }
+  // Property: valid exactly when the lossy decoder leaves the text as it is (random bytes, biased
+  // to lead and continuation bytes so that sequences form).
+  uint64_t x = 88172645463325252ull;
+  const unsigned char alphabet[] = {'a', 0x80, 0x8F, 0x90, 0xA0, 0xBF, 0xC0, 0xC2, 0xDF, 0xE0, 0xED, 0xEF,
+                                    0xF0, 0xF4, 0xF5, 0xFF};
+  for (int k = 0; k < 20000; ++k) {
+    std::string r;
+    for (int i = 0; i < 6; ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      r += static_cast<char>(alphabet[x % sizeof alphabet]);
+    }
+    CHECK(is_valid_utf8(r) == (ca::tokenizer::valid_utf8(r) == r));
+  }
+  std::string t = "ok \xC3(";
+  make_valid_text(t);
+  CHECK(t == "ok \xEF\xBF\xBD(");
+}
+
+TEST_CASE("replay: a script line nested too deep is bad input naming the line") {
+  const std::string path = (fs::temp_directory_path() / ("deep-replay-" + std::to_string(getpid()) + ".jsonl")).string();
+  { std::ofstream(path) << "{\"content\": \"a\"}\n{\"content\": " << nested(100000) << "}\n"; }
+  const std::string want = path + " line 2: nested deeper than 512 levels";
+  CHECK_THROWS_WITH_AS(make_replay_policy(path), doctest::Contains(want.c_str()), ca::InputError);
+  fs::remove(path);
 }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "libcommon/errors.hpp"
 #include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
 #include "tools/agent-run/text.hpp"
@@ -57,19 +58,147 @@ Json best_result(const Json& results) {
 
 namespace {
 
-// Everything a policy returned, as valid UTF-8 (a server or a sampler may hand back broken bytes).
+// Everything a policy returned, as valid UTF-8 (a server or a sampler may hand back broken bytes);
+// in place: an answer is not copied to be checked.
 void make_valid(AssistantTurn& t) {
-  t.content = valid_text(t.content);
-  if (t.reasoning) t.reasoning = valid_text(*t.reasoning);
-  t.finish_reason = valid_text(t.finish_reason);
+  make_valid_text(t.content);
+  if (t.reasoning) make_valid_text(*t.reasoning);
+  make_valid_text(t.finish_reason);
   for (auto& c : t.tool_calls) {
-    c.id = valid_text(c.id);
-    c.name = valid_text(c.name);
-    c.arguments = valid_text(c.arguments);
+    make_valid_text(c.id);
+    make_valid_text(c.name);
+    make_valid_text(c.arguments);
   }
 }
 
-std::string dump_safe(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+// A conversation may hold at most this many bytes per token of --max-context, whatever the server
+// says its usage is: a server that answers 60 MB and reports 1 token would otherwise grow the
+// conversation (and the requests, and the record) by 60 MB a turn. Real text is 3 to 5 bytes a token.
+constexpr int64_t kMaxBytesPerToken = 16;
+
+// A string of the episode cut for the record, and what it was.
+struct StringRef {
+  Json* parent;
+  std::string key;
+  std::size_t bytes;
+  int depth;  // of the parent: marks go deepest first (a mark added to an object may move what it holds)
+};
+
+// Every string of `v` that is the value of an object's key (not those in arrays: token strings are
+// short), without recursion.
+void collect_strings(Json& v, std::vector<StringRef>& out) {
+  std::vector<std::pair<Json*, int>> todo = {{&v, 0}};
+  while (!todo.empty()) {
+    auto [j, depth] = todo.back();
+    todo.pop_back();
+    if (j->is_object()) {
+      for (auto it = j->begin(); it != j->end(); ++it) {
+        if (it.key() == "truncated") continue;
+        if (it->is_string()) out.push_back({j, it.key(), it->get_ref<const std::string&>().size(), depth});
+        else if (it->is_structured()) todo.push_back({&*it, depth + 1});
+      }
+    } else if (j->is_array()) {
+      for (auto& x : *j)
+        if (x.is_structured()) todo.push_back({&x, depth + 1});
+    }
+  }
+}
+
+void mark_cut(Json& parent, const std::string& key, Json what) {
+  if (!parent.contains("truncated") || !parent["truncated"].is_object()) parent["truncated"] = Json::object();
+  if (!parent["truncated"].contains(key)) parent["truncated"][key] = std::move(what);
+}
+
+// Keeps the record under kMaxRecordBytes (the readers' line limit, with room for the sections later
+// tools add) and its nesting under kMaxJsonDepth: the longest strings of the episode, and only those, are cut to one common length, each
+// marked in its object ("truncated": {"content": {"bytes": original, "kept_bytes": kept}}); if that is
+// not enough, the turns' token arrays go (marked with their item counts). Returns how many values were
+// cut; -1 when even that cannot make it fit (the task or the bundle alone is too large).
+// Containers of `root` (at container level root_level) nested past max_level are replaced by a
+// marker: a judge's answer nested 510 deep, put into results[i].check, would nest the record past
+// what the next tool reads. Without recursion.
+int64_t cut_deep(Json& root, int root_level, int max_level) {
+  int64_t cuts = 0;
+  std::vector<std::pair<Json*, int>> todo = {{&root, root_level}};
+  while (!todo.empty()) {
+    auto [j, level] = todo.back();
+    todo.pop_back();
+    for (auto& child : *j) {
+      if (!child.is_structured()) continue;
+      if (level + 1 > max_level) {
+        child = "[agent-run: cut here, nested deeper than " + std::to_string(max_level) + " levels in the record]";
+        ++cuts;
+      } else {
+        todo.push_back({&child, level + 1});
+      }
+    }
+  }
+  return cuts;
+}
+
+int64_t fit_record(Json& out, std::size_t budget) {
+  Json& episode = out["episode"];
+  int64_t cuts = 0;
+  // One level below the readers' limit, for a tool that nests the record one level deeper.
+  const int max_level = kMaxJsonDepth - 1;
+  if (json_depth(out) > max_level) {
+    cuts += cut_deep(episode, 2, max_level);
+    if (json_depth(out) > max_level) return -1;  // the task itself
+  }
+  std::size_t size = dumped_size(out);
+  if (size <= budget) return cuts;
+  for (int round = 0; round < 4 && size > budget; ++round) {
+    std::vector<StringRef> strings;
+    collect_strings(episode, strings);
+    if (strings.empty()) break;
+    // The common length T: cutting every string longer than T to T removes at least the excess,
+    // with room for the markers (each under 100 bytes).
+    const std::size_t excess = size - budget;
+    auto removed = [&](std::size_t t) {
+      std::size_t sum = 0, n = 0;
+      for (const auto& r : strings)
+        if (r.bytes > t) sum += r.bytes - t, ++n;
+      return sum >= excess + 100 * n;
+    };
+    std::size_t lo = 0, hi = 0;
+    for (const auto& r : strings) hi = std::max(hi, r.bytes);
+    if (!removed(0)) break;  // all strings together are not the excess
+    while (lo < hi) {  // the largest T that still removes enough
+      const std::size_t mid = lo + (hi - lo + 1) / 2;
+      if (removed(mid)) lo = mid;
+      else hi = mid - 1;
+    }
+    // Cut first (nothing moves), then mark, deepest objects first: a key added to an object may
+    // move the objects it holds, never those around it.
+    std::vector<std::pair<const StringRef*, std::size_t>> marks;
+    for (const auto& r : strings) {
+      if (r.bytes <= lo) continue;
+      std::string& text = (*r.parent)[r.key].get_ref<std::string&>();
+      text = cut_utf8(text, lo);
+      marks.push_back({&r, text.size()});
+      ++cuts;
+    }
+    std::stable_sort(marks.begin(), marks.end(), [](const auto& a, const auto& b) { return a.first->depth > b.first->depth; });
+    for (const auto& [r, kept] : marks) mark_cut(*r->parent, r->key, Json{{"bytes", r->bytes}, {"kept_bytes", kept}});
+    size = dumped_size(out);
+  }
+  if (size > budget && episode.contains("turns") && episode["turns"].is_array()) {
+    for (auto& turn : episode["turns"]) {
+      if (!turn.is_object()) continue;
+      auto drop = [&](Json& parent, const char* key) {
+        if (!parent.is_object() || !parent.contains(key) || !parent[key].is_array()) return;
+        mark_cut(parent, key, Json{{"items", parent[key].size()}, {"kept_items", 0}});
+        parent.erase(key);
+        ++cuts;
+      };
+      drop(turn, "prompt_token_ids");
+      if (turn.contains("assistant"))
+        for (const char* k : {"token_ids", "logprobs", "tokens"}) drop(turn["assistant"], k);
+    }
+    size = dumped_size(out);
+  }
+  return size <= budget ? cuts : -1;
+}
 
 Json turn_record(int index, const AssistantTurn& t, int64_t context_tokens, bool estimated) {
   Json calls = Json::array();
@@ -104,7 +233,12 @@ Json assistant_message(const AssistantTurn& t) {
     Json calls = Json::array();
     for (const auto& c : t.tool_calls) {
       std::string args = c.arguments;
-      if (!Json::accept(args) || !Json::parse(args).is_object()) args = "{}";
+      bool object = false;
+      try {
+        object = parse_json(args, "arguments").is_object();
+      } catch (const InputError&) {
+      }
+      if (!object) args = "{}";
       calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", args}}}});
     }
     m["tool_calls"] = calls;
@@ -120,6 +254,12 @@ Json run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_desc
   auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   Workspace ws(skill_text, in.task.value("code", std::string()), settings.sandbox.workspace_mib << 20);
   Toolbox tools(settings, ws, in.task, in.task_id, in.sandbox_uid);
+  // --episode-timeout holds inside a turn too: the server's answer, every command and locked tool
+  // get only the time left, and the calls of a turn after it are not run.
+  const auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                    std::chrono::duration<double>(settings.episode_timeout_s));
+  tools.set_deadline(deadline);
+  auto past_deadline = [&] { return std::chrono::steady_clock::now() >= deadline; };
   const Json& schemas = tool_schemas();
 
   Json messages = Json::array({{{"role", "system"}, {"content", system_prompt()}},
@@ -130,13 +270,29 @@ Json run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_desc
   std::map<std::string, int64_t> per_tool;
   bool any_estimated = false;
   const int64_t tools_tokens = estimate_tokens(schemas.dump());
+  // Each message's estimate, made once as it is added (a message is never dumped again to count it).
+  std::vector<int64_t> message_tokens;
+  int64_t conversation_bytes = 0;
+  auto add_message = [&](Json m) {
+    const std::size_t bytes = dumped_size(m);
+    conversation_bytes += static_cast<int64_t>(bytes);
+    message_tokens.push_back(static_cast<int64_t>(bytes + 3) / 4 + 4);
+    messages.push_back(std::move(m));
+  };
+  for (const auto& m : messages) {
+    const std::size_t bytes = dumped_size(m);
+    conversation_bytes += static_cast<int64_t>(bytes);
+    message_tokens.push_back(static_cast<int64_t>(bytes + 3) / 4 + 4);
+  }
+  const int64_t max_conversation_bytes =
+      settings.max_context > INT64_MAX / kMaxBytesPerToken ? INT64_MAX : settings.max_context * kMaxBytesPerToken;
   // Context now: the server's count after the last turn plus an estimate of what came since.
   int64_t context_known = 0;
   std::size_t known_upto = 0;  // messages covered by context_known
   auto context_now = [&] {
     int64_t est = context_known;
     if (known_upto == 0) est += tools_tokens;
-    for (std::size_t i = known_upto; i < messages.size(); ++i) est += estimate_tokens(dump_safe(messages[i])) + 4;
+    for (std::size_t i = known_upto; i < messages.size(); ++i) est += message_tokens[i];
     return est;
   };
   std::unique_ptr<PolicySession> session;
@@ -161,9 +317,19 @@ Json run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_desc
     if (left_s <= 0) { stop_reason = "timeout"; break; }
     int64_t context = context_now();
     if (context >= settings.max_context) { stop_reason = "context_limit"; break; }
+    if (conversation_bytes > max_conversation_bytes) {
+      stop_reason = "context_limit";
+      error = "the conversation holds " + std::to_string(conversation_bytes) + " bytes, more than " +
+              std::to_string(kMaxBytesPerToken) + " per token of --max-context, whatever the server counted";
+      break;
+    }
     AssistantTurn t;
     try {
       t = session->next(messages, schemas, TurnBudget{settings.max_context - context, left_s});
+    } catch (const PolicyDeadline& e) {
+      stop_reason = g_interrupted ? "interrupted" : "timeout";
+      error = e.what();
+      break;
     } catch (const PolicyError& e) {
       stop_reason = g_interrupted ? "interrupted" : "policy_error";
       error = e.what();
@@ -172,7 +338,7 @@ Json run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_desc
     make_valid(t);
     for (std::size_t i = 0; i < t.tool_calls.size(); ++i)
       if (t.tool_calls[i].id.empty()) t.tool_calls[i].id = "call_" + std::to_string(turn) + "_" + std::to_string(i);
-    messages.push_back(assistant_message(t));
+    add_message(assistant_message(t));
     bool estimated = t.prompt_tokens < 0 || t.completion_tokens < 0;
     if (!estimated) {
       context_known = t.prompt_tokens + t.completion_tokens;
@@ -181,9 +347,12 @@ Json run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_desc
       completion_total += t.completion_tokens;
     } else {
       any_estimated = true;
-      completion_total += t.token_ids.is_array() ? static_cast<int64_t>(t.token_ids.size())
-                                                 : estimate_tokens(t.content) +
-                                                       estimate_tokens(messages.back().value("tool_calls", Json()).dump());
+      completion_total += t.token_ids.is_array()
+                              ? static_cast<int64_t>(t.token_ids.size())
+                              : estimate_tokens(t.content) +
+                                    (static_cast<int64_t>(messages.back().contains("tool_calls")
+                                                              ? dumped_size(messages.back()["tool_calls"])
+                                                              : 4) + 3) / 4;
     }
     Json rec = turn_record(turn, t, context_now(), estimated);
     log::verbose("task ", in.task_id, " turn ", turn, ": ", t.tool_calls.size(), " tool call(s), context ~",
@@ -196,10 +365,20 @@ Json run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_desc
     for (const auto& call : t.tool_calls) {
       ++tool_calls;
       ++per_tool[call.name];
+      if (past_deadline()) {
+        // Not run: every call still gets its answer, so the conversation stays well-formed.
+        stop_reason = "timeout";
+        const std::string text = "error: not run: the episode's time ran out (--episode-timeout)";
+        add_message({{"role", "tool"}, {"tool_call_id", call.id}, {"name", call.name}, {"content", text}});
+        rec["tool_results"].push_back({{"tool_call_id", call.id}, {"name", call.name}, {"content", text},
+                                       {"ok", false}, {"malformed", false}, {"elapsed_ms", 0.0}, {"not_run", true}});
+        ++tool_errors;
+        continue;
+      }
       ToolOutcome o = tools.call(call);
       if (!o.ok) ++tool_errors;
       if (o.malformed) ++malformed;
-      messages.push_back({{"role", "tool"}, {"tool_call_id", call.id}, {"name", call.name}, {"content", o.text}});
+      add_message({{"role", "tool"}, {"tool_call_id", call.id}, {"name", call.name}, {"content", o.text}});
       rec["tool_results"].push_back({{"tool_call_id", call.id},
                                      {"name", call.name},
                                      {"content", o.text},
@@ -213,8 +392,9 @@ Json run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_desc
       if (g_interrupted) break;
     }
     rec["context_tokens"] = context_now();
-    turns.push_back(rec);
+    turns.push_back(std::move(rec));
     if (g_interrupted && stop_reason.empty()) stop_reason = "interrupted";
+    if (stop_reason.empty() && past_deadline()) stop_reason = "timeout";
   }
   } catch (const std::exception& e) {
     stop_reason = g_interrupted ? "interrupted" : "error";
@@ -263,7 +443,7 @@ Json run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_desc
                   {"seed", in.seed},
                   {"prompt", {{"system", messages[0]["content"]}, {"user", messages[1]["content"]}}},
                   {"tools", schemas},
-                  {"turns", turns},
+                  {"turns", std::move(turns)},
                   {"results", seen},
                   {"stop_reason", stop_reason},
                   {"submitted", submitted},
@@ -280,6 +460,26 @@ Json run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_desc
   out["bundle"] = bundle;
   out["task"] = in.task;
   out["episode"] = with_valid_utf8(std::move(episode));
+  // Under the readers' line limit, whatever the server or the tools produced.
+  const int64_t cuts = fit_record(out, kMaxRecordBytes - 256);  // room for record_cut and the newline
+  if (cuts > 0) {
+    out["episode"]["record_cut"] = Json{{"values", cuts}, {"limit_bytes", kMaxRecordBytes}};
+    log::warn("task ", in.task_id, " episode ", in.index, ": ", cuts, " value(s) of the trajectory were cut to keep the "
+              "record under ", kMaxRecordBytes >> 20, " MiB (marked \"truncated\")");
+  } else if (cuts < 0) {
+    // The task or the bundle alone is too large to write with it: the record says so, without them.
+    const std::string why = "the record would be " + std::to_string(dumped_size(out)) + " bytes nested " +
+                            std::to_string(json_depth(out)) + " deep even with the trajectory cut, over " +
+                            std::to_string(kMaxRecordBytes) + " bytes or " + std::to_string(kMaxJsonDepth - 1) +
+                            " levels (the task or the bundle is too large)";
+    Json small;
+    small["schema"] = "cuda-agent/candidate/v1";
+    small["task_id"] = in.task_id;
+    small["episode"] = Json{{"episode_index", in.index}, {"seed", in.seed}, {"turns", Json::array()},
+                            {"stop_reason", "error"}, {"error", why}};
+    small["error"] = Json{{"tool", "agent-run"}, {"field", "episode"}, {"reason", why}};
+    return small;
+  }
   return out;
 }
 

@@ -136,9 +136,16 @@ int run_episodes(Options& o, const CommonOptions& opt, Policy& policy, std::uniq
                             {"error", {{"tool", "agent-run"}, {"field", "episode"}, {"reason", why}}}};
     }
     const ca::Json& episode = item.out["episode"];
-    ca::log::info("task ", ep.task_id, " episode ", ep.index, ": ", episode["stop_reason"].get<std::string>(), ", ",
+    const std::string stop = episode["stop_reason"].get<std::string>();
+    ca::log::info("task ", ep.task_id, " episode ", ep.index, ": ", stop, ", ",
                   episode.contains("counts") ? episode["counts"]["turns"].get<int64_t>() : static_cast<int64_t>(0),
                   " turns");
+    // A failed episode is named with its reason (its record is written all the same).
+    if (stop == "policy_error" || stop == "error")
+      ca::log::warn("task ", ep.task_id, " episode ", ep.index, " failed (", stop, "): ",
+                    episode.contains("error") && episode["error"].is_string()
+                        ? agent::cut_utf8(episode["error"].get<std::string>(), 500)
+                        : std::string("no reason given"));
   };
   // In input order, here: the counts, the store, the output.
   auto emit = [&](EpisodeItem& item) {

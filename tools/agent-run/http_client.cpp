@@ -5,6 +5,7 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 
@@ -13,9 +14,21 @@
 namespace ca::agent {
 namespace {
 
+struct Sink {
+  HttpResponse* r;
+  std::size_t max;
+};
+
+// Returning less than was offered ends the transfer (CURLE_WRITE_ERROR): nothing past the cap is kept.
 size_t on_body(char* data, size_t size, size_t n, void* user) {
-  static_cast<std::string*>(user)->append(data, size * n);
-  return size * n;
+  auto* sink = static_cast<Sink*>(user);
+  const std::size_t bytes = size * n;
+  if (bytes > sink->max - std::min(sink->max, sink->r->body.size())) {
+    sink->r->too_large = true;
+    return 0;
+  }
+  sink->r->body.append(data, bytes);
+  return bytes;
 }
 
 size_t on_header(char* data, size_t size, size_t n, void* user) {
@@ -34,7 +47,8 @@ int on_progress(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t) { return 
 }  // namespace
 
 HttpResponse http_request(const std::string& method, const std::string& url, const std::string& body,
-                          const std::vector<std::string>& header_lines, double timeout_s, double connect_timeout_s) {
+                          const std::vector<std::string>& header_lines, double timeout_s, double connect_timeout_s,
+                          std::size_t max_body_bytes) {
   static std::once_flag once;
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   HttpResponse r;
@@ -53,20 +67,31 @@ HttpResponse http_request(const std::string& method, const std::string& url, con
     curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str());
     curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
   }
+  Sink sink{&r, max_body_bytes};
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &r.body);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink);
+  // A Content-Length over the cap is refused before the body comes (the cap holds without it too).
+  curl_easy_setopt(curl, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(std::min<std::size_t>(max_body_bytes, INT64_MAX)));
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, &r);
   curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
   curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);  // threads: no SIGALRM for DNS timeouts
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max(1.0, timeout_s) * 1000));
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max(0.01, timeout_s) * 1000));
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::max(0.1, connect_timeout_s) * 1000));
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
   curl_easy_setopt(curl, CURLOPT_ACCEPT_ENCODING, "");
   CURLcode rc = curl_easy_perform(curl);
-  if (rc != CURLE_OK) r.transport_error = std::string(curl_easy_strerror(rc)) + (errbuf[0] ? std::string(": ") + errbuf : "");
-  else curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &r.status);
+  if (rc == CURLE_FILESIZE_EXCEEDED) r.too_large = true;
+  if (r.too_large) {
+    r.body = std::string();  // what came is not the answer: not kept
+    r.transport_error = "the answer is larger than " + std::to_string(max_body_bytes) + " bytes" +
+                        (rc == CURLE_FILESIZE_EXCEEDED ? "" : " (decompressed)") + ": not read";
+  } else if (rc != CURLE_OK) {
+    r.transport_error = std::string(curl_easy_strerror(rc)) + (errbuf[0] ? std::string(": ") + errbuf : "");
+  } else {
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &r.status);
+  }
   r.timed_out = rc == CURLE_OPERATION_TIMEDOUT;
   double connect_s = 0;
   if (curl_easy_getinfo(curl, CURLINFO_CONNECT_TIME, &connect_s) == CURLE_OK) r.connected = connect_s > 0;

@@ -15,6 +15,10 @@ int main(int argc, char** argv) {
   cli.add_stream_options();
   ca::agent::Options o;
   ca::agent::add_options(cli.app(), o);
+  // An answer over this (decompressed) is not read: the episode ends as policy_error, its record written.
+  cli.app().get_option_group("Policy openai:URL")->add_option("--max-answer-mib", o.po.max_answer_mib,
+                       "Largest server answer read, MiB after decompression; a larger one ends the episode")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
 
   return cli.run(argc, argv, [&]() -> int {
     ca::agent::install_signal_handlers();

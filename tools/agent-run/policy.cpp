@@ -1,7 +1,6 @@
 // The policy factory and the replay policy (scripted assistant turns, for tests and demos).
 #include "tools/agent-run/policy.hpp"
 
-#include <fstream>
 #include <map>
 #include <mutex>
 
@@ -63,23 +62,17 @@ class ReplaySession : public PolicySession {
 class ReplayPolicy : public Policy {
  public:
   explicit ReplayPolicy(const std::string& path) : path_(path) {
-    std::ifstream in(path);
-    if (!in) throw InputError("replay: cannot read '" + path + "'");
-    std::string line;
-    int lineno = 0;
+    // The script is read as every JSON Lines input is (libcommon's reader): lines of at most 64 MiB,
+    // nesting limited, a line that is not a JSON object is bad input naming it.
+    if (!file_exists(path)) throw InputError("replay: cannot read '" + path + "'");
+    RecordReader in(path);
     std::vector<AssistantTurn> flat;
-    while (std::getline(in, line)) {
-      ++lineno;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      std::string where = path + " line " + std::to_string(lineno);
-      Json j;
+    Json j;
+    while (in.next(j)) {
+      const std::string where = in.where();
       try {
-        j = Json::parse(line);
-      } catch (const std::exception& e) {
-        throw InputError(where + ": not JSON: " + e.what());
-      }
-      try {
-        if (j.is_object() && j.contains("turns")) {
+        if (j.contains("turns")) {
+          if (!j["turns"].is_array()) throw InputError(where + ": turns must be an array");
           std::vector<AssistantTurn> turns;
           for (std::size_t i = 0; i < j["turns"].size(); ++i) turns.push_back(parse_turn(j["turns"][i], i, where));
           scripts_[j.value("task_id", "")] = std::move(turns);

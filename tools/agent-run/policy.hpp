@@ -22,6 +22,7 @@ struct PolicyOptions {
   double retry_base_s = 1.0;      // backoff: base * 2^k, at most 60 s (Retry-After wins when given)
   bool logprobs = true;           // ask for logprobs and token ids
   Json extra = Json::object();    // merged into every request body
+  int64_t max_answer_mib = 64;    // an answer larger than this (decompressed) ends the episode (policy_error)
   std::string load_weights;       // a checkpoint folder the server loads before any episode (SGLang's
                                   // POST /update_weights_from_disk {"model_path"}); empty: as served
   // native:DIR
@@ -34,6 +35,12 @@ struct PolicyOptions {
 struct TurnBudget {
   int64_t max_tokens = 0;
   double timeout_s = 0;
+};
+
+// A policy that could not answer before the episode's time ran out (--episode-timeout): the
+// episode's stop reason is `timeout`, not policy_error.
+struct PolicyDeadline : PolicyError {
+  using PolicyError::PolicyError;
 };
 
 class PolicySession {

@@ -47,8 +47,12 @@ std::vector<ToolCall> parse_tool_calls(const std::string& text, std::string& con
     ToolCall call;
     call.id = "call_" + std::to_string(turn) + "_" + std::to_string(calls.size());
     call.arguments = inner;  // malformed: the model's own text, which agent-run answers as malformed
-    if (Json::accept(inner)) {
-      Json j = Json::parse(inner);
+    Json j;
+    try {
+      j = parse_json(inner, "tool call");  // nesting limited: the model may write anything
+    } catch (const InputError&) {
+    }
+    {
       if (j.is_object() && j.contains("name") && j["name"].is_string()) {
         call.name = j["name"].get<std::string>();
         const Json& args = j.contains("arguments") ? j["arguments"] : Json::object();

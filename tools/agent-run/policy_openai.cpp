@@ -11,15 +11,16 @@
 #include "libcommon/log.hpp"
 #include "tools/agent-run/http_client.hpp"
 #include "tools/agent-run/policy.hpp"
+#include "tools/agent-run/text.hpp"
 
 namespace ca::agent {
 namespace {
 
 HttpResponse http(const std::string& method, const std::string& url, const std::string& body,
-                  const std::string& api_key, double timeout_s) {
+                  const std::string& api_key, double timeout_s, std::size_t max_bytes = kDefaultMaxBodyBytes) {
   std::vector<std::string> headers = {"Content-Type: application/json", "Accept: application/json"};
   if (!api_key.empty()) headers.push_back("Authorization: Bearer " + api_key);
-  return http_request(method, url, body, headers, timeout_s, std::min(30.0, std::max(1.0, timeout_s)));
+  return http_request(method, url, body, headers, timeout_s, std::min(30.0, std::max(1.0, timeout_s)), max_bytes);
 }
 
 std::string trim_slash(std::string s) {
@@ -27,52 +28,109 @@ std::string trim_slash(std::string s) {
   return s;
 }
 
-// Parses one chat-completions answer into a turn; throws std::runtime_error on a malformed one.
-AssistantTurn parse_completion(const Json& j) {
-  if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty())
-    throw std::runtime_error("answer without choices: " + j.dump().substr(0, 300));
-  const Json& choice = j["choices"][0];
-  const Json& msg = choice.at("message");
+// The parts of a chat-completions answer a turn is made of; nothing else of the answer is built
+// while parsing (a hostile answer full of other keys, or of extra choices, costs what it is long).
+const JsonSelection& completion_selection(std::size_t max_items) {
+  static thread_local JsonSelection sel;
+  if (sel.keep.empty()) {
+    const std::vector<std::string> m = {"choices", "0", "message"};
+    auto msg = [&](std::initializer_list<std::string> rest) {
+      std::vector<std::string> p = m;
+      p.insert(p.end(), rest);
+      return p;
+    };
+    sel.keep = {msg({"content"}),
+                msg({"reasoning_content"}),
+                msg({"reasoning"}),
+                msg({"tool_calls", "*", "id"}),
+                msg({"tool_calls", "*", "function", "name"}),
+                msg({"tool_calls", "*", "function", "arguments"}),
+                {"choices", "0", "finish_reason"},
+                {"choices", "0", "token_ids"},
+                {"choices", "0", "logprobs", "content", "*", "token"},
+                {"choices", "0", "logprobs", "content", "*", "logprob"},
+                {"usage", "prompt_tokens"},
+                {"usage", "completion_tokens"},
+                {"prompt_token_ids"},
+                {"error", "message"}};
+  }
+  sel.max_array_items = max_items;
+  return sel;
+}
+
+// Token ids as the record keeps them: an array of integers, else nothing (what ppo-step trains on
+// must be ids; a hostile array of arrays would also nest the record past the readers' limit).
+Json token_id_array(Json& v) {
+  if (!v.is_array()) return nullptr;
+  for (const auto& x : v)
+    if (!x.is_number_integer() || x.get<int64_t>() < 0) return nullptr;
+  return std::move(v);
+}
+
+std::string take_string(Json& v) { return v.is_string() ? std::move(v.get_ref<std::string&>()) : std::string(); }
+
+// Parses one chat-completions answer into a turn; throws std::runtime_error on a malformed one. The
+// strings are moved out of the parsed answer, never copied. `max_items`: no array in it may be
+// longer (token ids and logprobs are at most the context).
+AssistantTurn parse_completion(const std::string& body, std::size_t max_items) {
+  Json j = parse_json(body, "the answer", completion_selection(max_items));
+  if (!j.is_object() || !j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) {
+    std::string why = j.is_object() && j.contains("error") && j["error"].is_object() && j["error"].contains("message") &&
+                              j["error"]["message"].is_string()
+                          ? j["error"]["message"].get<std::string>()
+                          : body.substr(0, 200);
+    throw std::runtime_error("answer without choices: " + why.substr(0, 300));
+  }
+  Json& choice = j["choices"][0];
+  if (!choice.is_object() || !choice.contains("message") || !choice["message"].is_object())
+    throw std::runtime_error("answer without choices[0].message");
+  Json& msg = choice["message"];
   AssistantTurn t;
-  if (msg.contains("content") && msg["content"].is_string()) t.content = msg["content"];
+  if (msg.contains("content")) t.content = take_string(msg["content"]);
   for (const char* k : {"reasoning_content", "reasoning"})
-    if (!t.reasoning && msg.contains(k) && msg[k].is_string()) t.reasoning = msg[k].get<std::string>();
+    if (!t.reasoning && msg.contains(k) && msg[k].is_string()) t.reasoning = take_string(msg[k]);
   if (msg.contains("tool_calls") && msg["tool_calls"].is_array()) {
-    for (const auto& c : msg["tool_calls"]) {
+    for (auto& c : msg["tool_calls"]) {
       ToolCall call;
-      call.id = c.value("id", "");
-      if (c.contains("function") && c["function"].is_object()) {
-        call.name = c["function"].value("name", "");
-        const Json& a = c["function"].contains("arguments") ? c["function"]["arguments"] : Json();
-        call.arguments = a.is_string() ? a.get<std::string>() : (a.is_null() ? "" : a.dump());
+      if (c.is_object() && c.contains("id")) call.id = take_string(c["id"]);
+      if (c.is_object() && c.contains("function") && c["function"].is_object()) {
+        Json& f = c["function"];
+        if (f.contains("name")) call.name = take_string(f["name"]);
+        if (f.contains("arguments")) {
+          Json& a = f["arguments"];
+          call.arguments = a.is_string() ? take_string(a) : (a.is_null() ? "" : a.dump());
+        }
       }
-      t.tool_calls.push_back(call);
+      t.tool_calls.push_back(std::move(call));
     }
   }
-  if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) t.finish_reason = choice["finish_reason"];
+  if (choice.contains("finish_reason")) t.finish_reason = take_string(choice["finish_reason"]);
   if (j.contains("usage") && j["usage"].is_object()) {
-    t.prompt_tokens = j["usage"].value("prompt_tokens", -1);
-    t.completion_tokens = j["usage"].value("completion_tokens", -1);
+    for (auto [key, out] : {std::pair<const char*, int64_t*>{"prompt_tokens", &t.prompt_tokens},
+                            std::pair<const char*, int64_t*>{"completion_tokens", &t.completion_tokens}})
+      if (j["usage"].contains(key) && j["usage"][key].is_number_integer() && j["usage"][key].get<int64_t>() >= 0)
+        *out = j["usage"][key].get<int64_t>();
   }
   // vLLM (>= 0.10.2, return_token_ids): prompt_token_ids beside the choices and choices[].token_ids;
   // logprobs.content[] with token and logprob. ppo-step trains on the two id lists.
-  if (j.contains("prompt_token_ids") && j["prompt_token_ids"].is_array()) t.prompt_token_ids = j["prompt_token_ids"];
-  if (choice.contains("token_ids") && choice["token_ids"].is_array()) t.token_ids = choice["token_ids"];
+  if (j.contains("prompt_token_ids")) t.prompt_token_ids = token_id_array(j["prompt_token_ids"]);
+  if (choice.contains("token_ids")) t.token_ids = token_id_array(choice["token_ids"]);
   if (choice.contains("logprobs") && choice["logprobs"].is_object() && choice["logprobs"].contains("content") &&
       choice["logprobs"]["content"].is_array()) {
     Json lp = Json::array(), toks = Json::array(), ids = Json::array();
     bool all_ids = true;
-    for (const auto& e : choice["logprobs"]["content"]) {
-      lp.push_back(e.value("logprob", 0.0));
-      std::string tok = e.value("token", "");
-      toks.push_back(tok);
+    for (auto& e : choice["logprobs"]["content"]) {
+      if (!e.is_object()) continue;
+      lp.push_back(e.contains("logprob") && e["logprob"].is_number() ? e["logprob"].get<double>() : 0.0);
+      std::string tok = e.contains("token") ? take_string(e["token"]) : std::string();
       // return_tokens_as_token_ids gives "token_id:123".
       if (tok.rfind("token_id:", 0) == 0) ids.push_back(std::strtoll(tok.c_str() + 9, nullptr, 10));
       else all_ids = false;
+      toks.push_back(std::move(tok));
     }
-    t.logprobs = lp;
-    t.tokens = toks;
-    if (t.token_ids.is_null() && all_ids && !ids.empty()) t.token_ids = ids;
+    t.logprobs = std::move(lp);
+    t.tokens = std::move(toks);
+    if (t.token_ids.is_null() && all_ids && !ids.empty()) t.token_ids = token_id_array(ids);
   }
   return t;
 }
@@ -101,6 +159,7 @@ class OpenAIPolicy : public Policy {
             {"model", opt_.model},        {"temperature", opt_.temperature},
             {"top_p", opt_.top_p},        {"max_tokens", opt_.max_tokens},
             {"request_timeout_s", opt_.request_timeout_s}, {"retries", opt_.retries},
+            {"max_answer_mib", opt_.max_answer_mib},
             {"logprobs", opt_.logprobs},  {"api_key_env", opt_.api_key_env},
             {"extra", opt_.extra},
             {"weights", opt_.load_weights.empty() ? Json(nullptr) : Json(opt_.load_weights)}};
@@ -109,32 +168,42 @@ class OpenAIPolicy : public Policy {
     return std::make_unique<OpenAISession>(*this, seed);
   }
 
-  // POST with retries. Returns the parsed answer; throws PolicyError when the retries are spent.
-  AssistantTurn complete(const Json& body, double budget_s) const {
+  // POST with retries, never past the episode's deadline (budget_s from now): each request gets
+  // the time left, a Retry-After or backoff that would end after it is not waited for. Returns the
+  // parsed answer; throws PolicyDeadline when the time ran out, PolicyError when the retries are
+  // spent or the answer is over --max-answer-mib (not retried: it would be again).
+  AssistantTurn complete(const Json& body, double budget_s, int64_t max_context) const {
     const std::string url = base_ + "/chat/completions";
     const std::string text = body.dump(-1, ' ', false, Json::error_handler_t::replace);
+    const std::size_t max_bytes = static_cast<std::size_t>(opt_.max_answer_mib) << 20;
+    const std::size_t max_items = static_cast<std::size_t>(std::max<int64_t>(max_context, 4096));
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(budget_s);
+    auto left_s = [&] { return std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count(); };
     std::string last;
     for (int attempt = 0; attempt <= opt_.retries; ++attempt) {
       if (g_interrupted) throw PolicyError("interrupted");
-      double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
-      if (left <= 0) throw PolicyError("episode time ran out waiting for the server (" + last + ")");
+      double left = left_s();
+      if (left <= 0) throw PolicyDeadline("episode time ran out waiting for the server (" + last + ")");
       auto t0 = std::chrono::steady_clock::now();
-      HttpResponse r = http("POST", url, text, key_, std::min(opt_.request_timeout_s, left));
+      HttpResponse r = http("POST", url, text, key_, std::min(opt_.request_timeout_s, left), max_bytes);
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       bool retry = false;
-      if (!r.transport_error.empty()) {
+      if (r.too_large) {
+        throw PolicyError(url + ": " + r.transport_error + " (--max-answer-mib " + std::to_string(opt_.max_answer_mib) + ")");
+      } else if (!r.transport_error.empty()) {
         last = r.transport_error;
+        if (r.timed_out && left_s() <= 0.05)
+          throw PolicyDeadline("episode time ran out waiting for the server (" + last + ")");
         retry = true;
       } else if (r.status == 429 || r.status >= 500) {
-        last = "HTTP " + std::to_string(r.status) + ": " + r.body.substr(0, 200);
+        last = "HTTP " + std::to_string(r.status) + ": " + valid_text(cut_utf8(r.body, 200));
         retry = true;
       } else if (r.status != 200) {
         // 4xx other than 429: the request itself is wrong (context too long, bad model); no retry.
-        throw PolicyError("HTTP " + std::to_string(r.status) + " from " + url + ": " + r.body.substr(0, 500));
+        throw PolicyError("HTTP " + std::to_string(r.status) + " from " + url + ": " + valid_text(cut_utf8(r.body, 500)));
       } else {
         try {
-          AssistantTurn t = parse_completion(Json::parse(r.body));
+          AssistantTurn t = parse_completion(r.body, max_items);
           t.attempts = attempt + 1;
           t.latency_ms = ms;
           return t;
@@ -143,9 +212,13 @@ class OpenAIPolicy : public Policy {
           retry = true;
         }
       }
+      r.body = std::string();  // not held through the wait
       if (!retry || attempt == opt_.retries) break;
       double wait = r.retry_after_s >= 0 ? r.retry_after_s : opt_.retry_base_s * std::pow(2.0, attempt);
       wait = std::min(wait, 60.0);
+      if (wait >= left_s())
+        throw PolicyDeadline("episode time ran out: " + last + "; the next try (in " + log::cat(wait) +
+                             " s) would come after the episode's end (" + log::cat(std::max(0.0, left_s())) + " s left)");
       log::warn("policy: ", last, "; retry ", attempt + 1, "/", opt_.retries, " in ", wait, " s");
       auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait);
       while (std::chrono::steady_clock::now() < until && !g_interrupted)
@@ -168,7 +241,12 @@ class OpenAIPolicy : public Policy {
     const auto t0 = std::chrono::steady_clock::now();
     HttpResponse r = http("POST", url, Json{{"model_path", dir}}.dump(), key_, std::max(600.0, opt_.request_timeout_s));
     if (!r.transport_error.empty()) throw EnvironmentError("--load-weights: " + url + ": " + r.transport_error);
-    Json answer = Json::accept(r.body) ? Json::parse(r.body) : Json(r.body);
+    Json answer;
+    try {
+      answer = parse_json(r.body, url);
+    } catch (const InputError&) {
+      answer = r.body.substr(0, 300);
+    }
     const bool ok = r.status == 200 && (!answer.is_object() || answer.value("success", true));
     if (!ok)
       throw EnvironmentError("--load-weights: the server did not load " + dir + " (HTTP " + std::to_string(r.status) +
@@ -187,8 +265,8 @@ class OpenAIPolicy : public Policy {
       return "default";
     }
     try {
-      Json j = Json::parse(r.body);
-      return j.at("data").at(0).at("id").get<std::string>();
+      Json j = parse_json(r.body, base_ + "/models");
+      return valid_text(j.at("data").at(0).at("id").get<std::string>());
     } catch (const std::exception&) {
       log::warn("policy: no model listed at ", base_, "/models; using model 'default' (set --model)");
       return "default";
@@ -213,7 +291,7 @@ AssistantTurn OpenAISession::next(const Json& messages, const Json& tools, const
     body["return_token_ids"] = true;  // vLLM >= 0.10.2; servers that do not know it ignore it
   }
   for (auto& [k, v] : o.extra.items()) body[k] = v;
-  return policy_.complete(body, budget.timeout_s);
+  return policy_.complete(body, budget.timeout_s, o.max_context);
 }
 
 }  // namespace

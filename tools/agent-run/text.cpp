@@ -5,15 +5,15 @@
 
 namespace ca::agent {
 
+bool is_valid_utf8(const std::string& text) { return tokenizer::is_valid_utf8(text); }
+
+void make_valid_text(std::string& text) {
+  if (!is_valid_utf8(text)) text = tokenizer::valid_utf8(text);
+}
+
 std::string valid_text(const std::string& text, int64_t* replaced) {
   int64_t n = 0;
-  bool any = false;
-  for (unsigned char c : text)
-    if (c >= 0x80) {
-      any = true;
-      break;
-    }
-  if (any) {
+  if (!is_valid_utf8(text)) {
     for (const auto& c : tokenizer::decode_utf8(text)) {
       const bool ok = c.cp <= 0x10FFFF && (c.cp < 0xD800 || c.cp > 0xDFFF) &&
                       tokenizer::encode_utf8(c.cp).size() == c.length;

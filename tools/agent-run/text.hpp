@@ -10,6 +10,11 @@ namespace ca::agent {
 // `text` with every invalid, overlong or surrogate sequence replaced by U+FFFD; `replaced` gets how
 // many sequences were.
 std::string valid_text(const std::string& text, int64_t* replaced = nullptr);
+// True when `text` is well-formed UTF-8 (no invalid, overlong or surrogate sequence), checked in
+// place: nothing is allocated, however long the text.
+bool is_valid_utf8(const std::string& text);
+// valid_text in place: a valid text (the usual case) is neither copied nor changed.
+void make_valid_text(std::string& text);
 // valid_text, and when something was replaced a line saying so, naming `what` ("the output").
 std::string marked_text(const std::string& text, const std::string& what);
 // The longest prefix of at most `max_bytes` that does not end inside a UTF-8 sequence.

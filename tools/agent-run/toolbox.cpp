@@ -100,6 +100,10 @@ Toolbox::Toolbox(const RunSettings& settings, Workspace& workspace, const Json& 
     : settings_(settings), workspace_(workspace), task_(task), task_id_(task_id),
       sandbox_(workspace.root(), workspace.tmp(), settings.sandbox, uid) {}
 
+std::string Toolbox::past_deadline() const {
+  return std::chrono::steady_clock::now() >= deadline_ ? "the episode's time ran out (--episode-timeout)" : "";
+}
+
 ToolOutcome Toolbox::call(const ToolCall& call) {
   auto start = std::chrono::steady_clock::now();
   auto finish = [&](ToolOutcome o) {
@@ -123,7 +127,7 @@ ToolOutcome Toolbox::call(const ToolCall& call) {
   std::string text = call.arguments;
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) text = "{}";
   try {
-    args = Json::parse(text);
+    args = parse_json(text, "arguments");
   } catch (const std::exception& e) {
     return malformed("the arguments of " + call.name + " are not valid JSON (" + std::string(e.what()) +
                      "); send a JSON object, for example {\"path\": \"kernels/k.cu\"}");
@@ -170,7 +174,7 @@ ToolOutcome Toolbox::call(const ToolCall& call) {
       std::string host = workspace_.resolve(path, &why);
       if (host.empty()) return to_outcome(ToolAnswer::error(why));
       r = sandbox_.run_argv({"grep", "-rnIE", "--", a, workspace_.sandbox_path(host)},
-                            [] { return g_interrupted ? std::string("agent-run was interrupted") : std::string(); });
+                            [&] { return g_interrupted ? std::string("agent-run was interrupted") : past_deadline(); });
       workspace_.clear_tmp();
       ToolOutcome o;
       if (r.exit_status == 1 && !r.timed_out) o.text = "(no matches)";
@@ -187,6 +191,7 @@ ToolOutcome Toolbox::call(const ToolCall& call) {
     auto last = std::chrono::steady_clock::now();
     SandboxWatch watch = [&]() -> std::string {
       if (g_interrupted) return "agent-run was interrupted";
+      if (std::string late = past_deadline(); !late.empty()) return late;
       auto now = std::chrono::steady_clock::now();
       if (now - last < std::chrono::milliseconds(100)) return "";
       last = now;
@@ -261,7 +266,11 @@ ToolOutcome Toolbox::locked(const std::string& which) {
     // take SLURM_ARRAY_TASK_ID as their shard and drop it (DESIGN.md §8).
     argv.insert(argv.end(), {"--shard", "0/1"});
   };
-  auto timeout = std::chrono::milliseconds(static_cast<int64_t>(settings_.locked_timeout_s * 1000));
+  // Each call gets --locked-timeout, never past the episode's end.
+  auto call_seconds = [&] {
+    const double left_s = std::chrono::duration<double>(deadline_ - std::chrono::steady_clock::now()).count();
+    return std::max(0.001, std::min(settings_.locked_timeout_s, left_s));
+  };
   // An interrupt stops kernel-check/kernel-prof: SIGTERM to their group (they stop their workers),
   // SIGKILL two seconds later.
   const StopCheck interrupted = [] { return g_interrupted.load(); };
@@ -282,8 +291,10 @@ ToolOutcome Toolbox::locked(const std::string& which) {
   };
   auto step = [&](const std::string& tool, const Json& in, const char* section) -> Step {
     Step st;
+    const double call_s = call_seconds();
+    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(call_s * 1000));
     if (remote) {
-      JudgePool::Answer a = settings_.judge->call(tool, in, settings_.locked_timeout_s);
+      JudgePool::Answer a = settings_.judge->call(tool, in, call_s);
       if (g_interrupted) {
         st.stopped = true;
       } else if (!a.error.empty()) {
@@ -311,7 +322,7 @@ ToolOutcome Toolbox::locked(const std::string& which) {
     }
     std::string line = last_line(cr.out);
     try {
-      if (!line.empty()) st.record = Json::parse(line);
+      if (!line.empty()) st.record = parse_json(line, tool + "'s answer");
     } catch (const std::exception&) {
     }
     if (cr.timed_out || !st.record.is_object() || !st.record.contains(section)) {

@@ -2,6 +2,7 @@
 // file tools on the workspace, bash in the sandbox, and the locked compile/verify/profile that run
 // kernel-check and kernel-prof outside the sandbox on a snapshot of the bundle.
 #pragma once
+#include <chrono>
 #include <string>
 
 #include "libcommon/jsonl.hpp"
@@ -26,6 +27,9 @@ class Toolbox {
  public:
   Toolbox(const RunSettings& settings, Workspace& workspace, const Json& task, const std::string& task_id, int uid);
   ToolOutcome call(const ToolCall& call);
+  // The episode's end (--episode-timeout): a command, a locked tool or a judge call still running
+  // then is ended, and none is given more time than is left.
+  void set_deadline(std::chrono::steady_clock::time_point deadline) { deadline_ = deadline; }
 
  private:
   ToolOutcome locked(const std::string& which);
@@ -34,6 +38,8 @@ class Toolbox {
   const Json& task_;
   std::string task_id_;
   Sandbox sandbox_;
+  std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
+  std::string past_deadline() const;  // "" before the deadline, else why the call must end
 };
 
 // kernel-check / kernel-prof next to agent-run unless CA_KERNEL_CHECK / CA_KERNEL_PROF say otherwise.
