@@ -264,6 +264,7 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
 
   double reference_ms = 0;  // the slowest reference call seen on these inputs
   ca::Json in_tensors, ref_tensors, params_tensors, trial_variant;
+  std::string trial_calibration_note;  // a trial judged by the warm call's calibration: why
   // Every trial is judged by the bound of the precision the record claims, calibrated on that
   // trial's inputs (compare.hpp), unless --tolerance published or strict.
   const bool calibrated = options_.tolerance == "calibrated";
@@ -287,12 +288,26 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
     if (with_params) params_tensors = std::move(d.params);
     reference_ms = std::max(reference_ms, d.forward_ms);
     if (calibrated) {
-      trial_tolerances = ca::bundle::Tolerances::calibrated(claimed, d.calibration, d.calibration_error, options_.atol,
-                                                            options_.rtol);
+      trial_calibration_note.clear();
       if (with_params) {  // the warm call's: what kernel-prof's outputs check reads (Tolerances::from_check)
         if (!d.calibration.is_null()) check["calibration"] = d.calibration;
         if (!d.calibration_error.empty()) check["calibration_error"] = d.calibration_error;
+      } else if (check.contains("calibration") && check["calibration"].is_object()) {
+        // An output this trial could not calibrate is bounded by the warm call's calibration, drawn
+        // before the candidate was loaded: a candidate that makes the worker's float64 run fail
+        // (GPU memory held by its scratch) gets no looser bound for it.
+        if (!d.calibration.is_object()) d.calibration = ca::Json::object();
+        for (const auto& [name, entry] : check["calibration"].items())
+          if (!d.calibration.contains(name)) {
+            d.calibration[name] = entry;
+            trial_calibration_note = "this trial's calibration failed" +
+                                     (d.calibration_error.empty() ? std::string() : " (" + d.calibration_error + ")") +
+                                     ": " + name + " bounded by the warm call's";
+          }
+        if (!trial_calibration_note.empty()) d.calibration_error.clear();
       }
+      trial_tolerances = ca::bundle::Tolerances::calibrated(claimed, d.calibration, d.calibration_error, options_.atol,
+                                                            options_.rtol);
     }
     return true;
   };
@@ -362,6 +377,7 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
     }
     lap("compare");
     trial.update(cmp.to_json());
+    if (!trial_calibration_note.empty()) trial["tolerance"]["fallback"] = trial_calibration_note;
     std::string reason;
     if (!run["guards"].empty()) reason = run["guards"][0].get<std::string>();
     else if (!run["inputs_changed"].empty())
