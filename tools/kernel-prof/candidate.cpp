@@ -180,8 +180,16 @@ namespace {
 // the very tensors the call read, then compared with its outputs where they are.
 class FreshInputs : public CallInputs {
  public:
-  FreshInputs(GpuSession& gpu, std::string task_id, uint64_t seed_base, std::string tolerance, CandidateTiming& result)
-      : gpu_(gpu), task_id_(std::move(task_id)), seed_base_(seed_base), tolerance_(std::move(tolerance)), result_(result) {
+  // `check` is the record's kernel-check section: its claimed precision and tolerance mode, and the
+  // calibration of its warm call (the bound of an output this call could not calibrate).
+  FreshInputs(GpuSession& gpu, std::string task_id, uint64_t seed_base, const Json& check, CandidateTiming& result)
+      : gpu_(gpu), task_id_(std::move(task_id)), seed_base_(seed_base), check_(check), result_(result) {
+    const std::string mode = check_.value("tolerance", std::string("published"));
+    if (mode == "calibrated") {
+      const std::string precision = check_.value("precision", std::string("fp32"));
+      const bundle::CalibrationRule rule = bundle::calibration_rule(precision);
+      calibrate_ = worker_request::Calibrate{precision, rule.k, rule.floor};
+    }
     static std::atomic<int64_t> timings{0};
     stem_ = "kpf-" + std::to_string(++timings) + "-";
   }
@@ -215,7 +223,7 @@ class FreshInputs : public CallInputs {
       return "";
     }
     const std::string ref_key = stem_ + "ref-" + std::to_string(call);
-    Json b = gpu_.worker().request(worker_request::reference(task_id_, key_, ref_key, std::nullopt));
+    Json b = gpu_.worker().request(worker_request::reference(task_id_, key_, ref_key, std::nullopt, calibrate_));
     if (!b.value("ok", false)) {
       release();
       throw EnvironmentError("reference worker: reference for task " + task_id_ + ": " + b.value("error", std::string("?")) +
@@ -223,7 +231,7 @@ class FreshInputs : public CallInputs {
     }
     // The compare runs in the trusted context, on copies of the outputs: the candidate's kernels
     // share no address space with the kernel that judges them.
-    ca::bundle::CompareResult cmp = compare_in_trusted_context(ex, b["tensors"]);
+    ca::bundle::CompareResult cmp = compare_in_trusted_context(ex, b["tensors"], tolerances_for(b));
     gpu_.worker().request(worker_request::release({ref_key}));
     Json entry = cmp.to_json();
     entry["call"] = call;
@@ -240,7 +248,23 @@ class FreshInputs : public CallInputs {
  private:
   // The candidate's outputs copied into the trusted context (cuMemcpyPeerAsync crosses contexts),
   // the reference mapped there, compared there.
-  ca::bundle::CompareResult compare_in_trusted_context(bundle::Executor& ex, const Json& reference) {
+  // The bound of this call: calibrated on its own inputs like kernel-check's trials (an output it
+  // could not calibrate bounded by the check's warm call), or the check's mode.
+  bundle::Tolerances tolerances_for(Json& answer) const {
+    if (!calibrate_) return bundle::Tolerances::from_check(check_);
+    Json cal = answer.contains("calibration") && answer["calibration"].is_object() ? answer["calibration"] : Json::object();
+    std::string err = answer.value("calibration_error", std::string());
+    if (check_.contains("calibration") && check_["calibration"].is_object())
+      for (const auto& [name, entry] : check_["calibration"].items())
+        if (!cal.contains(name)) {
+          cal[name] = entry;
+          err.clear();
+        }
+    return bundle::Tolerances::calibrated(calibrate_->precision, cal, err);
+  }
+
+  ca::bundle::CompareResult compare_in_trusted_context(bundle::Executor& ex, const Json& reference,
+                                                       const bundle::Tolerances& tolerances) {
     auto& drv = cuda::Driver::get();
     CUcontext trusted = gpu_.trusted_context(), cand = nullptr;
     drv.check(drv.cuCtxGetCurrent(&cand), "cuCtxGetCurrent");
@@ -263,7 +287,7 @@ class FreshInputs : public CallInputs {
     drv.check(drv.cuStreamSynchronize(ts), "copies into the trusted context");
     cuda::IpcMaps maps;
     for (const auto& [name, t] : cuda::shared_tensors(reference, "reference")) want[name] = {t.dtype, t.shape, maps.map(t)};
-    ca::bundle::CompareResult cmp = ca::bundle::compare_outputs_device(got, want, tolerance_, -1, -1, ts);
+    ca::bundle::CompareResult cmp = ca::bundle::compare_outputs_device(got, want, tolerances, ts);
     maps.close();
     return cmp;
   }
@@ -291,7 +315,8 @@ class FreshInputs : public CallInputs {
   GpuSession& gpu_;
   std::string task_id_, stem_, key_;
   uint64_t seed_base_, seed_ = 0;
-  std::string tolerance_;
+  const Json& check_;
+  std::optional<worker_request::Calibrate> calibrate_;
   CandidateTiming& result_;
   double draw_ms_ = 0;
   int64_t draws_ = 0;
@@ -306,7 +331,6 @@ void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, con
   const std::string task_id = task["task_id"].get<std::string>();
   // Params (and one set, kept for --metrics' replay) as kernel-check draws them: the same weights.
   result.sets = make_input_sets(gpu, task_id, 1, options.seed, &result.params, result.keys);
-  const std::string tolerance = record["check"].value("tolerance", std::string("default"));
   auto fail = [&](const std::string& why) {
     result.outputs_ok = false;
     result.failure = why;
@@ -321,7 +345,7 @@ void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, con
   const uint64_t seed_base = mix64(options.seed ^ salt ^ (uint64_t(round) << 48) ^ mix64(++timings));
   std::random_device rd;
   const uint64_t pick_seed = options.seed_given ? mix64(seed_base ^ 0x636865636bULL) : (uint64_t(rd()) << 32 | rd());
-  FreshInputs fresh(gpu, task_id, seed_base, tolerance, result);
+  FreshInputs fresh(gpu, task_id, seed_base, record["check"], result);
   std::unique_ptr<CandidateBench> bench;
   try {
     bench = std::make_unique<CandidateBench>(record["bundle"], loaded, gpu.identity().arch, result.params, fresh,
