@@ -174,6 +174,9 @@ assert e["record_cut"]["values"] >= 1, e.get("record_cut")
 print("40 MB answer: record of %d bytes, content cut to %d" % (len(open(sys.argv[1]).read()), len(a["content"])))
 ' "$TMP/huge.out"
 grep -q "cut to keep the record under 32 MiB" "$TMP/huge.err" || fail "no warning for the cut record: $(cat "$TMP/huge.err")"
+# The answer is held a few times at most (it was about 29 times: 40 MB made over 1 GB).
+[ "$MAXRSS_MB" -lt 400 ] || fail "a 40 MB answer grew agent-run to $MAXRSS_MB MB"
+echo "40 MB answer: at most $MAXRSS_MB MB resident"
 "$CA_BIN/run-store" import --store "$TMP/s.db" -i "$TMP/huge.out" > /dev/null 2> "$TMP/import.err" ||
   fail "run-store import of the cut record: $(cat "$TMP/import.err")"
 

@@ -200,14 +200,16 @@ int64_t fit_record(Json& out, std::size_t budget) {
   return size <= budget ? cuts : -1;
 }
 
-Json turn_record(int index, const AssistantTurn& t, int64_t context_tokens, bool estimated) {
+// The turn as the record keeps it. The text, reasoning and token arrays are moved out of `t` (an
+// answer may be tens of MB: it is not copied once more); its tool calls stay, to be run.
+Json turn_record(int index, AssistantTurn& t, int64_t context_tokens, bool estimated) {
   Json calls = Json::array();
   for (const auto& c : t.tool_calls) calls.push_back({{"id", c.id}, {"name", c.name}, {"arguments", c.arguments}});
-  Json a = {{"content", t.content}, {"tool_calls", calls}, {"finish_reason", t.finish_reason}};
-  if (t.reasoning) a["reasoning_content"] = *t.reasoning;
-  if (!t.token_ids.is_null()) a["token_ids"] = t.token_ids;
-  if (!t.logprobs.is_null()) a["logprobs"] = t.logprobs;
-  if (!t.tokens.is_null()) a["tokens"] = t.tokens;
+  Json a = {{"content", std::move(t.content)}, {"tool_calls", std::move(calls)}, {"finish_reason", t.finish_reason}};
+  if (t.reasoning) a["reasoning_content"] = std::move(*t.reasoning);
+  if (!t.token_ids.is_null()) a["token_ids"] = std::move(t.token_ids);
+  if (!t.logprobs.is_null()) a["logprobs"] = std::move(t.logprobs);
+  if (!t.tokens.is_null()) a["tokens"] = std::move(t.tokens);
   Json usage = Json::object();
   if (t.prompt_tokens >= 0) usage["prompt_tokens"] = t.prompt_tokens;
   if (t.completion_tokens >= 0) usage["completion_tokens"] = t.completion_tokens;
@@ -219,7 +221,7 @@ Json turn_record(int index, const AssistantTurn& t, int64_t context_tokens, bool
                {"tool_results", Json::array()},
                {"context_tokens", context_tokens},
                {"context_tokens_estimated", estimated}};
-  if (!t.prompt_token_ids.is_null()) turn["prompt_token_ids"] = t.prompt_token_ids;
+  if (!t.prompt_token_ids.is_null()) turn["prompt_token_ids"] = std::move(t.prompt_token_ids);
   return turn;
 }
 
@@ -359,7 +361,7 @@ Json run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_desc
                  context_now(), " tokens");
     if (t.tool_calls.empty()) {
       stop_reason = t.finish_reason == "length" ? "max_tokens" : "done";
-      turns.push_back(rec);
+      turns.push_back(std::move(rec));
       break;
     }
     for (const auto& call : t.tool_calls) {

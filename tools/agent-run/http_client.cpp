@@ -33,7 +33,14 @@ size_t on_body(char* data, size_t size, size_t n, void* user) {
 
 size_t on_header(char* data, size_t size, size_t n, void* user) {
   std::string h(data, size * n);
-  auto* r = static_cast<HttpResponse*>(user);
+  auto* sink = static_cast<Sink*>(user);
+  auto* r = sink->r;
+  // The body's room at once when its length is known (and under the cap): a string grown by
+  // doubling would hold up to three times the answer while it arrives.
+  if (h.size() > 15 && strncasecmp(h.c_str(), "content-length:", 15) == 0) {
+    const unsigned long long length = std::strtoull(h.c_str() + 15, nullptr, 10);
+    if (length > 0 && length <= sink->max && r->body.empty()) r->body.reserve(static_cast<std::size_t>(length));
+  }
   if (h.size() > 12 && strncasecmp(h.c_str(), "retry-after:", 12) == 0) {
     char* end = nullptr;
     double v = std::strtod(h.c_str() + 12, &end);
@@ -73,7 +80,7 @@ HttpResponse http_request(const std::string& method, const std::string& url, con
   // A Content-Length over the cap is refused before the body comes (the cap holds without it too).
   curl_easy_setopt(curl, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(std::min<std::size_t>(max_body_bytes, INT64_MAX)));
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &r);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &sink);
   curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
   curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);  // threads: no SIGALRM for DNS timeouts
