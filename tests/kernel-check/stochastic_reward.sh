@@ -2,7 +2,7 @@
 # CPU: a check of status task_stochastic (the task's reference is a random draw: kernel-check's rule
 # for it) is not a verdict against the candidate: reward-calc gives it no -1 and passes it on with
 # an error section, while an incorrect check of the same candidate gets -1. The check schema
-# accepts the record.
+# accepts the record. ops-synth import flags a dropout task stochastic and a linear one not.
 set -u
 RC="$CA_BIN/reward-calc"
 T=$(mktemp -d)
@@ -50,6 +50,16 @@ try:
 except jsonschema.ValidationError:
     pass
 print("ok   check schema: task_stochastic with correct null, not false")
+PY
+# Where the flag comes from: ops-synth import runs the reference from two RNG states (the CPU worker).
+cp "$CA_SRC/tests/worker/fixtures/stochastic_dropout.py" "$CA_SRC/tests/worker/fixtures/linear_relu.py" "$T/"
+"$CA_BIN/ops-synth" import --no-store --device cpu "$T/stochastic_dropout.py" "$T/linear_relu.py" \
+  > "$T/tasks.jsonl" 2> "$T/import.err" || { echo "FAIL ops-synth import: $(tail -3 "$T/import.err")"; fails=$((fails + 1)); }
+python3 - "$T/tasks.jsonl" <<'PY' || fails=$((fails + 1))
+import json, sys
+flags = {json.loads(l)["name"]: json.loads(l).get("stochastic") for l in open(sys.argv[1])}
+assert flags == {"stochastic_dropout": True, "linear_relu": False}, flags
+print("ok   ops-synth import: stochastic %s" % flags)
 PY
 [ $fails -eq 0 ] && echo "stochastic_reward: all passed" || echo "stochastic_reward: $fails failed"
 exit $((fails > 0))
