@@ -56,9 +56,31 @@ status=0
 for p in "${pids[@]}"; do wait "$p" || status=$?; done    # a signal to us ends a wait early:
 for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done  # then wait for the services' clean stop
 rm -f "$urls_file"
+# Publish: each store through SQLite's backup API (`run-store copy`: a killed service's -wal content
+# included, the copy verified, then renamed into place), each log copied whole. The local folder is
+# removed only when every copy succeeded; otherwise it stays, is named, and the exit status is 3.
 dest=${store_dir:-$(dirname "$urls_file")}
-for f in "$local_dir"/*.db "$local_dir"/*.log; do
-  [[ -e $f ]] && cp "$f" "$dest/$host-$(basename "$f").tmp" && mv "$dest/$host-$(basename "$f").tmp" "$dest/$host-$(basename "$f")"
+node=$(hostname -f 2>/dev/null || hostname)  # the node's name, whatever address the services bound
+published=1
+for f in "$local_dir"/*.db; do
+  [[ -e $f ]] || continue
+  if ! "${RUN_STORE:-run-store}" copy "$f" "$dest/$node-$(basename "$f")"; then
+    echo "judge-node.sh: could not publish the store $f to $dest" >&2
+    published=0
+  fi
 done
+for f in "$local_dir"/*.log; do
+  [[ -e $f ]] || continue
+  out="$dest/$node-$(basename "$f")"
+  if ! { cp "$f" "$out.tmp.$$" && sync "$out.tmp.$$" && mv "$out.tmp.$$" "$out"; }; then
+    rm -f "$out.tmp.$$"
+    echo "judge-node.sh: could not publish the log $f to $dest" >&2
+    published=0
+  fi
+done
+if [[ $published != 1 ]]; then
+  echo "judge-node.sh: publishing failed; the stores and logs are kept in $local_dir" >&2
+  exit 3
+fi
 rm -rf "$local_dir"
 exit 0

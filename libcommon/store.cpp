@@ -1,14 +1,18 @@
 // Run store implementation over the SQLite C API (linked statically).
 #include "libcommon/store.hpp"
 
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <map>
@@ -19,6 +23,7 @@
 
 #include "ca/version.hpp"
 #include "libcommon/cli.hpp"
+#include "libcommon/atomic_file.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/fields.hpp"
 #include "libcommon/file_identity.hpp"
@@ -54,6 +59,11 @@ CREATE TABLE filter_results (task_id TEXT NOT NULL, run_id TEXT NOT NULL, kept I
 CREATE INDEX checks_task ON checks(task_id);
 CREATE INDEX profiles_task ON profiles(task_id);
 CREATE INDEX rewards_task ON rewards(task_id);
+)SQL",
+    // 1 -> 2: the run that started this one (agent-run's locked kernel-check/kernel-prof calls), as the
+    // child read it from CUDA_AGENT_PARENT_RUN: summary folds by it, never by overlapping times.
+    R"SQL(
+ALTER TABLE runs ADD COLUMN parent_run_id TEXT;
 )SQL",
 };
 
@@ -135,17 +145,24 @@ std::string id_of(const Json& r, const char* key) {
 // Rows of the runs table whose tool has not closed them yet (run_id -> store path). A tool that
 // ends on an error or a signal before its end_run still gets its row closed with the true exit
 // status: by Cli::run's exit path, or by the signal path (ca::signals cleanups).
+struct OpenRun {
+  std::string path;
+  std::optional<std::pair<uint64_t, uint64_t>> identity;  // the file it was begun in
+};
+std::optional<std::pair<uint64_t, uint64_t>> file_identity(const std::string& path);
 std::mutex g_open_runs_mutex;
-std::map<std::string, std::string> g_open_runs;
+std::map<std::string, OpenRun> g_open_runs;
 std::once_flag g_open_runs_cleanup;
 
 void close_open_runs(int exit_status) {
-  std::map<std::string, std::string> runs;
+  std::map<std::string, OpenRun> runs;
   {
     std::lock_guard<std::mutex> lock(g_open_runs_mutex);
     runs.swap(g_open_runs);
   }
-  for (const auto& [run_id, path] : runs) {
+  for (const auto& [run_id, run] : runs) {
+    const std::string& path = run.path;
+    if (file_identity(path) != run.identity) continue;  // replaced or removed: not this run's store any more
     // Its own connection: the tool's may be inside a transaction that will never commit.
     sqlite3* db = nullptr;
     if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK) {
@@ -210,6 +227,27 @@ std::string immutable_uri(const std::string& path) {
   return uri + "?immutable=1";
 }
 
+std::optional<std::pair<uint64_t, uint64_t>> file_identity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return std::make_pair(uint64_t(st.st_dev), uint64_t(st.st_ino));
+}
+
+// Columns of a table in one schema of an open connection ("main", "incoming").
+std::vector<std::string> table_columns(sqlite3* db, const std::string& schema, const std::string& table) {
+  std::vector<std::string> out;
+  Statement s(db, "SELECT name FROM pragma_table_info(?, ?)");
+  s.bind({table, schema});
+  while (s.step()) out.push_back(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)));
+  return out;
+}
+
+// The JSON-bearing columns each table must hold valid JSON in (NULL allowed where the schema allows it).
+const std::map<std::string, std::vector<std::string>> kJsonColumns = {
+    {"runs", {"argv", "counts"}}, {"tasks", {"body"}},    {"candidates", {"body"}}, {"checks", {"body"}},
+    {"profiles", {"body"}},       {"baselines", {"body"}}, {"rewards", {"body"}},   {"episodes", {"body"}},
+    {"ppo_steps", {"body"}},      {"filter_results", {"body"}}};
+
 }  // namespace
 
 std::string BaselineKey::text() const {
@@ -257,6 +295,8 @@ Store::Store(const std::string& path, bool read_only) : path_(path) {
     return;
   }
   try {
+    identity_ = file_identity(path_);
+    if (!identity_) throw EnvironmentError("store '" + path_ + "': opened, but the file cannot be stat()ed");
     refuse_foreign(db_, path);
     exec("PRAGMA journal_mode=WAL");
     // NORMAL in WAL mode survives a killed process (not a power cut) and keeps writes cheap.
@@ -280,6 +320,15 @@ void Store::exec(const std::string& sql) {
     sqlite3_free(err);
     throw EnvironmentError("store '" + path_ + "': " + msg);
   }
+}
+
+void Store::check_identity() {
+  if (!identity_) return;  // read-only: nothing is written
+  auto now = file_identity(path_);
+  if (now == identity_) return;
+  throw EnvironmentError("store '" + path_ + "' was " + (now ? "replaced by another file" : "removed") +
+                         " while this tool ran: nothing more is written (rows would go to a file no one reads); "
+                         "run again against the store that is there now");
 }
 
 int Store::schema_version() {
@@ -308,23 +357,31 @@ void Store::migrate() {
 
 std::string Store::begin_run(const CommonOptions& options, const std::string& gpu) {
   std::random_device rd;
+  check_identity();
   run_id_ = content_id(Json{{"host", hostname()}, {"pid", getpid()}, {"t", now_iso()}, {"r", rd()}});
   Json argv = options.argv;
-  Statement s(db_, "INSERT INTO runs (run_id, tool, version, argv, host, gpu, started_at) VALUES (?,?,?,?,?,?,?)");
+  // The run that started this process, if it is a run (agent-run's locked calls): it set the variable
+  // for its children below. A sibling in a pipeline never inherits it, whatever the times.
+  const char* parent = std::getenv(kParentRunVariable);
+  Statement s(db_, "INSERT INTO runs (run_id, tool, version, argv, host, gpu, started_at, parent_run_id) "
+                   "VALUES (?,?,?,?,?,?,?,?)");
   s.bind({run_id_, options.tool, std::string(kVersion) + "+" + kGitRevision, argv.dump(), hostname(),
-          gpu.empty() ? Value(nullptr) : Value(gpu), now_iso()});
+          gpu.empty() ? Value(nullptr) : Value(gpu), now_iso(),
+          parent && *parent ? Value(std::string(parent)) : Value(nullptr)});
   s.step();
+  ::setenv(kParentRunVariable, run_id_.c_str(), 1);  // every process this run starts records it as parent
   std::call_once(g_open_runs_cleanup, [] { signals::add_cleanup(close_open_runs); });
   {
     std::error_code ec;
     std::string absolute = std::filesystem::absolute(path_, ec).string();
     std::lock_guard<std::mutex> lock(g_open_runs_mutex);
-    g_open_runs[run_id_] = ec ? path_ : absolute;
+    g_open_runs[run_id_] = OpenRun{ec ? path_ : absolute, identity_};
   }
   return run_id_;
 }
 
 void Store::set_run_gpu(const std::string& gpu) {
+  check_identity();
   Statement s(db_, "UPDATE runs SET gpu = ? WHERE run_id = ?");
   s.bind({gpu, run_id_});
   s.step();
@@ -333,6 +390,7 @@ void Store::set_run_gpu(const std::string& gpu) {
 void Store::end_run(int exit_status, const Json& counts) {
   if (run_id_.empty()) return;
   if (signals::stopping()) return;  // the signal path closes it with 128+signal
+  check_identity();
   {
     std::lock_guard<std::mutex> lock(g_open_runs_mutex);
     g_open_runs.erase(run_id_);
@@ -343,18 +401,21 @@ void Store::end_run(int exit_status, const Json& counts) {
 }
 
 void Store::put_task(const Json& task) {
+  check_identity();
   Statement s(db_, "INSERT OR REPLACE INTO tasks (task_id, run_id, body) VALUES (?,?,?)");
   s.bind({text_of(task, "task_id"), run_id_, task.dump()});
   s.step();
 }
 
 void Store::put_candidate(const Json& candidate) {
+  check_identity();
   Statement s(db_, "INSERT OR REPLACE INTO candidates (candidate_id, task_id, run_id, body) VALUES (?,?,?,?)");
   s.bind({text_of(candidate, "candidate_id"), text_of(candidate, "task_id"), run_id_, candidate.dump()});
   s.step();
 }
 
 void Store::put_check(const std::string& candidate_id, const std::string& task_id, const Json& check) {
+  check_identity();
   Statement s(db_, "INSERT OR REPLACE INTO checks (candidate_id, run_id, task_id, status, correct, body) VALUES (?,?,?,?,?,?)");
   Value correct = check.contains("correct") && check["correct"].is_boolean() ? Value(int64_t(check["correct"].get<bool>())) : Value(nullptr);
   s.bind({candidate_id, run_id_, task_id, text_of(check, "status"), correct, check.dump()});
@@ -362,6 +423,7 @@ void Store::put_check(const std::string& candidate_id, const std::string& task_i
 }
 
 void Store::put_profile(const std::string& candidate_id, const std::string& task_id, const Json& prof) {
+  check_identity();
   Statement s(db_, "INSERT OR REPLACE INTO profiles (candidate_id, run_id, task_id, time_us, speedup_vs_eager, "
                    "speedup_vs_compile, body) VALUES (?,?,?,?,?,?,?)");
   s.bind({candidate_id, run_id_, task_id, optional_number(prof, "time_us"), optional_number(prof, "speedup_vs_eager"),
@@ -370,30 +432,35 @@ void Store::put_profile(const std::string& candidate_id, const std::string& task
 }
 
 void Store::put_reward(const std::string& candidate_id, const std::string& task_id, const Json& reward) {
+  check_identity();
   Statement s(db_, "INSERT OR REPLACE INTO rewards (candidate_id, run_id, task_id, value, scheme, body) VALUES (?,?,?,?,?,?)");
   s.bind({candidate_id, run_id_, task_id, optional_number(reward, "value"), text_of(reward, "scheme"), reward.dump()});
   s.step();
 }
 
 void Store::put_episode(const std::string& candidate_id, const std::string& task_id, const Json& episode) {
+  check_identity();
   Statement s(db_, "INSERT OR REPLACE INTO episodes (candidate_id, run_id, task_id, body) VALUES (?,?,?,?)");
   s.bind({candidate_id, run_id_, task_id, episode.dump()});
   s.step();
 }
 
 void Store::put_ppo_step(const std::string& step_id, const Json& metrics) {
+  check_identity();
   Statement s(db_, "INSERT OR REPLACE INTO ppo_steps (step_id, run_id, body) VALUES (?,?,?)");
   s.bind({step_id, run_id_, metrics.dump()});
   s.step();
 }
 
 void Store::put_filter_result(const std::string& task_id, bool kept, const std::string& reason, const Json& detail) {
+  check_identity();
   Statement s(db_, "INSERT OR REPLACE INTO filter_results (task_id, run_id, kept, reason, body) VALUES (?,?,?,?,?)");
   s.bind({task_id, run_id_, int64_t(kept), reason, detail.dump()});
   s.step();
 }
 
 void Store::put_baseline(const BaselineKey& key, const Json& timing) {
+  check_identity();
   Statement s(db_, "INSERT OR REPLACE INTO baselines (baseline_key, task_id, gpu, driver, torch_version, method, "
                    "time_us, run_id, body) VALUES (?,?,?,?,?,?,?,?,?)");
   Value time = nullptr;
@@ -467,24 +534,77 @@ Json Store::merge_from(const std::string& other_path) {
   // ATTACHing the file itself would wait 30 s on its own lock and fail "database is locked".
   if (same_file(path_, other_path))
     throw UsageError("cannot merge store '" + other_path + "' into itself ('" + path_ + "' is the same file)");
+  // The input is checked whole before one row moves, and every error names it, not OUT: SQLite's own
+  // check of the pages, then every JSON column parsed (a truncated body would fail `report` later).
+  auto damaged = [&](const std::string& why) {
+    return InputError("merge: input store '" + other_path + "' is damaged: " + why + "; nothing merged from it");
+  };
   {
-    Store other(other_path, true);
-    if (other.schema_version() != kSchemaVersion)
-      throw InputError("store '" + other_path + "' has schema " + std::to_string(other.schema_version()) +
-                       ", expected " + std::to_string(kSchemaVersion) + " (open it once with this version to migrate)");
+    std::unique_ptr<Store> other;
+    try {
+      other = std::make_unique<Store>(other_path, true);
+    } catch (const Error& e) {
+      throw InputError("merge: cannot read input store '" + other_path + "': " + e.what());
+    }
+    int version = 0;
+    // "" when the input is whole, else what is wrong with it (SQLite's own errors included).
+    const std::string problem = [&]() -> std::string {
+      try {
+        version = other->schema_version();
+        Statement check(other->db_, "PRAGMA quick_check");
+        std::string problems;
+        int shown = 0;
+        while (check.step()) {
+          std::string line = reinterpret_cast<const char*>(sqlite3_column_text(check.get(), 0));
+          if (line == "ok") break;
+          if (shown++ < 3) problems += (problems.empty() ? "" : "; ") + line;
+        }
+        if (!problems.empty()) return "quick_check: " + problems;
+        if (version < 1 || version > kSchemaVersion) return "";
+        for (const auto& [table, columns] : kJsonColumns)
+          for (const auto& column : columns) {
+            Statement bad(other->db_, "SELECT rowid FROM " + table + " WHERE " + column + " IS NOT NULL AND json_valid(" +
+                                          column + ") = 0 LIMIT 1");
+            if (bad.step())
+              return "table " + table + " row " + std::to_string(sqlite3_column_int64(bad.get(), 0)) + ": " + column +
+                     " is not valid JSON (truncated?)";
+          }
+        return "";
+      } catch (const Error& e) {
+        return e.what();
+      }
+    }();
+    if (!problem.empty()) throw damaged(problem);
+    if (version < 1 || version > kSchemaVersion)
+      throw InputError("merge: input store '" + other_path + "' has schema " + std::to_string(version) + ", this tool reads 1.." +
+                       std::to_string(kSchemaVersion));
   }
+  check_identity();
   Json added = Json::object();
   Statement attach(db_, "ATTACH DATABASE ? AS incoming");
   attach.bind({other_path});
-  attach.step();
+  try {
+    attach.step();
+  } catch (const Error& e) {
+    throw EnvironmentError("merge: cannot attach input store '" + other_path + "' to '" + path_ + "': " + e.what());
+  }
   try {
     exec("BEGIN IMMEDIATE");
     for (const auto& table : kTables) {
+      // By column name: an input of an older schema lacks the newer columns, which stay NULL.
+      const auto theirs = table_columns(db_, "incoming", table);
+      std::string list;
+      for (const auto& c : table_columns(db_, "main", table))
+        if (std::find(theirs.begin(), theirs.end(), c) != theirs.end()) list += (list.empty() ? "\"" : ", \"") + c + "\"";
       int before = sqlite3_total_changes(db_);
-      exec("INSERT OR IGNORE INTO main." + table + " SELECT * FROM incoming." + table);
+      exec("INSERT OR IGNORE INTO main." + table + " (" + list + ") SELECT " + list + " FROM incoming." + table);
       added[table] = sqlite3_total_changes(db_) - before;
     }
     exec("COMMIT");
+  } catch (const Error& e) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    sqlite3_exec(db_, "DETACH DATABASE incoming", nullptr, nullptr, nullptr);
+    throw EnvironmentError("merge: '" + other_path + "' into '" + path_ + "': " + e.what() + " (rolled back)");
   } catch (...) {
     sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
     sqlite3_exec(db_, "DETACH DATABASE incoming", nullptr, nullptr, nullptr);
@@ -516,6 +636,7 @@ FROM runs r ORDER BY r.started_at)SQL",
 }
 
 void Store::in_transaction(const std::function<void()>& body) {
+  check_identity();
   exec("BEGIN IMMEDIATE");
   try {
     body();
@@ -562,6 +683,109 @@ void Store::put_section(const std::string& section, const Json& record) {
   else if (section == "reward") put_reward(candidate_id, task_id, body);
   else if (section == "episode") put_episode(candidate_id, task_id, body);
   else throw InternalError("store: no table for a record's '" + section + "' section");
+}
+
+namespace {
+// Rows per table of an open database: what a copy is verified against.
+std::map<std::string, int64_t> row_counts(sqlite3* db, const std::string& path) {
+  std::map<std::string, int64_t> counts;
+  std::vector<std::string> tables;
+  {
+    Statement t(db, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name");
+    while (t.step()) tables.push_back(reinterpret_cast<const char*>(sqlite3_column_text(t.get(), 0)));
+  }
+  for (const auto& table : tables) {
+    std::string quoted = "\"";
+    for (char c : table) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+    Statement c(db, "SELECT COUNT(*) FROM " + quoted + "\"");
+    if (!c.step()) throw EnvironmentError("copy: cannot count the rows of " + table + " in '" + path + "'");
+    counts[table] = sqlite3_column_int64(c.get(), 0);
+  }
+  return counts;
+}
+
+struct Db {
+  sqlite3* db = nullptr;
+  ~Db() { sqlite3_close(db); }
+};
+}  // namespace
+
+Json copy_store(const std::string& from, const std::string& to) {
+  struct stat st {};
+  if (::stat(from.c_str(), &st) != 0) throw EnvironmentError("copy: no store at '" + from + "': " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw InputError("copy: '" + from + "' is not a regular file");
+  if (same_file(from, to)) throw UsageError("copy: '" + from + "' and '" + to + "' are the same file");
+  // Read through SQLite, so the pages still in the -wal of a killed writer are in the copy (a plain cp
+  // of the main file alone gave a store without tables).
+  Db src, dst;
+  if (sqlite3_open_v2(from.c_str(), &src.db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK)
+    throw EnvironmentError("copy: cannot open '" + from + "': " + (src.db ? sqlite3_errmsg(src.db) : "out of memory"));
+  sqlite3_busy_timeout(src.db, 30000);
+  std::map<std::string, int64_t> counts;
+  try {
+    Statement check(src.db, "PRAGMA quick_check");
+    std::string first = check.step() ? reinterpret_cast<const char*>(sqlite3_column_text(check.get(), 0)) : "no answer";
+    if (first != "ok") throw InputError("copy: '" + from + "' is damaged (quick_check: " + first + ")");
+    counts = row_counts(src.db, from);
+  } catch (const InputError& e) {
+    if (std::string(e.what()).rfind("copy:", 0) == 0) throw;
+    throw InputError("copy: '" + from + "' is not a readable SQLite store: " + e.what());
+  } catch (const EnvironmentError& e) {
+    throw InputError("copy: '" + from + "' is not a readable SQLite store: " + e.what());
+  }
+  const std::string tmp = to + ".tmp." + std::to_string(getpid());
+  ::unlink(tmp.c_str());
+  struct Cleanup {
+    const std::string& path;
+    bool keep = false;
+    ~Cleanup() {
+      if (!keep)
+        for (const char* suffix : {"", "-journal", "-wal", "-shm"}) ::unlink((path + suffix).c_str());
+    }
+  } cleanup{tmp};
+  if (sqlite3_open_v2(tmp.c_str(), &dst.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK)
+    throw EnvironmentError("copy: cannot create '" + tmp + "': " + (dst.db ? sqlite3_errmsg(dst.db) : "out of memory"));
+  sqlite3_backup* backup = sqlite3_backup_init(dst.db, "main", src.db, "main");
+  if (!backup) throw EnvironmentError("copy: '" + from + "' to '" + tmp + "': " + sqlite3_errmsg(dst.db));
+  int rc;
+  while ((rc = sqlite3_backup_step(backup, 1024)) == SQLITE_OK || rc == SQLITE_BUSY || rc == SQLITE_LOCKED)
+    if (rc != SQLITE_OK) sqlite3_sleep(50);
+  sqlite3_backup_finish(backup);
+  if (rc != SQLITE_DONE) throw EnvironmentError("copy: '" + from + "' to '" + tmp + "': " + sqlite3_errmsg(dst.db));
+  // One self-contained file (no -wal to carry along, readable on read-only or shared media), synced.
+  char* err = nullptr;
+  if (sqlite3_exec(dst.db, "PRAGMA journal_mode=DELETE; PRAGMA synchronous=FULL;", nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown";
+    sqlite3_free(err);
+    throw EnvironmentError("copy: '" + tmp + "': " + msg);
+  }
+  // Verified before it is put in place: pages whole and every table with the source's row count.
+  {
+    Statement check(dst.db, "PRAGMA quick_check");
+    std::string first = check.step() ? reinterpret_cast<const char*>(sqlite3_column_text(check.get(), 0)) : "no answer";
+    if (first != "ok") throw EnvironmentError("copy: the copy '" + tmp + "' does not verify (quick_check: " + first + ")");
+  }
+  if (row_counts(dst.db, tmp) != counts)
+    throw EnvironmentError("copy: the copy '" + tmp + "' does not have the rows of '" + from + "'");
+  if (sqlite3_close(dst.db) != SQLITE_OK) throw EnvironmentError("copy: cannot close '" + tmp + "'");
+  dst.db = nullptr;
+  {
+    int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::fsync(fd) != 0) {
+      const int e = errno;
+      if (fd >= 0) ::close(fd);
+      throw EnvironmentError("copy: cannot sync '" + tmp + "': " + std::strerror(e));
+    }
+    ::close(fd);
+  }
+  if (::rename(tmp.c_str(), to.c_str()) != 0)
+    throw EnvironmentError("copy: cannot rename '" + tmp + "' to '" + to + "': " + std::strerror(errno));
+  cleanup.keep = true;
+  auto parent = std::filesystem::path(to).parent_path();
+  fsync_dir(parent.empty() ? std::string(".") : parent.string());
+  Json out = Json::object();
+  for (const auto& [table, n] : counts) out[table] = n;
+  return out;
 }
 
 std::unique_ptr<Store> open_store_for(const CommonOptions& options, const std::string& gpu) {

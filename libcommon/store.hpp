@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "libcommon/jsonl.hpp"
@@ -24,7 +25,9 @@ struct BaselineKey {
 
 class Store {
  public:
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
+  // Set by begin_run for the processes a run starts; a run begun with it set records it as its parent.
+  static constexpr const char* kParentRunVariable = "CUDA_AGENT_PARENT_RUN";
   static const std::vector<std::string>& table_names();
 
   // Opens (creating if needed) and migrates. Throws EnvironmentError when it cannot, and before
@@ -67,7 +70,9 @@ class Store {
   // Rows of any SELECT as JSON objects (column name -> value; `body` columns parsed).
   void query(const std::string& sql, const std::function<void(const Json&)>& row);
   // Fold another store in; rows already present are skipped, so merging twice changes nothing.
-  // Returns rows added per table. The store itself (same device and inode) is a UsageError.
+  // Returns rows added per table. The store itself (same device and inode) is a UsageError. The input
+  // is checked first (PRAGMA quick_check, every JSON column parses): a damaged one is an InputError
+  // naming it, and nothing of it is merged. Inputs of older schemas merge by column name.
   Json merge_from(const std::string& other_path);
   // Per-run counts and rates, and an "all" line over the newest check/profile/reward per candidate.
   Json summary();
@@ -87,10 +92,23 @@ class Store {
   void insert(const std::string& sql, const std::vector<std::string>& text_args,
               const std::vector<std::optional<double>>& number_args = {});
 
+  // Before every write: the path still names the file opened (device and inode). A store replaced
+  // (mv, cp over a new inode) or removed under a running tool is an EnvironmentError, never rows
+  // written on into an unlinked file.
+  void check_identity();
+
   std::string path_;
   sqlite3* db_ = nullptr;
   std::string run_id_;
+  std::optional<std::pair<uint64_t, uint64_t>> identity_;  // (st_dev, st_ino) at open; none when read-only
 };
+
+// A whole, verified copy of a store (judge-node.sh publishes with it): SQLite's backup API reads the
+// pages a killed writer left in its -wal too; the copy is written beside `to`, switched to one
+// self-contained file (journal_mode DELETE), checked (quick_check, every table's row count equal to
+// the source's), synced and renamed into place. Returns rows per table. A damaged or foreign source
+// is an InputError, a failed write an EnvironmentError; `to` is then untouched.
+Json copy_store(const std::string& from, const std::string& to);
 
 // --no-store gives nullptr; otherwise the store opened and a run begun.
 std::unique_ptr<Store> open_store_for(const CommonOptions& options, const std::string& gpu = "");

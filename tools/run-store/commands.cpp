@@ -60,7 +60,11 @@ int run_import(const CommonOptions& opt) {
     status = e.exit_code;
   }
   ca::Json by_kind = kinds;
-  store.end_run(status, counts.to_json());
+  try {
+    store.end_run(status, counts.to_json());
+  } catch (const ca::Error&) {
+    if (status == ca::kExitOk) throw;  // else the error that ended the import is reported already
+  }
   ca::log::info("imported ", counts.done, " records ", by_kind.dump(), ", ", counts.bad, " bad");
   return status;
 }
@@ -75,6 +79,14 @@ int run_merge(const std::string& merge_out, const std::vector<std::string>& merg
     for (auto& [k, v] : added.items()) total[k] = total.value(k, 0) + v.get<int64_t>();
   }
   ca::log::info("rows added: ", total.dump());
+  return ca::kExitOk;
+}
+
+int run_copy(const std::string& from, const std::string& to) {
+  ca::Json rows = ca::copy_store(from, to);
+  int64_t total = 0;
+  for (auto& [table, n] : rows.items()) total += n.get<int64_t>();
+  ca::log::info("copied ", from, " to ", to, " (", total, " rows, verified)");
   return ca::kExitOk;
 }
 

@@ -15,6 +15,8 @@ int run_import(const CommonOptions& options);
 // Folds the shard stores into `out` (created if missing) without duplicates; refuses `out` among them.
 int run_merge(const std::string& out, const std::vector<std::string>& inputs);
 // Rows as JSON Lines on stdout: one SQL statement's, or a whole table's.
+// A verified copy of a live or killed store, WAL content included (ca::copy_store).
+int run_copy(const std::string& from, const std::string& to);
 int run_query(const CommonOptions& options, const std::string& sql);
 int run_export(const CommonOptions& options, const std::string& table);
 // One row per run (agent-run's locked calls folded under their episode's run): a table on a

@@ -1,7 +1,5 @@
-// Run lineage: agent-run's locked tool calls found among the run rows, and the summary folded by it.
+// Run lineage: the runs other runs started (agent-run's locked tool calls), and the summary folded by it.
 #include "tools/run-store/lineage.hpp"
-
-#include <algorithm>
 
 namespace ca {
 namespace {
@@ -45,23 +43,11 @@ std::map<std::string, std::string> locked_call_parents(const std::vector<RunInfo
   std::map<std::string, const RunInfo*> by_id;
   for (const auto& r : runs) by_id[r.run_id] = &r;
   std::map<std::string, std::string> parents;
-  for (const auto& child : runs) {
-    if (!child.parent_run_id.empty()) {
-      if (by_id.count(child.parent_run_id)) parents[child.run_id] = child.parent_run_id;
-      continue;
-    }
-    if (child.tool != "kernel-check" && child.tool != "kernel-prof") continue;
-    // A locked call judges one snapshot of the bundle: one record read. A killed one (no end) stays apart.
-    if (child.ended_at.empty() || child.records_read > 1) continue;
-    const RunInfo* parent = nullptr;
-    for (const auto& p : runs) {
-      if (p.tool != "agent-run" || p.host != child.host || p.ended_at.empty()) continue;
-      // The timestamps are ISO 8601 UTC with milliseconds, so text order is time order.
-      if (p.started_at > child.started_at || child.ended_at > p.ended_at) continue;
-      if (!parent || p.started_at > parent->started_at) parent = &p;
-    }
-    if (parent) parents[child.run_id] = parent->run_id;
-  }
+  // Only what a run recorded decides: two pipelines on one store overlap in time, and a guess by time
+  // gave each the other's locked calls.
+  for (const auto& child : runs)
+    if (!child.parent_run_id.empty() && child.parent_run_id != child.run_id && by_id.count(child.parent_run_id))
+      parents[child.run_id] = child.parent_run_id;
   return parents;
 }
 

@@ -19,11 +19,9 @@ struct RunInfo {
 // Every run row of a store, in start order. parent_run_id is read when the runs table has that column.
 std::vector<RunInfo> read_runs(Store& store);
 
-// child run_id -> the run that started it. A recorded parent_run_id decides. Without one (stores whose
-// runs do not record it), a kernel-check or kernel-prof run is agent-run's locked call when it read at
-// most one record, on the same host, and started and ended within that agent-run's run; the innermost
-// such agent-run run is the parent. A pipeline stage after agent-run (`agent-run | kernel-check`)
-// ends after agent-run does, so it is never taken for one.
+// child run_id -> the run that started it, as the child recorded it (runs.parent_run_id, from
+// CUDA_AGENT_PARENT_RUN, which a run sets for the processes it starts). Nothing is inferred from
+// times or hosts: a run without a recorded parent, or whose parent is not in the store, stays a row.
 std::map<std::string, std::string> locked_call_parents(const std::vector<RunInfo>& runs);
 
 // Store::summary() with the locked calls folded into their episode's run: they leave the list, and

@@ -5,7 +5,7 @@
 #include "tools/run-store/report.hpp"
 
 int main(int argc, char** argv) {
-  ca::Cli cli("run-store", "The cuda-agent run store (SQLite): init, import, merge, query, export, summary, report.",
+  ca::Cli cli("run-store", "The cuda-agent run store (SQLite): init, import, merge, copy, query, export, summary, report.",
               "run-store merge merged.db shard-*.db && run-store summary --store merged.db",
               "kernel-check(1), kernel-prof(1), reward-calc(1), cuda-agent(7)");
   auto& app = cli.app();
@@ -26,6 +26,11 @@ int main(int argc, char** argv) {
   auto* merge = app.add_subcommand("merge", "Fold shard stores into OUT without duplicates (idempotent)");
   merge->add_option("out", merge_out, "The merged store (created if missing)")->required();
   merge->add_option("inputs", merge_in, "Shard stores")->required()->check(CLI::ExistingFile);
+
+  std::string copy_from, copy_to;
+  auto* copy = app.add_subcommand("copy", "A whole, verified copy of a store (SQLite backup: a killed writer's -wal too)");
+  copy->add_option("from", copy_from, "The store (may be in use, or left by a killed tool)")->required();
+  copy->add_option("to", copy_to, "The copy (replaced only when the copy verified)")->required();
 
   std::string sql;
   auto* query = app.add_subcommand("query", "Run one SQL statement; rows as JSON Lines");
@@ -56,6 +61,7 @@ int main(int argc, char** argv) {
     if (*init) return ca::store_cmd::run_init(opt);
     if (*import) return ca::store_cmd::run_import(opt);
     if (*merge) return ca::store_cmd::run_merge(merge_out, merge_in);
+    if (*copy) return ca::store_cmd::run_copy(copy_from, copy_to);
     if (*report) return ca::report::run(report_cmd, opt.resolved_store_path());
     if (*query) return ca::store_cmd::run_query(opt, sql);
     if (*export_cmd) return ca::store_cmd::run_export(opt, table);

@@ -18,6 +18,7 @@
 #include "libcommon/log.hpp"
 #include "libcommon/store.hpp"
 #include "tools/run-store/lineage.hpp"
+#include "tools/run-store/summary_table.hpp"
 
 namespace ca::report {
 namespace {
@@ -62,6 +63,30 @@ std::optional<double> number(const Json& j, const char* key) {
 std::optional<double> positive(std::optional<double> v) {
   if (v && std::isfinite(*v) && *v > 0) return v;
   return std::nullopt;
+}
+
+// The profile fields the report reads, rebuilt as a small object from their JSON texts (a dotted name
+// becomes nested keys), so a row costs what the report shows, not its whole body.
+Json profile_body(const Json& row) {
+  Json body = Json::object();
+  for (const auto& [key, value] : row.items()) {
+    if (!value.is_string() || key == "candidate_id" || key == "run_id" || key == "task_id") continue;
+    Json parsed;
+    try {
+      parsed = Json::parse(value.get<std::string>());
+    } catch (const Json::exception&) {
+      continue;
+    }
+    Json* at = &body;
+    std::size_t start = 0;
+    for (std::size_t dot; (dot = key.find('.', start)) != std::string::npos; start = dot + 1) {
+      Json& next = (*at)[key.substr(start, dot - start)];
+      if (!next.is_object()) next = Json::object();
+      at = &next;
+    }
+    (*at)[key.substr(start)] = std::move(parsed);
+  }
+  return body;
 }
 
 // Opens one store read-only, saying plainly when it is missing or is not a run store.
@@ -220,6 +245,19 @@ std::string format_number(const Json& v, const char* format) {
 
 Report build_report(const std::vector<std::string>& store_paths, Select select) {
   Report report;
+  // A row whose body is not JSON: left out, named on stderr (the first kShownSkips of them).
+  constexpr int64_t kShownSkips = 20;
+  int64_t skipped_rows = 0;
+  auto valid_body = [&](const std::string& path, const std::string& table, const Json& r) {
+    if (!r.contains("ok") || !r["ok"].is_number_integer() || r["ok"].get<int64_t>() != 0) return true;
+    if (++skipped_rows <= kShownSkips)
+      log::warn("report: '", terminal_safe(path), "': ", table, " row ", r.value("seq", int64_t(0)),
+                terminal_safe(table == "tasks" ? " (task " + text(r, "task_id") + ")"
+                              : table == "ppo_steps" ? " (step " + text(r, "step_id") + ", run " + text(r, "run_id") + ")"
+                                                     : " (candidate " + text(r, "candidate_id") + ", run " + text(r, "run_id") + ")"),
+                ": body is not valid JSON (truncated?): row skipped");
+    return false;
+  };
   report.stores = store_paths;
   report.select = select;
 
@@ -234,27 +272,55 @@ Report build_report(const std::vector<std::string>& store_paths, Select select) 
     auto store = open_run_store(store_paths[s]);
     for (const auto& r : read_runs(*store))
       if (run_started.emplace(r.run_id, r.started_at).second) run_tool[r.run_id] = r.tool, all_runs.push_back(r);
-    store->query("SELECT task_id, json_extract(body, '$.data_source') AS data_source, json_extract(body, '$.name') AS name, "
-                 "CASE WHEN json_type(body, '$.ops') = 'array' THEN json_array_length(body, '$.ops') END AS n_ops FROM tasks",
-                 [&](const Json& r) { tasks.emplace(text(r, "task_id"), r); });
+    // Only the fields the report shows are read (never whole bodies: 333k profiles held whole took
+    // over 8 GB), and a body that is not JSON (a truncated row) is skipped with a warning naming it
+    // rather than failing every query: json_valid guards each extraction.
+    store->query("SELECT rowid AS seq, task_id, json_valid(body) AS ok, "
+                 "CASE WHEN json_valid(body) THEN json_extract(body, '$.data_source') END AS data_source, "
+                 "CASE WHEN json_valid(body) THEN json_extract(body, '$.name') END AS name, "
+                 "CASE WHEN json_valid(body) AND json_type(body, '$.ops') = 'array' THEN json_array_length(body, '$.ops') END "
+                 "AS n_ops FROM tasks",
+                 [&](const Json& r) {
+                   if (!valid_body(store_paths[s], "tasks", r)) return;
+                   tasks.emplace(text(r, "task_id"), r);
+                 });
+    const std::string prof_fields = [] {
+      std::string f;
+      for (const char* k : {"status", "correct", "time_us", "speedup_vs_eager", "speedup_vs_compile",
+                            "speedup_vs_eager_precision_matched", "speedup_vs_compile_precision_matched",
+                            "matched_precision", "baselines.eager_precision_matched.time_us",
+                            "baselines.compile_precision_matched.time_us", "metrics.roofline.floor_us",
+                            "metrics.roofline.bound"})
+        f += std::string(", CASE WHEN json_valid(body) THEN body -> '$.") + k + "' END AS \"" + k + "\"";
+      return f;
+    }();
     const std::vector<std::pair<std::string, std::string>> tables = {
-        {"candidates", "SELECT rowid AS seq, candidate_id, task_id, run_id, "
-                       "json_extract(body, '$.task.data_source') AS data_source FROM candidates"},
+        {"candidates", "SELECT rowid AS seq, candidate_id, task_id, run_id, json_valid(body) AS ok, "
+                       "CASE WHEN json_valid(body) THEN json_extract(body, '$.task.data_source') END AS data_source "
+                       "FROM candidates"},
         {"checks", "SELECT rowid AS seq, candidate_id, run_id, task_id, correct FROM checks"},
-        {"profiles", "SELECT rowid AS seq, candidate_id, run_id, task_id, body FROM profiles"},
+        {"profiles", "SELECT rowid AS seq, candidate_id, run_id, task_id, json_valid(body) AS ok" + prof_fields +
+                         " FROM profiles"},
         {"rewards", "SELECT rowid AS seq, candidate_id, run_id, task_id, value FROM rewards"},
         {"episodes", "SELECT rowid AS seq, candidate_id, run_id, task_id FROM episodes"},
-        {"ppo_steps", "SELECT rowid AS seq, step_id, run_id, body FROM ppo_steps"}};
+        {"ppo_steps", "SELECT rowid AS seq, step_id, run_id, json_valid(body) AS ok, "
+                      "CASE WHEN json_valid(body) THEN json_object('mode', body -> '$.mode', 'step', body -> '$.step', "
+                      "'reward_mean', body -> '$.reward_mean', 'losses', body -> '$.losses') END AS body FROM ppo_steps"}};
     for (const auto& [table, sql] : tables) {
       store->query(sql, [&](const Json& r) {
+        if (!valid_body(store_paths[s], table, r)) return;
         // candidates are keyed by candidate_id alone; the per-run tables by (id, run).
         std::string key = table == "ppo_steps" ? text(r, "step_id") : text(r, "candidate_id");
         if (table != "candidates") key += "\x1f" + text(r, "run_id");
         if (!keep(table, key)) return;
-        rows[table].push_back(Row{text(r, "run_id"), s, r.value("seq", int64_t(0)), r});
+        Json data = r;
+        if (table == "profiles") data["body"] = profile_body(r);
+        rows[table].push_back(Row{text(r, "run_id"), s, r.value("seq", int64_t(0)), std::move(data)});
       });
     }
   }
+  if (skipped_rows > kShownSkips)
+    log::warn("report: ", skipped_rows, " rows in all skipped for a body that is not JSON (", kShownSkips, " named above)");
   auto seq_of = [&](const Row& r) {
     auto it = run_started.find(r.run_id);
     return Seq{it == run_started.end() ? std::string() : it->second, r.store, r.rowid};
@@ -433,7 +499,7 @@ std::string render_table(const Report& report) {
       std::vector<std::string> line;
       for (const auto& [key, _] : columns) {
         const Json v = row.contains(key) ? row[key] : Json();
-        if (v.is_string()) line.push_back(v.get<std::string>());
+        if (v.is_string()) line.push_back(terminal_safe(v.get<std::string>()));
         else if (key == "pass_rate" || key.rfind("faster", 0) == 0 || key.rfind("fast_", 0) == 0) line.push_back(format_rate(v));
         else line.push_back(format_number(v));
       }
