@@ -1,14 +1,20 @@
 // Run-time locations of shipped files.
 #include "libcommon/paths.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "libcommon/atomic_file.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/file_identity.hpp"
 #include "libcommon/signals.hpp"
@@ -70,17 +76,76 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-void write_file_atomic(const std::string& path, const std::string& content) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw EnvironmentError("cannot write '" + tmp + "'");
-    out << content;
-    if (!out) throw EnvironmentError("write failed for '" + tmp + "'");
+namespace {
+std::atomic<uint64_t> g_atomic_file_counter{0};
+std::string parent_of(const std::string& path) {
+  auto parent = fs::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+}  // namespace
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  // pid + a process-wide counter: two threads (or two processes) writing one target never share a temp file.
+  tmp_ = path_ + ".tmp." + std::to_string(getpid()) + "." + std::to_string(g_atomic_file_counter++);
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd_ < 0) {
+    const int err = errno;
+    tmp_.clear();
+    fail("cannot create a temp file beside it", err);
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw EnvironmentError("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_ && !tmp_.empty()) ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::fail(const std::string& what, int err) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!tmp_.empty()) ::unlink(tmp_.c_str());
+  tmp_.clear();
+  throw EnvironmentError("cannot write '" + path_ + "': " + what + ": " + std::strerror(err) +
+                         " (nothing written; the file, if any, is as it was)");
+}
+
+void AtomicFile::write(const void* data, std::size_t n) {
+  if (fd_ < 0) throw InternalError("AtomicFile: write after commit or failure ('" + path_ + "')");
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd_, p, n < (std::size_t(1) << 30) ? n : (std::size_t(1) << 30));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) fail("write failed", errno);
+    if (w == 0) fail("write failed", EIO);
+    p += w;
+    n -= std::size_t(w);
+  }
+}
+
+void AtomicFile::commit() {
+  if (fd_ < 0) throw InternalError("AtomicFile: commit twice or after a failure ('" + path_ + "')");
+  if (::fsync(fd_) != 0 && errno != EINVAL) fail("fsync failed", errno);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0 && errno != EINTR) fail("close failed", errno);
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail("cannot rename the temp file into place", errno);
+  committed_ = true;
+  fsync_dir(parent_of(path_));
+}
+
+void fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw EnvironmentError("cannot open folder '" + dir + "' to sync it: " + std::strerror(errno));
+  int rc = ::fsync(fd), err = errno;
+  ::close(fd);
+  if (rc != 0 && err != EINVAL && err != EROFS)
+    throw EnvironmentError("cannot sync folder '" + dir + "': " + std::strerror(err));
+}
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  AtomicFile f(path);
+  f.write(content);
+  f.commit();
 }
 
 bool same_file(const std::string& a, const std::string& b) {

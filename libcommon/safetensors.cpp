@@ -1,11 +1,13 @@
 // safetensors implementation.
 #include "libcommon/safetensors.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 
+#include "libcommon/atomic_file.hpp"
 #include "libcommon/dtype.hpp"
 #include "libcommon/errors.hpp"
 
@@ -19,7 +21,9 @@ std::size_t Tensor::dtype_size(const std::string& d) {
 
 int64_t Tensor::numel() const {
   int64_t n = 1;
-  for (auto s : shape) n *= s;
+  for (auto s : shape)
+    if (s < 0 || __builtin_mul_overflow(n, s, &n))
+      throw InputError("safetensors: shape " + Json(shape).dump() + " has a negative dimension or more than 2^63 elements");
   return n;
 }
 
@@ -29,41 +33,79 @@ Tensor Tensor::zeros(const std::string& dtype, std::vector<int64_t> shape) {
   return t;
 }
 
-SafetensorsFile read_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("cannot open safetensors file '" + path + "'");
+namespace {
+// The header of an open file: every tensor's dtype, shape and byte range, checked against the file's size.
+SafetensorsHeader read_header(std::ifstream& in, const std::string& path) {
   uint64_t header_len = 0;
   in.read(reinterpret_cast<char*>(&header_len), 8);
   if (!in || header_len > (100ull << 20)) throw InputError("'" + path + "': not a safetensors file (bad header length)");
   std::string header(header_len, '\0');
   in.read(header.data(), static_cast<std::streamsize>(header_len));
+  if (!in) throw InputError("'" + path + "': not a safetensors file (the header is cut short)");
   Json meta;
   try {
     meta = Json::parse(header);
   } catch (const std::exception& e) {
     throw InputError("'" + path + "': bad safetensors header: " + e.what());
   }
+  if (!meta.is_object()) throw InputError("'" + path + "': bad safetensors header: not a JSON object");
   in.seekg(0, std::ios::end);
-  uint64_t file_size = static_cast<uint64_t>(in.tellg());
-  uint64_t data_start = 8 + header_len;
-  SafetensorsFile out;
+  const uint64_t file_size = static_cast<uint64_t>(in.tellg());
+  SafetensorsHeader out;
+  out.data_start = 8 + header_len;
   for (auto& [name, info] : meta.items()) {
     if (name == "__metadata__") {
+      if (!info.is_object()) throw InputError("'" + path + "': __metadata__ is not an object");
       for (auto& [k, v] : info.items()) out.metadata[k] = v.is_string() ? v.get<std::string>() : v.dump();
       continue;
     }
-    Tensor t;
-    t.dtype = info.at("dtype").get<std::string>();
-    t.shape = info.at("shape").get<std::vector<int64_t>>();
-    auto offsets = info.at("data_offsets").get<std::vector<uint64_t>>();
-    if (offsets.size() != 2 || offsets[1] < offsets[0] || data_start + offsets[1] > file_size)
-      throw InputError("'" + path + "': tensor '" + name + "' has bad data_offsets");
-    uint64_t bytes = offsets[1] - offsets[0];
-    if (bytes != static_cast<uint64_t>(t.numel()) * Tensor::dtype_size(t.dtype))
+    TensorInfo t;
+    try {
+      t.dtype = info.at("dtype").get<std::string>();
+      t.shape = info.at("shape").get<std::vector<int64_t>>();
+      auto offsets = info.at("data_offsets").get<std::vector<uint64_t>>();
+      if (offsets.size() != 2 || offsets[1] < offsets[0] || offsets[1] > file_size - std::min(file_size, out.data_start))
+        throw InputError("'" + path + "': tensor '" + name + "' has bad data_offsets");
+      t.begin = offsets[0];
+      t.bytes = offsets[1] - offsets[0];
+    } catch (const Json::exception& e) {
+      throw InputError("'" + path + "': tensor '" + name + "': bad entry: " + e.what());
+    }
+    int64_t numel = 0;
+    try {
+      numel = Tensor{t.dtype, t.shape, {}}.numel();
+    } catch (const InputError&) {
+      throw InputError("'" + path + "': tensor '" + name + "' has a bad shape " + Json(t.shape).dump());
+    }
+    uint64_t want = 0;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(numel), static_cast<uint64_t>(Tensor::dtype_size(t.dtype)), &want) ||
+        t.bytes != want)
       throw InputError("'" + path + "': tensor '" + name + "' size does not match its shape and dtype");
-    t.data.resize(bytes);
-    in.seekg(static_cast<std::streamoff>(data_start + offsets[0]));
-    in.read(reinterpret_cast<char*>(t.data.data()), static_cast<std::streamsize>(bytes));
+    out.tensors.emplace(name, std::move(t));
+  }
+  return out;
+}
+}  // namespace
+
+SafetensorsHeader read_safetensors_header(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError("cannot open safetensors file '" + path + "'");
+  return read_header(in, path);
+}
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError("cannot open safetensors file '" + path + "'");
+  SafetensorsHeader header = read_header(in, path);
+  SafetensorsFile out;
+  out.metadata = std::move(header.metadata);
+  for (auto& [name, info] : header.tensors) {
+    Tensor t{info.dtype, info.shape, {}};
+    t.data.resize(info.bytes);
+    in.clear();
+    in.seekg(static_cast<std::streamoff>(header.data_start + info.begin));
+    in.read(reinterpret_cast<char*>(t.data.data()), static_cast<std::streamsize>(info.bytes));
+    if (!in) throw InputError("'" + path + "': tensor '" + name + "' could not be read whole");
     out.tensors.emplace(name, std::move(t));
   }
   return out;
@@ -81,17 +123,12 @@ void write_safetensors(const std::string& path, const TensorMap& tensors, const 
   }
   std::string text = header.dump();
   while ((text.size() + 8) % 8 != 0) text += ' ';  // align the data to 8 bytes, as the reference writer does
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw EnvironmentError("cannot write '" + tmp + "'");
-    uint64_t len = text.size();
-    out.write(reinterpret_cast<const char*>(&len), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (auto& [name, t] : tensors) out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
-    if (!out) throw EnvironmentError("write failed for '" + tmp + "'");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw EnvironmentError("cannot rename '" + tmp + "' to '" + path + "'");
+  AtomicFile out(path);  // every write, the fsync, close and rename checked; never a cut file in place
+  uint64_t len = text.size();
+  out.write(&len, 8);
+  out.write(text);
+  for (auto& [name, t] : tensors) out.write(t.data.data(), t.data.size());
+  out.commit();
 }
 
 float bf16_to_float(uint16_t v) {

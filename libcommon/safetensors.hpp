@@ -15,7 +15,7 @@ struct Tensor {
   std::vector<int64_t> shape;
   std::vector<uint8_t> data;
 
-  int64_t numel() const;
+  int64_t numel() const;  // InputError on a negative dimension or an overflow
   static std::size_t dtype_size(const std::string& dtype);  // throws InputError for unknown dtypes
   template <class T> T* as() { return reinterpret_cast<T*>(data.data()); }
   template <class T> const T* as() const { return reinterpret_cast<const T*>(data.data()); }
@@ -31,7 +31,22 @@ struct SafetensorsFile {
 };
 
 SafetensorsFile read_safetensors(const std::string& path);
-// Written to path + ".tmp" then renamed, so a reader never sees half a file.
+
+// The header alone (no tensor data read): to check a checkpoint against its config before allocating.
+struct TensorInfo {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, bytes = 0;  // byte range after the header
+};
+struct SafetensorsHeader {
+  std::map<std::string, TensorInfo> tensors;
+  std::map<std::string, std::string> metadata;
+  uint64_t data_start = 0;
+};
+// Shapes, dtypes and byte ranges checked (sizes without overflow, ranges inside the file).
+SafetensorsHeader read_safetensors_header(const std::string& path);
+
+// Written whole or not at all (AtomicFile: temp file, checked writes, fsync, rename).
 void write_safetensors(const std::string& path, const TensorMap& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 

@@ -2,13 +2,21 @@
 // Hugging Face checkpoint layout. Every op is a plain loop; the CUDA path (a later issue) tests against it.
 #include "libcommon/nn/model.hpp"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <climits>
 #include <cmath>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <random>
 
+#include "libcommon/atomic_file.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/nn/ops.hpp"
 #include "libcommon/paths.hpp"
@@ -26,6 +34,10 @@ int get_int(const Json& j, const char* key, std::optional<int> fallback = std::n
     throw InputError(std::string("config.json: missing '") + key + "'");
   }
   if (!j[key].is_number_integer()) throw InputError(std::string("config.json: '") + key + "' must be an integer");
+  // Read at full width first: get<int>() would wrap 2^32 + 5 to 5 and train a different model.
+  const bool too_big = j[key].is_number_unsigned() ? j[key].get<uint64_t>() > uint64_t(INT32_MAX)
+                                                   : j[key].get<int64_t>() > INT32_MAX || j[key].get<int64_t>() < INT32_MIN;
+  if (too_big) throw InputError(std::string("config.json: '") + key + "' is " + j[key].dump() + ", outside 32 bits");
   return j[key].get<int>();
 }
 double get_double(const Json& j, const char* key, double fallback) {
@@ -118,6 +130,50 @@ void Config::validate() const {
   if (num_attention_heads % num_key_value_heads != 0)
     throw InputError("config: num_attention_heads must be a multiple of num_key_value_heads");
   if (head_dim % 2 != 0) throw InputError("config: head_dim must be even (RoPE rotates pairs)");
+  // The forward's int arithmetic: every matrix side must fit 31 bits, and the whole model 2^62 bytes.
+  const int64_t QD = int64_t(num_attention_heads) * head_dim, KD = int64_t(num_key_value_heads) * head_dim;
+  if (QD > INT32_MAX || KD > INT32_MAX)
+    throw InputError("config: num_attention_heads * head_dim (" + std::to_string(QD) + ") does not fit 32 bits");
+  if (parameter_count() < 0)
+    throw InputError("config: the model has more than 2^60 parameters (vocab_size " + std::to_string(vocab_size) +
+                     ", hidden_size " + std::to_string(hidden_size) + ", intermediate_size " +
+                     std::to_string(intermediate_size) + ", num_hidden_layers " + std::to_string(num_hidden_layers) + ")");
+}
+
+int64_t Config::parameter_count() const {
+  int64_t total = 0;
+  bool overflow = false;
+  for_each_param(*this, [&](const std::string&, const std::vector<int64_t>& shape) {
+    int64_t n = 1;
+    for (auto d : shape) overflow |= __builtin_mul_overflow(n, d, &n);
+    overflow |= __builtin_add_overflow(total, n, &total);
+    return !overflow;
+  });
+  return overflow || total > (int64_t(1) << 60) ? -1 : total;
+}
+
+void for_each_param(const Config& c, const std::function<bool(const std::string&, const std::vector<int64_t>&)>& f) {
+  const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
+  const int64_t QD = int64_t(c.num_attention_heads) * c.head_dim, KD = int64_t(c.num_key_value_heads) * c.head_dim;
+  if (!f("model.embed_tokens.weight", {V, C})) return;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    if (!f(p + "input_layernorm.weight", {C}) || !f(p + "self_attn.q_proj.weight", {QD, C}) ||
+        !f(p + "self_attn.k_proj.weight", {KD, C}) || !f(p + "self_attn.v_proj.weight", {KD, C}))
+      return;
+    if (c.attention_bias &&
+        (!f(p + "self_attn.q_proj.bias", {QD}) || !f(p + "self_attn.k_proj.bias", {KD}) || !f(p + "self_attn.v_proj.bias", {KD})))
+      return;
+    if (!f(p + "self_attn.o_proj.weight", {C, QD}) || !f(p + "post_attention_layernorm.weight", {C}) ||
+        !f(p + "mlp.gate_proj.weight", {F, C}) || !f(p + "mlp.up_proj.weight", {F, C}) || !f(p + "mlp.down_proj.weight", {C, F}))
+      return;
+  }
+  if (!f("model.norm.weight", {C})) return;
+  if (c.value_head) {
+    if (f("score.weight", {1, C})) f("score.bias", {1});
+  } else if (!c.tie_word_embeddings) {
+    f("lm_head.weight", {V, C});
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -136,37 +192,51 @@ template <class T> std::size_t Model<T>::add_param(const std::string& name, std:
 
 template <class T> Model<T>::Model(const Config& config) : config_(config) {
   config_.validate();
-  const int64_t C = config_.hidden_size, F = config_.intermediate_size, V = config_.vocab_size;
-  const int64_t QD = int64_t(config_.num_attention_heads) * config_.head_dim;
-  const int64_t KD = int64_t(config_.num_key_value_heads) * config_.head_dim;
-  embed_offset = add_param("model.embed_tokens.weight", {V, C});
+  // Before allocating: weights and gradients must fit in this machine's memory (a config of 10^9
+  // hidden units or 100,000 layers is refused here, not by the allocator or the OOM killer).
+  const double bytes = double(config_.parameter_count()) * double(sizeof(T)) * 2.0;
+  double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  for (int resource : {RLIMIT_AS, RLIMIT_DATA}) {  // `ulimit -v`: the allocator would fail first
+    struct rlimit rl {};
+    if (getrlimit(resource, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && double(rl.rlim_cur) < physical)
+      physical = double(rl.rlim_cur);
+  }
+  if (physical > 0 && bytes > physical)
+    throw InputError("config: " + std::to_string(config_.parameter_count()) + " parameters need " +
+                     std::to_string(int64_t(bytes / double(1 << 30))) + " GiB for weights and gradients, more than the " +
+                     std::to_string(int64_t(physical / double(1 << 30))) + " GiB of memory (or ulimit) here (hidden_size " +
+                     std::to_string(config_.hidden_size) + ", num_hidden_layers " + std::to_string(config_.num_hidden_layers) + ")");
+  std::map<std::string, std::size_t> offset;
+  for_each_param(config_, [&](const std::string& name, const std::vector<int64_t>& shape) {
+    offset[name] = add_param(name, shape);
+    return true;
+  });
+  embed_offset = offset.at("model.embed_tokens.weight");
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
-    std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerOffsets o{};
-    o.input_norm = add_param(p + "input_layernorm.weight", {C});
-    o.q = add_param(p + "self_attn.q_proj.weight", {QD, C});
-    o.k = add_param(p + "self_attn.k_proj.weight", {KD, C});
-    o.v = add_param(p + "self_attn.v_proj.weight", {KD, C});
+    o.input_norm = offset.at(p + "input_layernorm.weight");
+    o.q = offset.at(p + "self_attn.q_proj.weight");
+    o.k = offset.at(p + "self_attn.k_proj.weight");
+    o.v = offset.at(p + "self_attn.v_proj.weight");
     if (config_.attention_bias) {
-      o.q_bias = add_param(p + "self_attn.q_proj.bias", {QD});
-      o.k_bias = add_param(p + "self_attn.k_proj.bias", {KD});
-      o.v_bias = add_param(p + "self_attn.v_proj.bias", {KD});
+      o.q_bias = offset.at(p + "self_attn.q_proj.bias");
+      o.k_bias = offset.at(p + "self_attn.k_proj.bias");
+      o.v_bias = offset.at(p + "self_attn.v_proj.bias");
     }
-    o.o = add_param(p + "self_attn.o_proj.weight", {C, QD});
-    o.post_norm = add_param(p + "post_attention_layernorm.weight", {C});
-    o.gate = add_param(p + "mlp.gate_proj.weight", {F, C});
-    o.up = add_param(p + "mlp.up_proj.weight", {F, C});
-    o.down = add_param(p + "mlp.down_proj.weight", {C, F});
+    o.o = offset.at(p + "self_attn.o_proj.weight");
+    o.post_norm = offset.at(p + "post_attention_layernorm.weight");
+    o.gate = offset.at(p + "mlp.gate_proj.weight");
+    o.up = offset.at(p + "mlp.up_proj.weight");
+    o.down = offset.at(p + "mlp.down_proj.weight");
     layer_offsets.push_back(o);
   }
-  final_norm_offset = add_param("model.norm.weight", {C});
+  final_norm_offset = offset.at("model.norm.weight");
   if (config_.value_head) {
-    score_weight_offset = add_param("score.weight", {1, C});
-    score_bias_offset = add_param("score.bias", {1});
-  } else if (config_.tie_word_embeddings) {
-    lm_head_offset = embed_offset;
+    score_weight_offset = offset.at("score.weight");
+    score_bias_offset = offset.at("score.bias");
   } else {
-    lm_head_offset = add_param("lm_head.weight", {V, C});
+    lm_head_offset = config_.tie_word_embeddings ? embed_offset : offset.at("lm_head.weight");
   }
   weights.assign(params_.back().offset + params_.back().size, T(0));
   grads.assign(weights.size(), T(0));
@@ -383,6 +453,16 @@ template <class T> void copy_in(const Tensor& t, T* dst, const ParamInfo& p, con
 }
 }  // namespace
 
+template <class T> std::string first_non_finite(const Model<T>& model) {
+  for (auto& p : model.params())
+    for (std::size_t i = 0; i < p.size; ++i) {
+      const T v = model.weights[p.offset + i];
+      if (!std::isfinite(v))
+        return "tensor '" + p.name + "' element " + std::to_string(i) + " is " + (std::isnan(v) ? "nan" : "inf");
+    }
+  return "";
+}
+
 template <class T> Model<T> load_model(const std::string& dir, bool as_critic) {
   namespace fs = std::filesystem;
   std::string config_path = dir + "/config.json";
@@ -393,42 +473,70 @@ template <class T> Model<T> load_model(const std::string& dir, bool as_critic) {
   } catch (const Json::exception& e) {
     throw InputError("'" + config_path + "': " + e.what());
   }
-  Config config = Config::from_json(cj);
-  TensorMap tensors;
+  Config config;
+  try {
+    config = Config::from_json(cj);
+  } catch (const InputError& e) {
+    std::string why = e.what();
+    for (const char* prefix : {"config.json: ", "config: "})
+      if (why.rfind(prefix, 0) == 0) why = why.substr(std::strlen(prefix));
+    throw InputError("'" + config_path + "': " + why);
+  }
   std::vector<std::string> files;
   for (auto& entry : fs::directory_iterator(dir))
     if (entry.path().extension() == ".safetensors") files.push_back(entry.path().string());
   std::sort(files.begin(), files.end());
   if (files.empty()) throw InputError("checkpoint '" + dir + "' has no .safetensors file");
-  std::map<std::string, std::string> origin;
-  for (auto& f : files) {
-    auto st = read_safetensors(f);
-    for (auto& [name, t] : st.tensors) {
-      origin[name] = f;
-      tensors[name] = std::move(t);
+  // Headers first: every tensor the config implies must be in the files with its shape before one byte
+  // is allocated for the model (a config of 10^9 hidden units or 100,000 layers against a small file
+  // fails here). A tensor in two files is refused: a stale shard must not silently win over new weights.
+  std::map<std::string, std::pair<std::string, TensorInfo>> found;
+  for (auto& f : files)
+    for (auto& [name, info] : read_safetensors_header(f).tensors) {
+      auto [it, fresh] = found.emplace(name, std::make_pair(f, info));
+      if (!fresh)
+        throw InputError("checkpoint '" + dir + "': tensor '" + name + "' is in both '" + it->second.first + "' and '" + f +
+                         "' (a stale weight file? remove the one that is not part of this checkpoint)");
     }
-  }
-  bool has_score = tensors.count("score.weight") > 0;
+  const bool has_score = found.count("score.weight") > 0;
   if (as_critic && !has_score) config.value_head = true;  // a causal LM as the critic's starting point
   if (!as_critic && config.value_head) throw InputError("checkpoint '" + dir + "' is a critic (score head), not a policy");
-  Model<T> model(config);
-  for (auto& p : model.params()) {
-    auto it = tensors.find(p.name);
-    if (it == tensors.end()) {
-      if (p.name == "score.weight" || p.name == "score.bias") continue;  // fresh value head: zero
-      throw InputError("checkpoint '" + dir + "': tensor '" + p.name + "' is missing");
+  for_each_param(config, [&](const std::string& name, const std::vector<int64_t>& shape) {
+    auto it = found.find(name);
+    if (it == found.end()) {
+      if (name == "score.weight" || name == "score.bias") return true;  // fresh value head: zero
+      throw InputError("checkpoint '" + dir + "': tensor '" + name + "' is missing ('" + config_path + "' wants it)");
     }
-    copy_in(it->second, model.weights.data() + p.offset, p, origin[p.name]);
+    if (it->second.second.shape != shape)
+      throw InputError("'" + it->second.first + "': tensor '" + name + "' has shape " + Json(it->second.second.shape).dump() +
+                       ", '" + config_path + "' wants " + Json(shape).dump());
+    const std::string& dt = it->second.second.dtype;
+    if (dt != "F32" && dt != "F64" && dt != "BF16" && dt != "F16")
+      throw InputError("'" + it->second.first + "': tensor '" + name + "' has dtype " + it->second.second.dtype +
+                       " (F32, F64, BF16 or F16 expected)");
+    return true;
+  });
+  Model<T> model(config);
+  for (auto& f : files) {
+    auto st = read_safetensors(f);
+    for (auto& p : model.params()) {
+      auto it = st.tensors.find(p.name);
+      if (it != st.tensors.end()) copy_in(it->second, model.weights.data() + p.offset, p, f);
+    }
   }
   if (as_critic && !has_score)
     for (auto* name : {"score.weight", "score.bias"}) {
       auto& p = model.param(name);
       std::fill_n(model.weights.begin() + p.offset, p.size, T(0));
     }
+  if (auto bad = first_non_finite(model); !bad.empty())
+    throw InputError("checkpoint '" + dir + "': " + bad + ": a model with non-finite weights cannot be trained or sampled");
   return model;
 }
 
 template <class T> void save_model(const Model<T>& model, const std::string& dir) {
+  if (auto bad = first_non_finite(model); !bad.empty())
+    throw InputError("checkpoint '" + dir + "' not written: " + bad);
   std::filesystem::create_directories(dir);
   TensorMap tensors;
   for (auto& p : model.params()) {
@@ -439,6 +547,72 @@ template <class T> void save_model(const Model<T>& model, const std::string& dir
   }
   write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
   write_file_atomic(dir + "/config.json", model.config().to_json().dump(2) + "\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// A checkpoint folder written whole
+
+namespace {
+std::atomic<uint64_t> g_stage_counter{0};
+std::string sibling(const std::string& dir, const char* what) {
+  namespace fs = std::filesystem;
+  fs::path p = fs::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return (p.parent_path() / ("." + p.filename().string() + "." + what + "-" + std::to_string(getpid()) + "-" +
+                             std::to_string(g_stage_counter++)))
+      .string();
+}
+}  // namespace
+
+void check_checkpoint_target(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto st = fs::symlink_status(dir, ec);
+  if (ec || !fs::exists(st)) return;
+  if (!fs::is_directory(st))
+    throw UsageError("'" + dir + "' exists and is not a folder: a checkpoint is not written over it");
+  if (fs::is_empty(dir, ec) || fs::exists(fs::path(dir) / "config.json")) return;
+  throw UsageError("'" + dir + "' exists and is not a checkpoint (no config.json): it is not replaced; give a new folder");
+}
+
+CheckpointWriter::CheckpointWriter(std::string dir) : dir_(std::move(dir)) {
+  namespace fs = std::filesystem;
+  check_checkpoint_target(dir_);
+  stage_ = sibling(dir_, "staging");
+  std::error_code ec;
+  fs::create_directories(fs::path(stage_).parent_path(), ec);
+  if (!fs::create_directory(stage_, ec) || ec)
+    throw EnvironmentError("cannot create '" + stage_ + "' to write the checkpoint in: " + ec.message());
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  std::error_code ec;
+  if (!committed_) std::filesystem::remove_all(stage_, ec);
+}
+
+void CheckpointWriter::commit() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  // Every folder of the staged tree synced, then one rename puts the whole checkpoint in place.
+  fsync_dir(stage_);
+  for (auto it = fs::recursive_directory_iterator(stage_, ec); !ec && it != fs::recursive_directory_iterator(); ++it)
+    if (it->is_directory()) fsync_dir(it->path().string());
+  const std::string parent = fs::path(stage_).parent_path().string();
+  std::string old;
+  if (fs::exists(fs::symlink_status(dir_, ec))) {
+    check_checkpoint_target(dir_);  // it may have changed while the step ran
+    old = sibling(dir_, "old");
+    if (::rename(dir_.c_str(), old.c_str()) != 0)
+      throw EnvironmentError("cannot move the earlier checkpoint '" + dir_ + "' aside: " + std::strerror(errno));
+  }
+  if (::rename(stage_.c_str(), dir_.c_str()) != 0) {
+    const int err = errno;
+    if (!old.empty()) ::rename(old.c_str(), dir_.c_str());
+    throw EnvironmentError("cannot rename '" + stage_ + "' to '" + dir_ + "': " + std::strerror(err));
+  }
+  committed_ = true;
+  fsync_dir(parent.empty() ? "." : parent);
+  if (!old.empty()) fs::remove_all(old, ec);
 }
 
 template <class To, class From> Model<To> convert_model(const Model<From>& from) {
@@ -453,6 +627,8 @@ template Model<float> load_model<float>(const std::string&, bool);
 template Model<double> load_model<double>(const std::string&, bool);
 template void save_model<float>(const Model<float>&, const std::string&);
 template void save_model<double>(const Model<double>&, const std::string&);
+template std::string first_non_finite<float>(const Model<float>&);
+template std::string first_non_finite<double>(const Model<double>&);
 template Model<double> convert_model<double, float>(const Model<float>&);
 template Model<float> convert_model<float, double>(const Model<double>&);
 template void token_logprob_entropy<float>(const float*, int, int, double, float&, float&);

@@ -4,6 +4,7 @@
 // Checkpoints are Hugging Face folders (config.json + model.safetensors) that vLLM and transformers load.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,9 +34,15 @@ struct Config {
   // Reads the keys Qwen2/Llama use; throws InputError naming a missing or bad key.
   static Config from_json(const Json& j);
   Json to_json() const;
-  // Throws InputError when the shapes do not fit together (heads dividing, sizes positive).
+  // Throws InputError when the shapes do not fit together (heads dividing, sizes positive, no int overflow).
   void validate() const;
+  // Parameters the config implies (tied embeddings counted once); -1 past 2^60 or on overflow.
+  int64_t parameter_count() const;
 };
+
+// Every tensor the config implies, in layout order, as (Hugging Face name, shape); `f` returns false to
+// stop. The one description of the layout: the model's offsets and the checkpoint checks both use it.
+void for_each_param(const Config& c, const std::function<bool(const std::string&, const std::vector<int64_t>&)>& f);
 
 // Where a named tensor lives in the flat parameter vector.
 struct ParamInfo {
@@ -114,9 +121,37 @@ template <class T> class Model {
 // Hugging Face layout. load: config.json and every *.safetensors in the folder (F32, F64, BF16, F16
 // converted); a critic folder holds score.weight [1, C] (and score.bias) instead of lm_head.weight.
 // `as_critic` loads a causal-LM folder as a critic (value head zero) when it has no score tensor.
+// Before allocating, the files' headers are checked against config.json (every tensor there, with
+// its shape; none in two files); after reading, every weight must be finite. InputError naming the
+// file and tensor otherwise.
 template <class T> Model<T> load_model(const std::string& dir, bool as_critic = false);
-// save: config.json (+ architectures, torch_dtype float32) and model.safetensors in F32.
+// save: config.json (+ architectures, torch_dtype float32) and model.safetensors in F32, each written
+// whole (AtomicFile). A non-finite weight is an InputError and nothing is written.
 template <class T> void save_model(const Model<T>& model, const std::string& dir);
+// "" when every weight is finite, else which tensor and element is not ("tensor 'x' element 3 is nan").
+template <class T> std::string first_non_finite(const Model<T>& model);
+
+// A checkpoint folder written complete or not at all: files go to a fresh staging folder beside `dir`
+// (.NAME.staging-PID-N), and commit() syncs it and renames it into place. An earlier checkpoint at
+// `dir` is replaced as a whole, so no weight file of it survives into the new one. A `dir` that
+// exists and is neither empty nor a checkpoint (no config.json) is a UsageError, before and at commit.
+// Not committed (an exception): the staging folder is removed and `dir` is as it was.
+class CheckpointWriter {
+ public:
+  explicit CheckpointWriter(std::string dir);
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+  const std::string& path() const { return stage_; }  // where the files go until commit()
+  const std::string& target() const { return dir_; }
+  void commit();
+
+ private:
+  std::string dir_, stage_;
+  bool committed_ = false;
+};
+// The check CheckpointWriter makes, for a tool to fail before its work rather than after.
+void check_checkpoint_target(const std::string& dir);
 
 // Converts the weights of one precision into another (float64 twin of a float32 model).
 template <class To, class From> Model<To> convert_model(const Model<From>& from);

@@ -78,11 +78,20 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& j, const std::string& origi
   if (m.value("type", std::string("BPE")) != "BPE") throw bad("model type '" + m.value("type", std::string()) + "' is not BPE");
   if (!m.contains("vocab") || !m["vocab"].is_object()) throw bad("model.vocab missing");
   t.ignore_merges_ = m.value("ignore_merges", false);
+  // Ids read at full width and bounded before they size id_to_token_: a negative id wrote out of
+  // bounds, 2^32 wrapped to 0 through get<int>(). kMaxTokenId is far above any real vocabulary (~262k).
+  constexpr int64_t kMaxTokenId = int64_t(1) << 22;
+  auto checked_id = [&](const nlohmann::json& id, const std::string& key) -> int {
+    if (!id.is_number_integer()) throw bad(key + " is not an integer id");
+    if ((!id.is_number_unsigned() && id.get<int64_t>() < 0) || id.get<uint64_t>() >= uint64_t(kMaxTokenId))
+      throw bad(key + " is " + id.dump() + ", outside 0.." + std::to_string(kMaxTokenId - 1));
+    return id.get<int>();
+  };
   int max_id = -1;
   for (auto& [tok, id] : m["vocab"].items()) {
-    if (!id.is_number_integer()) throw bad("model.vocab['" + tok + "'] is not an integer id");
-    t.vocab_[tok] = id.get<int>();
-    max_id = std::max(max_id, id.get<int>());
+    const int v = checked_id(id, "model.vocab['" + tok + "']");
+    t.vocab_[tok] = v;
+    max_id = std::max(max_id, v);
   }
   if (m.contains("merges") && m["merges"].is_array()) {
     int rank = 0;
@@ -99,8 +108,13 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& j, const std::string& origi
     }
   }
   if (j.contains("added_tokens") && j["added_tokens"].is_array())
-    for (auto& a : j["added_tokens"]) {
-      Added ad{a.at("content").get<std::string>(), a.at("id").get<int>(), a.value("special", false)};
+    for (std::size_t k = 0; k < j["added_tokens"].size(); ++k) {
+      const auto& a = j["added_tokens"][k];
+      const std::string key = "added_tokens[" + std::to_string(k) + "]";
+      if (!a.is_object() || !a.contains("content") || !a["content"].is_string() || !a.contains("id"))
+        throw bad(key + " needs a string 'content' and an integer 'id'");
+      Added ad{a["content"].get<std::string>(), checked_id(a["id"], key + ".id"),
+               a.contains("special") && a["special"].is_boolean() && a["special"].get<bool>()};
       t.added_.push_back(ad);
       max_id = std::max(max_id, ad.id);
     }

@@ -57,6 +57,7 @@ class CpuModel final : public TrainModel {
   bool load_optimizer(const std::string& path) override { return opt_.load(path, m_.num_parameters()); }
   void save_optimizer(const std::string& path) override { opt_.save(path); }
   void save(const std::string& dir) override { nn::save_model(m_, dir); }
+  std::string non_finite_weight() override { return nn::first_non_finite(m_); }
 
  private:
   nn::Model<float> m_;
@@ -109,6 +110,10 @@ class GpuModel final : public TrainModel {
   void save(const std::string& dir) override {
     m_.download_weights(host_);
     nn::save_model(host_, dir);
+  }
+  std::string non_finite_weight() override {
+    m_.download_weights(host_);
+    return nn::first_non_finite(host_);
   }
 
  private:

@@ -49,6 +49,8 @@ class TrainModel {
   virtual bool load_optimizer(const std::string& path) = 0;  // false when there is no state yet
   virtual void save_optimizer(const std::string& path) = 0;
   virtual void save(const std::string& dir) = 0;  // weights and config.json (HF layout)
+  // "" when every weight is finite, else the first that is not ("tensor 'x' element 3 is nan").
+  virtual std::string non_finite_weight() = 0;
 };
 
 // Opens the device on the first load (so usage errors come first; no GPU: EnvironmentError, exit 3).

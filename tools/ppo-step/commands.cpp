@@ -178,11 +178,26 @@ void init_model(const InitSettings& s) {
   } catch (const Json::exception& e) {
     throw InputError("'" + s.config_path + "': " + e.what());
   }
-  nn::Config config = nn::Config::from_json(j);
-  config.value_head = s.critic || config.value_head;
-  nn::Model<float> model(config);
+  nn::Config config;
+  try {
+    config = nn::Config::from_json(j);
+    config.value_head = s.critic || config.value_head;
+    config.validate();
+    nn::check_checkpoint_target(s.out);
+  } catch (const InputError& e) {
+    throw InputError("'" + s.config_path + "': " + e.what());
+  }
+  nn::CheckpointWriter out(s.out);  // complete or not at all; an earlier checkpoint there replaced whole
+  nn::Model<float> model = [&] {
+    try {
+      return nn::Model<float>(config);  // refuses, before allocating, a model larger than this machine's memory
+    } catch (const InputError& e) {
+      throw InputError("'" + s.config_path + "': " + e.what());
+    }
+  }();
   model.init_random(s.seed, s.std);
-  nn::save_model(model, s.out);
+  nn::save_model(model, out.path());
+  out.commit();
   log::info("wrote ", config.value_head ? "critic" : "policy", " with ", model.num_parameters(), " parameters to ", s.out,
             " (seed ", s.seed, ")");
 }

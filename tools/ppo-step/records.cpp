@@ -2,6 +2,7 @@
 #include "tools/ppo-step/records.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 
 #include "libcommon/errors.hpp"
@@ -26,6 +27,14 @@ std::vector<double> number_array(const Json& record, const std::string& key) {
 }
 
 std::string key_text(const Json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+// A token id read at full width: get<int>() would train 2^32 + 5 as token 5.
+int token_id(const Json& v, const std::string& where) {
+  if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
+    throw FieldError(where, "expected a non-negative integer token id, got " + v.dump());
+  if (v.get<uint64_t>() > uint64_t(INT32_MAX)) throw FieldError(where, "token id " + v.dump() + " does not fit 32 bits");
+  return v.get<int>();
+}
 }  // namespace
 
 namespace {
@@ -53,9 +62,7 @@ void parse_role_turns(const Json& turns, Trajectory& tr) {
       tr.clean_tool_use = false;
     if (assistant && tr.response_start < 0 && !ids.empty()) tr.response_start = int(tr.tokens.size());
     for (std::size_t j = 0; j < ids.size(); ++j) {
-      if (!ids[j].is_number_integer() || ids[j].get<int64_t>() < 0)
-        throw FieldError(where + ".token_ids[" + std::to_string(j) + "]", "expected a non-negative integer");
-      tr.tokens.push_back(ids[j].get<int>());
+      tr.tokens.push_back(token_id(ids[j], where + ".token_ids[" + std::to_string(j) + "]"));
       tr.mask.push_back(assistant ? 1.0 : 0.0);
       tr.old_logprobs.push_back(have_lps ? lps[j] : NAN);
     }
@@ -99,10 +106,7 @@ void parse_agent_run_turns(const Json& turns, Trajectory& tr) {
   auto ints = [](const Json& a, const std::string& where) {
     if (!a.is_array()) throw FieldError(where, "expected an array of token ids");
     std::vector<int> out;
-    for (auto& v : a) {
-      if (!v.is_number_integer() || v.get<int64_t>() < 0) throw FieldError(where, "expected non-negative integers");
-      out.push_back(v.get<int>());
-    }
+    for (std::size_t j = 0; j < a.size(); ++j) out.push_back(token_id(a[j], where + "[" + std::to_string(j) + "]"));
     return out;
   };
   int last = -1;
@@ -235,6 +239,12 @@ Trajectory parse_episode(const Json& record, const EpisodeFields& fields) {
   if (record.contains(malformed) && record.at(malformed).is_number() && record.at(malformed).get<double>() > 0)
     tr.clean_tool_use = false;
   if (tr.response_start < 0) throw FieldError("episode.turns", "no assistant turn with tokens");
+  if (fields.vocab_size > 0)
+    for (std::size_t t = 0; t < tr.tokens.size(); ++t)
+      if (tr.tokens[t] >= fields.vocab_size)
+        throw FieldError("episode.turns", "token id " + std::to_string(tr.tokens[t]) + " (token " + std::to_string(t) +
+                                              " of the trajectory) is past the vocabulary of " + fields.vocab_origin +
+                                              " (vocab_size " + std::to_string(fields.vocab_size) + ")");
   if (tr.response_start == 0) throw FieldError("episode.turns", "no prompt before the first assistant turn");
   return tr;
 }

@@ -37,6 +37,10 @@ struct EpisodeFields {
   // returned none) are rendered with it as the native policy samples (libcommon/tokenizer/agent_chat).
   const tokenizer::Tokenizer* tokenizer = nullptr;
   bool need_reward = true;             // false: `ppo-step tokenize` (a missing reward is 0)
+  // > 0: every token id must be below it (the smallest vocab_size of the models the step loads), so an
+  // id past the vocabulary is this record's error, not the whole step's. vocab_origin names the file.
+  int vocab_size = 0;
+  std::string vocab_origin;
 };
 
 // Reads episode.turns[] = {role, token_ids, logprobs (assistant, optional), error (tool, optional)},

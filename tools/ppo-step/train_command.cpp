@@ -7,6 +7,7 @@
 #include "libcommon/fields.hpp"
 #include "libcommon/jsonl.hpp"
 #include "libcommon/log.hpp"
+#include "libcommon/nn/model.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/record_loop.hpp"
 #include "libcommon/store.hpp"
@@ -42,12 +43,31 @@ std::optional<tokenizer::Tokenizer> render_tokenizer(const StepPaths& paths) {
   return std::nullopt;
 }
 
+namespace {
+// The smallest vocabulary among the checkpoints the step is given: a record with a token id past it is
+// that record's error (left out, named by its line), found before any model is loaded.
+void set_vocabulary(const StepPaths& p, EpisodeFields& f) {
+  for (const std::string& dir : {p.policy, p.critic, p.ref}) {
+    if (dir.empty()) continue;
+    const std::string path = dir + "/config.json";
+    if (!ca::file_exists(path)) continue;
+    try {
+      auto c = ca::nn::Config::from_json(ca::Json::parse(ca::read_file(path)));
+      if (f.vocab_size == 0 || c.vocab_size < f.vocab_size) f.vocab_size = c.vocab_size, f.vocab_origin = "'" + path + "'";
+    } catch (const std::exception&) {
+      // loading the checkpoint names what is wrong with it
+    }
+  }
+}
+}  // namespace
+
 int run_train(const CommonOptions& opt, TrainSettings& t, uint64_t seed) {
   auto& [paths, config_path, fields, device, empty_ok] = t;
   if (paths.mode.empty()) throw ca::UsageError("give --mode ppo|rft|value-pretrain, or a subcommand (advantages, sample, init, config)");
   ca::ppo::TrainConfig config;
   if (!config_path.empty()) config.apply_yaml(ca::read_file(config_path), config_path);
   ca::ppo::Trainer trainer(config, paths, seed, device);  // a bad --device fails before the input is read
+  set_vocabulary(paths, fields);
   std::vector<ca::ppo::Trajectory> batch;
   int64_t bad = 0, read = 0;
   ca::RecordReader reader(opt.input);

@@ -58,6 +58,18 @@ void write_state(const std::string& ckpt, int64_t step, const std::string& mode)
   write_file_atomic(ckpt + "/trainer_state/state.json", Json{{"step", step}, {"mode", mode}}.dump() + "\n");
 }
 
+// A non-finite loss or gradient ends the step: no update is skipped quietly and no checkpoint written,
+// so exit 0 always means a finite model in --out.
+[[noreturn]] void not_finite(const std::string& what, int64_t step, const std::string& model, int epoch,
+                             const std::vector<std::size_t>& mb, const std::vector<Trajectory>& batch) {
+  std::string ids;
+  for (std::size_t k = 0; k < mb.size() && k < 4; ++k) ids += (k ? ", " : "") + batch[mb[k]].id;
+  if (mb.size() > 4) ids += ", ... (" + std::to_string(mb.size()) + " episodes)";
+  throw InputError("step " + std::to_string(step) + ": " + model + " " + what + " is not finite (epoch " +
+                   std::to_string(epoch + 1) + ", mini-batch of " + ids + "): no checkpoint written; lower the " +
+                   model + " lr or check the checkpoint and these episodes");
+}
+
 struct Mean {
   double sum = 0;
   int64_t n = 0;
@@ -89,12 +101,14 @@ std::vector<double> score_critic(TrainModel& critic, const Trajectory& tr) {
 }
 
 void copy_checkpoint_extras(const std::string& from, const std::string& to) {
-  if (from.empty() || fs::equivalent(fs::path(from), fs::path(to))) return;
+  std::error_code ec;
+  if (from.empty() || fs::equivalent(fs::path(from), fs::path(to), ec)) return;
   for (auto& e : fs::directory_iterator(from)) {
     if (!e.is_regular_file()) continue;
     auto name = e.path().filename().string();
     if (name == "config.json" || e.path().extension() == ".safetensors" || name == "model.safetensors.index.json") continue;
-    fs::copy_file(e.path(), fs::path(to) / name, fs::copy_options::overwrite_existing);
+    // Through AtomicFile: a full disk is an error, never a cut tokenizer.json in a checkpoint that exits 0.
+    write_file_atomic((fs::path(to) / name).string(), read_file(e.path().string()));
   }
 }
 
@@ -160,11 +174,11 @@ void Trainer::update_actor(TrainModel& policy, const std::vector<Trajectory>& ba
         st.trained_tokens += int64_t(tr.tokens.size() - 1);
         if (progress_) progress_->tick();
       }
+      const char* model = sft ? "rft" : "actor";
+      if (sft && !std::isfinite(nll.sum)) not_finite("loss (NLL)", step_, model, epoch, mb, batch);
+      if (!sft && (!std::isfinite(pg.sum) || !std::isfinite(kl.sum))) not_finite("policy loss", step_, model, epoch, mb, batch);
       double norm = policy.clip_grad_norm(mc.grad_clip);
-      if (!std::isfinite(norm)) {
-        log::warn("actor gradient norm is not finite: update skipped");
-        continue;
-      }
+      if (!std::isfinite(norm)) not_finite("gradient norm", step_, model, epoch, mb, batch);
       policy.adamw_step(mc.adamw);
       ++st.actor_steps;
       st.actor_grad_norm.add(norm);
@@ -213,11 +227,9 @@ void Trainer::update_critic(TrainModel& critic, const std::vector<Trajectory>& b
         st.trained_tokens += int64_t(tr.tokens.size() - 1);
         if (progress_) progress_->tick();
       }
+      if (!std::isfinite(loss.sum)) not_finite("value loss", step_, "critic", epoch, mb, batch);
       double norm = critic.clip_grad_norm(mc.grad_clip);
-      if (!std::isfinite(norm)) {
-        log::warn("critic gradient norm is not finite: update skipped");
-        continue;
-      }
+      if (!std::isfinite(norm)) not_finite("gradient norm", step_, "critic", epoch, mb, batch);
       critic.adamw_step(mc.adamw);
       ++st.critic_steps;
       const double mean_loss = loss.sum / double(loss.n);
@@ -261,6 +273,21 @@ Json Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
       mode == "value-pretrain" ? paths_.out : (paths_.critic_out.empty() ? paths_.out + "/critic" : paths_.critic_out);
   const std::string step_source = use_actor ? paths_.policy : critic_in;
   const int64_t step = read_step(step_source) + 1;
+  step_ = step;
+  // Where the checkpoints go is checked before any work: a folder that is not a checkpoint is never
+  // replaced, and the critic is either inside OUT (written with it) or a folder of its own.
+  const fs::path out_norm = fs::absolute(paths_.out).lexically_normal(), critic_norm = fs::absolute(critic_out).lexically_normal();
+  const auto inside = [](const fs::path& a, const fs::path& b) {  // a strictly inside b
+    auto rel = a.lexically_relative(b);
+    return !rel.empty() && rel != "." && *rel.begin() != "..";
+  };
+  const bool critic_nested = use_actor && use_critic && inside(critic_norm, out_norm);
+  if (use_actor && use_critic && critic_norm == out_norm)
+    throw UsageError("--critic-out must differ from --out (both checkpoints would write config.json and model.safetensors there)");
+  if (use_actor && use_critic && inside(out_norm, critic_norm))
+    throw UsageError("--out must not be inside --critic-out");
+  if (use_actor) nn::check_checkpoint_target(paths_.out);
+  if (use_critic && !critic_nested) nn::check_checkpoint_target(critic_out);
 
   std::unique_ptr<TrainModel> policy, critic, ref;
   if (use_actor) policy = backend_.load(paths_.policy);
@@ -292,6 +319,16 @@ Json Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
       if (need_ref) ref_lp[i] = score_logprobs(*ref, tr, config_.temperature);
     }
     if (use_critic) values[i] = score_critic(*critic, tr);
+    for (std::size_t t = std::size_t(tr.response_start); t < tr.tokens.size(); ++t) {
+      if (tr.mask[t] == 0) continue;
+      const char* bad = mode == "ppo" && !std::isfinite(old_lp[i][t])                  ? "old logprob"
+                        : need_ref && mode == "ppo" && !std::isfinite(ref_lp[i][t])    ? "reference logprob"
+                        : use_critic && !std::isfinite(values[i][t])                   ? "value"
+                                                                                        : nullptr;
+      if (bad)
+        throw InputError("step " + std::to_string(step) + ": episode " + tr.id + ": the " + bad + " of token " +
+                         std::to_string(t) + " is not finite: no checkpoint written");
+    }
     if (scores) progress.tick();
     if (mode == "rft") continue;
     // Response-level arrays for the estimator.
@@ -335,18 +372,36 @@ Json Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
   progress.finish();
   progress_ = nullptr;
 
-  // Checkpoints: weights, optimizer moments and the step counter (outside the timed part).
+  // Checkpoints: weights, optimizer moments and the step counter (outside the timed part), each
+  // written complete or not at all: staged beside its folder, then renamed into place whole.
+  std::unique_ptr<nn::CheckpointWriter> policy_ckpt, critic_ckpt;
+  if (policy) policy_ckpt = std::make_unique<nn::CheckpointWriter>(paths_.out);
+  std::string critic_dir;
+  if (critic && critic_nested) {
+    critic_dir = (fs::path(policy_ckpt->path()) / critic_norm.lexically_relative(out_norm)).string();
+  } else if (critic) {
+    critic_ckpt = std::make_unique<nn::CheckpointWriter>(critic_out);
+    critic_dir = critic_ckpt->path();
+  }
   if (policy) {
-    policy->save_optimizer(optimizer_path(paths_.out));
-    policy->save(paths_.out);
-    copy_checkpoint_extras(paths_.policy, paths_.out);
-    write_state(paths_.out, step, mode);
+    if (auto bad = policy->non_finite_weight(); !bad.empty())
+      throw InputError("step " + std::to_string(step) + ": the updated policy has a non-finite weight (" + bad +
+                       "): no checkpoint written to '" + paths_.out + "'");
+    policy->save_optimizer(optimizer_path(policy_ckpt->path()));
+    policy->save(policy_ckpt->path());
+    copy_checkpoint_extras(paths_.policy, policy_ckpt->path());
+    write_state(policy_ckpt->path(), step, mode);
   }
   if (critic) {
-    critic->save_optimizer(optimizer_path(critic_out));
-    critic->save(critic_out);
-    write_state(critic_out, step, mode);
+    if (auto bad = critic->non_finite_weight(); !bad.empty())
+      throw InputError("step " + std::to_string(step) + ": the updated critic has a non-finite weight (" + bad +
+                       "): no checkpoint written to '" + critic_out + "'");
+    critic->save_optimizer(optimizer_path(critic_dir));
+    critic->save(critic_dir);
+    write_state(critic_dir, step, mode);
   }
+  if (critic_ckpt) critic_ckpt->commit();
+  if (policy_ckpt) policy_ckpt->commit();
 
   // Metrics.
   double reward_sum = 0, reward_ss = 0;

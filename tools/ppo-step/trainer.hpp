@@ -56,6 +56,7 @@ class Trainer {
   StepPaths paths_;
   uint64_t seed_;
   uint64_t shuffle_state_;
+  int64_t step_ = 0;  // the step being trained (errors name it)
   Backend backend_;
   log::Progress* progress_ = nullptr;  // sequence passes (scoring and every epoch's updates), on a terminal
 };
