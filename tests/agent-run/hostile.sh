@@ -189,6 +189,16 @@ e = recs[0]["episode"]
 assert e["stop_reason"] == "context_limit" and len(e["turns"]) == 1 and "per token of --max-context" in e["error"], (e["stop_reason"], len(e["turns"]))
 print("usage 1 for 1 MB answers: context_limit after", len(e["turns"]), "turn")
 ' "$TMP/liar.out"
+# A usage of 2^62 tokens is no count (the sums would overflow): the turn is estimated, the episode goes on.
+start_hostile '{"steps": [{"kind": "content", "bytes": 10, "usage_tokens": 4611686018427387904, "tool": true}, {"kind": "done"}]}'
+run_ar usage-huge --tasks "$TMP/task.jsonl"
+py '
+e = recs[0]["episode"]
+assert e["stop_reason"] == "done" and e["counts"]["tokens_estimated"] and e["counts"]["prompt_tokens"] == 0, (e["stop_reason"], e["counts"])
+assert 0 < e["counts"]["context_tokens"] < 100000, e["counts"]
+print("usage 2^62: estimated instead; context", e["counts"]["context_tokens"])
+' "$TMP/usage-huge.out"
+
 # 6. A judge service (--judge) whose answers nest deep: 100,000 levels is an answer without a record
 # (a tool error the model sees); 509 levels inside `check` parses, and the record's copy of it is cut
 # where it would nest the record past what the next tool reads (marked), so run-store still imports it.

@@ -108,7 +108,9 @@ AssistantTurn parse_completion(const std::string& body, std::size_t max_items) {
   if (j.contains("usage") && j["usage"].is_object()) {
     for (auto [key, out] : {std::pair<const char*, int64_t*>{"prompt_tokens", &t.prompt_tokens},
                             std::pair<const char*, int64_t*>{"completion_tokens", &t.completion_tokens}})
-      if (j["usage"].contains(key) && j["usage"][key].is_number_integer() && j["usage"][key].get<int64_t>() >= 0)
+      // A count past 2^40 tokens is no count (the sums and the context check would overflow): estimated.
+      if (j["usage"].contains(key) && j["usage"][key].is_number_integer() && j["usage"][key].get<int64_t>() >= 0 &&
+          j["usage"][key].get<int64_t>() <= (int64_t{1} << 40))
         *out = j["usage"][key].get<int64_t>();
   }
   // vLLM (>= 0.10.2, return_token_ids): prompt_token_ids beside the choices and choices[].token_ids;
