@@ -86,8 +86,14 @@ ls -a | grep -q "staging" && fail "a staging folder was left behind: $(ls -a)"
 # --- A stale weight file in --out: the new checkpoint replaces the old folder whole.
 $PPO init --model-config "$HERE/toy_model.json" --out o7 --seed 9 -q
 cp o7/model.safetensors o7/zz-stale.safetensors
-$PPO --mode rft --policy policy --out o7 --no-store -q < good.jsonl > /dev/null
+# Old weights in another format beside the policy are not carried into the new checkpoint either;
+# its other files (a tokenizer's, a chat template) are.
+cp -r policy pextra && echo old > pextra/pytorch_model.bin && echo '{}' > pextra/pytorch_model.bin.index.json
+echo tmpl > pextra/chat_template.jinja
+$PPO --mode rft --policy pextra --out o7 --no-store -q < good.jsonl > /dev/null
 [ ! -e o7/zz-stale.safetensors ] || fail "the stale weight file survived in --out: $(ls o7)"
+[ ! -e o7/pytorch_model.bin ] && [ ! -e o7/pytorch_model.bin.index.json ] || fail "old .bin weights were copied: $(ls o7)"
+[ "$(cat o7/chat_template.jinja)" = tmpl ] || fail "the policy's other files were not copied: $(ls o7)"
 cmp -s o7/model.safetensors policy/model.safetensors && fail "the step did not write new weights"
 $PPO sample --policy o7 -n 1 --max-new-tokens 2 --seed 1 -q <<< '{"task_id":"a","prompt_token_ids":[0]}' > /dev/null \
   || fail "the new checkpoint does not load"

@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <random>
 
+#include "libcommon/atomic_file.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
@@ -103,12 +105,26 @@ std::vector<double> score_critic(TrainModel& critic, const Trajectory& tr) {
 void copy_checkpoint_extras(const std::string& from, const std::string& to) {
   std::error_code ec;
   if (from.empty() || fs::equivalent(fs::path(from), fs::path(to), ec)) return;
+  // Weights in any format are the old model's: a pytorch_model.bin carried over would be loaded in
+  // place of the new model.safetensors by a reader that prefers it.
+  static const char* kWeightExtensions[] = {".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf"};
   for (auto& e : fs::directory_iterator(from)) {
     if (!e.is_regular_file()) continue;
-    auto name = e.path().filename().string();
-    if (name == "config.json" || e.path().extension() == ".safetensors" || name == "model.safetensors.index.json") continue;
-    // Through AtomicFile: a full disk is an error, never a cut tokenizer.json in a checkpoint that exits 0.
-    write_file_atomic((fs::path(to) / name).string(), read_file(e.path().string()));
+    const auto name = e.path().filename().string(), ext = e.path().extension().string();
+    bool weights = name.size() > 11 && name.compare(name.size() - 11, 11, ".index.json") == 0;
+    for (const char* w : kWeightExtensions) weights = weights || ext == w;
+    if (name == "config.json" || weights) {
+      if (name != "config.json" && ext != ".safetensors") log::verbose("not copied to the new checkpoint (old weights): ", e.path().string());
+      continue;
+    }
+    // Streamed through AtomicFile: a full disk is an error, never a cut tokenizer.json in a checkpoint that exits 0.
+    std::ifstream in(e.path(), std::ios::binary);
+    if (!in) throw EnvironmentError("cannot read '" + e.path().string() + "'");
+    AtomicFile out((fs::path(to) / name).string());
+    std::vector<char> buf(1 << 20);
+    while (in.read(buf.data(), std::streamsize(buf.size())) || in.gcount() > 0) out.write(buf.data(), std::size_t(in.gcount()));
+    if (in.bad()) throw EnvironmentError("cannot read '" + e.path().string() + "'");
+    out.commit();
   }
 }
 

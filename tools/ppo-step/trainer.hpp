@@ -61,8 +61,9 @@ class Trainer {
   log::Progress* progress_ = nullptr;  // sequence passes (scoring and every epoch's updates), on a terminal
 };
 
-// Copies the files of a checkpoint folder that are not weights or config (tokenizer, generation
-// config, chat template) so vLLM can serve the new folder as it did the old one.
+// Copies the files of a checkpoint folder that are not weights (in any format: safetensors, .bin, .pt,
+// their index files) or config (tokenizer, generation config, chat template) so vLLM can serve the new
+// folder as it did the old one. Each is written whole (AtomicFile) or is an EnvironmentError.
 void copy_checkpoint_extras(const std::string& from, const std::string& to);
 
 }  // namespace ca::ppo
