@@ -4,19 +4,26 @@
 # one answers its health check; SIGTERM or SIGINT stops them all cleanly (requests in flight are
 # answered, each store run closed with 143) and publishes their stores next to the URL file.
 #
-#   examples/judge-node.sh --urls /shared/judges/$(hostname).urls [--store-dir DIR] [--bind 0.0.0.0]
+#   examples/judge-node.sh --urls /shared/judges/$(hostname).urls [--store-dir DIR]
+#       [--bind 127.0.0.1 | --bind 0.0.0.0 --secret-file ~/.judge-secret]
 #       [--check-port 7100] [--prof-port 7200] [-- extra kernel-check/kernel-prof options]
-#   agent-run ... --judge "$(paste -sd, /shared/judges/*.urls)"
+#   agent-run ... --judge "$(paste -sd, /shared/judges/*.urls)" --judge-secret-file ~/.judge-secret
+#
+# The services bind 127.0.0.1 unless --bind names another address; then they are started --public
+# and need the shared secret (--secret-file FILE, chmod 600, or CA_JUDGE_SECRET), which every
+# request, the health checks here included, carries (SERVICE.md, "Security model"). Tasks come from
+# the services' own --tasks (pass it after --): clients' task code is refused.
 #
 # Ports are the base + the GPU ordinal. GPUs: the ordinals CUDA_VISIBLE_DEVICES leaves visible
 # (Slurm sets it), else every GPU nvidia-smi lists. CHECK_ARGS / PROF_ARGS: options for one tool.
 set -euo pipefail
-urls_file= store_dir= bind=0.0.0.0 kc_base=7100 kp_base=7200
+urls_file= store_dir= bind=127.0.0.1 kc_base=7100 kp_base=7200 secret_file=
 while [[ $# -gt 0 ]]; do
   case $1 in
     --urls) urls_file=$2; shift 2 ;;
     --store-dir) store_dir=$2; shift 2 ;;
     --bind) bind=$2; shift 2 ;;
+    --secret-file) secret_file=$2; shift 2 ;;
     --check-port) kc_base=$2; shift 2 ;;
     --prof-port) kp_base=$2; shift 2 ;;
     --) shift; break ;;
@@ -25,6 +32,19 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -n $urls_file ]] || { echo "judge-node.sh: --urls FILE is required" >&2; exit 1; }
 host=$(hostname -f 2>/dev/null || hostname)
+access=() auth=()
+if [[ -n $secret_file ]]; then
+  access+=(--secret-file "$secret_file")
+  auth=(-H "Authorization: Bearer $(head -n1 "$secret_file")")
+elif [[ -n ${CA_JUDGE_SECRET:-} ]]; then
+  auth=(-H "Authorization: Bearer $CA_JUDGE_SECRET")
+fi
+case $bind in
+  127.*|localhost|::1|'[::1]') host=127.0.0.1 ;;
+  *)  # reachable from other nodes: on purpose, and only with the shared secret
+    [[ ${#auth[@]} -gt 0 ]] || { echo "judge-node.sh: --bind $bind needs --secret-file FILE (or CA_JUDGE_SECRET)" >&2; exit 1; }
+    access+=(--public) ;;
+esac
 local_dir=$(mktemp -d "${SLURM_TMPDIR:-${TMPDIR:-/tmp}}/ca-judge.XXXXXX")
 if [[ -n ${CUDA_VISIBLE_DEVICES:-} ]]; then
   n=$(awk -F, '{print NF}' <<< "$CUDA_VISIBLE_DEVICES")
@@ -35,11 +55,11 @@ fi
 pids=() urls=()
 for ((g = 0; g < n; g++)); do
   # shellcheck disable=SC2086  # the *_ARGS variables hold options
-  kernel-check --serve "$bind:$((kc_base + g))" --gpus "$g" --store "$local_dir/check-gpu$g.db" ${CHECK_ARGS:-} "$@" \
+  kernel-check --serve "$bind:$((kc_base + g))" "${access[@]}" --gpus "$g" --store "$local_dir/check-gpu$g.db" ${CHECK_ARGS:-} "$@" \
     > "$local_dir/check-gpu$g.out" 2> "$local_dir/check-gpu$g.log" &
   pids+=($!)
   # shellcheck disable=SC2086
-  kernel-prof --serve "$bind:$((kp_base + g))" --gpus "$g" --store "$local_dir/prof-gpu$g.db" ${PROF_ARGS:-} "$@" \
+  kernel-prof --serve "$bind:$((kp_base + g))" "${access[@]}" --gpus "$g" --store "$local_dir/prof-gpu$g.db" ${PROF_ARGS:-} "$@" \
     > "$local_dir/prof-gpu$g.out" 2> "$local_dir/prof-gpu$g.log" &
   pids+=($!)
   urls+=("http://$host:$((kc_base + g))" "http://$host:$((kp_base + g))")
@@ -47,8 +67,8 @@ done
 stop() { kill -TERM "${pids[@]}" 2>/dev/null || true; }
 trap stop TERM INT
 for u in "${urls[@]}"; do
-  for _ in $(seq 900); do curl -fsS -m 2 "$u/v1/health" > /dev/null 2>&1 && break; sleep 1; done
-  curl -fsS -m 2 "$u/v1/health" > /dev/null || { echo "judge-node.sh: $u does not answer; logs in $local_dir" >&2; stop; exit 3; }
+  for _ in $(seq 900); do curl -fsS -m 2 "${auth[@]}" "$u/v1/health" > /dev/null 2>&1 && break; sleep 1; done
+  curl -fsS -m 2 "${auth[@]}" "$u/v1/health" > /dev/null || { echo "judge-node.sh: $u does not answer; logs in $local_dir" >&2; stop; exit 3; }
 done
 printf '%s\n' "${urls[@]}" > "$urls_file.tmp" && mv "$urls_file.tmp" "$urls_file"
 echo "judge-node.sh: ${#urls[@]} services up on $host (${urls[*]}); logs in $local_dir" >&2

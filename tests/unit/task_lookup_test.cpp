@@ -4,8 +4,10 @@
 #include <fstream>
 
 #include "libcommon/errors.hpp"
+#include "libcommon/http_server.hpp"
 #include "libcommon/ids.hpp"
 #include "libcommon/paths.hpp"
+#include "libcommon/service.hpp"
 #include "libcommon/store.hpp"
 #include "libcommon/task_lookup.hpp"
 
@@ -60,4 +62,81 @@ TEST_CASE("task lookup: a bad --tasks line is the reader's error, naming the lin
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("tasks.jsonl line 2") != std::string::npos);
   }
+}
+
+TEST_CASE("client tasks: refused by a service, taken only under their content id with --accept-tasks") {
+  Json task = Json::parse(R"({"code":"class Model: pass","init_inputs":[1]})");
+  const std::string id = task_id_for(task);
+  Json rec = {{"task_id", id}, {"task", task}, {"bundle", Json::object()}};
+  // a stream trusts its input; a service refuses any task code a client sends, by field
+  CHECK_NOTHROW(screen_client_task(rec, id, ClientTasks::trusted));
+  try {
+    screen_client_task(rec, id, ClientTasks::refused);
+    FAIL("refused must throw");
+  } catch (const FieldError& e) {
+    CHECK(e.field == "task");
+  }
+  Json self = task;
+  self["task_id"] = id;
+  try {
+    screen_client_task(self, id, ClientTasks::refused);
+    FAIL("a task record's own code must be refused");
+  } catch (const FieldError& e) {
+    CHECK(e.field == "code");
+  }
+  // verified: its own content id only; another task's code under that id, or a name, is refused
+  CHECK_NOTHROW(screen_client_task(rec, id, ClientTasks::verified));
+  Json other = rec;
+  other["task"]["code"] = "class Model: evil";
+  CHECK_THROWS_AS(screen_client_task(other, id, ClientTasks::verified), FieldError);
+  CHECK_THROWS_AS(screen_client_task(rec, "example-task", ClientTasks::verified), FieldError);
+  Json not_object = rec;
+  not_object["task"] = "code";
+  CHECK_THROWS_AS(screen_client_task(not_object, id, ClientTasks::verified), FieldError);
+  // the lookup applies the policy before any source
+  TaskLookup lookup("", ClientTasks::refused);
+  CHECK_THROWS_AS(lookup.find(rec, id, nullptr), FieldError);
+  CHECK_FALSE(lookup.find(Json{{"task_id", id}}, id, nullptr));
+  // the cache key is the content of what the worker runs, whatever the record's id
+  Json seeded = task;
+  seeded["seed"] = 7;
+  CHECK(task_cache_key(task) != task_cache_key(seeded));
+  CHECK(task_cache_key(task) == task_cache_key(Json::parse(R"({"init_inputs":[1],"code":"class Model: pass","task_id":"x"})")));
+}
+
+TEST_CASE("candidate ids: a record's candidate_id must be the hash of its task_id and bundle") {
+  Json bundle = Json::parse(R"({"kernels":{"a.cu":"x"},"plan":"forward: []"})");
+  Json rec = {{"task_id", "t1"}, {"bundle", bundle}, {"candidate_id", candidate_id_for("t1", bundle)}};
+  CHECK_NOTHROW(verify_candidate_id(rec));
+  Json forged = rec;
+  forged["bundle"]["kernels"]["a.cu"] = "y";  // another bundle under the first one's id
+  try {
+    verify_candidate_id(forged);
+    FAIL("a forged id must throw");
+  } catch (const FieldError& e) {
+    CHECK(e.field == "candidate_id");
+  }
+  Json moved = rec;
+  moved["task_id"] = "t2";  // the same bundle claimed for another task
+  CHECK_THROWS_AS(verify_candidate_id(moved), FieldError);
+  CHECK_NOTHROW(verify_candidate_id(Json{{"task_id", "t1"}, {"candidate_id", "c1"}}));  // no bundle: nothing to check
+}
+
+TEST_CASE("service bounds: the bearer secret compared whole, JSON values counted before a parse") {
+  const std::string secret = "0123456789abcdef-secret";
+  CHECK(http::bearer_matches("Bearer " + secret, secret));
+  CHECK(http::bearer_matches("bearer " + secret, secret));
+  CHECK_FALSE(http::bearer_matches("Bearer " + secret.substr(0, secret.size() - 1), secret));
+  CHECK_FALSE(http::bearer_matches("Bearer " + secret + "x", secret));
+  CHECK_FALSE(http::bearer_matches("Bearer ", secret));
+  CHECK_FALSE(http::bearer_matches("", secret));
+  CHECK_FALSE(http::bearer_matches(secret, secret));
+  CHECK_FALSE(http::bearer_matches("Basic " + secret, secret));
+  CHECK(http::bearer_matches("", ""));  // no secret: every request passes
+  CHECK(count_json_values(R"({"a":"[{,,,}]","b":[1,2,3]})", 100) == 5);  // brackets and commas in strings don't count
+  std::string flat = "[";
+  for (int i = 0; i < 1000; ++i) flat += "{},";
+  flat += "{}]";
+  CHECK(count_json_values(flat, 1 << 20) == 2002);
+  CHECK(count_json_values(flat, 10) == 11);  // stops past the limit
 }

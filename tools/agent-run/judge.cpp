@@ -20,7 +20,7 @@ std::string endpoint_of(const std::string& tool) { return tool == "kernel-prof" 
 // The error message of a service's error answer ({"error": ...}), else the start of the body.
 std::string message_of(const std::string& body) {
   try {
-    Json j = Json::parse(body);
+    Json j = parse_json(body, "the answer");
     if (j.is_object() && j.contains("error") && j["error"].is_string()) return j["error"].get<std::string>();
   } catch (const std::exception&) {
   }
@@ -29,7 +29,8 @@ std::string message_of(const std::string& body) {
 
 }  // namespace
 
-JudgePool::JudgePool(const std::vector<std::string>& urls) {
+JudgePool::JudgePool(const std::vector<std::string>& urls, std::string secret) {
+  if (!secret.empty()) auth_headers_.push_back("Authorization: Bearer " + secret);
   for (std::string u : urls) {
     while (!u.empty() && u.back() == '/') u.pop_back();
     if (u.empty()) throw UsageError("--judge: an empty URL");
@@ -59,6 +60,11 @@ JudgePool::Answer JudgePool::call(const std::string& tool, const Json& input, do
   struct Candidate {
     int64_t queue;
     std::size_t rank, index;
+    bool accepts_tasks;
+  };
+  auto with_auth = [&](std::vector<std::string> headers) {
+    headers.insert(headers.end(), auth_headers_.begin(), auth_headers_.end());
+    return headers;
   };
   std::vector<Candidate> candidates;
   // Health first: which services are up, of this tool, and how busy. Those that failed lately are
@@ -69,18 +75,36 @@ JudgePool::Answer JudgePool::call(const std::string& tool, const Json& input, do
       const std::size_t i = (start + k) % n;
       if ((down[i] > now) != (pass == 1)) continue;
       if (g_interrupted) return Answer{nullptr, "", "interrupted: agent-run is stopping"};
-      HttpResponse h = http_request("GET", urls_[i] + "/v1/health", "", {"Accept: application/json"}, kConnectTimeoutS,
-                                    kConnectTimeoutS);
+      HttpResponse h = http_request("GET", urls_[i] + "/v1/health", "", with_auth({"Accept: application/json"}),
+                                    kConnectTimeoutS, kConnectTimeoutS);
+      Json health;
+      try {
+        if (h.transport_error.empty()) health = parse_json(h.body, urls_[i] + "/v1/health");
+      } catch (const std::exception&) {
+      }
       if (!h.transport_error.empty() || h.status != 200) {
-        notes.push_back(urls_[i] + ": health: " + (h.transport_error.empty() ? "HTTP " + std::to_string(h.status) : h.transport_error));
+        // 503: up but unable to judge (no GPU): never sent work, which it would answer no_device.
+        std::string why = h.transport_error.empty() ? "HTTP " + std::to_string(h.status) : h.transport_error;
+        if (health.is_object() && health.contains("error") && health["error"].is_string())
+          why += ": " + health["error"].get<std::string>();
+        notes.push_back(urls_[i] + ": health: " + why);
         mark_down(i);
         continue;
       }
-      Json health;
-      try {
-        health = Json::parse(h.body);
-      } catch (const std::exception&) {
+      if (!health.is_object()) {
         notes.push_back(urls_[i] + ": health: not JSON");
+        continue;
+      }
+      if (health.value("auth", Json()) == "required" && !health.contains("tool")) {
+        notes.push_back(urls_[i] + ": needs the judge services' shared secret (" +
+                        (auth_headers_.empty() ? std::string("none given: --judge-secret-file FILE or CA_JUDGE_SECRET")
+                                               : std::string("the one given is not it")) + ")");
+        mark_down(i);
+        continue;
+      }
+      if (health.contains("ok") && health["ok"] != true) {
+        notes.push_back(urls_[i] + ": health: not ok");
+        mark_down(i);
         continue;
       }
       if (!health.is_object() || health.value("tool", std::string()) != tool) {
@@ -88,18 +112,27 @@ JudgePool::Answer JudgePool::call(const std::string& tool, const Json& input, do
           notes.push_back(urls_[i] + " is a " + health["tool"].get<std::string>() + " service");
         continue;
       }
-      candidates.push_back({health.value("queue", int64_t{0}), k, i});
+      const Json q = health.contains("queue") ? health["queue"] : Json();
+      candidates.push_back({q.is_number_integer() ? q.get<int64_t>() : 0, k, i, health.value("accepts_tasks", Json()) == true});
     }
   }
   std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     return a.queue != b.queue ? a.queue < b.queue : a.rank < b.rank;
   });
-  const std::string body = input.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+  // The task's code goes only where it is asked for: a service that runs client tasks checks it
+  // against the task_id; any other judges the task_id from its own --tasks (and refuses a task).
+  const std::string body_with_task = input.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+  std::string body_without_task = body_with_task;
+  if (input.is_object() && input.contains("task")) {
+    Json bare = input;
+    bare.erase("task");
+    body_without_task = bare.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+  }
   for (const Candidate& c : candidates) {
     const std::string& url = urls_[c.index];
     if (g_interrupted) return Answer{nullptr, url, "interrupted: agent-run is stopping"};
-    HttpResponse r = http_request("POST", url + endpoint_of(tool), body, {"Content-Type: application/x-ndjson"}, timeout_s,
-                                  kConnectTimeoutS);
+    HttpResponse r = http_request("POST", url + endpoint_of(tool), c.accepts_tasks ? body_with_task : body_without_task,
+                                  with_auth({"Content-Type: application/x-ndjson"}), timeout_s, kConnectTimeoutS);
     if (!r.transport_error.empty()) {
       if (g_interrupted) return Answer{nullptr, url, "interrupted: agent-run is stopping"};
       // No answer within the call's time: the work itself is that slow; another service would be too.
@@ -118,11 +151,23 @@ JudgePool::Answer JudgePool::call(const std::string& tool, const Json& input, do
     std::string line, last;
     while (std::getline(lines, line))
       if (!line.empty() && line[0] == '{') last = line;
+    Json record;
     try {
-      if (!last.empty()) return Answer{Json::parse(last), url, ""};
+      if (!last.empty()) record = parse_json(last, url);
     } catch (const std::exception&) {
     }
-    return Answer{nullptr, url, url + ": an answer without a record"};
+    if (!record.is_object()) return Answer{nullptr, url, url + ": an answer without a record"};
+    // A service that could not run the candidate (no GPU there, or started --compile-only) gave no
+    // verdict: another may.
+    if (tool == "kernel-check" && record.contains("check") && record["check"].is_object()) {
+      const Json status = record["check"].value("status", Json());
+      if (status == "no_device" || status == "compiled") {
+        notes.push_back(url + ": gave no verdict (" + status.get<std::string>() + ")");
+        mark_down(c.index);
+        continue;
+      }
+    }
+    return Answer{record, url, ""};
   }
   std::string why;
   for (std::size_t i = 0; i < notes.size(); ++i) why += (i ? "; " : "") + notes[i];

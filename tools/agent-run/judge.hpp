@@ -13,7 +13,8 @@ namespace ca::agent {
 class JudgePool {
  public:
   // URLs as given ("http://host:port" or "host:port"); UsageError for an empty or malformed one.
-  explicit JudgePool(const std::vector<std::string>& urls);
+  // `secret`: the services' shared secret (Authorization: Bearer), empty for none.
+  explicit JudgePool(const std::vector<std::string>& urls, std::string secret = "");
 
   struct Answer {
     Json record;      // the service's output record for the one input record
@@ -21,15 +22,19 @@ class JudgePool {
     std::string error;  // non-empty: no service gave a result; names each one tried and why
   };
   // POSTs one record to a service of `tool` ("kernel-check" or "kernel-prof"): the least busy of
-  // those that answer their health check (round-robin among equals), then the others if it fails
-  // (no answer, 5xx). A 4xx is the record's fault: its message is the error, no other is tried.
-  // Never waits longer than timeout_s for an answer nor 5 s for a connection or a health check.
+  // those whose health check says ok (a service without a GPU answers 503 there and is skipped),
+  // round-robin among equals, then the others if it fails (no answer, 5xx, or a kernel-check answer
+  // that is no verdict: no_device, compiled). A 4xx is the record's fault: its message is the error,
+  // no other is tried. The record's `task` goes only to a service that says it accepts tasks; others
+  // judge the task_id from their own --tasks. Never waits longer than timeout_s for an answer nor 5 s
+  // for a connection or a health check.
   Answer call(const std::string& tool, const Json& input, double timeout_s);
 
   const std::vector<std::string>& urls() const { return urls_; }
 
  private:
   std::vector<std::string> urls_;
+  std::vector<std::string> auth_headers_;  // "Authorization: Bearer ..." when a secret is given
   std::mutex mu_;
   std::size_t next_ = 0;                                        // round-robin start
   std::vector<std::chrono::steady_clock::time_point> down_until_;  // skipped after a failure, for a while

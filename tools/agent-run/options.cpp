@@ -4,6 +4,7 @@
 #include "libcommon/errors.hpp"
 #include "libcommon/log.hpp"
 #include "libcommon/paths.hpp"
+#include "libcommon/service.hpp"
 #include "tools/agent-run/judge.hpp"
 #include "tools/agent-run/sandbox.hpp"
 #include "tools/agent-run/toolbox.hpp"
@@ -31,6 +32,11 @@ return CLI::Validator(
     "SECONDS > 0");
 }
 
+}  // namespace
+
+namespace {
+// --judge-secret-file: read once by finish_options (kept out of Options, which callers unpack).
+std::string judge_secret_file;
 }  // namespace
 
 void add_options(CLI::App& app, Options& o) {
@@ -86,6 +92,9 @@ void add_options(CLI::App& app, Options& o) {
                  "Judge services (kernel-check --serve, kernel-prof --serve) for verify and profile, e.g. "
                  "--judge http://gpu1:7001,http://gpu1:7002 (the least busy answers; a dead one is skipped)")
       ->delimiter(',');
+  lk->add_option("--judge-secret-file", judge_secret_file,
+                 "The judge services' shared secret (the file's first line, chmod 600), sent with every request to "
+                 "them; default $CA_JUDGE_SECRET");
   lk->add_option("--locked-timeout", s.locked_timeout_s, "Seconds per compile/verify/profile call")
       ->check(positive_seconds(1e7))->capture_default_str();
   lk->add_option("--skill", s.skill_path, "SKILL.md for the workspace (default: DATA/skill/SKILL.md)");
@@ -134,8 +143,9 @@ void finish_options(Options& o, const CommonOptions& opt) {
   opt.resume_does_nothing("episodes are samples, each one is new");
   if (s.kernel_check.empty()) s.kernel_check = agent::default_locked_binary("kernel-check", "CA_KERNEL_CHECK");
   if (s.kernel_prof.empty()) s.kernel_prof = agent::default_locked_binary("kernel-prof", "CA_KERNEL_PROF");
+  if (!judge_secret_file.empty() && s.judge_urls.empty()) throw ca::UsageError("--judge-secret-file needs --judge");
   if (!s.judge_urls.empty()) {
-    s.judge = std::make_shared<agent::JudgePool>(s.judge_urls);
+    s.judge = std::make_shared<agent::JudgePool>(s.judge_urls, ca::read_judge_secret(judge_secret_file, "--judge-secret-file"));
     s.judge_urls = s.judge->urls();
     if (!s.check_args.empty() || !s.prof_args.empty())
       ca::log::warn("--check-arg/--prof-arg apply to compile only with --judge: the services run with their own options");

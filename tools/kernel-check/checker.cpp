@@ -28,6 +28,7 @@ struct Checker::Item {
   std::optional<ca::FieldError> bad;
   std::string status;
   bool resumed = false;
+  bool id_verified = true;  // the candidate_id is the hash of the record's task_id and bundle
 };
 
 Checker::Checker(CheckOptions& options, const ca::CommonOptions& common)
@@ -67,15 +68,35 @@ Checker::~Checker() = default;
 
 ca::Json Checker::gpus_json() const { return gpus_json_; }
 
+void Checker::serve(ca::ClientTasks client_tasks) {
+  serving_ = true;
+  tasks_.set_client_tasks(client_tasks);
+}
+
+std::string Checker::unavailable() const {
+  if (options_.compile_only || judge_) return "";
+  return "no GPU: " + no_device_why_;
+}
+
 void Checker::process(Item& item) {
   ca::Json& rec = item.record;
   try {
     ca::check_record_ids(rec);
     std::string task_id = ca::get_required<std::string>(rec, "/task_id");
+    const ca::Json bundle = ca::get_required<ca::Json>(rec, "/bundle");
     std::optional<ca::Json> task;
+    // A service takes a client's task only with --accept-tasks, and only under its content id.
     if (auto t = tasks_.find(rec, task_id, store_.get(), &store_mu_)) task = ca::Json(*t);
-    if (!rec.contains("candidate_id"))
-      rec["candidate_id"] = ca::candidate_id_for(task_id, ca::get_required<ca::Json>(rec, "/bundle"));
+    if (serving_ && !task && !options_.compile_only)
+      throw ca::FieldError("task_id", "task " + task_id + " is unknown to this service: start it with --tasks FILE (or a "
+                                      "store) holding the task");
+    if (!rec.contains("candidate_id")) rec["candidate_id"] = ca::candidate_id_for(task_id, bundle);
+    // A verdict is stored and reused under the candidate's id: a service (whose clients choose the
+    // id) and --resume take a record only when the id is the hash of what it holds. A stream's
+    // other records keep their ids, and are judged, but are not stored under an id of another bundle.
+    if (serving_ || common_.resume) ca::verify_candidate_id(rec);
+    else
+      item.id_verified = rec["candidate_id"].get<std::string>() == ca::candidate_id_for(task_id, bundle);
     // --resume: a verdict already in the store is reused (not a no_device or compile-only one).
     if (common_.resume && store_) {
       std::lock_guard<std::mutex> lock(store_mu_);
@@ -89,7 +110,26 @@ void Checker::process(Item& item) {
         }
       }
     }
-    Prepared p = prepare_candidate(rec, task ? &*task : nullptr, rules_, prepare_);
+    Prepared p;
+    {
+      // One bound on compilers for the whole tool, -j: a stream's lanes and a service's requests
+      // together never run more (each may take gigabytes).
+      std::unique_lock<std::mutex> lock(compile_mu_);
+      compile_cv_.wait(lock, [&] { return compiling_ < options_.jobs; });
+      ++compiling_;
+      lock.unlock();
+      struct Release {
+        Checker& c;
+        ~Release() {
+          {
+            std::lock_guard<std::mutex> l(c.compile_mu_);
+            --c.compiling_;
+          }
+          c.compile_cv_.notify_one();
+        }
+      } release{*this};
+      p = prepare_candidate(rec, task ? &*task : nullptr, rules_, prepare_);
+    }
     if (!p.final && !options_.compile_only) {
       if (!judge_) {
         set_verdict(p.check, "no_device", "no GPU: " + no_device_why_);
@@ -97,7 +137,9 @@ void Checker::process(Item& item) {
         set_verdict(p.check, "plan_error", "task " + task_id + " unknown: give the record a task object, or --tasks FILE");
         p.final = true;
       } else {
-        judge_->judge(p, *task, task_id, item.where);  // takes the GPU's lock, shared, once its lane is free
+        // The lane's worker keeps the task loaded under the hash of what it runs: a record's task_id
+        // never names another task's loaded state.
+        judge_->judge(p, *task, ca::task_cache_key(*task), item.where);  // the GPU's lock, shared, once a lane is free
       }
     } else if (!p.final) {
       p.check["status"] = "compiled";
@@ -125,7 +167,10 @@ void Checker::finish(Item& item, ca::Counts& counts, const Sink& write) {
     if (item.status == "passed" || item.status == "compiled") ++counts.done;
     else ++counts.failed;
     std::lock_guard<std::mutex> lock(store_mu_);
-    if (store_) store_->put_section("check", item.record);
+    if (store_ && item.id_verified) store_->put_section("check", item.record);
+    else if (store_)
+      ca::log::warn(item.where, ": not stored: candidate_id ", item.record["candidate_id"].dump(),
+                    " is not the content id of its task_id and bundle");
     ca::log::verbose(item.where, ": ", item.status, ": ", item.record["check"].value("reason", ""));
   }
   if (!status.empty()) {

@@ -3,6 +3,7 @@
 // runner and loaded tasks). check() judges a sequence of records; the stream and the service both
 // call it, so a record is handled the same way in both.
 #pragma once
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -44,6 +45,12 @@ class Checker {
   // when a candidate could not be run for want of a GPU, else 0); returns that code.
   int summary(std::optional<int> exit_code = std::nullopt);
 
+  // As a service: a record's task is taken per `client_tasks`, an unknown task_id and a
+  // candidate_id that is not its content's hash are bad records.
+  void serve(ca::ClientTasks client_tasks);
+  // Why candidates cannot be judged here (no GPU and not --compile-only), or empty.
+  std::string unavailable() const;
+
   // The GPUs the judge runs on ({ordinal, name, uuid}), empty for compile-only or without one.
   ca::Json gpus_json() const;
   bool compile_only() const { return options_.compile_only; }
@@ -57,6 +64,7 @@ class Checker {
   const ca::CommonOptions& common_;
   Rules rules_;
   ca::TaskLookup tasks_;  // the record's task, --tasks, the store
+  bool serving_ = false;
   std::string no_device_why_;
   std::vector<int> gpus_;
   ca::Json gpus_json_ = ca::Json::array();
@@ -65,6 +73,9 @@ class Checker {
   std::unique_ptr<GpuJudge> judge_;
   std::mutex store_mu_;  // the store is read from compile threads and written from the finishing one
   std::mutex totals_mu_;
+  std::mutex compile_mu_;  // compiles at once, all requests together: at most options_.jobs
+  std::condition_variable compile_cv_;
+  int compiling_ = 0;
   ca::Counts totals_;
   std::map<std::string, int64_t> by_status_;
   int64_t no_device_ = 0;

@@ -57,16 +57,25 @@ int main(int argc, char** argv) {
     ca::kc::Checker checker(opt, common);
 
     if (service.enabled()) {
+      checker.serve(service.client_tasks());
       ca::ServiceSpec spec;
       spec.tool = "kernel-check";
       spec.endpoint = "/v1/check";
       spec.gpus = checker.gpus_json();
-      spec.judge = [&](std::vector<ca::Line>& lines) {
+      // Requests at once: enough to keep every compile thread and GPU lane busy; the compilers
+      // themselves are bounded by -j inside the checker, whatever the requests.
+      spec.max_running = opt.jobs + static_cast<int>(spec.gpus.size()) + 1;
+      // Without a GPU (and not --compile-only) nothing can be judged: health says so (503), and so
+      // does every request, so a client's pool sends its work elsewhere.
+      spec.unavailable = [&] { return checker.unavailable(); };
+      spec.judge = [&](std::vector<ca::Line>& lines, const std::function<bool()>& cancelled) {
+        if (std::string why = checker.unavailable(); !why.empty())
+          throw ca::EnvironmentError("this kernel-check service cannot judge: " + why);  // 503, never no_device verdicts
         std::vector<ca::Json> out;
         std::size_t i = 0;
         checker.check(
             [&](ca::Json& r, std::string& where) {
-              if (i == lines.size()) return false;
+              if (i == lines.size() || cancelled()) return false;  // a client that left: no more of its records
               r = std::move(lines[i].record);
               where = lines[i].where;
               ++i;

@@ -7,8 +7,10 @@
 #include <mutex>
 
 #include "libcommon/errors.hpp"
+#include "libcommon/fields.hpp"
 #include "libcommon/log.hpp"
 #include "libcommon/record_loop.hpp"
+#include "libcommon/task_lookup.hpp"
 
 namespace ca::prof {
 
@@ -39,7 +41,11 @@ int stream(Profiler& profiler, const CommonOptions& common, Store* store) {
   loop.store_into(store, "prof");
   int status = kExitOk;
   try {
-    status = loop.run([&](Json& record) { return profiler.profile(record); });
+    status = loop.run([&](Json& record) {
+      // --resume reuses a stored profile by candidate_id: only when the id is the hash of the bundle.
+      if (common.resume) verify_candidate_id(record);
+      return profiler.profile(record);
+    });
   } catch (const Error& e) {
     report_error(e);
     log::info(loop.counts().text());
@@ -52,10 +58,12 @@ int stream(Profiler& profiler, const CommonOptions& common, Store* store) {
 int serve(Profiler& profiler, const ServiceOptions& service, const CommonOptions& common, Store* store) {
   // The GPU, its worker and their one-time costs now, not at the first request; without them a
   // service still passes failed checks through, and a passing one gets a 503 naming what is missing.
+  std::string no_gpu;
   try {
     profiler.warm_up();
   } catch (const EnvironmentError& e) {
-    log::warn(e.what(), ": serving anyway (records whose check passed will be refused)");
+    no_gpu = e.what();
+    log::warn(no_gpu, ": serving anyway (records whose check passed will be refused; health answers 503)");
   }
   std::mutex mu;  // one GPU, one timing job at a time: concurrent requests queue here
   Counts totals;
@@ -63,7 +71,12 @@ int serve(Profiler& profiler, const ServiceOptions& service, const CommonOptions
   spec.tool = "kernel-prof";
   spec.endpoint = "/v1/profile";
   if (Json g = profiler.gpu_json(); !g.is_null()) spec.gpus.push_back(g);
-  spec.judge = [&](std::vector<Line>& lines) {
+  // One GPU, one timing job: one request runs, the others wait in the server's queue (where a
+  // client that leaves drops its request) rather than on the lock.
+  spec.max_running = 1;
+  spec.unavailable = [&]() -> std::string { return no_gpu.empty() ? "" : "no GPU: " + no_gpu; };
+  const ClientTasks client_tasks = service.client_tasks();
+  spec.judge = [&](std::vector<Line>& lines, const std::function<bool()>& cancelled) {
     std::lock_guard<std::mutex> lock(mu);
     RecordLoop loop(common);
     loop.store_into(store, "prof");
@@ -73,9 +86,21 @@ int serve(Profiler& profiler, const ServiceOptions& service, const CommonOptions
       ~Tally() { totals += loop.counts(); }
     } tally{totals, loop};
     std::vector<Json> out;
-    for (auto& line : lines)
-      if (loop.handle(line.record, line.where, [&](Json& r) { return profiler.profile(r); }))
-        out.push_back(std::move(line.record));
+    for (auto& line : lines) {
+      if (cancelled()) break;  // the client left: the rest of its records are not timed
+      auto screened = [&](Json& r) {
+        // A record that will be timed (its check passed, a GPU is there): a client's task runs
+        // only with --accept-tasks and under its content id, and its candidate_id, which the
+        // profile is stored and reused under, must be the hash of its bundle. Others pass
+        // through untouched (nothing run, nothing stored), or get the 503 of a missing GPU.
+        if (no_gpu.empty() && check_passed(r)) {
+          screen_client_task(r, get_required<std::string>(r, "/task_id"), client_tasks);
+          verify_candidate_id(r);
+        }
+        return profiler.profile(r);
+      };
+      if (loop.handle(line.record, line.where, screened)) out.push_back(std::move(line.record));
+    }
     return out;
   };
   int status = run_service(service, spec);
