@@ -341,6 +341,18 @@ void check_plan(const Plan& plan, const Signatures& sigs, const IoSpec* io, cons
   }
 }
 
+namespace {
+int64_t spatial_product(const int64_t* v, int n) {
+  int64_t p = 1;
+  for (int i = 0; i < n; ++i) p *= v[i];
+  return p;
+}
+}  // namespace
+
+int64_t BoundConv::x_elements() const { return n * c * spatial_product(in, spatial); }
+int64_t BoundConv::w_elements() const { return (transposed ? c * (k / groups) : k * (c / groups)) * spatial_product(kernel, spatial); }
+int64_t BoundConv::out_elements() const { return n * k * spatial_product(out_size, spatial); }
+
 int BoundPlan::buffer_index(const std::string& ref) const {
   for (size_t i = 0; i < buffers.size(); ++i)
     if (buffers[i].ref == ref) return static_cast<int>(i);
@@ -571,64 +583,119 @@ BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io, 
       c.out = index_of(C.out);
       if (C.bias) c.bias = index_of(*C.bias);
       const auto &X = bp.buffers[c.x], &W = bp.buffers[c.w], &O = bp.buffers[c.out];
+      c.transposed = C.transposed;
+      c.groups = C.groups;
+      const char* kind = c.transposed ? "conv (transposed)" : "conv";
       const bool given = !C.shape.empty();
       if (given) {
-        // The operands' shapes given (views into larger buffers): n, c, h, w of x; k, r, s of w.
-        for (const char* key : {"n", "c", "h", "w", "k", "r", "s"})
-          if (!C.shape.count(key))
-            throw PlanError(bs.label + ": conv shape needs n, c, h, w, k, r and s (" + key + " is missing)");
-        auto get = [&](const char* key) { return eval_in(C.shape.at(key), r, bs.label + " shape." + key, plan).i; };
-        c.n = get("n"); c.c = get("c"); c.h = get("h"); c.wd = get("w"); c.k = get("k"); c.r = get("r"); c.s = get("s");
-        for (int64_t v : {c.n, c.c, c.h, c.wd, c.k, c.r, c.s})
-          if (v < 1 || v > INT32_MAX) throw PlanError(bs.label + ": conv shape sizes must be 1 to 2^31-1 (cuDNN's int)");
+        // The operands' shapes given (views into larger buffers).
+        auto has = [&](const char* key) { return C.shape.count(key) > 0; };
+        c.spatial = has("d") ? 3 : has("h") ? 2 : 1;
+        std::vector<const char*> need = {"n", "c", "k", "w", "s"};
+        if (c.spatial >= 2) need.insert(need.end(), {"h", "r"});
+        if (c.spatial == 3) need.insert(need.end(), {"d", "t"});
+        for (const char* key : need)
+          if (!has(key)) throw PlanError(bs.label + ": conv shape needs n, c, k, the sizes of x ([d, h,] w) and of the kernel ([t, r,] s): " +
+                                         key + " is missing");
+        auto get = [&](const char* key) {
+          int64_t v = eval_in(C.shape.at(key), r, bs.label + " shape." + key, plan).i;
+          if (v < 1 || v > INT32_MAX) throw PlanError(bs.label + ": conv shape." + key + " = " + std::to_string(v) + " (1 to 2^31-1, cuDNN's int)");
+          return v;
+        };
+        c.n = get("n"); c.c = get("c"); c.k = get("k");
+        const char* in_keys[3] = {"d", "h", "w"};
+        const char* k_keys[3] = {"t", "r", "s"};
+        for (int i = 0; i < c.spatial; ++i) {
+          c.in[i] = get(in_keys[3 - c.spatial + i]);
+          c.kernel[i] = get(k_keys[3 - c.spatial + i]);
+        }
       } else {
-        if (X.shape.size() != 4 || W.shape.size() != 4 || O.shape.size() != 4)
-          throw PlanError(bs.label + ": conv needs 4-d NCHW x [" + std::to_string(X.shape.size()) + "-d " + X.ref + "], KCRS w [" +
-                          std::to_string(W.shape.size()) + "-d " + W.ref + "] and NKPQ out [" + std::to_string(O.shape.size()) + "-d " +
-                          O.ref + "], or a shape: {n, c, h, w, k, r, s} for views");
-        c.n = X.shape[0]; c.c = X.shape[1]; c.h = X.shape[2]; c.wd = X.shape[3];
-        c.k = W.shape[0]; c.r = W.shape[2]; c.s = W.shape[3];
+        // From the buffers: x [N, C, spatial...], w [K, C/g, kernel...] ([C, K/g, kernel...] transposed).
+        const size_t rank = X.shape.size();
+        if (rank < 3 || rank > 5 || W.shape.size() != rank || O.shape.size() != rank)
+          throw PlanError(bs.label + ": " + kind + " needs x, w and out of one rank, 3 to 5 (NCL, NCHW, NCDHW); x is " +
+                          std::to_string(X.shape.size()) + "-d (" + X.ref + "), w " + std::to_string(W.shape.size()) + "-d (" + W.ref +
+                          "), out " + std::to_string(O.shape.size()) + "-d (" + O.ref + "); views need a shape: {n, c, k, ...}");
+        c.spatial = int(rank) - 2;
+        c.n = X.shape[0];
+        c.c = X.shape[1];
+        if (c.transposed) {
+          if (W.shape[0] != c.c)
+            throw PlanError(bs.label + ": w's first dimension (" + std::to_string(W.shape[0]) + ") must be x's channels (" +
+                            std::to_string(c.c) + "): a transposed conv's weight is [C_in, C_out / groups, ...]");
+          c.k = W.shape[1] * c.groups;
+        } else {
+          c.k = W.shape[0];
+          if (c.groups >= 1 && W.shape[1] * c.groups != c.c)
+            throw PlanError(bs.label + ": w [" + std::to_string(W.shape[0]) + ", " + std::to_string(W.shape[1]) + ", ...] has " +
+                            std::to_string(W.shape[1]) + " input channels per group; x has " + std::to_string(c.c) + " channels in " +
+                            std::to_string(c.groups) + " groups (w's second dimension must be " +
+                            std::to_string(c.groups ? c.c / c.groups : 0) + ")");
+        }
+        for (int i = 0; i < c.spatial; ++i) {
+          c.in[i] = X.shape[2 + i];
+          c.kernel[i] = W.shape[2 + i];
+        }
       }
-      std::copy(C.stride, C.stride + 2, c.stride);
-      std::copy(C.padding, C.padding + 2, c.padding);
-      std::copy(C.dilation, C.dilation + 2, c.dilation);
-      c.groups = C.groups;
-      c.p = (c.h + 2 * c.padding[0] - c.dilation[0] * (c.r - 1) - 1) / c.stride[0] + 1;
-      c.q = (c.wd + 2 * c.padding[1] - c.dilation[1] * (c.s - 1) - 1) / c.stride[1] + 1;
       if (c.groups < 1 || c.c % c.groups != 0 || c.k % c.groups != 0)
         throw PlanError(bs.label + ": groups = " + std::to_string(c.groups) + " must divide the input channels (" + std::to_string(c.c) +
                         ") and the output channels (" + std::to_string(c.k) + ")");
-      if (!given && W.shape[1] * c.groups != c.c)
-        throw PlanError(bs.label + ": w [" + std::to_string(W.shape[0]) + ", " + std::to_string(W.shape[1]) + ", ...] has " +
-                        std::to_string(W.shape[1]) + " input channels per group; x has " + std::to_string(c.c) + " channels in " +
-                        std::to_string(c.groups) + " groups (w's second dimension must be " + std::to_string(c.c / c.groups) + ")");
-      if (c.p < 1 || c.q < 1) throw PlanError(bs.label + ": the output would be empty (p=" + std::to_string(c.p) + ", q=" + std::to_string(c.q) + ")");
-      if (!given && O.shape != std::vector<int64_t>{c.n, c.k, c.p, c.q})
-        throw PlanError(bs.label + ": out must be [" + std::to_string(c.n) + ", " + std::to_string(c.k) + ", " +
-                        std::to_string(c.p) + ", " + std::to_string(c.q) + "]");
+      // stride, padding, dilation, output_padding: one value for all, or one per spatial dimension.
+      const char* names[4] = {"stride", "padding", "dilation", "output_padding"};
+      const int64_t* from[4] = {C.stride, C.padding, C.dilation, C.output_padding};
+      int64_t* to[4] = {c.stride, c.padding, c.dilation, c.output_padding};
+      for (int f = 0; f < 4; ++f) {
+        if (C.given[f] && C.given[f] != c.spatial)
+          throw PlanError(bs.label + ": " + names[f] + " has " + std::to_string(C.given[f]) + " values, the convolution " +
+                          std::to_string(c.spatial) + " spatial dimensions");
+        for (int i = 0; i < c.spatial; ++i) to[f][i] = from[f][C.given[f] ? i : 0];
+      }
+      for (int i = 0; i < c.spatial; ++i) {
+        if (c.stride[i] < 1 || c.dilation[i] < 1) throw PlanError(bs.label + ": stride and dilation must be at least 1");
+        if (c.transposed) {
+          if (c.output_padding[i] >= std::max(c.stride[i], c.dilation[i]))
+            throw PlanError(bs.label + ": output_padding must be smaller than stride or dilation (as in PyTorch)");
+          c.out_size[i] = (c.in[i] - 1) * c.stride[i] - 2 * c.padding[i] + c.dilation[i] * (c.kernel[i] - 1) + c.output_padding[i] + 1;
+        } else {
+          if (c.output_padding[i] != 0) throw PlanError(bs.label + ": output_padding is for transposed convolutions");
+          c.out_size[i] = (c.in[i] + 2 * c.padding[i] - c.dilation[i] * (c.kernel[i] - 1) - 1) / c.stride[i] + 1;
+        }
+        if (c.out_size[i] < 1) throw PlanError(bs.label + ": the output would be empty (spatial dimension " + std::to_string(i) + ")");
+      }
+      std::vector<int64_t> want_out = {c.n, c.k};
+      for (int i = 0; i < c.spatial; ++i) want_out.push_back(c.out_size[i]);
+      auto shape_text = [](const std::vector<int64_t>& v) {
+        std::string t = "[";
+        for (size_t i = 0; i < v.size(); ++i) t += (i ? ", " : "") + std::to_string(v[i]);
+        return t + "]";
+      };
+      if (!given && O.shape != want_out)
+        throw PlanError(bs.label + ": out (" + O.ref + " " + shape_text(O.shape) + ") must be " + shape_text(want_out));
       // Element counts in checked arithmetic: given shapes are the policy's numbers.
-      auto count = [&](std::initializer_list<int64_t> f, const char* what) {
+      auto count = [&](std::initializer_list<int64_t> f, const int64_t* sp, const char* what) {
         int64_t n = 1;
         for (int64_t v : f)
-          if (__builtin_mul_overflow(n, v, &n) || n > (int64_t(1) << 60))
-            throw PlanError(bs.label + ": " + what + " has more elements than any buffer");
+          if (__builtin_mul_overflow(n, v, &n) || n > (int64_t(1) << 60)) n = -1;
+        for (int i = 0; i < c.spatial && n >= 0; ++i)
+          if (__builtin_mul_overflow(n, sp[i], &n) || n > (int64_t(1) << 60)) n = -1;
+        if (n < 0) throw PlanError(bs.label + ": " + what + " has more elements than any buffer");
         return n;
       };
-      const int64_t x_elems = count({c.n, c.c, c.h, c.wd}, "x"), w_elems = count({c.k, c.c / c.groups, c.r, c.s}, "w"),
-                    out_elems = count({c.n, c.k, c.p, c.q}, "out");
+      const int64_t x_elems = count({c.n, c.c}, c.in, "x"), out_elems = count({c.n, c.k}, c.out_size, "out"),
+                    w_elems = count({c.transposed ? c.c : c.k, (c.transposed ? c.k : c.c) / c.groups}, c.kernel, "w");
       c.x_offset = view_offset(C.x_offset, c.x, x_elems, bs.label + " x");
       c.w_offset = view_offset(C.w_offset, c.w, w_elems, bs.label + " w");
       c.out_offset = view_offset(C.out_offset, c.out, out_elems, bs.label + " out");
       if (c.bias >= 0) c.bias_offset = view_offset(C.bias_offset, c.bias, c.k, bs.label + " bias");
       if (X.dtype != W.dtype || X.dtype != O.dtype) throw PlanError(bs.label + ": x, w and out must have one dtype");
-      // cuDNN's forward convolution reads x and w while it writes out: no overlap (in-place is refused).
+      require_library_dtype(bs.label, "conv", X.dtype);
+      c.dtype = X.dtype;
+      // cuDNN reads x and w while it writes out: no overlap (in-place is refused).
       const int64_t esz = element_bytes(X.dtype, bs.label);
       const int64_t out_bytes = out_elems * esz;
       if (overlap(c.out, c.out_offset, out_bytes, c.x, c.x_offset, x_elems * esz) ||
           overlap(c.out, c.out_offset, out_bytes, c.w, c.w_offset, w_elems * esz))
         throw PlanError(bs.label + ": out overlaps x or w (" + O.ref + "); cuDNN does not convolve in place");
-      require_library_dtype(bs.label, "conv", X.dtype);
-      c.dtype = X.dtype;
     }
     return bs;
   };

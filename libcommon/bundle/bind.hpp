@@ -63,9 +63,16 @@ struct BoundGemm {
 struct BoundConv {
   int x = -1, w = -1, out = -1, bias = -1;
   int64_t x_offset = 0, w_offset = 0, out_offset = 0, bias_offset = 0;  // views, in bytes
-  int64_t n = 0, c = 0, h = 0, wd = 0, k = 0, r = 0, s = 0, p = 0, q = 0;
-  int64_t stride[2], padding[2], dilation[2], groups = 1;
+  int spatial = 2;                      // 1, 2 or 3
+  int64_t n = 0, c = 0, k = 0;          // batch, x's channels, out's channels
+  int64_t in[3] = {1, 1, 1}, kernel[3] = {1, 1, 1}, out_size[3] = {1, 1, 1};  // first `spatial` used
+  int64_t stride[3] = {1, 1, 1}, padding[3] = {0, 0, 0}, dilation[3] = {1, 1, 1}, output_padding[3] = {0, 0, 0};
+  int64_t groups = 1;
+  bool transposed = false;
   std::string dtype;
+  int64_t x_elements() const;
+  int64_t w_elements() const;  // k * c / groups * kernel (transposed: c * k / groups * kernel)
+  int64_t out_elements() const;
 };
 
 struct BoundStep {

@@ -41,6 +41,7 @@ struct ConvPlan {
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
   cudnnConvolutionFwdAlgo_t algo{};
+  cudnnConvolutionBwdDataAlgo_t transposed_algo{};  // a transposed conv is cuDNN's backward data
   size_t workspace_bytes = 0;
   const BoundConv* c = nullptr;
 };
@@ -361,38 +362,74 @@ Executor::Executor(const BoundPlan& plan, const std::string& cubin, ExecutorOpti
         ConvPlan cp;
         cp.c = &c;
         cudnnDataType_t dt = dnn_type(c.dtype);
-        auto i32 = [](int64_t v) { return static_cast<int>(v); };
-        dnn.check(dnn.createTensorDescriptor(&cp.x), "cudnnCreateTensorDescriptor");
-        dnn.check(dnn.setTensor4dDescriptor(cp.x, CUDNN_TENSOR_NCHW, dt, i32(c.n), i32(c.c), i32(c.h), i32(c.wd)), s.label + ": x");
-        dnn.check(dnn.createTensorDescriptor(&cp.y), "cudnnCreateTensorDescriptor");
-        dnn.check(dnn.setTensor4dDescriptor(cp.y, CUDNN_TENSOR_NCHW, dt, i32(c.n), i32(c.k), i32(c.p), i32(c.q)), s.label + ": out");
+        // N-d descriptors: [N, C, spatial...], packed; a 1-d convolution is a 2-d one of height 1
+        // (cuDNN wants at least 4 dimensions).
+        const int sp = std::max(c.spatial, 2), off = sp - c.spatial;
+        auto dims_of = [&](int64_t n, int64_t ch, const int64_t* sizes) {
+          std::vector<int> d = {int(n), int(ch)};
+          for (int i = 0; i < sp; ++i) d.push_back(i < off ? 1 : int(sizes[i - off]));
+          return d;
+        };
+        auto packed = [](const std::vector<int>& d) {
+          std::vector<int> st(d.size());
+          int acc = 1;
+          for (size_t i = d.size(); i-- > 0;) st[i] = acc, acc *= d[i];
+          return st;
+        };
+        auto tensor = [&](cudnnTensorDescriptor_t& t, const std::vector<int>& d, const char* what) {
+          dnn.check(dnn.createTensorDescriptor(&t), "cudnnCreateTensorDescriptor");
+          auto st = packed(d);
+          dnn.check(dnn.setTensorNdDescriptor(t, dt, int(d.size()), d.data(), st.data()), s.label + ": " + what);
+        };
+        // x is what the step reads, y what it writes; for a transposed conv cuDNN's dy is x and dx is y.
+        tensor(cp.x, dims_of(c.n, c.c, c.in), "x");
+        tensor(cp.y, dims_of(c.n, c.k, c.out_size), "out");
+        std::vector<int> wd = c.transposed ? dims_of(c.c, c.k / c.groups, c.kernel) : dims_of(c.k, c.c / c.groups, c.kernel);
         dnn.check(dnn.createFilterDescriptor(&cp.w), "cudnnCreateFilterDescriptor");
-        dnn.check(dnn.setFilter4dDescriptor(cp.w, dt, CUDNN_TENSOR_NCHW, i32(c.k), i32(c.c / c.groups), i32(c.r), i32(c.s)),
-                  s.label + ": w");
+        dnn.check(dnn.setFilterNdDescriptor(cp.w, dt, CUDNN_TENSOR_NCHW, int(wd.size()), wd.data()), s.label + ": w");
+        std::vector<int> pad(sp, 0), stride(sp, 1), dil(sp, 1);
+        for (int i = off; i < sp; ++i) {
+          pad[i] = int(c.padding[i - off]);
+          stride[i] = int(c.stride[i - off]);
+          dil[i] = int(c.dilation[i - off]);
+        }
         dnn.check(dnn.createConvolutionDescriptor(&cp.conv), "cudnnCreateConvolutionDescriptor");
-        dnn.check(dnn.setConvolution2dDescriptor(cp.conv, i32(c.padding[0]), i32(c.padding[1]), i32(c.stride[0]), i32(c.stride[1]),
-                                                 i32(c.dilation[0]), i32(c.dilation[1]), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+        dnn.check(dnn.setConvolutionNdDescriptor(cp.conv, sp, pad.data(), stride.data(), dil.data(), CUDNN_CROSS_CORRELATION,
+                                                 CUDNN_DATA_FLOAT),
                   s.label + ": convolution");
-        dnn.check(dnn.setConvolutionGroupCount(cp.conv, i32(c.groups)), s.label + ": groups");
+        dnn.check(dnn.setConvolutionGroupCount(cp.conv, int(c.groups)), s.label + ": groups");
         // fp32 stays fp32 (FMA only, no TF32), like the reference with TF32 off.
         dnn.check(dnn.setConvolutionMathType(cp.conv, dt == CUDNN_DATA_FLOAT ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH), s.label + ": math");
         if (c.bias >= 0) {
+          std::vector<int> bd = {1, int(c.k)};
+          for (int i = 0; i < sp; ++i) bd.push_back(1);
           dnn.check(dnn.createTensorDescriptor(&cp.bias), "cudnnCreateTensorDescriptor");
-          dnn.check(dnn.setTensor4dDescriptor(cp.bias, CUDNN_TENSOR_NCHW, dnn_type(plan_.buffers[c.bias].dtype), 1, i32(c.k), 1, 1),
+          auto bst = packed(bd);
+          dnn.check(dnn.setTensorNdDescriptor(cp.bias, dnn_type(plan_.buffers[c.bias].dtype), int(bd.size()), bd.data(), bst.data()),
                     s.label + ": bias");
         }
-        cudnnConvolutionFwdAlgoPerf_t perf[8];
-        int found = 0;
-        dnn.check(dnn.getConvolutionForwardAlgorithm_v7(impl_->dnn, cp.x, cp.w, cp.conv, cp.y, 8, &found, perf), s.label + ": algorithm");
         bool ok = false;
-        for (int a = 0; a < found && !ok; ++a)
-          if (perf[a].status == CUDNN_STATUS_SUCCESS) {
-            cp.algo = perf[a].algo;
-            ok = true;
-          }
+        int found = 0;
+        if (!c.transposed) {
+          cudnnConvolutionFwdAlgoPerf_t perf[8];
+          dnn.check(dnn.getConvolutionForwardAlgorithm_v7(impl_->dnn, cp.x, cp.w, cp.conv, cp.y, 8, &found, perf), s.label + ": algorithm");
+          for (int a = 0; a < found && !ok; ++a)
+            if (perf[a].status == CUDNN_STATUS_SUCCESS) cp.algo = perf[a].algo, ok = true;
+          if (ok)
+            dnn.check(dnn.getConvolutionForwardWorkspaceSize(impl_->dnn, cp.x, cp.w, cp.conv, cp.y, cp.algo, &cp.workspace_bytes),
+                      s.label + ": workspace");
+        } else {
+          cudnnConvolutionBwdDataAlgoPerf_t perf[8];
+          dnn.check(dnn.getConvolutionBackwardDataAlgorithm_v7(impl_->dnn, cp.w, cp.x, cp.conv, cp.y, 8, &found, perf),
+                    s.label + ": algorithm");
+          for (int a = 0; a < found && !ok; ++a)
+            if (perf[a].status == CUDNN_STATUS_SUCCESS) cp.transposed_algo = perf[a].algo, ok = true;
+          if (ok)
+            dnn.check(dnn.getConvolutionBackwardDataWorkspaceSize(impl_->dnn, cp.w, cp.x, cp.conv, cp.y, cp.transposed_algo,
+                                                                   &cp.workspace_bytes),
+                      s.label + ": workspace");
+        }
         if (!ok) throw CudaError(CUDA_ERROR_NOT_SUPPORTED, s.label + ": cuDNN has no algorithm for this convolution");
-        dnn.check(dnn.getConvolutionForwardWorkspaceSize(impl_->dnn, cp.x, cp.w, cp.conv, cp.y, cp.algo, &cp.workspace_bytes),
-                  s.label + ": workspace");
         if (cp.workspace_bytes > impl_->conv_workspace_bytes) {
           if (impl_->conv_workspace) d.cuMemFree(impl_->conv_workspace);
           impl_->conv_workspace_bytes = cp.workspace_bytes;
@@ -741,10 +778,16 @@ void Executor::run_steps(const std::vector<BoundStep>& steps, CUstream stream) {
       auto ptr = [&](int b, int64_t offset) { return reinterpret_cast<void*>(base_[b] + options_.guard_bytes + offset); };
       float one = 1.0f, zero = 0.0f;
       dnn.check(dnn.setStream(impl_->dnn, reinterpret_cast<cudaStream_t>(stream)), s.label + ": cudnnSetStream");
-      dnn.check(dnn.convolutionForward(impl_->dnn, &one, cp.x, ptr(c.x, c.x_offset), cp.w, ptr(c.w, c.w_offset), cp.conv, cp.algo,
-                                       reinterpret_cast<void*>(impl_->conv_workspace), cp.workspace_bytes, &zero, cp.y,
-                                       ptr(c.out, c.out_offset)),
-                s.label + ": cudnnConvolutionForward");
+      if (!c.transposed)
+        dnn.check(dnn.convolutionForward(impl_->dnn, &one, cp.x, ptr(c.x, c.x_offset), cp.w, ptr(c.w, c.w_offset), cp.conv, cp.algo,
+                                         reinterpret_cast<void*>(impl_->conv_workspace), cp.workspace_bytes, &zero, cp.y,
+                                         ptr(c.out, c.out_offset)),
+                  s.label + ": cudnnConvolutionForward");
+      else  // the transposed convolution: the gradient of a convolution with respect to its input
+        dnn.check(dnn.convolutionBackwardData(impl_->dnn, &one, cp.w, ptr(c.w, c.w_offset), cp.x, ptr(c.x, c.x_offset), cp.conv,
+                                              cp.transposed_algo, reinterpret_cast<void*>(impl_->conv_workspace), cp.workspace_bytes,
+                                              &zero, cp.y, ptr(c.out, c.out_offset)),
+                  s.label + ": cudnnConvolutionBackwardData");
       if (c.bias >= 0)
         dnn.check(dnn.addTensor(impl_->dnn, &one, cp.bias, ptr(c.bias, c.bias_offset), &one, cp.y, ptr(c.out, c.out_offset)),
                   s.label + ": bias");

@@ -206,7 +206,8 @@ Step parse_step(const Json& s, const std::string& section, int index) {
   // No `c`: an undocumented alias that passed every check (gemm out is `out`).
   static const std::vector<std::string> gemm_keys = {"a", "b", "out", "bias", "activation", "epilogue", "trans_a", "trans_b",
                                                      "m", "n", "k", "batch", "alpha", "beta", "compute"};
-  static const std::vector<std::string> conv_keys = {"x", "w", "out", "bias", "stride", "padding", "dilation", "groups", "shape"};
+  static const std::vector<std::string> conv_keys = {"x", "w", "out", "bias", "stride", "padding", "dilation", "groups", "shape",
+                                                     "transposed", "output_padding"};
   const auto& field_keys = kind == "launch" ? launch_keys : kind == "gemm" ? gemm_keys : conv_keys;
   if (kind == "launch") {
     refuse_unknown_keys(s, launch_keys, where);
@@ -286,26 +287,34 @@ Step parse_step(const Json& s, const std::string& section, int index) {
     if (has("bias")) C.bias = parse_buffer(fields["bias"], where + " conv bias", &C.bias_offset);
     if (has("shape")) {
       const Json& sh = fields["shape"];
-      static const std::vector<std::string> shape_keys = {"n", "c", "h", "w", "k", "r", "s"};
-      if (!sh.is_object()) throw PlanError(where + " conv shape: expected a map of n, c, h, w, k, r, s");
+      static const std::vector<std::string> shape_keys = {"n", "c", "k", "d", "h", "w", "t", "r", "s"};
+      if (!sh.is_object()) throw PlanError(where + " conv shape: expected a map of n, c, k, [d, h,] w, [t, r,] s");
       refuse_unknown_keys(sh, shape_keys, where + " conv shape");
       for (auto& [k, v] : sh.items()) C.shape[k] = parse_expr(v, where + " conv shape." + k);
     }
-    auto pair = [&](const char* key, int64_t* dst) {
+    // One value per spatial dimension (1 to 3, checked against the convolution's at bind), or one for all.
+    auto per_dim = [&](const char* key, int64_t* dst, int& given) {
       if (!has(key)) return;
       const Json& v = fields[key];
+      auto integer = [&](const Json& x) {
+        double d = number(x, where + " conv " + key);
+        if (d != double(int64_t(d)) || d < 0 || d > 1e9) throw PlanError(where + " conv " + key + ": " + x.dump() + " is not a size");
+        return int64_t(d);
+      };
       if (v.is_array()) {
-        if (v.size() != 2) throw PlanError(where + " conv " + key + ": needs 2 values");
-        dst[0] = static_cast<int64_t>(number(v[0], where));
-        dst[1] = static_cast<int64_t>(number(v[1], where));
+        if (v.empty() || v.size() > 3) throw PlanError(where + " conv " + key + ": needs 1 to 3 values (one per spatial dimension)");
+        given = int(v.size());
+        for (size_t i = 0; i < v.size(); ++i) dst[i] = integer(v[i]);
       } else {
-        dst[0] = dst[1] = static_cast<int64_t>(number(v, where));
+        dst[0] = dst[1] = dst[2] = integer(v);
       }
     };
-    pair("stride", C.stride);
-    pair("padding", C.padding);
-    pair("dilation", C.dilation);
+    per_dim("stride", C.stride, C.given[0]);
+    per_dim("padding", C.padding, C.given[1]);
+    per_dim("dilation", C.dilation, C.given[2]);
+    per_dim("output_padding", C.output_padding, C.given[3]);
     if (has("groups")) C.groups = static_cast<int64_t>(number(fields["groups"], where));
+    if (has("transposed")) C.transposed = truthy(fields["transposed"]);
   }
   return step;
 }

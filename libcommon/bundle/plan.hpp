@@ -80,16 +80,22 @@ struct GemmStep {
   std::string compute = "fp32";      // fp32 or tf32 (fp16/bf16 buffers use their own)
 };
 
-// out = conv2d(x, w) (+ bias), NCHW, cuDNN cross-correlation like torch.nn.Conv2d.
+// out = conv(x, w) (+ bias) with 1, 2 or 3 spatial dimensions (NCL, NCHW, NCDHW), cuDNN
+// cross-correlation like torch.nn.Conv1d/2d/3d; `transposed: true` is ConvTranspose1d/2d/3d (w is
+// [C_in, C_out / groups, ...] as PyTorch keeps it; cuDNN's backward-data convolution).
 struct ConvStep {
   BufferRef x, w, out;
   std::optional<BufferRef> bias;
   Expr x_offset, w_offset, out_offset, bias_offset;  // views: element offsets (empty: 0)
-  // With views, the operands' shapes are given (n, c, h, w of x; k, r, s of w), not read from the
-  // buffers: `shape: {n: B, c: 64, h: H, w: W, k: 128, r: 3, s: 3}`. Empty: from the buffers.
+  // With views, the operands' shapes are given, not read from the buffers: n, c (x's channels), k
+  // (out's channels), the spatial sizes of x (d, h, w) and of the kernel (t, r, s), as many as the
+  // convolution has (w alone for 1-d; h, w for 2-d; d, h, w for 3-d). Empty: from the buffers.
   std::map<std::string, Expr> shape;
-  int64_t stride[2] = {1, 1}, padding[2] = {0, 0}, dilation[2] = {1, 1};
+  // Per spatial dimension (outermost first); one value given applies to all.
+  int64_t stride[3] = {1, 1, 1}, padding[3] = {0, 0, 0}, dilation[3] = {1, 1, 1}, output_padding[3] = {0, 0, 0};
+  int given[4] = {0, 0, 0, 0};  // how many values stride, padding, dilation, output_padding listed (0: one for all)
   int64_t groups = 1;
+  bool transposed = false;
 };
 
 struct Step {

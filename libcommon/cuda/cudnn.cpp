@@ -42,6 +42,12 @@ void load_all() {
     load(c.getConvolutionForwardWorkspaceSize, h, "cudnnGetConvolutionForwardWorkspaceSize");
     load(c.convolutionForward, h, "cudnnConvolutionForward");
     load(c.addTensor, h, "cudnnAddTensor");
+    load(c.setTensorNdDescriptor, h, "cudnnSetTensorNdDescriptor");
+    load(c.setFilterNdDescriptor, h, "cudnnSetFilterNdDescriptor");
+    load(c.setConvolutionNdDescriptor, h, "cudnnSetConvolutionNdDescriptor");
+    load(c.getConvolutionBackwardDataAlgorithm_v7, h, "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+    load(c.getConvolutionBackwardDataWorkspaceSize, h, "cudnnGetConvolutionBackwardDataWorkspaceSize");
+    load(c.convolutionBackwardData, h, "cudnnConvolutionBackwardData");
   } catch (const Error& e) {
     g_error = e.what();
   }

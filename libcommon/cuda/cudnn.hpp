@@ -31,6 +31,13 @@ struct Cudnn {
   decltype(&::cudnnGetConvolutionForwardWorkspaceSize) getConvolutionForwardWorkspaceSize = nullptr;
   decltype(&::cudnnConvolutionForward) convolutionForward = nullptr;
   decltype(&::cudnnAddTensor) addTensor = nullptr;
+  // N-d convolutions (1-d as 2-d with a height of 1, 3-d) and transposed ones (backward data).
+  decltype(&::cudnnSetTensorNdDescriptor) setTensorNdDescriptor = nullptr;
+  decltype(&::cudnnSetFilterNdDescriptor) setFilterNdDescriptor = nullptr;
+  decltype(&::cudnnSetConvolutionNdDescriptor) setConvolutionNdDescriptor = nullptr;
+  decltype(&::cudnnGetConvolutionBackwardDataAlgorithm_v7) getConvolutionBackwardDataAlgorithm_v7 = nullptr;
+  decltype(&::cudnnGetConvolutionBackwardDataWorkspaceSize) getConvolutionBackwardDataWorkspaceSize = nullptr;
+  decltype(&::cudnnConvolutionBackwardData) convolutionBackwardData = nullptr;
 
   void check(cudnnStatus_t s, const std::string& what) const;  // throws std::runtime_error
 };

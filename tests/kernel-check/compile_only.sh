@@ -181,6 +181,31 @@ $MK "$B/scale_add" --plan-replace "forward:" "forward:
     grid: [cdiv(N, 256)]
     block: [256]
     args: [inputs.0, inputs.1, outputs.0, N, 2.0]" | expect "max_forward_steps" policy_violation "forward has 2 steps" --policy "$T/onestep.yaml"
+# Repeats count as what a call launches once unrolled (here 1 + 3 = 4 > 3); a loop of 2 fits.
+printf 'max_forward_steps: 3\n' > "$T/threesteps.yaml"
+$MK "$B/scale_add" --plan-replace "forward:" "forward:
+  - repeat: 3
+    index: t
+    steps:
+      - launch: scale_add
+        grid: [cdiv(N, 256)]
+        block: [256]
+        args: [inputs.0, inputs.1, outputs.0, N - t, 2.0]" | expect "max_forward_steps counts unrolled repeats" policy_violation "forward runs 4 steps per call once its repeats are unrolled" --policy "$T/threesteps.yaml"
+$MK "$B/scale_add" --plan-replace "forward:" "forward:
+  - repeat: 2
+    index: t
+    steps:
+      - launch: scale_add
+        grid: [cdiv(N, 256)]
+        block: [256]
+        args: [\"inputs.0[t]\", inputs.1, \"outputs.0[t]\", N - t, 2.0]" | expect "a repeat of views within the count" compiled "" --policy "$T/threesteps.yaml"
+$MK "$B/scale_add" --plan-replace "forward:" "forward:
+  - repeat: 2
+    steps:
+      - launch: scale_add
+        grid: [cdiv(N, 256)]
+        block: [256]
+        args: [\"inputs.0[N + 1]\", inputs.1, outputs.0, N, 2.0]" | expect "a view past its buffer" plan_error "is outside inputs.0"
 $MK "$B/scale_add" --plan-replace "forward:" "scratch:
   huge: {dtype: float32, shape: [N, 1024]}
 forward:" | expect "scratch cap" policy_violation "max_scratch_ratio"

@@ -190,10 +190,11 @@ std::optional<Violation> Rules::check_plan(const ca::bundle::Plan& plan) const {
     for (const auto& s : *section)
       if (std::find(allowed_steps.begin(), allowed_steps.end(), s.kind_name()) == allowed_steps.end())
         return Violation{"allowed_steps", s.label() + ": step kind '" + s.kind_name() + "' is not allowed by the rules"};
-  if (static_cast<int>(plan.forward.size()) > max_forward_steps)
+  // Counted again once bound (check_bound), where repeats are unrolled: what a call launches.
+  if (static_cast<int64_t>(plan.forward.size()) > max_forward_steps)
     return Violation{"max_forward_steps", "forward has " + std::to_string(plan.forward.size()) + " steps, the rules allow " +
                                               std::to_string(max_forward_steps)};
-  if (static_cast<int>(plan.init.size()) > max_init_steps)
+  if (static_cast<int64_t>(plan.init.size()) > max_init_steps)
     return Violation{"max_init_steps", "init has " + std::to_string(plan.init.size()) + " steps, the rules allow " +
                                            std::to_string(max_init_steps)};
   return std::nullopt;
@@ -310,6 +311,14 @@ std::optional<Violation> Rules::check_compiled(const ca::bundle::CompileResult& 
 }
 
 std::optional<Violation> Rules::check_bound(const ca::bundle::BoundPlan& bound, const ca::bundle::IoSpec& io) const {
+  // Launches (and library calls) per call, repeats unrolled: the count the rule is about.
+  if (static_cast<int64_t>(bound.forward.size()) > max_forward_steps)
+    return Violation{"max_forward_steps", "forward runs " + std::to_string(bound.forward.size()) +
+                                              " steps per call once its repeats are unrolled, the rules allow " +
+                                              std::to_string(max_forward_steps)};
+  if (static_cast<int64_t>(bound.init.size()) > max_init_steps)
+    return Violation{"max_init_steps", "init runs " + std::to_string(bound.init.size()) +
+                                           " steps once its repeats are unrolled, the rules allow " + std::to_string(max_init_steps)};
   int64_t scratch = bound.scratch_bytes();
   double cap = max_scratch_ratio * static_cast<double>(io.io_bytes()) + static_cast<double>(max_scratch_slack_bytes);
   if (static_cast<double>(scratch) > cap)

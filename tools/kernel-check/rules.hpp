@@ -36,7 +36,7 @@ struct Rules {
   int64_t max_module_global_bytes = 65536;
   double max_scratch_ratio = 4.0;
   int64_t max_scratch_slack_bytes = 16 << 20;
-  int max_forward_steps = 16, max_init_steps = 32;
+  int max_forward_steps = 16384, max_init_steps = 4096;  // per call, repeats unrolled
   std::string source = "default";  // "default" or the file path
 
   static const std::string& default_text();

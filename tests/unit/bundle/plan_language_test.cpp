@@ -209,7 +209,7 @@ forward:
                               "shape: {n: 2, c: 3, h: 8, w: 8, k: 4, r: 3, s: 3}}\n";
   CHECK(bind_error(inplace, {}, io).find("out overlaps x or w") != std::string::npos);
   const std::string groups = "forward:\n  - conv: {x: inputs.0, w: params.w, out: outputs.0, groups: 2, padding: 1}\n";
-  CHECK(bind_error(groups, {}, io).find("groups = 2 must divide the input channels (3)") != std::string::npos);
+  CHECK(bind_error(groups, {}, io).find("has 3 input channels per group; x has 3 channels in 2 groups") != std::string::npos);
   CHECK_THROWS_WITH_AS(Plan::parse_text("scratch:\n  s: {dtype: float32, shape: [1,2,3,4,5,6,7,8,9]}\nforward:\n  - launch: k\n"
                                         "    grid: [1]\n    block: [1]\n"),
                        doctest::Contains("9 dimensions (1 to 8)"), PlanError);
@@ -236,4 +236,48 @@ TEST_CASE("cooperative and cluster launches") {
                        doctest::Contains("clusters need sm_90"), PlanError);
   CHECK(bind_error(with("64", "cooperative: true\n    cluster: [2]"), cell_sigs(), io).find("cooperative or has clusters, not both") !=
         std::string::npos);
+}
+
+TEST_CASE("conv 1-d, 3-d and transposed: shapes from the buffers, PyTorch's output sizes") {
+  auto io = [](const std::string& x, const std::string& w, const std::string& out) {
+    return IoSpec::from_json(ca::Json::parse(R"j({"inputs":[{"shape":)j" + x + R"j(,"dtype":"F32"}],"params":[{"name":"w","shape":)j" + w +
+                                             R"j(,"dtype":"F32"}],"outputs":[{"shape":)j" + out + R"j(,"dtype":"F32"}]})j"));
+  };
+  // Conv1d(16 -> 32, k=3, stride 2, padding 1) on [4, 16, 100]: L_out = (100 + 2 - 2 - 1) / 2 + 1 = 50.
+  BoundPlan c1 = bind_plan(Plan::parse_text("forward:\n  - conv: {x: inputs.0, w: params.w, out: outputs.0, stride: 2, padding: 1}\n"), {},
+                           io("[4,16,100]", "[32,16,3]", "[4,32,50]"));
+  CHECK(c1.forward[0].conv.spatial == 1);
+  CHECK(c1.forward[0].conv.out_size[0] == 50);
+  // Conv3d(3 -> 8, k=(3,5,5), padding (1,2,2)) on [2, 3, 16, 32, 32]: same spatial size.
+  BoundPlan c3 = bind_plan(Plan::parse_text("forward:\n  - conv: {x: inputs.0, w: params.w, out: outputs.0, padding: [1, 2, 2]}\n"), {},
+                           io("[2,3,16,32,32]", "[8,3,3,5,5]", "[2,8,16,32,32]"));
+  CHECK(c3.forward[0].conv.spatial == 3);
+  CHECK(c3.forward[0].conv.kernel[0] == 3);
+  CHECK(c3.forward[0].conv.out_elements() == 2 * 8 * 16 * 32 * 32);
+  // ConvTranspose3d(32 -> 16, k=3, stride 2, padding 1, output_padding 1) (KernelBench level 2's
+  // shapes): D_out = (16 - 1) * 2 - 2 + 2 + 1 + 1 = 32; w is [C_in, C_out, k, k, k].
+  const std::string t3 = "forward:\n  - conv: {x: inputs.0, w: params.w, out: outputs.0, transposed: true, stride: 2, padding: 1, "
+                         "output_padding: 1}\n";
+  BoundPlan ct = bind_plan(Plan::parse_text(t3), {}, io("[2,32,16,32,32]", "[32,16,3,3,3]", "[2,16,32,64,64]"));
+  CHECK(ct.forward[0].conv.transposed);
+  CHECK(ct.forward[0].conv.k == 16);
+  CHECK(ct.forward[0].conv.out_size[2] == 64);
+  CHECK(ct.forward[0].conv.w_elements() == 32 * 16 * 27);
+  // Wrong output shape, wrong weight layout, output_padding too large, ranks that differ.
+  CHECK(bind_error(t3, {}, io("[2,32,16,32,32]", "[32,16,3,3,3]", "[2,16,31,64,64]")).find("must be [2, 16, 32, 64, 64]") !=
+        std::string::npos);
+  CHECK(bind_error(t3, {}, io("[2,32,16,32,32]", "[16,32,3,3,3]", "[2,16,32,64,64]")).find("[C_in, C_out / groups, ...]") !=
+        std::string::npos);
+  std::string big_op = t3;
+  big_op.replace(big_op.find("output_padding: 1"), 17, "output_padding: 2");
+  CHECK(bind_error(big_op, {}, io("[2,32,16,32,32]", "[32,16,3,3,3]", "[2,16,33,65,65]")).find("output_padding must be smaller") !=
+        std::string::npos);
+  CHECK(bind_error("forward:\n  - conv: {x: inputs.0, w: params.w, out: outputs.0, padding: [1, 1]}\n", {},
+                   io("[2,3,16,32,32]", "[8,3,3,5,5]", "[2,8,16,32,32]"))
+            .find("padding has 2 values, the convolution 3 spatial dimensions") != std::string::npos);
+  CHECK(bind_error("forward:\n  - conv: {x: inputs.0, w: params.w, out: outputs.0}\n", {}, io("[2,3,16]", "[8,3,3,3]", "[2,8,14]"))
+            .find("x, w and out of one rank") != std::string::npos);
+  CHECK(bind_error("forward:\n  - conv: {x: inputs.0, w: params.w, out: outputs.0, output_padding: 1}\n", {},
+                   io("[4,16,100]", "[32,16,3]", "[4,32,98]"))
+            .find("output_padding is for transposed") != std::string::npos);
 }
