@@ -18,21 +18,25 @@ pass() { echo "ok   $1"; }
 fail() { echo "FAIL $1: $2"; echo "$1" >> "$T/failures"; }
 
 # The input: verdicts of every kind, a record without a bundle (an error section), a mistyped id.
+# Records name their task by task_id; the tasks come from --tasks (a service runs no client's task).
+mk() { $MK "$1" --no-task "${@:2}"; }
+python3 -c "import json,sys; [print(json.dumps(json.load(open(f)))) for f in sys.argv[1:]]" \
+  "$B/scale_add/task.json" "$B/row_softmax/task.json" "$B/linear_relu_gemm/task.json" > "$T/tasks.jsonl"
 {
-  $MK "$B/scale_add"
-  $MK "$B/scale_add" --replace fused.cu "out[i] = a[i] * alpha + b[i];" "out[i] = a[i] * alpha + b[i]"
-  $MK "$B/scale_add" --plan-replace "N, 2.0]" "N, 2]"
-  $MK "$B/scale_add" --replace fused.cu "if (i < n)" 'if (i == 0) printf("hi\n"); if (i < n)'
-  $MK "$B/row_softmax"
-  $MK "$B/linear_relu_gemm"
+  mk "$B/scale_add"
+  mk "$B/scale_add" --replace fused.cu "out[i] = a[i] * alpha + b[i];" "out[i] = a[i] * alpha + b[i]"
+  mk "$B/scale_add" --plan-replace "N, 2.0]" "N, 2]"
+  mk "$B/scale_add" --replace fused.cu "if (i < n)" 'if (i == 0) printf("hi\n"); if (i < n)'
+  mk "$B/row_softmax"
+  mk "$B/linear_relu_gemm"
   echo '{"task_id": "t-no-bundle"}'
   echo '{"task_id": "t-x", "candidate_id": 17, "bundle": {"kernels": {}, "plan": ""}}'
 } > "$T/in.jsonl"
-"$KC" --compile-only --arch sm_90 --no-store < "$T/in.jsonl" > "$T/cli.jsonl" 2> "$T/cli.err" \
+"$KC" --compile-only --arch sm_90 --no-store --tasks "$T/tasks.jsonl" < "$T/in.jsonl" > "$T/cli.jsonl" 2> "$T/cli.err" \
   || fail "cli" "kernel-check --compile-only exit $?: $(tail -2 "$T/cli.err")"
 
-# Start it as a user would; the first stdout line is the address, --port-file has it too.
-"$KC" --serve 127.0.0.1:0 --port-file "$T/port" --compile-only --arch sm_90 --store "$T/store.db" \
+# Start it as a user would (loopback, :0); the first stdout line is the address, --port-file has it too.
+"$KC" --serve :0 --port-file "$T/port" --compile-only --arch sm_90 --store "$T/store.db" --tasks "$T/tasks.jsonl" \
   > "$T/serve.out" 2> "$T/serve.err" &
 SVC_PID=$!
 for _ in $(seq 300); do [ -s "$T/port" ] && break; sleep 0.1; done
@@ -111,8 +115,8 @@ assert h['served']==4 and h['uptime_s']>0 and h['version'] and h['endpoint']=='/
 # 4. Two clients at once, each its own answer, equal to the CLI's.
 sed -n 1,3p "$T/in.jsonl" > "$T/a.jsonl"
 sed -n 4,6p "$T/in.jsonl" > "$T/b.jsonl"
-"$KC" --compile-only --arch sm_90 --no-store < "$T/a.jsonl" > "$T/a.cli" 2>/dev/null
-"$KC" --compile-only --arch sm_90 --no-store < "$T/b.jsonl" > "$T/b.cli" 2>/dev/null
+"$KC" --compile-only --arch sm_90 --no-store --tasks "$T/tasks.jsonl" < "$T/a.jsonl" > "$T/a.cli" 2>/dev/null
+"$KC" --compile-only --arch sm_90 --no-store --tasks "$T/tasks.jsonl" < "$T/b.jsonl" > "$T/b.cli" 2>/dev/null
 for i in 1 2 3; do
   curl -sS --data-binary @"$T/a.jsonl" "$URL/v1/check" > "$T/a.svc$i" &
   curl -sS --data-binary @"$T/b.jsonl" "$URL/v1/check" > "$T/b.svc$i" &
@@ -124,7 +128,7 @@ for i in 1 2 3; do same "$T/a.cli" "$T/a.svc$i" >/dev/null 2>&1 || ok=0; same "$
 [ $ok = 1 ] && [ $wait_ok = 1 ] && pass "6 requests from 2 clients at once: each answer equals the CLI's" || fail "concurrent" "an answer differs"
 
 # 5. SIGTERM while a request is in flight: it is answered, the service exits 143, the run row is closed.
-for i in $(seq 24); do $MK "$B/scale_add" --replace fused.cu "if (i < n)" "if (i < n + $i * 0)"; done > "$T/many.jsonl"
+for i in $(seq 24); do mk "$B/scale_add" --replace fused.cu "if (i < n)" "if (i < n + $i * 0)"; done > "$T/many.jsonl"
 curl -sS -o "$T/many.out" -w '%{http_code}' --data-binary @"$T/many.jsonl" "$URL/v1/check" > "$T/many.code" &
 CURL_PID=$!
 for _ in $(seq 100); do
