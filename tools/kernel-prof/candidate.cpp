@@ -205,7 +205,7 @@ class FreshInputs : public CallInputs {
     seed_ = mix64(seed_base_ + uint64_t(call)) >> 16;
     key_ = stem_ + "in-" + std::to_string(call);
     Json req = worker_request::inputs(task_id_, seed_, key_);
-    req["device_draw"] = true;
+    req["stats"] = false;  // drawn where the task is built (the GPU), no statistics: nobody reads them
     Json a = gpu_.worker().request(req);
     if (!a.value("ok", false)) {
       key_.clear();

@@ -365,7 +365,7 @@ class Task(object):
             return []
         return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
-    def make_inputs(self, seed, stats=True, on_device=False, device_draw=False, stream=0):
+    def make_inputs(self, seed, stats=True, on_device=False, stream=0):
         """Values for a seed and their specs. get_inputs runs where it puts them (the CPU, as a rule),
         so every device sees the same values, unless build_on_device (see __init__). on_device moves
         them to the task's device first. stream=k: the draw after k discarded ones (the same seed,
@@ -383,19 +383,7 @@ class Task(object):
                         self.module.get_inputs()
                         made.clear()
                     return self.module.get_inputs()
-        if device_draw and self.device.type != "cpu" and hasattr(torch, "set_default_device"):
-            # kernel-prof's per-call draws: get_inputs with the task's device as torch's default, so a
-            # gigabyte input set is drawn where it is used (milliseconds, not seconds on the CPU). The
-            # values differ from a CPU draw of the same seed; the reference of such a set is computed
-            # from these very tensors, so nothing compares them with a CPU draw.
-            _warm_device_constructors()
-            try:
-                with self.device:
-                    values = draw(self.device)
-            except Exception:
-                values = draw(None)
-        else:
-            values = self._built(draw)
+        values = self._built(draw)
         if not isinstance(values, (list, tuple)):
             values = [values]
         values = list(values)

@@ -1,5 +1,5 @@
 """The worker's request loop: JSON Lines in on stdin, answers out on a private copy of stdout,
-task code under CPU-time and memory limits. See PROTOCOL.md."""
+task code confined (confine.py) and under CPU-time and memory limits. See PROTOCOL.md."""
 import time
 import argparse
 import hashlib
@@ -182,8 +182,10 @@ class Worker(object):
             raise BadRequest("'inputs' needs field 'out' (a file) or 'keep' (a key for device tensors)")
         if out is not None and not isinstance(out, str):
             raise BadRequest("'inputs': field 'out' has the wrong type")
-        # device_draw (kernel-prof's fresh set per timed call): drawn on the GPU, no statistics.
-        device_draw = bool(req.get("device_draw", False)) and keep is not None
+        # "stats": false (kernel-prof's fresh set per timed call): no statistics, four passes over
+        # what may be gigabytes, for a draw whose specs nobody reads. (A GPU worker draws on the
+        # device already: build_on_device, the load's default.)
+        stats = bool(req.get("stats", True))
         variant = req.get("variant")
         if variant is not None and variant != "plain":
             from . import numerics
@@ -194,8 +196,7 @@ class Worker(object):
             variant = None
 
         def draw(stream=0):
-            return t.make_inputs(seed, stats=not device_draw, on_device=keep is not None, device_draw=device_draw,
-                                 stream=stream)
+            return t.make_inputs(seed, stats=stats, on_device=keep is not None, stream=stream)
         varied = None
         if variant == "seed_stream":
             values, specs = draw(1)
@@ -421,23 +422,69 @@ def serve(worker, stdin):
                 os._exit(70)
 
 
-def watch_parent(work_dir):
+def watch_parent(work_dir, parent=None):
     """A worker outlives nothing: when the tool that started it is gone (kill -9 leaves no one to
     stop it, and a busy worker never reads the EOF on its stdin), it removes the tool's private
-    work dir it was given and exits, within a second, whatever it was computing (GPU memory
-    included)."""
+    work dir it was given and kills its own process group (itself and whatever task code started:
+    the confinement keeps those in the group), within a second, whatever it was computing (GPU
+    memory included). Started after the confinement, so it is confined too; `parent` is the pid the
+    client gave, so a parent gone during the start is noticed as well."""
+    import signal
     import threading
-    parent = os.getppid()
+    parent = parent or os.getppid()
+    sleep, getppid, rmtree, killpg, exit_ = time.sleep, os.getppid, shutil.rmtree, os.killpg, os._exit
+    ours = bool(work_dir) and os.path.basename(work_dir.rstrip("/")).startswith("cuda-agent")
 
     def watch():
         while True:
-            time.sleep(0.5)
-            if os.getppid() != parent:
-                if work_dir and os.path.basename(work_dir.rstrip("/")).startswith("cuda-agent"):
-                    shutil.rmtree(work_dir, ignore_errors=True)
-                os._exit(0)
+            if getppid() != parent:
+                if ours:
+                    rmtree(work_dir, ignore_errors=True)
+                try:
+                    killpg(0, signal.SIGKILL)
+                finally:
+                    exit_(0)
+            sleep(0.5)
 
     threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+
+
+def start_reaper(work_dir, tool_pid):
+    """The one process of the worker's group outside the confinement, forked before torch is
+    imported (one thread, no task code ever in it): when the tool is gone it removes the tool's
+    private folder (which the confined worker may not) and kills the group; when the worker is gone
+    it kills the group. Task code cannot reach it: no ptrace, no signal out of its Landlock domain
+    (ABI 6+), no process-group kill (seccomp)."""
+    import signal
+    worker = os.getpid()
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        os.closerange(0, 3)  # holds none of the worker's pipes: the client sees their ends
+        fd = os.open(os.devnull, os.O_RDWR)
+        for n in (0, 1, 2):
+            os.dup2(fd, n)
+        os.closerange(3, 1 << 16)
+        ours = bool(work_dir) and os.path.basename(work_dir.rstrip("/")).startswith("cuda-agent")
+
+        def parent_of(p):
+            try:
+                with open("/proc/%d/stat" % p) as f:
+                    return int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                return 0
+
+        while True:
+            time.sleep(0.5)
+            worker_gone = os.getppid() != worker
+            tool_gone = tool_pid > 0 and not worker_gone and parent_of(worker) != tool_pid
+            if tool_gone and ours:
+                shutil.rmtree(work_dir, ignore_errors=True)
+            if worker_gone or tool_gone:
+                os.killpg(0, signal.SIGKILL)
+    finally:
+        os._exit(0)
 
 
 def main(argv=None):
@@ -446,13 +493,21 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--cpu-seconds", type=float, default=600)
     ap.add_argument("--memory-mb", type=int, default=16384)
-    ap.add_argument("--log", default="")
-    ap.add_argument("--work-dir", default="")
+    ap.add_argument("--log", default="", help="append fd 1 and 2 to this file (default: they go to fd 2)")
+    ap.add_argument("--work-dir", default="", help="the client's private folder (removed if the client dies)")
+    ap.add_argument("--io-dir", default="", help="where task code may write (default: --work-dir)")
+    ap.add_argument("--parent-pid", type=int, default=0)
+    ap.add_argument("--landlock-fd", type=int, default=-1, help="a Landlock ruleset to enforce")
+    ap.add_argument("--seccomp", default="", help="a seccomp filter (struct sock_filter[] as hex)")
+    ap.add_argument("--file-mb", type=int, default=0, help="RLIMIT_FSIZE for every file written")
+    ap.add_argument("--confine-skip", default="", help="comma list: landlock, seccomp, caps (debugging)")
+    ap.add_argument("--unconfined", action="store_true", help="apply nothing (the hello says so)")
     args = ap.parse_args(argv)
-    watch_parent(args.work_dir)
+    if not args.unconfined and os.getpgid(0) == os.getpid():
+        start_reaper(args.work_dir, args.parent_pid)
 
-    # The protocol gets a private copy of fd 1; fd 1 and 2 go to the log, so whatever task code
-    # prints (Python or C) never lands in the protocol stream.
+    # The protocol gets a private copy of fd 1; fd 1 goes where fd 2 goes (the client's capped
+    # reader, or --log), so whatever task code prints (Python or C) never lands in the protocol stream.
     proto_fd = os.dup(1)
     if args.log:
         fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -492,6 +547,10 @@ def main(argv=None):
             return 3
         device = "cuda:%d" % idx
         torch.cuda.set_device(idx)
+        # The context made now, before the confinement: the driver opens its device files,
+        # /proc/driver/nvidia and its libraries once, unconfined.
+        torch.zeros(1, device=device)
+        torch.cuda.synchronize()
     elif args.memory_mb > 0:
         # Address-space limit on CPU only: CUDA reserves far more virtual memory than it uses, so on a
         # GPU the client's resident-set watch is the limit.
@@ -501,12 +560,28 @@ def main(argv=None):
             lim = min(lim, hard)
         resource.setrlimit(resource.RLIMIT_AS, (lim, hard))
 
-    own_dir = not args.work_dir
-    work_dir = tempfile.mkdtemp(prefix="cuda-agent-tasks-") if own_dir else os.path.join(args.work_dir, "tasks-%d" % os.getpid())
+    io_dir = args.io_dir or args.work_dir
+    own_dir = not io_dir
+    work_dir = tempfile.mkdtemp(prefix="cuda-agent-tasks-") if own_dir else os.path.join(io_dir, "tasks-%d" % os.getpid())
     if not own_dir:
         os.makedirs(work_dir, mode=0o700, exist_ok=True)
     worker = Worker(torch, device, work_dir, args.cpu_seconds)
-    emit(worker.hello())
+    hello = worker.hello()
+
+    # Confined from here on: before the first request is read, so no task code ever runs outside.
+    if args.unconfined:
+        applied, warnings = [], ["the worker was started --unconfined: task code runs with the tool's rights"]
+    else:
+        from . import confine
+        skip = tuple(s for s in args.confine_skip.split(",") if s)
+        applied, warnings = confine.apply(args.landlock_fd, args.seccomp, args.file_mb, skip)
+    for w in warnings:
+        sys.stderr.write("cuda_agent_worker: confinement: %s\n" % w)
+    hello["confinement"] = applied
+    if warnings:
+        hello["confinement_warnings"] = warnings
+    watch_parent(args.work_dir, args.parent_pid)
+    emit(hello)
     try:
         serve(worker, sys.stdin)
     finally:
