@@ -567,6 +567,12 @@ std::string sibling(const std::string& dir, const char* what) {
 void check_checkpoint_target(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  // Replacing the folder the process works in (or one above it) would leave it in a deleted folder.
+  fs::path target = fs::absolute(dir, ec).lexically_normal(), cwd = fs::current_path(ec);
+  if (!target.has_filename()) target = target.parent_path();
+  const auto rel = cwd.lexically_relative(target);
+  if (target == target.root_path() || (!rel.empty() && *rel.begin() != ".."))
+    throw UsageError("'" + dir + "' is the current folder, or holds it: a checkpoint is written to a folder of its own");
   auto st = fs::symlink_status(dir, ec);
   if (ec || !fs::exists(st)) return;
   if (!fs::is_directory(st))

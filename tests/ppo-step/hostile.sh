@@ -106,6 +106,11 @@ mkdir -p notckpt && echo keep > notckpt/notes.txt
 expect 1 "'notckpt' exists and is not a checkpoint" $PPO --mode rft --policy policy --out notckpt --no-store < good.jsonl
 [ "$(cat notckpt/notes.txt)" = keep ] || fail "a non-checkpoint --out was touched"
 expect 1 "exists and is not a checkpoint" $PPO init --model-config "$HERE/toy_model.json" --out notckpt -q
+# --out the current folder (or one holding it) would leave the process in a deleted folder.
+cp -r policy here
+(cd here && expect 1 "'.' is the current folder" $PPO --mode rft --policy . --out . --no-store < ../good.jsonl)
+(cd here && expect 1 "'..' is the current folder, or holds it" $PPO --mode rft --policy . --out .. --no-store < ../good.jsonl)
+cmp -s here/model.safetensors policy/model.safetensors || fail "a refused --out . changed the folder"
 
 # --- Sizes refused before allocating: the process may not even reserve 3 GB.
 $PY - "$HERE/toy_model.json" <<'PY'
