@@ -32,7 +32,8 @@ class AtomicFile {
 };
 
 // fsync of a folder, so a rename in it survives a crash. A file system that cannot sync folders
-// (EINVAL) is not an error; anything else is an EnvironmentError.
+// (EINVAL, EROFS) or a folder that cannot be opened for reading (EACCES) is not an error; anything
+// else is an EnvironmentError.
 void fsync_dir(const std::string& dir);
 
 }  // namespace ca

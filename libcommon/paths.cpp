@@ -135,6 +135,7 @@ void AtomicFile::commit() {
 
 void fsync_dir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 && errno == EACCES) return;  // a folder we may write but not list (-wx): nothing to sync it by
   if (fd < 0) throw EnvironmentError("cannot open folder '" + dir + "' to sync it: " + std::strerror(errno));
   int rc = ::fsync(fd), err = errno;
   ::close(fd);

@@ -16,6 +16,7 @@
 
 #include "libcommon/errors.hpp"
 #include "libcommon/log.hpp"
+#include "libcommon/paths.hpp"
 #include "libcommon/store.hpp"
 #include "tools/run-store/lineage.hpp"
 #include "tools/run-store/summary_table.hpp"
@@ -532,10 +533,7 @@ int run(const Command& command, const std::string& default_store) {
   const Select select = parse_select(command.select);
   const Report r = build_report(command.stores.empty() ? std::vector<std::string>{default_store} : command.stores, select);
   if (!command.html.empty()) {
-    std::ofstream page(command.html, std::ios::binary | std::ios::trunc);
-    page << render_html(r);
-    page.close();
-    if (!page) throw EnvironmentError("report: cannot write '" + command.html + "'");
+    write_file_atomic(command.html, render_html(r));  // whole or not at all, every step checked
     log::info("report: wrote ", command.html);
   }
   if (command.table || (!command.json && isatty(STDOUT_FILENO))) {
