@@ -84,7 +84,7 @@ def stop(p):
             p.kill()
 
 
-def request(addr, method, path, body=None, headers=None, timeout=120):
+def request(addr, method, path, body=None, headers=None, timeout=600):
     host, port = addr.rsplit(":", 1)
     c = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=timeout)
     c.request(method, path, body=body, headers=headers or {})
@@ -276,10 +276,10 @@ lstore = os.path.join(T, "leave.db")
 svc, addr = start(["127.0.0.1:0", "--compile-only", "--arch", "sm_90", "--store", lstore, "--tasks", tasks_file,
                    "-j", "1", "--no-cache"])
 def heavy(tag):
-    # one kernel whose 512 unrolled sinf take the compiler about two seconds
+    # one kernel whose 96 unrolled sinf keep the compiler busy a while (seconds on a loaded machine)
     b = bundle_of("scale_add")
     b["kernels"]["fused.cu"] += ("__global__ void slow%d(float* o, float x) {\n#pragma unroll\n"
-                                 "  for (int j = 0; j < 512; ++j) x = x * 1.0001f + sinf(x + j);\n  o[0] = x;\n}\n" % tag)
+                                 "  for (int j = 0; j < 96; ++j) x = x * 1.0001f + sinf(x + j);\n  o[0] = x;\n}\n" % tag)
     return b
 def slow_batch(tag, n):
     return "".join(rec(heavy(tag * 1000 + k)) for k in range(n))
