@@ -133,6 +133,10 @@ ChildProcess::ChildProcess(const SpawnOptions& options) {
     dup2(in_pipe[0], 0);
     dup2(out_pipe[1], 1);
     if (options.capture_stderr) dup2(err_pipe[1], 2);
+    for (const auto& [ours, theirs] : options.pass_fds) {
+      if (ours == theirs) fcntl(ours, F_SETFD, 0);
+      else dup2(ours, theirs);
+    }
     if (!options.working_dir.empty() && chdir(options.working_dir.c_str()) != 0) {
       int e = errno;
       (void)!::write(exec_error[1], &e, sizeof e);
@@ -154,6 +158,7 @@ ChildProcess::ChildProcess(const SpawnOptions& options) {
   stdin_fd_ = in_pipe[1];
   stdout_fd_ = out_pipe[0];
   stderr_fd_ = options.capture_stderr ? err_pipe[0] : -1;
+  end_group_on_exit_ = options.end_group_on_exit && options.new_process_group;
   if (n == sizeof child_errno) {
     wait(std::chrono::milliseconds(1000));
     reset();
@@ -179,6 +184,8 @@ ChildProcess& ChildProcess::operator=(ChildProcess&& o) noexcept {
     stderr_fd_ = o.stderr_fd_;
     out_buffer_ = std::move(o.out_buffer_);
     eof_ = o.eof_;
+    stderr_sink_ = std::move(o.stderr_sink_);
+    end_group_on_exit_ = o.end_group_on_exit_;
     exit_status_ = o.exit_status_;
     status_text_ = std::move(o.status_text_);
     o.pid_ = -1;
@@ -202,15 +209,27 @@ void ChildProcess::record_exit(int wait_status) {
   pid_ = -1;
 }
 
-bool ChildProcess::running() {
-  if (pid_ <= 0) return false;
+bool ChildProcess::reap(bool block) {
+  if (end_group_on_exit_) {
+    // Seen exited but not yet reaped: its zombie keeps the group id from being reused, so the
+    // SIGKILL reaches only what it left behind.
+    siginfo_t info{};
+    int r = waitid(P_PID, id_t(pid_), &info, WEXITED | WNOWAIT | (block ? 0 : WNOHANG));
+    if (r != 0 || info.si_pid != pid_) return false;
+    ::kill(-pid_, SIGKILL);
+  }
   int status;
-  pid_t r = waitpid(pid_, &status, WNOHANG);
+  pid_t r = waitpid(pid_, &status, block ? 0 : WNOHANG);
   if (r == pid_) {
     record_exit(status);
-    return false;
+    return true;
   }
-  return true;
+  return false;
+}
+
+bool ChildProcess::running() {
+  if (pid_ <= 0) return false;
+  return !reap(false);
 }
 
 bool ChildProcess::write(const std::string& data) {
@@ -250,10 +269,13 @@ std::optional<std::string> ChildProcess::read_line(std::chrono::milliseconds tim
     }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return std::nullopt;
-    pollfd pfd{stdout_fd_, POLLIN, 0};
-    int r = poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+    pollfd pfd[2] = {{stdout_fd_, POLLIN, 0}, {stderr_fd_, POLLIN, 0}};
+    const bool with_stderr = stderr_sink_ && stderr_fd_ >= 0;
+    int r = poll(pfd, with_stderr ? 2 : 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
     if (r < 0 && errno != EINTR) return std::nullopt;
     if (r <= 0) continue;
+    if (with_stderr && pfd[1].revents) read_stderr_into_sink();
+    if (!pfd[0].revents) continue;
     char buf[65536];
     ssize_t n = ::read(stdout_fd_, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
@@ -265,9 +287,29 @@ std::optional<std::string> ChildProcess::read_line(std::chrono::milliseconds tim
   }
 }
 
+bool ChildProcess::read_stderr_into_sink() {
+  char buf[65536];
+  ssize_t n = ::read(stderr_fd_, buf, sizeof buf);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+  if (n <= 0) {
+    ::close(stderr_fd_);
+    stderr_fd_ = -1;
+    return false;
+  }
+  stderr_sink_(buf, static_cast<std::size_t>(n));
+  return true;
+}
+
 std::string ChildProcess::drain_stderr() {
   std::string out;
   if (stderr_fd_ < 0) return out;
+  if (stderr_sink_) {
+    for (int i = 0; i < 4096 && stderr_fd_ >= 0; ++i) {  // bounded: a child writing without end
+      pollfd pfd{stderr_fd_, POLLIN, 0};
+      if (poll(&pfd, 1, 0) <= 0 || !read_stderr_into_sink()) break;
+    }
+    return out;
+  }
   for (;;) {
     pollfd pfd{stderr_fd_, POLLIN, 0};
     if (poll(&pfd, 1, 0) <= 0) break;
@@ -285,9 +327,7 @@ void ChildProcess::kill() {
   std::vector<int> descendants = descendant_pidfds(pid_);
   ::kill(-pid_, SIGKILL);  // the whole group: a hung child's own children go too
   ::kill(pid_, SIGKILL);
-  int status;
-  if (waitpid(pid_, &status, 0) == pid_) record_exit(status);
-  else signals::forget_child(pid_);  // reaped by the signal path
+  if (!reap(true)) signals::forget_child(pid_);  // reaped by the signal path
   pid_ = -1;
   // Those that left the group, and the end of them all: nothing the child started is still
   // writing when kill() returns (a sandbox's workspace is measured and trimmed right after).
@@ -298,12 +338,7 @@ std::optional<int> ChildProcess::wait(std::chrono::milliseconds timeout) {
   if (pid_ <= 0) return exit_status_;
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    int status;
-    pid_t r = waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) {
-      record_exit(status);
-      return exit_status_;
-    }
+    if (reap(false)) return exit_status_;
     if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }

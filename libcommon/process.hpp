@@ -22,6 +22,12 @@ struct SpawnOptions {
   // The child gets SIGTERM when the thread that started it dies (PR_SET_PDEATHSIG): a kill -9 of us
   // does not leave it running. Only for children waited on by the thread that spawns them.
   bool die_with_parent = false;
+  // Descriptors the child keeps: {ours, its number} (ours may be close-on-exec).
+  std::vector<std::pair<int, int>> pass_fds;
+  // When the child exits, what is left of its process group is killed before it is reaped (while
+  // its zombie still holds the group's id): nothing it started outlives it, even when it exits on
+  // its own. For children whose whole group is theirs (the reference worker).
+  bool end_group_on_exit = false;
 };
 
 class ChildProcess {
@@ -42,6 +48,9 @@ class ChildProcess {
   bool eof() const { return eof_; }
   // Whatever stderr text has arrived (capture_stderr only), drained without blocking.
   std::string drain_stderr();
+  // With a sink, read_line() also reads stderr as it arrives and hands it over (so a chatty child
+  // never blocks on a full pipe while we wait for its answer); drain_stderr() feeds it too.
+  void set_stderr_sink(std::function<void(const char*, std::size_t)> sink) { stderr_sink_ = std::move(sink); }
   // SIGKILL to the process group, then reap. Returns the wait status description.
   void kill();
   // Wait up to `timeout` for exit; returns the exit status (or 128+signal) or nullopt.
@@ -52,6 +61,10 @@ class ChildProcess {
  private:
   void reset();
   void record_exit(int wait_status);  // the reaped child's status, and forget its pid
+  bool reap(bool block);              // waits (or polls) for the exit; true once reaped
+  bool read_stderr_into_sink();       // false at EOF
+  std::function<void(const char*, std::size_t)> stderr_sink_;
+  bool end_group_on_exit_ = false;
   pid_t pid_ = -1;
   int stdin_fd_ = -1, stdout_fd_ = -1, stderr_fd_ = -1;
   std::string out_buffer_;

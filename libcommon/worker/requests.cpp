@@ -1,6 +1,8 @@
 // The reference worker's requests (see requests.hpp).
 #include "libcommon/worker/requests.hpp"
 
+#include <filesystem>
+
 #include "libcommon/errors.hpp"
 #include "libcommon/worker/worker_client.hpp"
 
@@ -38,7 +40,10 @@ Json release(const std::vector<std::string>& keys) { return {{"op", "release"}, 
 Json warm(bool compile) { return {{"op", "warm"}, {"compile", compile}}; }
 
 Json similarity(const std::string& code, const std::string& dir) {
-  return {{"op", "similarity"}, {"code", code}, {"dir", dir}};
+  // Absolute: the worker runs in its own folder, not the tool's.
+  std::error_code ec;
+  auto abs = std::filesystem::absolute(dir, ec);
+  return {{"op", "similarity"}, {"code", code}, {"dir", ec ? dir : abs.string()}};
 }
 
 Json Filters::to_json() const {

@@ -2,8 +2,10 @@
 // hangs, deaths and memory blow-ups of task code into error answers, restarting the child.
 #include "libcommon/worker/worker_client.hpp"
 
+#include <dirent.h>
 #include <glob.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,11 +19,14 @@
 #include <optional>
 #include <sstream>
 
+#include "libcommon/confine.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/log.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/process.hpp"
 #include "libcommon/worker/requests.hpp"
+
+extern char** environ;
 
 namespace fs = std::filesystem;
 using namespace std::chrono;
@@ -29,30 +34,105 @@ using namespace std::chrono;
 namespace ca {
 namespace {
 
-// Last `max_bytes` of a file, from the start of a line, for error details.
-std::string file_tail(const std::string& path, std::size_t max_bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  in.seekg(0, std::ios::end);
-  auto size = static_cast<std::size_t>(in.tellg());
-  std::size_t start = size > max_bytes ? size - max_bytes : 0;
-  in.seekg(static_cast<std::streamoff>(start));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (start > 0) {
-    auto nl = text.find('\n');
-    if (nl != std::string::npos) text.erase(0, nl + 1);
+// The worker's fd 1 and 2, read by us (ChildProcess's stderr sink): the first `cap` bytes go to
+// the log file, then one line saying the rest was cut; the last 16 KiB are kept in memory for error
+// details either way. Task code cannot reach the file (it is outside the folder it may write), so
+// printing costs it nothing but the pipe.
+class CappedLog {
+ public:
+  void open(const std::string& path, std::size_t cap) {
+    std::lock_guard<std::mutex> l(mu_);
+    path_ = path;
+    cap_ = cap;
+    written_ = 0;
+    cut_ = false;
+    tail_.clear();
+    out_.close();
+    out_.clear();
+    out_.open(path, std::ios::binary | std::ios::trunc);
   }
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  return text;
-}
+  void write(const char* data, std::size_t n) {
+    std::lock_guard<std::mutex> l(mu_);
+    tail_.append(data, n);
+    if (tail_.size() > kTail) tail_.erase(0, tail_.size() - kTail);
+    if (cut_) return;
+    std::size_t room = cap_ > written_ ? cap_ - written_ : 0;
+    std::size_t take = std::min(room, n);
+    out_.write(data, static_cast<std::streamsize>(take));
+    written_ += take;
+    if (take < n) {
+      cut_ = true;
+      out_ << "\n[cuda-agent: the worker's output was cut here, at " << cap_ << " bytes]\n";
+    }
+    out_.flush();
+  }
+  // The last `max_bytes`, from the start of a line.
+  std::string tail(std::size_t max_bytes) const {
+    std::lock_guard<std::mutex> l(mu_);
+    std::string text = tail_.size() > max_bytes ? tail_.substr(tail_.size() - max_bytes) : tail_;
+    if (tail_.size() > max_bytes) {
+      auto nl = text.find('\n');
+      if (nl != std::string::npos) text.erase(0, nl + 1);
+    }
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+    return text;
+  }
 
-// Resident set of a process in MiB, from /proc (0 when unknown).
+ private:
+  static constexpr std::size_t kTail = 16384;
+  mutable std::mutex mu_;
+  std::string path_, tail_;
+  std::ofstream out_;
+  std::size_t cap_ = 0, written_ = 0;
+  bool cut_ = false;
+};
+
+// Resident set of one process in MiB, from /proc (0 when unknown).
 std::size_t resident_mb(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(in, line))
     if (line.rfind("VmRSS:", 0) == 0) return static_cast<std::size_t>(std::atoll(line.c_str() + 6)) / 1024;
   return 0;
+}
+
+// Resident sets of every process in group `pgid`, in MiB: task code's children count too.
+std::size_t group_resident_mb(pid_t pgid) {
+  std::size_t kb = 0;
+  DIR* d = opendir("/proc");
+  if (!d) return resident_mb(pgid);
+  const long page_kb = sysconf(_SC_PAGESIZE) / 1024;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    auto rp = text.rfind(')');
+    if (rp == std::string::npos) continue;
+    std::istringstream fields(text.substr(rp + 1));
+    std::string state;
+    long ppid = 0, pgrp = 0;
+    fields >> state >> ppid >> pgrp;
+    if (pgrp != pgid) continue;
+    std::ifstream statm(std::string("/proc/") + e->d_name + "/statm");
+    long size = 0, resident = 0;
+    if (statm >> size >> resident) kb += static_cast<std::size_t>(resident * page_kb);
+  }
+  closedir(d);
+  return kb / 1024;
+}
+
+// Bytes a folder holds (its files' blocks), in MiB: what task code wrote there is memory too when
+// the folder is in /dev/shm. At most 100,000 entries are looked at.
+std::size_t folder_mb(const std::string& dir) {
+  std::error_code ec;
+  std::size_t bytes = 0;
+  int seen = 0;
+  for (fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
+       !ec && it != end && seen < 100000; it.increment(ec), ++seen) {
+    struct stat st {};
+    if (lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) bytes += static_cast<std::size_t>(st.st_blocks) * 512;
+  }
+  return bytes >> 20;
 }
 
 std::string last_line(const std::string& text) {
@@ -80,7 +160,124 @@ std::string check_python(const std::string& python) {
   return "";
 }
 
+// The folders an interpreter imports from (sys.path with PYTHONPATH, its prefixes), asked once per
+// interpreter and path. Run from "/", so the current folder is not among them.
+std::vector<std::string> python_import_dirs(const std::string& python, const std::string& pythonpath) {
+  static std::mutex mu;
+  static std::map<std::string, std::vector<std::string>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = python + "\n" + pythonpath;
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  SpawnOptions so;
+  so.argv = {python, "-c",
+             "import sys, json; sys.stdout.write(json.dumps([sys.prefix, sys.exec_prefix, sys.base_prefix, "
+             "sys.base_exec_prefix] + sys.path))"};
+  so.env_overrides = {{"PYTHONPATH", pythonpath}};
+  so.working_dir = "/";
+  std::vector<std::string> dirs;
+  try {
+    CommandResult r = run_command(so, "", seconds(60), 1 << 20);
+    if (r.exit_status == 0)
+      for (const auto& d : Json::parse(r.out)) dirs.push_back(d.get<std::string>());
+  } catch (const std::exception& e) {
+    log::warn("reference worker: cannot ask ", python, " for its import path: ", e.what());
+  }
+  cache[key] = dirs;
+  return dirs;
+}
+
+// A folder too broad to give task code: the root, or the home folder or one above it (a sys.path
+// entry of "" or ~ would open the user's files).
+bool too_broad(const std::string& dir) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(dir, ec);
+  if (ec || p.empty() || p == "/" || !p.is_absolute()) return true;
+  if (const char* home = std::getenv("HOME"); home && *home) {
+    fs::path h = fs::weakly_canonical(home, ec);
+    auto rel = h.lexically_relative(p);
+    if (!rel.empty() && *rel.begin() != "..") return true;  // p is home or above it
+  }
+  return false;
+}
+
+// What task code may touch: libraries and the interpreter (read, execute), the few files of /etc,
+// /proc and /sys that Python, torch and the CUDA driver read, the device files, its own folder.
+TaskConfinement task_confinement(const WorkerOptions& opt, const std::string& python, const std::string& pythonpath,
+                                 const std::string& io_dir, const std::vector<std::string>& cache_dirs) {
+  TaskConfinement c;
+  for (const char* d : {"/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin"}) c.read_exec_dirs.push_back(d);
+  std::vector<std::string> extra = python_import_dirs(python, pythonpath);
+  std::stringstream pp(pythonpath);
+  for (std::string d; std::getline(pp, d, ':');) extra.push_back(d);
+  if (const char* ld = std::getenv("LD_LIBRARY_PATH"); ld && *ld) {
+    std::stringstream ss(ld);
+    for (std::string d; std::getline(ss, d, ':');) extra.push_back(d);
+  }
+  std::error_code ec;
+  extra.push_back(fs::path(python).parent_path().string());
+  for (auto& d : extra) {
+    if (d.empty()) continue;
+    if (too_broad(d)) {
+      log::verbose("reference worker: not opening ", d, " to task code (too broad)");
+      continue;
+    }
+    c.read_exec_dirs.push_back(d);
+    auto real = fs::canonical(d, ec);
+    if (!ec && real.string() != d) c.read_exec_dirs.push_back(real.string());
+  }
+  for (const char* f : {"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/passwd",
+                        "/etc/group", "/etc/nsswitch.conf", "/etc/os-release", "/etc/lsb-release", "/etc/mime.types",
+                        "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/filesystems", "/proc/loadavg",
+                        "/proc/devices", "/proc/modules", "/proc/sys/kernel", "/proc/sys/vm", "/proc/driver/nvidia",
+                        "/sys"})
+    c.read_paths.push_back(f);
+  c.read_paths.insert(c.read_paths.end(), opt.read_dirs.begin(), opt.read_dirs.end());
+  for (const char* f : {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}) c.device_paths.push_back(f);
+  const bool gpu = opt.device.rfind("cuda", 0) == 0;
+  if (gpu) {
+    glob_t g{};
+    if (glob("/dev/nvidia*", 0, nullptr, &g) == 0)
+      for (std::size_t i = 0; i < g.gl_pathc; ++i) c.device_paths.push_back(g.gl_pathv[i]);
+    globfree(&g);
+    c.write_dirs.push_back("/dev/shm");  // CUDA IPC's event handles live there
+    c.allow_unix_sockets = true;         // the driver's own (MPS); Landlock scopes abstract ones
+  }
+  c.write_dirs.push_back(io_dir);
+  c.write_dirs.insert(c.write_dirs.end(), cache_dirs.begin(), cache_dirs.end());
+  c.write_dirs.insert(c.write_dirs.end(), opt.write_dirs.begin(), opt.write_dirs.end());
+  // Tests whose hostile tasks leave marks for the test script (a counter, "busy") open their folder.
+  if (const char* more = std::getenv("CUDA_AGENT_WORKER_WRITE_DIRS"); more && *more) {
+    std::stringstream ss(more);
+    for (std::string d; std::getline(ss, d, ':');)
+      if (!d.empty() && !too_broad(d)) c.write_dirs.push_back(d);
+  }
+  return c;
+}
+
+// The environment variables task code inherits: the ones Python, torch, its thread pools, CUDA and
+// the locale read, by name or prefix; no other (the tool's environment may hold secrets).
+bool passed_to_task_code(const std::string& name) {
+  if (name.rfind("CUDA_AGENT_", 0) == 0) return false;  // ours: a service's secret may be among them
+  for (const char* exact : {"PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "LD_LIBRARY_PATH", "VIRTUAL_ENV",
+                            "CONDA_PREFIX", "TERM"})
+    if (name == exact) return true;
+  for (const char* prefix : {"LC_", "PYTHON", "CUDA_", "NVIDIA_", "NV_", "TORCH", "PYTORCH_", "TRITON_", "OMP_", "KMP_",
+                             "GOMP_", "MKL_", "OPENBLAS_", "CUBLAS_", "CUDNN_"})
+    if (name.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
 }  // namespace
+
+std::size_t worker_memory_share_mb(std::size_t total_mb, int workers) {
+  if (workers < 1) workers = 1;
+  if (total_mb == 0) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    std::size_t host_mb = pages > 0 && page > 0 ? (static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)) >> 20 : 65536;
+    return std::max<std::size_t>(1, std::min<std::size_t>(16384, host_mb * 3 / 4 / static_cast<std::size_t>(workers)));
+  }
+  return std::max<std::size_t>(1, total_mb / static_cast<std::size_t>(workers));
+}
 
 struct WorkerClient::Impl {
   WorkerOptions opt;
@@ -89,29 +286,92 @@ struct WorkerClient::Impl {
   std::unique_ptr<ChildProcess> child;
   Json hello;
   std::string log_path;
+  std::string io_dir;  // temp_dir(): the one folder task code may write
+  CappedLog log;
   int spawns = 0;
   int restarts = 0;
   int64_t next_id = 1;
   int64_t file_counter = 0;
+  int polls = 0;
   std::map<std::string, Json> loads;  // task_id -> the last successful load request
 
   // One request with the load replay of a restarted worker (WorkerClient::request adds admission).
   Json send(const Json& req, milliseconds timeout);
 
+  void make_io_dir() {
+    io_dir = tmp.path() + "/io";
+    std::error_code ec;
+    fs::create_directories(io_dir + "/tmp", ec);
+    fs::create_directories(io_dir + "/cache", ec);
+    fs::permissions(io_dir, fs::perms::owner_all, ec);
+    if (ec) throw EnvironmentError("cannot make the worker's folder " + io_dir + ": " + ec.message());
+  }
+
   void start() {
     log_path = tmp.path() + "/worker-" + std::to_string(spawns) + ".log";
+    log.open(log_path, opt.output_cap_bytes);
     std::string pythonpath = python_dir();
     if (const char* pp = std::getenv("PYTHONPATH"); pp && *pp) pythonpath += std::string(":") + pp;
     char cpu[64];
     std::snprintf(cpu, sizeof cpu, "%.3f", opt.cpu_seconds_limit);
     SpawnOptions so;
     so.argv = {python,      "-u",  "-m",     "cuda_agent_worker", "--device", opt.device, "--cpu-seconds", cpu,
-               "--memory-mb", std::to_string(opt.memory_limit_mb), "--log", log_path, "--work-dir", tmp.path()};
-    so.env_overrides = {{"PYTHONPATH", pythonpath}, {"PYTHONDONTWRITEBYTECODE", "1"}, {"PYTHONUNBUFFERED", "1"}};
+               "--memory-mb", std::to_string(opt.memory_limit_mb), "--work-dir", tmp.path(), "--io-dir", io_dir,
+               "--parent-pid", std::to_string(getpid())};
+    // Every cache and temp file of Python, torch, inductor, Triton and the CUDA driver goes to the
+    // worker's own folder; a cache folder the user named is kept, and opened to task code.
+    so.env_overrides = {{"PYTHONPATH", pythonpath}, {"PYTHONDONTWRITEBYTECODE", "1"}, {"PYTHONUNBUFFERED", "1"},
+                        {"PYTHONSAFEPATH", "1"},    {"TMPDIR", io_dir + "/tmp"},     {"XDG_CACHE_HOME", io_dir + "/cache"},
+                        {"TRITON_HOME", io_dir + "/cache"}, {"CUDA_CACHE_PATH", io_dir + "/cache/nv"},
+                        {"MPLCONFIGDIR", io_dir + "/cache/mpl"}};
+    std::vector<std::string> cache_dirs;
+    for (const char* var : {"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"}) {
+      const char* v = std::getenv(var);
+      if (v && *v) {
+        std::error_code ec;
+        fs::create_directories(v, ec);
+        cache_dirs.push_back(v);
+      } else {
+        so.env_overrides[var] = io_dir + "/cache/" + (var[0] == 'T' && var[1] == 'O' ? "inductor" : "triton");
+      }
+    }
+    // Inductor's pool of compile processes would start in new sessions; one thread instead.
+    if (!std::getenv("TORCHINDUCTOR_COMPILE_THREADS")) so.env_overrides["TORCHINDUCTOR_COMPILE_THREADS"] = "1";
+    // Task code sees only the environment Python, torch and CUDA read: the tool's own variables
+    // (a service's shared secret, credentials, tokens) stay with the tool.
+    so.clear_env = true;
+    for (char** e = environ; *e; ++e) {
+      std::string entry = *e;
+      auto eq = entry.find('=');
+      if (eq == std::string::npos) continue;
+      std::string name = entry.substr(0, eq);
+      if (passed_to_task_code(name) && !so.env_overrides.count(name)) so.env_overrides[name] = entry.substr(eq + 1);
+    }
+    so.working_dir = io_dir;
+    so.capture_stderr = true;
+    so.end_group_on_exit = true;
+    PreparedTaskConfinement prepared;
+    const char* env_confine = std::getenv("CUDA_AGENT_WORKER_CONFINE");
+    const bool confine = opt.confine && !(env_confine && std::string(env_confine) == "off");
+    if (confine) {
+      prepare_task_confinement(task_confinement(opt, python, pythonpath, io_dir, cache_dirs), &prepared);
+      so.argv.insert(so.argv.end(), {"--file-mb", std::to_string(opt.memory_limit_mb)});
+      if (prepared.landlock_fd >= 0) {
+        so.pass_fds.push_back({prepared.landlock_fd, 3});
+        so.argv.insert(so.argv.end(), {"--landlock-fd", "3"});
+      }
+      if (!prepared.seccomp_hex.empty()) so.argv.insert(so.argv.end(), {"--seccomp", prepared.seccomp_hex});
+      if (env_confine && *env_confine && std::string(env_confine) != "on")
+        so.argv.insert(so.argv.end(), {"--confine-skip", env_confine});  // e.g. "caps" or "landlock,seccomp"
+    } else {
+      so.argv.push_back("--unconfined");
+    }
     child = std::make_unique<ChildProcess>(so);
+    child->set_stderr_sink([this](const char* data, std::size_t n) { log.write(data, n); });
     if (spawns++ > 0) ++restarts;
     auto line = child->read_line(opt.start_timeout);
-    std::string tail = file_tail(log_path, 2000);
+    child->drain_stderr();
+    std::string tail = log.tail(2000);
     if (!line) {
       child->kill();
       std::string status = child->status_text();
@@ -134,9 +394,29 @@ struct WorkerClient::Impl {
       std::string err = h.value("error", "?");
       throw EnvironmentError("reference worker: " + err + ": " + h.value("detail", std::string("")));
     }
+    // What the client itself holds the worker to.
+    if (!h.contains("confinement") || !h["confinement"].is_array()) h["confinement"] = Json::array();
+    for (const char* piece : {"pgroup", "output-cap", "memory-watch"}) h["confinement"].push_back(piece);
+    for (const auto& w : prepared.warnings) h["confinement_warnings"].push_back(w);
+    if (h.contains("confinement_warnings") && spawns == 1)
+      for (const auto& w : h["confinement_warnings"])
+        log::warn("reference worker: confinement: ", w.is_string() ? w.get<std::string>() : w.dump());
     hello = std::move(h);
     log::verbose("reference worker started: pid ", hello.value("pid", -1), ", torch ",
-                 hello.value("torch_version", std::string("?")), ", ", opt.device, ", ", python);
+                 hello.value("torch_version", std::string("?")), ", ", opt.device, ", ", python, ", confinement ",
+                 hello["confinement"].dump());
+  }
+
+  // Over the memory limit: the worker's process group's resident sets and what its folder holds.
+  // The whole group and the folder every 5th call (a /proc scan), the worker alone otherwise.
+  std::optional<std::string> over_memory(bool full) {
+    if (opt.memory_limit_mb == 0 || !child) return std::nullopt;
+    std::size_t rss = full ? group_resident_mb(child->pid()) : resident_mb(child->pid());
+    std::size_t files = full ? folder_mb(io_dir) : 0;
+    if (rss + files <= opt.memory_limit_mb) return std::nullopt;
+    return "the worker's processes hold " + std::to_string(rss) + " MiB resident" +
+           (files ? " and its folder " + std::to_string(files) + " MiB" : std::string()) + ", over the limit of " +
+           std::to_string(opt.memory_limit_mb) + " MiB; worker killed";
   }
 
   void stop() {
@@ -159,7 +439,8 @@ struct WorkerClient::Impl {
     if (child) child->kill();
     std::string status = child ? child->status_text() : "";
     child.reset();
-    std::string tail = file_tail(log_path, 1500);
+    if (child) child->drain_stderr();
+    std::string tail = log.tail(1500);
     std::string detail = why + (status.empty() ? "" : " (" + status + ")") + (tail.empty() ? "" : "; log: " + tail);
     log::warn("reference worker: ", why, status.empty() ? "" : " (" + status + ")", "; restarting it");
     return failure(req, error, detail);
@@ -170,6 +451,8 @@ struct WorkerClient::Impl {
       if (child) died(req, "worker_died", "the worker had exited");  // logs; the answer is for a later caller
       start();
     }
+    // Task code may have kept running between requests (a thread of its own).
+    if (auto over = over_memory(true)) return died(req, "memory_limit", *over);
     req["id"] = next_id++;
     const auto op = req.value("op", std::string("?"));
     if (!child->write(req.dump() + "\n")) return died(req, "worker_died", "the worker closed its input");
@@ -198,20 +481,16 @@ struct WorkerClient::Impl {
         return a;
       }
       if (child->eof() || !child->running()) return died(req, "worker_died", "the worker died during '" + op + "'");
-      if (opt.memory_limit_mb > 0) {
-        std::size_t rss = resident_mb(child->pid());
-        if (rss > opt.memory_limit_mb)
-          return died(req, "memory_limit", "the worker's resident set reached " + std::to_string(rss) +
-                                               " MiB, over the limit of " + std::to_string(opt.memory_limit_mb) +
-                                               " MiB; worker killed");
-      }
+      if (auto over = over_memory(++polls % 5 == 0)) return died(req, "memory_limit", *over);
     }
   }
 };
 
 WorkerClient::WorkerClient(WorkerOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->opt = std::move(options);
+  if (impl_->opt.memory_limit_mb == 0) impl_->opt.memory_limit_mb = worker_memory_share_mb(0, 1);
   impl_->python = impl_->opt.python.empty() ? find_python() : impl_->opt.python;
+  impl_->make_io_dir();
   impl_->start();
 }
 
@@ -333,10 +612,11 @@ Json WorkerClient::Impl::send(const Json& req, milliseconds timeout) {
   return a;
 }
 
-const std::string& WorkerClient::temp_dir() const { return impl_->tmp.path(); }
+const std::string& WorkerClient::temp_dir() const { return impl_->io_dir; }
+std::string WorkerClient::log_tail(std::size_t max_bytes) const { return impl_->log.tail(max_bytes); }
 
 std::string WorkerClient::temp_path(const std::string& stem) {
-  return impl_->tmp.path() + "/" + stem + "-" + std::to_string(impl_->file_counter++) + ".safetensors";
+  return impl_->io_dir + "/" + stem + "-" + std::to_string(impl_->file_counter++) + ".safetensors";
 }
 
 std::string WorkerClient::python() const { return impl_->python; }

@@ -11,19 +11,37 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "libcommon/jsonl.hpp"
 
 namespace ca {
 
+// Task code is confined (the worker applies what its client prepares, before its first request;
+// libcommon/confine.hpp): it reads only the interpreter's and the system's libraries (and the
+// device's files), writes only beneath the client's private folder (temp_dir()), opens no network
+// socket, stays in the worker's process group (killed with it, whatever way the worker ends), and
+// its output (fd 1 and 2) goes to a log capped at output_cap_bytes. The hello's "confinement" names
+// what was applied ("landlock", "seccomp", "no-caps", "rlimit", "pgroup", "output-cap"); a piece the
+// kernel lacks is left out, warned about and listed in "confinement_warnings".
 struct WorkerOptions {
   std::string device = "cpu";                          // "cpu" or "cuda:N"
   std::chrono::milliseconds request_timeout{120000};   // default per request; a hang is killed
   double cpu_seconds_limit = 600;                      // RLIMIT_CPU per request for task code
-  std::size_t memory_limit_mb = 16384;                 // RLIMIT_AS (CPU) and a resident-set watch (both)
+  // RLIMIT_AS (CPU) and a watch (both) of the resident sets of the worker's process group plus the
+  // bytes in its folder; every file it writes is bound by it too. 0: worker_memory_share_mb(0, 1).
+  std::size_t memory_limit_mb = 0;
   std::chrono::milliseconds start_timeout{180000};     // for `import torch` and the hello line
   std::string python;                                  // interpreter; empty: find_python()
+  std::vector<std::string> read_dirs;                  // more folders task code may read (--decontaminate)
+  std::vector<std::string> write_dirs;                 // more folders it may write (requests' own "out" paths)
+  std::size_t output_cap_bytes = 4 << 20;              // of its log; the rest is dropped and the cut marked
+  bool confine = true;                                 // false (or CUDA_AGENT_WORKER_CONFINE=off): none, warned
 };
+
+// Each worker's memory limit when `workers` of them share `total_mb` (0: three quarters of this
+// host's memory, and at most 16 GiB each). At least 1 MiB.
+std::size_t worker_memory_share_mb(std::size_t total_mb, int workers);
 
 // One client owns one worker process; it is not thread-safe: give each thread (each -j slot) its own.
 // The seed the task's Model is built with (its weights): the task's own `seed`, else 0. One per
@@ -54,8 +72,11 @@ class WorkerClient {
   Json request(const Json& request);
   Json request(const Json& request, std::chrono::milliseconds timeout);
 
-  // Private dir (0700, under /dev/shm when present) for safetensors files; removed with the client.
+  // Private dir (0700, under /dev/shm when present) for safetensors files, the one folder the
+  // worker may write; removed with the client.
   const std::string& temp_dir() const;
+  // The worker's log (its fd 1 and 2, capped): the last `max_bytes` of it.
+  std::string log_tail(std::size_t max_bytes = 2000) const;
   // A fresh file name inside temp_dir(): "<stem>-<n>.safetensors".
   std::string temp_path(const std::string& stem);
   std::string python() const;  // interpreter in use

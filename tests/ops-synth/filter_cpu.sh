@@ -6,6 +6,7 @@
 source "$(dirname "$0")/lib.sh"
 PY=$(find_torch_python) || fail "no python with torch (set CUDA_AGENT_PYTHON)"
 export CUDA_AGENT_PYTHON="$PY"
+export CUDA_AGENT_WORKER_WRITE_DIRS="$T"  # tasks here leave marks for this script (the worker is confined)
 FIX="$CA_SRC/datasets/ops/fixtures/kernelbench"
 
 "$PY" "$HERE/planted/make_planted.py" "$FIX" > "$T/planted.jsonl"

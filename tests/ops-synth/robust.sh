@@ -8,6 +8,7 @@
 source "$(dirname "$0")/lib.sh"
 PY=$(find_torch_python) || fail "no python with torch (set CUDA_AGENT_PYTHON)"
 export CUDA_AGENT_PYTHON="$PY"
+export CUDA_AGENT_WORKER_WRITE_DIRS="$T"  # tasks here leave marks for this script (the worker is confined)
 RS="$CA_BIN/run-store"
 
 # 1. generate: the module category holds few distinct tasks; -n beyond what the mix can give is a

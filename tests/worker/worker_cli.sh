@@ -17,7 +17,7 @@ printf '%s\n' '{"op":"ping"}' \
   "{\"op\":\"load\",\"task_id\":\"lr\",\"code_file\":\"$FX/linear_relu.py\"}" \
   "{\"op\":\"inputs\",\"task_id\":\"lr\",\"seed\":3,\"out\":\"$T/in.safetensors\"}" \
   "{\"op\":\"reference\",\"task_id\":\"lr\",\"inputs\":\"$T/in.safetensors\",\"out\":\"$T/out.safetensors\"}" \
-  | "$P" > "$T/answers.jsonl"
+  | "$P" --write-dir "$T" > "$T/answers.jsonl"
 [ "$(wc -l < "$T/answers.jsonl")" = 4 ] || fail "expected 4 answers: $(cat "$T/answers.jsonl")"
 py - "$T/answers.jsonl" <<'PY' || fail "answers wrong"
 import json, sys

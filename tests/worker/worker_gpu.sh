@@ -32,7 +32,7 @@ PY=$(command -v python3)
   done
 } > "$T/requests.jsonl"
 start=$(date +%s)
-"$P" --device cuda:0 --timeout-ms 300000 < "$T/requests.jsonl" > "$OUTDIR/gpu_answers.jsonl"
+"$P" --device cuda:0 --write-dir "$T" --timeout-ms 300000 < "$T/requests.jsonl" > "$OUTDIR/gpu_answers.jsonl"
 echo "worker_gpu: answers in $(( $(date +%s) - start )) s"
 
 "$PY" - "$OUTDIR/gpu_answers.jsonl" "$T" <<'PY'
@@ -137,7 +137,7 @@ PYT
 {
   echo "{\"op\":\"load\",\"task_id\":\"np\",\"code_file\":\"$T/noparams.py\"}"
   echo "{\"op\":\"inputs\",\"task_id\":\"np\",\"seed\":11,\"out\":\"$T/np_in.safetensors\"}"
-} | "$P" --device cuda:0 --timeout-ms 120000 > "$T/np_answers.jsonl"
+} | "$P" --device cuda:0 --write-dir "$T" --timeout-ms 120000 > "$T/np_answers.jsonl"
 PYTHONPATH="${CA_PYTHONPATH:-$CA_SRC/libcommon/python}" "$PY" - "$T/np_in.safetensors" "$T/np_answers.jsonl" <<'PY'
 import json, sys
 import torch

@@ -12,11 +12,14 @@
 #include "libcommon/worker/worker_client.hpp"
 
 static const char* kUsage =
-    "usage: worker-ping [--device cpu|cuda:N] [--timeout-ms N] [--cpu-seconds S] [--memory-mb M] < requests.jsonl\n"
+    "usage: worker-ping [--device cpu|cuda:N] [--timeout-ms N] [--cpu-seconds S] [--memory-mb M]\n"
+    "                   [--read-dir DIR]... [--write-dir DIR]... [--output-cap BYTES] [--unconfined] < requests.jsonl\n"
     "Sends each JSON request line to the reference worker (python3 -m cuda_agent_worker) and prints\n"
     "each answer line. Example:\n"
     "  echo '{\"op\":\"ping\"}' | worker-ping --device cpu\n"
-    "A request {\"op\":\"load\",\"task_id\":\"t\",\"code_file\":\"model.py\"} reads its code from the file.\n";
+    "A request {\"op\":\"load\",\"task_id\":\"t\",\"code_file\":\"model.py\"} reads its code from the file.\n"
+    "Task code is confined: --read-dir and --write-dir open more folders to it (requests' \"out\" files\n"
+    "outside the client's own folder need --write-dir). \"hello\" as the op prints the worker's hello.\n";
 
 int main(int argc, char** argv) {
   ca::log::set_tool("worker-ping");
@@ -41,6 +44,14 @@ int main(int argc, char** argv) {
       opt.cpu_seconds_limit = std::stod(value());
     } else if (a == "--memory-mb") {
       opt.memory_limit_mb = std::stoull(value());
+    } else if (a == "--read-dir") {
+      opt.read_dirs.push_back(value());
+    } else if (a == "--write-dir") {
+      opt.write_dirs.push_back(value());
+    } else if (a == "--output-cap") {
+      opt.output_cap_bytes = std::stoull(value());
+    } else if (a == "--unconfined") {
+      opt.confine = false;
     } else if (a == "-v") {
       ca::log::set_level(ca::log::kVerbose);
     } else {
@@ -60,6 +71,13 @@ int main(int argc, char** argv) {
         req = ca::Json::parse(line);
       } catch (const std::exception& e) {
         throw ca::InputError("line " + std::to_string(n) + ": not JSON: " + e.what());
+      }
+      if (req.value("op", "") == "hello") {
+        ca::Json h = client.hello();
+        h["temp_dir"] = client.temp_dir();
+        h["log_tail"] = client.log_tail(4000);
+        std::cout << h.dump() << std::endl;
+        continue;
       }
       if (req.contains("code_file")) {
         req["code"] = ca::read_file(req["code_file"].get<std::string>());

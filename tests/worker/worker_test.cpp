@@ -14,6 +14,7 @@
 
 #include "libcommon/errors.hpp"
 #include "libcommon/paths.hpp"
+#include "libcommon/confine.hpp"
 #include "libcommon/safetensors.hpp"
 #include "libcommon/worker/requests.hpp"
 #include "libcommon/worker/worker_client.hpp"
@@ -37,6 +38,7 @@ WorkerClient& shared() {
   static WorkerClient client([] {
     WorkerOptions o;
     o.request_timeout = seconds(120);
+    o.read_dirs = {fixtures()};  // the similarity cases read them
     return o;
   }());
   return client;
@@ -361,6 +363,31 @@ TEST_CASE("worker: filters judge an already loaded task when no code is given") 
   CHECK(a["load"]["task_id"] == "ii");
   // The task stays loaded (only code-given, id-less filter tasks are dropped).
   CHECK(c.request({{"op", "inputs"}, {"task_id", "ii"}, {"seed", 1}, {"out", c.temp_path("in")}}).value("ok", false));
+}
+
+TEST_CASE("worker: confined; a folder not opened to it is unreadable, so similarity fails instead of comparing nothing") {
+  auto& c = shared();
+  const Json& conf = c.hello()["confinement"];
+  REQUIRE_MESSAGE(conf.is_array(), str(c.hello()));
+  auto has = [&](const char* n) { return std::find(conf.begin(), conf.end(), Json(n)) != conf.end(); };
+  for (const char* n : {"seccomp", "rlimit", "pgroup", "output-cap", "memory-watch"}) CHECK_MESSAGE(has(n), n, " ", str(conf));
+  if (landlock_abi() < 1) return;
+  CHECK(has("landlock"));
+  PrivateTempDir other("cuda-agent-test");
+  write_file_atomic(other.path() + "/copy.py", fixture("linear_relu"));
+  auto a = c.request({{"op", "similarity"}, {"code", fixture("linear_relu")}, {"dir", other.path()}});
+  CHECK_MESSAGE(!a.value("ok", true), str(a));
+  CHECK(a.value("detail", std::string()).find("Permission denied") != std::string::npos);
+}
+
+TEST_CASE("worker: memory shares divide a total among the workers") {
+  CHECK(worker_memory_share_mb(8000, 4) == 2000);
+  CHECK(worker_memory_share_mb(8000, 0) == 8000);
+  CHECK(worker_memory_share_mb(1, 16) == 1);
+  const auto one = worker_memory_share_mb(0, 1), sixteen = worker_memory_share_mb(0, 16);
+  CHECK(one <= 16384);
+  CHECK(sixteen <= one);
+  CHECK(sixteen * 16 <= std::max<std::size_t>(one, 16384) * 16);
 }
 
 TEST_CASE("worker: similarity of Model classes") {

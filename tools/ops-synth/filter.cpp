@@ -37,6 +37,10 @@ void FilterOptions::register_with(CLI::App* app) {
       ->capture_default_str();
   app->add_option("--memory-wait", memory_wait_s, "Seconds before the first of them (doubling each time)")
       ->capture_default_str();
+  app->add_option("--worker-memory", worker_memory_mb,
+                  "Memory in MiB all reference workers together may hold (each of -j gets its share; resident sets of "
+                  "its processes and the files it writes); 0: three quarters of this host's, at most 16 GiB each")
+      ->capture_default_str();
 }
 
 namespace {
@@ -216,7 +220,11 @@ int run_filter(const ca::CommonOptions& common, const FilterOptions& opt) {
   };
   int status = ca::kExitOk;
   try {
-    run_pool(opt.jobs, devices, opt.timeout_s, next, work, emit);
+    ca::WorkerOptions worker;
+    worker.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.timeout_s * 1000));
+    worker.memory_limit_mb = worker_memory_mb(opt.worker_memory_mb, opt.jobs);
+    worker.read_dirs = opt.decontaminate;  // the similarity request reads the problems there
+    run_pool(opt.jobs, devices, worker, next, work, emit);
   } catch (const ca::Error& e) {
     if (store) store->end_run(e.exit_code, ca::Json{{"read", read}, {"kept", kept}});
     throw;

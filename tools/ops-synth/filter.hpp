@@ -20,6 +20,7 @@ struct FilterOptions {
   double timeout_s = 300;
   int memory_retries = 4;      // a verdict lost to GPU memory (other workers' share) is asked again
   double memory_wait_s = 10;   // after this many seconds, doubling each time
+  std::size_t worker_memory_mb = 0;  // all workers together (each gets 1/jobs); 0: 3/4 of RAM, <= 16 GiB each
   void register_with(CLI::App* app);
 };
 

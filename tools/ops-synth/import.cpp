@@ -27,6 +27,10 @@ void ImportOptions::register_with(CLI::App* app) {
   app->add_flag("--no-worker", no_worker, "Do not run the code: records without specs (no torch needed)");
   app->add_option("-j,--jobs", jobs, "Reference workers in parallel")->capture_default_str();
   app->add_option("--timeout", timeout_s, "Seconds per worker request")->capture_default_str();
+  app->add_option("--worker-memory", worker_memory_mb,
+                  "Memory in MiB all reference workers together may hold (each of -j gets its share; resident sets of "
+                  "its processes and the files it writes); 0: three quarters of this host's, at most 16 GiB each")
+      ->capture_default_str();
 }
 
 namespace {
@@ -163,7 +167,10 @@ int run_import(const ca::CommonOptions& common, const ImportOptions& opt) {
   } else {
     std::vector<std::string> devices;
     for (int i = 0; i < opt.jobs; ++i) devices.push_back(opt.device);
-    run_pool(opt.jobs, devices, opt.timeout_s, next,
+    ca::WorkerOptions worker;
+    worker.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.timeout_s * 1000));
+    worker.memory_limit_mb = worker_memory_mb(opt.worker_memory_mb, opt.jobs);
+    run_pool(opt.jobs, devices, worker, next,
              [&](ca::WorkerClient& w, PoolItem& item) { fill(&w, item); }, emit);
   }
   ca::log::info(read, " read, ", done, " imported", opt.no_worker ? " (no specs: --no-worker)" : "", ", ", failed,

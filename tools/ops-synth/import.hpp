@@ -14,6 +14,7 @@ struct ImportOptions {
   bool no_worker = false;  // records without the worker's specs (no torch needed)
   int jobs = 1;
   double timeout_s = 300;
+  std::size_t worker_memory_mb = 0;  // all workers together (each gets 1/jobs); 0: 3/4 of RAM, <= 16 GiB each
   void register_with(CLI::App* app);
 };
 

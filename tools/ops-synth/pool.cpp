@@ -39,7 +39,9 @@ std::vector<std::string> resolve_devices(const std::string& spec, int jobs, doub
   return out;
 }
 
-void run_pool(int jobs, const std::vector<std::string>& devices, double timeout_s,
+std::size_t worker_memory_mb(std::size_t total_mb, int jobs) { return ca::worker_memory_share_mb(total_mb, jobs); }
+
+void run_pool(int jobs, const std::vector<std::string>& devices, const ca::WorkerOptions& worker,
               const std::function<bool(PoolItem&)>& next, const std::function<void(ca::WorkerClient&, PoolItem&)>& work,
               const std::function<void(PoolItem&)>& emit) {
   if (jobs < 1) throw ca::UsageError("-j must be at least 1");
@@ -62,9 +64,8 @@ void run_pool(int jobs, const std::vector<std::string>& devices, double timeout_
     for (int i = 0; i < jobs; ++i)
       starters.emplace_back([&, i] {
         try {
-          ca::WorkerOptions o;
+          ca::WorkerOptions o = worker;
           o.device = devices[static_cast<std::size_t>(i)];
-          o.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
           clients[static_cast<std::size_t>(i)] = std::make_unique<ca::WorkerClient>(o);
         } catch (...) {
           start_errors[static_cast<std::size_t>(i)] = std::current_exception();

@@ -51,9 +51,14 @@ def similarity(a_tokens, b_tokens):
     return difflib.SequenceMatcher(None, a_tokens, b_tokens, autojunk=False).ratio()
 
 
+def _raise(e):
+    raise e
+
+
 def programs_in_dir(path):
+    # An unreadable folder is an error, never zero programs (a decontamination that compared nothing).
     progs = []
-    for root, dirs, files in os.walk(path):
+    for root, dirs, files in os.walk(path, onerror=_raise):
         dirs.sort()
         for f in sorted(files):
             if f.endswith(".py"):

@@ -438,6 +438,7 @@ def watch_parent(work_dir, parent=None):
     def watch():
         while True:
             if getppid() != parent:
+                sleep(1.5)  # the reaper (start_reaper) removes the folder and ends the group first
                 if ours:
                     rmtree(work_dir, ignore_errors=True)
                 try:
@@ -475,10 +476,19 @@ def start_reaper(work_dir, tool_pid):
             except (OSError, ValueError, IndexError):
                 return 0
 
+        def alive(p):
+            try:
+                os.kill(p, 0)
+                return True
+            except ProcessLookupError:
+                return False
+            except OSError:
+                return True
+
         while True:
             time.sleep(0.5)
             worker_gone = os.getppid() != worker
-            tool_gone = tool_pid > 0 and not worker_gone and parent_of(worker) != tool_pid
+            tool_gone = tool_pid > 0 and (not alive(tool_pid) or (not worker_gone and parent_of(worker) != tool_pid))
             if tool_gone and ours:
                 shutil.rmtree(work_dir, ignore_errors=True)
             if worker_gone or tool_gone:
