@@ -483,7 +483,9 @@ BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io, 
         a.text = L.args[i].text;
         if (L.args[i].buffer) {
           a.buffer = index_of(*L.args[i].buffer);
-          a.offset = view_offset(L.args[i].offset, a.buffer, 0, bs.label + ": " + ordinal_arg(i));
+          // A launch's view must start at an element of its buffer (its extent is the kernel's
+          // business: the guard zones catch writes past the buffer).
+          a.offset = view_offset(L.args[i].offset, a.buffer, L.args[i].offset.empty() ? 0 : 1, bs.label + ": " + ordinal_arg(i));
         } else {
           a.scalar = pack_scalar(eval_in(L.args[i].expr, r, bs.label, plan, L.kernel), sig.params[i]);
         }

@@ -20,6 +20,14 @@ S=$B/scale_add
   echo "passed|tiled gemm kernel";      $MK $B/linear_relu_tiled
   echo "passed|two outputs";            $MK $TB/two_outputs
   echo "passed|conv step (cuDNN)";      $MK $TB/conv_bias
+  # Issue 33's worked bundles (SKILL.md): a recurrence as a repeat with views, a cooperative
+  # persistent kernel with grid.sync(), a cluster with distributed shared memory, a channel concat
+  # of two convs written through views.
+  echo "passed|repeat: RNN recurrence";  $MK $B/rnn_recurrence
+  echo "passed|cooperative grid sync";   $MK $B/global_l1_norm_coop
+  echo "passed|cluster of 8, DSMEM";     $MK $B/row_sum_cluster
+  echo "passed|conv views (concat)";     $MK $B/inception_concat_views
+  echo "incorrect|repeat one step short"; $MK $B/rnn_recurrence --plan-replace "repeat: T - 1" "repeat: T - 2"
   echo "incorrect|writes zeros";        $MK $S --replace fused.cu "out[i] = a[i] * alpha + b[i];" "out[i] = 0.0f;"
   echo "incorrect|skips one element";   $MK $S --replace fused.cu "if (i < n)" "if (i < n && i != 4097)"
   echo "incorrect|one past the end";    $MK $S --replace fused.cu "if (i < n)" "if (i == n - 1) out[n] = 0.0f; if (i < n)"

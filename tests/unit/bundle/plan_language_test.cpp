@@ -142,7 +142,7 @@ TEST_CASE("views: bounds checked at bind time, expressions in the offset") {
   };
   IoSpec io = rnn_io(4, 2, 8);  // 64 elements in, 16 out
   CHECK(bind_error(plan_with("inputs.0[N - 1]"), cell_sigs(), io) == "");
-  CHECK(bind_error(plan_with("inputs.0[N]"), cell_sigs(), io) == "");  // one past the end: a pointer, not an access
+  CHECK(bind_error(plan_with("inputs.0[N]"), cell_sigs(), io).find("is outside inputs.0") != std::string::npos);  // must start at an element
   CHECK(bind_error(plan_with("inputs.0[N + 1]"), cell_sigs(), io).find("is outside inputs.0 (64 elements)") != std::string::npos);
   CHECK(bind_error(plan_with("inputs.0[0 - 1]"), cell_sigs(), io).find("is outside") != std::string::npos);
   CHECK(bind_error(plan_with("inputs.0[unknown]"), cell_sigs(), io).find("unbound name 'unknown'") != std::string::npos);
