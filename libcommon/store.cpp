@@ -473,18 +473,30 @@ void Store::put_baseline(const BaselineKey& key, const Json& timing) {
   s.step();
 }
 
+namespace {
+// A row's body, or an InputError naming the store, table and key (a truncated row is damage, not a crash).
+Json parse_body(const std::string& path, sqlite3_stmt* row, const std::string& table, const std::string& key) {
+  const char* text = reinterpret_cast<const char*>(sqlite3_column_text(row, 0));
+  try {
+    return Json::parse(text ? text : "");
+  } catch (const Json::exception&) {
+    throw InputError("store '" + path + "': the " + table + " row of '" + key + "' has a body that is not valid JSON (truncated?)");
+  }
+}
+}  // namespace
+
 std::optional<Json> Store::get_task(const std::string& task_id) {
   Statement s(db_, "SELECT body FROM tasks WHERE task_id = ?");
   s.bind({task_id});
   if (!s.step()) return std::nullopt;
-  return Json::parse(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)));
+  return parse_body(path_, s.get(), "tasks", task_id);
 }
 
 std::optional<Json> Store::get_baseline(const BaselineKey& key) {
   Statement s(db_, "SELECT body FROM baselines WHERE baseline_key = ?");
   s.bind({key.text()});
   if (!s.step()) return std::nullopt;
-  return Json::parse(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)));
+  return parse_body(path_, s.get(), "baselines", key.text());
 }
 
 std::optional<Json> Store::latest(const std::string& table, const std::string& key) {
@@ -497,7 +509,7 @@ std::optional<Json> Store::latest(const std::string& table, const std::string& k
                    " = ? ORDER BY r.started_at DESC LIMIT 1");
   s.bind({key});
   if (!s.step()) return std::nullopt;
-  return Json::parse(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)));
+  return parse_body(path_, s.get(), table, key);
 }
 
 void Store::query(const std::string& sql, const std::function<void(const Json&)>& row) {
