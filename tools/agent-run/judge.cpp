@@ -157,11 +157,11 @@ JudgePool::Answer JudgePool::call(const std::string& tool, const Json& input, do
     } catch (const std::exception&) {
     }
     if (!record.is_object()) return Answer{nullptr, url, url + ": an answer without a record"};
-    // A service that could not run the candidate (no GPU there, or started --compile-only) gave no
-    // verdict: another may.
+    // A service that could not run the candidate (no GPU there) gave no verdict: another may. (A
+    // --compile-only service's `compiled` is what it was started to answer, as the process path's.)
     if (tool == "kernel-check" && record.contains("check") && record["check"].is_object()) {
       const Json status = record["check"].value("status", Json());
-      if (status == "no_device" || status == "compiled") {
+      if (status == "no_device") {
         notes.push_back(url + ": gave no verdict (" + status.get<std::string>() + ")");
         mark_down(c.index);
         continue;

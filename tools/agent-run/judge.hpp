@@ -24,7 +24,7 @@ class JudgePool {
   // POSTs one record to a service of `tool` ("kernel-check" or "kernel-prof"): the least busy of
   // those whose health check says ok (a service without a GPU answers 503 there and is skipped),
   // round-robin among equals, then the others if it fails (no answer, 5xx, or a kernel-check answer
-  // that is no verdict: no_device, compiled). A 4xx is the record's fault: its message is the error,
+  // that is no verdict: no_device). A 4xx is the record's fault: its message is the error,
   // no other is tried. The record's `task` goes only to a service that says it accepts tasks; others
   // judge the task_id from their own --tasks. Never waits longer than timeout_s for an answer nor 5 s
   // for a connection or a health check.
