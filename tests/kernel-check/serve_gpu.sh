@@ -32,19 +32,23 @@ wait_port() {
   cat "$1"
 }
 
-# 1. kernel-check.
+# 1. kernel-check. Records name their task by task_id; the tasks come from --tasks (a service runs
+# no client's task code unless started --accept-tasks).
+mk() { $MK "$1" --no-task "${@:2}"; }
+$PY -c "import json,sys; [print(json.dumps(json.load(open(f)))) for f in sys.argv[1:]]" \
+  "$S/task.json" "$B/row_softmax/task.json" "$B/linear_relu_gemm/task.json" > "$T/kc_tasks.jsonl"
 {
-  $MK $S
-  $MK $B/row_softmax
-  $MK $B/linear_relu_gemm
-  $MK $S --replace fused.cu "out[i] = a[i] * alpha + b[i];" "out[i] = 0.0f;"
-  $MK $S --replace fused.cu "if (i < n)" "while (a[0] == a[0]) { __nanosleep(100); } if (i < n)"
-  $MK $S --replace fused.cu "// out" "// variant 2: out"
-  $MK $S --replace fused.cu "out[i] = a[i]" "out[i + (1 << 30)] = a[i]"
-  $MK $S --replace fused.cu "// out" "// variant 3: out"
+  mk $S
+  mk $B/row_softmax
+  mk $B/linear_relu_gemm
+  mk $S --replace fused.cu "out[i] = a[i] * alpha + b[i];" "out[i] = 0.0f;"
+  mk $S --replace fused.cu "if (i < n)" "while (a[0] == a[0]) { __nanosleep(100); } if (i < n)"
+  mk $S --replace fused.cu "// out" "// variant 2: out"
+  mk $S --replace fused.cu "out[i] = a[i]" "out[i + (1 << 30)] = a[i]"
+  mk $S --replace fused.cu "// out" "// variant 3: out"
 } > "$T/in.jsonl"
-timeout 300 "$KC" --no-store --seed 7 --timeout 2 --gpus 0 < "$T/in.jsonl" > "$T/cli.jsonl" 2> "$T/cli.err" || fail "cli" "exit $?: $(tail -3 "$T/cli.err")"
-"$KC" --serve 127.0.0.1:0 --port-file "$T/kc.port" --seed 7 --timeout 2 --gpus 0 --store "$T/kc.db" \
+timeout 300 "$KC" --no-store --seed 7 --timeout 2 --gpus 0 --tasks "$T/kc_tasks.jsonl" < "$T/in.jsonl" > "$T/cli.jsonl" 2> "$T/cli.err" || fail "cli" "exit $?: $(tail -3 "$T/cli.err")"
+"$KC" --serve 127.0.0.1:0 --port-file "$T/kc.port" --seed 7 --timeout 2 --gpus 0 --tasks "$T/kc_tasks.jsonl" --store "$T/kc.db" \
   > /dev/null 2> "$T/kc.err" &
 PIDS+=($!)
 KC_URL="http://$(wait_port "$T/kc.port" "$T/kc.err")"
