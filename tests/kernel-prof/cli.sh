@@ -64,9 +64,21 @@ set +e; "$KP" --no-store --strict < "$T/nocorrect.jsonl" > /dev/null 2> "$T/err"
 if [ -e /dev/nvidiactl ] || ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then
   echo "note: a CUDA driver is present here; the no-GPU exit-3 case is covered on GPU-less CI" >&2
 else
-  cat > "$T/pass.jsonl" <<'J'
+  # Candidate ids are content ids (libcommon/ids.cpp): --resume reuses a stored verdict only under
+  # the id of what was judged. C2 and C5 are two bundles' ids.
+  read -r C2 C5 < <($PY - <<'PY'
+import hashlib, json
+def cid(task_id, bundle):
+    key = json.dumps({"task_id": task_id, "bundle": bundle}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+b = {"kernels": {"a.cu": "__global__ void k(){}"}, "plan": "forward: []"}
+b5 = {"kernels": {"a.cu": "__global__ void k(){} // 5"}, "plan": "forward: []"}
+print(cid("t2", b), cid("t2", b5))
+PY
+)
+  cat > "$T/pass.jsonl" <<J
 {"task_id":"t1","candidate_id":"c1","check":{"status":"incorrect","correct":false}}
-{"task_id":"t2","candidate_id":"c2","task":{"code":"import torch"},"bundle":{"kernels":{"a.cu":"__global__ void k(){}"},"plan":"forward: []"},"check":{"status":"passed","correct":true}}
+{"task_id":"t2","candidate_id":"$C2","task":{"code":"import torch"},"bundle":{"kernels":{"a.cu":"__global__ void k(){}"},"plan":"forward: []"},"check":{"status":"passed","correct":true}}
 J
   set +e; "$KP" --no-store < "$T/pass.jsonl" > "$T/out4" 2> "$T/err"; rc=$?; set -e
   [ "$rc" = 3 ] || fail "a passing record without a GPU should exit 3, got $rc: $(cat "$T/err")"
@@ -78,10 +90,10 @@ J
   # --resume: a profile of the same candidate and method in the store is reused without a GPU; with
   # --seed, one made with another seed is not (the record needs the GPU again: exit 3). Without
   # --seed every run draws its own timing seed, so any seed's profile is the same method.
-  $PY - > "$T/profiled.jsonl" <<'PY'
-import json
+  $PY - "$C2" "$C5" > "$T/profiled.jsonl" <<'PY'
+import json, sys
 method = {"min_runs": 10, "max_runs": 10000, "rel_ci": 0.01, "budget_s": 10.0, "seed": 0, "warmup_calls": 3}
-for cid, seed in (("c2", 0), ("c5", 7)):
+for cid, seed in ((sys.argv[1], 0), (sys.argv[2], 7)):
     m = dict(method, seed=seed)
     print(json.dumps({"task_id": "t2", "candidate_id": cid, "prof": {
         "status": "timed", "correct": True, "method": m, "time_us": {"median": 12.5},
@@ -100,7 +112,11 @@ p = recs[1]["prof"]
 assert p["status"] == "timed" and p["speedup_vs_compile"] == 1.6 and p["time_us"]["median"] == 12.5, p
 PY
   grep -q "1 skipped" "$T/err" || fail "a reused profile counts as skipped: $(cat "$T/err")"
-  sed 's/"c2"/"c5"/' "$T/pass.jsonl" > "$T/pass5.jsonl"
+  sed -e "s/\"$C2\"/\"$C5\"/" -e 's|void k(){}"|void k(){} // 5"|' "$T/pass.jsonl" > "$T/pass5.jsonl"
+  # A stored verdict is never reused under an id that is not the record's content id.
+  sed -e "s/\"$C2\"/\"c2\"/" "$T/pass.jsonl" > "$T/forged.jsonl"
+  set +e; "$KP" --store "$T/s.db" --resume --seed 0 < "$T/forged.jsonl" > "$T/out6" 2> "$T/err"; rc=$?; set -e
+  grep -q '"field":"candidate_id"' "$T/out6" || fail "a forged candidate_id must be a bad record, not reuse: $(cat "$T/out6")"
   set +e; "$KP" --store "$T/s.db" --resume --seed 0 < "$T/pass5.jsonl" > /dev/null 2> "$T/err"; rc=$?; set -e
   [ "$rc" = 3 ] || fail "a profile made with another seed must not be reused (exit 3 without a GPU), got $rc"
   set +e; "$KP" --store "$T/s.db" --resume < "$T/pass5.jsonl" > /dev/null 2> "$T/err"; rc=$?; set -e
