@@ -96,8 +96,8 @@ KP_URL="http://$(wait_port "$T/kp.port" "$T/kp.err")"
 curl --max-time 240 -sS --data-binary @"$T/cands.jsonl" "$KP_URL/v1/profile" > "$T/kp.svc"
 $PY - "$T/kp.cli" "$T/kp.svc" <<'PY' && pass "kernel-prof service: statuses and medians agree with the CLI's, baselines from the store" || fail "kp golden" "see above"
 import json, sys
-a = {r["candidate_id"]: r for r in map(json.loads, open(sys.argv[1]))}
-b = {r["candidate_id"]: r for r in map(json.loads, open(sys.argv[2]))}
+a = {r["name"]: r for r in map(json.loads, open(sys.argv[1]))}
+b = {r["name"]: r for r in map(json.loads, open(sys.argv[2]))}
 assert a.keys() == b.keys(), (a.keys(), b.keys())
 assert a["kp-failed"] == b["kp-failed"] and "prof" not in b["kp-failed"]
 for cid in ("kp-good", "kp-cheat", "kp-tf32"):

@@ -18,7 +18,7 @@ ARGS=(--store "$T/s.db" --tasks "$T/tasks.jsonl" --baselines eager,compile --bud
 cat "$T/err1" | tail -5
 $PY - "$T/out1.jsonl" <<'PY' || fail "first run records"
 import json, sys
-recs = {r["candidate_id"]: r for r in map(json.loads, open(sys.argv[1]))}
+recs = {r["name"]: r for r in map(json.loads, open(sys.argv[1]))}
 g = recs["kp-good"]["prof"]
 assert g["status"] == "timed" and g["correct"] is True, g.get("reason")
 assert g["time_us"]["median"] > 0 and g["device_time_us"]["median"] > 0, g["time_us"]
