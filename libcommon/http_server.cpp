@@ -109,6 +109,8 @@ struct Server::Impl {
   std::set<std::shared_ptr<Session>> sessions;  // the I/O thread's only
   bool accepting = false;                       // an async_accept (or its backoff) is pending
   bool accept_failing = false;                  // logged once until an accept succeeds again
+  bool accept_warned = false;                   // ... and at most once a minute
+  std::chrono::steady_clock::time_point last_accept_warning;
   // Admission (the I/O thread's only): work handlers running, and those waiting their turn.
   int running = 0;
   std::deque<std::shared_ptr<Session>> waiting;
@@ -392,8 +394,14 @@ void Server::Impl::accept() {
       // Out of file descriptors (EMFILE) the pending connection stays in the backlog and accept()
       // would fail again at once: pause instead of spinning, and say so once.
       const bool fds = out_of_descriptors(ec);
-      if (!accept_failing)
+      // Said once per minute at most: near the limit, descriptors freed and taken again make
+      // accept fail, succeed and fail again, and each round would say it anew.
+      const auto now = std::chrono::steady_clock::now();
+      if (!accept_failing && (!accept_warned || now - last_accept_warning > std::chrono::seconds(60))) {
         log::warn("http: accept: ", ec.message(), fds ? ": pausing new connections until descriptors free up" : "");
+        accept_warned = true;
+        last_accept_warning = now;
+      }
       accept_failing = true;
       accepting = true;
       accept_backoff.expires_after(std::chrono::milliseconds(fds ? 500 : 100));

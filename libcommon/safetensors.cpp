@@ -44,7 +44,7 @@ SafetensorsHeader read_header(std::ifstream& in, const std::string& path) {
   if (!in) throw InputError("'" + path + "': not a safetensors file (the header is cut short)");
   Json meta;
   try {
-    meta = Json::parse(header);
+    meta = parse_json(header, "header");
   } catch (const std::exception& e) {
     throw InputError("'" + path + "': bad safetensors header: " + e.what());
   }

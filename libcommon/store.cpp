@@ -478,8 +478,8 @@ namespace {
 Json parse_body(const std::string& path, sqlite3_stmt* row, const std::string& table, const std::string& key) {
   const char* text = reinterpret_cast<const char*>(sqlite3_column_text(row, 0));
   try {
-    return Json::parse(text ? text : "");
-  } catch (const Json::exception&) {
+    return parse_json(text ? text : "", table + " body");
+  } catch (const std::exception&) {
     throw InputError("store '" + path + "': the " + table + " row of '" + key + "' has a body that is not valid JSON (truncated?)");
   }
 }
@@ -529,7 +529,7 @@ void Store::query(const std::string& sql, const std::function<void(const Json&)>
           // JSON-bearing columns come back as JSON, so `query` output is records, not escaped strings.
           if ((name == "body" || name == "argv" || name == "counts") && !text.empty() && (text[0] == '{' || text[0] == '[')) {
             try {
-              r[name] = Json::parse(text);
+              r[name] = parse_json(text, name);
               break;
             } catch (...) {
             }

@@ -243,7 +243,7 @@ Json meta_json(const CompileResult& r) {
 bool load_cached(const std::string& base, CompileResult& r) {
   if (!file_exists(base + ".json") || !file_exists(base + ".cubin") || !file_exists(base + ".ptx")) return false;
   try {
-    Json meta = Json::parse(read_file(base + ".json"));
+    Json meta = parse_json(read_file(base + ".json"), base + ".json");
     r.cubin = read_file(base + ".cubin");
     r.ptx = read_file(base + ".ptx");
     r.log = meta.value("log", "");
@@ -466,7 +466,7 @@ CompileResult confined_compile(const std::map<std::string, std::string>& kernels
   Json head;
   try {
     if (nl == std::string::npos) throw std::runtime_error("no answer");
-    head = Json::parse(res.out.substr(0, nl));
+    head = parse_json(std::string_view(res.out).substr(0, nl), "compiler child answer");
   } catch (const std::exception&) {
     if (res.exit_status == kChildConfineFailed) throw EnvironmentError("compile: " + res.err.substr(0, 500));
     // Killed from outside (the OOM killer, kill -9, a stop's SIGTERM): the environment failed, not
@@ -515,7 +515,7 @@ int compile_child_main() {
     write_all(1, head.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n" + tail);
   };
   try {
-    Json req = Json::parse(read_all(0));
+    Json req = parse_json(read_all(0), "compiler child request");
     std::map<std::string, std::string> kernels = req.at("kernels").get<std::map<std::string, std::string>>();
     std::vector<std::string> names = req.at("names").get<std::vector<std::string>>();
     std::vector<std::string> flags = req.at("flags").get<std::vector<std::string>>();

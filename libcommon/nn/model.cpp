@@ -469,7 +469,7 @@ template <class T> Model<T> load_model(const std::string& dir, bool as_critic) {
   if (!fs::is_directory(dir)) throw InputError("checkpoint '" + dir + "' is not a folder (config.json + model.safetensors)");
   Json cj;
   try {
-    cj = Json::parse(read_file(config_path));
+    cj = parse_json(read_file(config_path), "'" + config_path + "'");
   } catch (const Json::exception& e) {
     throw InputError("'" + config_path + "': " + e.what());
   }

@@ -178,7 +178,7 @@ std::vector<std::string> python_import_dirs(const std::string& python, const std
   try {
     CommandResult r = run_command(so, "", seconds(60), 1 << 20);
     if (r.exit_status == 0)
-      for (const auto& d : Json::parse(r.out)) dirs.push_back(d.get<std::string>());
+      for (const auto& d : parse_json(r.out, "the interpreter's import path")) dirs.push_back(d.get<std::string>());
   } catch (const std::exception& e) {
     log::warn("reference worker: cannot ask ", python, " for its import path: ", e.what());
   }
@@ -382,7 +382,7 @@ struct WorkerClient::Impl {
     }
     Json h;
     try {
-      h = Json::parse(*line);
+      h = parse_json(*line, "reference worker hello");
     } catch (const std::exception&) {
       child->kill();
       child.reset();
@@ -469,7 +469,7 @@ struct WorkerClient::Impl {
       if (line) {
         Json a;
         try {
-          a = Json::parse(*line);
+          a = parse_json(*line, "reference worker answer");
         } catch (const std::exception&) {
           log::debug("reference worker: skipping a non-JSON line: ", line->substr(0, 200));
           continue;
@@ -621,6 +621,11 @@ std::string WorkerClient::temp_path(const std::string& stem) {
 
 std::string WorkerClient::python() const { return impl_->python; }
 const Json& WorkerClient::hello() const { return impl_->hello; }
+Json WorkerClient::confinement() const {
+  const Json& h = impl_->hello;
+  auto list = [&](const char* key) { return h.is_object() && h.contains(key) && h[key].is_array() ? Json(h[key]) : Json::array(); };
+  return Json{{"applied", list("confinement")}, {"warnings", list("confinement_warnings")}};
+}
 int WorkerClient::restarts() const { return impl_->restarts; }
 pid_t WorkerClient::worker_pid() const { return impl_->child ? impl_->child->pid() : -1; }
 const WorkerOptions& WorkerClient::options() const { return impl_->opt; }

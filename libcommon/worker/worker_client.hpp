@@ -82,6 +82,9 @@ class WorkerClient {
   std::string python() const;  // interpreter in use
   // The worker's hello: {"torch_version","device","device_name","pid","cuda"...}.
   const Json& hello() const;
+  // What confines its task code, for the records it judges: {"applied": [...], "warnings": [...]}
+  // from the hello (empty lists before the worker has started).
+  Json confinement() const;
   int restarts() const;        // how many times the child was restarted after a death or timeout
   pid_t worker_pid() const;    // -1 when not running
   const WorkerOptions& options() const;

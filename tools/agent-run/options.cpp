@@ -134,7 +134,7 @@ void finish_options(Options& o, const CommonOptions& opt) {
   po.max_context = s.max_context;
   if (!extra_text.empty()) {
     try {
-      po.extra = ca::Json::parse(extra_text);
+      po.extra = ca::parse_json(extra_text, "--request-extra");
     } catch (const std::exception& e) {
       throw ca::UsageError(std::string("--request-extra: not JSON: ") + e.what());
     }

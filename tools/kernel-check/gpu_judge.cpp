@@ -403,6 +403,7 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   check["trials"] = trials;
   check["seed"] = base_seed_;
   check["tolerance"] = options_.tolerance;
+  check["worker_confinement"] = lane.worker->confinement();  // what confined the task code that judged it
   if (options_.graph) check["graph"] = true;
   check["forward_ms_mean"] = forward_ms_sum / static_cast<double>(trials.size());
   if (all_ok) set_verdict(check, "passed", "all " + std::to_string(trials.size()) + " calls match the reference");

@@ -86,7 +86,7 @@ int runner_main(int gpu) {
     if (line.empty()) continue;
     ca::Json req;
     try {
-      req = ca::Json::parse(line);
+      req = ca::parse_json(line, "runner request");
     } catch (const std::exception& e) {
       send(error_answer("bad_request", e.what(), false));
       continue;
@@ -188,7 +188,7 @@ void RunnerClient::start() {
     child_.reset();
     throw ca::EnvironmentError("kernel-check runner for GPU " + std::to_string(gpu_) + " did not start");
   }
-  ca::Json h = ca::Json::parse(*hello);
+  ca::Json h = ca::parse_json(*hello, "runner hello");
   if (!h.value("ok", false)) {
     child_->kill();
     child_.reset();
@@ -216,7 +216,7 @@ ca::Json RunnerClient::request(const ca::Json& req, std::chrono::milliseconds ti
     if (eof) return error_answer("crashed", "runner died: " + status, true);
     return error_answer("timeout", "no answer within " + std::to_string(timeout.count()) + " ms: killed", true);
   }
-  ca::Json ans = ca::Json::parse(*line);
+  ca::Json ans = ca::parse_json(*line, "runner answer");
   if (!ans.value("ok", false) && ans.value("sticky", false)) {
     child_->wait(std::chrono::seconds(5));
     kill();

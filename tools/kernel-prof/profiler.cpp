@@ -129,6 +129,7 @@ Outcome Profiler::profile(Json& record) {
 
   Json prof;
   prof["gpu"] = g.identity().to_json();
+  prof["worker_confinement"] = g.worker().confinement();  // what confined the task code of the reference
   prof["lock_wait_s"] = lock.waited_s();
   auto clock_start = measure::sm_clock_mhz(g.identity().pci_bus_id);
 

@@ -10,7 +10,7 @@
 namespace ca::prof {
 
 int replay_once(const std::string& file, int gpu_ordinal) {
-  Json r = Json::parse(read_file(file));
+  Json r = parse_json(read_file(file), file);
   GpuSession gpu(gpu_ordinal, false);
   gpu.make_current();
   // The parent's worker still keeps the set drawn with the params: its device tensors are mapped

@@ -132,6 +132,7 @@ std::string judge(ca::WorkerClient& worker, ca::Json& rec, const FilterOptions& 
     }
   }
   section["options"] = verdict_options(opt);
+  section["worker_confinement"] = worker.confinement();  // what confined the task's code when it ran
   rec["filter"] = std::move(section);
   return reason;
 }

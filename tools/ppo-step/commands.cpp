@@ -174,7 +174,7 @@ int run_tokenize(const CommonOptions& options, const EpisodeFields& fields) {
 void init_model(const InitSettings& s) {
   Json j;
   try {
-    j = Json::parse(read_file(s.config_path));
+    j = parse_json(read_file(s.config_path), "'" + s.config_path + "'");
   } catch (const Json::exception& e) {
     throw InputError("'" + s.config_path + "': " + e.what());
   }

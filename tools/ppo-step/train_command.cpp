@@ -52,7 +52,7 @@ void set_vocabulary(const StepPaths& p, EpisodeFields& f) {
     const std::string path = dir + "/config.json";
     if (!ca::file_exists(path)) continue;
     try {
-      auto c = ca::nn::Config::from_json(ca::Json::parse(ca::read_file(path)));
+      auto c = ca::nn::Config::from_json(ca::parse_json(ca::read_file(path), path));
       if (f.vocab_size == 0 || c.vocab_size < f.vocab_size) f.vocab_size = c.vocab_size, f.vocab_origin = "'" + path + "'";
     } catch (const std::exception&) {
       // loading the checkpoint names what is wrong with it

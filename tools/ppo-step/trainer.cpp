@@ -39,7 +39,7 @@ std::string optimizer_path(const std::string& ckpt) {
 
 bool is_critic_checkpoint(const std::string& dir) {
   try {
-    return nn::Config::from_json(Json::parse(read_file(dir + "/config.json"))).value_head;
+    return nn::Config::from_json(parse_json(read_file(dir + "/config.json"), dir + "/config.json")).value_head;
   } catch (const std::exception&) {
     return false;
   }
@@ -49,8 +49,8 @@ int64_t read_step(const std::string& ckpt) {
   std::string path = ckpt + "/trainer_state/state.json";
   if (!fs::exists(path)) return 0;
   try {
-    return Json::parse(read_file(path)).value("step", int64_t(0));
-  } catch (const Json::exception&) {
+    return parse_json(read_file(path), path).value("step", int64_t(0));
+  } catch (const std::exception&) {
     throw InputError("'" + path + "': not JSON");
   }
 }

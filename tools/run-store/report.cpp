@@ -74,8 +74,8 @@ Json profile_body(const Json& row) {
     if (!value.is_string() || key == "candidate_id" || key == "run_id" || key == "task_id") continue;
     Json parsed;
     try {
-      parsed = Json::parse(value.get<std::string>());
-    } catch (const Json::exception&) {
+      parsed = parse_json(value.get<std::string>(), key);
+    } catch (const std::exception&) {
       continue;
     }
     Json* at = &body;
