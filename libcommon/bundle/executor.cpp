@@ -143,10 +143,7 @@ const SharedScrub& shared_scrub() {
 // context has its own address space, so no candidate kernel can write into their modules or their
 // buffers, whatever address it computes. Work crosses over by events (a stream may wait on another
 // context's event) and by cuMemcpyPeerAsync (which copies between contexts).
-struct TrustedLane {
-  CUcontext ctx = nullptr;
-  CUstream stream = nullptr;
-};
+using TrustedLane = ToolContext;
 
 // Makes `ctx` current for a scope, then the one before it again.
 struct InContext {
@@ -159,7 +156,9 @@ struct InContext {
   ~InContext() { Driver::get().cuCtxSetCurrent(before); }
 };
 
-const TrustedLane& trusted_lane() {
+}  // namespace
+
+const ToolContext& tool_context() {
   static std::mutex mu;
   static std::map<CUdevice, TrustedLane> by_device;
   auto& d = Driver::get();
@@ -176,6 +175,10 @@ const TrustedLane& trusted_lane() {
   d.check(r, "cuStreamCreate(the tool's own context)");
   return by_device.emplace(dev, t).first->second;
 }
+
+namespace {
+
+const TrustedLane& trusted_lane() { return tool_context(); }
 
 constexpr size_t kFingerprintChunk = size_t(64) << 20;  // bytes copied into the tool's context at a time
 

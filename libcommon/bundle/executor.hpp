@@ -133,4 +133,13 @@ void scrub_shared_memory(CUstream stream);
 // `stream`'s context) and `done` (of the tool's), or made for the call when null.
 void scrub_shared_memory_between(CUstream stream, CUevent ready = nullptr, CUevent done = nullptr);
 
+// The context the tool's own kernels run in beside a candidate (the scrub, the fingerprint, and
+// kernel-prof's compare), one per device in this process, created on first use for the current
+// context's device, never given to a candidate; and a stream of it.
+struct ToolContext {
+  CUcontext ctx = nullptr;
+  CUstream stream = nullptr;
+};
+const ToolContext& tool_context();
+
 }  // namespace ca::bundle

@@ -1,6 +1,7 @@
 // The GPU kernel-prof times on.
 #include "tools/kernel-prof/gpu_session.hpp"
 
+#include "libcommon/bundle/executor.hpp"
 #include "libcommon/cuda/cupti.hpp"
 #include "libcommon/cuda/driver.hpp"
 #include "libcommon/errors.hpp"
@@ -30,29 +31,16 @@ GpuSession::~GpuSession() {
   flusher_.reset();
   auto& drv = cuda::Driver::get();
   if (stream_) drv.cuStreamDestroy(stream_);
-  if (trusted_) drv.cuCtxDestroy(trusted_);  // its stream with it
 }
 
 CUcontext GpuSession::trusted_context() {
-  if (!trusted_) {
-    auto& drv = cuda::Driver::get();
-    CUdevice dev;
-    drv.check(drv.cuDeviceGet(&dev, id_.ordinal), "cuDeviceGet");
-    drv.check(drv.cuCtxCreate(&trusted_, nullptr, 0, dev), "cuCtxCreate(trusted context)");  // current now
-    drv.check(drv.cuStreamCreate(&trusted_stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate(trusted)");
-    drv.check(drv.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
-  }
-  return trusted_;
+  make_current();  // the tool's context of this session's device
+  return bundle::tool_context().ctx;
 }
 
 CUstream GpuSession::trusted_stream() {
-  trusted_context();
-  return trusted_stream_;
-}
-
-void GpuSession::make_current() const {
-  auto& drv = cuda::Driver::get();
-  drv.check(drv.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+  make_current();
+  return bundle::tool_context().stream;
 }
 
 WorkerClient& GpuSession::worker() {

@@ -20,9 +20,10 @@ class GpuSession {
   ~GpuSession();
   const measure::GpuIdentity& identity() const { return id_; }
   CUstream stream() const { return stream_; }
-  // The context the tool's own kernels that judge a candidate (the output compare) run in: created
-  // by the tool, never given to a candidate, so no candidate kernel can write into its memory or
-  // its modules (each context has its own address space). Created on first use, with a stream.
+  // The context the tool's own kernels that judge a candidate (the output compare) run in:
+  // bundle::tool_context() of this device (the executor's scrub and fingerprint run there too),
+  // never given to a candidate, so no candidate kernel can write into its memory or its modules
+  // (each context has its own address space).
   CUcontext trusted_context();
   CUstream trusted_stream();
   measure::L2Flusher& flusher() { return *flusher_; }
@@ -41,8 +42,6 @@ class GpuSession {
   measure::GpuIdentity id_;
   CUcontext ctx_ = nullptr;
   CUstream stream_ = nullptr;
-  CUcontext trusted_ = nullptr;
-  CUstream trusted_stream_ = nullptr;
   std::unique_ptr<measure::L2Flusher> flusher_;
   std::unique_ptr<WorkerClient> worker_;
 };
