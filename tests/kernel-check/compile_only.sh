@@ -188,6 +188,10 @@ for b in rnn_recurrence global_l1_norm_coop row_sum_cluster inception_concat_vie
 done
 $MK "$B/row_sum_cluster" --plan-replace "cluster: [8]" "cluster: [32]" | expect "a cluster of 32 blocks" plan_error "at most 16"
 $MK "$B/rnn_recurrence" --plan-replace "repeat: T - 1" "repeat: T + 1" | expect "a repeat whose views run past scratch" plan_error "is outside scratch.xw"
+# A task that carries only its code: compiled, and the record says what it could not check.
+$MK "$B/scale_add" | python3 -c "import json,sys; r=json.loads(sys.stdin.readline()); r['task']={'task_id': r['task']['task_id'], 'code': r['task']['code']}; print(json.dumps(r))" \
+  | expect "shapes unknown: says what was not checked" compiled "shapes and the scratch cap were not checked"
+case "$(field "$T/out.jsonl" unchecked)" in *scratch_cap*) pass "check.unchecked listed" ;; *) fail "unchecked" "no check.unchecked" ;; esac
 # Repeats count as what a call launches once unrolled (here 1 + 3 = 4 > 3); a loop of 2 fits.
 printf 'max_forward_steps: 3\n' > "$T/threesteps.yaml"
 $MK "$B/scale_add" --plan-replace "forward:" "forward:

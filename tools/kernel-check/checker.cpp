@@ -143,8 +143,17 @@ void Checker::process(Item& item) {
       }
     } else if (!p.final) {
       p.check["status"] = "compiled";
-      p.check["reason"] = "compile-only: compiled, plan and rules checks passed";
       p.check["correct"] = nullptr;
+      if (p.io.shapes_known()) {
+        p.check["reason"] = "compile-only: compiled, plan and rules checks passed";
+      } else {
+        // A task that carries only its code: what needs its shapes could not be checked, and the
+        // record says so rather than passing it off as checked.
+        p.check["reason"] = "compile-only: compiled, plan and rules checks passed; the task's tensor shapes are unknown "
+                            "(it carries only its code), so sizes, grids from shapes, buffer fits, views, conv and gemm "
+                            "shapes and the scratch cap were not checked";
+        p.check["unchecked"] = ca::Json::array({"shapes", "buffer_fits", "views", "library_step_shapes", "scratch_cap"});
+      }
     }
     rec["check"] = p.check;
     item.status = p.check["status"].get<std::string>();

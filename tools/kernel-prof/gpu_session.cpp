@@ -33,6 +33,11 @@ GpuSession::~GpuSession() {
   if (stream_) drv.cuStreamDestroy(stream_);
 }
 
+void GpuSession::make_current() const {
+  auto& drv = cuda::Driver::get();
+  drv.check(drv.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+}
+
 CUcontext GpuSession::trusted_context() {
   make_current();  // the tool's context of this session's device
   return bundle::tool_context().ctx;
