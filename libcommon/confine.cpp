@@ -249,6 +249,23 @@ std::string seccomp_program(bool allow_unix, pid_t protect_pid, std::string* why
   return out;
 }
 
+// A ruleset handling every right this ABI knows: files (v1-v3: the fs field only), TCP bind and
+// connect (v4+), abstract unix sockets and signals scoped to the domain (v6+). -1 with errno set.
+int create_ruleset(int abi) {
+  RulesetAttr attr{};
+  attr.handled_access_fs = fs_rights(abi);
+  size_t size = sizeof(uint64_t);
+  if (abi >= 4) {
+    attr.handled_access_net = kNetBindTcp | kNetConnectTcp;
+    size = 2 * sizeof(uint64_t);
+  }
+  if (abi >= 6) {
+    attr.scoped = kScopeAbstractUnixSocket | kScopeSignal;
+    size = 3 * sizeof(uint64_t);
+  }
+  return int(ll_create_ruleset(&attr, size, 0));
+}
+
 }  // namespace
 
 PreparedTaskConfinement::~PreparedTaskConfinement() {
@@ -267,18 +284,7 @@ void prepare_task_confinement(const TaskConfinement& c, PreparedTaskConfinement*
                             "task code can read and write every file the tool can");
     return;
   }
-  RulesetAttr attr{};
-  attr.handled_access_fs = fs_rights(abi);
-  size_t size = sizeof(uint64_t);
-  if (abi >= 4) {
-    attr.handled_access_net = kNetBindTcp | kNetConnectTcp;
-    size = 2 * sizeof(uint64_t);
-  }
-  if (abi >= 6) {
-    attr.scoped = kScopeAbstractUnixSocket | kScopeSignal;
-    size = 3 * sizeof(uint64_t);
-  }
-  int ruleset = int(ll_create_ruleset(&attr, size, 0));
+  int ruleset = create_ruleset(abi);
   if (ruleset < 0) {
     out->warnings.push_back(std::string("landlock_create_ruleset: ") + std::strerror(errno));
     return;
@@ -315,18 +321,7 @@ bool confine_process(const Confinement& c, std::string* why) {
     if (why) *why = "the kernel has no Landlock (Linux 5.13+ with landlock in the lsm= list)";
     return false;
   }
-  RulesetAttr attr{};
-  attr.handled_access_fs = fs_rights(abi);
-  size_t size = sizeof(uint64_t);  // v1-v3: the fs field only
-  if (abi >= 4) {
-    attr.handled_access_net = kNetBindTcp | kNetConnectTcp;
-    size = 2 * sizeof(uint64_t);
-  }
-  if (abi >= 6) {
-    attr.scoped = kScopeAbstractUnixSocket | kScopeSignal;
-    size = 3 * sizeof(uint64_t);
-  }
-  int ruleset = int(ll_create_ruleset(&attr, size, 0));
+  int ruleset = create_ruleset(abi);
   if (ruleset < 0) {
     if (why) *why = std::string("landlock_create_ruleset: ") + std::strerror(errno);
     return false;

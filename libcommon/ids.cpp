@@ -45,6 +45,13 @@ std::string candidate_id_for(const std::string& task_id, const Json& bundle) {
   return content_id(key);
 }
 
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 uint64_t unpredictable_seed() {
   std::random_device rd;
   const uint64_t hi = rd(), lo = rd();

@@ -22,6 +22,9 @@ std::string candidate_id_for(const std::string& task_id, const Json& bundle);
 
 // A seed nobody can predict (the OS's entropy), below 2^53 so every JSON reader keeps it exact:
 // what a tool draws when --seed is not given, and records so the run can be reproduced.
+// splitmix64: a well-mixed 64-bit value from a counter or a combination of seeds (the judges'
+// seed streams).
+uint64_t splitmix64(uint64_t x);
 uint64_t unpredictable_seed();
 
 }  // namespace ca

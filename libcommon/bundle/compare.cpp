@@ -98,6 +98,20 @@ Tolerances Tolerances::calibrated(const std::string& precision, const ca::Json& 
   return t;
 }
 
+std::string Tolerances::fill_calibration(ca::Json& calibration, std::string& error, const ca::Json& fallback) {
+  if (!fallback.is_object()) return "";
+  if (!calibration.is_object()) calibration = ca::Json::object();
+  std::string note;
+  for (const auto& [name, entry] : fallback.items())
+    if (!calibration.contains(name)) {
+      calibration[name] = entry;
+      note = "this call's calibration failed" + (error.empty() ? std::string() : " (" + error + ")") + ": " + name +
+             " bounded by the warm call's";
+    }
+  if (!note.empty()) error.clear();
+  return note;
+}
+
 Tolerances Tolerances::from_check(const ca::Json& check) {
   std::string mode = "published";
   if (check.contains("tolerance") && check["tolerance"].is_string()) mode = check["tolerance"].get<std::string>();

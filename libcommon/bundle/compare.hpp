@@ -101,6 +101,11 @@ class Tolerances {
   // kernel-prof's outputs check: a timed call's outputs judged by the same bounds as the check's.
   // Records of before calibration ("default", or no tolerance) read as published.
   static Tolerances from_check(const ca::Json& check);
+  // A call's calibration with the outputs it could not calibrate taken from `fallback` (the warm
+  // call's, drawn before the candidate was loaded: a candidate that makes the worker's float64 run
+  // fail gets no looser bound for it). `error` is cleared when a fallback filled the gap. Returns ""
+  // or a note naming the outputs so bounded. kernel-check's trials and kernel-prof's checked calls.
+  static std::string fill_calibration(ca::Json& calibration, std::string& error, const ca::Json& fallback);
 
   Tolerance for_output(const std::string& name, const std::string& dtype) const;
   const std::string& mode() const { return mode_; }

@@ -35,13 +35,6 @@ struct GpuJudge::Lane {
 
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // The trials' draws: the warm call from the task's own distribution, then in turn the task's
 // distribution, shifted and scaled values, outliers and a later seed stream (analytic and sampling
 // shortcuts fail): each variant at least once in the 5 trials after the warm call, again with more.
@@ -292,19 +285,10 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
       if (with_params) {  // the warm call's: what kernel-prof's outputs check reads (Tolerances::from_check)
         if (!d.calibration.is_null()) check["calibration"] = d.calibration;
         if (!d.calibration_error.empty()) check["calibration_error"] = d.calibration_error;
-      } else if (check.contains("calibration") && check["calibration"].is_object()) {
-        // An output this trial could not calibrate is bounded by the warm call's calibration, drawn
-        // before the candidate was loaded: a candidate that makes the worker's float64 run fail
-        // (GPU memory held by its scratch) gets no looser bound for it.
-        if (!d.calibration.is_object()) d.calibration = ca::Json::object();
-        for (const auto& [name, entry] : check["calibration"].items())
-          if (!d.calibration.contains(name)) {
-            d.calibration[name] = entry;
-            trial_calibration_note = "this trial's calibration failed" +
-                                     (d.calibration_error.empty() ? std::string() : " (" + d.calibration_error + ")") +
-                                     ": " + name + " bounded by the warm call's";
-          }
-        if (!trial_calibration_note.empty()) d.calibration_error.clear();
+      } else if (check.contains("calibration")) {
+        // An output this trial could not calibrate is bounded by the warm call's calibration (GPU
+        // memory held by the candidate's scratch could make the worker's float64 run fail).
+        trial_calibration_note = ca::bundle::Tolerances::fill_calibration(d.calibration, d.calibration_error, check["calibration"]);
       }
       trial_tolerances = ca::bundle::Tolerances::calibrated(claimed, d.calibration, d.calibration_error, options_.atol,
                                                             options_.rtol);

@@ -20,13 +20,6 @@ namespace ca::prof {
 
 namespace {
 
-uint64_t mix64(uint64_t x) {  // splitmix64's finalizer
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 double ms_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
@@ -202,7 +195,7 @@ class FreshInputs : public CallInputs {
     release();
     const auto t0 = std::chrono::steady_clock::now();
     // 48-bit seeds (torch takes them whole); every call its own.
-    seed_ = mix64(seed_base_ + uint64_t(call)) >> 16;
+    seed_ = ca::splitmix64(seed_base_ + uint64_t(call)) >> 16;
     key_ = stem_ + "in-" + std::to_string(call);
     Json req = worker_request::inputs(task_id_, seed_, key_);
     req["stats"] = false;  // drawn where the task is built (the GPU), no statistics: nobody reads them
@@ -254,12 +247,7 @@ class FreshInputs : public CallInputs {
     if (!calibrate_) return bundle::Tolerances::from_check(check_);
     Json cal = answer.contains("calibration") && answer["calibration"].is_object() ? answer["calibration"] : Json::object();
     std::string err = answer.value("calibration_error", std::string());
-    if (check_.contains("calibration") && check_["calibration"].is_object())
-      for (const auto& [name, entry] : check_["calibration"].items())
-        if (!cal.contains(name)) {
-          cal[name] = entry;
-          err.clear();
-        }
+    if (check_.contains("calibration")) bundle::Tolerances::fill_calibration(cal, err, check_["calibration"]);
     return bundle::Tolerances::calibrated(calibrate_->precision, cal, err);
   }
 
@@ -342,9 +330,9 @@ void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, con
   const std::string cand = record.value("candidate_id", std::string());
   uint64_t salt = 0;
   for (char c : sha256_hex(cand + "/kernel-prof/inputs")) salt = salt * 31 + uint64_t(uint8_t(c));
-  const uint64_t seed_base = mix64(options.seed ^ salt ^ (uint64_t(round) << 48) ^ mix64(++timings));
+  const uint64_t seed_base = ca::splitmix64(options.seed ^ salt ^ (uint64_t(round) << 48) ^ ca::splitmix64(++timings));
   std::random_device rd;
-  const uint64_t pick_seed = options.seed_given ? mix64(seed_base ^ 0x636865636bULL) : (uint64_t(rd()) << 32 | rd());
+  const uint64_t pick_seed = options.seed_given ? ca::splitmix64(seed_base ^ 0x636865636bULL) : (uint64_t(rd()) << 32 | rd());
   FreshInputs fresh(gpu, task_id, seed_base, record["check"], result);
   std::unique_ptr<CandidateBench> bench;
   try {

@@ -202,3 +202,28 @@ TEST_CASE("published and strict modes are unchanged; records of before calibrati
   ca::Json lost{{"tolerance", "calibrated"}, {"precision", "fp32"}, {"calibration_error", "the reference is stochastic"}};
   CHECK(Tolerances::from_check(lost).for_output("outputs.0", "F32").fallback == "the reference is stochastic");
 }
+
+TEST_CASE("fill_calibration: an output a call could not calibrate takes the warm call's bound, never the published one") {
+  const ca::Json warm = ca::Json::parse(R"j({"outputs.0": {"precision": "fp32", "ref_err_rel_l2": 1e-7, "fp32_err_rel_l2": 1e-7},
+                                              "outputs.1": {"precision": "fp32", "ref_err_rel_l2": 2e-7, "fp32_err_rel_l2": 2e-7}})j");
+  // This call calibrated outputs.0 only (its float64 run failed for outputs.1).
+  ca::Json call = ca::Json::parse(R"j({"outputs.0": {"precision": "fp32", "ref_err_rel_l2": 3e-7, "fp32_err_rel_l2": 3e-7}})j");
+  std::string error = "out of memory";
+  std::string note = Tolerances::fill_calibration(call, error, warm);
+  CHECK(note.find("outputs.1 bounded by the warm call's") != std::string::npos);
+  CHECK(note.find("out of memory") != std::string::npos);
+  CHECK(error.empty());
+  CHECK(call["outputs.0"]["ref_err_rel_l2"].get<double>() == doctest::Approx(3e-7));  // its own kept
+  CHECK(call["outputs.1"]["ref_err_rel_l2"].get<double>() == doctest::Approx(2e-7));
+  // The bound from the merged calibration is the calibrated one, far under the published 5e-2.
+  Tolerances t = Tolerances::calibrated("fp32", call, error);
+  CHECK(t.for_output("outputs.1", "F32").rel_norm < 1e-3);
+  // Nothing missing: nothing changes, no note; no fallback: nothing filled.
+  ca::Json full = warm;
+  std::string none;
+  CHECK(Tolerances::fill_calibration(full, none, warm).empty());
+  ca::Json empty = ca::Json::object();
+  std::string err2 = "x";
+  CHECK(Tolerances::fill_calibration(empty, err2, nullptr).empty());
+  CHECK(err2 == "x");
+}
