@@ -21,7 +21,7 @@ done
 echo "30 PPO steps in $(( $(date +%s) - start )) s"
 validate ppo-metrics metrics.jsonl
 $PY - metrics.jsonl <<'PYEOF'
-import json, sys
+import json, os, sys
 m = [json.loads(l) for l in open(sys.argv[1])]
 assert len(m) == 30, len(m)
 r = [x["reward_mean"] for x in m]
@@ -34,8 +34,24 @@ assert m[-1]["entropy"] < m[0]["entropy"], "the policy did not sharpen"
 assert [x["step"] for x in m] == list(range(1, 31)), "step counter"
 assert all(x["optimizer_steps"]["actor"] == 8 and x["optimizer_steps"]["critic"] == 8 for x in m)
 assert any(x["pg_clipfrac_high"] > 0 or x["pg_clipfrac_low"] > 0 for x in m), "no clipping ever: ratios never left 1"
+# Every step checked the rollout (issue 34): each batch was sampled by the step's own policy, so the trainer's
+# logprobs are the sampler's (fp32 on both sides here: ~1e-7; a bf16 trainer, as gpu_trainer.sh runs this,
+# within the default bound). The 24 sequences outside the first mini-batch of 8 are scored for the check.
+tol = 0.1 if os.environ.get("TOY_TRAIN_ARGS") else 1e-5
+rm = [x["rollout_mismatch"] for x in m]
+assert all(r["episodes_checked"] == 32 and r["episodes_unchecked"] == 0 and r["tokens_checked"] > 0 for r in rm), rm[0]
+assert all(r["logprob_abs_diff_mean"] < tol and r["ratio_outside_clip"] == 0 for r in rm), max(r["logprob_abs_diff_mean"] for r in rm)
+assert all(r["extra_forward_passes"] == 24 for r in rm), rm[0]
+extra, total = sum(r["extra_forward_seconds"] for r in rm), sum(x["seconds"] for x in m)
+print("rollout check: mean |diff| at most %.2e (max token %.2e) over 30 steps; its scoring pass %.3f s of %.2f s (%.1f%%)" % (
+    max(r["logprob_abs_diff_mean"] for r in rm), max(r["logprob_abs_diff_max"] for r in rm), extra, total, 100 * extra / total))
 PYEOF
-# The store got one ppo_steps row per step.
+# The store got one ppo_steps row per step, each with the rollout check's figures.
 n=$($PY -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select count(*) from ppo_steps").fetchone()[0])' store.db)
 [ "$n" = 30 ] || { echo "FAIL: $n ppo_steps rows in the store, want 30"; exit 1; }
+$PY - store.db <<'PYEOF' || { echo "FAIL: the store's ppo_steps rows lack the rollout check"; exit 1; }
+import json, sqlite3, sys
+rows = [json.loads(b) for (b,) in sqlite3.connect(sys.argv[1]).execute("select body from ppo_steps")]
+assert all(r["rollout_mismatch"]["episodes_checked"] == 32 for r in rows), len(rows)
+PYEOF
 echo "toy RL: ok"

@@ -1,6 +1,7 @@
 // ppo-step's YAML config: defaults, parsing with strict keys, and the record of what was used.
 #include "tools/ppo-step/config.hpp"
 
+#include <cmath>
 #include <functional>
 #include <map>
 
@@ -43,6 +44,13 @@ actor:
   entropy_coeff: 0.0
   temperature: 1.0
   recompute_old_logprobs: false
+  # Before any update, every recorded logprob is compared with the trainer's under --policy as loaded
+  # (metrics: rollout_mismatch). A step whose mean |logprob - recorded| over those tokens exceeds
+  # this stops with exit 2 and writes nothing: the rollout sampled another policy (a server that did
+  # not load the new weights or adapter) or at another temperature. 0 = report only. Loose on
+  # purpose, for a bf16 sampler against this trainer: NeMo RL's tests bound the mean of exp|diff|
+  # by 1.05 (a mean |diff| of about 0.05), its nightly runs the median by 1.1 (about 0.1).
+  max_logprob_mismatch: 0.1
 critic:
   lr: 1.0e-5
   betas: [0.9, 0.999]
@@ -112,6 +120,7 @@ void TrainConfig::apply_yaml(const std::string& text, const std::string& where) 
   keys["actor.entropy_coeff"] = set(entropy_coeff);
   keys["actor.temperature"] = set(temperature);
   keys["actor.recompute_old_logprobs"] = set(recompute_old_logprobs);
+  keys["actor.max_logprob_mismatch"] = set(max_logprob_mismatch);
   add_model_keys(keys, "critic", critic);
   keys["critic.cliprange_value"] = set(cliprange_value);
   add_model_keys(keys, "rft", rft);
@@ -152,6 +161,8 @@ void TrainConfig::validate() const {
     throw UsageError("config: kl_kind must be k1, abs, k2 or k3");
   if (clip.eps_low <= 0 || clip.eps_low >= 1 || clip.eps_high <= 0) throw UsageError("config: clip ratios must be in (0, 1)");
   if (temperature <= 0) throw UsageError("config: temperature must be positive");
+  if (!(max_logprob_mismatch >= 0) || !std::isfinite(max_logprob_mismatch))
+    throw UsageError("config: max_logprob_mismatch must be a finite number >= 0 (0: report only)");
   for (auto* m : {&actor, &critic, &rft}) {
     if (m->epochs < 1) throw UsageError("config: epochs must be at least 1");
     if (m->mini_batch_size < 0) throw UsageError("config: mini_batch_size must be >= 0");
@@ -175,6 +186,7 @@ Json TrainConfig::to_json() const {
   a["entropy_coeff"] = entropy_coeff;
   a["temperature"] = temperature;
   a["recompute_old_logprobs"] = recompute_old_logprobs;
+  a["max_logprob_mismatch"] = max_logprob_mismatch;
   Json c = model_json(critic);
   c["cliprange_value"] = cliprange_value;
   Json r = model_json(rft);

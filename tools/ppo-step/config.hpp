@@ -38,6 +38,9 @@ struct TrainConfig {
   double entropy_coeff = 0.0;  // veRL's default; > 0 adds an entropy bonus
   double temperature = 1.0;    // logits / temperature when computing logprobs (match the sampler)
   bool recompute_old_logprobs = false;  // ignore recorded logprobs and recompute them with --policy
+  // ppo: the largest mean |logprob_trainer - logprob_rollout| over the assistant tokens with recorded
+  // logprobs, under the policy as loaded, before a step stops (exit 2); 0 measures without a bound.
+  double max_logprob_mismatch = 0.1;
   // critic
   ModelTrainConfig critic;
   double cliprange_value = 0.5;  // veRL's default; <= 0 disables value clipping

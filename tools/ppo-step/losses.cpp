@@ -106,6 +106,23 @@ ValueLossSummary value_loss(const std::vector<double>& values, const std::vector
   return s;
 }
 
+void RolloutMismatch::add(double lp_train, double lp_rollout, const PolicyClip& clip) {
+  const double d = lp_train - lp_rollout, a = std::fabs(d);
+  ++tokens;
+  abs_sum += a;
+  abs_max = std::max(abs_max, a);
+  prob_abs_sum += std::fabs(std::exp(lp_train) - std::exp(lp_rollout));
+  const double ratio = std::exp(std::clamp(d, -20.0, 20.0));
+  const double delta = ratio - ratio_mean;
+  ratio_mean += delta / double(tokens);
+  ratio_m2 += delta * (ratio - ratio_mean);
+  ratio_min = std::min(ratio_min, ratio);
+  ratio_max = std::max(ratio_max, ratio);
+  if (ratio < 1.0 - clip.eps_low || ratio > 1.0 + clip.eps_high) ++outside_clip;
+}
+
+double RolloutMismatch::ratio_std() const { return tokens ? std::sqrt(ratio_m2 / double(tokens)) : 0.0; }
+
 double explained_variance(const std::vector<double>& returns, const std::vector<double>& values,
                           const std::vector<double>& mask) {
   std::vector<double> diff(returns.size());

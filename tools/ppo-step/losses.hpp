@@ -2,6 +2,8 @@
 // surrogate with clip-higher (eps_low / eps_high) and the optional dual clip, the clipped value loss,
 // and the token-mean aggregation. The trainer calls the per-token forms; tests use the batch forms.
 #pragma once
+#include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace ca::ppo {
@@ -49,6 +51,22 @@ struct ValueLossSummary {
 ValueLossSummary value_loss(const std::vector<double>& values, const std::vector<double>& old_values,
                             const std::vector<double>& returns, const std::vector<double>& mask, double clip_range);
 double token_mean(const std::vector<double>& x, const std::vector<double>& mask);
+
+// How far the trainer's logprobs of the sampled tokens are from the ones the rollout recorded, over
+// the tokens added: |lp_train - lp_rollout| (mean, max), |p_train - p_rollout| (mean: veRL's
+// training/rollout_probs_diff_mean) and the importance ratio exp(clamp(lp_train - lp_rollout, +-20))
+// as the loss computes it (mean, population std, min, max, fraction outside [1 - eps_low, 1 + eps_high]).
+struct RolloutMismatch {
+  int64_t tokens = 0;
+  double abs_sum = 0, abs_max = 0, prob_abs_sum = 0;
+  double ratio_mean = 0, ratio_m2 = 0;  // Welford's running mean and sum of squared deviations
+  double ratio_min = std::numeric_limits<double>::infinity(), ratio_max = -std::numeric_limits<double>::infinity();
+  int64_t outside_clip = 0;
+  // Both logprobs finite (the caller leaves out the rest).
+  void add(double lp_train, double lp_rollout, const PolicyClip& clip);
+  double abs_mean() const { return tokens ? abs_sum / double(tokens) : 0.0; }
+  double ratio_std() const;
+};
 
 // 1 - Var(returns - values) / Var(returns) over masked tokens (unbiased variances); 0 when Var(returns) = 0.
 double explained_variance(const std::vector<double>& returns, const std::vector<double>& values,

@@ -78,6 +78,126 @@ struct Mean {
   void add(double v) { sum += v, ++n; }
   Json json() const { return n ? Json(sum / double(n)) : Json(nullptr); }
 };
+
+// The rollout check (ppo): the trainer's logprobs of the sampled tokens under --policy as loaded
+// against the ones the rollout recorded. Exact by construction: a sequence is measured by a forward
+// that precedes the policy's first optimizer step of this call, either the update's own forward (the
+// first mini-batch of the first epoch: the whole batch when mini_batch_size is 0, at no cost) or,
+// for the sequences of later mini-batches, a scoring pass run before the updates begin.
+struct RolloutCheck {
+  std::vector<char> checked;  // per sequence: recorded logprobs to compare (not recomputed)
+  int64_t no_logprobs = 0;    // unchecked: a turn without recorded logprobs
+  int64_t recomputed = 0;     // unchecked: actor.recompute_old_logprobs
+  RolloutMismatch all;
+  std::vector<double> episode_abs_sum;  // per sequence, for naming the worst one
+  std::vector<int64_t> episode_tokens;
+  int64_t non_finite = 0;  // trainer logprobs that were not finite (the loss check names them)
+  int64_t extra_passes = 0;  // sequences scored only for the check
+  double extra_seconds = 0;
+  bool measured = false;
+
+  // Adds sequence i's model tokens; logprob[p] scores token p + 1 (TrainModel::score's layout).
+  void add(std::size_t i, const Trajectory& tr, const std::vector<double>& logprob, const std::vector<double>& rollout,
+           const PolicyClip& clip) {
+    if (checked.empty() || !checked[i]) return;
+    for (std::size_t t = std::size_t(tr.response_start); t < tr.tokens.size(); ++t) {
+      if (tr.mask[t] == 0) continue;
+      const double lp = logprob[t - 1];
+      if (!std::isfinite(lp)) {
+        ++non_finite;
+        continue;
+      }
+      all.add(lp, rollout[t], clip);
+      episode_abs_sum[i] += std::fabs(lp - rollout[t]);
+      ++episode_tokens[i];
+    }
+  }
+  int64_t episodes_checked() const {
+    int64_t n = 0;
+    for (char c : checked) n += c;
+    return n;
+  }
+  // The checked sequence with the largest mean |difference|, as "ID: mean X over N tokens".
+  std::string worst(const std::vector<Trajectory>& batch) const {
+    std::size_t w = batch.size();
+    for (std::size_t i = 0; i < batch.size(); ++i)
+      if (episode_tokens[i] > 0 &&
+          (w == batch.size() || episode_abs_sum[i] / double(episode_tokens[i]) > episode_abs_sum[w] / double(episode_tokens[w])))
+        w = i;
+    if (w == batch.size()) return "";
+    return batch[w].id + ": mean " + log::cat(episode_abs_sum[w] / double(episode_tokens[w])) + " over " +
+           std::to_string(episode_tokens[w]) + " tokens";
+  }
+  Json json(double bound) const {
+    const bool any = all.tokens > 0;
+    const auto num = [any](double v) { return any ? Json(v) : Json(nullptr); };
+    return Json{{"episodes_checked", episodes_checked()},
+                {"episodes_unchecked", no_logprobs + recomputed},
+                {"unchecked_no_logprobs", no_logprobs},
+                {"unchecked_recomputed", recomputed},
+                {"tokens_checked", all.tokens},
+                {"logprob_abs_diff_mean", num(all.abs_mean())},
+                {"logprob_abs_diff_max", num(all.abs_max)},
+                {"prob_abs_diff_mean", num(any ? all.prob_abs_sum / double(all.tokens) : 0.0)},
+                {"ratio_mean", num(all.ratio_mean)},
+                {"ratio_std", num(all.ratio_std())},
+                {"ratio_min", num(all.ratio_min)},
+                {"ratio_max", num(all.ratio_max)},
+                {"ratio_outside_clip", num(any ? double(all.outside_clip) / double(all.tokens) : 0.0)},
+                {"bound", bound > 0 ? Json(bound) : Json(nullptr)},
+                {"extra_forward_passes", extra_passes},
+                {"extra_forward_seconds", extra_seconds}};
+  }
+};
+
+// Scores, with the policy as loaded, the checked sequences that the first update's forward will not
+// see: those outside the first mini-batch that has model tokens (none when it is the whole batch).
+void check_before_updates(TrainModel& policy, const std::vector<Trajectory>& batch,
+                          const std::vector<std::vector<std::size_t>>& batches, double temperature,
+                          const PolicyClip& clip, const std::vector<std::vector<double>>& old_lp, RolloutCheck& check) {
+  std::vector<char> in_first(batch.size(), 0);
+  for (const auto& mb : batches) {
+    double n_tokens = 0;
+    for (auto i : mb) n_tokens += double(batch[i].model_tokens());
+    if (n_tokens == 0) continue;
+    for (auto i : mb) in_first[i] = 1;
+    break;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (in_first[i] || !check.checked[i] || batch[i].model_tokens() == 0) continue;
+    const auto scores = policy.score(model_inputs(batch[i]), model_targets(batch[i], true), temperature);
+    check.add(i, batch[i], scores.logprob, old_lp[i], clip);
+    ++check.extra_passes;
+  }
+  check.extra_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Called once every checked sequence is measured, before the policy's first optimizer step: says the
+// figures and stops the step (exit 2, nothing written) when the mean exceeds the bound.
+void judge_rollout(RolloutCheck& check, const std::vector<Trajectory>& batch, double bound, int64_t step,
+                   const std::string& policy, double temperature) {
+  check.measured = true;
+  const RolloutMismatch& m = check.all;
+  const int64_t unchecked = check.no_logprobs + check.recomputed;
+  if (m.tokens > 0)
+    log::info("rollout logprobs against the policy's: mean |diff| ", m.abs_mean(), " (max ", m.abs_max, ") over ", m.tokens,
+              " tokens of ", check.episodes_checked(), " episodes; ratio mean ", m.ratio_mean, ", std ", m.ratio_std(),
+              ", range [", m.ratio_min, ", ", m.ratio_max, "]", check.extra_passes ? log::cat("; ", check.extra_passes, " sequences scored for the check in ", check.extra_seconds, " s") : std::string());
+  if (unchecked > 0)
+    log::warn("rollout logprobs not checked for ", unchecked, " of ", batch.size(), " episodes (",
+              check.no_logprobs ? log::cat(check.no_logprobs, " without recorded logprobs") : std::string(),
+              check.no_logprobs && check.recomputed ? ", " : "",
+              check.recomputed ? log::cat(check.recomputed, " recomputed: actor.recompute_old_logprobs") : std::string(), ")");
+  if (bound <= 0 || m.tokens == 0 || m.abs_mean() <= bound) return;
+  throw InputError("step " + std::to_string(step) + ": the rollout's logprobs are not the policy's: mean |logprob - recorded| " +
+                   log::cat(m.abs_mean()) + " over " + std::to_string(m.tokens) + " tokens of " +
+                   std::to_string(check.episodes_checked()) + " episodes (max " + log::cat(m.abs_max) + "; worst episode " +
+                   check.worst(batch) + ") exceeds actor.max_logprob_mismatch " + log::cat(bound) +
+                   ": no update made, no checkpoint written. Likely cause: the rollout did not sample with '" + policy +
+                   "' (the server never applied the new weights or adapter, or served another checkpoint), or sampled "
+                   "at a temperature other than actor.temperature " + log::cat(temperature));
+}
 }  // namespace
 
 struct Trainer::UpdateStats {
@@ -85,6 +205,7 @@ struct Trainer::UpdateStats {
   Mean vf_loss, vf_clipfrac, critic_grad_norm;
   double vf_loss_first = NAN, vf_loss_last = NAN, sft_loss_first = NAN, sft_loss_last = NAN;
   int64_t actor_steps = 0, critic_steps = 0, trained_tokens = 0;
+  RolloutCheck rollout;  // ppo: filled by update_actor before the policy's first optimizer step
 };
 
 std::vector<double> score_logprobs(TrainModel& model, const Trajectory& tr, double temperature) {
@@ -148,8 +269,13 @@ void Trainer::update_actor(TrainModel& policy, const std::vector<Trajectory>& ba
                            const std::string& state_in, UpdateStats& st) {
   if (policy.load_optimizer(optimizer_path(state_in))) log::verbose("actor optimizer state from ", state_in);
   const bool kl_loss = !sft && config_.kl.as_loss;
-  for (int epoch = 0; epoch < mc.epochs; ++epoch)
-    for (auto& mb : mini_batches(batch.size(), mc.mini_batch_size)) {
+  RolloutCheck& check = st.rollout;
+  const bool checking = !sft && !check.checked.empty();
+  bool updated = false;  // the policy had an optimizer step in this call
+  for (int epoch = 0; epoch < mc.epochs; ++epoch) {
+    const auto batches = mini_batches(batch.size(), mc.mini_batch_size);
+    if (checking && epoch == 0) check_before_updates(policy, batch, batches, config_.temperature, config_.clip, old_lp, check);
+    for (auto& mb : batches) {
       double n_tokens = 0;
       for (auto i : mb) n_tokens += double(batch[i].model_tokens());
       if (n_tokens == 0) continue;
@@ -159,6 +285,7 @@ void Trainer::update_actor(TrainModel& policy, const std::vector<Trajectory>& ba
         const Trajectory& tr = batch[i];
         const std::vector<int> targets = model_targets(tr, true);
         const auto scores = policy.score(model_inputs(tr), targets, config_.temperature);
+        if (checking && !updated) check.add(i, tr, scores.logprob, old_lp[i], config_.clip);
         std::vector<float> c_lp_of(targets.size(), 0.0f), c_ent_of(targets.size(), 0.0f);
         for (std::size_t t = std::size_t(tr.response_start); t < tr.tokens.size(); ++t) {
           if (tr.mask[t] == 0) continue;
@@ -193,9 +320,11 @@ void Trainer::update_actor(TrainModel& policy, const std::vector<Trajectory>& ba
       const char* model = sft ? "rft" : "actor";
       if (sft && !std::isfinite(nll.sum)) not_finite("loss (NLL)", step_, model, epoch, mb, batch);
       if (!sft && (!std::isfinite(pg.sum) || !std::isfinite(kl.sum))) not_finite("policy loss", step_, model, epoch, mb, batch);
+      if (checking && !updated) judge_rollout(check, batch, config_.max_logprob_mismatch, step_, paths_.policy, config_.temperature);
       double norm = policy.clip_grad_norm(mc.grad_clip);
       if (!std::isfinite(norm)) not_finite("gradient norm", step_, model, epoch, mb, batch);
       policy.adamw_step(mc.adamw);
+      updated = true;
       ++st.actor_steps;
       st.actor_grad_norm.add(norm);
       st.entropy.add(ent.sum / double(std::max<int64_t>(1, ent.n)));
@@ -213,6 +342,9 @@ void Trainer::update_actor(TrainModel& policy, const std::vector<Trajectory>& ba
         if (kl_loss) st.kl_loss.add(kl.sum / double(kl.n));
       }
     }
+  }
+  // No mini-batch had model tokens: nothing was compared, but the unchecked episodes are still said.
+  if (checking && !check.measured) judge_rollout(check, batch, config_.max_logprob_mismatch, step_, paths_.policy, config_.temperature);
 }
 
 void Trainer::update_critic(TrainModel& critic, const std::vector<Trajectory>& batch,
@@ -363,6 +495,17 @@ Json Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
   if (recomputed) log::info("old logprobs recomputed with the policy for ", recomputed, " of ", B, " trajectories");
 
   UpdateStats st;
+  if (mode == "ppo") {  // the rollout check: which sequences carry recorded logprobs to compare
+    RolloutCheck& rc = st.rollout;
+    rc.checked.assign(B, 0);
+    rc.episode_abs_sum.assign(B, 0.0);
+    rc.episode_tokens.assign(B, 0);
+    for (std::size_t i = 0; i < B; ++i) {
+      if (!batch[i].has_old_logprobs) ++rc.no_logprobs;
+      else if (config_.recompute_old_logprobs) ++rc.recomputed;
+      else rc.checked[i] = 1;
+    }
+  }
   Json metrics;
   metrics["schema"] = "cuda-agent/ppo-metrics/v1";
   if (mode != "rft") {
@@ -466,6 +609,7 @@ Json Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
     metrics["pg_clipfrac_low"] = st.clip_low.json();
     metrics["pg_clipfrac_dual"] = st.clip_dual.json();
     metrics["approx_kl"] = st.approx_kl.json();
+    metrics["rollout_mismatch"] = st.rollout.json(config_.max_logprob_mismatch);
   }
   if (mode == "rft") {
     losses["sft_loss"] = st.sft_loss.json();
