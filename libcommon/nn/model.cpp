@@ -18,6 +18,7 @@
 
 #include "libcommon/atomic_file.hpp"
 #include "libcommon/errors.hpp"
+#include "libcommon/nn/lora.hpp"
 #include "libcommon/nn/ops.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/safetensors.hpp"
@@ -266,7 +267,18 @@ template <class T> void Model<T>::zero_grad() { grads.assign(weights.size(), T(0
 // ---------------------------------------------------------------------------------------------
 // Forward and backward over one sequence
 
-template <class T> void Model<T>::forward(const std::vector<int>& tokens, Activations<T>& a) const {
+namespace {
+// An adapter must be made for this base: same shape (it is laid out from its base's config).
+template <class T> void check_adapter_fits(const Config& c, const Adapter<T>& ad) {
+  const Config& b = ad.base_config();
+  if (c.value_head || b.hidden_size != c.hidden_size || b.intermediate_size != c.intermediate_size ||
+      b.num_hidden_layers != c.num_hidden_layers || b.num_attention_heads != c.num_attention_heads ||
+      b.num_key_value_heads != c.num_key_value_heads || b.head_dim != c.head_dim || b.vocab_size != c.vocab_size)
+    throw InternalError("native model: the adapter was laid out for another base");
+}
+}  // namespace
+
+template <class T> void Model<T>::forward(const std::vector<int>& tokens, Activations<T>& a, const Adapter<T>* adapter) const {
   const int Tn = static_cast<int>(tokens.size());
   const int C = config_.hidden_size, F = config_.intermediate_size, V = config_.vocab_size;
   const int H = config_.num_attention_heads, KV = config_.num_key_value_heads, D = config_.head_dim;
@@ -275,6 +287,8 @@ template <class T> void Model<T>::forward(const std::vector<int>& tokens, Activa
   if (Tn > config_.max_position_embeddings)
     throw InputError("native model: sequence of " + std::to_string(Tn) + " tokens is longer than max_position_embeddings " +
                      std::to_string(config_.max_position_embeddings));
+  if (adapter) check_adapter_fits(config_, *adapter);
+  const bool critic = config_.value_head || (adapter && adapter->config().value_head);
   a.seq_len = Tn;
   a.tokens = tokens;
   a.layers.resize(config_.num_hidden_layers);
@@ -290,6 +304,12 @@ template <class T> void Model<T>::forward(const std::vector<int>& tokens, Activa
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
     const LayerOffsets& o = layer_offsets[l];
     LayerActivations<T>& L = a.layers[l];
+    L.lora_u.resize(adapter ? kLoraModules : 0);
+    // y += the adapter's share on (l, m), when the adapter has that site
+    auto lora = [&](LoraModule m, T* y, const T* in) {
+      if (!adapter) return;
+      if (const LoraSite* s = adapter->site(l, m)) lora_forward(*adapter, *s, y, in, Tn, L.lora_u[int(m)]);
+    };
     L.x_in = x;
     L.xn1.resize(x.size());
     L.rstd1.resize(Tn);
@@ -301,6 +321,9 @@ template <class T> void Model<T>::forward(const std::vector<int>& tokens, Activa
     matmul_forward(L.q.data(), L.xn1.data(), W + o.q, bias ? W + o.q_bias : nullptr, Tn, C, H * D);
     matmul_forward(L.k.data(), L.xn1.data(), W + o.k, bias ? W + o.k_bias : nullptr, Tn, C, KV * D);
     matmul_forward(L.v.data(), L.xn1.data(), W + o.v, bias ? W + o.v_bias : nullptr, Tn, C, KV * D);
+    lora(LoraModule::q_proj, L.q.data(), L.xn1.data());
+    lora(LoraModule::k_proj, L.k.data(), L.xn1.data());
+    lora(LoraModule::v_proj, L.v.data(), L.xn1.data());
     for (int t = 0; t < Tn; ++t) {
       for (int h = 0; h < H; ++h) rope_forward(L.q.data() + (std::size_t(t) * H + h) * D, t, D, config_.rope_theta);
       for (int h = 0; h < KV; ++h) rope_forward(L.k.data() + (std::size_t(t) * KV + h) * D, t, D, config_.rope_theta);
@@ -310,6 +333,7 @@ template <class T> void Model<T>::forward(const std::vector<int>& tokens, Activa
     attention_forward(L.att.data(), L.probs.data(), L.q.data(), L.k.data(), L.v.data(), Tn, H, KV, D);
     std::vector<T> proj(std::size_t(Tn) * C);
     matmul_forward(proj.data(), L.att.data(), W + o.o, nullptr, Tn, H * D, C);
+    lora(LoraModule::o_proj, proj.data(), L.att.data());
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
     L.x_mid = x;
     L.xn2.resize(x.size());
@@ -320,41 +344,55 @@ template <class T> void Model<T>::forward(const std::vector<int>& tokens, Activa
     L.act.resize(std::size_t(Tn) * F);
     matmul_forward(L.gate.data(), L.xn2.data(), W + o.gate, nullptr, Tn, C, F);
     matmul_forward(L.up.data(), L.xn2.data(), W + o.up, nullptr, Tn, C, F);
+    lora(LoraModule::gate_proj, L.gate.data(), L.xn2.data());
+    lora(LoraModule::up_proj, L.up.data(), L.xn2.data());
     swiglu_forward(L.act.data(), L.gate.data(), L.up.data(), std::size_t(Tn) * F);
     matmul_forward(proj.data(), L.act.data(), W + o.down, nullptr, Tn, F, C);
+    lora(LoraModule::down_proj, proj.data(), L.act.data());
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
   }
   a.x_out = x;
   a.xf.resize(x.size());
   a.rstdf.resize(Tn);
   rmsnorm_forward(a.xf.data(), a.rstdf.data(), x.data(), W + final_norm_offset, Tn, C, eps);
-  if (config_.value_head) {
+  if (critic) {
     a.values.resize(Tn);
-    matmul_forward(a.values.data(), a.xf.data(), W + score_weight_offset, W + score_bias_offset, Tn, C, 1);
+    const T* sw = adapter && adapter->config().value_head ? adapter->weights.data() + adapter->score_weight : W + score_weight_offset;
+    const T* sb = adapter && adapter->config().value_head ? adapter->weights.data() + adapter->score_bias : W + score_bias_offset;
+    matmul_forward(a.values.data(), a.xf.data(), sw, sb, Tn, C, 1);
   } else {
     a.logits.resize(std::size_t(Tn) * V);
     matmul_forward(a.logits.data(), a.xf.data(), W + lm_head_offset, nullptr, Tn, C, V);
   }
 }
 
-template <class T> void Model<T>::backward(const Activations<T>& a, const std::vector<T>& dout) {
+template <class T> void Model<T>::backward(const Activations<T>& a, const std::vector<T>& dout, Adapter<T>* adapter) {
   const int Tn = a.seq_len;
   const int C = config_.hidden_size, F = config_.intermediate_size, V = config_.vocab_size;
   const int H = config_.num_attention_heads, KV = config_.num_key_value_heads, D = config_.head_dim;
   const T* W = weights.data();
-  if (grads.size() != weights.size()) grads.assign(weights.size(), T(0));  // released: start from zero
-  T* G = grads.data();
+  if (adapter) check_adapter_fits(config_, *adapter);
+  const bool frozen = adapter != nullptr;  // LoRA: the base gets no gradient
+  if (!frozen && grads.size() != weights.size()) grads.assign(weights.size(), T(0));  // released: start from zero
+  T* G = frozen ? nullptr : grads.data();
+  auto gw = [&](std::size_t offset) -> T* { return G ? G + offset : nullptr; };
   std::vector<T> dxf(std::size_t(Tn) * C, T(0));
-  if (config_.value_head) {
+  if (adapter && adapter->config().value_head) {
     if (dout.size() != std::size_t(Tn)) throw InternalError("native model: dvalues has the wrong size");
-    matmul_backward(dxf.data(), G + score_weight_offset, G + score_bias_offset, dout.data(), a.xf.data(),
+    T* AG = adapter->grads.data();
+    const T* AW = adapter->weights.data();
+    matmul_backward(dxf.data(), AG + adapter->score_weight, AG + adapter->score_bias, dout.data(), a.xf.data(),
+                    AW + adapter->score_weight, Tn, C, 1);
+  } else if (config_.value_head) {
+    if (dout.size() != std::size_t(Tn)) throw InternalError("native model: dvalues has the wrong size");
+    matmul_backward(dxf.data(), gw(score_weight_offset), G ? G + score_bias_offset : nullptr, dout.data(), a.xf.data(),
                     W + score_weight_offset, Tn, C, 1);
   } else {
     if (dout.size() != std::size_t(Tn) * V) throw InternalError("native model: dlogits has the wrong size");
-    matmul_backward(dxf.data(), G + lm_head_offset, nullptr, dout.data(), a.xf.data(), W + lm_head_offset, Tn, C, V);
+    matmul_backward(dxf.data(), gw(lm_head_offset), nullptr, dout.data(), a.xf.data(), W + lm_head_offset, Tn, C, V);
   }
   std::vector<T> dx(std::size_t(Tn) * C, T(0));  // gradient of the residual stream
-  rmsnorm_backward(dx.data(), G + final_norm_offset, dxf.data(), a.x_out.data(), W + final_norm_offset,
+  rmsnorm_backward(dx.data(), gw(final_norm_offset), dxf.data(), a.x_out.data(), W + final_norm_offset,
                    a.rstdf.data(), Tn, C);
   std::vector<T> dact(std::size_t(Tn) * F), dgate(std::size_t(Tn) * F), dup(std::size_t(Tn) * F);
   std::vector<T> dxn(std::size_t(Tn) * C), datt(std::size_t(Tn) * H * D);
@@ -362,17 +400,26 @@ template <class T> void Model<T>::backward(const Activations<T>& a, const std::v
   for (int l = config_.num_hidden_layers - 1; l >= 0; --l) {
     const LayerOffsets& o = layer_offsets[l];
     const LayerActivations<T>& L = a.layers[l];
+    // din += the adapter's share on (l, m), and its A and B gradients
+    auto lora = [&](LoraModule m, T* din, const T* dy, const T* in) {
+      if (!adapter) return;
+      if (const LoraSite* s = adapter->site(l, m)) lora_backward(*adapter, *s, din, dy, in, L.lora_u[int(m)], Tn);
+    };
     // MLP: x_out = x_mid + down(silu(gate(xn2)) * up(xn2))
     std::fill(dact.begin(), dact.end(), T(0));
-    matmul_backward(dact.data(), G + o.down, nullptr, dx.data(), L.act.data(), W + o.down, Tn, F, C);
+    matmul_backward(dact.data(), gw(o.down), nullptr, dx.data(), L.act.data(), W + o.down, Tn, F, C);
+    lora(LoraModule::down_proj, dact.data(), dx.data(), L.act.data());
     swiglu_backward(dgate.data(), dup.data(), dact.data(), L.gate.data(), L.up.data(), std::size_t(Tn) * F);
     std::fill(dxn.begin(), dxn.end(), T(0));
-    matmul_backward(dxn.data(), G + o.gate, nullptr, dgate.data(), L.xn2.data(), W + o.gate, Tn, C, F);
-    matmul_backward(dxn.data(), G + o.up, nullptr, dup.data(), L.xn2.data(), W + o.up, Tn, C, F);
-    rmsnorm_backward(dx.data(), G + o.post_norm, dxn.data(), L.x_mid.data(), W + o.post_norm, L.rstd2.data(), Tn, C);
+    matmul_backward(dxn.data(), gw(o.gate), nullptr, dgate.data(), L.xn2.data(), W + o.gate, Tn, C, F);
+    matmul_backward(dxn.data(), gw(o.up), nullptr, dup.data(), L.xn2.data(), W + o.up, Tn, C, F);
+    lora(LoraModule::gate_proj, dxn.data(), dgate.data(), L.xn2.data());
+    lora(LoraModule::up_proj, dxn.data(), dup.data(), L.xn2.data());
+    rmsnorm_backward(dx.data(), gw(o.post_norm), dxn.data(), L.x_mid.data(), W + o.post_norm, L.rstd2.data(), Tn, C);
     // Attention: x_mid = x_in + o_proj(attention(rope(q), rope(k), v))
     std::fill(datt.begin(), datt.end(), T(0));
-    matmul_backward(datt.data(), G + o.o, nullptr, dx.data(), L.att.data(), W + o.o, Tn, H * D, C);
+    matmul_backward(datt.data(), gw(o.o), nullptr, dx.data(), L.att.data(), W + o.o, Tn, H * D, C);
+    lora(LoraModule::o_proj, datt.data(), dx.data(), L.att.data());
     std::fill(dq.begin(), dq.end(), T(0));
     std::fill(dk.begin(), dk.end(), T(0));
     std::fill(dv.begin(), dv.end(), T(0));
@@ -384,11 +431,16 @@ template <class T> void Model<T>::backward(const Activations<T>& a, const std::v
     }
     const bool bias = config_.attention_bias;
     std::fill(dxn.begin(), dxn.end(), T(0));
-    matmul_backward(dxn.data(), G + o.q, bias ? G + o.q_bias : nullptr, dq.data(), L.xn1.data(), W + o.q, Tn, C, H * D);
-    matmul_backward(dxn.data(), G + o.k, bias ? G + o.k_bias : nullptr, dk.data(), L.xn1.data(), W + o.k, Tn, C, KV * D);
-    matmul_backward(dxn.data(), G + o.v, bias ? G + o.v_bias : nullptr, dv.data(), L.xn1.data(), W + o.v, Tn, C, KV * D);
-    rmsnorm_backward(dx.data(), G + o.input_norm, dxn.data(), L.x_in.data(), W + o.input_norm, L.rstd1.data(), Tn, C);
+    const bool gb = bias && G;
+    matmul_backward(dxn.data(), gw(o.q), gb ? G + o.q_bias : nullptr, dq.data(), L.xn1.data(), W + o.q, Tn, C, H * D);
+    matmul_backward(dxn.data(), gw(o.k), gb ? G + o.k_bias : nullptr, dk.data(), L.xn1.data(), W + o.k, Tn, C, KV * D);
+    matmul_backward(dxn.data(), gw(o.v), gb ? G + o.v_bias : nullptr, dv.data(), L.xn1.data(), W + o.v, Tn, C, KV * D);
+    lora(LoraModule::q_proj, dxn.data(), dq.data(), L.xn1.data());
+    lora(LoraModule::k_proj, dxn.data(), dk.data(), L.xn1.data());
+    lora(LoraModule::v_proj, dxn.data(), dv.data(), L.xn1.data());
+    rmsnorm_backward(dx.data(), gw(o.input_norm), dxn.data(), L.x_in.data(), W + o.input_norm, L.rstd1.data(), Tn, C);
   }
+  if (frozen) return;
   for (int t = 0; t < Tn; ++t) {
     T* row = G + embed_offset + std::size_t(a.tokens[t]) * C;
     for (int c = 0; c < C; ++c) row[c] += dx[std::size_t(t) * C + c];
@@ -577,8 +629,8 @@ void check_checkpoint_target(const std::string& dir) {
   if (ec || !fs::exists(st)) return;
   if (!fs::is_directory(st))
     throw UsageError("'" + dir + "' exists and is not a folder: a checkpoint is not written over it");
-  if (fs::is_empty(dir, ec) || fs::exists(fs::path(dir) / "config.json")) return;
-  throw UsageError("'" + dir + "' exists and is not a checkpoint (no config.json): it is not replaced; give a new folder");
+  if (fs::is_empty(dir, ec) || fs::exists(fs::path(dir) / "config.json") || fs::exists(fs::path(dir) / "adapter_config.json")) return;
+  throw UsageError("'" + dir + "' exists and is not a checkpoint (no config.json or adapter_config.json): it is not replaced; give a new folder");
 }
 
 CheckpointWriter::CheckpointWriter(std::string dir) : dir_(std::move(dir)) {

@@ -12,6 +12,8 @@
 
 namespace ca::nn {
 
+template <class T> class Adapter;  // lora.hpp
+
 struct Config {
   std::string model_type = "qwen2";  // "qwen2" (q/k/v biases) or "llama"
   int vocab_size = 0;
@@ -69,6 +71,7 @@ template <class T> struct LayerActivations {
   std::vector<T> xn2;      // [T, C] after post_attention_layernorm
   std::vector<T> rstd2;    // [T]
   std::vector<T> gate, up, act;  // [T, F]; act = silu(gate) * up
+  std::vector<std::vector<T>> lora_u;  // with an adapter: per LoraModule, scaling * A x [T, r] (empty: no site)
 };
 
 template <class T> struct Activations {
@@ -95,9 +98,12 @@ template <class T> class Model {
   void init_random(uint64_t seed, double std = 0.02);
 
   // Forward over one sequence (positions 0..T-1); fills `acts` (logits for a policy, values for a critic).
-  void forward(const std::vector<int>& tokens, Activations<T>& acts) const;
-  // Backward from dL/dlogits [T, V] (policy) or dL/dvalues [T] (critic); adds into `grads`.
-  void backward(const Activations<T>& acts, const std::vector<T>& dout);
+  // With an adapter (lora.hpp) its sites add to the base's linear layers, and a critic adapter's score
+  // head replaces the LM head (values, not logits).
+  void forward(const std::vector<int>& tokens, Activations<T>& acts, const Adapter<T>* adapter = nullptr) const;
+  // Backward from dL/dlogits [T, V] (policy) or dL/dvalues [T] (critic); adds into `grads`. With an
+  // adapter the base is frozen: only adapter->grads accumulate, `grads` is neither read nor allocated.
+  void backward(const Activations<T>& acts, const std::vector<T>& dout, Adapter<T>* adapter = nullptr);
   void zero_grad();
   // Frees the gradients of a model that only runs forward (sampling; the host copy of a GPU model):
   // as many bytes as the weights. zero_grad or backward allocates them again.
@@ -134,7 +140,7 @@ template <class T> std::string first_non_finite(const Model<T>& model);
 // A checkpoint folder written complete or not at all: files go to a fresh staging folder beside `dir`
 // (.NAME.staging-PID-N), and commit() syncs it and renames it into place. An earlier checkpoint at
 // `dir` is replaced as a whole, so no weight file of it survives into the new one. A `dir` that
-// exists and is neither empty nor a checkpoint (no config.json) is a UsageError, before and at commit.
+// exists and is neither empty nor a checkpoint (no config.json, or adapter_config.json for a LoRA adapter) is a UsageError, before and at commit.
 // Not committed (an exception): the staging folder is removed and `dir` is as it was.
 class CheckpointWriter {
  public:

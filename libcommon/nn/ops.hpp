@@ -43,6 +43,7 @@ template <class T> void matmul_forward(T* out, const T* in, const T* w, std::typ
 }
 
 // din[t, k] += sum_n dout[t, n] w[n, k];  dw[n, k] += sum_t dout[t, n] in[t, k];  dbias[n] += sum_t dout[t, n]
+// (din, dw, dbias may each be null: not computed)
 template <class T> void matmul_backward(T* din, T* dw, std::type_identity_t<T*> dbias, const T* dout, const T* in, const T* w, int rows,
                                         int K, int N) {
   const double work = double(rows) * K * N;
@@ -58,15 +59,16 @@ template <class T> void matmul_backward(T* din, T* dw, std::type_identity_t<T*> 
         }
       }
     });
+  if (!dw && !dbias) return;  // a frozen layer (LoRA's base): the input gradient only
   // Split over output rows n so threads never write the same dw row.
   parallel_rows(N, work, [&](int n0, int n1) {
     for (int n = n0; n < n1; ++n) {
-      T* dwr = dw + std::size_t(n) * K;
+      T* dwr = dw ? dw + std::size_t(n) * K : nullptr;
       T db = 0;
       for (int t = 0; t < rows; ++t) {
         const T g = dout[std::size_t(t) * N + n];
         db += g;
-        if (g == T(0)) continue;
+        if (g == T(0) || !dwr) continue;
         const T* x = in + std::size_t(t) * K;
         for (int k = 0; k < K; ++k) dwr[k] += g * x[k];
       }
@@ -87,7 +89,7 @@ template <class T> void rmsnorm_forward(T* y, T* rstd, const T* x, const T* w, i
   }
 }
 
-// dx += r * (dy*w - x * r^2 / C * sum(dy*w*x));  dw += dy * x * r
+// dx += r * (dy*w - x * r^2 / C * sum(dy*w*x));  dw += dy * x * r (dw null: frozen)
 template <class T> void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T* rstd, int rows, int C) {
   for (int t = 0; t < rows; ++t) {
     const T* xr = x + std::size_t(t) * C;
@@ -97,7 +99,7 @@ template <class T> void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, 
     for (int c = 0; c < C; ++c) dot += g[c] * w[c] * xr[c];
     for (int c = 0; c < C; ++c) {
       dx[std::size_t(t) * C + c] += r * (g[c] * w[c] - xr[c] * r * r * dot / T(C));
-      dw[c] += g[c] * xr[c] * r;
+      if (dw) dw[c] += g[c] * xr[c] * r;
     }
   }
 }

@@ -2,9 +2,12 @@
 #include "tools/ppo-step/backend.hpp"
 
 #include <cmath>
+#include <filesystem>
 
 #include "libcommon/errors.hpp"
 #include "libcommon/log.hpp"
+#include "libcommon/nn/lora.hpp"
+#include "libcommon/paths.hpp"
 #include "libcommon/nn_cuda/model.hpp"
 
 namespace ca::ppo {
@@ -61,6 +64,92 @@ class CpuModel final : public TrainModel {
 
  private:
   nn::Model<float> m_;
+  nn::Activations<float> acts_;
+  std::vector<int> targets_;
+  double temperature_ = 1.0;
+  nn::AdamW opt_;
+};
+
+// An adapter on a frozen base (shared with the other models of the step that name the same folder).
+class CpuLoraModel final : public TrainModel {
+ public:
+  CpuLoraModel(std::shared_ptr<nn::Model<float>> base, nn::Adapter<float> adapter, std::string base_dir)
+      : base_(std::move(base)), ad_(std::move(adapter)), base_dir_(std::move(base_dir)) {}
+  const nn::Config& config() const override { return base_->config(); }
+  std::size_t num_parameters() const override { return ad_.num_parameters(); }
+
+  Scores score(const std::vector<int>& inputs, const std::vector<int>& targets, double temperature) override {
+    if (ad_.config().value_head) throw InternalError("ppo-step: a critic adapter has no logprobs");
+    base_->forward(inputs, acts_, &ad_);
+    targets_ = targets;
+    temperature_ = temperature;
+    const int V = base_->config().vocab_size;
+    Scores s;
+    s.logprob.assign(inputs.size(), NAN);
+    s.entropy.assign(inputs.size(), NAN);
+    for (std::size_t p = 0; p < inputs.size(); ++p) {
+      if (targets[p] < 0) continue;
+      float lp, ent;
+      nn::token_logprob_entropy(acts_.logits.data() + p * V, V, targets[p], temperature, lp, ent);
+      s.logprob[p] = lp;
+      s.entropy[p] = ent;
+    }
+    return s;
+  }
+  std::vector<double> values(const std::vector<int>& inputs) override {
+    if (!ad_.config().value_head) throw InternalError("ppo-step: a policy adapter has no values");
+    base_->forward(inputs, acts_, &ad_);
+    return {acts_.values.begin(), acts_.values.end()};
+  }
+  void backward_scores(const std::vector<float>& c_lp, const std::vector<float>& c_ent) override {
+    const int V = base_->config().vocab_size;
+    std::vector<float> dlogits(acts_.logits.size(), 0.0f);
+    for (std::size_t p = 0; p < targets_.size(); ++p)
+      if (targets_[p] >= 0)
+        nn::token_head_backward(acts_.logits.data() + p * V, V, targets_[p], temperature_, c_lp[p], c_ent[p],
+                                dlogits.data() + p * V);
+    base_->backward(acts_, dlogits, &ad_);
+  }
+  void backward_values(const std::vector<float>& dvalues) override { base_->backward(acts_, dvalues, &ad_); }
+  void zero_grad() override { ad_.zero_grad(); }
+  double clip_grad_norm(double max_norm) override { return nn::clip_grad_norm(ad_.grads, max_norm); }
+  void adamw_step(const nn::AdamWConfig& c) override { opt_.step(ad_.weights, ad_.grads, c); }
+  bool load_optimizer(const std::string& path) override { return opt_.load(path, ad_.num_parameters()); }
+  void save_optimizer(const std::string& path) override { opt_.save(path); }
+  void save(const std::string& dir) override { nn::save_adapter(ad_, dir); }
+  void save_merged(const std::string& dir) override {
+    nn::Config c = base_->config();
+    c.value_head = ad_.config().value_head;
+    nn::Model<float> merged(c);
+    for (auto& p : merged.params())
+      if (p.name.rfind("score.", 0) != 0)
+        std::copy_n(base_->weights.begin() + base_->param(p.name).offset, p.size, merged.weights.begin() + p.offset);
+    merged.release_gradients();
+    nn::merge_adapter(merged, ad_);
+    nn::save_model(merged, dir);
+  }
+  Json lora() const override {
+    const auto& c = ad_.config();
+    Json t = Json::array();
+    for (auto m : c.targets) t.push_back(nn::lora_module_name(m));
+    return Json{{"rank", c.r}, {"alpha", c.alpha}, {"targets", t}, {"base", base_dir_},
+                {"trainable_parameters", ad_.num_parameters()}};
+  }
+  std::string non_finite_weight() override {
+    for (auto& t : ad_.tensors()) {
+      std::size_t n = 1;
+      for (auto d : t.shape) n *= std::size_t(d);
+      for (std::size_t i = 0; i < n; ++i)
+        if (!std::isfinite(ad_.weights[t.offset + i]))
+          return "tensor '" + t.key + "' element " + std::to_string(i) + " is " + (std::isnan(ad_.weights[t.offset + i]) ? "nan" : "inf");
+    }
+    return "";
+  }
+
+ private:
+  std::shared_ptr<nn::Model<float>> base_;
+  nn::Adapter<float> ad_;
+  std::string base_dir_;
   nn::Activations<float> acts_;
   std::vector<int> targets_;
   double temperature_ = 1.0;
@@ -136,7 +225,52 @@ Backend::Backend(DeviceOptions options) : options_(std::move(options)) {
 
 Backend::~Backend() = default;
 
+std::shared_ptr<nn::Model<float>> Backend::base(const std::string& dir) {
+  const std::string key = std::filesystem::absolute(dir).lexically_normal().string();
+  auto it = bases_.find(key);
+  if (it != bases_.end()) return it->second;
+  auto m = std::make_shared<nn::Model<float>>(nn::load_model<float>(key));
+  m->release_gradients();  // frozen: no gradient is ever kept for it
+  bases_.emplace(key, m);
+  return m;
+}
+
 std::unique_ptr<TrainModel> Backend::load(const std::string& dir, bool as_critic) {
+  const LoraOptions& lo = options_.lora;
+  const bool adapter_dir = nn::is_adapter_dir(dir);
+  if (adapter_dir || lo.rank > 0) {
+    if (cuda_) throw UsageError("LoRA adapters train on the CPU only in this build (--device cpu)");
+    // The adapter's shape: an adapter folder's own, else the options'.
+    nn::LoraConfig lc;
+    std::string base_dir;
+    bool fresh = true;
+    if (adapter_dir) {
+      const std::string cpath = dir + "/adapter_config.json";
+      lc = nn::LoraConfig::from_json(parse_json(read_file(cpath), "'" + cpath + "'"), cpath);
+      base_dir = nn::adapter_base_dir(lc, dir);
+      if (lc.value_head && !as_critic) throw InputError("'" + cpath + "' is a critic adapter (TOKEN_CLS), not a policy");
+      fresh = lc.value_head != as_critic;  // a critic started from the policy's adapter folder: a new adapter
+      if (!fresh && lo.rank > 0 && lo.rank != lc.r)
+        log::warn("--lora-rank ", lo.rank, " ignored: '", dir, "' is an adapter of rank ", lc.r);
+    } else {
+      base_dir = std::filesystem::absolute(dir).lexically_normal().string();
+    }
+    if (fresh && (lo.rank > 0 || !adapter_dir)) {
+      lc.r = lo.rank;
+      lc.alpha = lo.alpha > 0 ? lo.alpha : 2.0 * lo.rank;
+      lc.targets = nn::LoraConfig::parse_targets(lo.targets);
+    }
+    lc.value_head = as_critic;
+    auto b = base(base_dir);
+    auto ad = fresh ? nn::Adapter<float>(b->config(), lc) : nn::load_adapter<float>(dir, b->config());
+    if (fresh) {
+      ad.init(as_critic ? lo.seed ^ 0xC817C0FFEEull : lo.seed);
+      // A critic's value head starts at zero, as a full critic started from a policy does.
+      if (as_critic) std::fill_n(ad.weights.begin() + ad.score_weight, b->config().hidden_size + 1, 0.0f);
+    }
+    ad.set_base_path(base_dir);
+    return std::make_unique<CpuLoraModel>(b, std::move(ad), base_dir);
+  }
   nn::Model<float> model = nn::load_model<float>(dir, as_critic);
   if (!cuda_) return std::make_unique<CpuModel>(std::move(model));
   if (!gpu_) {

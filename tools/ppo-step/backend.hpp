@@ -3,6 +3,7 @@
 // AdamW moments). The trainer sees one interface, so both run the same loss code and differ only in
 // the model's arithmetic.
 #pragma once
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,10 +18,22 @@ class Gpu;
 
 namespace ca::ppo {
 
+// LoRA (libcommon/nn/lora.hpp): adapters trained on a frozen base. A checkpoint folder that holds
+// adapter_config.json is an adapter (its base named inside); with rank > 0 a full checkpoint given as
+// --policy or --critic is the base a new adapter starts on. The policy and the critic share one base
+// in memory when they name the same folder.
+struct LoraOptions {
+  int rank = 0;                        // > 0: new adapters of this rank (0: full fine-tuning, or what an adapter folder says)
+  double alpha = 0;                    // 0: 2 * rank
+  std::string targets = "all-linear";  // module names, comma-separated, or all-linear
+  uint64_t seed = 0;                   // a new adapter's A (B starts at zero)
+};
+
 struct DeviceOptions {
   std::string device = "cpu";  // cpu | cuda | cuda:N
   std::string dtype = "bf16";  // compute dtype on cuda: bf16 | f32 (the CPU is always fp32)
   bool checkpointing = false;  // cuda: keep each layer's input only and recompute the layer in the backward
+  LoraOptions lora;
 };
 
 // A model being trained or scored, on one sequence at a time. Positions p = 0..T-1 of `inputs`;
@@ -48,7 +61,11 @@ class TrainModel {
   virtual void adamw_step(const nn::AdamWConfig& config) = 0;
   virtual bool load_optimizer(const std::string& path) = 0;  // false when there is no state yet
   virtual void save_optimizer(const std::string& path) = 0;
-  virtual void save(const std::string& dir) = 0;  // weights and config.json (HF layout)
+  virtual void save(const std::string& dir) = 0;  // weights and config.json (HF layout), or the adapter (PEFT's)
+  // A full checkpoint with the adapter merged into its base (W + s B A); a full model: save().
+  virtual void save_merged(const std::string& dir) { save(dir); }
+  // {"rank", "alpha", "targets", "base", "trainable_parameters"} for an adapter; null for a full model.
+  virtual Json lora() const { return nullptr; }
   // "" when every weight is finite, else the first that is not ("tensor 'x' element 3 is nan").
   virtual std::string non_finite_weight() = 0;
 };
@@ -58,12 +75,16 @@ class Backend {
  public:
   explicit Backend(DeviceOptions options);
   ~Backend();
+  // A full checkpoint, an adapter folder (on its base), or, with options.lora.rank > 0, a new adapter
+  // on the full checkpoint `dir`.
   std::unique_ptr<TrainModel> load(const std::string& dir, bool as_critic = false);
   // For the metrics: {"device": "cuda:0", "name": "NVIDIA H200", "dtype": "bf16", "peak_bytes": ...}.
   Json describe() const;
 
  private:
+  std::shared_ptr<nn::Model<float>> base(const std::string& dir);  // a frozen base, loaded once per folder
   DeviceOptions options_;
+  std::map<std::string, std::shared_ptr<nn::Model<float>>> bases_;
   bool cuda_ = false;
   int ordinal_ = 0;
   std::unique_ptr<nn_cuda::Gpu> gpu_;

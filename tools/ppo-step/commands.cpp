@@ -1,12 +1,14 @@
 // ppo-step's subcommands: advantages, sample, tokenize, init and config.
 #include "tools/ppo-step/commands.hpp"
 
+
 #include <algorithm>
 #include <chrono>
 #include <optional>
 #include <iostream>
 
 #include "libcommon/errors.hpp"
+#include "libcommon/nn/lora.hpp"
 #include "libcommon/fields.hpp"
 #include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
@@ -50,7 +52,7 @@ int run_advantages(const CommonOptions& options, const AdvantageSettings& settin
 }
 
 Sampler::Sampler(const SampleSettings& settings)
-    : settings_(settings), model_(nn::load_model<float>(settings.policy)), rng_(settings.seed) {
+    : settings_(settings), model_(nn::load_policy<float>(settings.policy)), rng_(settings.seed) {
   if (settings_.samples < 1) throw UsageError("-n must be at least 1");
   if (settings_.options.max_new_tokens < 1) throw UsageError("--max-new-tokens must be at least 1");
   if (settings_.options.top_p <= 0 || settings_.options.top_p > 1) throw UsageError("--top-p must be in (0, 1]");

@@ -7,6 +7,7 @@
 #include "libcommon/fields.hpp"
 #include "libcommon/jsonl.hpp"
 #include "libcommon/log.hpp"
+#include "libcommon/nn/lora.hpp"
 #include "libcommon/nn/model.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/record_loop.hpp"
@@ -28,6 +29,15 @@ void add_train_options(CLI::App& app, TrainSettings& t) {
   app.add_option("--dtype", device.dtype, "Compute dtype on cuda: bf16 or f32 (master weights, gradients and AdamW are fp32)")
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
+  app.add_option("--lora-rank", device.lora.rank,
+                 "Train LoRA adapters of this rank on a frozen base (a full --policy/--critic is the base); "
+                 "--out is then a PEFT adapter folder. An adapter folder as --policy continues it")
+      ->check(CLI::Range(1, 65536));
+  app.add_option("--lora-alpha", device.lora.alpha, "LoRA alpha (scaling alpha/rank; default 2 x rank)")->check(CLI::PositiveNumber);
+  app.add_option("--lora-targets", device.lora.targets,
+                 "LoRA target modules: all-linear, or a comma list of q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
+      ->capture_default_str();
+  app.add_option("--merge", paths.merged, "Also write the policy with its adapter merged into the base, as a full checkpoint folder");
   app.add_flag("--checkpointing", device.checkpointing, "cuda: recompute each layer in the backward instead of keeping its activations");
   app.add_flag("--empty-ok", empty_ok, "Nothing to train on (rft: no trajectory kept) is not an error: a metrics line "
                                        "with trained false and no --out checkpoint (a loop keeps its policy)");
@@ -49,7 +59,13 @@ namespace {
 void set_vocabulary(const StepPaths& p, EpisodeFields& f) {
   for (const std::string& dir : {p.policy, p.critic, p.ref}) {
     if (dir.empty()) continue;
-    const std::string path = dir + "/config.json";
+    std::string path = dir + "/config.json";
+    if (ca::nn::is_adapter_dir(dir)) try {
+        const std::string cpath = dir + "/adapter_config.json";
+        path = ca::nn::adapter_base_dir(ca::nn::LoraConfig::from_json(ca::parse_json(ca::read_file(cpath), cpath), cpath), dir) + "/config.json";
+      } catch (const std::exception&) {
+        continue;  // loading the adapter names what is wrong with it
+      }
     if (!ca::file_exists(path)) continue;
     try {
       auto c = ca::nn::Config::from_json(ca::parse_json(ca::read_file(path), path));
@@ -66,6 +82,10 @@ int run_train(const CommonOptions& opt, TrainSettings& t, uint64_t seed) {
   if (paths.mode.empty()) throw ca::UsageError("give --mode ppo|rft|value-pretrain, or a subcommand (advantages, sample, init, config)");
   ca::ppo::TrainConfig config;
   if (!config_path.empty()) config.apply_yaml(ca::read_file(config_path), config_path);
+  device.lora.seed = seed;
+  if (device.lora.rank == 0 && (device.lora.alpha > 0 || device.lora.targets != "all-linear"))
+    throw ca::UsageError("--lora-alpha and --lora-targets need --lora-rank");
+  if (device.lora.rank > 0) ca::nn::LoraConfig::parse_targets(device.lora.targets);  // a bad list fails before the input
   ca::ppo::Trainer trainer(config, paths, seed, device);  // a bad --device fails before the input is read
   set_vocabulary(paths, fields);
   std::vector<ca::ppo::Trajectory> batch;

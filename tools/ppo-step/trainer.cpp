@@ -234,7 +234,7 @@ void copy_checkpoint_extras(const std::string& from, const std::string& to) {
     const auto name = e.path().filename().string(), ext = e.path().extension().string();
     bool weights = name.size() > 11 && name.compare(name.size() - 11, 11, ".index.json") == 0;
     for (const char* w : kWeightExtensions) weights = weights || ext == w;
-    if (name == "config.json" || weights) {
+    if (name == "config.json" || name == "adapter_config.json" || weights) {
       if (name != "config.json" && ext != ".safetensors") log::verbose("not copied to the new checkpoint (old weights): ", e.path().string());
       continue;
     }
@@ -559,8 +559,17 @@ Json Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
     critic->save(critic_dir);
     write_state(critic_dir, step, mode);
   }
+  // --merge: the policy as one full checkpoint (base + adapter), for a server without LoRA.
+  std::unique_ptr<nn::CheckpointWriter> merged_ckpt;
+  if (policy && !paths_.merged.empty()) {
+    merged_ckpt = std::make_unique<nn::CheckpointWriter>(paths_.merged);
+    policy->save_merged(merged_ckpt->path());
+    copy_checkpoint_extras(paths_.policy, merged_ckpt->path());
+    write_state(merged_ckpt->path(), step, mode);
+  }
   if (critic_ckpt) critic_ckpt->commit();
   if (policy_ckpt) policy_ckpt->commit();
+  if (merged_ckpt) merged_ckpt->commit();
 
   // Metrics.
   double reward_sum = 0, reward_ss = 0;
@@ -632,6 +641,9 @@ Json Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
   metrics["tokens_per_s"] = compute_s > 0 ? double(st.trained_tokens) / compute_s : 0.0;
   metrics["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   metrics["device"] = backend_.describe();
+  if (policy && !policy->lora().is_null()) metrics["lora"]["policy"] = policy->lora();
+  if (critic && !critic->lora().is_null()) metrics["lora"]["critic"] = critic->lora();
+  if (!paths_.merged.empty() && policy) metrics["merged"] = paths_.merged;
   metrics["config"] = config_.to_json();
   return metrics;
 }

@@ -22,6 +22,7 @@ struct StepPaths {
   std::string ref;         // --ref CKPT (KL)
   std::string out;         // --out CKPT
   std::string critic_out;  // --critic-out CKPT (ppo; default OUT/critic)
+  std::string merged;      // --merge CKPT: the policy with its adapter merged, as a full checkpoint
 };
 
 // Per token t (t < response_start: NaN): the logprob of tokens[t] under `model` at temperature.
