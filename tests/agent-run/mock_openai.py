@@ -16,6 +16,21 @@ log entry carries "weights", the weights served when it was answered (SCRIPT "mo
 Every request is checked (the tools offered, the tool answers to every earlier call); a violation
 is answered with HTTP 400 and logged. Each request is appended to REQUEST_LOG as one JSON line:
 {"n", "path", "status", "violations", "body", "time", "auth", "weights"}. The chosen port is written to PORT_FILE.
+
+SCRIPT "lora_server": "vllm" | "sglang" makes it that server's runtime LoRA API, each accepting only its
+documented path and payload (anything else: 404 for a path, 400 and a violation for a payload):
+  vllm    POST /v1/load_lora_adapter {"lora_name", "lora_path"} -> 200 text "Success: ..." (only with
+          SCRIPT "runtime_lora" true, the default: VLLM_ALLOW_RUNTIME_LORA_UPDATING; else 404);
+          POST /v1/unload_lora_adapter {"lora_name"}; a request selects the adapter by "model": <name>
+          (an unknown model: 404), and sends no "lora_path" (not vLLM's).
+  sglang  POST /load_lora_adapter {"lora_name", "lora_path"} -> {"success": true, "loaded_adapters"}
+          (SCRIPT "enable_lora" false: 400 {"success": false}); POST /unload_lora_adapter {"lora_name"};
+          a request selects it by "model": "<base>:<name>" (split at the first colon, as SGLang does) or
+          "lora_path": <name>; both given must agree here.
+A load needs a folder with adapter_config.json and adapter_model.safetensors and a name not loaded yet.
+GET /v1/models lists the loaded adapters after the base model, with "parent" and "root" (the adapter
+path) and "owned_by" the server. Chat entries in the log carry "adapter" (the name served, or null)
+and "adapter_path".
 Standard library only.
 """
 import json
@@ -29,7 +44,76 @@ SCRIPT = json.load(open(sys.argv[1]))
 PORT_FILE, LOG = sys.argv[2], sys.argv[3]
 STEPS = SCRIPT["steps"]
 LOCK = threading.Lock()
-STATE = {"next": 0, "n": 0, "weights": SCRIPT.get("model_path", "mock-model")}
+STATE = {"next": 0, "n": 0, "weights": SCRIPT.get("model_path", "mock-model"), "adapters": {}}
+LORA = SCRIPT.get("lora_server")
+BASE = "mock-model"
+
+
+def is_adapter_dir(path):
+    return isinstance(path, str) and all(os.path.isfile(os.path.join(path, f))
+                                         for f in ("adapter_config.json", "adapter_model.safetensors"))
+
+
+def lora_admin(path, body):
+    """The runtime LoRA endpoints of LORA's server: (status, answer, text?) or None for another path."""
+    vllm = LORA == "vllm"
+    prefix = "/v1" if vllm else ""
+    load, unload = prefix + "/load_lora_adapter", prefix + "/unload_lora_adapter"
+    if path not in (load, unload):
+        return None
+    if vllm and not SCRIPT.get("runtime_lora", True):
+        return 404, {"detail": "Not Found"}, False  # the routes exist only with the environment variable
+    want = {"lora_name", "lora_path"} if path == load else {"lora_name"}
+    if not isinstance(body, dict) or set(body) != want or not all(isinstance(body[k], str) for k in want):
+        return 400, {"error": "expected exactly %s as strings, got %s" % (sorted(want), json.dumps(body)[:200])}, False
+    name = body["lora_name"]
+    if not vllm and not SCRIPT.get("enable_lora", True):
+        return 400, {"success": False, "error_message": "LoRA is not enabled: start the server with --enable-lora",
+                     "loaded_adapters": None}, False
+    if path == load:
+        if name in STATE["adapters"]:
+            msg = "The lora adapter '%s' has already been loaded." % name
+        elif not is_adapter_dir(body["lora_path"]):
+            msg = "No adapter found for %s" % body["lora_path"]
+        else:
+            STATE["adapters"][name] = body["lora_path"]
+            if vllm:
+                return 200, "Success: LoRA adapter '%s' added successfully." % name, True
+            return 200, {"success": True, "error_message": None, "loaded_adapters": dict(STATE["adapters"])}, False
+    else:
+        if name in STATE["adapters"]:
+            del STATE["adapters"][name]
+            if vllm:
+                return 200, "Success: LoRA adapter '%s' removed successfully." % name, True
+            return 200, {"success": True, "error_message": None, "loaded_adapters": dict(STATE["adapters"])}, False
+        msg = "The lora adapter '%s' cannot be found." % name
+    if vllm:
+        return 400, {"object": "error", "message": msg, "type": "BadRequestError", "code": 400}, False
+    return 400, {"success": False, "error_message": msg, "loaded_adapters": dict(STATE["adapters"])}, False
+
+
+def lora_select(body):
+    """The adapter a chat request selects on LORA's server: (name or None, violation or None)."""
+    model = body.get("model")
+    if LORA == "vllm":
+        if "lora_path" in body:
+            return None, "lora_path is not a vLLM request field"
+        if model == BASE:
+            return None, None
+        if model in STATE["adapters"]:
+            return model, None
+        return None, "The model `%s` does not exist." % model
+    base, _, named = str(model).partition(":")
+    named = named.strip() or None
+    explicit = body.get("lora_path")
+    if named and explicit is not None and explicit != named:
+        return None, "model names adapter %s, lora_path %s" % (named, explicit)
+    name = named or explicit
+    if base.strip() != BASE:
+        return None, "base model %r is not served" % base
+    if name is not None and name not in STATE["adapters"]:
+        return None, "LoRA adapter %r is not loaded" % name
+    return name, None
 
 
 def check_request(body):
@@ -123,12 +207,12 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
-    def reply(self, status, obj, headers=None):
-        data = json.dumps(obj).encode()
+    def reply(self, status, obj, headers=None, text=False):
+        data = obj.encode() if text else json.dumps(obj).encode()
         self.send_response(status)
         for k, v in (headers or {}).items():
             self.send_header(k, v)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/plain" if text else "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -137,7 +221,12 @@ class Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/").endswith("/models"):
             with LOCK:
                 root = STATE["weights"]
-            self.reply(200, {"object": "list", "data": [{"id": "mock-model", "object": "model", "root": root}]})
+                data = [{"id": BASE, "object": "model", "root": root}]
+                if LORA:
+                    data[0].update(owned_by=LORA, parent=None)
+                    data += [{"id": name, "object": "model", "owned_by": LORA, "root": path, "parent": BASE}
+                             for name, path in STATE["adapters"].items()]
+            self.reply(200, {"object": "list", "data": data})
         else:
             self.reply(404, {"error": "not found"})
 
@@ -153,7 +242,11 @@ class Handler(BaseHTTPRequestHandler):
             entry = {"n": n, "path": self.path, "violations": [], "body": body, "time": time.time(),
                      "auth": self.headers.get("Authorization")}
             headers = {}
-            if self.path.rstrip("/") == "/update_weights_from_disk":
+            text = False
+            admin = lora_admin(self.path, body) if LORA else None
+            if admin is not None:
+                status, obj, text = admin
+            elif self.path.rstrip("/") == "/update_weights_from_disk":
                 path = (body or {}).get("model_path") if isinstance(body, dict) else None
                 if isinstance(path, str) and os.path.isfile(os.path.join(path, "config.json")):
                     STATE["weights"] = path
@@ -168,6 +261,11 @@ class Handler(BaseHTTPRequestHandler):
                 status, obj = 400, {"error": "body is not JSON"}
             else:
                 entry["violations"] = check_request(body)
+                if LORA:
+                    entry["adapter"], why = lora_select(body)
+                    entry["adapter_path"] = STATE["adapters"].get(entry["adapter"])
+                    if why:
+                        entry["violations"].append(why)
                 if entry["violations"]:
                     status, obj = 400, {"error": {"message": "; ".join(entry["violations"])}}
                 elif STATE["next"] >= len(STEPS):
@@ -185,7 +283,7 @@ class Handler(BaseHTTPRequestHandler):
             entry["weights"] = STATE["weights"]
             with open(LOG, "a") as f:
                 f.write(json.dumps(entry) + "\n")
-        self.reply(status, obj, headers)
+        self.reply(status, obj, headers, text)
 
 
 server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

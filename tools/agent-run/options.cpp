@@ -107,6 +107,15 @@ void add_options(CLI::App& app, Options& o) {
   pg->add_option("--model", po.model, "Model name (default: the first one GET /models lists)");
   pg->add_option("--load-weights", po.load_weights,
                  "Checkpoint folder the server loads before any episode (SGLang's /update_weights_from_disk; vLLM: restart it)");
+  pg->add_option("--load-lora", po.load_lora,
+                 "PEFT adapter folder the server loads before any episode, under a name made of its content "
+                 "(ca-lora-<id>), and every request then samples with (needs --server)");
+  pg->add_option("--server", po.server,
+                 "The server behind the URL, for --load-lora: vllm (/v1/load_lora_adapter; needs "
+                 "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True) or sglang (/load_lora_adapter; --enable-lora)")
+      ->check(CLI::IsMember({"vllm", "sglang"}));
+  pg->add_flag("--keep-loras", po.keep_loras,
+               "With --load-lora: leave the server's earlier ca-lora-* adapters loaded (default: unloaded)");
   pg->add_option("--temperature", po.temperature)->capture_default_str();
   pg->add_option("--top-p", po.top_p)->capture_default_str();
   pg->add_option("--max-tokens", po.max_tokens, "Tokens per assistant turn (also capped by the context left)")
@@ -156,6 +165,17 @@ void finish_options(Options& o, const CommonOptions& opt) {
 
   if (policy_spec.rfind("openai:", 0) != 0 && !po.load_weights.empty())
     throw ca::UsageError("--load-weights is for openai: policies (a native: policy is its checkpoint already)");
+  if (policy_spec.rfind("openai:", 0) != 0 && !po.load_lora.empty())
+    throw ca::UsageError("--load-lora is for openai: policies (a native: policy takes the adapter folder itself: native:ADAPTER)");
+  if (!po.load_lora.empty() && po.server.empty())
+    throw ca::UsageError("--load-lora needs --server vllm or --server sglang: the two load an adapter at different "
+                         "paths and select it differently in a request");
+  if (policy_spec.rfind("openai:", 0) != 0 && !po.server.empty())
+    throw ca::UsageError("--server is for openai: policies");
+  if (po.load_lora.empty() && po.keep_loras) throw ca::UsageError("--keep-loras needs --load-lora");
+  if (!po.load_weights.empty() && po.server == "vllm")
+    throw ca::UsageError("--load-weights: vLLM has no endpoint that loads a checkpoint from disk; restart it on the "
+                         "checkpoint, or train a LoRA adapter and use --load-lora");
   if (policy_spec.rfind("native:", 0) != 0 && (po.device != "cpu" || po.dtype != "bf16"))
     ca::log::warn("--policy-device and --policy-dtype apply to native: policies only; ignored for ", policy_spec);
 }

@@ -25,6 +25,10 @@ struct PolicyOptions {
   int64_t max_answer_mib = 64;    // an answer larger than this (decompressed) ends the episode (policy_error)
   std::string load_weights;       // a checkpoint folder the server loads before any episode (SGLang's
                                   // POST /update_weights_from_disk {"model_path"}); empty: as served
+  std::string load_lora;          // a PEFT adapter folder the server loads, and every request then names
+                                  // (vLLM's /v1/load_lora_adapter, SGLang's /load_lora_adapter)
+  std::string server;             // "vllm" | "sglang": how to load and select an adapter; "" when not said
+  bool keep_loras = false;        // leave the server's other ca-lora-* adapters loaded
   // native:DIR
   std::string device = "cpu";     // cpu | cuda | cuda:N: where the policy samples
   std::string dtype = "bf16";     // compute dtype on cuda

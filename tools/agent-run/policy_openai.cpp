@@ -1,14 +1,18 @@
 // The openai:URL policy: chat completions with tools over libcurl, retries with backoff on 429, 5xx
-// and transport errors, token ids and logprobs recorded when the server returns them.
+// and transport errors, token ids and logprobs recorded when the server returns them. Before any
+// episode the server may be asked to load a checkpoint (--load-weights) or a LoRA adapter (--load-lora),
+// which every request then names.
 
 #include <chrono>
 #include <mutex>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 
 #include "libcommon/errors.hpp"
 #include "libcommon/log.hpp"
+#include "tools/agent-run/adapter.hpp"
 #include "tools/agent-run/http_client.hpp"
 #include "tools/agent-run/policy.hpp"
 #include "tools/agent-run/text.hpp"
@@ -152,9 +156,15 @@ class OpenAISession : public PolicySession {
 class OpenAIPolicy : public Policy {
  public:
   OpenAIPolicy(std::string base, PolicyOptions o) : base_(trim_slash(std::move(base))), opt_(std::move(o)) {
+    // The adapter folder is checked (and named by its content) before any request: exit 2 naming the file.
+    if (!opt_.load_lora.empty()) adapter_ = read_adapter_ref(opt_.load_lora);
     if (const char* k = std::getenv(opt_.api_key_env.c_str()); k && *k) key_ = k;
     if (!opt_.load_weights.empty()) load_weights(opt_.load_weights);
-    if (opt_.model.empty()) opt_.model = discover_model();
+    std::optional<Json> models;
+    if (opt_.model.empty() || adapter_) models = list_models();
+    if (opt_.model.empty()) opt_.model = discover_model(models);
+    request_model_ = opt_.model;
+    if (adapter_) load_lora(*adapter_, models);
   }
   Json describe() const override {
     return {{"kind", "openai"},           {"url", base_},
@@ -164,7 +174,9 @@ class OpenAIPolicy : public Policy {
             {"max_answer_mib", opt_.max_answer_mib},
             {"logprobs", opt_.logprobs},  {"api_key_env", opt_.api_key_env},
             {"extra", opt_.extra},
-            {"weights", opt_.load_weights.empty() ? Json(nullptr) : Json(opt_.load_weights)}};
+            {"weights", opt_.load_weights.empty() ? Json(nullptr) : Json(opt_.load_weights)},
+            {"server", opt_.server.empty() ? Json(nullptr) : Json(opt_.server)},
+            {"adapter", adapter_ ? adapter_->to_json() : Json(nullptr)}};
   }
   std::unique_ptr<PolicySession> start(const std::string&, uint64_t seed) override {
     return std::make_unique<OpenAISession>(*this, seed);
@@ -230,6 +242,12 @@ class OpenAIPolicy : public Policy {
   }
 
   const PolicyOptions& options() const { return opt_; }
+  // What a request names: the served model, or with --load-lora the adapter (vLLM: its name; SGLang:
+  // "base:name", and its lora_path field for servers older than that syntax).
+  void select_model(Json& body) const {
+    body["model"] = request_model_;
+    if (adapter_ && opt_.server == "sglang") body["lora_path"] = adapter_->name;
+  }
 
  private:
   // The new checkpoint reaches the server before any episode: SGLang's POST /update_weights_from_disk
@@ -237,9 +255,7 @@ class OpenAIPolicy : public Policy {
   // A server that refuses, or has no such endpoint (vLLM: restart it on DIR instead), is an
   // environment error: sampling the old weights would train on the wrong policy.
   void load_weights(const std::string& dir) {
-    std::string root = base_;
-    if (root.size() >= 3 && root.compare(root.size() - 3, 3, "/v1") == 0) root.resize(root.size() - 3);
-    const std::string url = root + "/update_weights_from_disk";
+    const std::string url = root() + "/update_weights_from_disk";
     const auto t0 = std::chrono::steady_clock::now();
     HttpResponse r = http("POST", url, Json{{"model_path", dir}}.dump(), key_, std::max(600.0, opt_.request_timeout_s));
     if (!r.transport_error.empty()) throw EnvironmentError("--load-weights: " + url + ": " + r.transport_error);
@@ -258,36 +274,126 @@ class OpenAIPolicy : public Policy {
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), " s");
   }
 
-  std::string discover_model() {
-    HttpResponse r = http("GET", base_ + "/models", "", key_, 30);
+  // The server's root: SGLang's own endpoints are beside /v1, not under it.
+  std::string root() const {
+    std::string r = base_;
+    if (r.size() >= 3 && r.compare(r.size() - 3, 3, "/v1") == 0) r.resize(r.size() - 3);
+    return r;
+  }
+
+  // GET /models: the `data` array (base models, and the adapters loaded, with "parent" naming their base
+  // on vLLM and on SGLang since late 2025), or nothing (with a warning) when the server lists none.
+  std::optional<Json> list_models() {
+    const std::string url = base_ + "/models";
+    HttpResponse r = http("GET", url, "", key_, 30);
     if (!r.transport_error.empty() || r.status != 200) {
-      log::warn("policy: cannot list models at ", base_, "/models (",
-                r.transport_error.empty() ? "HTTP " + std::to_string(r.status) : r.transport_error,
-                "); using model 'default' (set --model)");
-      return "default";
+      log::warn("policy: cannot list models at ", url, " (",
+                r.transport_error.empty() ? "HTTP " + std::to_string(r.status) : r.transport_error, ")");
+      return std::nullopt;
     }
     try {
-      Json j = parse_json(r.body, base_ + "/models");
-      return valid_text(j.at("data").at(0).at("id").get<std::string>());
-    } catch (const std::exception&) {
-      log::warn("policy: no model listed at ", base_, "/models; using model 'default' (set --model)");
-      return "default";
+      Json j = parse_json(r.body, url);
+      if (j.is_object() && j.contains("data") && j["data"].is_array()) return std::move(j["data"]);
+    } catch (const InputError&) {
     }
+    log::warn("policy: no model list at ", url);
+    return std::nullopt;
   }
+
+  static bool is_adapter_entry(const Json& m) { return m.is_object() && m.contains("parent") && m["parent"].is_string(); }
+
+  // The first base model listed (an adapter names its base in "parent"), else 'default'.
+  std::string discover_model(const std::optional<Json>& models) {
+    if (models)
+      for (const Json& m : *models)
+        if (m.is_object() && m.contains("id") && m["id"].is_string() && !is_adapter_entry(m))
+          return valid_text(m["id"].get<std::string>());
+    log::warn("policy: no model listed at ", base_, "/models; using model 'default' (set --model)");
+    return "default";
+  }
+
+  // The adapter reaches the server before any episode, under its content name (ca-lora-<id>):
+  //   vLLM   POST <url>/load_lora_adapter {"lora_name", "lora_path"} (the server needs
+  //          VLLM_ALLOW_RUNTIME_LORA_UPDATING=True), requests then say "model": <name>;
+  //   SGLang POST <root>/load_lora_adapter {"lora_name", "lora_path"} (--enable-lora), requests then say
+  //          "model": "<base>:<name>" and "lora_path": <name>.
+  // A name the server lists already holds this very content (the name is the content's hash), so it is
+  // not loaded again; the server's other ca-lora-* adapters (earlier steps) are unloaded first unless
+  // --keep-loras, through the matching unload_lora_adapter. A refusal of the load (any non-2xx, or
+  // "success": false) is an environment error: sampling without the adapter would train the wrong policy.
+  void load_lora(const AdapterRef& a, const std::optional<Json>& models) {
+    const bool vllm = opt_.server == "vllm";
+    const std::string at = vllm ? base_ : root();
+    bool loaded = false;
+    std::vector<std::string> stale;
+    if (models)
+      for (const Json& m : *models) {
+        if (!m.is_object() || !m.contains("id") || !m["id"].is_string()) continue;
+        const std::string id = m["id"].get<std::string>();
+        if (id == a.name) loaded = true;
+        else if (id.rfind(kAdapterPrefix, 0) == 0 && is_adapter_entry(m)) stale.push_back(id);
+        if (!m.contains("owned_by") || !m["owned_by"].is_string()) continue;
+        const std::string owner = m["owned_by"].get<std::string>();
+        if ((owner == "vllm" || owner == "sglang") && owner != opt_.server)
+          log::warn("policy: ", base_, "/models says its models are owned by ", owner, ", but --server is ", opt_.server);
+      }
+    if (!opt_.keep_loras)
+      for (const std::string& name : stale) {
+        const std::string url = at + "/unload_lora_adapter";
+        HttpResponse r = http("POST", url, Json{{"lora_name", name}}.dump(), key_, std::max(60.0, opt_.request_timeout_s));
+        if (r.transport_error.empty() && r.status >= 200 && r.status < 300)
+          log::info("policy: unloaded the earlier adapter ", name);
+        else
+          log::warn("policy: could not unload the earlier adapter ", name, " (",
+                    r.transport_error.empty() ? "HTTP " + std::to_string(r.status) + ": " + valid_text(cut_utf8(r.body, 200))
+                                              : r.transport_error,
+                    ")");
+      }
+    if (loaded) {
+      log::info("policy: the server has adapter ", a.name, " (", a.path, ") loaded already");
+    } else {
+      const std::string url = at + "/load_lora_adapter";
+      const auto t0 = std::chrono::steady_clock::now();
+      HttpResponse r = http("POST", url, Json{{"lora_name", a.name}, {"lora_path", a.path}}.dump(), key_,
+                            std::max(600.0, opt_.request_timeout_s));
+      if (!r.transport_error.empty()) throw EnvironmentError("--load-lora: " + url + ": " + r.transport_error);
+      Json answer;
+      try {
+        answer = parse_json(r.body, url);
+      } catch (const InputError&) {  // vLLM answers in plain text
+      }
+      const bool ok = r.status >= 200 && r.status < 300 &&
+                      !(answer.is_object() && answer.contains("success") && answer["success"] == false);
+      if (!ok) {
+        std::string hint;
+        if (r.status == 404)
+          hint = vllm ? "; is the server vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora?"
+                      : "; is the server SGLang with --enable-lora (and --max-lora-rank, --lora-target-modules for adapters loaded later)?";
+        throw EnvironmentError("--load-lora: the server did not load " + a.path + " as " + a.name + " (HTTP " +
+                               std::to_string(r.status) + " from " + url + ": " + valid_text(cut_utf8(r.body, 300)) + ")" + hint);
+      }
+      log::info("policy: the server loaded adapter ", a.path, " as ", a.name, " in ",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), " s");
+    }
+    request_model_ = vllm ? a.name : opt_.model + ":" + a.name;
+  }
+
   std::string base_, key_;
   PolicyOptions opt_;
+  std::optional<AdapterRef> adapter_;
+  std::string request_model_;  // what requests name in "model"
 };
 
 AssistantTurn OpenAISession::next(const Json& messages, const Json& tools, const TurnBudget& budget) {
   const PolicyOptions& o = policy_.options();
-  Json body = {{"model", o.model},
-               {"messages", messages},
+  Json body = {{"messages", messages},
                {"tools", tools},
                {"tool_choice", "auto"},
                {"temperature", o.temperature},
                {"top_p", o.top_p},
                {"max_tokens", std::max<int64_t>(1, std::min(o.max_tokens, budget.max_tokens))},
                {"seed", seed_ & 0x7fffffffffffffffULL}};
+  policy_.select_model(body);
   if (o.logprobs) {
     body["logprobs"] = true;
     body["return_token_ids"] = true;  // vLLM >= 0.10.2; servers that do not know it ignore it
