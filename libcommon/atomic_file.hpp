@@ -5,6 +5,7 @@
 // (write_file_atomic in paths.hpp is the one-string form; write_safetensors streams through it.)
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -20,6 +21,10 @@ class AtomicFile {
 
   void write(const void* data, std::size_t n);  // every byte, or EnvironmentError
   void write(std::string_view s) { write(s.data(), s.size()); }
+  // Every byte at `offset` (pwrite), for several threads filling one file's parts. A failure is an
+  // EnvironmentError that leaves the file open (other threads may still be writing); the destructor
+  // removes the temp file.
+  void write_at(uint64_t offset, const void* data, std::size_t n);
   // fsync, close, rename over the target, fsync of the folder: each checked.
   void commit();
   const std::string& path() const { return path_; }

@@ -122,6 +122,22 @@ void AtomicFile::write(const void* data, std::size_t n) {
   }
 }
 
+void AtomicFile::write_at(uint64_t offset, const void* data, std::size_t n) {
+  if (fd_ < 0) throw InternalError("AtomicFile: write after commit or failure ('" + path_ + "')");
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::pwrite(fd_, p, n < (std::size_t(1) << 30) ? n : (std::size_t(1) << 30), static_cast<off_t>(offset));
+    if (w < 0 && errno == EINTR) continue;
+    const int err = w < 0 ? errno : EIO;
+    if (w <= 0)
+      throw EnvironmentError("cannot write '" + path_ + "': write failed: " + std::strerror(err) +
+                             " (nothing written; the file, if any, is as it was)");
+    p += w;
+    n -= std::size_t(w);
+    offset += uint64_t(w);
+  }
+}
+
 void AtomicFile::commit() {
   if (fd_ < 0) throw InternalError("AtomicFile: commit twice or after a failure ('" + path_ + "')");
   if (::fsync(fd_) != 0 && errno != EINVAL) fail("fsync failed", errno);

@@ -18,6 +18,7 @@
 
 #include "libcommon/atomic_file.hpp"
 #include "libcommon/errors.hpp"
+#include "libcommon/nn/checkpoint.hpp"
 #include "libcommon/nn/lora.hpp"
 #include "libcommon/nn/ops.hpp"
 #include "libcommon/paths.hpp"
@@ -489,22 +490,6 @@ template <class T> void token_head_backward(const T* z, int V, int target, doubl
 // ---------------------------------------------------------------------------------------------
 // Hugging Face layout
 
-namespace {
-template <class T> void copy_in(const Tensor& t, T* dst, const ParamInfo& p, const std::string& path) {
-  if (t.shape != p.shape) {
-    Json want = p.shape, got = t.shape;
-    throw InputError("'" + path + "': tensor '" + p.name + "' has shape " + got.dump() + ", the config wants " + want.dump());
-  }
-  if (t.dtype == "F32") {
-    const float* s = t.as<float>();
-    for (std::size_t i = 0; i < p.size; ++i) dst[i] = T(s[i]);
-  } else {
-    std::vector<double> d = to_doubles(t);
-    for (std::size_t i = 0; i < p.size; ++i) dst[i] = T(d[i]);
-  }
-}
-}  // namespace
-
 template <class T> std::string first_non_finite(const Model<T>& model) {
   for (auto& p : model.params())
     for (std::size_t i = 0; i < p.size; ++i) {
@@ -534,48 +519,20 @@ template <class T> Model<T> load_model(const std::string& dir, bool as_critic) {
       if (why.rfind(prefix, 0) == 0) why = why.substr(std::strlen(prefix));
     throw InputError("'" + config_path + "': " + why);
   }
-  std::vector<std::string> files;
-  for (auto& entry : fs::directory_iterator(dir))
-    if (entry.path().extension() == ".safetensors") files.push_back(entry.path().string());
-  std::sort(files.begin(), files.end());
-  if (files.empty()) throw InputError("checkpoint '" + dir + "' has no .safetensors file");
-  // Headers first: every tensor the config implies must be in the files with its shape before one byte
-  // is allocated for the model (a config of 10^9 hidden units or 100,000 layers against a small file
-  // fails here). A tensor in two files is refused: a stale shard must not silently win over new weights.
-  std::map<std::string, std::pair<std::string, TensorInfo>> found;
-  for (auto& f : files)
-    for (auto& [name, info] : read_safetensors_header(f).tensors) {
-      auto [it, fresh] = found.emplace(name, std::make_pair(f, info));
-      if (!fresh)
-        throw InputError("checkpoint '" + dir + "': tensor '" + name + "' is in both '" + it->second.first + "' and '" + f +
-                         "' (a stale weight file? remove the one that is not part of this checkpoint)");
-    }
-  const bool has_score = found.count("score.weight") > 0;
+  // Headers first (CheckpointReader): every tensor the config implies must be in the files with its
+  // shape before one byte is allocated for the model (a config of 10^9 hidden units or 100,000 layers
+  // against a small file fails here); a tensor in two files, or a shard the index does not name, is
+  // refused: a stale shard must not silently win over new weights.
+  CheckpointReader reader(dir);
+  const bool has_score = reader.has("score.weight");
   if (as_critic && !has_score) config.value_head = true;  // a causal LM as the critic's starting point
   if (!as_critic && config.value_head) throw InputError("checkpoint '" + dir + "' is a critic (score head), not a policy");
-  for_each_param(config, [&](const std::string& name, const std::vector<int64_t>& shape) {
-    auto it = found.find(name);
-    if (it == found.end()) {
-      if (name == "score.weight" || name == "score.bias") return true;  // fresh value head: zero
-      throw InputError("checkpoint '" + dir + "': tensor '" + name + "' is missing ('" + config_path + "' wants it)");
-    }
-    if (it->second.second.shape != shape)
-      throw InputError("'" + it->second.first + "': tensor '" + name + "' has shape " + Json(it->second.second.shape).dump() +
-                       ", '" + config_path + "' wants " + Json(shape).dump());
-    const std::string& dt = it->second.second.dtype;
-    if (dt != "F32" && dt != "F64" && dt != "BF16" && dt != "F16")
-      throw InputError("'" + it->second.first + "': tensor '" + name + "' has dtype " + it->second.second.dtype +
-                       " (F32, F64, BF16 or F16 expected)");
-    return true;
-  });
+  reader.check_layout(config, config_path, {"score.weight", "score.bias"});  // a fresh value head is zero
   Model<T> model(config);
-  for (auto& f : files) {
-    auto st = read_safetensors(f);
-    for (auto& p : model.params()) {
-      auto it = st.tensors.find(p.name);
-      if (it != st.tensors.end()) copy_in(it->second, model.weights.data() + p.offset, p, f);
-    }
-  }
+  std::vector<CheckpointReader::Request<T>> requests;
+  for (auto& p : model.params())
+    if (reader.has(p.name)) requests.push_back({p.name, 0, p.size, model.weights.data() + p.offset});
+  reader.read_parallel(requests);
   if (as_critic && !has_score)
     for (auto* name : {"score.weight", "score.bias"}) {
       auto& p = model.param(name);
@@ -586,20 +543,26 @@ template <class T> Model<T> load_model(const std::string& dir, bool as_critic) {
   return model;
 }
 
-template <class T> void save_model(const Model<T>& model, const std::string& dir) {
+template <class T> void save_model(const Model<T>& model, const std::string& dir, const WriteOptions& options) {
   if (auto bad = first_non_finite(model); !bad.empty())
     throw InputError("checkpoint '" + dir + "' not written: " + bad);
   std::filesystem::create_directories(dir);
-  TensorMap tensors;
-  for (auto& p : model.params()) {
-    Tensor t = Tensor::zeros("F32", p.shape);
-    float* d = t.as<float>();
-    for (std::size_t i = 0; i < p.size; ++i) d[i] = float(model.weights[p.offset + i]);
-    tensors.emplace(p.name, std::move(t));
-  }
-  write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-  write_file_atomic(dir + "/config.json", model.config().to_json().dump(2) + "\n");
+  std::vector<TensorSpec> specs;
+  for (auto& p : model.params()) specs.push_back({p.name, p.shape});
+  const auto& params = model.params();
+  WriteOptions o = options;
+  o.ordered = false;
+  write_checkpoint_tensors(
+      dir, specs,
+      [&](std::size_t i, std::size_t begin, std::size_t count, float* out) {
+        const T* w = model.weights.data() + params[i].offset + begin;
+        for (std::size_t k = 0; k < count; ++k) out[k] = float(w[k]);
+      },
+      o);
+  write_checkpoint_config(dir, model.config(), o.dtype);
 }
+
+template <class T> void save_model(const Model<T>& model, const std::string& dir) { save_model(model, dir, WriteOptions{}); }
 
 // ---------------------------------------------------------------------------------------------
 // A checkpoint folder written whole
@@ -685,6 +648,8 @@ template Model<float> load_model<float>(const std::string&, bool);
 template Model<double> load_model<double>(const std::string&, bool);
 template void save_model<float>(const Model<float>&, const std::string&);
 template void save_model<double>(const Model<double>&, const std::string&);
+template void save_model<float>(const Model<float>&, const std::string&, const WriteOptions&);
+template void save_model<double>(const Model<double>&, const std::string&, const WriteOptions&);
 template std::string first_non_finite<float>(const Model<float>&);
 template std::string first_non_finite<double>(const Model<double>&);
 template Model<double> convert_model<double, float>(const Model<float>&);

@@ -1,13 +1,18 @@
 // ppo-step's subcommands: advantages, sample, tokenize, init and config.
 #include "tools/ppo-step/commands.hpp"
 
+#include <sys/resource.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <optional>
 #include <iostream>
 
 #include "libcommon/errors.hpp"
+#include "libcommon/nn/checkpoint.hpp"
 #include "libcommon/nn/lora.hpp"
 #include "libcommon/fields.hpp"
 #include "libcommon/ids.hpp"
@@ -173,6 +178,26 @@ int run_tokenize(const CommonOptions& options, const EpisodeFields& fields) {
   return rc;
 }
 
+namespace {
+// "5GB", "500MB", "2GiB", "1000000": bytes, as huggingface_hub's convert_file_size_to_int reads them.
+uint64_t parse_shard_size(const std::string& text) {
+  std::size_t end = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &end);
+  } catch (const std::exception&) {
+    throw UsageError("--max-shard-size '" + text + "': expected a size such as 5GB or 500MB");
+  }
+  static const std::pair<const char*, double> units[] = {{"", 1},      {"B", 1},       {"KB", 1e3},          {"MB", 1e6},
+                                                         {"GB", 1e9},  {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+  for (auto& [unit, scale] : units)
+    if (text.substr(end) == unit && v * scale >= 1 && v * scale < 1e18) return uint64_t(v * scale);
+  throw UsageError("--max-shard-size '" + text + "': expected a size such as 5GB or 500MB");
+}
+
+double gib(double bytes) { return bytes / double(1 << 30); }
+}  // namespace
+
 void init_model(const InitSettings& s) {
   Json j;
   try {
@@ -181,27 +206,47 @@ void init_model(const InitSettings& s) {
     throw InputError("'" + s.config_path + "': " + e.what());
   }
   nn::Config config;
+  nn::WriteOptions options;
+  options.max_shard_bytes = parse_shard_size(s.max_shard_size);
+  options.threads = s.threads;
   try {
     config = nn::Config::from_json(j);
     config.value_head = s.critic || config.value_head;
     config.validate();
+    if (!s.dtype.empty()) options.dtype = s.dtype == "bf16" ? "BF16" : "F32";
+    else if (j.contains("torch_dtype") && j["torch_dtype"].is_string()) options.dtype = nn::disk_dtype_for(j["torch_dtype"]);
+    // The weights are drawn and written tensor by tensor, never held whole; still refused before any
+    // work: a checkpoint larger than the free disk, or than this machine's memory (or ulimit) in its
+    // disk dtype (nothing here could then read it back whole: sampling and the CPU trainer do).
+    const double bytes = double(nn::checkpoint_bytes(config, options.dtype));
+    double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+    for (int resource : {RLIMIT_AS, RLIMIT_DATA}) {
+      struct rlimit rl {};
+      if (getrlimit(resource, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && double(rl.rlim_cur) < memory) memory = double(rl.rlim_cur);
+    }
+    const std::string sizes = log::cat(config.parameter_count(), " parameters need ", int64_t(gib(bytes)), " GiB in ", options.dtype);
+    const std::string shape = log::cat(" (hidden_size ", config.hidden_size, ", num_hidden_layers ", config.num_hidden_layers, ")");
+    if (memory > 0 && bytes > memory)
+      throw InputError(log::cat(sizes, ", more than the ", int64_t(gib(memory)), " GiB of memory (or ulimit) here", shape));
+    std::filesystem::path parent = std::filesystem::absolute(s.out).parent_path();
+    while (!parent.empty() && !std::filesystem::exists(parent) && parent != parent.root_path()) parent = parent.parent_path();
+    struct statvfs fsinfo {};
+    if (::statvfs(parent.c_str(), &fsinfo) == 0) {
+      const double free_bytes = double(fsinfo.f_bavail) * double(fsinfo.f_frsize);
+      if (bytes > free_bytes)
+        throw InputError(log::cat(sizes, ", more than the ", int64_t(gib(free_bytes)), " GiB free on the disk of '", s.out, "'", shape));
+    }
     nn::check_checkpoint_target(s.out);
   } catch (const InputError& e) {
     throw InputError("'" + s.config_path + "': " + e.what());
   }
   nn::CheckpointWriter out(s.out);  // complete or not at all; an earlier checkpoint there replaced whole
-  nn::Model<float> model = [&] {
-    try {
-      return nn::Model<float>(config);  // refuses, before allocating, a model larger than this machine's memory
-    } catch (const InputError& e) {
-      throw InputError("'" + s.config_path + "': " + e.what());
-    }
-  }();
-  model.init_random(s.seed, s.std);
-  nn::save_model(model, out.path());
+  const auto t0 = std::chrono::steady_clock::now();
+  nn::init_random_checkpoint(config, s.seed, s.std, out.path(), options);
   out.commit();
-  log::info("wrote ", config.value_head ? "critic" : "policy", " with ", model.num_parameters(), " parameters to ", s.out,
-            " (seed ", s.seed, ")");
+  log::info("wrote ", config.value_head ? "critic" : "policy", " with ", config.parameter_count(), " parameters (",
+            options.dtype, ") to ", s.out, " (seed ", s.seed, ") in ",
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), " s");
 }
 
 void add_subcommands(Cli& cli, Subcommands& s, EpisodeFields& fields) {
@@ -245,6 +290,12 @@ void add_subcommands(Cli& cli, Subcommands& s, EpisodeFields& fields) {
   s.init->add_option("--out", s.init_settings.out, "Checkpoint folder")->required();
   s.init->add_flag("--critic", s.init_settings.critic, "A critic (value head) instead of a policy");
   s.init->add_option("--std", s.init_settings.std, "Normal init standard deviation")->capture_default_str();
+  s.init->add_option("--dtype", s.init_settings.dtype, "On disk: bf16 or f32 (default: the config's torch_dtype, else f32)")
+      ->check(CLI::IsMember({"bf16", "f32"}));
+  s.init->add_option("--max-shard-size", s.init_settings.max_shard_size,
+                     "Largest weight file (5GB, 500MB, 2GiB); larger models are sharded with an index")
+      ->capture_default_str();
+  s.init->add_option("--threads", s.init_settings.threads, "Writing threads (0: the machine's cores)")->capture_default_str();
   cli.add_seed_option(s.init);
 
   s.config = app.add_subcommand("config", "Print the default YAML configuration");

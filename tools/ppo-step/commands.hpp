@@ -68,6 +68,9 @@ struct InitSettings {
   bool critic = false;
   double std = 0.02;
   uint64_t seed = 0;
+  std::string dtype;                    // bf16 | f32; "" = the config's torch_dtype (f32 when it names none)
+  std::string max_shard_size = "5GB";  // as Hugging Face's max_shard_size
+  int threads = 0;                      // writing threads; 0 = the machine's cores
 };
 void init_model(const InitSettings& settings);
 

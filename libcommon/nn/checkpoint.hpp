@@ -1,0 +1,132 @@
+// Checkpoints larger than memory: a reader that maps a Hugging Face folder (one model.safetensors, or
+// model.safetensors.index.json and its shards, or several *.safetensors) and converts one tensor, or a
+// range of it, at a time; a writer that streams tensors into HF-style shards from several threads; and
+// the random init written tensor by tensor. load_model / save_model (model.hpp) are built on these.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "libcommon/nn/model.hpp"
+#include "libcommon/safetensors.hpp"
+
+namespace ca::nn {
+
+// safetensors dtype on disk for a config.json torch_dtype ("float32" -> F32, "bfloat16" -> BF16,
+// "float16" -> F16); InputError for another. And back.
+std::string disk_dtype_for(const std::string& torch_dtype);
+std::string torch_dtype_for(const std::string& disk_dtype);
+// The folder's config.json torch_dtype as a disk dtype ("F32" when it names none): what to save a
+// model loaded from `dir` in, to keep its precision on disk.
+std::string checkpoint_disk_dtype(const std::string& dir);
+
+// Reads a checkpoint folder's weights through memory maps. The constructor reads every header and
+// checks it (sizes, ranges inside the file, no overlaps, no tensor in two files); with an index the
+// index decides which files belong (each named once, a plain file name in the folder: never a path
+// with '/' or '..', so nothing outside the folder is opened), every tensor must be in the file the
+// index names, and a *.safetensors in the folder that the index does not name is refused (a stale
+// shard). InputError naming the file and tensor for every refusal. Thread-safe for reads.
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& dir);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  const std::vector<std::string>& files() const { return file_paths_; }  // the weight files read
+  bool has(const std::string& name) const;
+  const TensorInfo& info(const std::string& name) const;  // InternalError when absent (ask has() first)
+  const std::string& file_of(const std::string& name) const;
+  std::vector<std::string> names() const;
+
+  // Every tensor of the config's layout is here with its shape and a float dtype (F32, F64, BF16,
+  // F16), except those in `may_be_missing`. `config_path` names the config in messages.
+  void check_layout(const Config& config, const std::string& config_path, const std::set<std::string>& may_be_missing = {}) const;
+
+  // Elements [begin, begin + count) of `name` converted into `out`, through the map; the pages read
+  // are given back as it goes, so resident memory stays about one chunk. InternalError when the range
+  // is outside the tensor.
+  void read(const std::string& name, std::size_t begin, std::size_t count, float* out) const;
+  void read(const std::string& name, std::size_t begin, std::size_t count, double* out) const;
+  // The tensor's bytes as stored (its dtype: info(name).dtype), for a caller converting itself.
+  const uint8_t* raw(const std::string& name) const;
+
+  // Several reads at once over `threads` threads (0: the machine's cores, at most 16), split in chunks.
+  template <class T> struct Request {
+    std::string name;
+    std::size_t begin = 0, count = 0;
+    T* out = nullptr;
+  };
+  template <class T> void read_parallel(const std::vector<Request<T>>& requests, int threads = 0) const;
+
+ private:
+  struct Entry;
+  const Entry& entry(const std::string& name) const;
+  std::string dir_;
+  std::vector<std::string> file_paths_;
+  std::vector<std::unique_ptr<MappedFile>> maps_;
+  std::unique_ptr<std::map<std::string, Entry>> entries_;
+};
+
+// What the writer writes and how.
+struct WriteOptions {
+  std::string dtype = "F32";                   // on disk: F32, BF16 or F16
+  uint64_t max_shard_bytes = 5'000'000'000ull;  // Hugging Face's default max_shard_size "5GB"
+  int threads = 0;                             // 0: the machine's cores, at most 16
+  // fill is called from one thread, in layout order, each tensor's ranges in order (a sequential
+  // random stream); otherwise from the writing threads in any order.
+  bool ordered = false;
+  std::size_t chunk_elements = std::size_t(8) << 20;  // elements per fill call and write
+};
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+// fill(index, begin, count, out): elements [begin, begin + count) of tensors[index] as floats.
+using FillFn = std::function<void(std::size_t index, std::size_t begin, std::size_t count, float* out)>;
+
+// Writes `tensors` (layout order) into `dir` as Hugging Face does: model.safetensors when everything
+// fits one shard (laid out as write_safetensors lays it out), else model-0000K-of-0000N.safetensors
+// (tensors assigned in layout order, a new shard when the next tensor would pass max_shard_bytes, a
+// tensor larger than that alone in its shard) and model.safetensors.index.json (metadata.total_size,
+// weight_map). Each file is written whole (AtomicFile) and renamed into place only after every file
+// was written; a non-finite value is an InputError naming the tensor and element, and nothing is
+// renamed into place. Memory: about two chunks per thread. Returns the file names written.
+std::vector<std::string> write_checkpoint_tensors(const std::string& dir, const std::vector<TensorSpec>& tensors,
+                                                  const FillFn& fill, const WriteOptions& options);
+
+// config.json for a checkpoint in `disk_dtype` (torch_dtype set to match), written whole.
+void write_checkpoint_config(const std::string& dir, const Config& config, const std::string& disk_dtype);
+
+// save_model with the writer's options (dtype, shard size, threads); the two-argument save_model is
+// this with WriteOptions{} (F32, 5 GB shards).
+template <class T> void save_model(const Model<T>& model, const std::string& dir, const WriteOptions& options);
+
+// The weights Model<float>::init_random(seed, std) gives, bit for bit (one mt19937_64 stream in
+// layout order; norms 1, biases 0), written tensor by tensor without holding the model: for shapes
+// larger than this machine's memory. config.json is written too.
+void init_random_checkpoint(const Config& config, uint64_t seed, double std, const std::string& dir, WriteOptions options);
+
+// The values std::normal_distribution<double>(0, std) draws from std::mt19937_64(seed), rounded to
+// float, in order, bit for bit: the stream Model::init_random uses. The engine runs on one thread
+// (its words in blocks), the polar method's uniforms, logs and square roots on `threads` (0: the cores).
+class InitNormalStream {
+ public:
+  InitNormalStream(uint64_t seed, double std, int threads = 0);
+  ~InitNormalStream();
+  void next(float* out, std::size_t n);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Bytes the config's weights take on disk in `disk_dtype`.
+uint64_t checkpoint_bytes(const Config& config, const std::string& disk_dtype);
+
+}  // namespace ca::nn
