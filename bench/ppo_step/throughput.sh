@@ -19,8 +19,9 @@ cat > "$OUT/config.json" <<'JSON'
 JSON
 [ -d "$OUT/policy" ] || "$BIN/ppo-step" init --model-config "$OUT/config.json" --out "$OUT/policy" --seed 1 -q
 [ -d "$OUT/critic" ] || "$BIN/ppo-step" init --model-config "$OUT/config.json" --out "$OUT/critic" --critic --seed 2 -q
-printf 'algorithm:\n  estimator: grpo\n' > "$OUT/grpo.yaml"
-printf 'algorithm:\n  estimator: gae\n' > "$OUT/gae.yaml"
+# The episodes' logprobs are made up: the rollout check reports only (actor.max_logprob_mismatch 0).
+printf 'algorithm:\n  estimator: grpo\nactor:\n  max_logprob_mismatch: 0\n' > "$OUT/grpo.yaml"
+printf 'algorithm:\n  estimator: gae\nactor:\n  max_logprob_mismatch: 0\n' > "$OUT/gae.yaml"
 for case in $CASES; do
   T=${case%x*} N=${case#*x}
   "$PY" - "$T" "$N" > "$OUT/ep_$case.jsonl" <<'PY'

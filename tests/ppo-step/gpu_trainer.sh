@@ -10,7 +10,9 @@
 #     toy_rl.sh, trained on the GPU in bf16, raises its reward as on the CPU;
 #  5. ppo-step sample --device cuda: the logprobs it records for its sampled tokens are the CPU
 #     model's (within 1e-4 per response in fp32, 3e-2 in bf16), and it stops at a stop token;
-#  6. a GPU that is not there is an environment error (exit 3) naming it.
+#  6. the rollout check (issue 34): its figures on made-up logprobs agree across devices, and responses
+#     sampled on the GPU in f32 and bf16 pass the default bound when trained on the CPU and the GPU;
+#  7. a GPU that is not there is an environment error (exit 3) naming it.
 source "$(dirname "$0")/lib.sh"
 cd "$tmp"
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -30,6 +32,7 @@ actor:
   weight_decay: 0.0
   grad_clip: 0.0
   entropy_coeff: 0.01
+  max_logprob_mismatch: 0   # gpu_episodes.py makes the logprobs up: the rollout check reports only
 critic:
   lr: 1.0
   eps: 1.0
@@ -51,6 +54,17 @@ echo "== cuda f32 vs cpu"
 $CMP 1e-3 cpu.jsonl f32.jsonl policy cpu f32 critic cpu/critic f32/critic || fail "fp32 step differs from the CPU's"
 echo "== cuda bf16 vs cpu"
 $CMP 6e-2 cpu.jsonl bf16.jsonl policy cpu bf16 critic cpu/critic bf16/critic || fail "bf16 step differs from the CPU's"
+echo "== the rollout check's figures (made-up logprobs) on each device against the CPU's"
+$PY - cpu.jsonl f32.jsonl bf16.jsonl <<'PYEOF' || fail "the rollout check differs between devices"
+import json, sys
+cpu, f32, bf16 = [json.loads(open(p).readline())["rollout_mismatch"] for p in sys.argv[1:]]
+for m, tol in [(f32, 1e-3), (bf16, 6e-2)]:
+    assert m["episodes_checked"] == cpu["episodes_checked"] == 8 and m["tokens_checked"] == cpu["tokens_checked"], m
+    for k in ["logprob_abs_diff_mean", "ratio_mean"]:
+        assert abs(m[k] - cpu[k]) <= tol * max(1.0, abs(cpu[k])), (k, m[k], cpu[k], tol)
+print("rollout check, made-up logprobs: mean |diff| cpu %.5f, cuda f32 %.5f, cuda bf16 %.5f" % (
+    cpu["logprob_abs_diff_mean"], f32["logprob_abs_diff_mean"], bf16["logprob_abs_diff_mean"]))
+PYEOF
 echo "== bf16 with activation checkpointing vs without"
 $CMP 1e-5 bf16.jsonl bf16ck.jsonl policy bf16 bf16ck critic bf16/critic bf16ck/critic || fail "checkpointing changes the step"
 
@@ -122,6 +136,33 @@ for k, r in enumerate(recs, 1):
     assert abs(gpu - cpu) <= tol, (k, gpu, cpu)
 print("sample on cuda (%s): 8 responses, mean NLL per token against the CPU model's: worst difference %.2e (bound %.0e)" % (dt, worst, tol))
 PYEOF
+done
+# The rollout check on real rollouts (issue 34): responses sampled on the GPU (f32, bf16) trained on by the
+# same checkpoint on the CPU, the GPU in f32 and in bf16, with the default bound (actor.max_logprob_mismatch
+# 0.1): every step passes; the figures are printed (bf16 sampler against each trainer: the number the
+# default bound must stay above). f32 against f32 on the GPU agrees to 1e-4.
+printf 'algorithm:\n  estimator: grpo\n' > check.yaml
+for dt in f32 bf16; do
+  $PY -c '
+import json, sys
+for i, l in enumerate(open(sys.argv[1])):
+    r = json.loads(l); r["reward"] = float(i % 2); print(json.dumps(r))' "sampled_$dt.jsonl" > "check_$dt.jsonl"
+  for tr in "cpu f32" "cuda f32" "cuda bf16"; do
+    set -- $tr
+    $PPO --mode ppo --policy policy --out "chk_${dt}_$1_$2" --config check.yaml --device $1 --dtype $2 --seed 1 --no-store -q \
+      < "check_$dt.jsonl" > "chk_${dt}_$1_$2.jsonl" || fail "rollout check: sampled on cuda $dt, trained on $1 $2 (exit $?)"
+    $PY - "chk_${dt}_$1_$2.jsonl" "$dt" "$1 $2" <<'PYEOF' || fail "rollout check figures ($dt sampler, $1 $2 trainer)"
+import json, sys
+m = json.loads(open(sys.argv[1]).readline())["rollout_mismatch"]
+print("rollout check: sampled on cuda %s, trained on %s: mean |diff| %.2e, max %.2e, ratio %.5f +- %.1e [%.4f, %.4f], %.1f%% outside the clip range" % (
+    sys.argv[2], sys.argv[3], m["logprob_abs_diff_mean"], m["logprob_abs_diff_max"], m["ratio_mean"], m["ratio_std"],
+    m["ratio_min"], m["ratio_max"], 100 * m["ratio_outside_clip"]))
+assert m["episodes_checked"] == 8 and m["tokens_checked"] == 8 * 24, m
+assert m["logprob_abs_diff_mean"] < 0.1, m
+if sys.argv[2] == "f32" and sys.argv[3] == "cuda f32":
+    assert m["logprob_abs_diff_mean"] < 1e-4, m
+PYEOF
+  done
 done
 # A stop token ends a response on the GPU as on the CPU: stop at the token greedy decoding gives first.
 head -n 1 prompts.jsonl | $PPO sample --policy policy --device cuda --dtype f32 --temperature 0 --max-new-tokens 24 --seed 7 \

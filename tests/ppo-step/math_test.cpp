@@ -226,3 +226,45 @@ TEST_CASE("config: the printed defaults are the defaults; unknown keys are error
   CHECK_THROWS_AS(b.apply_yaml("actor:\n  learning_rate: 1\n", "x.yaml"), ca::UsageError);
   CHECK_THROWS_AS(b.apply_yaml("actor:\n  lr: fast\n", "x.yaml"), ca::UsageError);
 }
+
+TEST_CASE("rollout mismatch: |diff| mean and max, |p diff|, the ratio's spread and the fraction outside the clip") {
+  // Diffs lp_train - lp_rollout = 0, +0.1, -0.5, +ln 2: ratios 1, e^0.1, e^-0.5, 2.
+  PolicyClip clip;  // [0.8, 1.28]
+  RolloutMismatch m;
+  const double lr[] = {-1.0, -2.0, -0.5, -3.0}, d[] = {0.0, 0.1, -0.5, std::log(2.0)};
+  double ratio[4], pdiff = 0;
+  for (int i = 0; i < 4; ++i) {
+    m.add(lr[i] + d[i], lr[i], clip);
+    ratio[i] = std::exp(d[i]);
+    pdiff += std::fabs(std::exp(lr[i] + d[i]) - std::exp(lr[i]));
+  }
+  CHECK(m.tokens == 4);
+  CHECK(m.abs_mean() == Approx((0.1 + 0.5 + std::log(2.0)) / 4));
+  CHECK(m.abs_max == Approx(std::log(2.0)));
+  CHECK(m.prob_abs_sum / 4 == Approx(pdiff / 4));
+  const double mean = (ratio[0] + ratio[1] + ratio[2] + ratio[3]) / 4;
+  double var = 0;
+  for (double r : ratio) var += (r - mean) * (r - mean) / 4;
+  CHECK(m.ratio_mean == Approx(mean));
+  CHECK(m.ratio_std() == Approx(std::sqrt(var)));
+  CHECK(m.ratio_min == Approx(std::exp(-0.5)));
+  CHECK(m.ratio_max == Approx(2.0));
+  CHECK(m.outside_clip == 2);  // e^-0.5 = 0.61 < 0.8 and 2 > 1.28; e^0.1 = 1.105 inside
+  // The ratio is clamped as the loss clamps it: a diff of 50 counts as e^20, not inf.
+  RolloutMismatch big;
+  big.add(0.0, -50.0, clip);
+  CHECK(big.ratio_max == Approx(std::exp(20.0)));
+  CHECK(std::isfinite(big.ratio_std()));
+  // Nothing added: zeros, and the trainer reports them as null.
+  CHECK(RolloutMismatch().abs_mean() == 0.0);
+}
+
+TEST_CASE("config: actor.max_logprob_mismatch defaults to 0.1, 0 reports only, a negative or infinite bound is refused") {
+  TrainConfig c;
+  CHECK(c.max_logprob_mismatch == 0.1);
+  CHECK(c.to_json()["actor"]["max_logprob_mismatch"] == 0.1);
+  c.apply_yaml("actor:\n  max_logprob_mismatch: 0\n", "x.yaml");
+  CHECK(c.max_logprob_mismatch == 0.0);
+  CHECK_THROWS_AS(c.apply_yaml("actor:\n  max_logprob_mismatch: -0.1\n", "x.yaml"), ca::UsageError);
+  CHECK_THROWS_AS(c.apply_yaml("actor:\n  max_logprob_mismatch: .inf\n", "x.yaml"), ca::UsageError);
+}
