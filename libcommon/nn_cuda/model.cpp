@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "libcommon/errors.hpp"
+#include "libcommon/nn_cuda/lora.hpp"
 
 namespace ca::nn_cuda {
 
@@ -35,9 +36,10 @@ CudaModel::CudaModel(Gpu& gpu, const nn::Model<float>& model, CudaModelOptions o
   score_w_ = model.score_weight_offset;
   score_b_ = model.score_bias_offset;
   n_params_ = model.weights.size();
-  master_ = Buffer(gpu_, n_params_ * 4);
+  const bool master = !opt_.frozen || opt_.dtype == DType::F32;  // a frozen bf16 base keeps its bf16 copy only
+  if (master) master_ = Buffer(gpu_, n_params_ * 4);
   if (opt_.dtype == DType::BF16) compute_ = Buffer(gpu_, n_params_ * 2);
-  grads_ = Buffer(gpu_, n_params_ * 4);
+  if (!opt_.frozen) grads_ = Buffer(gpu_, n_params_ * 4);
   rope_ = RopeTable(gpu_, c.max_position_embeddings, c.head_dim, c.rope_theta);
   upload_weights(model);
   zero_grad();
@@ -45,24 +47,43 @@ CudaModel::CudaModel(Gpu& gpu, const nn::Model<float>& model, CudaModelOptions o
 
 void CudaModel::upload_weights(const nn::Model<float>& model) {
   if (model.weights.size() != n_params_) throw InternalError("native model on CUDA: weights of another shape");
-  gpu_.upload(master_.ptr(), model.weights.data(), n_params_ * 4);
-  if (opt_.dtype == DType::BF16) convert(gpu_, DType::BF16, compute_.ptr(), DType::F32, master_.ptr(), n_params_);
+  if (master_.ptr()) {
+    gpu_.upload(master_.ptr(), model.weights.data(), n_params_ * 4);
+    if (opt_.dtype == DType::BF16) convert(gpu_, DType::BF16, compute_.ptr(), DType::F32, master_.ptr(), n_params_);
+  } else {  // a frozen bf16 base: through an fp32 staging buffer of 64 Mi floats, never the whole fp32 copy
+    const std::size_t chunk = std::size_t(64) << 20;
+    Buffer stage(gpu_, std::min(chunk, n_params_) * 4);
+    for (std::size_t i = 0; i < n_params_; i += chunk) {
+      const std::size_t n = std::min(chunk, n_params_ - i);
+      gpu_.upload(stage.ptr(), model.weights.data() + i, n * 4);
+      convert(gpu_, DType::BF16, compute_.ptr() + i * 2, DType::F32, stage.ptr(), n);
+      gpu_.sync();  // the staging buffer is reused by the next chunk
+    }
+  }
   gpu_.sync();
 }
 
 void CudaModel::download_weights(nn::Model<float>& model) const {
+  if (!master_.ptr()) throw InternalError("native model on CUDA: a frozen bf16 base has no fp32 master weights");
   model.weights.resize(n_params_);
   gpu_.download(model.weights.data(), master_.ptr(), n_params_ * 4);
 }
 
-std::vector<float> CudaModel::grads() const { return to_host(gpu_, grads_.ptr(), n_params_, DType::F32); }
+std::vector<float> CudaModel::grads() const {
+  if (opt_.frozen) throw InternalError("native model on CUDA: a frozen base has no gradients");
+  return to_host(gpu_, grads_.ptr(), n_params_, DType::F32);
+}
 
-void CudaModel::zero_grad() { gpu_.memset0(grads_.ptr(), n_params_ * 4); }
+void CudaModel::zero_grad() {
+  if (!opt_.frozen) gpu_.memset0(grads_.ptr(), n_params_ * 4);
+}
+
+bool CudaModel::critic() const { return config_.value_head || (active_ && active_->critic()); }
 
 Ptr CudaModel::w(std::size_t offset) const {
   return opt_.dtype == DType::BF16 ? at(compute_, offset, 2) : at(master_, offset, 4);
 }
-Ptr CudaModel::g(std::size_t offset) const { return at(grads_, offset, 4); }
+Ptr CudaModel::g(std::size_t offset) const { return opt_.frozen ? 0 : at(grads_, offset, 4); }
 
 void CudaModel::alloc_layer(LayerBuffers& L, int T, bool with_input, bool with_work) {
   const auto& c = config_;
@@ -115,7 +136,8 @@ void CudaModel::ensure_scratch(int T) {
 
 // One decoder layer over T rows at positions pos0..: x_out = layer(x_in). With a KV cache (decoding),
 // this step's keys and values are appended to it and attention reads the whole cached prefix.
-void CudaModel::layer_forward(int l, int T, int pos0, LayerBuffers& L, Ptr x_in, Ptr x_out, Ptr k_cache, Ptr v_cache) {
+void CudaModel::layer_forward(int l, int T, int pos0, LayerBuffers& L, Ptr x_in, Ptr x_out, Ptr k_cache, Ptr v_cache,
+                              CudaAdapter* ad) {
   const auto& c = config_;
   const auto& o = offsets_[l];
   const DType dt = opt_.dtype;
@@ -124,8 +146,16 @@ void CudaModel::layer_forward(int l, int T, int pos0, LayerBuffers& L, Ptr x_in,
             D = c.head_dim;
   const int QD = H * D, KD = KV * D;
   const float eps = float(c.rms_norm_eps);
+  // y (row stride ld) += the adapter's share on (l, m), when it has that site
+  auto lora = [&](nn::LoraModule m, Ptr y, int ld, Ptr in) {
+    if (!ad) return;
+    if (const nn::LoraSite* s = ad->site(l, m)) ad->forward(*s, y, ld, in, T);
+  };
   rmsnorm_forward(gpu_, dt, L.xn1.ptr(), L.rstd1.ptr(), x_in, w(o.input_norm), T, C, eps);
   matmul_forward(gpu_, dt, L.qkv.ptr(), L.xn1.ptr(), w(o.q), c.attention_bias ? w(o.q_bias) : 0, T, C, QKV_);
+  lora(nn::LoraModule::q_proj, L.qkv.ptr(), QKV_, L.xn1.ptr());
+  lora(nn::LoraModule::k_proj, at(L.qkv, QD, es), QKV_, L.xn1.ptr());
+  lora(nn::LoraModule::v_proj, at(L.qkv, QD + KD, es), QKV_, L.xn1.ptr());
   rope(gpu_, dt, L.qkv.ptr(), QKV_, T, H, D, rope_, pos0, false);
   rope(gpu_, dt, at(L.qkv, QD, es), QKV_, T, KV, D, rope_, pos0, false);
   Ptr kp = at(L.qkv, QD, es), vp = at(L.qkv, QD + KD, es);
@@ -137,24 +167,34 @@ void CudaModel::layer_forward(int l, int T, int pos0, LayerBuffers& L, Ptr x_in,
   }
   attention_forward(gpu_, dt, L.att.ptr(), QD, L.lse.ptr(), L.qkv.ptr(), QKV_, kp, vp, ldkv, T, Tk, pos0, H, KV, D);
   matmul_forward(gpu_, dt, L.x_mid.ptr(), L.att.ptr(), w(o.o), 0, T, QD, C, x_in);
+  lora(nn::LoraModule::o_proj, L.x_mid.ptr(), C, L.att.ptr());
   rmsnorm_forward(gpu_, dt, L.xn2.ptr(), L.rstd2.ptr(), L.x_mid.ptr(), w(o.post_norm), T, C, eps);
   matmul_forward(gpu_, dt, L.gu.ptr(), L.xn2.ptr(), w(o.gate), 0, T, C, 2 * F);
+  lora(nn::LoraModule::gate_proj, L.gu.ptr(), 2 * F, L.xn2.ptr());
+  lora(nn::LoraModule::up_proj, at(L.gu, F, es), 2 * F, L.xn2.ptr());
   swiglu_forward(gpu_, dt, L.act.ptr(), L.gu.ptr(), at(L.gu, F, es), 2 * F, T, F);
   matmul_forward(gpu_, dt, x_out, L.act.ptr(), w(o.down), 0, T, F, C, L.x_mid.ptr());
+  lora(nn::LoraModule::down_proj, x_out, C, L.act.ptr());
 }
 
 void CudaModel::head_forward(Ptr x, int T) {
   const auto& c = config_;
   const DType dt = opt_.dtype;
   rmsnorm_forward(gpu_, dt, xf_.ptr(), rstdf_.ptr(), x, w(final_norm_), T, c.hidden_size, float(c.rms_norm_eps));
-  if (c.value_head)
+  if (active_ && active_->critic())
+    matmul_forward(gpu_, dt, head_.ptr(), xf_.ptr(), active_->w(active_->score_weight()), active_->w(active_->score_bias()), T,
+                   c.hidden_size, 1);
+  else if (c.value_head)
     matmul_forward(gpu_, dt, head_.ptr(), xf_.ptr(), w(score_w_), w(score_b_), T, c.hidden_size, 1);
   else
     matmul_forward(gpu_, dt, head_.ptr(), xf_.ptr(), w(lm_head_), 0, T, c.hidden_size, c.vocab_size);
 }
 
-void CudaModel::forward(const std::vector<int>& tokens) {
+void CudaModel::forward(const std::vector<int>& tokens, CudaAdapter* adapter) {
   const auto& c = config_;
+  if (adapter && !opt_.frozen) throw InternalError("native model on CUDA: an adapter runs on a frozen base");
+  if (adapter && &adapter->base_ != this) throw InternalError("native model on CUDA: the adapter belongs to another base");
+  active_ = adapter;
   const int T = int(tokens.size());
   if (T == 0) throw InputError("native model: empty sequence");
   if (T > c.max_position_embeddings)
@@ -172,23 +212,23 @@ void CudaModel::forward(const std::vector<int>& tokens) {
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     Ptr x_out = l + 1 < c.num_hidden_layers ? layers_[l + 1].x_in.ptr() : resid_out_.ptr();
     LayerBuffers& L = opt_.checkpointing ? work_ : layers_[l];
-    layer_forward(l, T, 0, L, layers_[l].x_in.ptr(), x_out, 0, 0);
+    layer_forward(l, T, 0, L, layers_[l].x_in.ptr(), x_out, 0, 0, adapter);
   }
   head_forward(resid_out_.ptr(), T);
 }
 
 std::vector<float> CudaModel::logits() const {
-  if (config_.value_head) throw InternalError("native model on CUDA: a critic has no logits");
+  if (critic()) throw InternalError("native model on CUDA: a critic has no logits");
   return to_host(gpu_, head_.ptr(), std::size_t(seq_len_) * config_.vocab_size, opt_.dtype);
 }
 
 std::vector<float> CudaModel::values() const {
-  if (!config_.value_head) throw InternalError("native model on CUDA: a policy has no values");
+  if (!critic()) throw InternalError("native model on CUDA: a policy has no values");
   return to_host(gpu_, head_.ptr(), seq_len_, opt_.dtype);
 }
 
 TokenLogprobs CudaModel::token_logprobs(const std::vector<int>& targets, double temperature) {
-  if (config_.value_head) throw InternalError("native model on CUDA: token_logprobs needs a policy");
+  if (critic()) throw InternalError("native model on CUDA: token_logprobs needs a policy");
   if (int(targets.size()) != seq_len_) throw InternalError("native model on CUDA: targets and sequence differ in length");
   for (int y : targets)
     if (y >= config_.vocab_size) throw InputError("native model: target id " + std::to_string(y) + " outside the vocabulary");
@@ -214,7 +254,7 @@ void CudaModel::backward_from_logprobs(const std::vector<float>& c_lp, const std
 }
 
 void CudaModel::backward(const std::vector<float>& dout) {
-  const std::size_t n = std::size_t(seq_len_) * (config_.value_head ? 1 : config_.vocab_size);
+  const std::size_t n = std::size_t(seq_len_) * (critic() ? 1 : config_.vocab_size);
   if (dout.size() != n) throw InternalError("native model on CUDA: dout has the wrong size");
   Buffer d = to_device(gpu_, dout, opt_.dtype);
   gpu_.check(gpu_.drv().cuMemcpyDtoDAsync(head_.ptr(), d.ptr(), d.bytes(), gpu_.stream()), "cuMemcpyDtoD");
@@ -230,7 +270,11 @@ void CudaModel::backward_body() {
   const int C = c.hidden_size, F = c.intermediate_size, H = c.num_attention_heads, KV = c.num_key_value_heads,
             D = c.head_dim;
   const int QD = H * D, KD = KV * D;
-  if (c.value_head)
+  CudaAdapter* ad = active_;
+  if (ad && ad->critic())
+    matmul_backward(gpu_, dt, dxn_.ptr(), false, ad->g(ad->score_weight()), ad->g(ad->score_bias()), head_.ptr(), xf_.ptr(),
+                    ad->w(ad->score_weight()), T, C, 1);
+  else if (c.value_head)
     matmul_backward(gpu_, dt, dxn_.ptr(), false, g(score_w_), g(score_b_), head_.ptr(), xf_.ptr(), w(score_w_), T, C, 1);
   else
     matmul_backward(gpu_, dt, dxn_.ptr(), false, g(lm_head_), 0, head_.ptr(), xf_.ptr(), w(lm_head_), T, C, c.vocab_size);
@@ -241,17 +285,26 @@ void CudaModel::backward_body() {
     Ptr x_in = layers_[l].x_in.ptr();
     LayerBuffers* Lp = &layers_[l];
     if (opt_.checkpointing) {
-      layer_forward(l, T, 0, work_, x_in, recompute_out_.ptr(), 0, 0);
+      layer_forward(l, T, 0, work_, x_in, recompute_out_.ptr(), 0, 0, ad);
       Lp = &work_;
     }
     LayerBuffers& L = *Lp;
+    // din += the adapter's share on (l, m) from dy (row stride ld), and its A and B gradients
+    auto lora = [&](nn::LoraModule m, Ptr din, Ptr dy, int ld, Ptr in) {
+      if (!ad) return;
+      if (const nn::LoraSite* s = ad->site(l, m)) ad->backward(*s, din, dy, ld, in, T);
+    };
     // MLP: x_out = x_mid + down(silu(gate(xn2)) * up(xn2))
     matmul_backward(gpu_, dt, dact_.ptr(), false, g(o.down), 0, dx_.ptr(), L.act.ptr(), w(o.down), T, F, C);
+    lora(nn::LoraModule::down_proj, dact_.ptr(), dx_.ptr(), C, L.act.ptr());
     swiglu_backward(gpu_, dt, dgu_.ptr(), at(dgu_, F, es), 2 * F, dact_.ptr(), L.gu.ptr(), at(L.gu, F, es), 2 * F, T, F);
     matmul_backward(gpu_, dt, dxn_.ptr(), false, g(o.gate), 0, dgu_.ptr(), L.xn2.ptr(), w(o.gate), T, C, 2 * F);
+    lora(nn::LoraModule::gate_proj, dxn_.ptr(), dgu_.ptr(), 2 * F, L.xn2.ptr());
+    lora(nn::LoraModule::up_proj, dxn_.ptr(), at(dgu_, F, es), 2 * F, L.xn2.ptr());
     rmsnorm_backward(gpu_, dt, dx_.ptr(), g(o.post_norm), dxn_.ptr(), L.x_mid.ptr(), w(o.post_norm), L.rstd2.ptr(), T, C);
     // Attention: x_mid = x_in + o_proj(attention(rope(q), rope(k), v))
     matmul_backward(gpu_, dt, datt_.ptr(), false, g(o.o), 0, dx_.ptr(), L.att.ptr(), w(o.o), T, QD, C);
+    lora(nn::LoraModule::o_proj, datt_.ptr(), dx_.ptr(), C, L.att.ptr());
     attention_backward(gpu_, dt, dqkv_.ptr(), QKV_, at(dqkv_, QD, es), at(dqkv_, QD + KD, es), QKV_, datt_.ptr(),
                        L.att.ptr(), QD, L.lse.ptr(), delta_.ptr(), L.qkv.ptr(), QKV_, at(L.qkv, QD, es),
                        at(L.qkv, QD + KD, es), QKV_, T, T, 0, H, KV, D);
@@ -259,18 +312,23 @@ void CudaModel::backward_body() {
     rope(gpu_, dt, at(dqkv_, QD, es), QKV_, T, KV, D, rope_, 0, true);
     matmul_backward(gpu_, dt, dxn_.ptr(), false, g(o.q), c.attention_bias ? g(o.q_bias) : 0, dqkv_.ptr(), L.xn1.ptr(),
                     w(o.q), T, C, QKV_);
+    lora(nn::LoraModule::q_proj, dxn_.ptr(), dqkv_.ptr(), QKV_, L.xn1.ptr());
+    lora(nn::LoraModule::k_proj, dxn_.ptr(), at(dqkv_, QD, es), QKV_, L.xn1.ptr());
+    lora(nn::LoraModule::v_proj, dxn_.ptr(), at(dqkv_, QD + KD, es), QKV_, L.xn1.ptr());
     rmsnorm_backward(gpu_, dt, dx_.ptr(), g(o.input_norm), dxn_.ptr(), x_in, w(o.input_norm), L.rstd1.ptr(), T, C);
   }
-  embedding_backward(gpu_, dt, g(embed_), tokens_.ptr(), dx_.ptr(), T, C);
+  if (!opt_.frozen) embedding_backward(gpu_, dt, g(embed_), tokens_.ptr(), dx_.ptr(), T, C);
 }
 
 double CudaModel::clip_grad_norm(double max_norm) {
+  if (opt_.frozen) throw InternalError("native model on CUDA: a frozen base has no gradients to clip");
   double norm = l2_norm(gpu_, grads_.ptr(), n_params_);
   if (max_norm > 0 && norm > max_norm) scale(gpu_, grads_.ptr(), n_params_, float(max_norm / (norm + 1e-6)));
   return norm;
 }
 
 void CudaModel::adamw_step(const nn::AdamWConfig& cfg) {
+  if (opt_.frozen) throw InternalError("native model on CUDA: a frozen base is not updated");
   if (!adam_m_.ptr()) {
     adam_m_ = Buffer(gpu_, n_params_ * 4);
     adam_v_ = Buffer(gpu_, n_params_ * 4);

@@ -29,7 +29,12 @@ struct LayerBuffers {
 struct CudaModelOptions {
   DType dtype = DType::BF16;
   bool checkpointing = false;  // keep only each layer's input; recompute the layer in the backward
+  // A LoRA base: only the compute weights are kept (bf16: no fp32 master), no gradient or moment of the
+  // base exists, and the backward computes input gradients only (for the adapters, lora.hpp).
+  bool frozen = false;
 };
+
+class CudaAdapter;
 
 struct TokenLogprobs {
   std::vector<float> logprob, entropy;  // per position t: of targets[t] under the logits at t
@@ -48,8 +53,11 @@ class CudaModel {
   std::vector<float> grads() const;                      // fp32, in params() order
   void zero_grad();
 
-  // Forward over one sequence (positions 0..T-1); keeps what the backward needs.
-  void forward(const std::vector<int>& tokens);
+  // Forward over one sequence (positions 0..T-1); keeps what the backward needs. With an adapter (on a
+  // frozen base) its sites add to the linear layers, and a critic adapter's score head gives values;
+  // the backward that follows runs with the same adapter.
+  void forward(const std::vector<int>& tokens, CudaAdapter* adapter = nullptr);
+  bool frozen() const { return opt_.frozen; }
   int seq_len() const { return seq_len_; }
   std::vector<float> logits() const;  // [T, V] (policy)
   std::vector<float> values() const;  // [T] (critic)
@@ -68,13 +76,16 @@ class CudaModel {
 
  private:
   friend class CudaDecoder;
+  friend class CudaAdapter;
+  bool critic() const;  // the head in use gives values (a critic, or a critic adapter active)
   void ensure_scratch(int T);
   void alloc_layer(LayerBuffers& L, int T, bool with_input, bool with_work);
-  void layer_forward(int l, int T, int pos0, LayerBuffers& L, Ptr x_in, Ptr x_out, Ptr k_cache, Ptr v_cache);
+  void layer_forward(int l, int T, int pos0, LayerBuffers& L, Ptr x_in, Ptr x_out, Ptr k_cache, Ptr v_cache,
+                     CudaAdapter* adapter = nullptr);
   void head_forward(Ptr xf, int T);
   void backward_body();  // from dlogits_/dvalues in the head buffer
   Ptr w(std::size_t offset) const;   // compute weight (dtype)
-  Ptr g(std::size_t offset) const;   // fp32 gradient
+  Ptr g(std::size_t offset) const;   // fp32 gradient (0 on a frozen base: not computed)
   std::size_t act_bytes(std::size_t n) const { return n * dtype_size(opt_.dtype); }
 
   Gpu& gpu_;
@@ -85,6 +96,7 @@ class CudaModel {
   int QKV_ = 0;  // q, k, v outputs of the fused projection
   Buffer master_, compute_, grads_, adam_m_, adam_v_;
   long long adam_t_ = 0;
+  CudaAdapter* active_ = nullptr;  // the adapter of the last forward
   RopeTable rope_;
   // activations
   int seq_len_ = 0, capacity_ = 0;

@@ -8,6 +8,7 @@
 #include "libcommon/log.hpp"
 #include "libcommon/nn/lora.hpp"
 #include "libcommon/paths.hpp"
+#include "libcommon/nn_cuda/lora.hpp"
 #include "libcommon/nn_cuda/model.hpp"
 
 namespace ca::ppo {
@@ -210,6 +211,85 @@ class GpuModel final : public TrainModel {
   nn_cuda::CudaModel m_;
 };
 
+// An adapter on a frozen base on the GPU (shared with the other models of the step on the same base).
+class GpuLoraModel final : public TrainModel {
+ public:
+  GpuLoraModel(std::shared_ptr<nn_cuda::CudaModel> base, nn::Adapter<float> host, std::string base_dir)
+      : base_(std::move(base)), host_(std::move(host)), ad_(*base_, host_), base_dir_(std::move(base_dir)) {
+    host_.grads.clear();
+    host_.grads.shrink_to_fit();
+  }
+  const nn::Config& config() const override { return base_->config(); }
+  std::size_t num_parameters() const override { return ad_.num_parameters(); }
+
+  Scores score(const std::vector<int>& inputs, const std::vector<int>& targets, double temperature) override {
+    if (ad_.critic()) throw InternalError("ppo-step: a critic adapter has no logprobs");
+    base_->forward(inputs, &ad_);
+    nn_cuda::TokenLogprobs r = base_->token_logprobs(targets, temperature);
+    Scores s;
+    s.logprob.assign(inputs.size(), NAN);
+    s.entropy.assign(inputs.size(), NAN);
+    for (std::size_t p = 0; p < inputs.size(); ++p)
+      if (targets[p] >= 0) s.logprob[p] = r.logprob[p], s.entropy[p] = r.entropy[p];
+    return s;
+  }
+  std::vector<double> values(const std::vector<int>& inputs) override {
+    if (!ad_.critic()) throw InternalError("ppo-step: a policy adapter has no values");
+    base_->forward(inputs, &ad_);
+    auto v = base_->values();
+    return {v.begin(), v.end()};
+  }
+  void backward_scores(const std::vector<float>& c_lp, const std::vector<float>& c_ent) override {
+    base_->backward_from_logprobs(c_lp, c_ent);
+  }
+  void backward_values(const std::vector<float>& dvalues) override { base_->backward(dvalues); }
+  void zero_grad() override { ad_.zero_grad(); }
+  double clip_grad_norm(double max_norm) override { return ad_.clip_grad_norm(max_norm); }
+  void adamw_step(const nn::AdamWConfig& c) override { ad_.adamw_step(c); }
+  bool load_optimizer(const std::string& path) override {
+    nn::AdamW state;
+    if (!state.load(path, ad_.num_parameters())) return false;
+    ad_.set_optimizer_state(state);
+    return true;
+  }
+  void save_optimizer(const std::string& path) override { ad_.optimizer_state().save(path); }
+  void save(const std::string& dir) override {
+    ad_.download(host_);
+    nn::save_adapter(host_, dir);
+  }
+  void save_merged(const std::string& dir) override {
+    ad_.download(host_);
+    nn::Model<float> merged = nn::load_model<float>(base_dir_, host_.config().value_head);
+    merged.release_gradients();
+    nn::merge_adapter(merged, host_);
+    nn::save_model(merged, dir);
+  }
+  Json lora() const override {
+    const auto& c = host_.config();
+    Json t = Json::array();
+    for (auto m : c.targets) t.push_back(nn::lora_module_name(m));
+    return Json{{"rank", c.r}, {"alpha", c.alpha}, {"targets", t}, {"base", base_dir_},
+                {"trainable_parameters", ad_.num_parameters()}};
+  }
+  std::string non_finite_weight() override {
+    ad_.download(host_);
+    for (auto& t : host_.tensors()) {
+      std::size_t n = 1;
+      for (auto d : t.shape) n *= std::size_t(d);
+      for (std::size_t i = 0; i < n; ++i)
+        if (!std::isfinite(host_.weights[t.offset + i]))
+          return "tensor '" + t.key + "' element " + std::to_string(i) + " is " + (std::isnan(host_.weights[t.offset + i]) ? "nan" : "inf");
+    }
+    return "";
+  }
+
+ private:
+  std::shared_ptr<nn_cuda::CudaModel> base_;
+  nn::Adapter<float> host_;
+  nn_cuda::CudaAdapter ad_;
+  std::string base_dir_;
+};
+
 }  // namespace
 
 Backend::Backend(DeviceOptions options) : options_(std::move(options)) {
@@ -235,11 +315,32 @@ std::shared_ptr<nn::Model<float>> Backend::base(const std::string& dir) {
   return m;
 }
 
+std::shared_ptr<nn_cuda::CudaModel> Backend::gpu_base(const std::string& dir) {
+  const std::string key = std::filesystem::absolute(dir).lexically_normal().string();
+  auto it = gpu_bases_.find(key);
+  if (it != gpu_bases_.end()) return it->second;
+  open_gpu();
+  nn_cuda::CudaModelOptions o;
+  o.dtype = nn_cuda::parse_dtype(options_.dtype);
+  o.checkpointing = options_.checkpointing;
+  o.frozen = true;
+  // The host copy lives only while it is uploaded (a frozen base is never written back).
+  auto m = std::make_shared<nn_cuda::CudaModel>(*gpu_, nn::load_model<float>(key), o);
+  gpu_bases_.emplace(key, m);
+  return m;
+}
+
+void Backend::open_gpu() {
+  if (gpu_) return;
+  gpu_ = std::make_unique<nn_cuda::Gpu>(ordinal_);
+  log::verbose("ppo-step on cuda:", ordinal_, " (", gpu_->info().name, "), ", options_.dtype,
+               options_.checkpointing ? ", activation checkpointing" : "");
+}
+
 std::unique_ptr<TrainModel> Backend::load(const std::string& dir, bool as_critic) {
   const LoraOptions& lo = options_.lora;
   const bool adapter_dir = nn::is_adapter_dir(dir);
   if (adapter_dir || lo.rank > 0) {
-    if (cuda_) throw UsageError("LoRA adapters train on the CPU only in this build (--device cpu)");
     // The adapter's shape: an adapter folder's own, else the options'.
     nn::LoraConfig lc;
     std::string base_dir;
@@ -261,23 +362,29 @@ std::unique_ptr<TrainModel> Backend::load(const std::string& dir, bool as_critic
       lc.targets = nn::LoraConfig::parse_targets(lo.targets);
     }
     lc.value_head = as_critic;
-    auto b = base(base_dir);
-    auto ad = fresh ? nn::Adapter<float>(b->config(), lc) : nn::load_adapter<float>(dir, b->config());
+    nn::Config base_config;
+    std::shared_ptr<nn::Model<float>> b;
+    std::shared_ptr<nn_cuda::CudaModel> gb;
+    if (cuda_) {
+      gb = gpu_base(base_dir);
+      base_config = gb->config();
+    } else {
+      b = base(base_dir);
+      base_config = b->config();
+    }
+    auto ad = fresh ? nn::Adapter<float>(base_config, lc) : nn::load_adapter<float>(dir, base_config);
     if (fresh) {
       ad.init(as_critic ? lo.seed ^ 0xC817C0FFEEull : lo.seed);
       // A critic's value head starts at zero, as a full critic started from a policy does.
-      if (as_critic) std::fill_n(ad.weights.begin() + ad.score_weight, b->config().hidden_size + 1, 0.0f);
+      if (as_critic) std::fill_n(ad.weights.begin() + ad.score_weight, base_config.hidden_size + 1, 0.0f);
     }
     ad.set_base_path(base_dir);
+    if (cuda_) return std::make_unique<GpuLoraModel>(gb, std::move(ad), base_dir);
     return std::make_unique<CpuLoraModel>(b, std::move(ad), base_dir);
   }
   nn::Model<float> model = nn::load_model<float>(dir, as_critic);
   if (!cuda_) return std::make_unique<CpuModel>(std::move(model));
-  if (!gpu_) {
-    gpu_ = std::make_unique<nn_cuda::Gpu>(ordinal_);
-    log::verbose("ppo-step on cuda:", ordinal_, " (", gpu_->info().name, "), ", options_.dtype,
-                 options_.checkpointing ? ", activation checkpointing" : "");
-  }
+  open_gpu();
   nn_cuda::CudaModelOptions o;
   o.dtype = nn_cuda::parse_dtype(options_.dtype);
   o.checkpointing = options_.checkpointing;

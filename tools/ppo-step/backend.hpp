@@ -14,6 +14,7 @@
 
 namespace ca::nn_cuda {
 class Gpu;
+class CudaModel;
 }
 
 namespace ca::ppo {
@@ -83,11 +84,14 @@ class Backend {
 
  private:
   std::shared_ptr<nn::Model<float>> base(const std::string& dir);  // a frozen base, loaded once per folder
+  std::shared_ptr<nn_cuda::CudaModel> gpu_base(const std::string& dir);  // the same on the GPU
+  void open_gpu();
   DeviceOptions options_;
   std::map<std::string, std::shared_ptr<nn::Model<float>>> bases_;
   bool cuda_ = false;
   int ordinal_ = 0;
   std::unique_ptr<nn_cuda::Gpu> gpu_;
+  std::map<std::string, std::shared_ptr<nn_cuda::CudaModel>> gpu_bases_;  // after gpu_: freed before it
 };
 
 }  // namespace ca::ppo
