@@ -42,7 +42,7 @@ std::string judge_secret_file;
 void add_options(CLI::App& app, Options& o) {
   auto& [tasks_file, policy_spec, jobs, per_task, first_uid, s, po, extra_text, workspace_dir, no_logprobs, skill_text] = o;
   app.add_option("--tasks", tasks_file, "Task records (JSONL); default: the input (-i, stdin)");
-  app.add_option("--policy", policy_spec, "openai:URL (OpenAI-compatible server, e.g. http://host:8000/v1), replay:FILE, or native:DIR (a native checkpoint with its tokenizer.json, sampled on --policy-device)")
+  app.add_option("--policy", policy_spec, "openai:URL (OpenAI-compatible server, e.g. http://host:8000/v1), replay:FILE, or native:DIR (a native checkpoint with its tokenizer.json, or a LoRA adapter folder merged into the base it names, sampled on --policy-device)")
       ->required();
   app.add_option("-j,--jobs", jobs, "Episodes at once")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--episodes-per-task", per_task, "Episodes per task (a group for group-normalized advantages)")
@@ -104,7 +104,7 @@ void add_options(CLI::App& app, Options& o) {
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
   auto* pg = app.add_option_group("Policy openai:URL");
-  pg->add_option("--model", po.model, "Model name (default: the first one GET /models lists)");
+  pg->add_option("--model", po.model, "Model name (default: the first base model GET /models lists)");
   pg->add_option("--load-weights", po.load_weights,
                  "Checkpoint folder the server loads before any episode (SGLang's /update_weights_from_disk; vLLM: restart it)");
   pg->add_option("--load-lora", po.load_lora,

@@ -7,17 +7,26 @@
 // rendered and tokenized (tokenizer::ChatContext, the rendering ppo-step uses for episodes recorded
 // without ids). So every turn's prompt_token_ids is a prefix of the next, which is what ppo-step
 // needs, and the KV cache carries over from turn to turn.
+//
+// CKPT may be a LoRA adapter folder (PEFT's adapter_config.json + adapter_model.safetensors, as ppo-step
+// --lora-rank writes): the base its config names is loaded and the adapter merged into it
+// (nn::load_policy), so the sampler runs W + (alpha/r) B A; the tokenizer is the adapter folder's own
+// tokenizer.json when it has one, else the base's.
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <random>
 
 #include "libcommon/errors.hpp"
+#include "libcommon/nn/lora.hpp"
 #include "libcommon/nn/model.hpp"
 #include "libcommon/nn/sample.hpp"
+#include "libcommon/paths.hpp"
 #include "libcommon/nn_cuda/model.hpp"
 #include "libcommon/tokenizer/tokenizer.hpp"
+#include "tools/agent-run/adapter.hpp"
 #include "tools/agent-run/policy.hpp"
 
 namespace ca::agent {
@@ -142,10 +151,12 @@ class NativeSession : public PolicySession {
 class NativePolicy : public Policy {
  public:
   NativePolicy(const std::string& dir, const PolicyOptions& options)
-      : dir_(dir), options_(options), model_(nn::load_model<float>(dir)) {
+      : dir_(dir), options_(options), base_(adapter_base(dir, adapter_)), model_(nn::load_policy<float>(dir)) {
     if (model_.config().value_head) throw InputError("native:" + dir + " is a critic, not a policy");
-    const std::string tok = (fs::path(dir) / "tokenizer.json").string();
-    if (!fs::exists(tok)) throw InputError("native:" + dir + " has no tokenizer.json");
+    std::string tok = (fs::path(dir) / "tokenizer.json").string();
+    if (adapter_ && !fs::exists(tok)) tok = (fs::path(base_) / "tokenizer.json").string();
+    if (!fs::exists(tok))
+      throw InputError("native:" + dir + " has no tokenizer.json" + (adapter_ ? " (nor has its base " + base_ + ")" : ""));
     tokenizer_ = tokenizer::Tokenizer::from_file(tok);
     im_end_ = tokenizer_.token_id("<|im_end|>");
     if (im_end_ < 0) throw InputError(tok + " has no <|im_end|> token: the ChatML template needs it");
@@ -170,15 +181,18 @@ class NativePolicy : public Policy {
     gpu_.reset();
   }
   Json describe() const override {
-    return {{"kind", "native"},
+    Json d = {{"kind", "native"},
             {"checkpoint", dir_},
-            {"model", fs::path(dir_).filename().string()},
+            {"model", fs::path(adapter_ ? base_ : dir_).filename().string()},
             {"device", gpu_ ? "cuda:" + std::to_string(gpu_->info().ordinal) : "cpu"},
             {"dtype", gpu_ ? options_.dtype : "f32"},
             {"temperature", options_.temperature},
             {"top_p", options_.top_p},
             {"max_tokens", options_.max_tokens},
-            {"max_position_embeddings", model_.config().max_position_embeddings}};
+            {"max_position_embeddings", model_.config().max_position_embeddings},
+            {"adapter", adapter_ ? adapter_->to_json() : Json(nullptr)}};
+    if (adapter_) d["base"] = base_;
+    return d;
   }
   std::unique_ptr<PolicySession> start(const std::string&, uint64_t seed) override {
     std::unique_ptr<ContextState> state;
@@ -189,8 +203,19 @@ class NativePolicy : public Policy {
     return std::make_unique<NativeSession>(*this, seed, std::move(state));
   }
 
+  // With an adapter folder: its content name (read first: a folder that is not one is named as such), and
+  // the base checkpoint its config names; "" for a full checkpoint.
+  static std::string adapter_base(const std::string& dir, std::optional<AdapterRef>& adapter) {
+    if (!nn::is_adapter_dir(dir)) return "";
+    adapter = read_adapter_ref(dir);
+    const std::string cpath = (fs::path(dir) / "adapter_config.json").string();
+    return nn::adapter_base_dir(nn::LoraConfig::from_json(parse_json(read_file(cpath), cpath), cpath), dir);
+  }
+
   std::string dir_;
   PolicyOptions options_;
+  std::optional<AdapterRef> adapter_;
+  std::string base_;
   nn::Model<float> model_;
   tokenizer::Tokenizer tokenizer_;
   int im_end_ = -1;
