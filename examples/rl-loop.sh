@@ -15,6 +15,16 @@
 # endpoint (vLLM) set CA_SERVE_RESTART to a command that restarts the server on the checkpoint given
 # as its last argument; the loop runs it and waits until URL/models answers.
 #
+# LoRA (--lora R): every ppo-step trains rank-R adapters on the frozen --ckpt (ppo-step --lora-rank R):
+# each iteration's checkpoint is then a PEFT adapter folder (adapter_config.json +
+# adapter_model.safetensors naming --ckpt as its base; the critic an adapter of its own), and the next
+# step continues it. The native policy samples an adapter folder merged into its base. A served policy
+# keeps serving --ckpt (start vLLM with --enable-lora --max-lora-rank R and
+# VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, or SGLang with --enable-lora --max-lora-rank R
+# --lora-target-modules all) and each iteration after the first loads the new adapter by
+# `agent-run --load-lora DIR --server S` (no restart, no --load-weights): the server loads it under a
+# name made of its content, unloads the previous one, and every request of the iteration names it.
+#
 # Options:
 #   --tasks FILE        tasks (KernelBench form)                       [datasets/demo/tasks.jsonl]
 #   --ckpt DIR          the starting policy (HF folder with tokenizer.json) (required)
@@ -25,6 +35,8 @@
 #                       judged first unless they carry reward sections (reward-calc's output)
 #   --episodes M        episodes per task                              [2]
 #   --device D          where ppo-step trains and the native policy samples: cpu | cuda[:N]  [cpu]
+#   --lora R            train LoRA adapters of rank R on the frozen --ckpt (above)           [off]
+#   --server S          the server behind openai:URL, for --lora: vllm | sglang
 #   --rft-config Y, --ppo-config Y, --critic-config Y   ppo-step YAML for each mode
 #   --warmup-config Y   ppo-step YAML for the warm-up's RFT            [the --rft-config]
 #   --work DIR          every file and checkpoint of the run           [./rl-run]
@@ -42,7 +54,7 @@ if [[ -n ${CA_BIN:-} ]]; then export PATH="$CA_BIN:$PATH"; fi
 say() { echo "rl-loop: $*" >&2; }
 die() { say "$*"; exit "${2:-1}"; }
 
-tasks=$repo/datasets/demo/tasks.jsonl ckpt= policy=native iterations=3 rft=1 warmup= episodes=2 device=cpu
+tasks=$repo/datasets/demo/tasks.jsonl ckpt= policy=native iterations=3 rft=1 warmup= episodes=2 device=cpu lora=0 server=
 rft_config= warmup_config= ppo_config= critic_config= work=$PWD/rl-run cpu_proxy=0 report=1 agent_args=()
 while (($#)); do
   case $1 in
@@ -54,6 +66,8 @@ while (($#)); do
     --warmup) warmup=$2; shift 2 ;;
     --episodes) episodes=$2; shift 2 ;;
     --device) device=$2; shift 2 ;;
+    --lora) lora=$2; shift 2 ;;
+    --server) server=$2; shift 2 ;;
     --rft-config) rft_config=$2; shift 2 ;;
     --warmup-config) warmup_config=$2; shift 2 ;;
     --ppo-config) ppo_config=$2; shift 2 ;;
@@ -67,7 +81,14 @@ while (($#)); do
   esac
 done
 [[ -n $ckpt ]] || die "--ckpt DIR is required (the starting policy)"
-[[ -f $ckpt/config.json && -f $ckpt/tokenizer.json ]] || die "--ckpt $ckpt: no config.json and tokenizer.json there" 2
+is_adapter() { [[ -f $1/adapter_config.json ]]; }
+[[ -f $ckpt/config.json && -f $ckpt/tokenizer.json ]] || { ((lora)) && is_adapter "$ckpt"; } \
+  || die "--ckpt $ckpt: no config.json and tokenizer.json there (with --lora: or an adapter folder to continue)" 2
+[[ $lora =~ ^[0-9]+$ ]] || die "--lora: a rank (a number >= 1), got '$lora'"
+[[ -z $server || $server == vllm || $server == sglang ]] || die "--server: vllm or sglang, got '$server'"
+if ((lora)) && [[ $policy == openai:* && -z $server ]]; then
+  die "--lora with a served policy needs --server vllm|sglang (how the server loads each new adapter)"
+fi
 [[ -f $tasks ]] || die "--tasks $tasks: no such file" 2
 [[ $policy == native || $policy == openai:* ]] || die "--policy: native or openai:URL, got '$policy'"
 [[ $iterations =~ ^[0-9]+$ && $rft =~ ^[0-9]+$ && $episodes =~ ^[1-9][0-9]*$ ]] || die "--iterations, --rft, --episodes: numbers"
@@ -82,6 +103,7 @@ run-store import -i "$tasks"
 train() {  # MODE CONFIG IN OUT-METRICS ARGS...
   local mode=$1 config=$2 in=$3 metrics=$4; shift 4
   local cfg=(); [[ -n $config ]] && cfg=(--config "$config")
+  ((lora)) && cfg+=(--lora-rank "$lora")
   ppo-step --mode "$mode" --device "$device" "${cfg[@]}" "$@" -i "$in" >> "$metrics"
 }
 
@@ -109,7 +131,11 @@ PY
 
 policy_args() {  # CKPT: agent-run's policy options for this checkpoint, in the array pargs
   if [[ $policy == native ]]; then
-    pargs=(--policy "native:$1" --policy-device "$device")
+    pargs=(--policy "native:$1" --policy-device "$device")   # an adapter folder: merged into its base
+  elif is_adapter "$1"; then
+    pargs=(--policy "$policy" --load-lora "$1" --server "$server")
+  elif ((lora)); then
+    pargs=(--policy "$policy")   # the base, which the server serves and loads the adapters on
   elif [[ -n ${CA_SERVE_RESTART:-} ]]; then
     pargs=(--policy "$policy")
   else
@@ -119,6 +145,7 @@ policy_args() {  # CKPT: agent-run's policy options for this checkpoint, in the 
 
 serve() {  # CKPT: a restarted server (CA_SERVE_RESTART) is up on CKPT
   [[ $policy == openai:* && -n ${CA_SERVE_RESTART:-} ]] || return 0
+  is_adapter "$1" && return 0   # an adapter is loaded into the running server (--load-lora)
   say "restarting the server on $1: $CA_SERVE_RESTART $1"
   $CA_SERVE_RESTART "$1"
   local url=${policy#openai:}
