@@ -75,8 +75,10 @@ head -n 2 "$demo/tasks.jsonl" > "$tmp/tasks2.jsonl"
 MOCK_PID=$!
 for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.1; done
 [ -s "$tmp/port" ] || fail "mock server did not start"
+# The scripted server's logprobs are made up: ppo-step's rollout check reports them only.
+printf 'actor:\n  max_logprob_mismatch: 0\n' > "$tmp/served_ppo.yaml"
 bash "$CA_SRC/examples/rl-loop.sh" --ckpt "$tmp/base" --tasks "$tmp/tasks2.jsonl" --policy "openai:http://127.0.0.1:$(cat "$tmp/port")/v1" \
-  --work "$tmp/served" --iterations 2 --rft 0 --episodes 1 --cpu-proxy -- --retry-base 0.05 2> "$tmp/served.err" \
+  --work "$tmp/served" --iterations 2 --rft 0 --episodes 1 --cpu-proxy --ppo-config "$tmp/served_ppo.yaml" -- --retry-base 0.05 2> "$tmp/served.err" \
   || { tail -30 "$tmp/served.err"; fail "rl-loop.sh (served)"; }
 "$PY" - "$tmp/requests.jsonl" "$tmp/served" "$tmp/base" <<'PY' || fail "served loop assertions"
 import json, sys
