@@ -80,6 +80,11 @@ void CudaModel::zero_grad() {
 
 bool CudaModel::critic() const { return config_.value_head || (active_ && active_->critic()); }
 
+int CudaModel::head_rows() const {
+  if (opt_.head_chunk_rows > 0) return opt_.head_chunk_rows;
+  return int(std::max<std::size_t>(1, (std::size_t(1) << 27) / std::size_t(config_.vocab_size)));
+}
+
 Ptr CudaModel::w(std::size_t offset) const {
   return opt_.dtype == DType::BF16 ? at(compute_, offset, 2) : at(master_, offset, 4);
 }
@@ -122,7 +127,7 @@ void CudaModel::ensure_scratch(int T) {
   resid_out_.ensure(gpu_, act_bytes(T * C));
   xf_.ensure(gpu_, act_bytes(T * C));
   rstdf_.ensure(gpu_, T * 4);
-  head_.ensure(gpu_, act_bytes(T * head_cols));
+  head_.ensure(gpu_, act_bytes(std::size_t(std::min(T, c.value_head ? T : head_rows())) * head_cols));
   for (Buffer* b : {&lp_, &ent_, &lse_, &c_lp_, &c_ent_}) b->ensure(gpu_, T * 4);
   dx_.ensure(gpu_, act_bytes(T * C));
   dxn_.ensure(gpu_, act_bytes(T * C));
@@ -186,7 +191,7 @@ void CudaModel::head_forward(Ptr x, int T) {
                    c.hidden_size, 1);
   else if (c.value_head)
     matmul_forward(gpu_, dt, head_.ptr(), xf_.ptr(), w(score_w_), w(score_b_), T, c.hidden_size, 1);
-  else
+  else if (T <= head_rows())  // a longer sequence's logits are made a chunk at a time (token_logprobs)
     matmul_forward(gpu_, dt, head_.ptr(), xf_.ptr(), w(lm_head_), 0, T, c.hidden_size, c.vocab_size);
 }
 
@@ -219,6 +224,9 @@ void CudaModel::forward(const std::vector<int>& tokens, CudaAdapter* adapter) {
 
 std::vector<float> CudaModel::logits() const {
   if (critic()) throw InternalError("native model on CUDA: a critic has no logits");
+  if (chunked_head())
+    throw InternalError("native model on CUDA: the logits of " + std::to_string(seq_len_) + " rows are not kept (the LM head runs in chunks of " +
+                        std::to_string(head_rows()) + ")");
   return to_host(gpu_, head_.ptr(), std::size_t(seq_len_) * config_.vocab_size, opt_.dtype);
 }
 
@@ -234,8 +242,18 @@ TokenLogprobs CudaModel::token_logprobs(const std::vector<int>& targets, double 
     if (y >= config_.vocab_size) throw InputError("native model: target id " + std::to_string(y) + " outside the vocabulary");
   temperature_ = temperature;
   gpu_.upload(targets_.ptr(), targets.data(), targets.size() * 4);
-  token_logprob_forward(gpu_, opt_.dtype, lp_.ptr(), ent_.ptr(), lse_.ptr(), head_.ptr(), targets_.ptr(), seq_len_,
-                        config_.vocab_size, temperature);
+  const DType dt = opt_.dtype;
+  const int C = config_.hidden_size, V = config_.vocab_size, R = head_rows();
+  if (!chunked_head()) {
+    token_logprob_forward(gpu_, dt, lp_.ptr(), ent_.ptr(), lse_.ptr(), head_.ptr(), targets_.ptr(), seq_len_, V, temperature);
+  } else {
+    for (int r0 = 0; r0 < seq_len_; r0 += R) {
+      const int rows = std::min(R, seq_len_ - r0);
+      matmul_forward(gpu_, dt, head_.ptr(), at(xf_, std::size_t(r0) * C, dtype_size(dt)), w(lm_head_), 0, rows, C, V);
+      token_logprob_forward(gpu_, dt, at(lp_, r0, 4), at(ent_, r0, 4), at(lse_, r0, 4), head_.ptr(), at(targets_, r0, 4),
+                            rows, V, temperature);
+    }
+  }
   TokenLogprobs r;
   r.logprob = to_host(gpu_, lp_.ptr(), seq_len_, DType::F32);
   r.entropy = to_host(gpu_, ent_.ptr(), seq_len_, DType::F32);
@@ -247,22 +265,40 @@ void CudaModel::backward_from_logprobs(const std::vector<float>& c_lp, const std
     throw InternalError("native model on CUDA: loss coefficients and sequence differ in length");
   gpu_.upload(c_lp_.ptr(), c_lp.data(), seq_len_ * 4);
   gpu_.upload(c_ent_.ptr(), c_ent.data(), seq_len_ * 4);
-  // dlogits overwrite the logits in place: the [T, V] buffer is the largest of the step.
-  token_logprob_backward(gpu_, opt_.dtype, head_.ptr(), head_.ptr(), targets_.ptr(), lse_.ptr(), ent_.ptr(), c_lp_.ptr(),
-                         c_ent_.ptr(), seq_len_, config_.vocab_size, temperature_);
-  backward_body();
+  const DType dt = opt_.dtype;
+  const int C = config_.hidden_size, V = config_.vocab_size, R = head_rows();
+  if (!chunked_head()) {
+    // dlogits overwrite the logits in place: the [T, V] buffer is the largest of the step.
+    token_logprob_backward(gpu_, dt, head_.ptr(), head_.ptr(), targets_.ptr(), lse_.ptr(), ent_.ptr(), c_lp_.ptr(),
+                           c_ent_.ptr(), seq_len_, V, temperature_);
+    backward_body();
+    return;
+  }
+  // A chunk at a time: its logits again, their gradient in place, dxn's rows and the head's gradient.
+  const std::size_t es = dtype_size(dt);
+  for (int r0 = 0; r0 < seq_len_; r0 += R) {
+    const int rows = std::min(R, seq_len_ - r0);
+    Ptr xf = at(xf_, std::size_t(r0) * C, es);
+    matmul_forward(gpu_, dt, head_.ptr(), xf, w(lm_head_), 0, rows, C, V);
+    token_logprob_backward(gpu_, dt, head_.ptr(), head_.ptr(), at(targets_, r0, 4), at(lse_, r0, 4), at(ent_, r0, 4),
+                           at(c_lp_, r0, 4), at(c_ent_, r0, 4), rows, V, temperature_);
+    matmul_backward(gpu_, dt, at(dxn_, std::size_t(r0) * C, es), false, g(lm_head_), 0, head_.ptr(), xf, w(lm_head_), rows,
+                    C, V);
+  }
+  backward_body(/*head_done=*/true);
 }
 
 void CudaModel::backward(const std::vector<float>& dout) {
   const std::size_t n = std::size_t(seq_len_) * (critic() ? 1 : config_.vocab_size);
   if (dout.size() != n) throw InternalError("native model on CUDA: dout has the wrong size");
+  if (chunked_head()) throw InternalError("native model on CUDA: backward from dlogits needs the sequence within one head chunk");
   Buffer d = to_device(gpu_, dout, opt_.dtype);
   gpu_.check(gpu_.drv().cuMemcpyDtoDAsync(head_.ptr(), d.ptr(), d.bytes(), gpu_.stream()), "cuMemcpyDtoD");
   backward_body();
   gpu_.sync();
 }
 
-void CudaModel::backward_body() {
+void CudaModel::backward_body(bool head_done) {
   const auto& c = config_;
   const DType dt = opt_.dtype;
   const std::size_t es = dtype_size(dt);
@@ -271,7 +307,9 @@ void CudaModel::backward_body() {
             D = c.head_dim;
   const int QD = H * D, KD = KV * D;
   CudaAdapter* ad = active_;
-  if (ad && ad->critic())
+  if (head_done)
+    ;  // dxn_ holds the head's input gradient already (the chunked LM head)
+  else if (ad && ad->critic())
     matmul_backward(gpu_, dt, dxn_.ptr(), false, ad->g(ad->score_weight()), ad->g(ad->score_bias()), head_.ptr(), xf_.ptr(),
                     ad->w(ad->score_weight()), T, C, 1);
   else if (c.value_head)

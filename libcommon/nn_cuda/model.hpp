@@ -32,6 +32,11 @@ struct CudaModelOptions {
   // A LoRA base: only the compute weights are kept (bf16: no fp32 master), no gradient or moment of the
   // base exists, and the backward computes input gradients only (for the adapters, lora.hpp).
   bool frozen = false;
+  // The LM head in chunks of this many rows (0: as many as keep a chunk's logits within 2^27 elements,
+  // 256 MB in bf16): a sequence longer than one chunk never holds its [T, vocab] logits. Its logprobs,
+  // entropy and their gradient come from the last hidden states one chunk at a time, the chunk's logits
+  // recomputed in the backward; logits() and backward(dout) of a policy then need T within one chunk.
+  int head_chunk_rows = 0;
 };
 
 class CudaAdapter;
@@ -83,7 +88,9 @@ class CudaModel {
   void layer_forward(int l, int T, int pos0, LayerBuffers& L, Ptr x_in, Ptr x_out, Ptr k_cache, Ptr v_cache,
                      CudaAdapter* adapter = nullptr);
   void head_forward(Ptr xf, int T);
-  void backward_body();  // from dlogits_/dvalues in the head buffer
+  void backward_body(bool head_done = false);  // from dlogits/dvalues in the head buffer (or dxn_ when head_done)
+  int head_rows() const;  // rows of one LM-head chunk
+  bool chunked_head() const { return !critic() && seq_len_ > head_rows(); }
   Ptr w(std::size_t offset) const;   // compute weight (dtype)
   Ptr g(std::size_t offset) const;   // fp32 gradient (0 on a frozen base: not computed)
   std::size_t act_bytes(std::size_t n) const { return n * dtype_size(opt_.dtype); }

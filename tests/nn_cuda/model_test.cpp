@@ -203,3 +203,33 @@ TEST_CASE("a training step: gradient clipping and AdamW on the GPU match the CPU
   CHECK(state.t == 1);
   CHECK_NMSE(state.m, opt.m, 1e-8);
 }
+
+TEST_CASE("the LM head in chunks gives the logprobs, entropies and gradients of the whole head") {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    std::string dtype = dtype_name(dt);
+    CAPTURE(dtype);
+    nn::Config c = tiny(false, false, false);
+    auto cpu = random_model(c, 61);
+    std::mt19937_64 rng(62);
+    auto tokens = random_tokens(53, c.vocab_size, rng);
+    std::vector<int> targets(tokens.begin() + 1, tokens.end());
+    targets.push_back(-1);
+    auto c_lp = randn(tokens.size(), rng), c_ent = randn(tokens.size(), rng, 0.1);
+    c_lp.back() = 0, c_ent.back() = 0;
+    CudaModel whole(gpu(), cpu, {dt, false});
+    whole.forward(tokens);
+    auto want = whole.token_logprobs(targets, 0.8);
+    whole.backward_from_logprobs(c_lp, c_ent);
+    CudaModelOptions o{dt, false};
+    o.head_chunk_rows = 7;  // 53 rows: seven full chunks and one of four
+    CudaModel chunked(gpu(), cpu, o);
+    chunked.forward(tokens);
+    CHECK_THROWS_AS(chunked.logits(), ca::InternalError);  // the [T, V] logits are never kept
+    auto got = chunked.token_logprobs(targets, 0.8);
+    got.entropy.back() = want.entropy.back() = 0;
+    CHECK_NMSE(got.logprob, want.logprob, 1e-10);
+    CHECK_NMSE(got.entropy, want.entropy, 1e-10);
+    chunked.backward_from_logprobs(c_lp, c_ent);
+    CHECK_NMSE(chunked.grads(), whole.grads(), dt == DType::F32 ? 1e-10 : 1e-6);
+  }
+}
