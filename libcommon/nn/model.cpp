@@ -95,6 +95,24 @@ Config Config::from_json(const Json& j) {
   return c;
 }
 
+Config read_checkpoint_config(const std::string& dir) {
+  const std::string config_path = dir + "/config.json";
+  Json cj;
+  try {
+    cj = parse_json(read_file(config_path), "'" + config_path + "'");
+  } catch (const Json::exception& e) {
+    throw InputError("'" + config_path + "': " + e.what());
+  }
+  try {
+    return Config::from_json(cj);
+  } catch (const InputError& e) {
+    std::string why = e.what();
+    for (const char* prefix : {"config.json: ", "config: "})
+      if (why.rfind(prefix, 0) == 0) why = why.substr(std::strlen(prefix));
+    throw InputError("'" + config_path + "': " + why);
+  }
+}
+
 Json Config::to_json() const {
   std::string arch = model_type == "qwen2" ? "Qwen2" : "Llama";
   Json j = extra;
@@ -192,11 +210,13 @@ template <class T> std::size_t Model<T>::add_param(const std::string& name, std:
   return p.offset;
 }
 
-template <class T> Model<T>::Model(const Config& config) : config_(config) {
+template <class T> Model<T>::Model(const Config& config) : Model(config, true) {}
+
+template <class T> Model<T>::Model(const Config& config, bool allocate) : config_(config) {
   config_.validate();
   // Before allocating: weights and gradients must fit in this machine's memory (a config of 10^9
   // hidden units or 100,000 layers is refused here, not by the allocator or the OOM killer).
-  const double bytes = double(config_.parameter_count()) * double(sizeof(T)) * 2.0;
+  const double bytes = allocate ? double(config_.parameter_count()) * double(sizeof(T)) * 2.0 : 0.0;
   double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
   for (int resource : {RLIMIT_AS, RLIMIT_DATA}) {  // `ulimit -v`: the allocator would fail first
     struct rlimit rl {};
@@ -240,6 +260,7 @@ template <class T> Model<T>::Model(const Config& config) : config_(config) {
   } else {
     lm_head_offset = config_.tie_word_embeddings ? embed_offset : offset.at("lm_head.weight");
   }
+  if (!allocate) return;
   weights.assign(params_.back().offset + params_.back().size, T(0));
   grads.assign(weights.size(), T(0));
   for (auto& p : params_)
@@ -504,21 +525,7 @@ template <class T> Model<T> load_model(const std::string& dir, bool as_critic) {
   namespace fs = std::filesystem;
   std::string config_path = dir + "/config.json";
   if (!fs::is_directory(dir)) throw InputError("checkpoint '" + dir + "' is not a folder (config.json + model.safetensors)");
-  Json cj;
-  try {
-    cj = parse_json(read_file(config_path), "'" + config_path + "'");
-  } catch (const Json::exception& e) {
-    throw InputError("'" + config_path + "': " + e.what());
-  }
-  Config config;
-  try {
-    config = Config::from_json(cj);
-  } catch (const InputError& e) {
-    std::string why = e.what();
-    for (const char* prefix : {"config.json: ", "config: "})
-      if (why.rfind(prefix, 0) == 0) why = why.substr(std::strlen(prefix));
-    throw InputError("'" + config_path + "': " + why);
-  }
+  Config config = read_checkpoint_config(dir);
   // Headers first (CheckpointReader): every tensor the config implies must be in the files with its
   // shape before one byte is allocated for the model (a config of 10^9 hidden units or 100,000 layers
   // against a small file fails here); a tensor in two files, or a shard the index does not name, is

@@ -88,10 +88,13 @@ template <class T> struct Activations {
 template <class T> class Model {
  public:
   explicit Model(const Config& config);
+  // The layout alone (params(), the offsets), no weights or gradients allocated: for a GPU model that
+  // streams its weights from a checkpoint without a host copy.
+  Model(const Config& config, bool allocate);
 
   const Config& config() const { return config_; }
   const std::vector<ParamInfo>& params() const { return params_; }
-  std::size_t num_parameters() const { return weights.size(); }
+  std::size_t num_parameters() const { return params_.empty() ? 0 : params_.back().offset + params_.back().size; }
   const ParamInfo& param(const std::string& name) const;  // throws InternalError when unknown
 
   // Normal(0, std) weights (norms set to 1, biases 0), seeded: for tests and toy tasks.
@@ -123,6 +126,9 @@ template <class T> class Model {
   Config config_;
   std::vector<ParamInfo> params_;
 };
+
+// config.json of a checkpoint folder; InputError naming the file and the key otherwise.
+Config read_checkpoint_config(const std::string& dir);
 
 // Hugging Face layout. load: config.json and every *.safetensors in the folder (F32, F64, BF16, F16
 // converted); a critic folder holds score.weight [1, C] (and score.bias) instead of lm_head.weight.

@@ -17,7 +17,38 @@ Ptr at(Ptr p, std::size_t elems, std::size_t elem_size) { return p + elems * ele
 }  // namespace
 
 CudaModel::CudaModel(Gpu& gpu, const nn::Model<float>& model, CudaModelOptions options)
-    : gpu_(gpu), config_(model.config()), opt_(options), offsets_(model.layer_offsets) {
+    : gpu_(gpu), config_(model.config()), opt_(options) {
+  init_layout(model);
+  upload_weights(model);
+  zero_grad();
+}
+
+CudaModel::CudaModel(Gpu& gpu, const nn::Config& config, const nn::CheckpointReader& reader, CudaModelOptions options)
+    : gpu_(gpu), config_(config), opt_(options) {
+  if (!opt_.frozen) throw InternalError("native model on CUDA: only a frozen base streams from a checkpoint");
+  const nn::Model<float> layout(config, /*allocate=*/false);
+  init_layout(layout);
+  const std::size_t chunk = std::size_t(64) << 20;
+  std::vector<float> host(std::min(chunk, n_params_));
+  Buffer stage(gpu_, host.size() * 4);
+  for (auto& p : layout.params())
+    for (std::size_t i = 0; i < p.size; i += chunk) {
+      const std::size_t n = std::min(chunk, p.size - i);
+      reader.read(p.name, i, n, host.data());
+      for (std::size_t k = 0; k < n; ++k)
+        if (!std::isfinite(host[k]))
+          throw InputError("checkpoint '" + reader.dir() + "': tensor '" + p.name + "' element " + std::to_string(i + k) +
+                           " is not finite: a model with non-finite weights cannot be trained or sampled");
+      gpu_.sync();  // the staging buffer's last copy is done before it is written again
+      const Ptr dst = master_.ptr() ? master_.ptr() + (p.offset + i) * 4 : 0;
+      gpu_.upload(dst ? dst : stage.ptr(), host.data(), n * 4);
+      if (compute_.ptr()) convert(gpu_, DType::BF16, compute_.ptr() + (p.offset + i) * 2, DType::F32, dst ? dst : stage.ptr(), n);
+    }
+  gpu_.sync();
+}
+
+void CudaModel::init_layout(const nn::Model<float>& model) {
+  offsets_ = model.layer_offsets;
   const auto& c = config_;
   const std::size_t C = c.hidden_size, F = c.intermediate_size;
   const std::size_t QD = std::size_t(c.num_attention_heads) * c.head_dim, KD = std::size_t(c.num_key_value_heads) * c.head_dim;
@@ -35,14 +66,12 @@ CudaModel::CudaModel(Gpu& gpu, const nn::Model<float>& model, CudaModelOptions o
   lm_head_ = model.lm_head_offset;
   score_w_ = model.score_weight_offset;
   score_b_ = model.score_bias_offset;
-  n_params_ = model.weights.size();
+  n_params_ = model.num_parameters();
   const bool master = !opt_.frozen || opt_.dtype == DType::F32;  // a frozen bf16 base keeps its bf16 copy only
   if (master) master_ = Buffer(gpu_, n_params_ * 4);
   if (opt_.dtype == DType::BF16) compute_ = Buffer(gpu_, n_params_ * 2);
   if (!opt_.frozen) grads_ = Buffer(gpu_, n_params_ * 4);
   rope_ = RopeTable(gpu_, c.max_position_embeddings, c.head_dim, c.rope_theta);
-  upload_weights(model);
-  zero_grad();
 }
 
 void CudaModel::upload_weights(const nn::Model<float>& model) {

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "libcommon/nn/checkpoint.hpp"
 #include "libcommon/nn/model.hpp"
 #include "libcommon/nn/optim.hpp"
 #include "libcommon/nn/sample.hpp"
@@ -48,6 +49,9 @@ struct TokenLogprobs {
 class CudaModel {
  public:
   CudaModel(Gpu& gpu, const nn::Model<float>& model, CudaModelOptions options = {});
+  // A frozen base (options.frozen) read tensor by tensor from a checkpoint folder: host memory stays at
+  // one 64 Mi-float chunk, never the model's fp32 copy. InputError naming a non-finite weight.
+  CudaModel(Gpu& gpu, const nn::Config& config, const nn::CheckpointReader& reader, CudaModelOptions options);
 
   const nn::Config& config() const { return config_; }
   DType dtype() const { return opt_.dtype; }
@@ -83,6 +87,7 @@ class CudaModel {
   friend class CudaDecoder;
   friend class CudaAdapter;
   bool critic() const;  // the head in use gives values (a critic, or a critic adapter active)
+  void init_layout(const nn::Model<float>& layout);  // offsets and buffers (no weights uploaded)
   void ensure_scratch(int T);
   void alloc_layer(LayerBuffers& L, int T, bool with_input, bool with_work);
   void layer_forward(int l, int T, int pos0, LayerBuffers& L, Ptr x_in, Ptr x_out, Ptr k_cache, Ptr v_cache,

@@ -2,7 +2,12 @@
 // values (a critic adapter's score head), per-token logprobs and every adapter tensor's gradient, in fp32
 // and bf16, with and without activation checkpointing, on a frozen base whose own gradient and fp32
 // master are never allocated; and one clip + AdamW step against the CPU optimizer on the adapter.
+#include <filesystem>
+
+#include <unistd.h>
+
 #include "libcommon/errors.hpp"
+#include "libcommon/nn/checkpoint.hpp"
 #include "libcommon/nn/lora.hpp"
 #include "libcommon/nn/model.hpp"
 #include "libcommon/nn/optim.hpp"
@@ -177,4 +182,54 @@ TEST_CASE("LoRA on CUDA: logprobs, their backward, and a clip + AdamW step match
     CHECK_NMSE(moved_gpu, moved_cpu, dt == DType::F32 ? 1e-6 : 5e-2);
     CHECK(gad.optimizer_state().t == 1);
   }
+}
+
+TEST_CASE("LoRA on CUDA: a frozen base streamed from its checkpoint folder is the base uploaded from memory") {
+  namespace fs = std::filesystem;
+  const std::string dir = (fs::temp_directory_path() / ("ca-lora-stream-" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  nn::Config c = tiny();
+  nn::Model<float> cpu(c);
+  cpu.init_random(71, 0.08);
+  nn::WriteOptions wo;
+  wo.max_shard_bytes = 100'000;  // several shards and an index, as a 7B checkpoint has
+  nn::save_model(cpu, dir, wo);
+  REQUIRE(fs::exists(dir + "/model.safetensors.index.json"));
+  std::mt19937_64 rng(72);
+  std::vector<int> tokens(30);
+  for (auto& t : tokens) t = int(rng() % c.vocab_size);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    CudaModelOptions o;
+    o.dtype = dt, o.frozen = true;
+    CudaModel from_memory(gpu(), cpu, o);
+    nn::CheckpointReader reader(dir);
+    CudaModel streamed(gpu(), nn::read_checkpoint_config(dir), reader, o);
+    from_memory.forward(tokens);
+    streamed.forward(tokens);
+    CHECK(streamed.logits() == from_memory.logits());
+  }
+  // A non-finite weight in the folder is refused, naming the tensor.
+  nn::Model<float> bad = cpu;
+  bad.weights[bad.param("model.layers.1.mlp.up_proj.weight").offset + 5] = NAN;
+  fs::remove_all(dir);
+  // save_model refuses NaN, so write the shard by hand through the plain writer with the NaN in it.
+  ca::TensorMap tm;
+  for (auto& p : bad.params()) {
+    ca::Tensor t = ca::Tensor::zeros("F32", p.shape);
+    std::copy_n(bad.weights.begin() + p.offset, p.size, t.as<float>());
+    tm.emplace(p.name, std::move(t));
+  }
+  fs::create_directories(dir);
+  ca::write_safetensors(dir + "/model.safetensors", tm);
+  nn::write_checkpoint_config(dir, c, "F32");
+  nn::CheckpointReader reader(dir);
+  CudaModelOptions o;
+  o.frozen = true;
+  try {
+    CudaModel m(gpu(), c, reader, o);
+    FAIL("a NaN weight was uploaded");
+  } catch (const ca::InputError& e) {
+    CHECK(std::string(e.what()).find("up_proj") != std::string::npos);
+  }
+  fs::remove_all(dir);
 }

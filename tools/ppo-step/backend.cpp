@@ -6,6 +6,7 @@
 
 #include "libcommon/errors.hpp"
 #include "libcommon/log.hpp"
+#include "libcommon/nn/checkpoint.hpp"
 #include "libcommon/nn/lora.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/nn_cuda/lora.hpp"
@@ -324,8 +325,13 @@ std::shared_ptr<nn_cuda::CudaModel> Backend::gpu_base(const std::string& dir) {
   o.dtype = nn_cuda::parse_dtype(options_.dtype);
   o.checkpointing = options_.checkpointing;
   o.frozen = true;
-  // The host copy lives only while it is uploaded (a frozen base is never written back).
-  auto m = std::make_shared<nn_cuda::CudaModel>(*gpu_, nn::load_model<float>(key), o);
+  // Streamed tensor by tensor from the checkpoint's maps: no host copy of the model (a 32B base is 128 GB
+  // in fp32), and a frozen base is never written back.
+  const nn::Config config = nn::read_checkpoint_config(key);
+  if (config.value_head) throw InputError("checkpoint '" + key + "' is a critic (score head): a LoRA base is a causal LM");
+  nn::CheckpointReader reader(key);
+  reader.check_layout(config, key + "/config.json");
+  auto m = std::make_shared<nn_cuda::CudaModel>(*gpu_, config, reader, o);
   gpu_bases_.emplace(key, m);
   return m;
 }
