@@ -479,10 +479,14 @@ struct Mt64 {
   }
   void twist() {
     constexpr uint64_t upper = 0xFFFFFFFF80000000ull, lower = 0x7FFFFFFFull, a = 0xB5026F5AA96619E9ull;
-    for (int i = 0; i < kMtN; ++i) {
-      const uint64_t x = (mt[i] & upper) | (mt[(i + 1) % kMtN] & lower);
-      mt[i] = mt[(i + kMtM) % kMtN] ^ (x >> 1) ^ ((x & 1) ? a : 0);
-    }
+    auto step = [&](int i, int next, int far) {
+      const uint64_t x = (mt[i] & upper) | (mt[next] & lower);
+      mt[i] = mt[far] ^ (x >> 1) ^ ((x & 1) ? a : 0);
+    };
+    // The three ranges of the in-place twist, without a modulo per word (as libstdc++ splits it).
+    for (int i = 0; i < kMtN - kMtM; ++i) step(i, i + 1, i + kMtM);
+    for (int i = kMtN - kMtM; i < kMtN - 1; ++i) step(i, i + 1, i + kMtM - kMtN);
+    step(kMtN - 1, 0, kMtM - 1);
   }
 };
 inline uint64_t temper(uint64_t y) {
