@@ -396,6 +396,24 @@ double CudaModel::clip_grad_norm(double max_norm) {
 
 void CudaModel::adamw_step(const nn::AdamWConfig& cfg) {
   if (opt_.frozen) throw InternalError("native model on CUDA: a frozen base is not updated");
+  const Ptr copy = opt_.dtype == DType::BF16 ? compute_.ptr() : 0;
+  if (opt_.host_optimizer) {
+    if (host_m_.empty()) host_m_.assign(n_params_, 0.f), host_v_.assign(n_params_, 0.f);
+    ++adam_t_;
+    const std::size_t chunk = std::size_t(64) << 20;
+    Buffer m(gpu_, std::min(chunk, n_params_) * 4), v(gpu_, std::min(chunk, n_params_) * 4);
+    for (std::size_t i = 0; i < n_params_; i += chunk) {
+      const std::size_t n = std::min(chunk, n_params_ - i);
+      gpu_.upload(m.ptr(), host_m_.data() + i, n * 4);
+      gpu_.upload(v.ptr(), host_v_.data() + i, n * 4);
+      nn_cuda::adamw_step(gpu_, master_.ptr() + i * 4, grads_.ptr() + i * 4, m.ptr(), v.ptr(), copy ? copy + i * 2 : 0, n,
+                          cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, adam_t_);
+      gpu_.download(host_m_.data() + i, m.ptr(), n * 4);  // after the step on the stream
+      gpu_.download(host_v_.data() + i, v.ptr(), n * 4);
+    }
+    gpu_.sync();
+    return;
+  }
   if (!adam_m_.ptr()) {
     adam_m_ = Buffer(gpu_, n_params_ * 4);
     adam_v_ = Buffer(gpu_, n_params_ * 4);
@@ -403,16 +421,17 @@ void CudaModel::adamw_step(const nn::AdamWConfig& cfg) {
     gpu_.memset0(adam_v_.ptr(), n_params_ * 4);
   }
   ++adam_t_;
-  nn_cuda::adamw_step(gpu_, master_.ptr(), grads_.ptr(), adam_m_.ptr(), adam_v_.ptr(),
-                      opt_.dtype == DType::BF16 ? compute_.ptr() : 0, n_params_, cfg.lr, cfg.beta1, cfg.beta2, cfg.eps,
-                      cfg.weight_decay, adam_t_);
+  nn_cuda::adamw_step(gpu_, master_.ptr(), grads_.ptr(), adam_m_.ptr(), adam_v_.ptr(), copy, n_params_, cfg.lr,
+                      cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, adam_t_);
   gpu_.sync();
 }
 
 nn::AdamW CudaModel::optimizer_state() const {
   nn::AdamW a;
   a.t = adam_t_;
-  if (adam_m_.ptr()) {
+  if (opt_.host_optimizer) {
+    a.m = host_m_, a.v = host_v_;
+  } else if (adam_m_.ptr()) {
     a.m = to_host(gpu_, adam_m_.ptr(), n_params_, DType::F32);
     a.v = to_host(gpu_, adam_v_.ptr(), n_params_, DType::F32);
   }
@@ -422,6 +441,11 @@ nn::AdamW CudaModel::optimizer_state() const {
 void CudaModel::set_optimizer_state(const nn::AdamW& state) {
   if (state.m.size() != n_params_ || state.v.size() != n_params_)
     throw InputError("native model on CUDA: optimizer state does not fit the model");
+  adam_t_ = state.t;
+  if (opt_.host_optimizer) {
+    host_m_ = state.m, host_v_ = state.v;
+    return;
+  }
   adam_m_ = to_device(gpu_, state.m, DType::F32);
   adam_v_ = to_device(gpu_, state.v, DType::F32);
   adam_t_ = state.t;

@@ -38,6 +38,10 @@ struct CudaModelOptions {
   // entropy and their gradient come from the last hidden states one chunk at a time, the chunk's logits
   // recomputed in the backward; logits() and backward(dout) of a policy then need T within one chunk.
   int head_chunk_rows = 0;
+  // AdamW's moments in host memory (8 bytes per parameter off the GPU: 56 GB at 7B), streamed through
+  // the device in 64 Mi-parameter chunks at each step: what makes full fine-tuning of a 7B shape fit
+  // one 141 GB GPU (fp32 master 28 GB + bf16 copy 14 GB + fp32 gradients 28 GB on it).
+  bool host_optimizer = false;
 };
 
 class CudaAdapter;
@@ -107,6 +111,7 @@ class CudaModel {
   std::size_t embed_ = 0, final_norm_ = 0, lm_head_ = 0, score_w_ = 0, score_b_ = 0, n_params_ = 0;
   int QKV_ = 0;  // q, k, v outputs of the fused projection
   Buffer master_, compute_, grads_, adam_m_, adam_v_;
+  std::vector<float> host_m_, host_v_;  // host_optimizer: the moments
   long long adam_t_ = 0;
   CudaAdapter* active_ = nullptr;  // the adapter of the last forward
   RopeTable rope_;

@@ -101,6 +101,8 @@ assert m["merged"] == "merged1"
 print("lora step 1: adapter of", lp["trainable_parameters"], "parameters; merged max |dW| %.2e" % moved)
 PYEOF
 
+validate ppo-metrics m1.jsonl
+
 # ppo-step sample runs the adapter as its merged model: the same draws as the merged checkpoint.
 $PPO sample --policy step1 -n 3 --max-new-tokens 5 --seed 9 -q < prompts.jsonl > s_adapter.jsonl
 $PPO sample --policy merged1 -n 3 --max-new-tokens 5 --seed 9 -q < prompts.jsonl > s_merged.jsonl
@@ -148,6 +150,7 @@ assert hdr["base_model.model.score.weight"]["shape"] == [1, 32], hdr["base_model
 m = json.loads(open(sys.argv[2]).readline())
 assert m["lora"]["critic"]["rank"] == 2 and m["lora"]["policy"]["rank"] == 2, m["lora"]
 PYEOF
+validate ppo-metrics m3.jsonl
 # The next step takes the critic adapter back.
 $PPO --mode ppo --policy gae1 --critic gae1/critic --out gae2 --seed 4 --no-store -q < episodes.jsonl > /dev/null
 

@@ -299,8 +299,9 @@ Backend::Backend(DeviceOptions options) : options_(std::move(options)) {
   ordinal_ = cuda_ ? ordinal : 0;
   if (cuda_) {
     nn_cuda::parse_dtype(options_.dtype);  // a bad --dtype fails before any model is read
-  } else if (options_.checkpointing) {
-    log::warn("--checkpointing does nothing on the CPU");
+  } else {
+    if (options_.checkpointing) log::warn("--checkpointing does nothing on the CPU");
+    if (options_.host_optimizer) log::warn("--optimizer-on-host does nothing on the CPU (the moments are in host memory)");
   }
 }
 
@@ -394,13 +395,14 @@ std::unique_ptr<TrainModel> Backend::load(const std::string& dir, bool as_critic
   nn_cuda::CudaModelOptions o;
   o.dtype = nn_cuda::parse_dtype(options_.dtype);
   o.checkpointing = options_.checkpointing;
+  o.host_optimizer = options_.host_optimizer;
   return std::make_unique<GpuModel>(*gpu_, std::move(model), o);
 }
 
 Json Backend::describe() const {
   if (!cuda_) return Json{{"device", "cpu"}, {"dtype", "f32"}};
   Json d{{"device", "cuda:" + std::to_string(ordinal_)}, {"dtype", options_.dtype},
-         {"checkpointing", options_.checkpointing}};
+         {"checkpointing", options_.checkpointing}, {"optimizer_on_host", options_.host_optimizer}};
   if (gpu_) d["name"] = gpu_->info().name, d["peak_bytes"] = gpu_->peak_bytes();
   return d;
 }

@@ -34,6 +34,7 @@ struct DeviceOptions {
   std::string device = "cpu";  // cpu | cuda | cuda:N
   std::string dtype = "bf16";  // compute dtype on cuda: bf16 | f32 (the CPU is always fp32)
   bool checkpointing = false;  // cuda: keep each layer's input only and recompute the layer in the backward
+  bool host_optimizer = false; // cuda: AdamW's moments in host memory, streamed through the GPU at each step
   LoraOptions lora;
 };
 

@@ -38,6 +38,8 @@ void add_train_options(CLI::App& app, TrainSettings& t) {
                  "LoRA target modules: all-linear, or a comma list of q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
       ->capture_default_str();
   app.add_option("--merge", paths.merged, "Also write the policy with its adapter merged into the base, as a full checkpoint folder");
+  app.add_flag("--optimizer-on-host", device.host_optimizer,
+               "cuda: AdamW's moments in host memory, streamed through the GPU each step (full fine-tuning of a 7B shape on one GPU)");
   app.add_flag("--checkpointing", device.checkpointing, "cuda: recompute each layer in the backward instead of keeping its activations");
   app.add_flag("--empty-ok", empty_ok, "Nothing to train on (rft: no trajectory kept) is not an error: a metrics line "
                                        "with trained false and no --out checkpoint (a loop keeps its policy)");
