@@ -39,7 +39,7 @@ measure() {  # measure SHAPE RUN PHASE CMD...: one row {shape, run, phase, secon
   /usr/bin/time -f '%e %M %U %S' -o "$OUT/time.txt" "$@" > /dev/null
   read -r secs rss_kb user sys < "$OUT/time.txt"
   printf '{"shape":"%s","run":%s,"phase":"%s","seconds":%s,"cpu_seconds":%s,"max_rss_mb":%s,"load_average":%s}\n' \
-    "$shape" "$run" "$phase" "$secs" "$(echo "$user + $sys" | bc)" "$((rss_kb / 1024))" "$(cut -d' ' -f1 /proc/loadavg)" \
+    "$shape" "$run" "$phase" "$secs" "$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.2f", u + s }')" "$((rss_kb / 1024))" "$(cut -d' ' -f1 /proc/loadavg)" \
     | tee -a "$rows"
 }
 for shape in $SHAPES; do

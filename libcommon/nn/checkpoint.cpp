@@ -481,7 +481,7 @@ struct Mt64 {
     constexpr uint64_t upper = 0xFFFFFFFF80000000ull, lower = 0x7FFFFFFFull, a = 0xB5026F5AA96619E9ull;
     auto step = [&](int i, int next, int far) {
       const uint64_t x = (mt[i] & upper) | (mt[next] & lower);
-      mt[i] = mt[far] ^ (x >> 1) ^ ((x & 1) ? a : 0);
+      mt[i] = mt[far] ^ (x >> 1) ^ (a & (0 - (x & 1)));  // a mask, not a branch: x's low bit is random
     };
     // The three ranges of the in-place twist, without a modulo per word (as libstdc++ splits it).
     for (int i = 0; i < kMtN - kMtM; ++i) step(i, i + 1, i + kMtM);
@@ -497,7 +497,11 @@ inline uint64_t temper(uint64_t y) {
 }
 // generate_canonical<double, 53>(mt19937_64) as libstdc++ computes it: one draw over 2^64.
 inline double canonical(uint64_t u) {
-  double r = double(u) * 1.0 / 18446744073709551616.0;
+  // double(u) without the sign-bit branch a compiler emits for an unsigned 64-bit conversion (half
+  // mispredicted on random words): both halves are exact and the sum is rounded once, so it is the
+  // same correctly rounded double.
+  const double d = double(uint32_t(u >> 32)) * 4294967296.0 + double(uint32_t(u));
+  double r = d * 1.0 / 18446744073709551616.0;
   return r >= 1.0 ? std::nextafter(1.0, 0.0) : r;
 }
 }  // namespace
