@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "libcommon/errors.hpp"
+#include "libcommon/ids.hpp"
 #include "libcommon/worker/worker_client.hpp"
 
 namespace ca::worker_request {
@@ -13,6 +14,13 @@ Json load(const std::string& task_id, const Json& task) {
   Json req{{"op", "load"}, {"task_id", task_id}, {"code", task["code"]}, {"init_seed", task_init_seed(task)}};
   if (task.contains("init_inputs")) req["init_inputs"] = task["init_inputs"];
   return req;
+}
+
+std::string task_key(const Json& task, const std::string& task_id) {
+  Json l = load(task_id, task);
+  l.erase("op");
+  l.erase("task_id");
+  return task_id + "@" + content_id(l);
 }
 
 Json unload(const std::string& task_id) { return {{"op", "unload"}, {"task_id", task_id}}; }

@@ -13,6 +13,11 @@ namespace ca::worker_request {
 
 // `load`: the task's code, init_inputs and init seed (task_init_seed). FieldError without a code.
 Json load(const std::string& task_id, const Json& task);
+// The name a task is loaded under in a worker, and the key of every cache of it (a lane's loaded
+// tasks, kernel-prof's baselines in memory and in the store): `task_id` and a content id of what the
+// worker runs (code, init seed, init inputs). Two tasks that share an id but differ in code are two
+// tasks by construction: a reused or edited id never gets the other task's module, inputs or timings.
+std::string task_key(const Json& task, const std::string& task_id);
 // `unload`: drop a cached task.
 Json unload(const std::string& task_id);
 // `inputs`: a seeded input set, kept on the device under `keep` (answer: "tensors", as IPC handles).

@@ -29,7 +29,7 @@ struct GpuJudge::Lane {
   CUcontext ctx = nullptr;  // this process's primary context on the GPU (for the comparisons)
   std::unique_ptr<ca::WorkerClient> worker;
   std::unique_ptr<RunnerClient> runner;
-  std::map<std::string, ca::Json> loaded;  // task_id -> the worker's load answer
+  std::map<std::string, ca::Json> loaded;  // task key (worker_request::task_key) -> the worker's load answer
   int64_t files = 0;
 };
 
@@ -177,12 +177,13 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
     set_verdict(check, "runtime_error", "reference worker: " + what + ": " + ans.value("error", "?") + ": " + ans.value("detail", ""));
     check["reference_error"] = true;
   };
-  // 1. The task in this lane's worker: its specs bind the plan.
-  auto it = lane.loaded.find(task_id);
+  // 1. The task in this lane's worker, under its content key: its specs bind the plan.
+  const std::string key = ca::worker_request::task_key(task, task_id);
+  auto it = lane.loaded.find(key);
   if (it == lane.loaded.end()) {
-    ca::Json ans = lane.worker->request(ca::worker_request::load(task_id, task));
+    ca::Json ans = lane.worker->request(ca::worker_request::load(key, task));
     if (!ans.value("ok", false)) return reference_failed("load", ans);
-    it = lane.loaded.emplace(task_id, ans).first;
+    it = lane.loaded.emplace(key, ans).first;
   }
   lap("task_load");
   ca::bundle::IoSpec io = ca::bundle::IoSpec::from_json(it->second);
@@ -270,7 +271,7 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   ca::bundle::Tolerances trial_tolerances = ca::bundle::Tolerances::by_mode(calibrated ? "published" : options_.tolerance,
                                                                           options_.atol, options_.rtol);
   auto make_trial = [&](uint64_t seed, const std::string& variant, bool with_params) -> bool {
-    Draw d = draw(*lane.worker, task_id, seed, variant, with_params, calibrate);
+    Draw d = draw(*lane.worker, key, seed, variant, with_params, calibrate);
     if (!d.failed.empty()) {
       reference_failed(d.failed, d.answer);
       return false;

@@ -119,7 +119,10 @@ Outcome Profiler::profile(Json& record) {
   GpuSession& g = *gp;
   g.make_current();
   Json task = find_task(record, task_id);
-  if (!task.contains("task_id")) task["task_id"] = task_id;
+  // From here the task is named by its content key (worker_request::task_key): the worker loads it
+  // under it, and the baselines are cached under it, so an id reused for other code never shares them.
+  task["task_id"] = worker_request::task_key(task, task_id);
+  const std::string task_key = task["task_id"].get<std::string>();
   const std::string precision = record["check"].value("precision", std::string("fp32"));
 
   const auto started = std::chrono::steady_clock::now();
@@ -206,14 +209,14 @@ Outcome Profiler::profile(Json& record) {
   // matched with fp16 autocast, the lowest precision PyTorch runs these tasks in).
   Json base = Json::object();
   for (const auto& mode : options_.baselines) {
-    base[mode] = baselines.time(task_id, mode, "fp32", metric_used, options_.input_sets);
+    base[mode] = baselines.time(task_key, mode, "fp32", metric_used, options_.input_sets);
     stages.lap("baseline_" + mode);
   }
   std::string matched = precision == "int8" || precision == "fp8" ? "fp16" : precision;
   if (matched == "tf32" || matched == "fp16" || matched == "bf16") {
     prof["matched_precision"] = matched;
     for (const auto& mode : options_.baselines)
-      base[mode + "_precision_matched"] = baselines.time(task_id, mode, matched, metric_used, options_.input_sets);
+      base[mode + "_precision_matched"] = baselines.time(task_key, mode, matched, metric_used, options_.input_sets);
     stages.lap("baselines_matched");
   }
   prof["baselines"] = base;
