@@ -1,5 +1,7 @@
 // Task synthesis: chains of 1-5 catalog ops with shape-compatible links (or one standalone module),
-// sized for a CPU test or for a GPU eager time, rendered as KernelBench-format task records.
+// sized for a CPU test or for a GPU eager time, rendered as KernelBench-format task records. The
+// Generator is written in generate.cpp (the loop and dedup), mix.cpp, chains.cpp, modules.cpp,
+// sizing.cpp and render.cpp.
 #pragma once
 #include <array>
 #include <cstdint>
