@@ -2,7 +2,7 @@
 // it can read only the folders it was given, execute only from the folders given for that, write
 // nowhere, open no TCP connection (ABI 4+) and signal no process outside itself (ABI 6+). Used
 // where attacker-controlled input drives a library that opens files: NVRTC resolving a candidate's
-// #include lines (libcommon/bundle/compile.cpp). GPU nodes have no bubblewrap; Landlock needs none.
+// #include lines (libcommon/bundle/compile_child.cpp). GPU nodes have no bubblewrap; Landlock needs none.
 //
 //   ca::Confinement c;
 //   c.read_dirs = {"/usr/local/cuda/include"};

@@ -1,0 +1,121 @@
+// Reading a cubin's ELF: section sizes, the module-scope objects a kernel can write (and their
+// sections), and the functions it calls but does not define.
+#include <cstring>
+#include <stdexcept>
+
+#include "libcommon/bundle/compile.hpp"
+
+namespace ca::bundle {
+
+namespace {
+
+// The few ELF64 fields a cubin's section table needs, every read bounds-checked (a damaged cubin
+// throws, and the callers report nothing rather than garbage).
+struct Elf64View {
+  const std::string& elf;
+  uint64_t shoff = 0, shentsize = 0, shnum = 0, shstrndx = 0;
+  explicit Elf64View(const std::string& bytes) : elf(bytes) {
+    if (elf.size() < 64 || elf.compare(0, 4, "\x7f" "ELF") != 0 || elf[4] != 2) throw std::runtime_error("not ELF64");
+    shoff = read(0x28, 8), shentsize = read(0x3A, 2), shnum = read(0x3C, 2), shstrndx = read(0x3E, 2);
+    if (shstrndx >= shnum) throw std::runtime_error("no section names");
+  }
+  uint64_t read(size_t off, size_t n) const {
+    if (off + n > elf.size()) throw std::runtime_error("truncated");
+    uint64_t v = 0;
+    std::memcpy(&v, elf.data() + off, n);
+    return v;
+  }
+  uint64_t section(uint64_t i, uint64_t field, size_t n) const { return read(shoff + i * shentsize + field, n); }
+  std::string string_at(uint64_t off) const {
+    if (off >= elf.size()) return "";
+    return std::string(elf.data() + off, strnlen(elf.data() + off, elf.size() - off));
+  }
+  std::string section_name(uint64_t i) const { return string_at(section(shstrndx, 0x18, 8) + section(i, 0, 4)); }
+};
+
+}  // namespace
+
+std::map<std::string, int64_t> cubin_sections(const std::string& elf) {
+  std::map<std::string, int64_t> out;
+  try {
+    Elf64View v(elf);
+    for (uint64_t i = 0; i < v.shnum; ++i) out[v.section_name(i)] += static_cast<int64_t>(v.section(i, 0x20, 8));
+  } catch (const std::exception&) {
+  }
+  return out;
+}
+
+namespace {
+
+// Module data a kernel can write through a generic address: __device__ variables (.nv.global,
+// .nv.global.init) and every constant bank but the kernel parameters' (.nv.constant0.<kernel>):
+// .nv.constant3 holds __constant__ variables.
+bool module_data_section(const std::string& name) {
+  if (name == ".nv.global" || name.rfind(".nv.global.", 0) == 0) return true;
+  return name.rfind(".nv.constant", 0) == 0 && name.rfind(".nv.constant0", 0) != 0;
+}
+
+}  // namespace
+
+std::set<std::string> cubin_undefined_functions(const std::string& elf) {
+  std::set<std::string> out;
+  try {
+    Elf64View v(elf);
+    for (uint64_t i = 0; i < v.shnum; ++i) {
+      if (v.section(i, 0x04, 4) != 2) continue;  // SHT_SYMTAB
+      const uint64_t off = v.section(i, 0x18, 8), size = v.section(i, 0x20, 8), entsize = v.section(i, 0x38, 8);
+      const uint64_t strtab = v.section(v.section(i, 0x28, 4), 0x18, 8);
+      if (entsize < 24) continue;
+      for (uint64_t sym = off; sym + 24 <= off + size; sym += entsize) {
+        const uint64_t shndx = v.read(sym + 6, 2), type = v.read(sym + 4, 1) & 0xf;
+        if (shndx != 0 || (type != 2 /* STT_FUNC */ && type != 0 /* STT_NOTYPE */)) continue;
+        std::string name = v.string_at(strtab + v.read(sym, 4));
+        if (!name.empty()) out.insert(name);
+      }
+    }
+  } catch (const std::exception&) {
+  }
+  return out;
+}
+
+namespace {
+
+// Every sized STT_OBJECT symbol in module data, with its size and its section's name.
+std::map<std::string, std::pair<int64_t, std::string>> module_objects(const std::string& elf) {
+  std::map<std::string, std::pair<int64_t, std::string>> out;
+  try {
+    Elf64View v(elf);
+    std::vector<std::string> names(v.shnum);
+    for (uint64_t i = 0; i < v.shnum; ++i) names[i] = v.section_name(i);
+    for (uint64_t i = 0; i < v.shnum; ++i) {
+      if (v.section(i, 0x04, 4) != 2) continue;  // SHT_SYMTAB
+      const uint64_t off = v.section(i, 0x18, 8), size = v.section(i, 0x20, 8), entsize = v.section(i, 0x38, 8);
+      const uint64_t strtab = v.section(v.section(i, 0x28, 4), 0x18, 8);  // sh_link: its string table
+      if (entsize < 24) continue;
+      for (uint64_t sym = off; sym + 24 <= off + size; sym += entsize) {
+        const uint64_t shndx = v.read(sym + 6, 2), info = v.read(sym + 4, 1), sym_size = v.read(sym + 16, 8);
+        if ((info & 0xf) != 1 /* STT_OBJECT */ || shndx >= v.shnum || !module_data_section(names[shndx]) || sym_size == 0) continue;
+        std::string name = v.string_at(strtab + v.read(sym, 4));
+        if (!name.empty()) out[name] = {static_cast<int64_t>(sym_size), names[shndx]};
+      }
+    }
+  } catch (const std::exception&) {
+  }
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> cubin_object_sections(const std::string& elf) {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, o] : module_objects(elf)) out[name] = o.second;
+  return out;
+}
+
+std::map<std::string, int64_t> cubin_writable_globals(const std::string& elf) {
+  std::map<std::string, int64_t> out;
+  for (const auto& [name, o] : module_objects(elf)) out[name] = o.first;
+  return out;
+}
+
+}  // namespace ca::bundle
