@@ -134,9 +134,17 @@ LoraConfig LoraConfig::from_json(const Json& j, const std::string& origin) {
   const std::string task = j.value("task_type", std::string("CAUSAL_LM"));
   if (task == "TOKEN_CLS") {
     c.value_head = true;
+    // PeftModelForTokenClassification adds "classifier" and "score" (its head names) to modules_to_save and
+    // saves the list so: ["classifier", "score"]. A Qwen2/Llama token classifier has no "classifier".
     const Json& ms = j.value("modules_to_save", Json());
-    if (!(ms.is_array() && ms.size() == 1 && ms[0] == "score"))
-      throw bad("a TOKEN_CLS adapter (a critic) must have modules_to_save [\"score\"]");
+    bool has_score = false, others = false;
+    if (ms.is_array())
+      for (auto& m : ms) {
+        has_score = has_score || m == "score";
+        others = others || (m != "score" && m != "classifier");
+      }
+    if (!has_score || others)
+      throw bad("a TOKEN_CLS adapter (a critic) must have modules_to_save [\"score\"] (\"classifier\" may be there too, as PEFT writes it)");
   } else if (task != "CAUSAL_LM") {
     throw bad("task_type must be CAUSAL_LM (a policy) or TOKEN_CLS (a critic), got \"" + task + "\"");
   } else if (j.contains("modules_to_save") && !j["modules_to_save"].is_null() &&
