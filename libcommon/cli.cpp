@@ -1,6 +1,7 @@
 // Shared CLI conventions.
 #include "libcommon/cli.hpp"
 
+#include <CLI/CLI.hpp>
 #include <unistd.h>
 
 #include <csignal>
@@ -73,40 +74,42 @@ std::string CommonOptions::resolved_store_path() const {
 }
 
 Cli::Cli(std::string tool, std::string summary, std::string example, std::string see_also)
-    : tool_(tool), app_(summary, tool) {
+    : tool_(tool), app_(std::make_unique<CLI::App>(summary, tool)) {
   options_.tool = tool;
   log::set_tool(tool);
   std::string footer = "Example:\n  " + example + "\n";
   if (!see_also.empty()) footer += "\nSee also: " + see_also + "\n";
   footer += "\nExit codes: 0 ok, 1 usage, 2 bad input, 3 environment (no GPU, driver, torch), 4 internal.";
-  app_.footer(footer);
-  app_.set_version_flag("--version", std::string(tool) + " " + kVersion + " (git " + kGitRevision + ")");
-  app_.add_flag("-v,--verbose", options_.verbose, "More detail on stderr (repeat for debug)");
-  app_.add_flag("-q,--quiet", options_.quiet, "Only errors on stderr");
+  app_->footer(footer);
+  app_->set_version_flag("--version", std::string(tool) + " " + kVersion + " (git " + kGitRevision + ")");
+  app_->add_flag("-v,--verbose", options_.verbose, "More detail on stderr (repeat for debug)");
+  app_->add_flag("-q,--quiet", options_.quiet, "Only errors on stderr");
 }
 
+Cli::~Cli() = default;
+
 void Cli::add_io_options(CLI::App* target) {
-  CLI::App& a = target ? *target : app_;
+  CLI::App& a = target ? *target : *app_;
   a.add_option("-i,--input", options_.input, "Input JSON Lines ('-' = stdin)")->capture_default_str();
   a.add_option("-o,--output", options_.output, "Output JSON Lines ('-' = stdout)")->capture_default_str();
 }
 
 void Cli::add_store_options(CLI::App* target) {
-  CLI::App& a = target ? *target : app_;
+  CLI::App& a = target ? *target : *app_;
   a.add_option("--store", options_.store_path, "Run store (SQLite); default $CUDA_AGENT_STORE or ./cuda-agent.db");
   a.add_flag("--no-store", options_.no_store, "Do not open a run store (pure pipe)");
   a.add_flag("--resume", options_.resume, "Skip records whose result is already in the store");
 }
 
 void Cli::add_record_options(CLI::App* target) {
-  CLI::App& a = target ? *target : app_;
+  CLI::App& a = target ? *target : *app_;
   a.add_flag("--strict", options_.strict, "A record with a missing or mistyped field is fatal (exit 2)");
   a.add_option("--shard", options_.shard_text,
                "Process shard i of n (i/n); default from SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT");
 }
 
 void Cli::add_seed_option(CLI::App* target) {
-  CLI::App& a = target ? *target : app_;
+  CLI::App& a = target ? *target : *app_;
   a.add_option("--seed", options_.seed, "Seed (default: unpredictable, recorded in the output)");
 }
 
@@ -146,12 +149,12 @@ int Cli::run(int argc, char** argv, const std::function<int()>& body) {
   signal(SIGPIPE, SIG_IGN);
   for (int i = 0; i < argc; ++i) options_.argv.emplace_back(argv[i]);
   try {
-    app_.parse(argc, argv);
+    app_->parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    std::cout << app_.help();
+    std::cout << app_->help();
     return kExitOk;
   } catch (const CLI::CallForAllHelp& e) {
-    std::cout << app_.help("", CLI::AppFormatMode::All);
+    std::cout << app_->help("", CLI::AppFormatMode::All);
     return kExitOk;
   } catch (const CLI::CallForVersion& e) {
     std::cout << e.what() << "\n";

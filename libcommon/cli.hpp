@@ -1,14 +1,21 @@
 // The command-line conventions every tool shares (CLI11): -i/-o with '-', --store/--no-store,
 // --strict, --seed, --shard i/n, -v/-q, --version, and the mapping of errors to exit codes.
 #pragma once
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "libcommon/errors.hpp"
+
+// CLI11 costs about 4 s of CPU in every file that includes it, so this header only names its
+// types: a file that defines a command line (adds options, reads them) includes <CLI/CLI.hpp>.
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
 
 namespace ca {
 
@@ -55,7 +62,8 @@ class Cli {
  public:
   // `example` is one real command line shown in --help; `see_also` names related tools.
   Cli(std::string tool, std::string summary, std::string example, std::string see_also = "");
-  CLI::App& app() { return app_; }
+  ~Cli();
+  CLI::App& app() { return *app_; }
   CommonOptions& options() { return options_; }
 
   // Shared options on the app or on one of its subcommands.
@@ -71,7 +79,7 @@ class Cli {
 
  private:
   std::string tool_;
-  CLI::App app_;
+  std::unique_ptr<CLI::App> app_;
   CommonOptions options_;
 };
 

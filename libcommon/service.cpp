@@ -1,6 +1,7 @@
 // The judge service around a tool's record handling (see service.hpp).
 #include "libcommon/service.hpp"
 
+#include <CLI/CLI.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
 

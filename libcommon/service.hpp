@@ -3,7 +3,6 @@
 // is a JSON Lines body of input records; the answer is the output records the tool would write on
 // stdout for that input. The protocol and the security model are in tools/kernel-check/SERVICE.md.
 #pragma once
-#include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
 #include <vector>

@@ -1,4 +1,6 @@
 // agent-run: episodes of an LLM agent writing CUDA bundles; one candidate record per episode.
+#include <CLI/CLI.hpp>
+
 #include "libcommon/cli.hpp"
 #include "libcommon/store.hpp"
 #include "tools/agent-run/episode_loop.hpp"

@@ -1,6 +1,8 @@
 // agent-run's options.
 #include "tools/agent-run/options.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include "libcommon/errors.hpp"
 #include "libcommon/log.hpp"
 #include "libcommon/paths.hpp"

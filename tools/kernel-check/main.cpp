@@ -1,5 +1,7 @@
 // kernel-check: compile, run and judge candidate kernel bundles against their task's reference.
 // As a stream (stdin to stdout) or, with --serve, as a long-lived service (SERVICE.md).
+#include <CLI/CLI.hpp>
+
 #include "libcommon/cli.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/jsonl.hpp"

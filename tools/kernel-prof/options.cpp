@@ -1,6 +1,8 @@
 // kernel-prof options.
 #include "tools/kernel-prof/options.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include "libcommon/errors.hpp"
 
 namespace ca::prof {

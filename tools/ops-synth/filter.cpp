@@ -2,6 +2,7 @@
 // task, through N worker clients; kept tasks go on in input order, every drop is counted by reason.
 #include "tools/ops-synth/filter.hpp"
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <filesystem>
 #include <map>

@@ -1,6 +1,7 @@
 // ops-synth generate.
 #include "tools/ops-synth/generate_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <array>
 #include <chrono>
 #include <random>

@@ -2,6 +2,7 @@
 // fills the input/output specs, init inputs and parameter names.
 #include "tools/ops-synth/import.hpp"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <filesystem>
 

@@ -1,5 +1,7 @@
 // ops-synth: synthesize training tasks from the op catalog, filter them with the reference worker,
 // and import KernelBench / CUDA-Agent-Ops-6K problems as the same task records.
+#include <CLI/CLI.hpp>
+
 #include "libcommon/cli.hpp"
 #include "libcommon/errors.hpp"
 #include "tools/ops-synth/filter.hpp"

@@ -1,5 +1,6 @@
 // ppo-step: the training half of the recipe (PPO, RFT, value pretraining) on the native model, and the
 // advantage math alone (`advantages`) for any trainer.
+#include <CLI/CLI.hpp>
 #include <random>
 
 #include "libcommon/cli.hpp"

@@ -1,6 +1,7 @@
 // ppo-step's training step.
 #include "tools/ppo-step/train_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <filesystem>
 
 #include "libcommon/errors.hpp"

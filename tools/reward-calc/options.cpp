@@ -1,6 +1,7 @@
 // reward-calc's options and summary.
 #include "tools/reward-calc/options.hpp"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 
 #include "libcommon/log.hpp"

@@ -1,4 +1,6 @@
 // run-store: create, fill, merge, query and summarize the SQLite run store.
+#include <CLI/CLI.hpp>
+
 #include "libcommon/cli.hpp"
 #include "libcommon/errors.hpp"
 #include "tools/run-store/commands.hpp"
