@@ -4,7 +4,7 @@
 // (tensor_spec.hpp), bound to concrete sizes (bind.hpp).
 //
 //   Plan plan = Plan::parse(record["bundle"]["plan"]);         // PlanError on malformed plans
-//   IoSpec io = IoSpec::from_task(task);                        // shapes/dtypes, may be partial
+//   IoSpec io = IoSpec::from_json(task);                        // shapes/dtypes, may be partial
 //   check_plan(plan, signatures, &io);                          // PlanError naming step and argument
 //   BoundPlan bound = bind_plan(plan, signatures, io);          // sizes, grids, packed scalars
 #pragma once

@@ -1,5 +1,5 @@
 // The native transformer: config, parameter layout, forward and backward over one sequence, and the
-// Hugging Face checkpoint layout. Every op is a plain loop; the CUDA path (a later issue) tests against it.
+// Hugging Face checkpoint layout. Every op is a plain loop; the CUDA path (libcommon/nn_cuda) is tested against it.
 #include "libcommon/nn/model.hpp"
 
 #include <sys/resource.h>

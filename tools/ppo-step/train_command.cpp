@@ -20,8 +20,8 @@ namespace ca::ppo {
 void add_train_options(CLI::App& app, TrainSettings& t) {
   auto& [paths, config_path, fields, device, empty_ok] = t;
   app.add_option("--mode", paths.mode, "ppo | rft | value-pretrain")->check(CLI::IsMember({"ppo", "rft", "value-pretrain"}));
-  app.add_option("--policy", paths.policy, "Policy checkpoint (HF folder: config.json + model.safetensors)");
-  app.add_option("--critic", paths.critic, "Critic checkpoint (a policy folder starts a critic with a zero value head)");
+  app.add_option("--policy", paths.policy, "Policy checkpoint: an HF folder (config.json + safetensors, sharded or not) or a PEFT adapter folder on its base");
+  app.add_option("--critic", paths.critic, "Critic checkpoint or critic adapter (a policy folder starts a critic with a zero value head)");
   app.add_option("--ref", paths.ref, "Reference policy for KL (algorithm.kl_in_reward / kl_loss)");
   app.add_option("--out", paths.out, "Where the new checkpoint goes (value-pretrain: the critic)");
   app.add_option("--critic-out", paths.critic_out, "Where the new critic goes in ppo mode (default OUT/critic)");
