@@ -3,17 +3,25 @@
 // shared memory a block may opt into is what differs.
 #include "libcommon/bundle/launch_limits.hpp"
 
-#include <regex>
+#include <cctype>
+#include <string>
 
 #include "libcommon/errors.hpp"
 
 namespace ca::bundle {
 
 LaunchLimits LaunchLimits::for_arch(const std::string& arch) {
-  static const std::regex form(R"(^(sm|compute)_([0-9]{2,3})[a-z]?$)");
-  std::smatch m;
-  if (!std::regex_match(arch, m, form)) throw UsageError("arch '" + arch + "' is not of the form sm_NN (e.g. sm_90)");
-  const int cc = std::stoi(m[2].str());
+  // (sm|compute)_NN[N][a-z]
+  const std::size_t us = arch.find('_');
+  const std::string prefix = us == std::string::npos ? "" : arch.substr(0, us);
+  std::size_t digits = 0;
+  while (us != std::string::npos && us + 1 + digits < arch.size() && std::isdigit(static_cast<unsigned char>(arch[us + 1 + digits])))
+    ++digits;
+  const std::size_t rest = us == std::string::npos ? 0 : arch.size() - (us + 1 + digits);
+  const bool ok = (prefix == "sm" || prefix == "compute") && digits >= 2 && digits <= 3 &&
+                  (rest == 0 || (rest == 1 && std::islower(static_cast<unsigned char>(arch.back()))));
+  if (!ok) throw UsageError("arch '" + arch + "' is not of the form sm_NN (e.g. sm_90)");
+  const int cc = std::stoi(arch.substr(us + 1, digits));
   if (cc < 70) throw UsageError("arch '" + arch + "': architectures before sm_70 are not supported");
   LaunchLimits l;
   l.arch = arch;

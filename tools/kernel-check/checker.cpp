@@ -3,7 +3,6 @@
 
 #include "libcommon/bundle/launch_limits.hpp"
 
-#include <regex>
 
 #include "libcommon/cuda/driver.hpp"
 #include "libcommon/errors.hpp"
@@ -43,8 +42,6 @@ Checker::Checker(CheckOptions& options, const ca::CommonOptions& common)
     }
   }
   if (options_.arch.empty()) options_.arch = "sm_90";
-  static const std::regex arch_re(R"(^sm_\d+[a-z]?$)");
-  if (!std::regex_match(options_.arch, arch_re)) throw ca::UsageError("--arch: expected sm_XX, got '" + options_.arch + "'");
   try {
     ca::bundle::LaunchLimits::for_arch(options_.arch);  // its launch limits are known (sm_70 on)
   } catch (const ca::UsageError& e) {

@@ -1,7 +1,8 @@
 // The CPU stage: bundle -> plan -> rules -> NVRTC -> plan checks.
 #include "tools/kernel-check/prepare.hpp"
 
-#include <regex>
+#include <cctype>
+#include <string>
 
 #include "libcommon/errors.hpp"
 #include "libcommon/fields.hpp"
@@ -102,10 +103,19 @@ Prepared prepare_candidate(const ca::Json& record, const ca::Json* task, const R
   // A kernel the sources never mention is a plan error, not a compile error.
   std::string all_code;
   for (auto& [f, s] : p.kernels) all_code += strip_comments(s) + "\n";
+  // The name as a whole identifier: a scan, not std::regex (the text is the policy's, of any length).
+  auto ident_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  auto mentions = [&](const std::string& id) {
+    for (std::size_t at = all_code.find(id); !id.empty() && at != std::string::npos; at = all_code.find(id, at + 1))
+      if ((at == 0 || !ident_char(all_code[at - 1])) && (at + id.size() == all_code.size() || !ident_char(all_code[at + id.size()])))
+        return true;
+    return false;
+  };
   for (auto& name : p.plan.kernel_names()) {
-    std::string base = base_name(name);
-    std::regex ident("\\b" + std::regex_replace(base, std::regex(R"([^A-Za-z0-9_])"), "") + "\\b");
-    if (base.empty() || !std::regex_search(all_code, ident)) {
+    std::string base = base_name(name), id;
+    for (char c : base)
+      if (ident_char(c)) id += c;
+    if (base.empty() || !mentions(id)) {
       std::string where;
       for (auto* section : {&p.plan.init, &p.plan.forward})
         for (auto& s : *section)

@@ -384,3 +384,16 @@ TEST_CASE("conv binds F32, F16 and BF16 buffers only (cuDNN is told one of them)
     CHECK_THROWS_WITH_AS(bind_plan(plan, {}, io(bad)), doctest::Contains("conv supports F32, F16, BF16 buffers"), PlanError);
   }
 }
+
+TEST_CASE("LaunchLimits::for_arch: the one parser of sm_NN / compute_NN (no std::regex)") {
+  for (const char* ok : {"sm_70", "sm_90", "sm_90a", "compute_80", "sm_100", "sm_120a"}) {
+    CAPTURE(ok);
+    CHECK(LaunchLimits::for_arch(ok).arch == ok);
+  }
+  for (const char* bad : {"sm_9", "sm_9000", "sm_90ab", "sm_90A", "xx_90", "sm_", "sm90", "", "_90", "sm_9x0"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(LaunchLimits::for_arch(bad), ca::UsageError);
+  }
+  CHECK_THROWS_WITH_AS(LaunchLimits::for_arch("sm_61"), doctest::Contains("before sm_70"), ca::UsageError);
+  CHECK(LaunchLimits::for_arch("sm_90").dynamic_shared > LaunchLimits::for_arch("sm_75").dynamic_shared);
+}
