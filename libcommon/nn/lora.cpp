@@ -48,7 +48,11 @@ std::pair<int, int> module_shape(const Config& c, LoraModule m) {
   return {0, 0};
 }
 
-std::size_t base_offset(const LayerOffsets& o, LoraModule m) {
+}  // namespace
+
+const char* lora_module_name(LoraModule m) { return kModuleNames[int(m)]; }
+
+std::size_t lora_base_offset(const LayerOffsets& o, LoraModule m) {
   switch (m) {
     case LoraModule::q_proj: return o.q;
     case LoraModule::k_proj: return o.k;
@@ -60,9 +64,7 @@ std::size_t base_offset(const LayerOffsets& o, LoraModule m) {
   }
   return 0;
 }
-}  // namespace
 
-const char* lora_module_name(LoraModule m) { return kModuleNames[int(m)]; }
 
 bool LoraConfig::targets_module(LoraModule m) const { return std::find(targets.begin(), targets.end(), m) != targets.end(); }
 
@@ -362,7 +364,7 @@ template <class T> void merge_adapter(Model<T>& model, const Adapter<T>& ad) {
   const int r = ad.config().r;
   const T scaling = T(ad.config().scaling());
   for (auto& s : ad.sites()) {
-    T* W = model.weights.data() + base_offset(model.layer_offsets[s.layer], s.module);
+    T* W = model.weights.data() + lora_base_offset(model.layer_offsets[s.layer], s.module);
     const T* A = ad.weights.data() + s.a;
     const T* B = ad.weights.data() + s.b;
     for (int o = 0; o < s.out; ++o)

@@ -23,6 +23,8 @@ namespace ca::nn {
 enum class LoraModule { q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj };
 constexpr int kLoraModules = 7;
 const char* lora_module_name(LoraModule m);  // "q_proj", ...
+// Where a module's base weight starts in the model's flat parameter vector.
+std::size_t lora_base_offset(const LayerOffsets& offsets, LoraModule m);
 
 struct LoraConfig {
   int r = 0;

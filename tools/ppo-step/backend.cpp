@@ -16,6 +16,61 @@ namespace ca::ppo {
 
 namespace {
 
+// The head's per-position scores from a [T, V] logits matrix (the CPU models).
+TrainModel::Scores head_scores(const std::vector<float>& logits, int V, const std::vector<int>& targets, double temperature) {
+  TrainModel::Scores s;
+  s.logprob.assign(targets.size(), NAN);
+  s.entropy.assign(targets.size(), NAN);
+  for (std::size_t p = 0; p < targets.size(); ++p) {
+    if (targets[p] < 0) continue;
+    float lp, ent;
+    nn::token_logprob_entropy(logits.data() + p * V, V, targets[p], temperature, lp, ent);
+    s.logprob[p] = lp;
+    s.entropy[p] = ent;
+  }
+  return s;
+}
+
+// dL/dlogits of sum_p c_lp[p] logprob[p] + c_ent[p] entropy[p] (the CPU models).
+std::vector<float> head_dlogits(const std::vector<float>& logits, int V, const std::vector<int>& targets, double temperature,
+                                const std::vector<float>& c_lp, const std::vector<float>& c_ent) {
+  std::vector<float> d(logits.size(), 0.0f);
+  for (std::size_t p = 0; p < targets.size(); ++p)
+    if (targets[p] >= 0)
+      nn::token_head_backward(logits.data() + p * V, V, targets[p], temperature, c_lp[p], c_ent[p], d.data() + p * V);
+  return d;
+}
+
+// The GPU's per-position scores, NaN where the target is masked (the GPU models).
+TrainModel::Scores gpu_scores(nn_cuda::CudaModel& m, const std::vector<int>& targets, double temperature) {
+  nn_cuda::TokenLogprobs r = m.token_logprobs(targets, temperature);
+  TrainModel::Scores s;
+  s.logprob.assign(targets.size(), NAN);
+  s.entropy.assign(targets.size(), NAN);
+  for (std::size_t p = 0; p < targets.size(); ++p)
+    if (targets[p] >= 0) s.logprob[p] = r.logprob[p], s.entropy[p] = r.entropy[p];
+  return s;
+}
+
+// An adapter's first non-finite weight ("" when none), and its description for the metrics.
+std::string adapter_non_finite(const nn::Adapter<float>& ad) {
+  for (auto& t : ad.tensors()) {
+    std::size_t n = 1;
+    for (auto d : t.shape) n *= std::size_t(d);
+    for (std::size_t i = 0; i < n; ++i)
+      if (!std::isfinite(ad.weights[t.offset + i]))
+        return "tensor '" + t.key + "' element " + std::to_string(i) + " is " + (std::isnan(ad.weights[t.offset + i]) ? "nan" : "inf");
+  }
+  return "";
+}
+Json adapter_json(const nn::Adapter<float>& ad, const std::string& base_dir) {
+  const auto& c = ad.config();
+  Json t = Json::array();
+  for (auto m : c.targets) t.push_back(nn::lora_module_name(m));
+  return Json{{"rank", c.r}, {"alpha", c.alpha}, {"targets", t}, {"base", base_dir},
+              {"trainable_parameters", ad.num_parameters()}};
+}
+
 class CpuModel final : public TrainModel {
  public:
   explicit CpuModel(nn::Model<float> model) : m_(std::move(model)) {}
@@ -26,18 +81,7 @@ class CpuModel final : public TrainModel {
     m_.forward(inputs, acts_);
     targets_ = targets;
     temperature_ = temperature;
-    const int V = m_.config().vocab_size;
-    Scores s;
-    s.logprob.assign(inputs.size(), NAN);
-    s.entropy.assign(inputs.size(), NAN);
-    for (std::size_t p = 0; p < inputs.size(); ++p) {
-      if (targets[p] < 0) continue;
-      float lp, ent;
-      nn::token_logprob_entropy(acts_.logits.data() + p * V, V, targets[p], temperature, lp, ent);
-      s.logprob[p] = lp;
-      s.entropy[p] = ent;
-    }
-    return s;
+    return head_scores(acts_.logits, m_.config().vocab_size, targets, temperature);
   }
 
   std::vector<double> values(const std::vector<int>& inputs) override {
@@ -46,13 +90,7 @@ class CpuModel final : public TrainModel {
   }
 
   void backward_scores(const std::vector<float>& c_lp, const std::vector<float>& c_ent) override {
-    const int V = m_.config().vocab_size;
-    std::vector<float> dlogits(acts_.logits.size(), 0.0f);
-    for (std::size_t p = 0; p < targets_.size(); ++p)
-      if (targets_[p] >= 0)
-        nn::token_head_backward(acts_.logits.data() + p * V, V, targets_[p], temperature_, c_lp[p], c_ent[p],
-                                dlogits.data() + p * V);
-    m_.backward(acts_, dlogits);
+    m_.backward(acts_, head_dlogits(acts_.logits, m_.config().vocab_size, targets_, temperature_, c_lp, c_ent));
   }
 
   void backward_values(const std::vector<float>& dvalues) override { m_.backward(acts_, dvalues); }
@@ -85,18 +123,7 @@ class CpuLoraModel final : public TrainModel {
     base_->forward(inputs, acts_, &ad_);
     targets_ = targets;
     temperature_ = temperature;
-    const int V = base_->config().vocab_size;
-    Scores s;
-    s.logprob.assign(inputs.size(), NAN);
-    s.entropy.assign(inputs.size(), NAN);
-    for (std::size_t p = 0; p < inputs.size(); ++p) {
-      if (targets[p] < 0) continue;
-      float lp, ent;
-      nn::token_logprob_entropy(acts_.logits.data() + p * V, V, targets[p], temperature, lp, ent);
-      s.logprob[p] = lp;
-      s.entropy[p] = ent;
-    }
-    return s;
+    return head_scores(acts_.logits, base_->config().vocab_size, targets, temperature);
   }
   std::vector<double> values(const std::vector<int>& inputs) override {
     if (!ad_.config().value_head) throw InternalError("ppo-step: a policy adapter has no values");
@@ -104,13 +131,7 @@ class CpuLoraModel final : public TrainModel {
     return {acts_.values.begin(), acts_.values.end()};
   }
   void backward_scores(const std::vector<float>& c_lp, const std::vector<float>& c_ent) override {
-    const int V = base_->config().vocab_size;
-    std::vector<float> dlogits(acts_.logits.size(), 0.0f);
-    for (std::size_t p = 0; p < targets_.size(); ++p)
-      if (targets_[p] >= 0)
-        nn::token_head_backward(acts_.logits.data() + p * V, V, targets_[p], temperature_, c_lp[p], c_ent[p],
-                                dlogits.data() + p * V);
-    base_->backward(acts_, dlogits, &ad_);
+    base_->backward(acts_, head_dlogits(acts_.logits, base_->config().vocab_size, targets_, temperature_, c_lp, c_ent), &ad_);
   }
   void backward_values(const std::vector<float>& dvalues) override { base_->backward(acts_, dvalues, &ad_); }
   void zero_grad() override { ad_.zero_grad(); }
@@ -130,23 +151,8 @@ class CpuLoraModel final : public TrainModel {
     nn::merge_adapter(merged, ad_);
     nn::save_model(merged, dir);
   }
-  Json lora() const override {
-    const auto& c = ad_.config();
-    Json t = Json::array();
-    for (auto m : c.targets) t.push_back(nn::lora_module_name(m));
-    return Json{{"rank", c.r}, {"alpha", c.alpha}, {"targets", t}, {"base", base_dir_},
-                {"trainable_parameters", ad_.num_parameters()}};
-  }
-  std::string non_finite_weight() override {
-    for (auto& t : ad_.tensors()) {
-      std::size_t n = 1;
-      for (auto d : t.shape) n *= std::size_t(d);
-      for (std::size_t i = 0; i < n; ++i)
-        if (!std::isfinite(ad_.weights[t.offset + i]))
-          return "tensor '" + t.key + "' element " + std::to_string(i) + " is " + (std::isnan(ad_.weights[t.offset + i]) ? "nan" : "inf");
-    }
-    return "";
-  }
+  Json lora() const override { return adapter_json(ad_, base_dir_); }
+  std::string non_finite_weight() override { return adapter_non_finite(ad_); }
 
  private:
   std::shared_ptr<nn::Model<float>> base_;
@@ -169,13 +175,7 @@ class GpuModel final : public TrainModel {
 
   Scores score(const std::vector<int>& inputs, const std::vector<int>& targets, double temperature) override {
     m_.forward(inputs);
-    nn_cuda::TokenLogprobs r = m_.token_logprobs(targets, temperature);
-    Scores s;
-    s.logprob.assign(inputs.size(), NAN);
-    s.entropy.assign(inputs.size(), NAN);
-    for (std::size_t p = 0; p < inputs.size(); ++p)
-      if (targets[p] >= 0) s.logprob[p] = r.logprob[p], s.entropy[p] = r.entropy[p];
-    return s;
+    return gpu_scores(m_, targets, temperature);
   }
 
   std::vector<double> values(const std::vector<int>& inputs) override {
@@ -226,13 +226,7 @@ class GpuLoraModel final : public TrainModel {
   Scores score(const std::vector<int>& inputs, const std::vector<int>& targets, double temperature) override {
     if (ad_.critic()) throw InternalError("ppo-step: a critic adapter has no logprobs");
     base_->forward(inputs, &ad_);
-    nn_cuda::TokenLogprobs r = base_->token_logprobs(targets, temperature);
-    Scores s;
-    s.logprob.assign(inputs.size(), NAN);
-    s.entropy.assign(inputs.size(), NAN);
-    for (std::size_t p = 0; p < inputs.size(); ++p)
-      if (targets[p] >= 0) s.logprob[p] = r.logprob[p], s.entropy[p] = r.entropy[p];
-    return s;
+    return gpu_scores(*base_, targets, temperature);
   }
   std::vector<double> values(const std::vector<int>& inputs) override {
     if (!ad_.critic()) throw InternalError("ppo-step: a policy adapter has no values");
@@ -265,23 +259,10 @@ class GpuLoraModel final : public TrainModel {
     nn::merge_adapter(merged, host_);
     nn::save_model(merged, dir);
   }
-  Json lora() const override {
-    const auto& c = host_.config();
-    Json t = Json::array();
-    for (auto m : c.targets) t.push_back(nn::lora_module_name(m));
-    return Json{{"rank", c.r}, {"alpha", c.alpha}, {"targets", t}, {"base", base_dir_},
-                {"trainable_parameters", ad_.num_parameters()}};
-  }
+  Json lora() const override { return adapter_json(host_, base_dir_); }
   std::string non_finite_weight() override {
     ad_.download(host_);
-    for (auto& t : host_.tensors()) {
-      std::size_t n = 1;
-      for (auto d : t.shape) n *= std::size_t(d);
-      for (std::size_t i = 0; i < n; ++i)
-        if (!std::isfinite(host_.weights[t.offset + i]))
-          return "tensor '" + t.key + "' element " + std::to_string(i) + " is " + (std::isnan(host_.weights[t.offset + i]) ? "nan" : "inf");
-    }
-    return "";
+    return adapter_non_finite(host_);
   }
 
  private:

@@ -93,19 +93,6 @@ struct Loss {
   }
 };
 
-std::size_t base_offset_of(const Model<double>& m, const LoraSite& s) {
-  const auto& o = m.layer_offsets[s.layer];
-  switch (s.module) {
-    case LoraModule::q_proj: return o.q;
-    case LoraModule::k_proj: return o.k;
-    case LoraModule::v_proj: return o.v;
-    case LoraModule::o_proj: return o.o;
-    case LoraModule::gate_proj: return o.gate;
-    case LoraModule::up_proj: return o.up;
-    case LoraModule::down_proj: return o.down;
-  }
-  return 0;
-}
 
 struct TempDir {
   std::string path;
@@ -153,7 +140,7 @@ TEST_CASE("lora: the adapter's gradient is the full gradient projected on it, an
     const double s = ad.config().scaling();
     double worst = 0, scale = 0;
     for (auto& site : ad.sites()) {
-      const double* GW = merged.grads.data() + base_offset_of(merged, site);
+      const double* GW = merged.grads.data() + lora_base_offset(merged.layer_offsets[site.layer], site.module);
       const double* A = ad.weights.data() + site.a;
       const double* B = ad.weights.data() + site.b;
       for (int o = 0; o < site.out; ++o)
