@@ -20,18 +20,8 @@ cp "$CA_SRC/tests/nn_cuda/fixtures/tokenizer.json" "$TMP/base/"
 "$PY" - "$TMP" <<'PY' || fail "writing the adapter and its merged checkpoint"
 import array, json, os, random, shutil, struct, sys
 tmp = sys.argv[1]
-def read(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    hdr = json.loads(raw[8:8 + n])
-    out = {}
-    for name, t in hdr.items():
-        if name == "__metadata__":
-            continue
-        assert t["dtype"] == "F32", (name, t["dtype"])
-        a, b = t["data_offsets"]
-        out[name] = (t["shape"], array.array("f", raw[8 + n + a:8 + n + b]))
-    return out
+sys.path.insert(0, os.path.join(os.environ["CA_SRC"], "tests"))
+from safetensors_f32 import read
 def write(path, tensors):
     header, blob = {}, b""
     for name in sorted(tensors):

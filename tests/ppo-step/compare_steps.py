@@ -5,22 +5,17 @@ usage: compare_steps.py TOL METRICS_A METRICS_B [START OUT_A OUT_B ...]"""
 import array
 import json
 import math
+import os
 import struct
 import sys
 
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from safetensors_f32 import read
+
+
 def tensors(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    hdr = json.loads(raw[8:8 + n])
-    out = {}
-    for name, t in hdr.items():
-        if name == "__metadata__":
-            continue
-        assert t["dtype"] == "F32", (name, t["dtype"])
-        a, b = t["data_offsets"]
-        out[name] = array.array("f", raw[8 + n + a:8 + n + b])
-    return out
+    return {name: values for name, (shape, values) in read(path).items()}
 
 
 def get(m, path):

@@ -38,21 +38,11 @@ $PPO --mode ppo --policy base --out step1 --merge merged1 --config grpo.yaml --l
 [ -f merged1/config.json ] && [ -f merged1/model.safetensors ] || fail "--merge wrote no full checkpoint"
 [ "$(cat base/* 2>/dev/null | sha256sum)" = "$base_sum" ] || fail "the frozen base's files changed"
 
-$PY - "$PWD" <<'PYEOF'
-import array, json, struct, sys, os
+$PY - "$PWD" "$CA_SRC/tests" <<'PYEOF'
+import json, sys, os
 root = sys.argv[1]
-def tensors(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    hdr = json.loads(raw[8:8 + n])
-    out = {}
-    for name, t in hdr.items():
-        if name == "__metadata__":
-            continue
-        assert t["dtype"] == "F32", (name, t["dtype"])
-        a, b = t["data_offsets"]
-        out[name] = (t["shape"], array.array("f", raw[8 + n + a:8 + n + b]))
-    return out
+sys.path.insert(0, sys.argv[2])
+from safetensors_f32 import read as tensors
 cfg = json.load(open(f"{root}/step1/adapter_config.json"))
 assert cfg["peft_type"] == "LORA" and cfg["task_type"] == "CAUSAL_LM", cfg
 assert cfg["r"] == 4 and cfg["lora_alpha"] == 8, cfg
