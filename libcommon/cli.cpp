@@ -9,7 +9,7 @@
 #include <cstring>
 #include <iostream>
 
-#include "libcommon/bundle/compile.hpp"
+#include "libcommon/child_main.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/file_identity.hpp"
 #include "libcommon/ids.hpp"
@@ -142,8 +142,8 @@ void refuse_same_input_and_output(const CommonOptions& o) {
 }  // namespace
 
 int Cli::run(int argc, char** argv, const std::function<int()>& body) {
-  // The confined NVRTC child of compile_bundle() is this program again (libcommon/bundle/compile.hpp).
-  if (argc > 1 && std::strcmp(argv[1], bundle::kCompileChildFlag) == 0) return bundle::compile_child_main();
+  // A helper child that is this program again (the confined NVRTC compiler: child_main.hpp).
+  if (ChildMain child = child_main_for(argc, argv)) return child();
   // A closed stdout shows up as EPIPE on write (OutputClosed), the same in every tool, instead of
   // SIGPIPE killing some tools and not others (those with worker children ignore it already).
   signal(SIGPIPE, SIG_IGN);

@@ -29,8 +29,9 @@ struct CompileOptions {
   bool confined = true;
 };
 
-// argv[1] of the confined compiler child; a program that compiles confined must hand it to
-// compile_child_main() before anything else (ca::Cli::run does; so does the unit tests' main).
+// argv[1] of the confined compiler child, registered with libcommon/child_main.hpp where the child is
+// launched (compile_child.cpp): a program's main hands it on through child_main_for() (ca::Cli::run
+// does; so does the unit tests' main).
 inline constexpr const char* kCompileChildFlag = "--nvrtc-child";
 // The child: a request on stdin, the compile result on stdout. Returns the exit code.
 int compile_child_main();

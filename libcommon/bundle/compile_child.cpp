@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "libcommon/bundle/compile.hpp"
+#include "libcommon/child_main.hpp"
 #include "libcommon/bundle/compile_detail.hpp"
 #include "libcommon/confine.hpp"
 #include "libcommon/cuda/nvrtc.hpp"
@@ -59,6 +60,10 @@ void write_all(int fd, const std::string& s) {
 }
 
 constexpr int kChildConfineFailed = 3;
+
+// Linked wherever the child is launched (confined_compile below), so every program that can start it
+// answers it.
+[[maybe_unused]] const bool kChildRegistered = register_child_main(kCompileChildFlag, compile_child_main);
 
 }  // namespace
 

@@ -1,13 +1,11 @@
-// doctest's main for the unit tests; it also answers as the confined compiler child, since
-// compile_bundle() starts this program again for that (libcommon/bundle/compile.hpp).
+// doctest's main for the unit tests; it also answers as a registered helper child (the confined
+// compiler: compile_bundle() starts this program again for that; libcommon/child_main.hpp).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
-#include <cstring>
-
-#include "libcommon/bundle/compile.hpp"
+#include "libcommon/child_main.hpp"
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], ca::bundle::kCompileChildFlag) == 0) return ca::bundle::compile_child_main();
+  if (ca::ChildMain child = ca::child_main_for(argc, argv)) return child();
   return doctest::Context(argc, argv).run();
 }
