@@ -9,7 +9,7 @@
 
 #include "libcommon/errors.hpp"
 #include "libcommon/signals.hpp"
-#include "libcommon/tokenizer/unicode.hpp"
+#include "libcommon/utf8.hpp"
 
 namespace ca {
 
@@ -322,7 +322,7 @@ void RecordWriter::write_line(std::string line) {
 Json with_valid_utf8(Json value) {
   if (value.is_string()) {
     std::string& text = value.get_ref<std::string&>();
-    if (!tokenizer::is_valid_utf8(text)) text = tokenizer::valid_utf8(text);
+    if (!is_valid_utf8(text)) text = valid_utf8(text);
     return value;  // a valid string is moved, never copied
   }
   if (value.is_array()) {
@@ -332,7 +332,7 @@ Json with_valid_utf8(Json value) {
   if (!value.is_object()) return value;
   Json out = Json::object();
   for (auto& [k, v] : value.items())
-    out[tokenizer::is_valid_utf8(k) ? k : tokenizer::valid_utf8(k)] = with_valid_utf8(std::move(v));
+    out[is_valid_utf8(k) ? k : valid_utf8(k)] = with_valid_utf8(std::move(v));
   return out;
 }
 

@@ -1,10 +1,12 @@
-// The little Unicode a byte-level BPE pre-tokenizer needs: UTF-8 decoding with byte offsets, and the
-// letter (\p{L}), number (\p{N}) and white-space (\s) classes of its regex.
+// The little Unicode a byte-level BPE pre-tokenizer needs: the letter (\p{L}), number (\p{N}) and
+// white-space (\s) classes of its regex, over libcommon/utf8's decoding with byte offsets.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "libcommon/utf8.hpp"
 
 namespace ca::tokenizer {
 
@@ -20,19 +22,11 @@ bool is_letter(uint32_t cp);
 bool is_number(uint32_t cp);
 bool is_whitespace(uint32_t cp);  // Unicode White_Space, as the regex engines' \s
 
-// One code point and where its bytes are in the text. An invalid byte is one code point U+FFFD of
-// one byte, so every byte of the text belongs to exactly one entry.
-struct Codepoint {
-  uint32_t cp;
-  std::size_t offset, length;
-};
-std::vector<Codepoint> decode_utf8(const std::string& text);
-std::string encode_utf8(uint32_t cp);
-// The text with every invalid, overlong or surrogate sequence replaced by U+FFFD, as a lossy UTF-8
-// decoder does: byte tokens need not end on a character boundary.
-std::string valid_utf8(const std::string& text);
-// True when valid_utf8(text) == text: no invalid, overlong or surrogate sequence. Checked in place,
-// nothing allocated, so a valid text (the usual case) need not be copied to be made valid.
-bool is_valid_utf8(const std::string& text);
+// UTF-8 (libcommon/utf8.hpp), used here as the tokenizer always has.
+using ca::Codepoint;
+using ca::decode_utf8;
+using ca::encode_utf8;
+using ca::is_valid_utf8;
+using ca::valid_utf8;
 
 }  // namespace ca::tokenizer
