@@ -7,6 +7,7 @@
 
 #include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
+#include "libcommon/record_path.hpp"
 
 namespace ca {
 
@@ -99,51 +100,21 @@ int64_t count_lines(const std::string& path) {
 
 RecordLoop::RecordLoop(const CommonOptions& options) : options_(options) {}
 
-bool RecordLoop::handle(Json& record, const std::string& where, const std::function<Outcome(Json&)>& job,
-                        bool drop_skipped) {
-  ++counts_.read;
-  Outcome outcome;
-  try {
-    check_record_ids(record);
-    outcome = job(record);
-  } catch (const FieldError& e) {
-    mark_bad_record(record, e, options_.tool, where, options_.strict);
-    ++counts_.bad;
-    return true;
-  }
-  switch (outcome) {
-    case Outcome::done: ++counts_.done; break;
-    case Outcome::failed: ++counts_.failed; break;
-    case Outcome::skipped: ++counts_.skipped; break;
-    case Outcome::passed: ++counts_.passed; break;
-  }
-  if (store_ && (outcome == Outcome::done || outcome == Outcome::failed) && record.contains(section_) &&
-      record[section_].is_object()) {
-    if (record.contains("candidate_id")) store_->put_section(section_, record);
-    else log::verbose(where, ": its ", section_, " is not stored (no candidate_id)");
-  }
-  return !(drop_skipped && outcome == Outcome::skipped);
-}
-
 int RecordLoop::run(const std::function<Outcome(Json&)>& job, bool drop_skipped) {
-  RecordReader reader(options_.input);
-  RecordWriter writer(options_.output);
-  log::Progress progress;
-  if (progress.enabled()) progress.set_total(count_lines(options_.input));  // a file: done/total and time left
-  Json record;
-  while (reader.next(record)) {
-    if (!options_.shard.contains(record_key(record))) {
-      ++counts_.read;
-      ++counts_.other_shard;
-      progress.tick();
-      continue;
-    }
-    if (handle(record, reader.where(), job, drop_skipped)) writer.write(record);
-    progress.tick();
-  }
-  progress.finish();
+  RecordPathOptions o;
+  o.store = store_;
+  o.section = section_;
+  RecordPath path(options_, o);
+  RecordJob<RecordItem> one;
+  one.work = [&](int, RecordItem& item) {
+    const Outcome outcome = job(item.record);
+    item.write = !(drop_skipped && outcome == Outcome::skipped);
+    return outcome;
+  };
+  const int status = path.stream(one);
+  counts_ = path.totals();
   log::info(counts_.text());
-  return kExitOk;
+  return status;
 }
 
 }  // namespace ca

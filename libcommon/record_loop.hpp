@@ -1,5 +1,5 @@
-// The per-record loop every streaming tool shares: read, shard, do the one job, write, count;
-// applies the bad-input rules of DESIGN.md §1 in one place.
+// The record contract's pieces (counts, bad records, ids, record keys) and RecordLoop, the one
+// record path (record_path.hpp) for a job of one record on one lane.
 #pragma once
 #include <functional>
 #include <string>
@@ -48,20 +48,16 @@ std::string record_key(const Json& record);
 // or anything that cannot be counted without consuming it.
 int64_t count_lines(const std::string& path);
 
+// The one record path (record_path.hpp) on one lane, for a tool whose job is a function of the
+// record alone: its stream, counted, and the counts on stderr at its end.
 class RecordLoop {
  public:
   explicit RecordLoop(const CommonOptions& options);
   // Calls `job` on every record of this shard, in order, and writes it (unless the job returns
   // skipped and `drop_skipped` is set). FieldError from the job becomes a bad record.
-  // Returns the exit code: 0 unless something fatal was thrown.
+  // Returns the exit code: 0, or that of what ended it (a line that is not JSON, --strict), reported.
   int run(const std::function<Outcome(Json&)>& job, bool drop_skipped = false);
-  // One record of run() (or of a service's request): ids checked, the job, its outcome counted; a
-  // FieldError becomes a bad record (InputError under --strict). Returns whether to write it.
-  // Counts `read` too; sharding is the caller's.
-  bool handle(Json& record, const std::string& where, const std::function<Outcome(Json&)>& job,
-              bool drop_skipped = false);
   const Counts& counts() const { return counts_; }
-  Counts& counts() { return counts_; }
   // The store gets `section` ("prof", "reward") of every record the job finished (done or failed),
   // here, after the job: a tool's job never writes its results to the store itself.
   void store_into(Store* store, std::string section) {

@@ -5,7 +5,7 @@
 #include "libcommon/errors.hpp"
 #include "libcommon/fields.hpp"
 #include "libcommon/log.hpp"
-#include "libcommon/record_loop.hpp"
+#include "libcommon/record_path.hpp"
 #include "libcommon/store.hpp"
 #include "tools/reward-calc/options.hpp"
 #include "tools/reward-calc/scheme.hpp"
@@ -29,43 +29,36 @@ int main(int argc, char** argv) {
     const ca::reward::Config config = ca::reward::settings(options);
     ca::log::verbose("settings: ", config.to_json().dump());
     std::unique_ptr<ca::Store> store = ca::open_store_for(opt);
-    ca::RecordLoop loop(opt);
-    loop.store_into(store.get(), "reward");
+    ca::RecordPathOptions path_options;
+    path_options.store = store.get();
+    path_options.section = "reward";
+    ca::RecordPath path(opt, path_options);
     ca::reward::Tally tally;
-    int status = ca::kExitOk;
-    try {
-      status = loop.run([&](ca::Json& record) {
-        // A record an earlier tool already marked bad, and never checked, is passed on as it came.
-        if (record.contains("error") && !record.contains("check")) return ca::Outcome::passed;
-        if (store) ca::get_required<std::string>(record, "/candidate_id");  // the store keeps a reward by it
-        ca::reward::Verdict verdict;
-        ca::Json reward;
-        try {
-          reward = ca::reward::score(record, config, &verdict);
-        } catch (const ca::FieldError& e) {
-          // An earlier tool already marked this record bad: keep its error (the first cause), pass on.
-          if (record.contains("error") && !opt.strict) {
-            ca::log::verbose("record ", ca::record_key(record), ": ", e.what(), " (already has an error section)");
-            return ca::Outcome::passed;
-          }
-          throw;
+    ca::RecordJob<ca::RecordItem> job;
+    job.work = [&](int, ca::RecordItem& item) {
+      ca::Json& record = item.record;
+      // A record an earlier tool already marked bad, and never checked, is passed on as it came.
+      if (record.contains("error") && !record.contains("check")) return ca::Outcome::passed;
+      if (store) ca::get_required<std::string>(record, "/candidate_id");  // the store keeps a reward by it
+      ca::reward::Verdict verdict;
+      ca::Json reward;
+      try {
+        reward = ca::reward::score(record, config, &verdict);
+      } catch (const ca::FieldError& e) {
+        // An earlier tool already marked this record bad: keep its error (the first cause), pass on.
+        if (record.contains("error") && !opt.strict) {
+          ca::log::verbose("record ", ca::record_key(record), ": ", e.what(), " (already has an error section)");
+          return ca::Outcome::passed;
         }
-        tally.add(reward["value"].get<double>(), reward["value"].dump(), verdict);
-        record["reward"] = std::move(reward);
-        return verdict == ca::reward::Verdict::scored_correct || verdict == ca::reward::Verdict::unprofiled
-                   ? ca::Outcome::done
-                   : ca::Outcome::failed;
-      });
-    } catch (const ca::Error& e) {
-      ca::report_error(e);
-      status = e.exit_code;
-    }
-    ca::log::info(tally.text(config));
-    if (store) {
-      ca::Json counts = loop.counts().to_json();
-      counts["settings"] = config.to_json();
-      store->end_run(status, counts);
-    }
-    return status;
+        throw;
+      }
+      tally.add(reward["value"].get<double>(), reward["value"].dump(), verdict);
+      record["reward"] = std::move(reward);
+      return verdict == ca::reward::Verdict::scored_correct || verdict == ca::reward::Verdict::unprofiled
+                 ? ca::Outcome::done
+                 : ca::Outcome::failed;
+    };
+    const int status = path.stream(job);
+    return path.end(status, "; " + tally.text(config), ca::Json{{"settings", config.to_json()}});
   });
 }
