@@ -72,6 +72,16 @@ class CheckpointReader {
   std::unique_ptr<std::map<std::string, Entry>> entries_;
 };
 
+// A checkpoint folder opened for loading as load_model opens it: its config (value_head set when a causal
+// LM is opened as a critic's starting point, whose score head then starts at zero and may be missing)
+// and a reader whose headers were checked against that layout. InputError for a critic opened as a
+// policy, a missing tensor, a wrong shape.
+struct OpenCheckpoint {
+  Config config;
+  std::unique_ptr<CheckpointReader> reader;
+};
+OpenCheckpoint open_checkpoint(const std::string& dir, bool as_critic);
+
 // What the writer writes and how.
 struct WriteOptions {
   std::string dtype = "F32";                   // on disk: F32, BF16 or F16

@@ -521,20 +521,27 @@ template <class T> std::string first_non_finite(const Model<T>& model) {
   return "";
 }
 
-template <class T> Model<T> load_model(const std::string& dir, bool as_critic) {
+OpenCheckpoint open_checkpoint(const std::string& dir, bool as_critic) {
   namespace fs = std::filesystem;
-  std::string config_path = dir + "/config.json";
   if (!fs::is_directory(dir)) throw InputError("checkpoint '" + dir + "' is not a folder (config.json + model.safetensors)");
-  Config config = read_checkpoint_config(dir);
+  OpenCheckpoint ck;
+  ck.config = read_checkpoint_config(dir);
   // Headers first (CheckpointReader): every tensor the config implies must be in the files with its
   // shape before one byte is allocated for the model (a config of 10^9 hidden units or 100,000 layers
   // against a small file fails here); a tensor in two files, or a shard the index does not name, is
   // refused: a stale shard must not silently win over new weights.
-  CheckpointReader reader(dir);
+  ck.reader = std::make_unique<CheckpointReader>(dir);
+  const bool has_score = ck.reader->has("score.weight");
+  if (as_critic && !has_score) ck.config.value_head = true;  // a causal LM as the critic's starting point
+  if (!as_critic && ck.config.value_head) throw InputError("checkpoint '" + dir + "' is a critic (score head), not a policy");
+  ck.reader->check_layout(ck.config, dir + "/config.json", {"score.weight", "score.bias"});  // a fresh value head is zero
+  return ck;
+}
+
+template <class T> Model<T> load_model(const std::string& dir, bool as_critic) {
+  auto [config, reader_ptr] = open_checkpoint(dir, as_critic);
+  const CheckpointReader& reader = *reader_ptr;
   const bool has_score = reader.has("score.weight");
-  if (as_critic && !has_score) config.value_head = true;  // a causal LM as the critic's starting point
-  if (!as_critic && config.value_head) throw InputError("checkpoint '" + dir + "' is a critic (score head), not a policy");
-  reader.check_layout(config, config_path, {"score.weight", "score.bias"});  // a fresh value head is zero
   Model<T> model(config);
   std::vector<CheckpointReader::Request<T>> requests;
   for (auto& p : model.params())

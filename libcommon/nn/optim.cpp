@@ -1,9 +1,11 @@
 // AdamW and gradient clipping.
 #include "libcommon/nn/optim.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
+#include "libcommon/atomic_file.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/safetensors.hpp"
 
@@ -28,27 +30,76 @@ template <class T> void AdamW::step(std::vector<T>& w, const std::vector<T>& g, 
   }
 }
 
-void AdamW::save(const std::string& path) const {
+namespace {
+constexpr const char* kMoments[2] = {"exp_avg", "exp_avg_sq"};
+constexpr std::size_t kChunk = std::size_t(8) << 20;  // floats per write or read
+}  // namespace
+
+void write_adamw_state(const std::string& path, std::size_t n, int64_t step, const MomentFill& fill) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  TensorMap tensors;
-  for (auto [name, src] : {std::pair{"exp_avg", &m}, std::pair{"exp_avg_sq", &v}}) {
-    Tensor tensor = Tensor::zeros("F32", {int64_t(src->size())});
-    std::copy(src->begin(), src->end(), tensor.as<float>());
-    tensors.emplace(name, std::move(tensor));
+  std::vector<SafetensorsPlanEntry> entries;
+  for (auto* name : kMoments) entries.push_back({name, "F32", {int64_t(n)}, uint64_t(n) * 4, 0});
+  const SafetensorsPlan plan = plan_safetensors(entries, {{"step", std::to_string(step)}, {"optimizer", "adamw"}});
+  AtomicFile out(path);
+  out.write(plan.header);
+  std::vector<float> chunk(std::min(kChunk, std::max<std::size_t>(n, 1)));
+  for (auto& e : plan.entries) {
+    const int which = e.name == kMoments[0] ? 0 : 1;
+    for (std::size_t i = 0; i < n; i += kChunk) {
+      const std::size_t k = std::min(kChunk, n - i);
+      fill(which, i, k, chunk.data());
+      out.write(chunk.data(), k * 4);
+    }
   }
-  write_safetensors(path, tensors, {{"step", std::to_string(t)}, {"optimizer", "adamw"}});
+  out.commit();
+}
+
+std::unique_ptr<AdamWStateFile> AdamWStateFile::open(const std::string& path, std::size_t n) {
+  if (!std::filesystem::exists(path)) return nullptr;
+  std::unique_ptr<AdamWStateFile> f(new AdamWStateFile);
+  f->map_ = std::make_unique<MappedFile>(path);
+  const SafetensorsHeader h = parse_safetensors_header(f->map_->data(), f->map_->size(), path);
+  for (int which : {0, 1}) {
+    auto it = h.tensors.find(kMoments[which]);
+    if (it == h.tensors.end() || it->second.dtype != "F32" || it->second.shape != std::vector<int64_t>{int64_t(n)})
+      throw InputError("'" + path + "': optimizer state does not fit the model (" + kMoments[which] + ")");
+    f->offset_[which] = h.data_start + it->second.begin;
+  }
+  auto step = h.metadata.find("step");
+  try {
+    f->step_ = step == h.metadata.end() ? 0 : std::stoll(step->second);
+  } catch (const std::exception&) {
+    throw InputError("'" + path + "': metadata step '" + step->second + "' is not an integer");
+  }
+  return f;
+}
+
+AdamWStateFile::~AdamWStateFile() = default;
+
+void AdamWStateFile::read(int which, std::size_t begin, std::size_t count, float* out) const {
+  const uint64_t at = offset_[which] + uint64_t(begin) * 4;
+  convert_elements(map_->data() + at, "F32", count, out);
+  map_->release(at, uint64_t(count) * 4);
+}
+
+void AdamW::save(const std::string& path) const {
+  write_adamw_state(path, m.size(), t, [&](int which, std::size_t begin, std::size_t count, float* out) {
+    const auto& src = which == 0 ? m : v;
+    std::copy_n(src.begin() + std::ptrdiff_t(begin), count, out);
+  });
 }
 
 bool AdamW::load(const std::string& path, std::size_t n) {
-  if (!std::filesystem::exists(path)) return false;
-  auto file = read_safetensors(path);
-  for (auto [name, dst] : {std::pair{"exp_avg", &m}, std::pair{"exp_avg_sq", &v}}) {
-    auto it = file.tensors.find(name);
-    if (it == file.tensors.end() || it->second.dtype != "F32" || std::size_t(it->second.numel()) != n)
-      throw InputError("'" + path + "': optimizer state does not fit the model (" + name + ")");
-    dst->assign(it->second.as<float>(), it->second.as<float>() + n);
+  auto file = AdamWStateFile::open(path, n);
+  if (!file) return false;
+  m.resize(n);
+  v.resize(n);
+  for (std::size_t i = 0; i < n; i += kChunk) {
+    const std::size_t k = std::min(kChunk, n - i);
+    file->read(0, i, k, m.data() + i);
+    file->read(1, i, k, v.data() + i);
   }
-  t = file.metadata.count("step") ? std::stoll(file.metadata["step"]) : 0;
+  t = file->step();
   return true;
 }
 

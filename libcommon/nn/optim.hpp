@@ -2,8 +2,14 @@
 // flat parameter vector; the moments persist beside a checkpoint so one process per step loses nothing.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
+
+namespace ca {
+class MappedFile;
+}
 
 namespace ca::nn {
 
@@ -29,6 +35,32 @@ class AdamW {
 
   std::vector<float> m, v;
   int64_t t = 0;
+};
+
+// The same file in chunks, never the moments whole in host memory (a 7B model's are 56 GB in fp32):
+// what a trainer whose moments live on the GPU, or in its own host buffers, saves and loads through.
+// fill(which, begin, count, out): elements [begin, begin + count) of exp_avg (which 0) or exp_avg_sq (1).
+using MomentFill = std::function<void(int which, std::size_t begin, std::size_t count, float* out)>;
+// Written as AdamW::save writes it, byte for byte (AtomicFile: whole or not at all).
+void write_adamw_state(const std::string& path, std::size_t n, int64_t step, const MomentFill& fill);
+
+// An optimizer.safetensors mapped for reading in chunks; its header checked against `n` parameters
+// (InputError naming the file and tensor as AdamW::load).
+class AdamWStateFile {
+ public:
+  // nullptr when the file does not exist.
+  static std::unique_ptr<AdamWStateFile> open(const std::string& path, std::size_t n);
+  ~AdamWStateFile();
+  int64_t step() const { return step_; }
+  // Elements [begin, begin + count) of exp_avg (which 0) or exp_avg_sq (1); the pages read are given
+  // back as it goes.
+  void read(int which, std::size_t begin, std::size_t count, float* out) const;
+
+ private:
+  AdamWStateFile() = default;
+  std::unique_ptr<MappedFile> map_;
+  uint64_t offset_[2] = {0, 0};
+  int64_t step_ = 0;
 };
 
 // Scales gradients so their global L2 norm is at most max_norm (when max_norm > 0); returns the norm

@@ -25,7 +25,6 @@ CudaModel::CudaModel(Gpu& gpu, const nn::Model<float>& model, CudaModelOptions o
 
 CudaModel::CudaModel(Gpu& gpu, const nn::Config& config, const nn::CheckpointReader& reader, CudaModelOptions options)
     : gpu_(gpu), config_(config), opt_(options) {
-  if (!opt_.frozen) throw InternalError("native model on CUDA: only a frozen base streams from a checkpoint");
   const nn::Model<float> layout(config, /*allocate=*/false);
   init_layout(layout);
   const std::size_t chunk = std::size_t(64) << 20;
@@ -34,17 +33,22 @@ CudaModel::CudaModel(Gpu& gpu, const nn::Config& config, const nn::CheckpointRea
   for (auto& p : layout.params())
     for (std::size_t i = 0; i < p.size; i += chunk) {
       const std::size_t n = std::min(chunk, p.size - i);
-      reader.read(p.name, i, n, host.data());
+      gpu_.sync();  // the host and staging buffers' last copies are done before they are written again
+      if (reader.has(p.name)) {
+        reader.read(p.name, i, n, host.data());
+      } else {  // check_layout let it be missing: a critic's fresh value head, zero
+        std::fill_n(host.begin(), n, 0.0f);
+      }
       for (std::size_t k = 0; k < n; ++k)
         if (!std::isfinite(host[k]))
           throw InputError("checkpoint '" + reader.dir() + "': tensor '" + p.name + "' element " + std::to_string(i + k) +
                            " is not finite: a model with non-finite weights cannot be trained or sampled");
-      gpu_.sync();  // the staging buffer's last copy is done before it is written again
       const Ptr dst = master_.ptr() ? master_.ptr() + (p.offset + i) * 4 : 0;
       gpu_.upload(dst ? dst : stage.ptr(), host.data(), n * 4);
       if (compute_.ptr()) convert(gpu_, DType::BF16, compute_.ptr() + (p.offset + i) * 2, DType::F32, dst ? dst : stage.ptr(), n);
     }
   gpu_.sync();
+  zero_grad();
 }
 
 void CudaModel::init_layout(const nn::Model<float>& model) {
@@ -93,9 +97,14 @@ void CudaModel::upload_weights(const nn::Model<float>& model) {
 }
 
 void CudaModel::download_weights(nn::Model<float>& model) const {
-  if (!master_.ptr()) throw InternalError("native model on CUDA: a frozen bf16 base has no fp32 master weights");
   model.weights.resize(n_params_);
-  gpu_.download(model.weights.data(), master_.ptr(), n_params_ * 4);
+  read_weights(0, n_params_, model.weights.data());
+}
+
+void CudaModel::read_weights(std::size_t begin, std::size_t count, float* out) const {
+  if (!master_.ptr()) throw InternalError("native model on CUDA: a frozen bf16 base has no fp32 master weights");
+  if (begin > n_params_ || count > n_params_ - begin) throw InternalError("native model on CUDA: weights out of range");
+  gpu_.download(out, master_.ptr() + begin * 4, count * 4);
 }
 
 std::vector<float> CudaModel::grads() const {
@@ -449,6 +458,50 @@ void CudaModel::set_optimizer_state(const nn::AdamW& state) {
   adam_m_ = to_device(gpu_, state.m, DType::F32);
   adam_v_ = to_device(gpu_, state.v, DType::F32);
   adam_t_ = state.t;
+}
+
+void CudaModel::save_optimizer(const std::string& path) const {
+  if (opt_.frozen) throw InternalError("native model on CUDA: a frozen base has no optimizer state");
+  const bool zeros = !opt_.host_optimizer && !adam_m_.ptr();  // no step yet: zero moments, as a fresh AdamW
+  nn::write_adamw_state(path, n_params_, adam_t_, [&](int which, std::size_t begin, std::size_t count, float* out) {
+    if (opt_.host_optimizer && !host_m_.empty()) {
+      const auto& src = which == 0 ? host_m_ : host_v_;
+      std::copy_n(src.begin() + std::ptrdiff_t(begin), count, out);
+    } else if (zeros || opt_.host_optimizer) {
+      std::fill_n(out, count, 0.0f);
+    } else {
+      gpu_.download(out, (which == 0 ? adam_m_ : adam_v_).ptr() + begin * 4, count * 4);
+    }
+  });
+}
+
+bool CudaModel::load_optimizer(const std::string& path) {
+  if (opt_.frozen) throw InternalError("native model on CUDA: a frozen base has no optimizer state");
+  auto file = nn::AdamWStateFile::open(path, n_params_);
+  if (!file) return false;
+  const std::size_t chunk = std::size_t(64) << 20;
+  if (opt_.host_optimizer) {
+    host_m_.resize(n_params_);
+    host_v_.resize(n_params_);
+    for (std::size_t i = 0; i < n_params_; i += chunk) {
+      const std::size_t n = std::min(chunk, n_params_ - i);
+      file->read(0, i, n, host_m_.data() + i);
+      file->read(1, i, n, host_v_.data() + i);
+    }
+  } else {
+    if (!adam_m_.ptr()) adam_m_ = Buffer(gpu_, n_params_ * 4), adam_v_ = Buffer(gpu_, n_params_ * 4);
+    std::vector<float> host(std::min(chunk, n_params_));
+    for (int which : {0, 1})
+      for (std::size_t i = 0; i < n_params_; i += chunk) {
+        const std::size_t n = std::min(chunk, n_params_ - i);
+        gpu_.sync();  // the last upload from `host` is done
+        file->read(which, i, n, host.data());
+        gpu_.upload((which == 0 ? adam_m_ : adam_v_).ptr() + i * 4, host.data(), n * 4);
+      }
+    gpu_.sync();
+  }
+  adam_t_ = file->step();
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------------

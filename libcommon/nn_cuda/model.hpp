@@ -53,8 +53,10 @@ struct TokenLogprobs {
 class CudaModel {
  public:
   CudaModel(Gpu& gpu, const nn::Model<float>& model, CudaModelOptions options = {});
-  // A frozen base (options.frozen) read tensor by tensor from a checkpoint folder: host memory stays at
-  // one 64 Mi-float chunk, never the model's fp32 copy. InputError naming a non-finite weight.
+  // A model read tensor by tensor from a checkpoint folder (a frozen base, or a model to train): host
+  // memory stays at one 64 Mi-float chunk, never the model's fp32 copy. A tensor the reader lacks (a
+  // critic's fresh value head, which check_layout let through) starts at zero. InputError naming a
+  // non-finite weight.
   CudaModel(Gpu& gpu, const nn::Config& config, const nn::CheckpointReader& reader, CudaModelOptions options);
 
   const nn::Config& config() const { return config_; }
@@ -63,6 +65,9 @@ class CudaModel {
 
   void upload_weights(const nn::Model<float>& model);
   void download_weights(nn::Model<float>& model) const;  // master weights
+  // Master weights [begin, begin + count) of the parameter vector (params() order) into `out`: a
+  // checkpoint written tensor by tensor from the GPU, with no host copy of the model.
+  void read_weights(std::size_t begin, std::size_t count, float* out) const;
   std::vector<float> grads() const;                      // fp32, in params() order
   void zero_grad();
 
@@ -86,6 +91,10 @@ class CudaModel {
   void adamw_step(const nn::AdamWConfig& c);
   nn::AdamW optimizer_state() const;  // moments and step, to save beside a checkpoint
   void set_optimizer_state(const nn::AdamW& state);
+  // The same state as trainer_state/optimizer.safetensors, written and read in chunks (nn::write_adamw_state,
+  // nn::AdamWStateFile) without a whole host copy of the moments; load returns false when there is no file.
+  void save_optimizer(const std::string& path) const;
+  bool load_optimizer(const std::string& path);
 
  private:
   friend class CudaDecoder;

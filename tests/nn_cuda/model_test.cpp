@@ -1,8 +1,15 @@
 // The native model on CUDA against Model<double> on the CPU: logits, values, per-token logprobs and the
 // gradients of every parameter, in fp32 and bf16, with and without activation checkpointing; the KV
 // cache decoder against the CPU decoder; a training step (clip + AdamW) against the CPU optimizer.
+#include <algorithm>
+#include <filesystem>
+
+#include <unistd.h>
+
+#include "libcommon/nn/checkpoint.hpp"
 #include "libcommon/nn/model.hpp"
 #include "libcommon/nn/optim.hpp"
+#include "libcommon/paths.hpp"
 #include "libcommon/nn/sample.hpp"
 #include "libcommon/nn_cuda/model.hpp"
 #include "tests/nn_cuda/common.hpp"
@@ -260,4 +267,78 @@ TEST_CASE("AdamW with its moments in host memory steps exactly as with them on t
   }
   CHECK(after[0].weights == after[1].weights);  // the same kernel on the same numbers, chunk by chunk
   CHECK(after[0].weights != cpu.weights);
+}
+
+TEST_CASE("a trainable model streamed from its shards, written back and its moments saved in chunks, is the in-memory one") {
+  namespace fs = std::filesystem;
+  const std::string dir = (fs::temp_directory_path() / ("ca-cuda-stream-" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  nn::Config c = tiny(false, false, false);
+  auto cpu = random_model(c, 91);
+  nn::WriteOptions wo;
+  wo.max_shard_bytes = 100'000;  // several shards and an index
+  nn::save_model(cpu, dir + "/in", wo);
+  std::mt19937_64 rng(92);
+  auto tokens = random_tokens(29, c.vocab_size, rng);
+  auto dout = randn(tokens.size() * c.vocab_size, rng);
+  nn::AdamWConfig cfg;
+  cfg.lr = 1e-3;
+  for (bool host : {false, true}) {
+    CAPTURE(host);
+    CudaModelOptions o{DType::BF16, false};
+    o.host_optimizer = host;
+    CudaModel from_memory(gpu(), cpu, o);
+    auto ck = nn::open_checkpoint(dir + "/in", false);
+    CudaModel streamed(gpu(), ck.config, *ck.reader, o);
+    for (CudaModel* m : {&from_memory, &streamed}) {
+      m->zero_grad();
+      m->forward(tokens);
+      m->backward(dout);
+      m->adamw_step(cfg);
+    }
+    nn::Model<float> a = cpu, b = cpu;
+    from_memory.download_weights(a);
+    streamed.download_weights(b);
+    CHECK(a.weights == b.weights);
+    // read_weights by range is download_weights' slice.
+    const auto& p = a.param("model.layers.1.self_attn.k_proj.weight");
+    std::vector<float> slice(p.size - 3);
+    streamed.read_weights(p.offset + 3, slice.size(), slice.data());
+    CHECK(std::equal(slice.begin(), slice.end(), b.weights.begin() + std::ptrdiff_t(p.offset + 3)));
+    // The moments in chunks: the same file AdamW::save writes from optimizer_state(), and loaded back
+    // into a fresh model the next step is the same step.
+    const std::string opt = dir + "/opt" + std::to_string(host) + ".safetensors";
+    streamed.save_optimizer(opt);
+    nn::AdamW whole = streamed.optimizer_state();
+    whole.save(opt + ".whole");
+    CHECK(ca::read_file(opt) == ca::read_file(opt + ".whole"));
+    nn::save_model(b, dir + "/mid" + std::to_string(host));
+    auto ck2 = nn::open_checkpoint(dir + "/mid" + std::to_string(host), false);
+    CudaModel resumed(gpu(), ck2.config, *ck2.reader, o);
+    REQUIRE(resumed.load_optimizer(opt));
+    CHECK_FALSE(resumed.load_optimizer(dir + "/none.safetensors"));
+    for (CudaModel* m : {&streamed, &resumed}) {
+      m->zero_grad();
+      m->forward(tokens);
+      m->backward(dout);
+      m->adamw_step(cfg);
+    }
+    streamed.download_weights(a);
+    resumed.download_weights(b);
+    CHECK(a.weights == b.weights);
+    CHECK(resumed.optimizer_state().t == 2);
+  }
+  // A critic opened from a causal LM: its value head starts at zero, the rest is the LM's.
+  auto ck = nn::open_checkpoint(dir + "/in", true);
+  CudaModel critic(gpu(), ck.config, *ck.reader, CudaModelOptions{DType::F32, false});
+  const nn::Model<float> layout(ck.config, false);
+  std::vector<float> w(layout.num_parameters());
+  critic.read_weights(0, w.size(), w.data());
+  const auto& score = layout.param("score.weight");
+  CHECK(std::all_of(w.begin() + std::ptrdiff_t(score.offset), w.begin() + std::ptrdiff_t(score.offset + score.size),
+                    [](float x) { return x == 0.0f; }));
+  const auto& emb = layout.param("model.embed_tokens.weight");
+  CHECK(std::equal(w.begin() + std::ptrdiff_t(emb.offset), w.begin() + std::ptrdiff_t(emb.offset + emb.size),
+                   cpu.weights.begin() + std::ptrdiff_t(cpu.param("model.embed_tokens.weight").offset)));
+  fs::remove_all(dir);
 }

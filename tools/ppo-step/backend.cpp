@@ -164,14 +164,15 @@ class CpuLoraModel final : public TrainModel {
   nn::AdamW opt_;
 };
 
+// A model trained whole on the GPU. It is read from its checkpoint and written back tensor by tensor
+// through the GPU's master weights: the host never holds its fp32 copy (28 GB at 7B), nor the moments
+// whole when they live on the GPU.
 class GpuModel final : public TrainModel {
  public:
-  GpuModel(nn_cuda::Gpu& gpu, nn::Model<float> host, nn_cuda::CudaModelOptions options)
-      : host_(std::move(host)), m_(gpu, host_, options) {
-    host_.release_gradients();  // the host copy is kept for its layout and to write the checkpoint
-  }
+  GpuModel(nn_cuda::Gpu& gpu, const std::string& dir, bool as_critic, nn_cuda::CudaModelOptions options)
+      : GpuModel(gpu, nn::open_checkpoint(dir, as_critic), options) {}
   const nn::Config& config() const override { return m_.config(); }
-  std::size_t num_parameters() const override { return host_.num_parameters(); }
+  std::size_t num_parameters() const override { return layout_.num_parameters(); }
 
   Scores score(const std::vector<int>& inputs, const std::vector<int>& targets, double temperature) override {
     m_.forward(inputs);
@@ -191,24 +192,41 @@ class GpuModel final : public TrainModel {
   void zero_grad() override { m_.zero_grad(); }
   double clip_grad_norm(double max_norm) override { return m_.clip_grad_norm(max_norm); }
   void adamw_step(const nn::AdamWConfig& c) override { m_.adamw_step(c); }
-  bool load_optimizer(const std::string& path) override {
-    nn::AdamW state;
-    if (!state.load(path, host_.num_parameters())) return false;
-    m_.set_optimizer_state(state);
-    return true;
-  }
-  void save_optimizer(const std::string& path) override { m_.optimizer_state().save(path); }
+  bool load_optimizer(const std::string& path) override { return m_.load_optimizer(path); }
+  void save_optimizer(const std::string& path) override { m_.save_optimizer(path); }
   void save(const std::string& dir) override {
-    m_.download_weights(host_);
-    nn::save_model(host_, dir);
+    std::filesystem::create_directories(dir);
+    const auto& params = layout_.params();
+    std::vector<nn::TensorSpec> specs;
+    for (auto& p : params) specs.push_back({p.name, p.shape});
+    nn::WriteOptions o;
+    o.ordered = true;  // fill on one thread: the downloads share the GPU's stream
+    nn::write_checkpoint_tensors(
+        dir, specs,
+        [&](std::size_t i, std::size_t begin, std::size_t count, float* out) {
+          m_.read_weights(params[i].offset + begin, count, out);
+        },
+        o);
+    nn::write_checkpoint_config(dir, m_.config(), o.dtype);
   }
   std::string non_finite_weight() override {
-    m_.download_weights(host_);
-    return nn::first_non_finite(host_);
+    const std::size_t chunk = std::size_t(16) << 20;
+    std::vector<float> host;
+    for (auto& p : layout_.params())
+      for (std::size_t i = 0; i < p.size; i += chunk) {
+        host.resize(std::min(chunk, p.size - i));
+        m_.read_weights(p.offset + i, host.size(), host.data());
+        for (std::size_t k = 0; k < host.size(); ++k)
+          if (!std::isfinite(host[k]))
+            return "tensor '" + p.name + "' element " + std::to_string(i + k) + " is " + (std::isnan(host[k]) ? "nan" : "inf");
+      }
+    return "";
   }
 
  private:
-  nn::Model<float> host_;
+  GpuModel(nn_cuda::Gpu& gpu, nn::OpenCheckpoint ck, nn_cuda::CudaModelOptions options)
+      : layout_(ck.config, /*allocate=*/false), m_(gpu, ck.config, *ck.reader, options) {}
+  nn::Model<float> layout_;  // names, shapes and offsets of the parameters (no weights)
   nn_cuda::CudaModel m_;
 };
 
@@ -370,14 +388,13 @@ std::unique_ptr<TrainModel> Backend::load(const std::string& dir, bool as_critic
     if (cuda_) return std::make_unique<GpuLoraModel>(gb, std::move(ad), base_dir);
     return std::make_unique<CpuLoraModel>(b, std::move(ad), base_dir);
   }
-  nn::Model<float> model = nn::load_model<float>(dir, as_critic);
-  if (!cuda_) return std::make_unique<CpuModel>(std::move(model));
+  if (!cuda_) return std::make_unique<CpuModel>(nn::load_model<float>(dir, as_critic));
   open_gpu();
   nn_cuda::CudaModelOptions o;
   o.dtype = nn_cuda::parse_dtype(options_.dtype);
   o.checkpointing = options_.checkpointing;
   o.host_optimizer = options_.host_optimizer;
-  return std::make_unique<GpuModel>(*gpu_, std::move(model), o);
+  return std::make_unique<GpuModel>(*gpu_, dir, as_critic, o);
 }
 
 Json Backend::describe() const {

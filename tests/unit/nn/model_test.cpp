@@ -287,6 +287,41 @@ TEST_CASE("AdamW first step and gradient clipping") {
   CHECK(small[0] == 0.3f);
 }
 
+TEST_CASE("AdamW state in chunks: the file AdamW::save writes, byte for byte, and read back by range") {
+  // Several of the writer's 8 Mi-float chunks, so the chunk seams are crossed.
+  const std::size_t n = (std::size_t(8) << 20) * 2 + 12345;
+  AdamW opt;
+  opt.m.resize(n), opt.v.resize(n), opt.t = 7;
+  for (std::size_t i = 0; i < n; ++i) opt.m[i] = float(i % 1000) * 0.5f - 3.0f, opt.v[i] = float(i % 777) * 0.25f;
+  ca::PrivateTempDir dir("adam_chunks");
+  // The whole-tensor writer is the reference: the chunked path must give the same bytes.
+  ca::TensorMap whole;
+  for (auto [name, src] : {std::pair{"exp_avg", &opt.m}, std::pair{"exp_avg_sq", &opt.v}}) {
+    ca::Tensor t = ca::Tensor::zeros("F32", {int64_t(n)});
+    std::copy(src->begin(), src->end(), t.as<float>());
+    whole.emplace(name, std::move(t));
+  }
+  ca::write_safetensors(dir.path() + "/whole.safetensors", whole, {{"step", "7"}, {"optimizer", "adamw"}});
+  opt.save(dir.path() + "/chunked.safetensors");
+  CHECK(ca::read_file(dir.path() + "/whole.safetensors") == ca::read_file(dir.path() + "/chunked.safetensors"));
+
+  auto f = ca::nn::AdamWStateFile::open(dir.path() + "/chunked.safetensors", n);
+  REQUIRE(f);
+  CHECK(f->step() == 7);
+  std::vector<float> got(5000);
+  const std::size_t at = (std::size_t(8) << 20) - 2500;  // across a seam
+  f->read(1, at, got.size(), got.data());
+  CHECK(std::equal(got.begin(), got.end(), opt.v.begin() + std::ptrdiff_t(at)));
+  f->read(0, n - got.size(), got.size(), got.data());
+  CHECK(std::equal(got.begin(), got.end(), opt.m.end() - std::ptrdiff_t(got.size())));
+  CHECK_FALSE(ca::nn::AdamWStateFile::open(dir.path() + "/none.safetensors", n));
+  CHECK_THROWS_AS(ca::nn::AdamWStateFile::open(dir.path() + "/chunked.safetensors", n + 1), ca::InputError);
+  // A step that is not a number is bad input naming the file, not an internal error.
+  ca::write_safetensors(dir.path() + "/badstep.safetensors", whole, {{"step", "seven"}});
+  CHECK_THROWS_WITH_AS(ca::nn::AdamWStateFile::open(dir.path() + "/badstep.safetensors", n),
+                       doctest::Contains("badstep.safetensors"), ca::InputError);
+}
+
 TEST_CASE("config.json from transformers 5: RoPE theta under rope_parameters") {
   ca::Json j = {{"model_type", "qwen2"}, {"vocab_size", 32}, {"hidden_size", 16}, {"intermediate_size", 32},
                 {"num_hidden_layers", 1}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
