@@ -1,6 +1,8 @@
 // The one record path (see record_path.hpp).
 #include "libcommon/record_path.hpp"
 
+#include <memory>
+
 #include "libcommon/log.hpp"
 #include "libcommon/store.hpp"
 
@@ -9,6 +11,17 @@ namespace ca {
 RecordPath::RecordPath(const CommonOptions& options, RecordPathOptions path)
     : options_(options), path_(std::move(path)) {
   if (path_.lanes < 1) throw UsageError("-j must be at least 1");
+}
+
+RecordSource lines_source(std::vector<Line>& lines, std::function<bool()> cancelled) {
+  auto next = std::make_shared<std::size_t>(0);
+  return [&lines, cancelled = std::move(cancelled), next](Json& record, std::string& where) {
+    if (*next == lines.size() || (cancelled && cancelled())) return false;
+    Line& line = lines[(*next)++];
+    record = std::move(line.record);
+    where = line.where;
+    return true;
+  };
 }
 
 OrderedLoopOptions RecordPath::loop_options() const {

@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "libcommon/cli.hpp"
 #include "libcommon/errors.hpp"
@@ -49,6 +50,8 @@ struct RecordItem {
 // The next record and where it was; false at the end. An Error it throws ends the input (step 1).
 using RecordSource = std::function<bool(Json& record, std::string& where)>;
 using RecordSink = std::function<void(const Json& record)>;
+// A service request's records (parse_lines), moved out one by one until `cancelled` (its client left).
+RecordSource lines_source(std::vector<Line>& lines, std::function<bool()> cancelled);
 
 // What a tool does to one record. Only `work` is required.
 template <class Item>

@@ -9,7 +9,7 @@
 #include "libcommon/errors.hpp"
 #include "libcommon/fields.hpp"
 #include "libcommon/log.hpp"
-#include "libcommon/record_loop.hpp"
+#include "libcommon/record_path.hpp"
 #include "libcommon/task_lookup.hpp"
 
 namespace ca::prof {
@@ -37,22 +37,17 @@ int stream(Profiler& profiler, const CommonOptions& common, Store* store) {
       log::verbose("no GPU session before the first record: ", e.what());
     }
   }
-  RecordLoop loop(common);
-  loop.store_into(store, "prof");
-  int status = kExitOk;
-  try {
-    status = loop.run([&](Json& record) {
-      // --resume reuses a stored profile by candidate_id: only when the id is the hash of the bundle.
-      if (common.resume) verify_candidate_id(record);
-      return profiler.profile(record);
-    });
-  } catch (const Error& e) {
-    report_error(e);
-    log::info(loop.counts().text());
-    status = e.exit_code;
-  }
-  if (store) store->end_run(status, loop.counts().to_json());
-  return status;
+  RecordPathOptions path_options;
+  path_options.store = store;
+  path_options.section = "prof";
+  RecordPath path(common, path_options);
+  RecordJob<RecordItem> job;
+  job.work = [&](int, RecordItem& item) {
+    // --resume reuses a stored profile by candidate_id: only when the id is the hash of the bundle.
+    if (common.resume) verify_candidate_id(item.record);
+    return profiler.profile(item.record);
+  };
+  return path.end(path.stream(job));
 }
 
 int serve(Profiler& profiler, const ServiceOptions& service, const CommonOptions& common, Store* store) {
@@ -66,7 +61,10 @@ int serve(Profiler& profiler, const ServiceOptions& service, const CommonOptions
     log::warn(no_gpu, ": serving anyway (records whose check passed will be refused; health answers 503)");
   }
   std::mutex mu;  // one GPU, one timing job at a time: concurrent requests queue here
-  Counts totals;
+  RecordPathOptions path_options;  // every request's records through one path: its totals, the run's end
+  path_options.store = store;
+  path_options.section = "prof";
+  RecordPath path(common, path_options);
   ServiceSpec spec;
   spec.tool = "kernel-prof";
   spec.endpoint = "/v1/profile";
@@ -78,35 +76,24 @@ int serve(Profiler& profiler, const ServiceOptions& service, const CommonOptions
   const ClientTasks client_tasks = service.client_tasks();
   spec.judge = [&](std::vector<Line>& lines, const std::function<bool()>& cancelled) {
     std::lock_guard<std::mutex> lock(mu);
-    RecordLoop loop(common);
-    loop.store_into(store, "prof");
-    struct Tally {  // counted also when a record's error ends the request
-      Counts& totals;
-      RecordLoop& loop;
-      ~Tally() { totals += loop.counts(); }
-    } tally{totals, loop};
+    RecordJob<RecordItem> job;
+    job.work = [&](int, RecordItem& item) {
+      Json& r = item.record;
+      // A record that will be timed (its check passed, a GPU is there): a client's task runs only
+      // with --accept-tasks and under its content id, and its candidate_id, which the profile is
+      // stored and reused under, must be the hash of its bundle. Others pass through untouched
+      // (nothing run, nothing stored), or get the 503 of a missing GPU.
+      if (no_gpu.empty() && check_passed(r)) {
+        screen_client_task(r, get_required<std::string>(r, "/task_id"), client_tasks);
+        verify_candidate_id(r);
+      }
+      return profiler.profile(r);
+    };
     std::vector<Json> out;
-    for (auto& line : lines) {
-      if (cancelled()) break;  // the client left: the rest of its records are not timed
-      auto screened = [&](Json& r) {
-        // A record that will be timed (its check passed, a GPU is there): a client's task runs
-        // only with --accept-tasks and under its content id, and its candidate_id, which the
-        // profile is stored and reused under, must be the hash of its bundle. Others pass
-        // through untouched (nothing run, nothing stored), or get the 503 of a missing GPU.
-        if (no_gpu.empty() && check_passed(r)) {
-          screen_client_task(r, get_required<std::string>(r, "/task_id"), client_tasks);
-          verify_candidate_id(r);
-        }
-        return profiler.profile(r);
-      };
-      if (loop.handle(line.record, line.where, screened)) out.push_back(std::move(line.record));
-    }
+    // The client left: the rest of its records are not timed.
+    path.run<RecordItem>(lines_source(lines, cancelled), job, [&](const Json& record) { out.push_back(record); });
     return out;
   };
-  int status = run_service(service, spec);
-  log::info(totals.text());
-  if (store) store->end_run(status, totals.to_json());
-  return status;
+  return path.end(run_service(service, spec));
 }
-
 }  // namespace ca::prof

@@ -8,12 +8,12 @@
 
 namespace ca::prof {
 
-// Records from common.input to common.output through one RecordLoop; in a pipe whose first record
+// Records from common.input to common.output through the record path (record_path.hpp); in a pipe whose first record
 // is not there yet, the GPU and the worker's one-time costs are paid while it is on the way.
 int stream(Profiler& profiler, const CommonOptions& common, Store* store);
 
 // The service: warmed up before it listens, one timing job at a time (one GPU), each request's
-// records through their own RecordLoop; the run row closed with every request's counts.
+// records through one record path; the run row closed with every request's counts.
 int serve(Profiler& profiler, const ServiceOptions& service, const CommonOptions& common, Store* store);
 
 }  // namespace ca::prof

@@ -9,10 +9,9 @@
 #include "libcommon/errors.hpp"
 #include "libcommon/jsonl.hpp"
 #include "libcommon/log.hpp"
-#include "libcommon/ordered_loop.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/process.hpp"
-#include "libcommon/record_loop.hpp"
+#include "libcommon/record_path.hpp"
 
 namespace ca::prof {
 
@@ -42,6 +41,26 @@ std::vector<std::string> child_argv(const std::vector<std::string>& argv, int or
   return out;
 }
 
+namespace {
+
+// One record through a lane's child: the line it answers with, or InternalError when it ended early
+// (`child_status` keeps the first such child's exit code).
+std::string ask_child(ChildProcess& child, int gpu, const Json& record, std::atomic<int>& child_status) {
+  const bool sent = child.write(record.dump() + "\n");
+  for (;;) {
+    if (sent)
+      if (auto line = child.read_line(std::chrono::milliseconds(60000))) return std::move(*line);
+    if (!sent || child.eof()) {
+      auto rc = child.wait(std::chrono::milliseconds(10000));
+      int expected = kExitOk;
+      child_status.compare_exchange_strong(expected, rc && *rc != 0 ? *rc : kExitInternal);
+      throw InternalError(log::cat("the child timing on GPU ", gpu, " ended early (", child.status_text(), ")"));
+    }
+  }
+}
+
+}  // namespace
+
 int run_on_gpus(const ProfOptions& options, const CommonOptions& common, int argc, char** argv) {
   std::vector<std::unique_ptr<ChildProcess>> children;
   for (int g : options.gpus) {
@@ -51,63 +70,30 @@ int run_on_gpus(const ProfOptions& options, const CommonOptions& common, int arg
     so.env_overrides = {{"SLURM_ARRAY_TASK_ID", "0"}, {"SLURM_ARRAY_TASK_COUNT", "1"}, {"SLURM_ARRAY_TASK_MIN", "0"}};
     children.push_back(std::make_unique<ChildProcess>(so));
   }
-  RecordReader reader(common.input);
-  RecordWriter writer(common.output);
-  // libcommon's ordered loop, a lane per child: a free GPU takes the next record, and the answers
-  // are written in input order.
-  struct Item {
-    Json record;
+  // The record path, a lane per child: this shard's records, a free GPU takes the next one, and the
+  // answers are written in input order (the children time and store them).
+  struct Item : RecordItem {
     std::string answer;
   };
-  OrderedLoopOptions loop;
-  loop.lanes = static_cast<int>(children.size());
-  loop.window = 2 * static_cast<int64_t>(children.size());
+  RecordPathOptions path_options;
+  path_options.lanes = static_cast<int>(children.size());
+  RecordPath path(common, path_options);
   std::atomic<int> child_status{kExitOk};
-  std::atomic<int64_t> dealt{0}, other{0};
-  int status = kExitOk;
-  try {
-    run_ordered<Item>(
-        loop,
-        [&](Item& item) {
-          for (;;) {
-            if (!reader.next(item.record)) return false;
-            if (common.shard.contains(record_key(item.record))) break;
-            ++other;
-          }
-          ++dealt;
-          return true;
-        },
-        [&](int lane, Item& item) {
-          ChildProcess& child = *children[static_cast<std::size_t>(lane)];
-          const int gpu = options.gpus[static_cast<std::size_t>(lane)];
-          bool sent = child.write(item.record.dump() + "\n");
-          for (;;) {
-            if (sent)
-              if (auto line = child.read_line(std::chrono::milliseconds(60000))) {
-                item.answer = std::move(*line);
-                return;
-              }
-            if (!sent || child.eof()) {
-              auto rc = child.wait(std::chrono::milliseconds(10000));
-              int expected = kExitOk;
-              child_status.compare_exchange_strong(expected, rc && *rc != 0 ? *rc : kExitInternal);
-              throw InternalError(log::cat("the child timing on GPU ", gpu, " ended early (", child.status_text(), ")"));
-            }
-          }
-        },
-        [&](Item& item) { writer.write(parse_record_line(item.answer, "a GPU child's output")); });
-  } catch (const InternalError& e) {
-    log::error(e.what());
-    status = child_status.load() != kExitOk ? child_status.load() : kExitInternal;
-  }
+  RecordJob<Item> job;
+  job.work = [&](int lane, Item& item) {
+    const auto i = static_cast<std::size_t>(lane);
+    item.answer = ask_child(*children[i], options.gpus[i], item.record, child_status);
+    return Outcome::done;
+  };
+  job.emit = [](Item& item) { item.record = parse_record_line(item.answer, "a GPU child's output"); };
+  int status = path.stream(job);
+  if (status == kExitInternal && child_status.load() != kExitOk) status = child_status.load();
   for (auto& ch : children) ch->close_stdin();
   for (auto& ch : children) {
     auto rc = ch->wait(std::chrono::milliseconds(600000));
     if (rc && *rc != 0 && status == kExitOk) status = *rc;
   }
-  log::info(dealt.load(), " records dealt to ", children.size(), " GPUs",
-            other ? log::cat(", ", other.load(), " in other shards") : "");
-  return status;
+  return path.end(status, log::cat("; ", path.totals().done, " records dealt to ", children.size(), " GPUs"));
 }
 
 }  // namespace ca::prof
