@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -13,7 +14,7 @@
 #include "libcommon/fields.hpp"
 #include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
-#include "libcommon/record_loop.hpp"
+#include "libcommon/record_path.hpp"
 #include "libcommon/store.hpp"
 #include "libcommon/worker/requests.hpp"
 #include "tools/ops-synth/pool.hpp"
@@ -151,99 +152,78 @@ std::optional<ca::Json> stored_verdict(ca::Store& store, const std::string& task
 
 }  // namespace
 
+namespace {
+
+// A task on its way: the drop reason its verdict gave ("" when kept).
+struct FilterItem : ca::RecordItem {
+  std::string reason;
+};
+
+// What a filter run adds to the record path's counts: kept, drops by reason, verdicts reused.
+struct FilterTally {
+  std::map<std::string, int64_t> drops;
+  int64_t kept = 0, resumed = 0;
+  ca::Json extra(double seconds) const {
+    return ca::Json{{"kept", kept}, {"dropped", ca::Json(drops)}, {"resumed", resumed}, {"seconds", seconds}};
+  }
+};
+
+}  // namespace
+
 int run_filter(const ca::CommonOptions& common, const FilterOptions& opt) {
   for (const auto& d : opt.decontaminate)
     if (!std::filesystem::is_directory(d)) throw ca::UsageError("--decontaminate: no directory " + d);
   auto devices = resolve_devices(opt.device, opt.jobs, opt.timeout_s);
   auto store = ca::open_store_for(common, devices[0]);
-  ca::RecordReader reader(common.input);
-  ca::RecordWriter writer(common.output);
-  ca::log::Progress progress("tasks");
-  if (progress.enabled()) progress.set_total(ca::count_lines(common.input));  // a file: done/total, time left
-  std::map<std::string, int64_t> drops;
-  int64_t read = 0, kept = 0, bad = 0, other_shard = 0, resumed = 0;
-  auto started = std::chrono::steady_clock::now();
+  ca::WorkerOptions worker;
+  worker.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.timeout_s * 1000));
+  worker.memory_limit_mb = worker_memory_mb(opt.worker_memory_mb, opt.jobs);
+  worker.read_dirs = opt.decontaminate;  // the similarity request reads the problems there
+  auto workers = start_workers(opt.jobs, devices, worker);
+  const auto started = std::chrono::steady_clock::now();
 
-  auto next = [&](PoolItem& item) {
-    for (;;) {
-      if (!reader.next(item.record)) return false;
-      ++read;
-      if (!common.shard.contains(ca::record_key(item.record))) {
-        ++other_shard;
-        continue;
-      }
-      item.where = reader.where();
-      try {
-        ca::check_record_ids(item.record);
-      } catch (const ca::FieldError& e) {
-        ca::mark_bad_record(item.record, e, "ops-synth", item.where, common.strict);  // throws under --strict
-        item.bad = true;
-        return true;
-      }
-      if (common.resume && store) {
-        std::string task_id = item.record.value("task_id", ca::task_id_for(item.record));
-        if (auto prev = stored_verdict(*store, task_id, opt)) {
-          item.result = (*prev)["reason"].is_string() ? (*prev)["reason"].get<std::string>() : "";
-          item.record["filter"] = *prev;
-          item.resumed = true;
-        }
-      }
-      return true;
+  ca::RecordPathOptions path_options;
+  path_options.lanes = opt.jobs;
+  path_options.window = 4 * static_cast<int64_t>(opt.jobs);
+  path_options.store = store.get();
+  path_options.progress_unit = "tasks";
+  ca::RecordPath path(common, path_options);
+  FilterTally tally;
+  ca::RecordJob<FilterItem> job;
+  job.admit = [&](FilterItem& item) {  // --resume: a verdict made with the same options is reused
+    if (!common.resume || !store) return;
+    std::lock_guard<std::mutex> lock(path.store_mutex());
+    if (auto prev = stored_verdict(*store, item.record.value("task_id", ca::task_id_for(item.record)), opt)) {
+      item.reason = (*prev)["reason"].is_string() ? (*prev)["reason"].get<std::string>() : "";
+      item.record["filter"] = *prev;
+      item.resumed = true;
     }
   };
-  auto work = [&](ca::WorkerClient& worker, PoolItem& item) {
-    if (item.resumed || item.bad) return;
-    try {
-      item.result = judge(worker, item.record, opt);  // the drop reason, "" when kept
-    } catch (const ca::FieldError& e) {
-      ca::mark_bad_record(item.record, e, "ops-synth", item.where, common.strict);
-      item.bad = true;
+  job.work = [&](int lane, FilterItem& item) {
+    item.reason = judge(*workers[static_cast<std::size_t>(lane)], item.record, opt);
+    return item.reason.empty() ? ca::Outcome::done : ca::Outcome::failed;
+  };
+  job.emit = [&](FilterItem& item) {
+    const bool kept = item.reason.empty();
+    if (kept) ++tally.kept;
+    else ++tally.drops[item.reason];
+    item.write = kept || opt.keep_rejected;
+    if (item.resumed) {
+      ++tally.resumed;
+    } else if (store) {
+      std::lock_guard<std::mutex> lock(path.store_mutex());
+      store->put_filter_result(item.record.value("task_id", ca::task_id_for(item.record)), kept, item.reason,
+                               item.record["filter"]);
+      if (kept) store->put_task(item.record);
     }
   };
-  auto emit = [&](PoolItem& item) {
-    progress.tick();
-    const std::string& reason = item.result;
-    if (item.bad) {
-      ++bad;
-      writer.write(item.record);
-      return;
-    }
-    std::string task_id = item.record.value("task_id", ca::task_id_for(item.record));
-    if (item.resumed) ++resumed;
-    if (store && !item.resumed) store->put_filter_result(task_id, reason.empty(), reason, item.record["filter"]);
-    if (reason.empty()) {
-      ++kept;
-      if (store && !item.resumed) store->put_task(item.record);
-      writer.write(item.record);
-    } else {
-      ++drops[reason];
-      if (opt.keep_rejected) writer.write(item.record);
-    }
-  };
-  int status = ca::kExitOk;
-  try {
-    ca::WorkerOptions worker;
-    worker.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.timeout_s * 1000));
-    worker.memory_limit_mb = worker_memory_mb(opt.worker_memory_mb, opt.jobs);
-    worker.read_dirs = opt.decontaminate;  // the similarity request reads the problems there
-    run_pool(opt.jobs, devices, worker, next, work, emit);
-  } catch (const ca::Error& e) {
-    if (store) store->end_run(e.exit_code, ca::Json{{"read", read}, {"kept", kept}});
-    throw;
-  }
-  progress.finish();
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  ca::Json by_reason = drops;
-  int64_t dropped = 0;
-  for (auto& [k, v] : drops) dropped += v;
-  ca::log::info(read, " read, ", kept, " kept, ", dropped, " dropped ", by_reason.dump(), ", ", bad, " bad records",
-                other_shard ? ca::log::cat(", ", other_shard, " in other shards") : std::string(),
-                resumed ? ca::log::cat(", ", resumed, " verdicts reused (--resume)") : std::string(), " in ",
-                ca::log::cat(static_cast<int64_t>(secs)), " s on ", devices[0], " x", opt.jobs);
-  if (store)
-    store->end_run(status, ca::Json{{"read", read}, {"kept", kept}, {"dropped", by_reason}, {"bad", bad},
-                                    {"resumed", resumed}, {"seconds", secs}});
-  return status;
+  const int status = path.stream(job);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return path.end(status,
+                  ca::log::cat("; ", tally.kept, " kept, dropped ", ca::Json(tally.drops).dump(),
+                               tally.resumed ? ca::log::cat(", ", tally.resumed, " verdicts reused (--resume)") : "",
+                               " in ", static_cast<int64_t>(secs), " s on ", devices[0], " x", opt.jobs),
+                  tally.extra(secs));
 }
 
 }  // namespace ca::ops_synth

@@ -5,13 +5,14 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <filesystem>
+#include <memory>
 
 #include "libcommon/errors.hpp"
 #include "libcommon/fields.hpp"
 #include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
 #include "libcommon/paths.hpp"
-#include "libcommon/record_loop.hpp"
+#include "libcommon/record_path.hpp"
 #include "libcommon/store.hpp"
 #include "libcommon/worker/requests.hpp"
 #include "tools/ops-synth/pool.hpp"
@@ -67,16 +68,15 @@ ca::Json kernelbench_record(const fs::path& file, const fs::path& root) {
   return rec;
 }
 
-}  // namespace
+// What an import reads, in order: .py files (sorted within a directory) and JSON Lines streams.
+struct Source {
+  bool jsonl;
+  fs::path path, root;
+};
 
-int run_import(const ca::CommonOptions& common, const ImportOptions& opt) {
-  // Expand sources into a list of producers: .py files (sorted within directories) and JSONL streams.
-  struct Source {
-    bool jsonl;
-    fs::path path, root;
-  };
+std::vector<Source> expand_sources(const std::vector<std::string>& given) {
   std::vector<Source> sources;
-  for (const auto& s : opt.sources) {
+  for (const auto& s : given) {
     fs::path p(s);
     if (s == "-" || p.extension() == ".jsonl" || p.extension() == ".json") {
       sources.push_back({true, p, p});
@@ -93,91 +93,99 @@ int run_import(const ca::CommonOptions& common, const ImportOptions& opt) {
       throw ca::UsageError("import: '" + s + "' is not a directory, a .py file or a .jsonl file");
     }
   }
-  auto store = ca::open_store_for(common);
-  ca::RecordWriter writer(common.output);
-  int64_t read = 0, done = 0, failed = 0, bad = 0;
-  std::size_t si = 0;
-  std::unique_ptr<ca::RecordReader> jsonl;
+  return sources;
+}
 
-  auto next = [&](PoolItem& item) -> bool {
+// The record path's source over every Source: a .py file is one record (where: its path), a JSON
+// Lines stream one per line (where: "FILE line N"); an Ops-6K row keeps every key it has.
+ca::RecordSource import_source(std::vector<Source> sources) {
+  struct State {
+    std::vector<Source> sources;
+    std::size_t next = 0;
+    std::unique_ptr<ca::RecordReader> jsonl;
+  };
+  auto st = std::make_shared<State>();
+  st->sources = std::move(sources);
+  return [st](ca::Json& record, std::string& where) {
     for (;;) {
-      if (jsonl) {
-        if (jsonl->next(item.record)) {
-          ++read;
-          item.where = jsonl->where();
-          // An Ops-6K row keeps every key it has; ours are added around it.
-          if (!item.record.contains("schema")) item.record["schema"] = "cuda-agent/task/v1";
+      if (st->jsonl) {
+        if (st->jsonl->next(record)) {
+          where = st->jsonl->where();
+          if (!record.contains("schema")) record["schema"] = "cuda-agent/task/v1";
           return true;
         }
-        jsonl.reset();
+        st->jsonl.reset();
       }
-      if (si >= sources.size()) return false;
-      const Source& src = sources[si++];
+      if (st->next >= st->sources.size()) return false;
+      const Source& src = st->sources[st->next++];
       if (src.jsonl) {
-        jsonl = std::make_unique<ca::RecordReader>(src.path.string());
+        st->jsonl = std::make_unique<ca::RecordReader>(src.path.string());
         continue;
       }
-      ++read;
-      item.record = kernelbench_record(src.path, src.root);
-      item.where = src.path.string();
+      record = kernelbench_record(src.path, src.root);
+      where = src.path.string();
       return true;
     }
   };
-  auto fill = [&](ca::WorkerClient* worker, PoolItem& item) {
-    ca::Json& rec = item.record;
-    try {
-      std::string code = ca::get_required<std::string>(rec, "/code");
-      if (!rec.contains("task_id")) rec["task_id"] = ca::task_id_for(ca::Json{{"code", code}});
-      if (!rec.contains("data_source")) rec["data_source"] = "import";
-      if (!worker) return;
-      const std::string task_id = ca::get_required<std::string>(rec, "/task_id");  // a numeric one is a bad record
-      ca::Json ans = worker->request(ca::worker_request::load(task_id, ca::Json(rec)));
-      if (!ans.value("ok", false)) {
-        item.result = ans.value("error", std::string("error")) + ": " + ans.value("detail", std::string());
-        rec["error"] = ca::Json{{"tool", "ops-synth"}, {"field", "code"}, {"reason", item.result},
-                                  {"where", item.where}};
-        return;
-      }
-      // stochastic: the load ran the reference from two RNG states (kernel-check's task_stochastic rule).
-      for (const char* key : {"inputs", "outputs", "init_inputs", "params", "stochastic"})
-        if (ans.contains(key)) rec[key] = ca::Json(ans[key]);
-      worker->request(ca::worker_request::unload(task_id));
-    } catch (const ca::FieldError& e) {
-      ca::mark_bad_record(rec, e, "ops-synth", item.where, common.strict);
-      item.bad = true;
-    }
-  };
-  auto emit = [&](PoolItem& item) {
-    if (item.bad) ++bad;
-    else if (!item.result.empty()) {
-      ++failed;
-      ca::log::warn(item.where, ": load failed: ", item.result.substr(0, 300));
-    } else {
-      ++done;
-      if (store) store->put_task(item.record);
-    }
-    writer.write(item.record);
-  };
-  if (opt.no_worker) {
-    PoolItem item;
-    while (next(item)) {
-      fill(nullptr, item);
-      emit(item);
-      item = PoolItem{};
-    }
-  } else {
-    std::vector<std::string> devices;
-    for (int i = 0; i < opt.jobs; ++i) devices.push_back(opt.device);
+}
+
+// A record's specs from the worker's `load` (none with --no-worker). Failed when the worker could
+// not load it: the record gets an error section saying why.
+ca::Outcome fill(ca::WorkerClient* worker, ca::RecordItem& item) {
+  ca::Json& rec = item.record;
+  std::string code = ca::get_required<std::string>(rec, "/code");
+  if (!rec.contains("task_id")) rec["task_id"] = ca::task_id_for(ca::Json{{"code", code}});
+  if (!rec.contains("data_source")) rec["data_source"] = "import";
+  if (!worker) return ca::Outcome::done;
+  const std::string task_id = ca::get_required<std::string>(rec, "/task_id");  // a numeric one is a bad record
+  ca::Json ans = worker->request(ca::worker_request::load(task_id, ca::Json(rec)));
+  if (!ans.value("ok", false)) {
+    const std::string why = ans.value("error", std::string("error")) + ": " + ans.value("detail", std::string());
+    rec["error"] = ca::Json{{"tool", "ops-synth"}, {"field", "code"}, {"reason", why}, {"where", item.where}};
+    return ca::Outcome::failed;
+  }
+  // stochastic: the load ran the reference from two RNG states (kernel-check's task_stochastic rule).
+  for (const char* key : {"inputs", "outputs", "init_inputs", "params", "stochastic"})
+    if (ans.contains(key)) rec[key] = ca::Json(ans[key]);
+  worker->request(ca::worker_request::unload(task_id));
+  return ca::Outcome::done;
+}
+
+}  // namespace
+
+int run_import(const ca::CommonOptions& common, const ImportOptions& opt) {
+  std::vector<Source> sources = expand_sources(opt.sources);
+  auto store = ca::open_store_for(common);
+  std::vector<std::unique_ptr<ca::WorkerClient>> workers;
+  if (!opt.no_worker) {
     ca::WorkerOptions worker;
     worker.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.timeout_s * 1000));
     worker.memory_limit_mb = worker_memory_mb(opt.worker_memory_mb, opt.jobs);
-    run_pool(opt.jobs, devices, worker, next,
-             [&](ca::WorkerClient& w, PoolItem& item) { fill(&w, item); }, emit);
+    workers = start_workers(opt.jobs, std::vector<std::string>(static_cast<std::size_t>(opt.jobs), opt.device), worker);
   }
-  ca::log::info(read, " read, ", done, " imported", opt.no_worker ? " (no specs: --no-worker)" : "", ", ", failed,
-                " failed to load, ", bad, " bad records");
-  if (store) store->end_run(ca::kExitOk, ca::Json{{"read", read}, {"done", done}, {"failed", failed}, {"bad", bad}});
-  return ca::kExitOk;
+  ca::RecordPathOptions path_options;
+  path_options.lanes = opt.no_worker ? 1 : opt.jobs;
+  path_options.window = 4 * static_cast<int64_t>(path_options.lanes);
+  path_options.store = store.get();
+  ca::RecordPath path(common, path_options);
+  ca::RecordJob<ca::RecordItem> job;
+  job.work = [&](int lane, ca::RecordItem& item) {
+    return fill(workers.empty() ? nullptr : workers[static_cast<std::size_t>(lane)].get(), item);
+  };
+  job.emit = [&](ca::RecordItem& item) {
+    if (item.outcome == ca::Outcome::failed)
+      ca::log::warn(item.where, ": load failed: ", item.record["error"]["reason"].get<std::string>().substr(0, 300));
+    else if (store) store->put_task(item.record);
+  };
+  int status = ca::kExitOk;
+  try {
+    ca::RecordWriter writer(common.output);
+    path.run<ca::RecordItem>(import_source(std::move(sources)), job, [&](const ca::Json& r) { writer.write(r); });
+  } catch (const ca::Error& e) {
+    ca::report_error(e);
+    status = e.exit_code;
+  }
+  return path.end(status, opt.no_worker ? " (no specs: --no-worker)" : "");
 }
 
 }  // namespace ca::ops_synth

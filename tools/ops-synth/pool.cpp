@@ -1,4 +1,4 @@
-// The reference workers on libcommon's ordered loop.
+// The reference workers, one per lane of the record path (see pool.hpp).
 #include "tools/ops-synth/pool.hpp"
 
 #include <algorithm>
@@ -10,7 +10,6 @@
 
 #include "libcommon/errors.hpp"
 #include "libcommon/log.hpp"
-#include "libcommon/ordered_loop.hpp"
 
 namespace ca::ops_synth {
 
@@ -41,11 +40,9 @@ std::vector<std::string> resolve_devices(const std::string& spec, int jobs, doub
 
 std::size_t worker_memory_mb(std::size_t total_mb, int jobs) { return ca::worker_memory_share_mb(total_mb, jobs); }
 
-void run_pool(int jobs, const std::vector<std::string>& devices, const ca::WorkerOptions& worker,
-              const std::function<bool(PoolItem&)>& next, const std::function<void(ca::WorkerClient&, PoolItem&)>& work,
-              const std::function<void(PoolItem&)>& emit) {
+std::vector<std::unique_ptr<ca::WorkerClient>> start_workers(int jobs, const std::vector<std::string>& devices,
+                                                             const ca::WorkerOptions& worker) {
   if (jobs < 1) throw ca::UsageError("-j must be at least 1");
-
   // The workers are the parallelism: each gets one share of the cores for torch's CPU threads (input
   // draws run on the CPU), and one inductor compile thread instead of a pool of processes per core
   // (jobs x cores processes on a node). Values already in the environment win.
@@ -54,37 +51,26 @@ void run_pool(int jobs, const std::vector<std::string>& devices, const ca::Worke
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     setenv("OMP_NUM_THREADS", std::to_string(std::max(1u, cores / unsigned(jobs))).c_str(), 0);
   }
-  // Start every client first, so a missing torch or GPU is reported once, before any work; all at
-  // once, because each takes seconds (Python imports torch and opens the GPU): one after the other,
-  // 32 workers spent two minutes starting.
+  // All at once, because each takes seconds (Python imports torch and opens the GPU): one after the
+  // other, 32 workers spent two minutes starting.
   std::vector<std::unique_ptr<ca::WorkerClient>> clients(static_cast<std::size_t>(jobs));
-  {
-    std::vector<std::exception_ptr> start_errors(static_cast<std::size_t>(jobs));
-    std::vector<std::thread> starters;
-    for (int i = 0; i < jobs; ++i)
-      starters.emplace_back([&, i] {
-        try {
-          ca::WorkerOptions o = worker;
-          o.device = devices[static_cast<std::size_t>(i)];
-          clients[static_cast<std::size_t>(i)] = std::make_unique<ca::WorkerClient>(o);
-        } catch (...) {
-          start_errors[static_cast<std::size_t>(i)] = std::current_exception();
-        }
-      });
-    for (auto& t : starters) t.join();
-    for (auto& e : start_errors)
-      if (e) std::rethrow_exception(e);
-  }
-  if (!clients.empty())
-    ca::log::verbose(jobs, " worker(s), torch ", clients[0]->hello().value("torch_version", "?"), " on ",
-                     devices[0]);
-
-  // The loop is libcommon's: `next` and `emit` are the caller's, each lane its own worker.
-  ca::OrderedLoopOptions loop;
-  loop.lanes = jobs;
-  loop.window = 4 * static_cast<int64_t>(jobs);
-  ca::run_ordered<PoolItem>(
-      loop, next, [&](int lane, PoolItem& item) { work(*clients[static_cast<std::size_t>(lane)], item); }, emit);
+  std::vector<std::exception_ptr> start_errors(static_cast<std::size_t>(jobs));
+  std::vector<std::thread> starters;
+  for (int i = 0; i < jobs; ++i)
+    starters.emplace_back([&, i] {
+      try {
+        ca::WorkerOptions o = worker;
+        o.device = devices[static_cast<std::size_t>(i)];
+        clients[static_cast<std::size_t>(i)] = std::make_unique<ca::WorkerClient>(o);
+      } catch (...) {
+        start_errors[static_cast<std::size_t>(i)] = std::current_exception();
+      }
+    });
+  for (auto& t : starters) t.join();
+  for (auto& e : start_errors)
+    if (e) std::rethrow_exception(e);
+  ca::log::verbose(jobs, " worker(s), torch ", clients[0]->hello().value("torch_version", "?"), " on ", devices[0]);
+  return clients;
 }
 
 }  // namespace ca::ops_synth
