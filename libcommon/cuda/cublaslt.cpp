@@ -1,56 +1,51 @@
 // cuBLASLt loader.
 #include "libcommon/cuda/cublaslt.hpp"
 
-#include <mutex>
-
 #include "libcommon/cuda/dl.hpp"
 #include "libcommon/errors.hpp"
 
 namespace ca::cuda {
 
 namespace {
-std::once_flag g_once;
+LoadOnce g_load;
 CublasLt g_lt;
-std::string g_error;
+const CudaLibrary kLibrary{"cuBLASLt (libcublasLt)", {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"},
+                         "the CUDA toolkit's cuBLAS (pip: nvidia-cublas), or set CUDA_HOME to a toolkit"};
 
 template <class F> void load(F& fn, void* h, const char* name) {
-  fn = reinterpret_cast<F>(library_symbol(h, name, "cuBLASLt"));
+  fn = reinterpret_cast<F>(library_symbol(h, name, kLibrary));
 }
 
 void load_all() {
-  try {
-    void* h = open_library({"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}, "cuBLASLt (libcublasLt)");
-    CublasLt& l = g_lt;
-    load(l.create, h, "cublasLtCreate");
-    load(l.destroy, h, "cublasLtDestroy");
-    load(l.getVersion, h, "cublasLtGetVersion");
-    load(l.matmulDescCreate, h, "cublasLtMatmulDescCreate");
-    load(l.matmulDescDestroy, h, "cublasLtMatmulDescDestroy");
-    load(l.matmulDescSetAttribute, h, "cublasLtMatmulDescSetAttribute");
-    load(l.matrixLayoutCreate, h, "cublasLtMatrixLayoutCreate");
-    load(l.matrixLayoutDestroy, h, "cublasLtMatrixLayoutDestroy");
-    load(l.matrixLayoutSetAttribute, h, "cublasLtMatrixLayoutSetAttribute");
-    load(l.preferenceCreate, h, "cublasLtMatmulPreferenceCreate");
-    load(l.preferenceDestroy, h, "cublasLtMatmulPreferenceDestroy");
-    load(l.preferenceSetAttribute, h, "cublasLtMatmulPreferenceSetAttribute");
-    load(l.algoGetHeuristic, h, "cublasLtMatmulAlgoGetHeuristic");
-    load(l.matmul, h, "cublasLtMatmul");
-  } catch (const Error& e) {
-    g_error = e.what();
-  }
+  void* h = open_library(kLibrary);
+  CublasLt& l = g_lt;
+  load(l.create, h, "cublasLtCreate");
+  load(l.destroy, h, "cublasLtDestroy");
+  load(l.getVersion, h, "cublasLtGetVersion");
+  load(l.matmulDescCreate, h, "cublasLtMatmulDescCreate");
+  load(l.matmulDescDestroy, h, "cublasLtMatmulDescDestroy");
+  load(l.matmulDescSetAttribute, h, "cublasLtMatmulDescSetAttribute");
+  load(l.matrixLayoutCreate, h, "cublasLtMatrixLayoutCreate");
+  load(l.matrixLayoutDestroy, h, "cublasLtMatrixLayoutDestroy");
+  load(l.matrixLayoutSetAttribute, h, "cublasLtMatrixLayoutSetAttribute");
+  load(l.preferenceCreate, h, "cublasLtMatmulPreferenceCreate");
+  load(l.preferenceDestroy, h, "cublasLtMatmulPreferenceDestroy");
+  load(l.preferenceSetAttribute, h, "cublasLtMatmulPreferenceSetAttribute");
+  load(l.algoGetHeuristic, h, "cublasLtMatmulAlgoGetHeuristic");
+  load(l.matmul, h, "cublasLtMatmul");
 }
 }  // namespace
 
 const CublasLt& CublasLt::get() {
-  std::call_once(g_once, load_all);
-  if (!g_error.empty()) throw EnvironmentError(g_error);
+  g_load.run(load_all);
+  g_load.rethrow();
   return g_lt;
 }
 
 bool CublasLt::available(std::string* why) {
-  std::call_once(g_once, load_all);
-  if (why) *why = g_error;
-  return g_error.empty();
+  g_load.run(load_all);
+  if (why) *why = g_load.why();
+  return g_load.why().empty();
 }
 
 void CublasLt::check(cublasStatus_t s, const std::string& what) const {

@@ -8,7 +8,7 @@
 namespace ca::cuda {
 
 struct CublasLt {
-  static const CublasLt& get();  // EnvironmentError when missing
+  static const CublasLt& get();  // LibraryMissing (dl.hpp) when missing
   static bool available(std::string* why = nullptr);
 
   decltype(&::cublasLtCreate) create = nullptr;

@@ -8,7 +8,7 @@
 namespace ca::cuda {
 
 struct Cudnn {
-  static const Cudnn& get();  // EnvironmentError when missing
+  static const Cudnn& get();  // LibraryMissing (dl.hpp) when missing
   static bool available(std::string* why = nullptr);
 
   decltype(&::cudnnGetVersion) getVersion = nullptr;

@@ -41,9 +41,8 @@ std::string result_text(CUptiResult r) {
   return "CUPTI error " + std::to_string(int(r));
 }
 
-template <class F> bool load(void* lib, const char* name, F& fn) {
-  fn = reinterpret_cast<F>(::dlsym(lib, name));
-  return fn != nullptr;
+template <class F> void load(void* lib, const char* name, F& fn, const CudaLibrary& library) {
+  fn = reinterpret_cast<F>(library_symbol(lib, name, library));
 }
 
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
@@ -80,34 +79,34 @@ void CuptiTracer::open() {
   }
   // libcupti ships with the toolkit (lib64, or extras/CUPTI/lib64) and with torch's pip wheels
   // (nvidia/cuda_cupti/lib), which open_library also searches.
-  std::vector<std::string> names;
-  if (const char* p = std::getenv("CUDA_AGENT_CUPTI"); p && *p) names.emplace_back(p);
-  names.insert(names.end(), {"libcupti.so.13", "libcupti.so", "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13",
-                             "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so", "/usr/local/cuda/lib/libcupti.so.13",
-                             "/usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13"});
+  CudaLibrary library{"CUPTI (libcupti)", {}, "the CUDA toolkit's CUPTI (pip: nvidia-cuda-cupti), or set CUDA_AGENT_CUPTI to its path"};
+  if (const char* p = std::getenv("CUDA_AGENT_CUPTI"); p && *p) library.names.emplace_back(p);
+  library.names.insert(library.names.end(),
+                       {"libcupti.so.13", "libcupti.so", "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13",
+                        "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so", "/usr/local/cuda/lib/libcupti.so.13",
+                        "/usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13"});
   void* lib = nullptr;
   try {
-    lib = open_library(names, "CUPTI (libcupti)");
-  } catch (const std::exception& e) {
-    why_ = std::string(e.what()) + "; set CUDA_AGENT_CUPTI to its path";
-    return;
-  }
-  {
+    lib = open_library(library);
     Dl_info info{};
-    library_path_ = ::dladdr(::dlsym(lib, "cuptiGetVersion"), &info) && info.dli_fname ? info.dli_fname : names.back();
-  }
-  bool ok = load(lib, "cuptiGetResultString", api.get_result_string) && load(lib, "cuptiGetVersion", api.get_version) &&
-            load(lib, "cuptiSubscribe", api.subscribe) &&
-            load(lib, "cuptiActivityRegisterCallbacks", api.register_callbacks) &&
-            load(lib, "cuptiActivityEnable", api.enable) && load(lib, "cuptiActivityFlushAll", api.flush_all) &&
-            load(lib, "cuptiActivityGetNextRecord", api.next_record) &&
-            load(lib, "cuptiActivityPushExternalCorrelationId", api.push_external) &&
-            load(lib, "cuptiActivityPopExternalCorrelationId", api.pop_external);
-  load(lib, "cuptiActivityGetNumDroppedRecords", api.num_dropped);
-  if (!ok) {
-    why_ = library_path_ + " lacks a CUPTI activity entry point";
+    library_path_ = ::dladdr(library_symbol(lib, "cuptiGetVersion", library), &info) && info.dli_fname
+                        ? info.dli_fname
+                        : library.names.back();
+    load(lib, "cuptiGetResultString", api.get_result_string, library);
+    load(lib, "cuptiGetVersion", api.get_version, library);
+    load(lib, "cuptiSubscribe", api.subscribe, library);
+    load(lib, "cuptiActivityRegisterCallbacks", api.register_callbacks, library);
+    load(lib, "cuptiActivityEnable", api.enable, library);
+    load(lib, "cuptiActivityFlushAll", api.flush_all, library);
+    load(lib, "cuptiActivityGetNextRecord", api.next_record, library);
+    load(lib, "cuptiActivityPushExternalCorrelationId", api.push_external, library);
+    load(lib, "cuptiActivityPopExternalCorrelationId", api.pop_external, library);
+  } catch (const LibraryMissing& e) {
+    why_ = e.what();  // tracing off; callers fall back to CUDA events alone
     return;
   }
+  // Optional: older CUPTI lacks it, and the dropped count then reads as unknown.
+  api.num_dropped = reinterpret_cast<decltype(api.num_dropped)>(::dlsym(lib, "cuptiActivityGetNumDroppedRecords"));
   api.get_version(&version_);
   CUptiResult r = api.subscribe(&subscriber, reinterpret_cast<CUpti_CallbackFunc>(&no_op_callback), nullptr);
   if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {

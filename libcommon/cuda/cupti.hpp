@@ -33,7 +33,8 @@ class CuptiTracer {
   static CuptiTracer& instance();
 
   bool available() const { return available_; }
-  // Why tracing is off ("libcupti not found (tried ...)", "another CUPTI subscriber is active
+  // Why tracing is off (a LibraryMissing's text: "CUPTI (libcupti) not available (tried ...): ...;
+  // install ...", "another CUPTI subscriber is active
   // (running under ncu/nsys?)", ...); empty when available.
   const std::string& why() const { return why_; }
   const std::string& library_path() const { return library_path_; }

@@ -6,8 +6,6 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "libcommon/errors.hpp"
-
 namespace ca::cuda {
 
 static std::vector<std::string> extra_dirs() {
@@ -36,29 +34,47 @@ static std::vector<std::string> extra_dirs() {
   return dirs;
 }
 
-void* open_library(const std::vector<std::string>& names, const std::string& what) {
+LibraryMissing::LibraryMissing(const CudaLibrary& lib, const std::string& detail)
+    : EnvironmentError(lib.what + " " + detail + (lib.install.empty() ? "" : "; install " + lib.install)),
+      library(lib.what) {}
+
+void* open_library(const CudaLibrary& lib) {
   std::string last_error;
-  for (const auto& name : names) {
+  for (const auto& name : lib.names) {
     if (void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL)) return h;
     if (const char* e = dlerror()) last_error = e;
   }
   for (const auto& dir : extra_dirs())
-    for (const auto& name : names) {
+    for (const auto& name : lib.names) {
       std::string path = dir + "/" + name;
       if (!std::filesystem::exists(path)) continue;
       if (void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL)) return h;
       if (const char* e = dlerror()) last_error = e;
     }
   std::string tried;
-  for (const auto& n : names) tried += (tried.empty() ? "" : ", ") + n;
-  throw EnvironmentError(what + " not available (tried " + tried + ")" +
-                         (last_error.empty() ? "" : ": " + last_error));
+  for (const auto& n : lib.names) tried += (tried.empty() ? "" : ", ") + n;
+  throw LibraryMissing(lib, "not available (tried " + tried + ")" + (last_error.empty() ? "" : ": " + last_error));
 }
 
-void* library_symbol(void* handle, const char* name, const std::string& what) {
+void* library_symbol(void* handle, const char* name, const CudaLibrary& lib) {
   void* p = dlsym(handle, name);
-  if (!p) throw EnvironmentError(what + ": symbol " + name + " missing (library too old?)");
+  if (!p) throw LibraryMissing(lib, std::string("symbol ") + name + " missing (library too old?)");
   return p;
+}
+
+void LoadOnce::run(void (*load)()) {
+  std::call_once(once_, [&] {
+    try {
+      load();
+    } catch (const Error& e) {
+      failure_ = std::current_exception();
+      why_ = e.what();
+    }
+  });
+}
+
+void LoadOnce::rethrow() const {
+  if (failure_) std::rethrow_exception(failure_);
 }
 
 }  // namespace ca::cuda

@@ -2,8 +2,6 @@
 // version of its PFN_ typedef, so a newer driver never hands us an entry point of another signature.
 #include "libcommon/cuda/driver.hpp"
 
-#include <mutex>
-
 #include "libcommon/cuda/dl.hpp"
 #include "libcommon/errors.hpp"
 
@@ -29,9 +27,10 @@ bool CudaError::sticky() const {
 }
 
 namespace {
-std::once_flag g_once;
+LoadOnce g_load;
 Driver g_driver;
-std::string g_error;
+const CudaLibrary kLibrary{"CUDA driver (libcuda.so.1)", {"libcuda.so.1", "libcuda.so"},
+                         "the NVIDIA driver (it brings libcuda.so.1; in a container, start it with the GPU runtime)"};
 
 PFN_cuGetProcAddress_v12000 g_get_proc = nullptr;
 
@@ -39,99 +38,95 @@ template <class F> void load(F& fn, const char* name, int version) {
   void* p = nullptr;
   CUdriverProcAddressQueryResult status{};
   CUresult r = g_get_proc(name, &p, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
-  if (r != CUDA_SUCCESS || !p) throw EnvironmentError(std::string("CUDA driver: entry point ") + name + " missing");
+  if (r != CUDA_SUCCESS || !p) throw LibraryMissing(kLibrary, std::string("entry point ") + name + " missing (driver too old?)");
   fn = reinterpret_cast<F>(p);
 }
 
 void load_all() {
-  try {
-    void* h = open_library({"libcuda.so.1", "libcuda.so"}, "CUDA driver (libcuda.so.1)");
-    g_get_proc = reinterpret_cast<PFN_cuGetProcAddress_v12000>(library_symbol(h, "cuGetProcAddress_v2", "CUDA driver"));
-    Driver& d = g_driver;
-    load(d.cuInit, "cuInit", 2000);
-    load(d.cuDriverGetVersion, "cuDriverGetVersion", 2020);
-    load(d.cuDeviceGetCount, "cuDeviceGetCount", 2000);
-    load(d.cuDeviceGet, "cuDeviceGet", 2000);
-    load(d.cuDeviceGetName, "cuDeviceGetName", 2000);
-    load(d.cuDeviceGetAttribute, "cuDeviceGetAttribute", 2000);
-    load(d.cuDeviceTotalMem, "cuDeviceTotalMem", 3020);
-    load(d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000);
-    load(d.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", 11000);
-    load(d.cuCtxSetCurrent, "cuCtxSetCurrent", 4000);
-    load(d.cuCtxSynchronize, "cuCtxSynchronize", 2000);
-    load(d.cuCtxGetDevice, "cuCtxGetDevice", 2000);
-    load(d.cuCtxGetCurrent, "cuCtxGetCurrent", 4000);
-    load(d.cuCtxCreate, "cuCtxCreate", 12050);
-    load(d.cuCtxDestroy, "cuCtxDestroy", 4000);
-    load(d.cuCtxPushCurrent, "cuCtxPushCurrent", 4000);
-    load(d.cuCtxPopCurrent, "cuCtxPopCurrent", 4000);
-    load(d.cuCtxSetLimit, "cuCtxSetLimit", 3010);
-    load(d.cuCtxGetLimit, "cuCtxGetLimit", 3010);
-    load(d.cuModuleLoadData, "cuModuleLoadData", 2000);
-    load(d.cuModuleUnload, "cuModuleUnload", 2000);
-    load(d.cuModuleGetFunction, "cuModuleGetFunction", 2000);
-    load(d.cuModuleGetGlobal, "cuModuleGetGlobal", 3020);
-    load(d.cuFuncGetAttribute, "cuFuncGetAttribute", 2020);
-    load(d.cuFuncSetAttribute, "cuFuncSetAttribute", 9000);
-    load(d.cuLaunchKernel, "cuLaunchKernel", 4000);
-    load(d.cuLaunchKernelEx, "cuLaunchKernelEx", 11060);
-    load(d.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050);
-    load(d.cuMemAlloc, "cuMemAlloc", 3020);
-    load(d.cuMemFree, "cuMemFree", 3020);
-    load(d.cuMemGetInfo, "cuMemGetInfo", 3020);
-    load(d.cuMemcpyHtoD, "cuMemcpyHtoD", 3020);
-    load(d.cuMemcpyDtoH, "cuMemcpyDtoH", 3020);
-    load(d.cuMemcpyDtoD, "cuMemcpyDtoD", 3020);
-    load(d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync", 3020);
-    load(d.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync", 3020);
-    load(d.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync", 3020);
-    load(d.cuMemcpyPeerAsync, "cuMemcpyPeerAsync", 4000);
-    load(d.cuIpcGetMemHandle, "cuIpcGetMemHandle", 4010);
-    load(d.cuIpcOpenMemHandle, "cuIpcOpenMemHandle", 11000);
-    load(d.cuIpcCloseMemHandle, "cuIpcCloseMemHandle", 4010);
-    load(d.cuMemsetD8, "cuMemsetD8", 3020);
-    load(d.cuMemsetD32, "cuMemsetD32", 3020);
-    load(d.cuMemsetD8Async, "cuMemsetD8Async", 3020);
-    load(d.cuMemsetD32Async, "cuMemsetD32Async", 3020);
-    load(d.cuStreamCreate, "cuStreamCreate", 2000);
-    load(d.cuStreamDestroy, "cuStreamDestroy", 4000);
-    load(d.cuStreamSynchronize, "cuStreamSynchronize", 2000);
-    load(d.cuStreamQuery, "cuStreamQuery", 2000);
-    load(d.cuStreamWaitEvent, "cuStreamWaitEvent", 3020);
-    load(d.cuStreamBeginCapture, "cuStreamBeginCapture", 10010);
-    load(d.cuStreamEndCapture, "cuStreamEndCapture", 10000);
-    load(d.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 11040);
-    load(d.cuGraphLaunch, "cuGraphLaunch", 10000);
-    load(d.cuGraphDestroy, "cuGraphDestroy", 10000);
-    load(d.cuGraphExecDestroy, "cuGraphExecDestroy", 10000);
-    load(d.cuEventCreate, "cuEventCreate", 2000);
-    load(d.cuEventRecord, "cuEventRecord", 2000);
-    load(d.cuEventSynchronize, "cuEventSynchronize", 2000);
-    load(d.cuEventElapsedTime, "cuEventElapsedTime", 12080);
-    load(d.cuEventDestroy, "cuEventDestroy", 4000);
-    load(d.cuGetErrorName, "cuGetErrorName", 6000);
-    load(d.cuGetErrorString, "cuGetErrorString", 6000);
-    CUresult r = d.cuInit(0);
-    if (r != CUDA_SUCCESS) throw EnvironmentError("CUDA driver: cuInit failed: " + d.error_text(r));
-    d.cuDriverGetVersion(&d.driver_version);
-    d.cuDeviceGetCount(&d.device_count);
-    if (d.device_count == 0) throw EnvironmentError("CUDA driver: no GPU visible");
-  } catch (const Error& e) {
-    g_error = e.what();
-  }
+  void* h = open_library(kLibrary);
+  g_get_proc = reinterpret_cast<PFN_cuGetProcAddress_v12000>(library_symbol(h, "cuGetProcAddress_v2", kLibrary));
+  Driver& d = g_driver;
+  load(d.cuInit, "cuInit", 2000);
+  load(d.cuDriverGetVersion, "cuDriverGetVersion", 2020);
+  load(d.cuDeviceGetCount, "cuDeviceGetCount", 2000);
+  load(d.cuDeviceGet, "cuDeviceGet", 2000);
+  load(d.cuDeviceGetName, "cuDeviceGetName", 2000);
+  load(d.cuDeviceGetAttribute, "cuDeviceGetAttribute", 2000);
+  load(d.cuDeviceTotalMem, "cuDeviceTotalMem", 3020);
+  load(d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000);
+  load(d.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", 11000);
+  load(d.cuCtxSetCurrent, "cuCtxSetCurrent", 4000);
+  load(d.cuCtxSynchronize, "cuCtxSynchronize", 2000);
+  load(d.cuCtxGetDevice, "cuCtxGetDevice", 2000);
+  load(d.cuCtxGetCurrent, "cuCtxGetCurrent", 4000);
+  load(d.cuCtxCreate, "cuCtxCreate", 12050);
+  load(d.cuCtxDestroy, "cuCtxDestroy", 4000);
+  load(d.cuCtxPushCurrent, "cuCtxPushCurrent", 4000);
+  load(d.cuCtxPopCurrent, "cuCtxPopCurrent", 4000);
+  load(d.cuCtxSetLimit, "cuCtxSetLimit", 3010);
+  load(d.cuCtxGetLimit, "cuCtxGetLimit", 3010);
+  load(d.cuModuleLoadData, "cuModuleLoadData", 2000);
+  load(d.cuModuleUnload, "cuModuleUnload", 2000);
+  load(d.cuModuleGetFunction, "cuModuleGetFunction", 2000);
+  load(d.cuModuleGetGlobal, "cuModuleGetGlobal", 3020);
+  load(d.cuFuncGetAttribute, "cuFuncGetAttribute", 2020);
+  load(d.cuFuncSetAttribute, "cuFuncSetAttribute", 9000);
+  load(d.cuLaunchKernel, "cuLaunchKernel", 4000);
+  load(d.cuLaunchKernelEx, "cuLaunchKernelEx", 11060);
+  load(d.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050);
+  load(d.cuMemAlloc, "cuMemAlloc", 3020);
+  load(d.cuMemFree, "cuMemFree", 3020);
+  load(d.cuMemGetInfo, "cuMemGetInfo", 3020);
+  load(d.cuMemcpyHtoD, "cuMemcpyHtoD", 3020);
+  load(d.cuMemcpyDtoH, "cuMemcpyDtoH", 3020);
+  load(d.cuMemcpyDtoD, "cuMemcpyDtoD", 3020);
+  load(d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync", 3020);
+  load(d.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync", 3020);
+  load(d.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync", 3020);
+  load(d.cuMemcpyPeerAsync, "cuMemcpyPeerAsync", 4000);
+  load(d.cuIpcGetMemHandle, "cuIpcGetMemHandle", 4010);
+  load(d.cuIpcOpenMemHandle, "cuIpcOpenMemHandle", 11000);
+  load(d.cuIpcCloseMemHandle, "cuIpcCloseMemHandle", 4010);
+  load(d.cuMemsetD8, "cuMemsetD8", 3020);
+  load(d.cuMemsetD32, "cuMemsetD32", 3020);
+  load(d.cuMemsetD8Async, "cuMemsetD8Async", 3020);
+  load(d.cuMemsetD32Async, "cuMemsetD32Async", 3020);
+  load(d.cuStreamCreate, "cuStreamCreate", 2000);
+  load(d.cuStreamDestroy, "cuStreamDestroy", 4000);
+  load(d.cuStreamSynchronize, "cuStreamSynchronize", 2000);
+  load(d.cuStreamQuery, "cuStreamQuery", 2000);
+  load(d.cuStreamWaitEvent, "cuStreamWaitEvent", 3020);
+  load(d.cuStreamBeginCapture, "cuStreamBeginCapture", 10010);
+  load(d.cuStreamEndCapture, "cuStreamEndCapture", 10000);
+  load(d.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 11040);
+  load(d.cuGraphLaunch, "cuGraphLaunch", 10000);
+  load(d.cuGraphDestroy, "cuGraphDestroy", 10000);
+  load(d.cuGraphExecDestroy, "cuGraphExecDestroy", 10000);
+  load(d.cuEventCreate, "cuEventCreate", 2000);
+  load(d.cuEventRecord, "cuEventRecord", 2000);
+  load(d.cuEventSynchronize, "cuEventSynchronize", 2000);
+  load(d.cuEventElapsedTime, "cuEventElapsedTime", 12080);
+  load(d.cuEventDestroy, "cuEventDestroy", 4000);
+  load(d.cuGetErrorName, "cuGetErrorName", 6000);
+  load(d.cuGetErrorString, "cuGetErrorString", 6000);
+  CUresult r = d.cuInit(0);
+  if (r != CUDA_SUCCESS) throw EnvironmentError("CUDA driver: cuInit failed: " + d.error_text(r));
+  d.cuDriverGetVersion(&d.driver_version);
+  d.cuDeviceGetCount(&d.device_count);
+  if (d.device_count == 0) throw EnvironmentError("CUDA driver: no GPU visible");
 }
 }  // namespace
 
 Driver& Driver::get() {
-  std::call_once(g_once, load_all);
-  if (!g_error.empty()) throw EnvironmentError(g_error);
+  g_load.run(load_all);
+  g_load.rethrow();
   return g_driver;
 }
 
 bool Driver::available(std::string* why) {
-  std::call_once(g_once, load_all);
-  if (why) *why = g_error;
-  return g_error.empty();
+  g_load.run(load_all);
+  if (why) *why = g_load.why();
+  return g_load.why().empty();
 }
 
 std::string Driver::error_text(CUresult r) const {

@@ -32,8 +32,9 @@ struct DeviceInfo {
 };
 
 struct Driver {
-  // Loads libcuda.so.1 and calls cuInit(0) once. Throws EnvironmentError ("no CUDA driver" / "no
-  // GPU") when that fails; safe to call from several threads.
+  // Loads libcuda.so.1 and calls cuInit(0) once; safe to call from several threads. Throws
+  // LibraryMissing (dl.hpp) when libcuda or an entry point is missing, EnvironmentError when cuInit
+  // fails or no GPU is visible.
   static Driver& get();
   static bool available(std::string* why = nullptr);
 

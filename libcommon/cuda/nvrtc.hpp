@@ -8,7 +8,7 @@
 namespace ca::cuda {
 
 struct Nvrtc {
-  // The loaded library (opened once, thread-safe). Throws EnvironmentError when NVRTC is missing.
+  // The loaded library (opened once, thread-safe). Throws LibraryMissing (dl.hpp) when NVRTC is missing.
   static const Nvrtc& get();
   static bool available(std::string* why = nullptr);
 
