@@ -180,6 +180,115 @@ void refuse_unknown_keys(const Json& o, const std::vector<std::string>& known, c
   }
 }
 
+// A `launch` step's fields (siblings of the kernel's name).
+LaunchStep parse_launch(const Json& s, std::string where) {
+  LaunchStep L;
+  L.kernel = scalar_text(s["launch"], where);
+  where += " 'launch " + L.kernel + "'";
+  if (!s.contains("grid")) throw PlanError(where + ": no grid", L.kernel);
+  if (!s.contains("block")) throw PlanError(where + ": no block", L.kernel);
+  L.grid = parse_dim3(s["grid"], where + " grid");
+  L.block = parse_dim3(s["block"], where + " block");
+  for (const char* key : {"shared", "smem", "shared_bytes"})
+    if (s.contains(key)) L.shared = parse_expr(s[key], where + " shared");
+  if (L.shared.empty()) L.shared = Expr::constant(0);
+  if (s.contains("args")) {
+    if (!s["args"].is_array()) throw PlanError(where + ": args must be a list", L.kernel);
+    int i = 0;
+    for (auto& a : s["args"]) {
+      ++i;
+      Arg arg;
+      arg.text = scalar_text(a, where + " argument " + std::to_string(i));
+      arg.buffer = BufferRef::parse(arg.text);
+      if (!arg.buffer) {
+        if (auto view = parse_view_text(arg.text)) {
+          arg.buffer = view->first;
+          arg.offset = parse_expr(Json(view->second), where + " argument " + std::to_string(i) + " offset");
+        }
+      }
+      if (!arg.buffer) arg.expr = parse_expr(a, where + " argument " + std::to_string(i));
+      L.args.push_back(std::move(arg));
+    }
+  }
+  if (s.contains("cooperative")) L.cooperative = truthy(s["cooperative"]);
+  if (s.contains("cluster") && !s["cluster"].is_null()) L.cluster = parse_dim3(s["cluster"], where + " cluster");
+  return L;
+}
+
+// A field given and not null (gemm and conv fields may be written `bias: null`).
+bool has(const Json& fields, const char* k) { return fields.contains(k) && !fields[k].is_null(); }
+
+// A `gemm` step's fields (under the kind key or beside it).
+GemmStep parse_gemm(const Json& fields, const std::string& where) {
+  GemmStep G;
+  for (const char* req : {"a", "b"})
+    if (!has(fields, req)) throw PlanError(where + " 'gemm': needs '" + std::string(req) + "'");
+  G.a = parse_buffer(fields["a"], where + " gemm a", &G.a_offset);
+  G.b = parse_buffer(fields["b"], where + " gemm b", &G.b_offset);
+  if (has(fields, "out")) G.out = parse_buffer(fields["out"], where + " gemm out", &G.out_offset);
+  else throw PlanError(where + " 'gemm': needs 'out'");
+  if (has(fields, "bias")) G.bias = parse_buffer(fields["bias"], where + " gemm bias", &G.bias_offset);
+  for (const char* key : {"activation", "epilogue"})
+    if (has(fields, key)) G.activation = scalar_text(fields[key], where);
+  if (G.activation == "bias") G.activation = "none";
+  if (G.activation != "none" && G.activation != "relu" && G.activation != "gelu")
+    throw PlanError(where + " 'gemm': activation '" + G.activation + "' (none, relu, gelu)");
+  if (has(fields, "trans_a")) G.trans_a = truthy(fields["trans_a"]);
+  if (has(fields, "trans_b")) G.trans_b = truthy(fields["trans_b"]);
+  if (has(fields, "m")) G.m = parse_expr(fields["m"], where + " gemm m");
+  if (has(fields, "n")) G.n = parse_expr(fields["n"], where + " gemm n");
+  if (has(fields, "k")) G.k = parse_expr(fields["k"], where + " gemm k");
+  if (has(fields, "batch")) G.batch = parse_expr(fields["batch"], where + " gemm batch");
+  if (has(fields, "alpha")) G.alpha = number(fields["alpha"], where + " gemm alpha");
+  if (has(fields, "beta")) G.beta = number(fields["beta"], where + " gemm beta");
+  if (has(fields, "compute")) G.compute = scalar_text(fields["compute"], where);
+  if (G.compute != "fp32" && G.compute != "tf32")
+    throw PlanError(where + " 'gemm': compute '" + G.compute + "' (fp32, tf32)");
+  return G;
+}
+
+// A `conv` step's fields (under the kind key or beside it).
+ConvStep parse_conv(const Json& fields, const std::string& where) {
+  ConvStep C;
+  for (const char* req : {"x", "w", "out"})
+    if (!has(fields, req)) throw PlanError(where + " 'conv': needs '" + std::string(req) + "'");
+  C.x = parse_buffer(fields["x"], where + " conv x", &C.x_offset);
+  C.w = parse_buffer(fields["w"], where + " conv w", &C.w_offset);
+  C.out = parse_buffer(fields["out"], where + " conv out", &C.out_offset);
+  if (has(fields, "bias")) C.bias = parse_buffer(fields["bias"], where + " conv bias", &C.bias_offset);
+  if (has(fields, "shape")) {
+    const Json& sh = fields["shape"];
+    static const std::vector<std::string> shape_keys = {"n", "c", "k", "d", "h", "w", "t", "r", "s"};
+    if (!sh.is_object()) throw PlanError(where + " conv shape: expected a map of n, c, k, [d, h,] w, [t, r,] s");
+    refuse_unknown_keys(sh, shape_keys, where + " conv shape");
+    for (auto& [k, v] : sh.items()) C.shape[k] = parse_expr(v, where + " conv shape." + k);
+  }
+  // One value per spatial dimension (1 to 3, checked against the convolution's at bind), or one for all.
+  auto per_dim = [&](const char* key, int64_t* dst, int& given) {
+    if (!has(fields, key)) return;
+    const Json& v = fields[key];
+    auto integer = [&](const Json& x) {
+      double d = number(x, where + " conv " + key);
+      if (d != double(int64_t(d)) || d < 0 || d > 1e9) throw PlanError(where + " conv " + key + ": " + x.dump() + " is not a size");
+      return int64_t(d);
+    };
+    if (v.is_array()) {
+      if (v.empty() || v.size() > 3) throw PlanError(where + " conv " + key + ": needs 1 to 3 values (one per spatial dimension)");
+      given = int(v.size());
+      for (size_t i = 0; i < v.size(); ++i) dst[i] = integer(v[i]);
+    } else {
+      dst[0] = dst[1] = dst[2] = integer(v);
+    }
+  };
+  per_dim("stride", C.stride, C.given[0]);
+  per_dim("padding", C.padding, C.given[1]);
+  per_dim("dilation", C.dilation, C.given[2]);
+  per_dim("output_padding", C.output_padding, C.given[3]);
+  if (has(fields, "groups")) C.groups = static_cast<int64_t>(number(fields["groups"], where));
+  if (has(fields, "transposed")) C.transposed = truthy(fields["transposed"]);
+  return C;
+}
+
 Step parse_step(const Json& s, const std::string& section, int index) {
   Step step;
   step.section = section;
@@ -217,104 +326,15 @@ Step parse_step(const Json& s, const std::string& section, int index) {
     refuse_unknown_keys(s, s[kind].is_object() ? std::vector<std::string>{kind} : with_kind, where + " '" + kind + "'");
     if (s[kind].is_object()) refuse_unknown_keys(fields, field_keys, where + " '" + kind + "'");
   }
-  auto has = [&](const char* k) { return fields.contains(k) && !fields[k].is_null(); };
   if (kind == "launch") {
     step.kind = Step::kLaunch;
-    auto& L = step.launch;
-    L.kernel = scalar_text(s["launch"], where);
-    where += " 'launch " + L.kernel + "'";
-    if (!s.contains("grid")) throw PlanError(where + ": no grid", L.kernel);
-    if (!s.contains("block")) throw PlanError(where + ": no block", L.kernel);
-    L.grid = parse_dim3(s["grid"], where + " grid");
-    L.block = parse_dim3(s["block"], where + " block");
-    for (const char* key : {"shared", "smem", "shared_bytes"})
-      if (s.contains(key)) L.shared = parse_expr(s[key], where + " shared");
-    if (L.shared.empty()) L.shared = Expr::constant(0);
-    if (s.contains("args")) {
-      if (!s["args"].is_array()) throw PlanError(where + ": args must be a list", L.kernel);
-      int i = 0;
-      for (auto& a : s["args"]) {
-        ++i;
-        Arg arg;
-        arg.text = scalar_text(a, where + " argument " + std::to_string(i));
-        arg.buffer = BufferRef::parse(arg.text);
-        if (!arg.buffer) {
-          if (auto view = parse_view_text(arg.text)) {
-            arg.buffer = view->first;
-            arg.offset = parse_expr(Json(view->second), where + " argument " + std::to_string(i) + " offset");
-          }
-        }
-        if (!arg.buffer) arg.expr = parse_expr(a, where + " argument " + std::to_string(i));
-        L.args.push_back(std::move(arg));
-      }
-    }
-    if (s.contains("cooperative")) L.cooperative = truthy(s["cooperative"]);
-    if (s.contains("cluster") && !s["cluster"].is_null()) L.cluster = parse_dim3(s["cluster"], where + " cluster");
+    step.launch = parse_launch(s, where);
   } else if (kind == "gemm") {
     step.kind = Step::kGemm;
-    auto& G = step.gemm;
-    for (const char* req : {"a", "b"})
-      if (!has(req)) throw PlanError(where + " 'gemm': needs '" + std::string(req) + "'");
-    G.a = parse_buffer(fields["a"], where + " gemm a", &G.a_offset);
-    G.b = parse_buffer(fields["b"], where + " gemm b", &G.b_offset);
-    if (has("out")) G.out = parse_buffer(fields["out"], where + " gemm out", &G.out_offset);
-    else throw PlanError(where + " 'gemm': needs 'out'");
-    if (has("bias")) G.bias = parse_buffer(fields["bias"], where + " gemm bias", &G.bias_offset);
-    for (const char* key : {"activation", "epilogue"})
-      if (has(key)) G.activation = scalar_text(fields[key], where);
-    if (G.activation == "bias") G.activation = "none";
-    if (G.activation != "none" && G.activation != "relu" && G.activation != "gelu")
-      throw PlanError(where + " 'gemm': activation '" + G.activation + "' (none, relu, gelu)");
-    if (has("trans_a")) G.trans_a = truthy(fields["trans_a"]);
-    if (has("trans_b")) G.trans_b = truthy(fields["trans_b"]);
-    if (has("m")) G.m = parse_expr(fields["m"], where + " gemm m");
-    if (has("n")) G.n = parse_expr(fields["n"], where + " gemm n");
-    if (has("k")) G.k = parse_expr(fields["k"], where + " gemm k");
-    if (has("batch")) G.batch = parse_expr(fields["batch"], where + " gemm batch");
-    if (has("alpha")) G.alpha = number(fields["alpha"], where + " gemm alpha");
-    if (has("beta")) G.beta = number(fields["beta"], where + " gemm beta");
-    if (has("compute")) G.compute = scalar_text(fields["compute"], where);
-    if (G.compute != "fp32" && G.compute != "tf32")
-      throw PlanError(where + " 'gemm': compute '" + G.compute + "' (fp32, tf32)");
+    step.gemm = parse_gemm(fields, where);
   } else {
     step.kind = Step::kConv;
-    auto& C = step.conv;
-    for (const char* req : {"x", "w", "out"})
-      if (!has(req)) throw PlanError(where + " 'conv': needs '" + std::string(req) + "'");
-    C.x = parse_buffer(fields["x"], where + " conv x", &C.x_offset);
-    C.w = parse_buffer(fields["w"], where + " conv w", &C.w_offset);
-    C.out = parse_buffer(fields["out"], where + " conv out", &C.out_offset);
-    if (has("bias")) C.bias = parse_buffer(fields["bias"], where + " conv bias", &C.bias_offset);
-    if (has("shape")) {
-      const Json& sh = fields["shape"];
-      static const std::vector<std::string> shape_keys = {"n", "c", "k", "d", "h", "w", "t", "r", "s"};
-      if (!sh.is_object()) throw PlanError(where + " conv shape: expected a map of n, c, k, [d, h,] w, [t, r,] s");
-      refuse_unknown_keys(sh, shape_keys, where + " conv shape");
-      for (auto& [k, v] : sh.items()) C.shape[k] = parse_expr(v, where + " conv shape." + k);
-    }
-    // One value per spatial dimension (1 to 3, checked against the convolution's at bind), or one for all.
-    auto per_dim = [&](const char* key, int64_t* dst, int& given) {
-      if (!has(key)) return;
-      const Json& v = fields[key];
-      auto integer = [&](const Json& x) {
-        double d = number(x, where + " conv " + key);
-        if (d != double(int64_t(d)) || d < 0 || d > 1e9) throw PlanError(where + " conv " + key + ": " + x.dump() + " is not a size");
-        return int64_t(d);
-      };
-      if (v.is_array()) {
-        if (v.empty() || v.size() > 3) throw PlanError(where + " conv " + key + ": needs 1 to 3 values (one per spatial dimension)");
-        given = int(v.size());
-        for (size_t i = 0; i < v.size(); ++i) dst[i] = integer(v[i]);
-      } else {
-        dst[0] = dst[1] = dst[2] = integer(v);
-      }
-    };
-    per_dim("stride", C.stride, C.given[0]);
-    per_dim("padding", C.padding, C.given[1]);
-    per_dim("dilation", C.dilation, C.given[2]);
-    per_dim("output_padding", C.output_padding, C.given[3]);
-    if (has("groups")) C.groups = static_cast<int64_t>(number(fields["groups"], where));
-    if (has("transposed")) C.transposed = truthy(fields["transposed"]);
+    step.conv = parse_conv(fields, where);
   }
   return step;
 }

@@ -167,6 +167,7 @@ class Demangler {
     return true;
   }
 
+  // long: one case per production of the Itanium grammar's <type>, dispatched on its first letter
   bool type(Type& t) {
     char c = peek();
     std::string b;

@@ -41,6 +41,7 @@ namespace {
 std::string judge_secret_file;
 }  // namespace
 
+// long: the option table, one entry per flag in --help's order
 void add_options(CLI::App& app, Options& o) {
   auto& [tasks_file, policy_spec, jobs, per_task, first_uid, s, po, extra_text, workspace_dir, no_logprobs, skill_text] = o;
   app.add_option("--tasks", tasks_file, "Task records (JSONL); default: the input (-i, stdin)");

@@ -152,13 +152,16 @@ Json Config::to_json() const {
   return j;
 }
 
-Json score(const Json& record, const Config& config, Verdict* verdict) {
-  Verdict local;
-  Verdict& out_verdict = verdict ? *verdict : local;
-  Json r = Json::object();
-  r["value"] = nullptr;  // first key, filled below
-  r["scheme"] = scheme_name(config.scheme);
+namespace {
 
+// The value of "correct and not faster": milestone 1, speedup 1.0 (t_base/t taken as 1), log-speedup 0.
+double not_faster_value(const Config& config) {
+  return config.scheme == Scheme::milestone ? 1.0 : config.scheme == Scheme::speedup ? 1.0 : 0.0;
+}
+
+// Step 1: verdicts against the candidate, which every scheme gives a fixed value. True when r is
+// decided; throws FieldError when the check section contradicts itself or lacks check.correct.
+bool score_check(const Json& record, const Config& config, Json& r, Verdict& out_verdict) {
   if (!record.contains("check") || record["check"].is_null())
     throw FieldError("check", "missing (run kernel-check before reward-calc)");
   if (!record["check"].is_object()) throw FieldError("check", std::string("expected an object, got ") + record["check"].type_name());
@@ -168,41 +171,41 @@ Json score(const Json& record, const Config& config, Verdict* verdict) {
   if (status) r["check_status"] = *status;
   std::string because = check_reason ? ": " + *check_reason : "";
 
-  // 1. Verdicts against the candidate: every scheme gives them a fixed value.
   if (status && *status == "policy_violation") {
     r["value"] = number(config.violation_penalty);
     r["reason"] = "policy violation" + because;
     out_verdict = Verdict::scored_violation;
-    return r;
+    return true;
   }
   if ((correct && !*correct) || (status && is_failure_status(*status))) {
     r["value"] = number(config.failure_value);
     r["reason"] = "check failed (" + (status ? *status : std::string("correct = false")) + ")" + because;
     out_verdict = Verdict::scored_failed;
-    return r;
+    return true;
   }
   if (!correct)
     throw FieldError("check.correct", status ? "missing: the candidate was not judged (check.status '" + *status + "')"
                                              : std::string("missing"));
   if (status && *status != "passed")
     throw FieldError("check.status", "'" + *status + "' contradicts check.correct = true");
+  return false;
+}
 
-  // 2. Correct: the score depends on the times.
+// Step 2: a correct candidate without a profile (--allow-unprofiled), or whose timed calls gave wrong
+// outputs (DESIGN.md §6: right when checked, wrong when timed). True when r is decided.
+bool score_profile_state(const Json& record, const Config& config, Json& r, Verdict& out_verdict) {
   const bool has_prof = record.contains("prof") && !record["prof"].is_null();
   if (!has_prof) {
     if (!config.allow_unprofiled)
       throw FieldError("prof", "missing: the check passed but the candidate was not profiled "
                                "(run kernel-prof, or pass --allow-unprofiled to score it as correct and not faster)");
-    // Correct and not faster: milestone 1, speedup 1.0 (t_base/t taken as 1), log-speedup 0.
-    double v = config.scheme == Scheme::milestone ? 1.0 : config.scheme == Scheme::speedup ? 1.0 : 0.0;
-    r["value"] = number(v);
+    r["value"] = number(not_faster_value(config));
     r["reason"] = "correct, not profiled (--allow-unprofiled): scored as not faster";
     r["unprofiled"] = true;
     out_verdict = Verdict::unprofiled;
-    return r;
+    return true;
   }
   if (!record["prof"].is_object()) throw FieldError("prof", std::string("expected an object, got ") + record["prof"].type_name());
-  // Outputs of the timed calls are checked too (DESIGN.md §6): right when checked, wrong when timed.
   auto prof_correct = get_optional<bool>(record, "/prof/correct");
   auto prof_status = get_optional<std::string>(record, "/prof/status");
   if ((prof_correct && !*prof_correct) || (prof_status && *prof_status == "failed")) {
@@ -210,28 +213,25 @@ Json score(const Json& record, const Config& config, Verdict* verdict) {
     r["value"] = number(config.failure_value);
     r["reason"] = "outputs of the timed calls were wrong" + (prof_reason ? ": " + *prof_reason : std::string());
     out_verdict = Verdict::scored_failed;
-    return r;
+    return true;
   }
+  return false;
+}
 
-  const bool milestone = config.scheme == Scheme::milestone;
-  const bool need_eager = milestone || config.speedup_baseline == SpeedupBaseline::eager;
-  const bool need_compile = milestone || config.speedup_baseline == SpeedupBaseline::compile;
-  // Correct, but no time that can be compared: scored as correct and not faster, with the reason.
-  auto not_comparable = [&](const std::string& why) {
-    double v = config.scheme == Scheme::milestone ? 1.0 : config.scheme == Scheme::speedup ? 1.0 : 0.0;
-    r["value"] = number(v);
-    r["comparable"] = false;
-    r["reason"] = "correct; no speedup: " + why;
-    out_verdict = Verdict::scored_correct;
-    return r;
-  };
-  if (auto why = get_optional<std::string>(record, "/prof/no_speedup")) return not_comparable(*why);
-  const double t = required_time(record, "/prof/time_us", " (kernel-prof gives the candidate's time there)");
-  const auto cand_metric = get_optional<std::string>(record, "/prof/method/metric");
+// The baselines a correct candidate is compared with: their keys, times, and why they do not
+// compare with the candidate's time (empty when they do).
+struct Baselines {
+  std::string eager_key, compile_key;
+  std::optional<double> te, tc;
+  std::string incomparable;
+};
 
-  // Which baselines: those timed at the candidate's precision (TF32 on, or autocast) by default, as
-  // kernel-prof times them when the kernel computes in reduced precision; the plain fp32 ones when it
-  // does not (then plain is the match) or with --compile-baseline plain.
+// Which baselines: those timed at the candidate's precision (TF32 on, or autocast) by default, as
+// kernel-prof times them when the kernel computes in reduced precision; the plain fp32 ones when it
+// does not (then plain is the match) or with --compile-baseline plain.
+Baselines read_baselines(const Json& record, const Config& config, const std::optional<std::string>& cand_metric,
+                         bool need_eager, bool need_compile) {
+  Baselines b;
   auto has = [&](const std::string& key) { return record.contains(Json::json_pointer("/prof/baselines/" + key)); };
   auto matched_key = [&](const std::string& mode) -> std::string {
     if (config.compile_baseline != CompileBaseline::precision_matched) return mode;
@@ -241,9 +241,9 @@ Json score(const Json& record, const Config& config, Verdict* verdict) {
         if (has(key)) return key;
     return mode;
   };
-  const std::string eager_key = matched_key("eager"), compile_key = matched_key("compile");
+  b.eager_key = matched_key("eager");
+  b.compile_key = matched_key("compile");
   // A baseline's time, or why it has none that compares with the candidate's.
-  std::string incomparable;
   auto baseline_time = [&](const std::string& key, bool needed) -> std::optional<double> {
     const std::string base = "/prof/baselines/" + key;
     if (!has(key)) {
@@ -257,82 +257,91 @@ Json score(const Json& record, const Config& config, Verdict* verdict) {
         return std::nullopt;
       }
       auto detail = get_optional<std::string>(record, base + "/detail");
-      if (needed && incomparable.empty()) incomparable = key + " baseline: " + *err + (detail ? ": " + *detail : std::string());
+      if (needed && b.incomparable.empty()) b.incomparable = key + " baseline: " + *err + (detail ? ": " + *detail : std::string());
       return std::nullopt;
     }
     auto metric = get_optional<std::string>(record, base + "/metric");
-    if (needed && cand_metric && metric && *metric != *cand_metric && incomparable.empty())
-      incomparable = key + " baseline is " + *metric + " time, the candidate's " + *cand_metric + " time (never compared)";
+    if (needed && cand_metric && metric && *metric != *cand_metric && b.incomparable.empty())
+      b.incomparable = key + " baseline is " + *metric + " time, the candidate's " + *cand_metric + " time (never compared)";
     return optional_time(record, base + "/time_us");
   };
-  std::optional<double> te = baseline_time(eager_key, need_eager);
-  std::optional<double> tc = baseline_time(compile_key, need_compile);
-  if (!incomparable.empty()) return not_comparable(incomparable);
+  b.te = baseline_time(b.eager_key, need_eager);
+  b.tc = baseline_time(b.compile_key, need_compile);
+  return b;
+}
 
+// The times and speedups against each baseline, and the plain fp32 comparison beside the matched
+// one it did not decide.
+void add_comparisons(const Json& record, const Config& config, double t, const Baselines& b, Json& r) {
   r["time_us"] = t;
-  if (te) {
-    if (eager_key != "eager") r["eager_baseline"] = eager_key;
-    r["eager_time_us"] = *te;
-    r["speedup_vs_eager"] = *te / t;
-    r["gain_vs_eager"] = (*te - t) / *te;
+  if (b.te) {
+    if (b.eager_key != "eager") r["eager_baseline"] = b.eager_key;
+    r["eager_time_us"] = *b.te;
+    r["speedup_vs_eager"] = *b.te / t;
+    r["gain_vs_eager"] = (*b.te - t) / *b.te;
   }
-  if (tc) {
-    r["compile_baseline"] = compile_key;
-    r["compile_time_us"] = *tc;
-    r["speedup_vs_compile"] = *tc / t;
-    r["gain_vs_compile"] = (*tc - t) / *tc;
+  if (b.tc) {
+    r["compile_baseline"] = b.compile_key;
+    r["compile_time_us"] = *b.tc;
+    r["speedup_vs_compile"] = *b.tc / t;
+    r["gain_vs_compile"] = (*b.tc - t) / *b.tc;
   }
-  // The plain fp32 comparison, shown beside the matched one it did not decide.
-  if ((te && eager_key != "eager") || (tc && compile_key != "compile")) {
+  if ((b.te && b.eager_key != "eager") || (b.tc && b.compile_key != "compile")) {
     Json plain = Json::object();
     auto pe = optional_time(record, "/prof/baselines/eager/time_us");
     auto pc = optional_time(record, "/prof/baselines/compile/time_us");
     if (pe) plain["speedup_vs_eager"] = *pe / t;
     if (pc) plain["speedup_vs_compile"] = *pc / t;
-    if (milestone && pe && pc) {
+    if (config.scheme == Scheme::milestone && pe && pc) {
       const bool be = (*pe - t) / *pe > config.margin + kMarginEpsilon, bc = (*pc - t) / *pc > config.margin + kMarginEpsilon;
       plain["value"] = be && bc ? 3 : be ? 2 : 1;
     }
     r["plain"] = plain;
   }
-  // Noise: a decision the measured intervals leave open (kernel-prof measured it again, up to its
-  // budget) is marked, so a reader knows which rewards rest on a margin inside the noise.
+}
+
+// Noise: a decision the measured intervals leave open (kernel-prof measured it again, up to its
+// budget) is marked, so a reader knows which rewards rest on a margin inside the noise.
+bool mark_noise(const Json& record, const Config& config, double t, const Baselines& b, Json& r) {
   auto rel_ci_of = [&](const std::string& pointer) -> std::optional<double> {
     auto p = Json::json_pointer(pointer + "/rel_ci");
     if (record.contains(p) && record.at(p).is_number()) return record.at(p).get<double>();
     return std::nullopt;
   };
   bool within_noise = false;
-  if (te) within_noise |= measure::decide_margin(t, rel_ci_of("/prof/time_us"), *te, rel_ci_of("/prof/baselines/" + eager_key + "/time_us"), config.margin).ambiguous;
-  if (tc) within_noise |= measure::decide_margin(t, rel_ci_of("/prof/time_us"), *tc, rel_ci_of("/prof/baselines/" + compile_key + "/time_us"), config.margin).ambiguous;
+  if (b.te) within_noise |= measure::decide_margin(t, rel_ci_of("/prof/time_us"), *b.te, rel_ci_of("/prof/baselines/" + b.eager_key + "/time_us"), config.margin).ambiguous;
+  if (b.tc) within_noise |= measure::decide_margin(t, rel_ci_of("/prof/time_us"), *b.tc, rel_ci_of("/prof/baselines/" + b.compile_key + "/time_us"), config.margin).ambiguous;
   if (within_noise) {
     r["within_noise"] = true;
     if (auto rounds = get_optional<int64_t>(record, "/prof/remeasured")) r["remeasured"] = *rounds;
   }
+  return within_noise;
+}
 
-  if (milestone) {
-    // (t0 - t)/t0 > m, with the epsilon of kMarginEpsilon against decimal rounding.
-    const double gain_e = (*te - t) / *te, gain_c = (*tc - t) / *tc;
-    const bool beats_eager = gain_e > config.margin + kMarginEpsilon;
-    const bool beats_compile = gain_c > config.margin + kMarginEpsilon;
-    int v = beats_eager && beats_compile ? 3 : beats_eager ? 2 : 1;
-    r["value"] = v;
-    r["margin"] = config.margin;
-    r["faster_than_eager"] = beats_eager;
-    r["faster_than_compile"] = beats_compile;
-    std::string m = fixed(config.margin * 100, "%g") + "%";
-    r["reason"] = "correct; " + percent(gain_e) + " " + eager_key + ", " + percent(gain_c) + " " + compile_key +
-                  (v == 3   ? " (more than " + m + " faster than both)"
-                   : v == 2 ? " (more than " + m + " faster than eager only)"
-                            : " (not more than " + m + " faster than eager)") +
-                  (within_noise ? "; the margin lies within the measured noise" : "");
-    out_verdict = Verdict::scored_correct;
-    return r;
-  }
+// The milestone value (DESIGN.md §7): 3 faster than both baselines by the margin, 2 than eager, else 1.
+void score_milestone(const Config& config, double t, const Baselines& b, bool within_noise, Json& r) {
+  // (t0 - t)/t0 > m, with the epsilon of kMarginEpsilon against decimal rounding.
+  const double gain_e = (*b.te - t) / *b.te, gain_c = (*b.tc - t) / *b.tc;
+  const bool beats_eager = gain_e > config.margin + kMarginEpsilon;
+  const bool beats_compile = gain_c > config.margin + kMarginEpsilon;
+  int v = beats_eager && beats_compile ? 3 : beats_eager ? 2 : 1;
+  r["value"] = v;
+  r["margin"] = config.margin;
+  r["faster_than_eager"] = beats_eager;
+  r["faster_than_compile"] = beats_compile;
+  std::string m = fixed(config.margin * 100, "%g") + "%";
+  r["reason"] = "correct; " + percent(gain_e) + " " + b.eager_key + ", " + percent(gain_c) + " " + b.compile_key +
+                (v == 3   ? " (more than " + m + " faster than both)"
+                 : v == 2 ? " (more than " + m + " faster than eager only)"
+                          : " (not more than " + m + " faster than eager)") +
+                (within_noise ? "; the margin lies within the measured noise" : "");
+}
 
+// The speedup and log-speedup values against the chosen baseline.
+void score_speedup(const Config& config, double t, const Baselines& b, Json& r) {
   const bool vs_compile = config.speedup_baseline == SpeedupBaseline::compile;
-  const double base = vs_compile ? *tc : *te;
-  const std::string base_name = vs_compile ? compile_key : eager_key;
+  const double base = vs_compile ? *b.tc : *b.te;
+  const std::string base_name = vs_compile ? b.compile_key : b.eager_key;
   const double speedup = base / t;
   r["speedup_baseline"] = base_name;
   if (config.scheme == Scheme::speedup) {
@@ -346,6 +355,44 @@ Json score(const Json& record, const Config& config, Verdict* verdict) {
     r["reason"] = "correct; ln(t_" + base_name + "/t) = " + fixed(raw) +
                   (clipped != raw ? ", clipped to " + fixed(clipped) : std::string());
   }
+}
+
+}  // namespace
+
+Json score(const Json& record, const Config& config, Verdict* verdict) {
+  Verdict local;
+  Verdict& out_verdict = verdict ? *verdict : local;
+  Json r = Json::object();
+  r["value"] = nullptr;  // first key, filled below
+  r["scheme"] = scheme_name(config.scheme);
+  // 1. Verdicts against the candidate; 2. correct, but unprofiled or wrong when timed.
+  if (score_check(record, config, r, out_verdict)) return r;
+  if (score_profile_state(record, config, r, out_verdict)) return r;
+
+  // 3. Correct and profiled: the score depends on the times. Without a time that can be compared,
+  // it is scored as correct and not faster, with the reason.
+  auto not_comparable = [&](const std::string& why) {
+    r["value"] = number(not_faster_value(config));
+    r["comparable"] = false;
+    r["reason"] = "correct; no speedup: " + why;
+    out_verdict = Verdict::scored_correct;
+    return r;
+  };
+  if (auto why = get_optional<std::string>(record, "/prof/no_speedup")) return not_comparable(*why);
+  const double t = required_time(record, "/prof/time_us", " (kernel-prof gives the candidate's time there)");
+  const auto cand_metric = get_optional<std::string>(record, "/prof/method/metric");
+  const bool milestone = config.scheme == Scheme::milestone;
+  const bool need_eager = milestone || config.speedup_baseline == SpeedupBaseline::eager;
+  const bool need_compile = milestone || config.speedup_baseline == SpeedupBaseline::compile;
+  const Baselines b = read_baselines(record, config, cand_metric, need_eager, need_compile);
+  if (!b.incomparable.empty()) return not_comparable(b.incomparable);
+
+  add_comparisons(record, config, t, b, r);
+  const bool within_noise = mark_noise(record, config, t, b, r);
+  if (milestone)
+    score_milestone(config, t, b, within_noise, r);
+  else
+    score_speedup(config, t, b, r);
   out_verdict = Verdict::scored_correct;
   return r;
 }

@@ -125,6 +125,7 @@ template <int N8> __device__ __forceinline__ void zero(float (*acc)[4]) {
 
 // Forward: 4 warps x 16 query rows, key tiles of BK. Late query tiles (the most keys) are scheduled first.
 // Shared memory: the query tile, then two stages of (key tile, value tile).
+// long: one tile loop whose stages share the fragments in registers; split, they would go through memory
 template <int D, int BK>
 __global__ void __launch_bounds__(128) attention_forward_tc(bf16* out, int ldo, float* lse, const bf16* q, int ldq,
                                                             const bf16* k, const bf16* v, int ldkv, int Tq, int Tk,
@@ -240,6 +241,7 @@ __global__ void __launch_bounds__(128) attention_forward_tc(bf16* out, int ldo, 
 
 // dq = scale * sum_u p_iu (dp_iu - delta_i) k_u, with p = exp(scale q.k - lse) and dp = dout.v:
 // 4 warps x 16 query rows; q and dout sit in registers, key and value tiles of BK stream by.
+// long: one tile loop whose stages share the fragments in registers; split, they would go through memory
 template <int D, int BK>
 __global__ void __launch_bounds__(128) attention_backward_dq_tc(bf16* dq, int lddq, const bf16* dout, int ldo,
                                                                 const float* lse, const float* delta, const bf16* q,
@@ -329,6 +331,7 @@ __global__ void __launch_bounds__(128) attention_backward_dq_tc(bf16* dq, int ld
 // dk, dv of one query head h for a tile of 64 keys (4 warps x 16 keys), query tiles of BQ streaming by;
 // computed transposed (s^T = k q^T) so the key rows are the warps' rows. Each head writes its own fp32
 // partials [H, Tk, D]; attention_backward_kv_sum adds the heads of a group (no atomics, deterministic).
+// long: one tile loop whose stages share the fragments in registers; split, they would go through memory
 template <int D, int BQ>
 __global__ void __launch_bounds__(128) attention_backward_dkv_tc(float* dk_part, float* dv_part, const bf16* dout,
                                                                  int ldo, const float* lse, const float* delta,
