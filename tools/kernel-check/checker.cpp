@@ -11,22 +11,13 @@
 #include "libcommon/log.hpp"
 #include "libcommon/measure/gpu_lock.hpp"
 #include "libcommon/measure/gpu_state.hpp"
-#include "libcommon/ordered_loop.hpp"
 #include "tools/kernel-check/gpu_judge.hpp"
 #include "tools/kernel-check/runner.hpp"
 
 namespace ca::kc {
 
-namespace {
-
-}  // namespace
-
-struct Checker::Item {
-  ca::Json record;
-  std::string where;
-  std::optional<ca::FieldError> bad;
+struct Checker::Item : ca::RecordItem {
   std::string status;
-  bool resumed = false;
   bool id_verified = true;  // the candidate_id is the hash of the record's task_id and bundle
 };
 
@@ -59,6 +50,14 @@ Checker::Checker(CheckOptions& options, const ca::CommonOptions& common)
     gpus_json_.push_back({{"ordinal", g}, {"name", id.name}, {"uuid", id.uuid}, {"arch", id.arch}});
   }
   if (!gpus_.empty()) judge_ = std::make_unique<GpuJudge>(options_, rules_, gpus_, base_seed);
+  // As many lanes as can be busy at once: the compile threads and the GPU lanes, and one more so
+  // the next record is read and parsed while they are.
+  ca::RecordPathOptions path;
+  path.lanes = options_.jobs + (judge_ ? judge_->lanes() : 0) + 1;
+  path.window = path.lanes;
+  path.store = store_.get();
+  path.section = "check";
+  path_ = std::make_unique<ca::RecordPath>(common_, path);
 }
 
 Checker::~Checker() = default;
@@ -75,171 +74,129 @@ std::string Checker::unavailable() const {
   return "no GPU: " + no_device_why_;
 }
 
-void Checker::process(Item& item) {
-  ca::Json& rec = item.record;
-  try {
-    ca::check_record_ids(rec);
-    std::string task_id = ca::get_required<std::string>(rec, "/task_id");
-    const ca::Json bundle = ca::get_required<ca::Json>(rec, "/bundle");
-    std::optional<ca::Json> task;
-    // A service takes a client's task only with --accept-tasks, and only under its content id.
-    if (auto t = tasks_.find(rec, task_id, store_.get(), &store_mu_)) task = ca::Json(*t);
-    if (serving_ && !task && !options_.compile_only)
-      throw ca::FieldError("task_id", "task " + task_id + " is unknown to this service: start it with --tasks FILE (or a "
-                                      "store) holding the task");
-    if (!rec.contains("candidate_id")) rec["candidate_id"] = ca::candidate_id_for(task_id, bundle);
-    // A verdict is stored and reused under the candidate's id: a service (whose clients choose the
-    // id) and --resume take a record only when the id is the hash of what it holds. A stream's
-    // other records keep their ids, and are judged, but are not stored under an id of another bundle.
-    if (serving_ || common_.resume) ca::verify_candidate_id(rec);
-    else
-      item.id_verified = rec["candidate_id"].get<std::string>() == ca::candidate_id_for(task_id, bundle);
-    // --resume: a verdict already in the store is reused (not a no_device or compile-only one).
-    if (common_.resume && store_) {
-      std::lock_guard<std::mutex> lock(store_mu_);
-      if (auto prev = store_->latest("checks", rec["candidate_id"].get<std::string>())) {
-        std::string st = prev->value("status", "");
-        if (st != "no_device" && st != "compiled") {
-          rec["check"] = *prev;
-          item.status = st;
-          item.resumed = true;
-          return;
-        }
-      }
-    }
-    Prepared p;
-    {
-      // One bound on compilers for the whole tool, -j: a stream's lanes and a service's requests
-      // together never run more (each may take gigabytes).
-      std::unique_lock<std::mutex> lock(compile_mu_);
-      compile_cv_.wait(lock, [&] { return compiling_ < options_.jobs; });
-      ++compiling_;
-      lock.unlock();
-      struct Release {
-        Checker& c;
-        ~Release() {
-          {
-            std::lock_guard<std::mutex> l(c.compile_mu_);
-            --c.compiling_;
-          }
-          c.compile_cv_.notify_one();
-        }
-      } release{*this};
-      p = prepare_candidate(rec, task ? &*task : nullptr, rules_, prepare_);
-    }
-    if (!p.final && !options_.compile_only) {
-      if (!judge_) {
-        set_verdict(p.check, "no_device", "no GPU: " + no_device_why_);
-      } else if (!task || !task->contains("code")) {
-        set_verdict(p.check, "plan_error", "task " + task_id + " unknown: give the record a task object, or --tasks FILE");
-        p.final = true;
-      } else {
-        // The lane's worker keeps the task loaded under the hash of what it runs: a record's task_id
-        // never names another task's loaded state.
-        judge_->judge(p, *task, ca::task_cache_key(*task), item.where);  // the GPU's lock, shared, once a lane is free
-      }
-    } else if (!p.final) {
-      p.check["status"] = "compiled";
-      p.check["correct"] = nullptr;
-      if (p.io.shapes_known()) {
-        p.check["reason"] = "compile-only: compiled, plan and rules checks passed";
-      } else {
-        // A task that carries only its code: what needs its shapes could not be checked, and the
-        // record says so rather than passing it off as checked.
-        p.check["reason"] = "compile-only: compiled, plan and rules checks passed; the task's tensor shapes are unknown "
-                            "(it carries only its code), so sizes, grids from shapes, buffer fits, views, conv and gemm "
-                            "shapes and the scratch cap were not checked";
-        p.check["unchecked"] = ca::Json::array({"shapes", "buffer_fits", "views", "library_step_shapes", "scratch_cap"});
-      }
-    }
-    rec["check"] = p.check;
-    item.status = p.check["status"].get<std::string>();
-  } catch (const ca::FieldError& e) {
-    item.bad = e;
-  }
+// --resume: a verdict already in the store is reused (not a no_device or compile-only one).
+bool Checker::resume(Item& item) {
+  if (!common_.resume || !store_) return false;
+  std::lock_guard<std::mutex> lock(path_->store_mutex());
+  auto prev = store_->latest("checks", item.record["candidate_id"].get<std::string>());
+  if (!prev) return false;
+  std::string st = prev->value("status", "");
+  if (st == "no_device" || st == "compiled") return false;
+  item.record["check"] = *prev;
+  item.status = st;
+  item.resumed = true;
+  return true;
 }
 
-void Checker::finish(Item& item, ca::Counts& counts, const Sink& write) {
-  ++counts.read;
-  std::string status;
-  if (item.bad) {
-    ca::mark_bad_record(item.record, *item.bad, "kernel-check", item.where, common_.strict);
-    ++counts.bad;
-  } else if (item.resumed) {
-    ++counts.skipped;
-    status = item.status;
-  } else {
-    status = item.status;
-    if (item.status == "passed" || item.status == "compiled") ++counts.done;
-    else ++counts.failed;
-    std::lock_guard<std::mutex> lock(store_mu_);
-    if (store_ && item.id_verified) store_->put_section("check", item.record);
-    else if (store_)
+Prepared Checker::prepare(const ca::Json& rec, const std::optional<ca::Json>& task) {
+  // One bound on compilers for the whole tool, -j: a stream's lanes and a service's requests
+  // together never run more (each may take gigabytes).
+  std::unique_lock<std::mutex> lock(compile_mu_);
+  compile_cv_.wait(lock, [&] { return compiling_ < options_.jobs; });
+  ++compiling_;
+  lock.unlock();
+  struct Release {
+    Checker& c;
+    ~Release() {
+      {
+        std::lock_guard<std::mutex> l(c.compile_mu_);
+        --c.compiling_;
+      }
+      c.compile_cv_.notify_one();
+    }
+  } release{*this};
+  return prepare_candidate(rec, task ? &*task : nullptr, rules_, prepare_);
+}
+
+// One record on a lane: its task found, its id settled, its verdict reused (--resume), or it is
+// compiled and judged. A FieldError is the record path's: a bad record.
+ca::Outcome Checker::process(Item& item) {
+  ca::Json& rec = item.record;
+  std::string task_id = ca::get_required<std::string>(rec, "/task_id");
+  const ca::Json bundle = ca::get_required<ca::Json>(rec, "/bundle");
+  std::optional<ca::Json> task;
+  // A service takes a client's task only with --accept-tasks, and only under its content id.
+  if (auto t = tasks_.find(rec, task_id, store_.get(), &path_->store_mutex())) task = ca::Json(*t);
+  if (serving_ && !task && !options_.compile_only)
+    throw ca::FieldError("task_id", "task " + task_id + " is unknown to this service: start it with --tasks FILE (or a "
+                                    "store) holding the task");
+  if (!rec.contains("candidate_id")) rec["candidate_id"] = ca::candidate_id_for(task_id, bundle);
+  // A verdict is stored and reused under the candidate's id: a service (whose clients choose the
+  // id) and --resume take a record only when the id is the hash of what it holds. A stream's
+  // other records keep their ids, and are judged, but are not stored under an id of another bundle.
+  if (serving_ || common_.resume) ca::verify_candidate_id(rec);
+  else item.id_verified = rec["candidate_id"].get<std::string>() == ca::candidate_id_for(task_id, bundle);
+  if (resume(item)) return ca::Outcome::skipped;
+  Prepared p = prepare(rec, task);
+  if (!p.final && !options_.compile_only) {
+    if (!judge_) {
+      set_verdict(p.check, "no_device", "no GPU: " + no_device_why_);
+    } else if (!task || !task->contains("code")) {
+      set_verdict(p.check, "plan_error", "task " + task_id + " unknown: give the record a task object, or --tasks FILE");
+    } else {
+      // The lane's worker keeps the task loaded under the hash of what it runs: a record's task_id
+      // never names another task's loaded state.
+      judge_->judge(p, *task, ca::task_cache_key(*task), item.where);  // the GPU's lock, shared, once a lane is free
+    }
+  } else if (!p.final) {
+    p.check["status"] = "compiled";
+    p.check["correct"] = nullptr;
+    if (p.io.shapes_known()) {
+      p.check["reason"] = "compile-only: compiled, plan and rules checks passed";
+    } else {
+      // A task that carries only its code: what needs its shapes could not be checked, and the
+      // record says so rather than passing it off as checked.
+      p.check["reason"] = "compile-only: compiled, plan and rules checks passed; the task's tensor shapes are unknown "
+                          "(it carries only its code), so sizes, grids from shapes, buffer fits, views, conv and gemm "
+                          "shapes and the scratch cap were not checked";
+      p.check["unchecked"] = ca::Json::array({"shapes", "buffer_fits", "views", "library_step_shapes", "scratch_cap"});
+    }
+  }
+  rec["check"] = p.check;
+  item.status = p.check["status"].get<std::string>();
+  return item.status == "passed" || item.status == "compiled" ? ca::Outcome::done : ca::Outcome::failed;
+}
+
+// In input order, a good record: its status counted; a verdict is stored only under its own id.
+void Checker::tally(Item& item) {
+  if (!item.resumed) {
+    item.store = item.id_verified;
+    if (store_ && !item.id_verified)
       ca::log::warn(item.where, ": not stored: candidate_id ", item.record["candidate_id"].dump(),
                     " is not the content id of its task_id and bundle");
     ca::log::verbose(item.where, ": ", item.status, ": ", item.record["check"].value("reason", ""));
   }
-  if (!status.empty()) {
-    std::lock_guard<std::mutex> lock(totals_mu_);
-    ++by_status_[status];
-    if (status == "no_device" && !item.resumed) ++no_device_;
-  }
-  write(item.record);
+  std::lock_guard<std::mutex> lock(totals_mu_);
+  ++by_status_[item.status];
+  if (item.status == "no_device" && !item.resumed) ++no_device_;
 }
 
-ca::Counts Checker::check(const Source& next, const Sink& write) {
-  ca::Counts counts;
-  // As many lanes as can be busy at once: the compile threads and the GPU lanes, and one more so
-  // the next record is read and parsed while they are.
-  ca::OrderedLoopOptions loop;
-  loop.lanes = options_.jobs + (judge_ ? judge_->lanes() : 0) + 1;
-  loop.window = loop.lanes;
-  // A fatal line (not JSON, 1e999) ends the input, not the records read before it: they are
-  // judged, stored and written first, then the error is rethrown (exit 2, or a 400).
-  bool input_failed = false;
-  try {
-    ca::run_ordered<Item>(
-        loop,
-        [&](Item& item) {
-          try {
-            return next(item.record, item.where);
-          } catch (const ca::Error&) {
-            input_failed = true;
-            throw;
-          }
-        },
-        [this](int, Item& item) { process(item); }, [&](Item& item) { finish(item, counts, write); });
-  } catch (...) {
-    {
-      std::lock_guard<std::mutex> lock(totals_mu_);
-      totals_ += counts;
-    }
-    if (input_failed) ca::log::info(counts.text(), " before the bad line");
-    throw;
-  }
-  std::lock_guard<std::mutex> lock(totals_mu_);
-  totals_ += counts;
-  return counts;
+ca::RecordJob<Checker::Item> Checker::job() {
+  ca::RecordJob<Item> job;
+  job.work = [this](int, Item& item) { return process(item); };
+  job.emit = [this](Item& item) { tally(item); };
+  return job;
 }
 
-void Checker::add_other_shard(int64_t n) {
-  std::lock_guard<std::mutex> lock(totals_mu_);
-  totals_.other_shard += n;
+ca::Counts Checker::check(const ca::RecordSource& next, const ca::RecordSink& write, bool shard) {
+  return path_->run<Item>(next, job(), write, shard);
+}
+
+int Checker::stream() {
+  const int status = path_->stream<Item>(job());
+  return summary(status == ca::kExitOk ? std::nullopt : std::optional<int>(status));
 }
 
 int Checker::summary(std::optional<int> exit_code) {
-  ca::Counts totals;
   ca::Json statuses;
   int64_t no_device;
   {
     std::lock_guard<std::mutex> lock(totals_mu_);
-    totals = totals_;
     statuses = by_status_;
     no_device = no_device_;
   }
-  ca::log::info(totals.text(), "; by status ", statuses.dump());
   int code = exit_code ? *exit_code : (no_device ? ca::kExitEnvironment : ca::kExitOk);
-  if (store_) store_->end_run(code, totals.to_json());
+  path_->end(code, "; by status " + statuses.dump());
   if (no_device) ca::log::error(no_device, " candidate(s) not run: no GPU (", no_device_why_, ")");
   return code;
 }

@@ -1,7 +1,8 @@
 // One kernel-check for as long as the tool runs (a stream, or a service's lifetime): the rules,
-// the tasks, the device, the store and the GPU judge (its lanes keep their reference worker,
-// runner and loaded tasks). check() judges a sequence of records; the stream and the service both
-// call it, so a record is handled the same way in both.
+// the tasks, the device, the store, the GPU judge (its lanes keep their reference worker, runner
+// and loaded tasks) and the record path (record_path.hpp) every record goes through. check() judges
+// a sequence of records; the stream and the service both call it, so a record is handled the same
+// way in both.
 #pragma once
 #include <condition_variable>
 #include <functional>
@@ -14,7 +15,7 @@
 
 #include "libcommon/cli.hpp"
 #include "libcommon/jsonl.hpp"
-#include "libcommon/record_loop.hpp"
+#include "libcommon/record_path.hpp"
 #include "libcommon/store.hpp"
 #include "libcommon/task_lookup.hpp"
 #include "tools/kernel-check/options.hpp"
@@ -31,15 +32,13 @@ class Checker {
   Checker(CheckOptions& options, const ca::CommonOptions& common);
   ~Checker();
 
-  // Yields the next record and where it was; false at the end. A ca::Error it throws ends the input.
-  using Source = std::function<bool(ca::Json& record, std::string& where)>;
-  using Sink = std::function<void(const ca::Json& record)>;
-  // Judges the records of `next` in input order (compiles and GPU lanes overlap; each record is
-  // stored, then given to `write`). A bad input line ends the input: the records before it are
-  // finished and written, then the error is rethrown. Thread-safe: a service calls it per request.
-  ca::Counts check(const Source& next, const Sink& write);
-  // Records a stream skipped as another shard's (counted in the totals).
-  void add_other_shard(int64_t n);
+  // Judges the records of `next` in input order on the record path (compiles and GPU lanes overlap;
+  // each record is stored, then given to `write`). A bad input line ends the input: the records
+  // before it are finished and written, then the error is rethrown. Thread-safe: a service calls it
+  // per request. `shard`: only this shard's records (the stream's).
+  ca::Counts check(const ca::RecordSource& next, const ca::RecordSink& write, bool shard = false);
+  // The stream: common.input to common.output, this shard; then summary() (an input error's code).
+  int stream();
 
   // Totals over every check() so far on stderr, the run row closed with `exit_code` (default: 3
   // when a candidate could not be run for want of a GPU, else 0); returns that code.
@@ -57,8 +56,11 @@ class Checker {
 
  private:
   struct Item;
-  void process(Item& item);
-  void finish(Item& item, ca::Counts& counts, const Sink& write);
+  ca::RecordJob<Item> job();
+  ca::Outcome process(Item& item);
+  bool resume(Item& item);
+  Prepared prepare(const ca::Json& rec, const std::optional<ca::Json>& task);
+  void tally(Item& item);
 
   CheckOptions& options_;
   const ca::CommonOptions& common_;
@@ -71,12 +73,11 @@ class Checker {
   PrepareOptions prepare_;
   std::unique_ptr<ca::Store> store_;
   std::unique_ptr<GpuJudge> judge_;
-  std::mutex store_mu_;  // the store is read from compile threads and written from the finishing one
+  std::unique_ptr<ca::RecordPath> path_;  // its store mutex guards the store: read on lanes, written in order
   std::mutex totals_mu_;
   std::mutex compile_mu_;  // compiles at once, all requests together: at most options_.jobs
   std::condition_variable compile_cv_;
   int compiling_ = 0;
-  ca::Counts totals_;
   std::map<std::string, int64_t> by_status_;
   int64_t no_device_ = 0;
 };

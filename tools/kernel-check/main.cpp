@@ -6,7 +6,7 @@
 #include "libcommon/errors.hpp"
 #include "libcommon/jsonl.hpp"
 #include "libcommon/log.hpp"
-#include "libcommon/record_loop.hpp"
+#include "libcommon/record_path.hpp"
 #include "libcommon/service.hpp"
 #include "tools/kernel-check/checker.hpp"
 #include "tools/kernel-check/options.hpp"
@@ -74,37 +74,14 @@ int main(int argc, char** argv) {
         if (std::string why = checker.unavailable(); !why.empty())
           throw ca::EnvironmentError("this kernel-check service cannot judge: " + why);  // 503, never no_device verdicts
         std::vector<ca::Json> out;
-        std::size_t i = 0;
-        checker.check(
-            [&](ca::Json& r, std::string& where) {
-              if (i == lines.size() || cancelled()) return false;  // a client that left: no more of its records
-              r = std::move(lines[i].record);
-              where = lines[i].where;
-              ++i;
-              return true;
-            },
-            [&](const ca::Json& r) { out.push_back(r); });
+        // A client that left: no more of its records.
+        checker.check(ca::lines_source(lines, cancelled), [&](const ca::Json& r) { out.push_back(r); });
         return out;
       };
       int code = ca::run_service(service, spec);
       return checker.summary(code);
     }
 
-    ca::RecordReader reader(common.input);
-    ca::RecordWriter writer(common.output);
-    int64_t other_shard = 0;
-    checker.check(
-        [&](ca::Json& r, std::string& where) {
-          for (;;) {
-            if (!reader.next(r)) return false;
-            if (common.shard.contains(ca::record_key(r))) break;
-            ++other_shard;
-          }
-          where = reader.where();
-          return true;
-        },
-        [&](const ca::Json& r) { writer.write(r); });
-    checker.add_other_shard(other_shard);
-    return checker.summary();
+    return checker.stream();
   });
 }
