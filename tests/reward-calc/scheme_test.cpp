@@ -10,7 +10,7 @@
 #include "tools/reward-calc/scheme.hpp"
 
 using namespace ca;
-using namespace ca::reward;
+using namespace ca::reward_calc;
 
 namespace {
 

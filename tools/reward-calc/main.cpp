@@ -21,29 +21,29 @@ int main(int argc, char** argv) {
   cli.add_io_options();
   cli.add_store_options();
   cli.add_record_options();
-  ca::reward::Options options;
-  ca::reward::add_options(cli.app(), options);
+  ca::reward_calc::Options options;
+  ca::reward_calc::add_options(cli.app(), options);
 
   return cli.run(argc, argv, [&]() -> int {
     opt.resume_does_nothing("a reward is computed again in microseconds");
-    const ca::reward::Config config = ca::reward::settings(options);
+    const ca::reward_calc::Config config = ca::reward_calc::settings(options);
     ca::log::verbose("settings: ", config.to_json().dump());
     std::unique_ptr<ca::Store> store = ca::open_store_for(opt);
     ca::RecordPathOptions path_options;
     path_options.store = store.get();
     path_options.section = "reward";
     ca::RecordPath path(opt, path_options);
-    ca::reward::Tally tally;
+    ca::reward_calc::Tally tally;
     ca::RecordJob<ca::RecordItem> job;
     job.work = [&](int, ca::RecordItem& item) {
       ca::Json& record = item.record;
       // A record an earlier tool already marked bad, and never checked, is passed on as it came.
       if (record.contains("error") && !record.contains("check")) return ca::Outcome::passed;
       if (store) ca::get_required<std::string>(record, "/candidate_id");  // the store keeps a reward by it
-      ca::reward::Verdict verdict;
+      ca::reward_calc::Verdict verdict;
       ca::Json reward;
       try {
-        reward = ca::reward::score(record, config, &verdict);
+        reward = ca::reward_calc::score(record, config, &verdict);
       } catch (const ca::FieldError& e) {
         // An earlier tool already marked this record bad: keep its error (the first cause), pass on.
         if (record.contains("error") && !opt.strict) {
@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
       }
       tally.add(reward["value"].get<double>(), reward["value"].dump(), verdict);
       record["reward"] = std::move(reward);
-      return verdict == ca::reward::Verdict::scored_correct || verdict == ca::reward::Verdict::unprofiled
+      return verdict == ca::reward_calc::Verdict::scored_correct || verdict == ca::reward_calc::Verdict::unprofiled
                  ? ca::Outcome::done
                  : ca::Outcome::failed;
     };

@@ -6,7 +6,7 @@
 
 #include "libcommon/log.hpp"
 
-namespace ca::reward {
+namespace ca::reward_calc {
 
 void add_options(CLI::App& app, Options& o) {
   Config& config = o.values;
@@ -69,4 +69,4 @@ std::string Tally::text(const Config& config) const {
                   "; ", violations_, " policy violations, ", unprofiled_, " unprofiled");
 }
 
-}  // namespace ca::reward
+}  // namespace ca::reward_calc

@@ -7,7 +7,7 @@
 #include "libcommon/cli.hpp"
 #include "tools/reward-calc/scheme.hpp"
 
-namespace ca::reward {
+namespace ca::reward_calc {
 
 struct Options {
   std::string config_path, scheme = "milestone", compile_baseline = "precision-matched", speedup_baseline = "compile";
@@ -33,4 +33,4 @@ class Tally {
   int64_t scored_ = 0, violations_ = 0, unprofiled_ = 0;
 };
 
-}  // namespace ca::reward
+}  // namespace ca::reward_calc

@@ -13,7 +13,7 @@
 #include "libcommon/paths.hpp"
 #include "libcommon/yaml.hpp"
 
-namespace ca::reward {
+namespace ca::reward_calc {
 namespace {
 
 // The names kernel-prof may give the baseline timed with the candidate's precision allowed
@@ -397,4 +397,4 @@ Json score(const Json& record, const Config& config, Verdict* verdict) {
   return r;
 }
 
-}  // namespace ca::reward
+}  // namespace ca::reward_calc

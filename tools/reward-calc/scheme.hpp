@@ -5,7 +5,7 @@
 
 #include "libcommon/jsonl.hpp"
 
-namespace ca::reward {
+namespace ca::reward_calc {
 
 enum class Scheme { milestone, speedup, log_speedup };
 enum class CompileBaseline { plain, precision_matched };
@@ -53,4 +53,4 @@ enum class Verdict { scored_correct, scored_failed, scored_violation, unprofiled
 // check without prof unless allow_unprofiled, ...) for the bad-record rules of DESIGN.md §1.
 Json score(const Json& record, const Config& config, Verdict* verdict = nullptr);
 
-}  // namespace ca::reward
+}  // namespace ca::reward_calc
