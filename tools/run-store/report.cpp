@@ -244,8 +244,25 @@ std::string format_number(const Json& v, const char* format) {
   return buf;
 }
 
-Report build_report(const std::vector<std::string>& store_paths, Select select) {
-  Report report;
+namespace {
+
+// Every store's rows the report shows, read in full first (rows refer to runs by id, and a run may
+// come from another shard); the first store's row for a key is kept.
+struct StoreRows {
+  std::map<std::string, std::string> run_started, run_tool;
+  std::vector<RunInfo> all_runs;
+  std::map<std::string, Json> tasks;             // task_id -> {data_source, name, n_ops}
+  std::map<std::string, std::vector<Row>> rows;  // table -> rows
+
+  // A row's place in time: its run's start, then its store and rowid.
+  Seq seq_of(const Row& r) const {
+    auto it = run_started.find(r.run_id);
+    return Seq{it == run_started.end() ? std::string() : it->second, r.store, r.rowid};
+  }
+};
+
+StoreRows read_stores(const std::vector<std::string>& store_paths) {
+  StoreRows in;
   // A row whose body is not JSON: left out, named on stderr (the first kShownSkips of them).
   constexpr int64_t kShownSkips = 20;
   int64_t skipped_rows = 0;
@@ -259,20 +276,12 @@ Report build_report(const std::vector<std::string>& store_paths, Select select) 
                 ": body is not valid JSON (truncated?): row skipped");
     return false;
   };
-  report.stores = store_paths;
-  report.select = select;
-
-  // Every store read in full first (rows refer to runs by id, and a run may come from another shard).
-  std::map<std::string, std::string> run_started, run_tool;
-  std::vector<RunInfo> all_runs;
-  std::map<std::string, Json> tasks;  // task_id -> {data_source, name, n_ops}
-  std::map<std::string, std::vector<Row>> rows;  // table -> rows, first store's row for a key kept
   std::set<std::string> seen;
   auto keep = [&](const std::string& table, const std::string& key) { return seen.insert(table + "\x1f" + key).second; };
   for (int s = 0; s < static_cast<int>(store_paths.size()); ++s) {
     auto store = open_run_store(store_paths[s]);
     for (const auto& r : read_runs(*store))
-      if (run_started.emplace(r.run_id, r.started_at).second) run_tool[r.run_id] = r.tool, all_runs.push_back(r);
+      if (in.run_started.emplace(r.run_id, r.started_at).second) in.run_tool[r.run_id] = r.tool, in.all_runs.push_back(r);
     // Only the fields the report shows are read (never whole bodies: 333k profiles held whole took
     // over 8 GB), and a body that is not JSON (a truncated row) is skipped with a warning naming it
     // rather than failing every query: json_valid guards each extraction.
@@ -283,7 +292,7 @@ Report build_report(const std::vector<std::string>& store_paths, Select select) 
                  "AS n_ops FROM tasks",
                  [&](const Json& r) {
                    if (!valid_body(store_paths[s], "tasks", r)) return;
-                   tasks.emplace(text(r, "task_id"), r);
+                   in.tasks.emplace(text(r, "task_id"), r);
                  });
     const std::string prof_fields = [] {
       std::string f;
@@ -316,18 +325,19 @@ Report build_report(const std::vector<std::string>& store_paths, Select select) 
         if (!keep(table, key)) return;
         Json data = r;
         if (table == "profiles") data["body"] = profile_body(r);
-        rows[table].push_back(Row{text(r, "run_id"), s, r.value("seq", int64_t(0)), std::move(data)});
+        in.rows[table].push_back(Row{text(r, "run_id"), s, r.value("seq", int64_t(0)), std::move(data)});
       });
     }
   }
   if (skipped_rows > kShownSkips)
     log::warn("report: ", skipped_rows, " rows in all skipped for a body that is not JSON (", kShownSkips, " named above)");
-  auto seq_of = [&](const Row& r) {
-    auto it = run_started.find(r.run_id);
-    return Seq{it == run_started.end() ? std::string() : it->second, r.store, r.rowid};
-  };
+  return in;
+}
 
-  // Per candidate: its newest check, profile, reward, and where its candidate and episode rows stand.
+// Per candidate: its newest check, profile, reward, and where its candidate and episode rows stand.
+std::map<std::string, CandidateState> candidate_states(StoreRows& in) {
+  auto seq_of = [&](const Row& r) { return in.seq_of(r); };
+  auto& rows = in.rows;
   std::map<std::string, CandidateState> cands;
   auto touch = [&](const Row& r) -> CandidateState& {
     CandidateState& c = cands[text(r.data, "candidate_id")];
@@ -363,69 +373,65 @@ Report build_report(const std::vector<std::string>& store_paths, Select select) 
     CandidateState& c = touch(r);
     if (Seq q = seq_of(r); newer(c.reward_seq, q)) c.reward_seq = q, c.reward = number(r.data, "value");
   }
+  return cands;
+}
 
-  // Tasks, each by its selected candidate.
-  std::map<std::string, std::vector<std::pair<std::string, const CandidateState*>>> by_task;
-  for (const auto& [id, c] : cands)
-    if (!id.empty() && !c.task_id.empty()) by_task[c.task_id].emplace_back(id, &c);
-  for (const auto& [task_id, t] : tasks)
-    if (!by_task.count(task_id)) ++report.tasks_without_candidates;
-
-  for (const auto& [task_id, list] : by_task) {
-    // final: newest episode, else newest candidate row, else newest row of any kind.
-    auto final_key = [](const CandidateState& c) {
-      return std::make_tuple(c.episode_seq.has_value(), c.episode_seq.value_or(Seq{}), c.candidate_seq.has_value(),
-                             c.candidate_seq.value_or(Seq{}), c.newest);
+// One task's row: its selected candidate (final: the newest episode's; best: the fastest that passed)
+// and what the report shows of it.
+TaskResult task_result(const std::string& task_id, const std::vector<std::pair<std::string, const CandidateState*>>& list,
+                       std::map<std::string, Json>& tasks, Select select) {
+  // final: newest episode, else newest candidate row, else newest row of any kind.
+  auto final_key = [](const CandidateState& c) {
+    return std::make_tuple(c.episode_seq.has_value(), c.episode_seq.value_or(Seq{}), c.candidate_seq.has_value(),
+                           c.candidate_seq.value_or(Seq{}), c.newest);
+  };
+  const std::pair<std::string, const CandidateState*>* chosen = &list.front();
+  for (const auto& e : list)
+    if (final_key(*chosen->second) < final_key(*e.second)) chosen = &e;
+  if (select == Select::best) {
+    const std::pair<std::string, const CandidateState*>* best = nullptr;
+    auto best_key = [&](const CandidateState& c) {
+      return std::make_tuple(positive(number(c.prof, "speedup_vs_compile")).value_or(0.0),
+                             positive(number(c.prof, "speedup_vs_eager")).value_or(0.0), c.newest);
     };
-    const std::pair<std::string, const CandidateState*>* chosen = &list.front();
     for (const auto& e : list)
-      if (final_key(*chosen->second) < final_key(*e.second)) chosen = &e;
-    if (select == Select::best) {
-      const std::pair<std::string, const CandidateState*>* best = nullptr;
-      auto best_key = [&](const CandidateState& c) {
-        return std::make_tuple(positive(number(c.prof, "speedup_vs_compile")).value_or(0.0),
-                               positive(number(c.prof, "speedup_vs_eager")).value_or(0.0), c.newest);
-      };
-      for (const auto& e : list)
-        if (passed(*e.second) && (!best || best_key(*best->second) < best_key(*e.second))) best = &e;
-      if (best) chosen = best;
-    }
-    const CandidateState& c = *chosen->second;
-    TaskResult t;
-    t.task_id = task_id;
-    t.candidate_id = chosen->first;
-    t.candidates = static_cast<int>(list.size());
-    auto meta = tasks.find(task_id);
-    if (meta != tasks.end()) {
-      t.name = text(meta->second, "name");
-      t.level = text(meta->second, "data_source");
-    }
-    for (const auto& e : list)
-      if (t.level.empty()) t.level = e.second->data_source;
-    if (t.level.empty() && meta != tasks.end() && meta->second["n_ops"].is_number_integer())
-      t.level = "torch#" + std::to_string(meta->second["n_ops"].get<int64_t>());
-    if (t.level.empty()) t.level = "unknown";
-    t.passed = passed(c);
-    if (t.passed && c.prof_seq && text(c.prof, "status") == "timed") {
-      t.vs_eager = positive(number(c.prof, "speedup_vs_eager"));
-      t.vs_compile = positive(number(c.prof, "speedup_vs_compile"));
-      t.vs_eager_pm = matched_speedup(c.prof, "eager");
-      t.vs_compile_pm = matched_speedup(c.prof, "compile");
-      t.time_us = positive(number(c.prof, "time_us"));
-      if (c.prof.contains("metrics") && c.prof["metrics"].is_object() && c.prof["metrics"].contains("roofline") &&
-          c.prof["metrics"]["roofline"].is_object()) {
-        t.floor_us = positive(number(c.prof["metrics"]["roofline"], "floor_us"));
-        t.bound = text(c.prof["metrics"]["roofline"], "bound");
-      }
-    }
-    t.reward = c.reward;
-    report.tasks.push_back(t);
+      if (passed(*e.second) && (!best || best_key(*best->second) < best_key(*e.second))) best = &e;
+    if (best) chosen = best;
   }
-  std::sort(report.tasks.begin(), report.tasks.end(), [](const TaskResult& a, const TaskResult& b) {
-    if (a.level != b.level) return natural_less(a.level, b.level);
-    return std::tie(a.name, a.task_id) < std::tie(b.name, b.task_id);
-  });
+  const CandidateState& c = *chosen->second;
+  TaskResult t;
+  t.task_id = task_id;
+  t.candidate_id = chosen->first;
+  t.candidates = static_cast<int>(list.size());
+  auto meta = tasks.find(task_id);
+  if (meta != tasks.end()) {
+    t.name = text(meta->second, "name");
+    t.level = text(meta->second, "data_source");
+  }
+  for (const auto& e : list)
+    if (t.level.empty()) t.level = e.second->data_source;
+  if (t.level.empty() && meta != tasks.end() && meta->second["n_ops"].is_number_integer())
+    t.level = "torch#" + std::to_string(meta->second["n_ops"].get<int64_t>());
+  if (t.level.empty()) t.level = "unknown";
+  t.passed = passed(c);
+  if (t.passed && c.prof_seq && text(c.prof, "status") == "timed") {
+    t.vs_eager = positive(number(c.prof, "speedup_vs_eager"));
+    t.vs_compile = positive(number(c.prof, "speedup_vs_compile"));
+    t.vs_eager_pm = matched_speedup(c.prof, "eager");
+    t.vs_compile_pm = matched_speedup(c.prof, "compile");
+    t.time_us = positive(number(c.prof, "time_us"));
+    if (c.prof.contains("metrics") && c.prof["metrics"].is_object() && c.prof["metrics"].contains("roofline") &&
+        c.prof["metrics"]["roofline"].is_object()) {
+      t.floor_us = positive(number(c.prof["metrics"]["roofline"], "floor_us"));
+      t.bound = text(c.prof["metrics"]["roofline"], "bound");
+    }
+  }
+  t.reward = c.reward;
+  return t;
+}
 
+// The per-level rows, levels in the tasks' (sorted) order, then "all".
+void add_levels(Report& report, Select select) {
   std::vector<const TaskResult*> all;
   std::map<std::string, std::vector<const TaskResult*>> levels;
   std::vector<std::string> order;
@@ -437,7 +443,11 @@ Report build_report(const std::vector<std::string>& store_paths, Select select) 
   for (const auto& level : order) report.levels.push_back(level_row(level, levels[level], select));
   report.levels.push_back(level_row("all", all, select));
 
-  // Iterations: every reward row (not only the selected candidates') by the run that wrote it.
+}
+
+// Iterations: every reward row (not only the selected candidates') by the run that wrote it.
+void add_iterations(Report& report, StoreRows& in, const std::map<std::string, CandidateState>& cands) {
+  auto& rows = in.rows;
   std::map<std::string, std::pair<int, std::pair<double, int>>> per_run;  // run -> (n, (sum, passed))
   for (const auto& r : rows["rewards"]) {
     auto v = number(r.data, "value");
@@ -448,7 +458,7 @@ Report build_report(const std::vector<std::string>& store_paths, Select select) 
     auto c = cands.find(text(r.data, "candidate_id"));
     acc.second.second += c != cands.end() && passed(c->second);
   }
-  for (const auto& run : all_runs) {
+  for (const auto& run : in.all_runs) {
     auto it = per_run.find(run.run_id);
     if (it == per_run.end()) continue;
     Iteration i;
@@ -460,8 +470,12 @@ Report build_report(const std::vector<std::string>& store_paths, Select select) 
     i.pass_rate = static_cast<double>(it->second.second.second) / i.rewards;
     report.iterations.push_back(i);
   }
+}
+
+// ppo-step's steps, in the order they ran.
+void add_ppo_steps(Report& report, StoreRows& in) {
   std::vector<std::pair<Seq, PpoStep>> steps;
-  for (const auto& r : rows["ppo_steps"]) {
+  for (const auto& r : in.rows["ppo_steps"]) {
     const Json& body = r.data["body"];
     PpoStep p;
     p.run_id = r.run_id;
@@ -469,13 +483,38 @@ Report build_report(const std::vector<std::string>& store_paths, Select select) 
     p.step = body.contains("step") && body["step"].is_number_integer() ? body["step"].get<int64_t>() : 0;
     p.reward_mean = number(body, "reward_mean");
     if (body.contains("losses") && body["losses"].is_object()) p.losses = Json(body["losses"]);
-    steps.emplace_back(seq_of(r), p);
+    steps.emplace_back(in.seq_of(r), p);
   }
   std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) {
     return std::tie(a.first.started, a.second.step, a.first.store, a.first.rowid) <
            std::tie(b.first.started, b.second.step, b.first.store, b.first.rowid);
   });
   for (auto& s : steps) report.ppo_steps.push_back(s.second);
+}
+
+}  // namespace
+
+Report build_report(const std::vector<std::string>& store_paths, Select select) {
+  Report report;
+  report.stores = store_paths;
+  report.select = select;
+  StoreRows in = read_stores(store_paths);
+  const std::map<std::string, CandidateState> cands = candidate_states(in);
+
+  // Tasks, each by its selected candidate.
+  std::map<std::string, std::vector<std::pair<std::string, const CandidateState*>>> by_task;
+  for (const auto& [id, c] : cands)
+    if (!id.empty() && !c.task_id.empty()) by_task[c.task_id].emplace_back(id, &c);
+  for (const auto& [task_id, t] : in.tasks)
+    if (!by_task.count(task_id)) ++report.tasks_without_candidates;
+  for (const auto& [task_id, list] : by_task) report.tasks.push_back(task_result(task_id, list, in.tasks, select));
+  std::sort(report.tasks.begin(), report.tasks.end(), [](const TaskResult& a, const TaskResult& b) {
+    if (a.level != b.level) return natural_less(a.level, b.level);
+    return std::tie(a.name, a.task_id) < std::tie(b.name, b.task_id);
+  });
+  add_levels(report, select);
+  add_iterations(report, in, cands);
+  add_ppo_steps(report, in);
   return report;
 }
 
