@@ -401,26 +401,15 @@ std::vector<uint8_t> pack_scalar(const Value& v, const ParamType& p) {
   return out;
 }
 
-}  // namespace
+// bind_plan's state and steps: the resolved dims (the loop indices bound as it unrolls) and the
+// buffers bound so far, with one method per kind of step.
+class Binder {
+ public:
+  Binder(const Plan& plan, const Signatures& sigs, const IoSpec& io, const LaunchLimits& limits, BoundPlan& bp)
+      : plan(plan), sigs(sigs), io(io), limits(limits), bp(bp), r{plan, &io} {}
 
-BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io, const LaunchLimits& limits) {
-  check_plan(plan, sigs, &io, limits);
-  if (!io.shapes_known()) throw PlanError("plan: the task's tensor shapes are unknown, cannot bind");
-  BoundPlan bp;
-  Resolver r{plan, &io};
-  eval_dims(plan, r);
-  for (auto& [name, v] : r.dims)
-    if (!v.is_float) bp.dims[name] = v.i;  // a float dim (a scale, say) is not a size; 1e300 has no int64
-  auto add = [&](Space space, int index, const TensorSpec& t, const std::string& key) {
-    BoundBuffer b;
-    b.space = space;
-    b.index = index;
-    b.ref = std::string(space_name(space)) + "." + key;
-    b.dtype = t.dtype;
-    b.shape = t.shape;
-    b.bytes = t.bytes();
-    bp.buffers.push_back(b);
-  };
+  // The task's inputs, outputs and params, then the plan's scratch buffers, sized.
+  void add_buffers() {
   for (size_t i = 0; i < io.inputs.size(); ++i) add(Space::input, i, io.inputs[i], std::to_string(i));
   for (size_t i = 0; i < io.outputs.size(); ++i) add(Space::output, i, io.outputs[i], std::to_string(i));
   for (size_t i = 0; i < io.params.size(); ++i) add(Space::param, i, io.params[i], io.params[i].name);
@@ -436,16 +425,71 @@ BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io, 
     }
     add(Space::scratch, static_cast<int>(i), t, s.name);
   }
-  auto index_of = [&](const BufferRef& ref) {
+  }
+
+  // Steps in order, each `repeat` block unrolled with its index bound (the loops nest; a step's
+  // loops are listed outermost first).
+  void unroll(const std::vector<Step>& steps, size_t lo, size_t hi, size_t depth, std::vector<BoundStep>& out,
+              const std::string& at) {
+    for (size_t i = lo; i < hi;) {
+      if (steps[i].loops.size() <= depth) {
+        BoundStep bs = bind_leaf(steps[i]);
+        bs.label += at;
+        out.push_back(std::move(bs));
+        if (int64_t(out.size()) > kMaxBoundSteps)
+          throw PlanError(steps[i].section + ": more than " + std::to_string(kMaxBoundSteps) +
+                          " steps per call once the repeats are unrolled");
+        ++i;
+        continue;
+      }
+      const int id = steps[i].loops[depth];
+      size_t j = i;
+      while (j < hi && steps[j].loops.size() > depth && steps[j].loops[depth] == id) ++j;
+      const Loop& loop = plan.loops[id];
+      const int64_t count = eval_in(loop.count, r, loop.path + " repeat", plan).i;
+      if (count < 0) throw PlanError(loop.path + ": repeat count " + std::to_string(count) + " is negative");
+      if (count > kMaxBoundSteps)
+        throw PlanError(loop.path + ": repeat count " + std::to_string(count) + " is more than " +
+                        std::to_string(kMaxBoundSteps) + " steps per call");
+      for (int64_t t = 0; t < count; ++t) {
+        r.dims[loop.index] = Value::integer(t);
+        unroll(steps, i, j, depth + 1, out, at + " [" + loop.index + "=" + std::to_string(t) + "]");
+      }
+      r.dims.erase(loop.index);
+      i = j;
+    }
+  }
+
+  const Plan& plan;
+  const Signatures& sigs;
+  const IoSpec& io;
+  const LaunchLimits& limits;
+  BoundPlan& bp;
+  Resolver r;
+
+ private:
+  void add(Space space, int index, const TensorSpec& t, const std::string& key) {
+    BoundBuffer b;
+    b.space = space;
+    b.index = index;
+    b.ref = std::string(space_name(space)) + "." + key;
+    b.dtype = t.dtype;
+    b.shape = t.shape;
+    b.bytes = t.bytes();
+    bp.buffers.push_back(b);
+  }
+
+  int index_of(const BufferRef& ref) {
     int idx = -1;
     if (ref.space == Space::scratch) return bp.buffer_index(ref.text());
     io.find(ref, &idx);
     std::string key = ref.space == Space::param ? io.params[idx].name : std::to_string(idx);
     return bp.buffer_index(std::string(space_name(ref.space)) + "." + key);
-  };
+  }
+
   // A view's offset in bytes, checked against its buffer: 0 <= offset, and `need` elements from it
   // (0: only the start) inside the buffer.
-  auto view_offset = [&](const Expr& offset, int buffer, int64_t need, const std::string& where) -> int64_t {
+  int64_t view_offset(const Expr& offset, int buffer, int64_t need, const std::string& where) {
     const BoundBuffer& b = bp.buffers[buffer];
     const int64_t esz = element_bytes(b.dtype, where);
     int64_t off = offset.empty() ? 0 : eval_in(offset, r, where + " offset", plan).i;
@@ -455,287 +499,301 @@ BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io, 
                       (need ? " of " + std::to_string(need) + " elements" : "") + " is outside " + b.ref + " (" +
                       std::to_string(numel) + " elements)");
     return off * esz;
-  };
-  auto overlap = [&](int b1, int64_t o1, int64_t n1, int b2, int64_t o2, int64_t n2) {
+  }
+
+  static bool overlap(int b1, int64_t o1, int64_t n1, int b2, int64_t o2, int64_t n2) {
     return b1 == b2 && o1 < o2 + n2 && o2 < o1 + n1;
-  };
-  auto bind_leaf = [&](const Step& step) -> BoundStep {
+  }
+
+  BoundStep bind_leaf(const Step& step) {
     BoundStep bs;
     bs.kind = step.kind;
     bs.label = step.label();
-    if (step.kind == Step::kLaunch) {
-      const LaunchStep& L = step.launch;
-      const KernelSignature& sig = sigs.at(L.kernel);
-      bs.launch.kernel = L.kernel;
-      bs.launch.mangled = sig.mangled;
-      std::vector<std::optional<int64_t>> grid, block;
-      for (const auto& e : L.grid) grid.push_back(eval_in(e, r, bs.label + " grid", plan, L.kernel).i);
-      for (const auto& e : L.block) block.push_back(eval_in(e, r, bs.label + " block", plan, L.kernel).i);
-      int64_t sh = eval_in(L.shared, r, bs.label + " shared", plan, L.kernel).i;
-      check_sizes(bs.label, L.kernel, grid, block, sh, limits);
-      for (size_t d = 0; d < 3; ++d) {
-        if (d < grid.size()) bs.launch.grid[d] = static_cast<unsigned>(*grid[d]);
-        if (d < block.size()) bs.launch.block[d] = static_cast<unsigned>(*block[d]);
-      }
-      bs.launch.shared = static_cast<unsigned>(sh);
-      for (size_t i = 0; i < L.args.size(); ++i) {
-        BoundArg a;
-        a.text = L.args[i].text;
-        if (L.args[i].buffer) {
-          a.buffer = index_of(*L.args[i].buffer);
-          // A launch's view must start at an element of its buffer (its extent is the kernel's
-          // business: the guard zones catch writes past the buffer).
-          a.offset = view_offset(L.args[i].offset, a.buffer, L.args[i].offset.empty() ? 0 : 1, bs.label + ": " + ordinal_arg(i));
-        } else {
-          a.scalar = pack_scalar(eval_in(L.args[i].expr, r, bs.label, plan, L.kernel), sig.params[i]);
-        }
-        bs.launch.args.push_back(std::move(a));
-      }
-      bs.launch.cooperative = L.cooperative;
-      if (!L.cluster.empty()) {
-        int64_t blocks = 1;
-        for (size_t d = 0; d < 3; ++d) {
-          int64_t c = d < L.cluster.size() ? eval_in(L.cluster[d], r, bs.label + " cluster", plan, L.kernel).i : 1;
-          if (c < 1 || bs.launch.grid[d] % c != 0)
-            throw PlanError(bs.label + ": cluster[" + std::to_string(d) + "] = " + std::to_string(c) +
-                                " must be at least 1 and divide grid[" + std::to_string(d) + "] = " + std::to_string(bs.launch.grid[d]),
-                            L.kernel);
-          bs.launch.cluster[d] = static_cast<unsigned>(c);
-          blocks *= c;
-        }
-        // 8 blocks are portable; Hopper allows 16 with the non-portable attribute, set at launch.
-        if (blocks > 16)
-          throw PlanError(bs.label + ": a cluster of " + std::to_string(blocks) + " blocks (at most 16 on " + limits.arch + ")",
-                          L.kernel);
-      }
-    } else if (step.kind == Step::kGemm) {
-      const GemmStep& G = step.gemm;
-      BoundGemm& g = bs.gemm;
-      g.a = index_of(G.a);
-      g.b = index_of(G.b);
-      g.out = index_of(G.out);
-      if (G.bias) g.bias = index_of(*G.bias);
-      const auto &A = bp.buffers[g.a], &B = bp.buffers[g.b], &O = bp.buffers[g.out];
-      if (A.dtype != B.dtype || A.dtype != O.dtype)
-        throw PlanError(bs.label + ": a, b and out must have one dtype (" + A.dtype + ", " + B.dtype + ", " + O.dtype + ")");
-      const bool views = !G.a_offset.empty() || !G.b_offset.empty() || !G.out_offset.empty();
-      if (views && (G.m.empty() || G.n.empty() || G.k.empty()))
-        throw PlanError(bs.label + ": a gemm on views needs m, n and k (a view's shape is not its buffer's)");
-      require_library_dtype(bs.label, "gemm", A.dtype);
-      g.dtype = A.dtype;
-      auto last2 = [](const BoundBuffer& b, int64_t& r0, int64_t& r1) {
-        if (b.shape.size() < 2) { r0 = 1; r1 = b.shape.empty() ? 1 : b.shape[0]; return; }
-        r0 = b.shape[b.shape.size() - 2];
-        r1 = b.shape.back();
-      };
-      int64_t a0, a1, b0, b1;
-      last2(A, a0, a1);
-      last2(B, b0, b1);
-      g.m = G.trans_a ? a1 : a0;
-      g.k = G.trans_a ? a0 : a1;
-      g.n = G.trans_b ? b0 : b1;
-      int64_t kb = G.trans_b ? b1 : b0;
-      if (!G.m.empty()) g.m = eval_in(G.m, r, bs.label + " m", plan).i;
-      if (!G.n.empty()) g.n = eval_in(G.n, r, bs.label + " n", plan).i;
-      if (!G.k.empty()) g.k = kb = eval_in(G.k, r, bs.label + " k", plan).i;
-      g.batch = G.batch.empty() ? 1 : eval_in(G.batch, r, bs.label + " batch", plan).i;
-      if (G.m.empty() && G.batch.empty() && A.shape.size() > 2) {  // [.., M, K] flattened rows
-        int64_t rows = 1;
-        for (size_t d = 0; d + 1 < A.shape.size(); ++d) rows *= A.shape[d];
-        if (!G.trans_a) g.m = rows;
-      }
-      if (kb != g.k) throw PlanError(bs.label + ": inner sizes differ (a gives k=" + std::to_string(g.k) + ", b gives " + std::to_string(kb) + ")");
-      const std::string dims = "m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
-                               " batch=" + std::to_string(g.batch);
-      if (g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1)
-        throw PlanError(bs.label + ": " + dims + ": every size must be at least 1");
-      const int64_t esz = element_bytes(g.dtype, bs.label);
-      // batch * x * y * element size <= the buffer's bytes, in 128 bits and a factor at a time (every
-      // factor is at least 1, so a partial product past the bytes already fails): sizes from the
-      // plan's expressions must not wrap into a fit.
-      // Views first (their offsets within their buffers), then the sizes against what is left.
-      g.a_offset = view_offset(G.a_offset, g.a, 0, bs.label + " a");
-      g.b_offset = view_offset(G.b_offset, g.b, 0, bs.label + " b");
-      g.out_offset = view_offset(G.out_offset, g.out, 0, bs.label + " out");
-      auto fits = [&](int64_t x, int64_t y, const BoundBuffer& buf, int64_t offset) {
-        __int128 p = esz;
-        for (int64_t f : {g.batch, x, y})
-          if ((p *= f) > buf.bytes - offset) return false;
-        return true;
-      };
-      if (!fits(g.m, g.k, A, g.a_offset) || !fits(g.k, g.n, B, g.b_offset) || !fits(g.m, g.n, O, g.out_offset))
-        throw PlanError(bs.label + ": " + dims + " does not fit the buffers" + (views ? " (from the views' offsets)" : ""));
-      if (g.bias >= 0) g.bias_offset = view_offset(G.bias_offset, g.bias, g.n, bs.label + " bias");
-      // cuBLASLt reads a and b while it writes out: they may not overlap it.
-      const int64_t out_bytes = int64_t(g.batch * g.m * g.n * esz);
-      if (overlap(g.out, g.out_offset, out_bytes, g.a, g.a_offset, int64_t(g.batch * g.m * g.k * esz)) ||
-          overlap(g.out, g.out_offset, out_bytes, g.b, g.b_offset, int64_t(g.batch * g.k * g.n * esz)))
-        throw PlanError(bs.label + ": out overlaps a or b (" + O.ref + "); cuBLASLt does not compute in place");
-      g.trans_a = G.trans_a;
-      g.trans_b = G.trans_b;
-      g.activation = G.activation;
-      g.compute = G.compute;
-      g.alpha = G.alpha;
-      g.beta = G.beta;
-    } else {
-      const ConvStep& C = step.conv;
-      BoundConv& c = bs.conv;
-      c.x = index_of(C.x);
-      c.w = index_of(C.w);
-      c.out = index_of(C.out);
-      if (C.bias) c.bias = index_of(*C.bias);
-      const auto &X = bp.buffers[c.x], &W = bp.buffers[c.w], &O = bp.buffers[c.out];
-      c.transposed = C.transposed;
-      c.groups = C.groups;
-      const char* kind = c.transposed ? "conv (transposed)" : "conv";
-      const bool given = !C.shape.empty();
-      if (given) {
-        // The operands' shapes given (views into larger buffers).
-        auto has = [&](const char* key) { return C.shape.count(key) > 0; };
-        c.spatial = has("d") ? 3 : has("h") ? 2 : 1;
-        std::vector<const char*> need = {"n", "c", "k", "w", "s"};
-        if (c.spatial >= 2) need.insert(need.end(), {"h", "r"});
-        if (c.spatial == 3) need.insert(need.end(), {"d", "t"});
-        for (const char* key : need)
-          if (!has(key)) throw PlanError(bs.label + ": conv shape needs n, c, k, the sizes of x ([d, h,] w) and of the kernel ([t, r,] s): " +
-                                         key + " is missing");
-        auto get = [&](const char* key) {
-          int64_t v = eval_in(C.shape.at(key), r, bs.label + " shape." + key, plan).i;
-          if (v < 1 || v > INT32_MAX) throw PlanError(bs.label + ": conv shape." + key + " = " + std::to_string(v) + " (1 to 2^31-1, cuDNN's int)");
-          return v;
-        };
-        c.n = get("n"); c.c = get("c"); c.k = get("k");
-        const char* in_keys[3] = {"d", "h", "w"};
-        const char* k_keys[3] = {"t", "r", "s"};
-        for (int i = 0; i < c.spatial; ++i) {
-          c.in[i] = get(in_keys[3 - c.spatial + i]);
-          c.kernel[i] = get(k_keys[3 - c.spatial + i]);
-        }
-      } else {
-        // From the buffers: x [N, C, spatial...], w [K, C/g, kernel...] ([C, K/g, kernel...] transposed).
-        const size_t rank = X.shape.size();
-        if (rank < 3 || rank > 5 || W.shape.size() != rank || O.shape.size() != rank)
-          throw PlanError(bs.label + ": " + kind + " needs x, w and out of one rank, 3 to 5 (NCL, NCHW, NCDHW); x is " +
-                          std::to_string(X.shape.size()) + "-d (" + X.ref + "), w " + std::to_string(W.shape.size()) + "-d (" + W.ref +
-                          "), out " + std::to_string(O.shape.size()) + "-d (" + O.ref + "); views need a shape: {n, c, k, ...}");
-        c.spatial = int(rank) - 2;
-        c.n = X.shape[0];
-        c.c = X.shape[1];
-        if (c.transposed) {
-          if (W.shape[0] != c.c)
-            throw PlanError(bs.label + ": w's first dimension (" + std::to_string(W.shape[0]) + ") must be x's channels (" +
-                            std::to_string(c.c) + "): a transposed conv's weight is [C_in, C_out / groups, ...]");
-          c.k = W.shape[1] * c.groups;
-        } else {
-          c.k = W.shape[0];
-          if (c.groups >= 1 && W.shape[1] * c.groups != c.c)
-            throw PlanError(bs.label + ": w [" + std::to_string(W.shape[0]) + ", " + std::to_string(W.shape[1]) + ", ...] has " +
-                            std::to_string(W.shape[1]) + " input channels per group; x has " + std::to_string(c.c) + " channels in " +
-                            std::to_string(c.groups) + " groups (w's second dimension must be " +
-                            std::to_string(c.groups ? c.c / c.groups : 0) + ")");
-        }
-        for (int i = 0; i < c.spatial; ++i) {
-          c.in[i] = X.shape[2 + i];
-          c.kernel[i] = W.shape[2 + i];
-        }
-      }
-      if (c.groups < 1 || c.c % c.groups != 0 || c.k % c.groups != 0)
-        throw PlanError(bs.label + ": groups = " + std::to_string(c.groups) + " must divide the input channels (" + std::to_string(c.c) +
-                        ") and the output channels (" + std::to_string(c.k) + ")");
-      // stride, padding, dilation, output_padding: one value for all, or one per spatial dimension.
-      const char* names[4] = {"stride", "padding", "dilation", "output_padding"};
-      const int64_t* from[4] = {C.stride, C.padding, C.dilation, C.output_padding};
-      int64_t* to[4] = {c.stride, c.padding, c.dilation, c.output_padding};
-      for (int f = 0; f < 4; ++f) {
-        if (C.given[f] && C.given[f] != c.spatial)
-          throw PlanError(bs.label + ": " + names[f] + " has " + std::to_string(C.given[f]) + " values, the convolution " +
-                          std::to_string(c.spatial) + " spatial dimensions");
-        for (int i = 0; i < c.spatial; ++i) to[f][i] = from[f][C.given[f] ? i : 0];
-      }
-      for (int i = 0; i < c.spatial; ++i) {
-        if (c.stride[i] < 1 || c.dilation[i] < 1) throw PlanError(bs.label + ": stride and dilation must be at least 1");
-        if (c.transposed) {
-          if (c.output_padding[i] >= std::max(c.stride[i], c.dilation[i]))
-            throw PlanError(bs.label + ": output_padding must be smaller than stride or dilation (as in PyTorch)");
-          c.out_size[i] = (c.in[i] - 1) * c.stride[i] - 2 * c.padding[i] + c.dilation[i] * (c.kernel[i] - 1) + c.output_padding[i] + 1;
-        } else {
-          if (c.output_padding[i] != 0) throw PlanError(bs.label + ": output_padding is for transposed convolutions");
-          c.out_size[i] = (c.in[i] + 2 * c.padding[i] - c.dilation[i] * (c.kernel[i] - 1) - 1) / c.stride[i] + 1;
-        }
-        if (c.out_size[i] < 1) throw PlanError(bs.label + ": the output would be empty (spatial dimension " + std::to_string(i) + ")");
-      }
-      std::vector<int64_t> want_out = {c.n, c.k};
-      for (int i = 0; i < c.spatial; ++i) want_out.push_back(c.out_size[i]);
-      auto shape_text = [](const std::vector<int64_t>& v) {
-        std::string t = "[";
-        for (size_t i = 0; i < v.size(); ++i) t += (i ? ", " : "") + std::to_string(v[i]);
-        return t + "]";
-      };
-      if (!given && O.shape != want_out)
-        throw PlanError(bs.label + ": out (" + O.ref + " " + shape_text(O.shape) + ") must be " + shape_text(want_out));
-      // Element counts in checked arithmetic: given shapes are the policy's numbers.
-      auto count = [&](std::initializer_list<int64_t> f, const int64_t* sp, const char* what) {
-        int64_t n = 1;
-        for (int64_t v : f)
-          if (__builtin_mul_overflow(n, v, &n) || n > (int64_t(1) << 60)) n = -1;
-        for (int i = 0; i < c.spatial && n >= 0; ++i)
-          if (__builtin_mul_overflow(n, sp[i], &n) || n > (int64_t(1) << 60)) n = -1;
-        if (n < 0) throw PlanError(bs.label + ": " + what + " has more elements than any buffer");
-        return n;
-      };
-      const int64_t x_elems = count({c.n, c.c}, c.in, "x"), out_elems = count({c.n, c.k}, c.out_size, "out"),
-                    w_elems = count({c.transposed ? c.c : c.k, (c.transposed ? c.k : c.c) / c.groups}, c.kernel, "w");
-      c.x_offset = view_offset(C.x_offset, c.x, x_elems, bs.label + " x");
-      c.w_offset = view_offset(C.w_offset, c.w, w_elems, bs.label + " w");
-      c.out_offset = view_offset(C.out_offset, c.out, out_elems, bs.label + " out");
-      if (c.bias >= 0) c.bias_offset = view_offset(C.bias_offset, c.bias, c.k, bs.label + " bias");
-      if (X.dtype != W.dtype || X.dtype != O.dtype) throw PlanError(bs.label + ": x, w and out must have one dtype");
-      require_library_dtype(bs.label, "conv", X.dtype);
-      c.dtype = X.dtype;
-      // cuDNN reads x and w while it writes out: no overlap (in-place is refused).
-      const int64_t esz = element_bytes(X.dtype, bs.label);
-      const int64_t out_bytes = out_elems * esz;
-      if (overlap(c.out, c.out_offset, out_bytes, c.x, c.x_offset, x_elems * esz) ||
-          overlap(c.out, c.out_offset, out_bytes, c.w, c.w_offset, w_elems * esz))
-        throw PlanError(bs.label + ": out overlaps x or w (" + O.ref + "); cuDNN does not convolve in place");
-    }
+    if (step.kind == Step::kLaunch)
+      bind_launch(step, bs);
+    else if (step.kind == Step::kGemm)
+      bind_gemm(step, bs);
+    else
+      bind_conv(step, bs);
     return bs;
-  };
-  // Steps in order, each `repeat` block unrolled with its index bound (the loops nest; a step's
-  // loops are listed outermost first).
-  std::function<void(const std::vector<Step>&, size_t, size_t, size_t, std::vector<BoundStep>&, const std::string&)> unroll =
-      [&](const std::vector<Step>& steps, size_t lo, size_t hi, size_t depth, std::vector<BoundStep>& out, const std::string& at) {
-        for (size_t i = lo; i < hi;) {
-          if (steps[i].loops.size() <= depth) {
-            BoundStep bs = bind_leaf(steps[i]);
-            bs.label += at;
-            out.push_back(std::move(bs));
-            if (int64_t(out.size()) > kMaxBoundSteps)
-              throw PlanError(steps[i].section + ": more than " + std::to_string(kMaxBoundSteps) +
-                              " steps per call once the repeats are unrolled");
-            ++i;
-            continue;
-          }
-          const int id = steps[i].loops[depth];
-          size_t j = i;
-          while (j < hi && steps[j].loops.size() > depth && steps[j].loops[depth] == id) ++j;
-          const Loop& loop = plan.loops[id];
-          const int64_t count = eval_in(loop.count, r, loop.path + " repeat", plan).i;
-          if (count < 0) throw PlanError(loop.path + ": repeat count " + std::to_string(count) + " is negative");
-          if (count > kMaxBoundSteps)
-            throw PlanError(loop.path + ": repeat count " + std::to_string(count) + " is more than " +
-                            std::to_string(kMaxBoundSteps) + " steps per call");
-          for (int64_t t = 0; t < count; ++t) {
-            r.dims[loop.index] = Value::integer(t);
-            unroll(steps, i, j, depth + 1, out, at + " [" + loop.index + "=" + std::to_string(t) + "]");
-          }
-          r.dims.erase(loop.index);
-          i = j;
-        }
-      };
+  }
+
+  void bind_launch(const Step& step, BoundStep& bs) {
+    const LaunchStep& L = step.launch;
+    const KernelSignature& sig = sigs.at(L.kernel);
+    bs.launch.kernel = L.kernel;
+    bs.launch.mangled = sig.mangled;
+    std::vector<std::optional<int64_t>> grid, block;
+    for (const auto& e : L.grid) grid.push_back(eval_in(e, r, bs.label + " grid", plan, L.kernel).i);
+    for (const auto& e : L.block) block.push_back(eval_in(e, r, bs.label + " block", plan, L.kernel).i);
+    int64_t sh = eval_in(L.shared, r, bs.label + " shared", plan, L.kernel).i;
+    check_sizes(bs.label, L.kernel, grid, block, sh, limits);
+    for (size_t d = 0; d < 3; ++d) {
+      if (d < grid.size()) bs.launch.grid[d] = static_cast<unsigned>(*grid[d]);
+      if (d < block.size()) bs.launch.block[d] = static_cast<unsigned>(*block[d]);
+    }
+    bs.launch.shared = static_cast<unsigned>(sh);
+    for (size_t i = 0; i < L.args.size(); ++i) {
+      BoundArg a;
+      a.text = L.args[i].text;
+      if (L.args[i].buffer) {
+        a.buffer = index_of(*L.args[i].buffer);
+        // A launch's view must start at an element of its buffer (its extent is the kernel's
+        // business: the guard zones catch writes past the buffer).
+        a.offset = view_offset(L.args[i].offset, a.buffer, L.args[i].offset.empty() ? 0 : 1, bs.label + ": " + ordinal_arg(i));
+      } else {
+        a.scalar = pack_scalar(eval_in(L.args[i].expr, r, bs.label, plan, L.kernel), sig.params[i]);
+      }
+      bs.launch.args.push_back(std::move(a));
+    }
+    bs.launch.cooperative = L.cooperative;
+    if (!L.cluster.empty()) {
+      int64_t blocks = 1;
+      for (size_t d = 0; d < 3; ++d) {
+        int64_t c = d < L.cluster.size() ? eval_in(L.cluster[d], r, bs.label + " cluster", plan, L.kernel).i : 1;
+        if (c < 1 || bs.launch.grid[d] % c != 0)
+          throw PlanError(bs.label + ": cluster[" + std::to_string(d) + "] = " + std::to_string(c) +
+                              " must be at least 1 and divide grid[" + std::to_string(d) + "] = " + std::to_string(bs.launch.grid[d]),
+                          L.kernel);
+        bs.launch.cluster[d] = static_cast<unsigned>(c);
+        blocks *= c;
+      }
+      // 8 blocks are portable; Hopper allows 16 with the non-portable attribute, set at launch.
+      if (blocks > 16)
+        throw PlanError(bs.label + ": a cluster of " + std::to_string(blocks) + " blocks (at most 16 on " + limits.arch + ")",
+                        L.kernel);
+    }
+  }
+
+  void bind_gemm(const Step& step, BoundStep& bs) {
+    const GemmStep& G = step.gemm;
+    BoundGemm& g = bs.gemm;
+    g.a = index_of(G.a);
+    g.b = index_of(G.b);
+    g.out = index_of(G.out);
+    if (G.bias) g.bias = index_of(*G.bias);
+    const auto &A = bp.buffers[g.a], &B = bp.buffers[g.b], &O = bp.buffers[g.out];
+    if (A.dtype != B.dtype || A.dtype != O.dtype)
+      throw PlanError(bs.label + ": a, b and out must have one dtype (" + A.dtype + ", " + B.dtype + ", " + O.dtype + ")");
+    const bool views = !G.a_offset.empty() || !G.b_offset.empty() || !G.out_offset.empty();
+    if (views && (G.m.empty() || G.n.empty() || G.k.empty()))
+      throw PlanError(bs.label + ": a gemm on views needs m, n and k (a view's shape is not its buffer's)");
+    require_library_dtype(bs.label, "gemm", A.dtype);
+    g.dtype = A.dtype;
+    auto last2 = [](const BoundBuffer& b, int64_t& r0, int64_t& r1) {
+      if (b.shape.size() < 2) { r0 = 1; r1 = b.shape.empty() ? 1 : b.shape[0]; return; }
+      r0 = b.shape[b.shape.size() - 2];
+      r1 = b.shape.back();
+    };
+    int64_t a0, a1, b0, b1;
+    last2(A, a0, a1);
+    last2(B, b0, b1);
+    g.m = G.trans_a ? a1 : a0;
+    g.k = G.trans_a ? a0 : a1;
+    g.n = G.trans_b ? b0 : b1;
+    int64_t kb = G.trans_b ? b1 : b0;
+    if (!G.m.empty()) g.m = eval_in(G.m, r, bs.label + " m", plan).i;
+    if (!G.n.empty()) g.n = eval_in(G.n, r, bs.label + " n", plan).i;
+    if (!G.k.empty()) g.k = kb = eval_in(G.k, r, bs.label + " k", plan).i;
+    g.batch = G.batch.empty() ? 1 : eval_in(G.batch, r, bs.label + " batch", plan).i;
+    if (G.m.empty() && G.batch.empty() && A.shape.size() > 2) {  // [.., M, K] flattened rows
+      int64_t rows = 1;
+      for (size_t d = 0; d + 1 < A.shape.size(); ++d) rows *= A.shape[d];
+      if (!G.trans_a) g.m = rows;
+    }
+    if (kb != g.k) throw PlanError(bs.label + ": inner sizes differ (a gives k=" + std::to_string(g.k) + ", b gives " + std::to_string(kb) + ")");
+    const std::string dims = "m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
+                             " batch=" + std::to_string(g.batch);
+    if (g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1)
+      throw PlanError(bs.label + ": " + dims + ": every size must be at least 1");
+    const int64_t esz = element_bytes(g.dtype, bs.label);
+    // batch * x * y * element size <= the buffer's bytes, in 128 bits and a factor at a time (every
+    // factor is at least 1, so a partial product past the bytes already fails): sizes from the
+    // plan's expressions must not wrap into a fit.
+    // Views first (their offsets within their buffers), then the sizes against what is left.
+    g.a_offset = view_offset(G.a_offset, g.a, 0, bs.label + " a");
+    g.b_offset = view_offset(G.b_offset, g.b, 0, bs.label + " b");
+    g.out_offset = view_offset(G.out_offset, g.out, 0, bs.label + " out");
+    auto fits = [&](int64_t x, int64_t y, const BoundBuffer& buf, int64_t offset) {
+      __int128 p = esz;
+      for (int64_t f : {g.batch, x, y})
+        if ((p *= f) > buf.bytes - offset) return false;
+      return true;
+    };
+    if (!fits(g.m, g.k, A, g.a_offset) || !fits(g.k, g.n, B, g.b_offset) || !fits(g.m, g.n, O, g.out_offset))
+      throw PlanError(bs.label + ": " + dims + " does not fit the buffers" + (views ? " (from the views' offsets)" : ""));
+    if (g.bias >= 0) g.bias_offset = view_offset(G.bias_offset, g.bias, g.n, bs.label + " bias");
+    // cuBLASLt reads a and b while it writes out: they may not overlap it.
+    const int64_t out_bytes = int64_t(g.batch * g.m * g.n * esz);
+    if (overlap(g.out, g.out_offset, out_bytes, g.a, g.a_offset, int64_t(g.batch * g.m * g.k * esz)) ||
+        overlap(g.out, g.out_offset, out_bytes, g.b, g.b_offset, int64_t(g.batch * g.k * g.n * esz)))
+      throw PlanError(bs.label + ": out overlaps a or b (" + O.ref + "); cuBLASLt does not compute in place");
+    g.trans_a = G.trans_a;
+    g.trans_b = G.trans_b;
+    g.activation = G.activation;
+    g.compute = G.compute;
+    g.alpha = G.alpha;
+    g.beta = G.beta;
+  }
+
+  void bind_conv(const Step& step, BoundStep& bs) {
+    const ConvStep& C = step.conv;
+    BoundConv& c = bs.conv;
+    c.x = index_of(C.x);
+    c.w = index_of(C.w);
+    c.out = index_of(C.out);
+    if (C.bias) c.bias = index_of(*C.bias);
+    const auto &X = bp.buffers[c.x], &W = bp.buffers[c.w], &O = bp.buffers[c.out];
+    c.transposed = C.transposed;
+    c.groups = C.groups;
+    const char* kind = c.transposed ? "conv (transposed)" : "conv";
+    const bool given = !C.shape.empty();
+    if (given)
+      conv_shape_given(C, bs, c);
+    else
+      conv_shape_from_buffers(bs, c, X, W, O, kind);
+    conv_windows(C, bs, c);
+    conv_extent(C, bs, c, X, W, O, given);
+  }
+
+  // The operands' shapes given (views into larger buffers).
+  void conv_shape_given(const ConvStep& C, const BoundStep& bs, BoundConv& c) {
+    auto has = [&](const char* key) { return C.shape.count(key) > 0; };
+    c.spatial = has("d") ? 3 : has("h") ? 2 : 1;
+    std::vector<const char*> need = {"n", "c", "k", "w", "s"};
+    if (c.spatial >= 2) need.insert(need.end(), {"h", "r"});
+    if (c.spatial == 3) need.insert(need.end(), {"d", "t"});
+    for (const char* key : need)
+      if (!has(key)) throw PlanError(bs.label + ": conv shape needs n, c, k, the sizes of x ([d, h,] w) and of the kernel ([t, r,] s): " +
+                                     key + " is missing");
+    auto get = [&](const char* key) {
+      int64_t v = eval_in(C.shape.at(key), r, bs.label + " shape." + key, plan).i;
+      if (v < 1 || v > INT32_MAX) throw PlanError(bs.label + ": conv shape." + key + " = " + std::to_string(v) + " (1 to 2^31-1, cuDNN's int)");
+      return v;
+    };
+    c.n = get("n"); c.c = get("c"); c.k = get("k");
+    const char* in_keys[3] = {"d", "h", "w"};
+    const char* k_keys[3] = {"t", "r", "s"};
+    for (int i = 0; i < c.spatial; ++i) {
+      c.in[i] = get(in_keys[3 - c.spatial + i]);
+      c.kernel[i] = get(k_keys[3 - c.spatial + i]);
+    }
+  }
+
+  // From the buffers: x [N, C, spatial...], w [K, C/g, kernel...] ([C, K/g, kernel...] transposed).
+  void conv_shape_from_buffers(const BoundStep& bs, BoundConv& c, const BoundBuffer& X, const BoundBuffer& W,
+                               const BoundBuffer& O, const char* kind) {
+    const size_t rank = X.shape.size();
+    if (rank < 3 || rank > 5 || W.shape.size() != rank || O.shape.size() != rank)
+      throw PlanError(bs.label + ": " + kind + " needs x, w and out of one rank, 3 to 5 (NCL, NCHW, NCDHW); x is " +
+                      std::to_string(X.shape.size()) + "-d (" + X.ref + "), w " + std::to_string(W.shape.size()) + "-d (" + W.ref +
+                      "), out " + std::to_string(O.shape.size()) + "-d (" + O.ref + "); views need a shape: {n, c, k, ...}");
+    c.spatial = int(rank) - 2;
+    c.n = X.shape[0];
+    c.c = X.shape[1];
+    if (c.transposed) {
+      if (W.shape[0] != c.c)
+        throw PlanError(bs.label + ": w's first dimension (" + std::to_string(W.shape[0]) + ") must be x's channels (" +
+                        std::to_string(c.c) + "): a transposed conv's weight is [C_in, C_out / groups, ...]");
+      c.k = W.shape[1] * c.groups;
+    } else {
+      c.k = W.shape[0];
+      if (c.groups >= 1 && W.shape[1] * c.groups != c.c)
+        throw PlanError(bs.label + ": w [" + std::to_string(W.shape[0]) + ", " + std::to_string(W.shape[1]) + ", ...] has " +
+                        std::to_string(W.shape[1]) + " input channels per group; x has " + std::to_string(c.c) + " channels in " +
+                        std::to_string(c.groups) + " groups (w's second dimension must be " +
+                        std::to_string(c.groups ? c.c / c.groups : 0) + ")");
+    }
+    for (int i = 0; i < c.spatial; ++i) {
+      c.in[i] = X.shape[2 + i];
+      c.kernel[i] = W.shape[2 + i];
+    }
+  }
+
+  // groups, then stride, padding, dilation, output_padding, and the output's spatial sizes.
+  void conv_windows(const ConvStep& C, const BoundStep& bs, BoundConv& c) {
+    if (c.groups < 1 || c.c % c.groups != 0 || c.k % c.groups != 0)
+      throw PlanError(bs.label + ": groups = " + std::to_string(c.groups) + " must divide the input channels (" + std::to_string(c.c) +
+                      ") and the output channels (" + std::to_string(c.k) + ")");
+    // stride, padding, dilation, output_padding: one value for all, or one per spatial dimension.
+    const char* names[4] = {"stride", "padding", "dilation", "output_padding"};
+    const int64_t* from[4] = {C.stride, C.padding, C.dilation, C.output_padding};
+    int64_t* to[4] = {c.stride, c.padding, c.dilation, c.output_padding};
+    for (int f = 0; f < 4; ++f) {
+      if (C.given[f] && C.given[f] != c.spatial)
+        throw PlanError(bs.label + ": " + names[f] + " has " + std::to_string(C.given[f]) + " values, the convolution " +
+                        std::to_string(c.spatial) + " spatial dimensions");
+      for (int i = 0; i < c.spatial; ++i) to[f][i] = from[f][C.given[f] ? i : 0];
+    }
+    for (int i = 0; i < c.spatial; ++i) {
+      if (c.stride[i] < 1 || c.dilation[i] < 1) throw PlanError(bs.label + ": stride and dilation must be at least 1");
+      if (c.transposed) {
+        if (c.output_padding[i] >= std::max(c.stride[i], c.dilation[i]))
+          throw PlanError(bs.label + ": output_padding must be smaller than stride or dilation (as in PyTorch)");
+        c.out_size[i] = (c.in[i] - 1) * c.stride[i] - 2 * c.padding[i] + c.dilation[i] * (c.kernel[i] - 1) + c.output_padding[i] + 1;
+      } else {
+        if (c.output_padding[i] != 0) throw PlanError(bs.label + ": output_padding is for transposed convolutions");
+        c.out_size[i] = (c.in[i] + 2 * c.padding[i] - c.dilation[i] * (c.kernel[i] - 1) - 1) / c.stride[i] + 1;
+      }
+      if (c.out_size[i] < 1) throw PlanError(bs.label + ": the output would be empty (spatial dimension " + std::to_string(i) + ")");
+    }
+  }
+
+  // out's shape, the views' extents in checked arithmetic, dtypes, and no overlap.
+  void conv_extent(const ConvStep& C, const BoundStep& bs, BoundConv& c, const BoundBuffer& X, const BoundBuffer& W,
+                   const BoundBuffer& O, bool given) {
+    std::vector<int64_t> want_out = {c.n, c.k};
+    for (int i = 0; i < c.spatial; ++i) want_out.push_back(c.out_size[i]);
+    auto shape_text = [](const std::vector<int64_t>& v) {
+      std::string t = "[";
+      for (size_t i = 0; i < v.size(); ++i) t += (i ? ", " : "") + std::to_string(v[i]);
+      return t + "]";
+    };
+    if (!given && O.shape != want_out)
+      throw PlanError(bs.label + ": out (" + O.ref + " " + shape_text(O.shape) + ") must be " + shape_text(want_out));
+    // Element counts in checked arithmetic: given shapes are the policy's numbers.
+    auto count = [&](std::initializer_list<int64_t> f, const int64_t* sp, const char* what) {
+      int64_t n = 1;
+      for (int64_t v : f)
+        if (__builtin_mul_overflow(n, v, &n) || n > (int64_t(1) << 60)) n = -1;
+      for (int i = 0; i < c.spatial && n >= 0; ++i)
+        if (__builtin_mul_overflow(n, sp[i], &n) || n > (int64_t(1) << 60)) n = -1;
+      if (n < 0) throw PlanError(bs.label + ": " + what + " has more elements than any buffer");
+      return n;
+    };
+    const int64_t x_elems = count({c.n, c.c}, c.in, "x"), out_elems = count({c.n, c.k}, c.out_size, "out"),
+                  w_elems = count({c.transposed ? c.c : c.k, (c.transposed ? c.k : c.c) / c.groups}, c.kernel, "w");
+    c.x_offset = view_offset(C.x_offset, c.x, x_elems, bs.label + " x");
+    c.w_offset = view_offset(C.w_offset, c.w, w_elems, bs.label + " w");
+    c.out_offset = view_offset(C.out_offset, c.out, out_elems, bs.label + " out");
+    if (c.bias >= 0) c.bias_offset = view_offset(C.bias_offset, c.bias, c.k, bs.label + " bias");
+    if (X.dtype != W.dtype || X.dtype != O.dtype) throw PlanError(bs.label + ": x, w and out must have one dtype");
+    require_library_dtype(bs.label, "conv", X.dtype);
+    c.dtype = X.dtype;
+    // cuDNN reads x and w while it writes out: no overlap (in-place is refused).
+    const int64_t esz = element_bytes(X.dtype, bs.label);
+    const int64_t out_bytes = out_elems * esz;
+    if (overlap(c.out, c.out_offset, out_bytes, c.x, c.x_offset, x_elems * esz) ||
+        overlap(c.out, c.out_offset, out_bytes, c.w, c.w_offset, w_elems * esz))
+      throw PlanError(bs.label + ": out overlaps x or w (" + O.ref + "); cuDNN does not convolve in place");
+  }
+};
+
+}  // namespace
+
+BoundPlan bind_plan(const Plan& plan, const Signatures& sigs, const IoSpec& io, const LaunchLimits& limits) {
+  check_plan(plan, sigs, &io, limits);
+  if (!io.shapes_known()) throw PlanError("plan: the task's tensor shapes are unknown, cannot bind");
+  BoundPlan bp;
+  Binder binder(plan, sigs, io, limits, bp);
+  Resolver& r = binder.r;
+  eval_dims(plan, r);
+  for (auto& [name, v] : r.dims)
+    if (!v.is_float) bp.dims[name] = v.i;  // a float dim (a scale, say) is not a size; 1e300 has no int64
+  binder.add_buffers();
   for (auto* section : {&plan.init, &plan.forward}) {
     auto& out = section == &plan.init ? bp.init : bp.forward;
-    unroll(*section, 0, section->size(), 0, out, "");
+    binder.unroll(*section, 0, section->size(), 0, out, "");
   }
   return bp;
 }
