@@ -1,6 +1,7 @@
 // The one record path (see record_path.hpp).
 #include "libcommon/record_path.hpp"
 
+#include <cstdlib>
 #include <memory>
 
 #include "libcommon/log.hpp"
@@ -34,6 +35,12 @@ OrderedLoopOptions RecordPath::loop_options() const {
 
 // Steps 1-3 up to the job's admit: the next record of this shard, its ids checked.
 bool RecordPath::next_item(const RecordSource& source, RecordItem& item, Call& call, bool shard) {
+  if (call.copies_left > 0) {  // the next copy of a good record, admitted again
+    item.record = call.pending.record;
+    item.where = call.pending.where;
+    item.copy = path_.copies - call.copies_left--;
+    return true;
+  }
   for (;;) {
     if (!source(item.record, item.where)) return false;
     ++call.read;
@@ -43,6 +50,22 @@ bool RecordPath::next_item(const RecordSource& source, RecordItem& item, Call& c
   }
   guard(item, [&] { check_record_ids(item.record); });
   return true;
+}
+
+// After the admit of a record's first copy: a good one, not resumed, is copied `copies` times.
+void RecordPath::copied(const RecordItem& item, Call& call) {
+  if (item.copy != 0 || item.bad || item.resumed || path_.copies <= 1) return;
+  call.pending.record = item.record;
+  call.pending.where = item.where;
+  call.copies_left = path_.copies - 1;
+}
+
+void RecordPath::ended(const OrderedLoopEnd& end, Call& call) {
+  if (!end.reader_blocked) return;
+  close(call);
+  if (path_.reader_blocked) path_.reader_blocked();
+  log::error("the input's reader is blocked after a stop: ending here");
+  std::_Exit(kExitInternal);
 }
 
 void RecordPath::guard(RecordItem& item, const std::function<void()>& step) {

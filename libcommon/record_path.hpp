@@ -9,7 +9,8 @@
 //      the records before it are finished and written, then the error is rethrown (exit 2);
 //   2. a record of another shard (--shard i/n, by record_key) is counted and dropped;
 //   3. its ids are checked (check_record_ids), then the job's `admit` runs on the reader thread
-//      (--resume: a record already done is marked `resumed` and not worked);
+//      (--resume: a record already done is marked `resumed` and not worked); a good record becomes
+//      `copies` items (its copy 1.. admitted again), a bad one stays one;
 //   4. the job's `work` runs on one of the lanes (a tool's per-lane state is indexed by lane);
 //   5. on the calling thread, in input order: a FieldError from 3 or 4 makes it a bad record (an
 //      error section and a warning; under --strict exit 2 naming line and field, after every record
@@ -42,6 +43,7 @@ struct RecordItem {
   std::string where;                // "line N", as messages name it
   Outcome outcome = Outcome::done;  // what `work` returned
   bool resumed = false;             // `admit` found it done by an earlier run: not worked, counted skipped
+  int copy = 0;                     // which of the record's RecordPathOptions::copies this item is
   bool write = true;                // `emit` may clear it: counted, not written (a dropped task)
   bool store = true;                // clear it: no store row under the path's section
   std::optional<FieldError> bad;    // a FieldError from the ids check, `admit` or `work`
@@ -64,7 +66,11 @@ struct RecordJob {
 struct RecordPathOptions {
   int lanes = 1;                // -j: records worked at once
   int64_t window = 0;           // records in flight at most; 0: twice the lanes
+  int copies = 1;               // items per good record (agent-run's episodes per task), each admitted
   std::function<bool()> stop;   // an interrupt: as OrderedLoopOptions::stop
+  // After a stop that left the source blocked in a read (a slow pipe), its thread still uses the
+  // path's frame: this is called instead of returning, and must end the process (std::_Exit).
+  std::function<void()> reader_blocked;
   Store* store = nullptr;       // store rows and the run row; may be null (--no-store)
   std::string section;          // the section stored for a done or failed record ("prof", "reward")
   std::string progress_unit = "records";  // the progress line's unit on a terminal
@@ -98,8 +104,12 @@ class RecordPath {
   struct Call {
     std::atomic<int64_t> read{0}, other_shard{0}, unticked{0};
     Counts counts;  // the emitting thread's
+    RecordItem pending;  // the reader's: a good record's next copies
+    int copies_left = 0;
   };
   bool next_item(const RecordSource& source, RecordItem& item, Call& call, bool shard);
+  void copied(const RecordItem& item, Call& call);
+  void ended(const OrderedLoopEnd& end, Call& call);
   static void guard(RecordItem& item, const std::function<void()>& step);
   bool settle(RecordItem& item, Call& call);  // step 5 up to the job's emit: false for a bad record
   void finish(RecordItem& item, Call& call, const RecordSink& sink);
@@ -118,12 +128,14 @@ template <class Item>
 Counts RecordPath::run(const RecordSource& source, const RecordJob<Item>& job, const RecordSink& sink, bool shard) {
   static_assert(std::is_base_of_v<RecordItem, Item>, "a record path's item derives from RecordItem");
   Call call;
+  OrderedLoopEnd end;
   try {
-    run_ordered<Item>(
+    end = run_ordered<Item>(
         loop_options(),
         [&](Item& item) {
           if (!next_item(source, item, call, shard)) return false;
           if (!item.bad && job.admit) guard(item, [&] { job.admit(item); });
+          copied(item, call);
           return true;
         },
         [&](int lane, Item& item) {
@@ -137,13 +149,15 @@ Counts RecordPath::run(const RecordSource& source, const RecordJob<Item>& job, c
     close(call);
     throw;
   }
+  ended(end, call);
   return close(call);
 }
 
 template <class Item>
 int RecordPath::stream(const RecordJob<Item>& job) {
   log::Progress progress(path_.progress_unit);
-  if (progress.enabled()) progress.set_total(count_lines(options_.input));  // a file: done/total and time left
+  if (progress.enabled())  // a file: done/total and time left
+    if (const int64_t lines = count_lines(options_.input); lines >= 0) progress.set_total(lines * path_.copies);
   progress_ = &progress;
   int status = kExitOk;
   try {
