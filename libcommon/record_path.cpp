@@ -79,7 +79,14 @@ void RecordPath::guard(RecordItem& item, const std::function<void()>& step) {
 bool RecordPath::settle(RecordItem& item, Call& call) {
   if (progress_) progress_->tick(1 + call.unticked.exchange(0));
   if (!item.bad) return true;
-  mark_bad_record(item.record, *item.bad, options_.tool, item.where, options_.strict);  // throws under --strict
+  const FieldError& e = *item.bad;
+  if (path_.bad_left_out.empty()) {
+    mark_bad_record(item.record, e, options_.tool, item.where, options_.strict);  // throws under --strict
+  } else {
+    if (options_.strict) throw InputError(item.where + ": " + e.field + ": " + e.reason);
+    log::warn(item.where, ": ", e.field, ": ", e.reason, " (", path_.bad_left_out, ")");
+    item.write = false;
+  }
   ++call.counts.bad;
   return false;
 }

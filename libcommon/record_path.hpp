@@ -74,6 +74,9 @@ struct RecordPathOptions {
   Store* store = nullptr;       // store rows and the run row; may be null (--no-store)
   std::string section;          // the section stored for a done or failed record ("prof", "reward")
   std::string progress_unit = "records";  // the progress line's unit on a terminal
+  // For a tool whose records end with it (run-store import, a training batch): a bad record is left
+  // out, as this says ("not imported"), instead of passed on with an error section.
+  std::string bad_left_out;
 };
 
 class RecordPath {
@@ -94,6 +97,7 @@ class RecordPath {
   // with them (and `extra`'s keys) and `status`, which is returned.
   int end(int status, const std::string& detail = "", const Json& extra = Json::object());
   Counts totals() const;
+  void set_store(Store* store) { path_.store = store; }  // a store opened once the input is read
   void add(const Counts& counts);  // counts taken outside run() (a service's other records)
   const RecordPathOptions& options() const { return path_; }
   // Held while the path writes a store row: a tool that reads or writes the store on its lanes

@@ -10,7 +10,7 @@
 #include "libcommon/errors.hpp"
 #include "libcommon/file_identity.hpp"
 #include "libcommon/log.hpp"
-#include "libcommon/record_loop.hpp"
+#include "libcommon/record_path.hpp"
 #include "libcommon/store.hpp"
 #include "tools/run-store/lineage.hpp"
 #include "tools/run-store/summary_table.hpp"
@@ -38,34 +38,40 @@ int run_init(const CommonOptions& opt) {
 int run_import(const CommonOptions& opt) {
   ca::Store store(opt.resolved_store_path());
   store.begin_run(opt);
-  ca::RecordReader reader(opt.input);
-  ca::Counts counts;
+  // Every record of the input (an import takes no shard), each kept by its kind; nothing written.
+  struct Item : ca::RecordItem {
+    std::string kind;
+  };
+  ca::RecordPathOptions path_options;
+  path_options.store = &store;
+  path_options.bad_left_out = "not imported";
+  ca::RecordPath path(opt, path_options);
   std::map<std::string, int64_t> kinds;
-  ca::Json record;
+  ca::RecordJob<Item> job;
+  job.work = [&](int, Item& item) {
+    item.kind = store.import_record(item.record);
+    return ca::Outcome::done;
+  };
+  job.emit = [&](Item& item) { ++kinds[item.kind]; };
   int status = ca::kExitOk;
   try {
-    while (reader.next(record)) {
-      ++counts.read;
-      try {
-        ++kinds[store.import_record(record)];
-        ++counts.done;
-      } catch (const ca::FieldError& e) {
-        if (opt.strict) throw ca::InputError(reader.where() + ": " + e.field + ": " + e.reason);
-        ca::log::warn(reader.where(), ": ", e.field, ": ", e.reason, " (not imported)");
-        ++counts.bad;
-      }
-    }
+    ca::RecordReader reader(opt.input);
+    path.run<Item>(
+        [&](ca::Json& record, std::string& where) {
+          if (!reader.next(record)) return false;
+          where = reader.where();
+          return true;
+        },
+        job, [](const ca::Json&) {});
   } catch (const ca::Error& e) {
     ca::report_error(e);
     status = e.exit_code;
   }
-  ca::Json by_kind = kinds;
   try {
-    store.end_run(status, counts.to_json());
+    path.end(status, "; imported " + ca::Json(kinds).dump());
   } catch (const ca::Error&) {
     if (status == ca::kExitOk) throw;  // else the error that ended the import is reported already
   }
-  ca::log::info("imported ", counts.done, " records ", by_kind.dump(), ", ", counts.bad, " bad");
   return status;
 }
 
