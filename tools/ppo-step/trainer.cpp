@@ -208,6 +208,22 @@ struct Trainer::UpdateStats {
   RolloutCheck rollout;  // ppo: filled by update_actor before the policy's first optimizer step
 };
 
+struct Trainer::RunPlan {
+  std::string mode;                       // ppo | value-pretrain | rft
+  bool use_critic = false, use_actor = false, need_ref = false;
+  int64_t kept_skipped = 0;               // records left out: bad ones and those rft did not keep
+  std::string critic_in, critic_out;      // the critic read and the one written
+  int64_t step = 0;                       // the step being trained
+  fs::path out_norm, critic_norm;         // --out and the critic's folder, absolute
+  bool critic_nested = false;             // the critic is written inside OUT, with it
+};
+
+struct Trainer::Scores {
+  std::vector<std::vector<double>> old_lp, ref_lp, values;  // per trajectory, per token
+  std::vector<Sequence> seqs;                               // response-level arrays for the estimator
+  int64_t recomputed = 0, total_tokens = 0, model_tokens = 0;
+};
+
 std::vector<double> score_logprobs(TrainModel& model, const Trajectory& tr, double temperature) {
   const std::size_t n = tr.tokens.size();
   auto scores = model.score(model_inputs(tr), model_targets(tr, false), temperature);
@@ -389,175 +405,142 @@ void Trainer::update_critic(TrainModel& critic, const std::vector<Trajectory>& b
     }
 }
 
-Json Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::string& mode = paths_.mode;
-  const bool use_critic = mode == "value-pretrain" || (mode == "ppo" && config_.estimator == "gae");
-  const bool use_actor = mode == "ppo" || mode == "rft";
-  const bool need_ref = mode == "ppo" && (config_.kl.in_reward || config_.kl.as_loss);
-  if (use_actor && paths_.policy.empty()) throw UsageError("--mode " + mode + " needs --policy CKPT");
-  if (use_critic && paths_.critic.empty() && mode == "ppo")
+// What this step trains and where it writes, checked before any model is loaded: the options the mode
+// needs (UsageError), rft's filter (NothingToTrain when nothing is kept), and the checkpoint targets.
+Trainer::RunPlan Trainer::plan_run(std::vector<Trajectory>& batch, int64_t skipped) {
+  RunPlan p;
+  p.mode = paths_.mode;
+  const std::string& mode = p.mode;
+  p.use_critic = mode == "value-pretrain" || (mode == "ppo" && config_.estimator == "gae");
+  p.use_actor = mode == "ppo" || mode == "rft";
+  p.need_ref = mode == "ppo" && (config_.kl.in_reward || config_.kl.as_loss);
+  if (p.use_actor && paths_.policy.empty()) throw UsageError("--mode " + mode + " needs --policy CKPT");
+  if (p.use_critic && paths_.critic.empty() && mode == "ppo")
     throw UsageError("--mode ppo with the GAE estimator needs --critic CKPT (or set algorithm.estimator: grpo)");
   if (mode == "value-pretrain" && paths_.critic.empty() && paths_.policy.empty())
     throw UsageError("--mode value-pretrain needs --critic CKPT (or --policy CKPT to start a critic from)");
-  if (need_ref && paths_.ref.empty()) throw UsageError("KL in the reward or as a loss needs --ref CKPT");
+  if (p.need_ref && paths_.ref.empty()) throw UsageError("KL in the reward or as a loss needs --ref CKPT");
   if (paths_.out.empty()) throw UsageError("--out CKPT is required");
 
-  int64_t kept_skipped = skipped;
+  p.kept_skipped = skipped;
   if (mode == "rft") {
     std::vector<Trajectory> kept;
     for (auto& tr : batch)
       if (tr.reward > config_.rft_min_reward && (!config_.rft_require_clean_tools || tr.clean_tool_use))
         kept.push_back(std::move(tr));
-    kept_skipped += int64_t(batch.size() - kept.size());
+    p.kept_skipped += int64_t(batch.size() - kept.size());
     log::info("rft: ", kept.size(), " of ", batch.size(), " trajectories kept (reward > ", config_.rft_min_reward,
               config_.rft_require_clean_tools ? ", clean tool use)" : ")");
     batch = std::move(kept);
   }
-  if (batch.empty()) throw NothingToTrain("no trajectories to train on", kept_skipped);
+  if (batch.empty()) throw NothingToTrain("no trajectories to train on", p.kept_skipped);
 
-  const std::string critic_in = paths_.critic.empty() ? paths_.policy : paths_.critic;
-  const std::string critic_out =
+  p.critic_in = paths_.critic.empty() ? paths_.policy : paths_.critic;
+  p.critic_out =
       mode == "value-pretrain" ? paths_.out : (paths_.critic_out.empty() ? paths_.out + "/critic" : paths_.critic_out);
-  const std::string step_source = use_actor ? paths_.policy : critic_in;
-  const int64_t step = read_step(step_source) + 1;
-  step_ = step;
+  const std::string step_source = p.use_actor ? paths_.policy : p.critic_in;
+  p.step = read_step(step_source) + 1;
+  step_ = p.step;
   // Where the checkpoints go is checked before any work: a folder that is not a checkpoint is never
   // replaced, and the critic is either inside OUT (written with it) or a folder of its own.
-  const fs::path out_norm = fs::absolute(paths_.out).lexically_normal(), critic_norm = fs::absolute(critic_out).lexically_normal();
+  p.out_norm = fs::absolute(paths_.out).lexically_normal();
+  p.critic_norm = fs::absolute(p.critic_out).lexically_normal();
   const auto inside = [](const fs::path& a, const fs::path& b) {  // a strictly inside b
     auto rel = a.lexically_relative(b);
     return !rel.empty() && rel != "." && *rel.begin() != "..";
   };
-  const bool critic_nested = use_actor && use_critic && inside(critic_norm, out_norm);
-  if (use_actor && use_critic && critic_norm == out_norm)
+  p.critic_nested = p.use_actor && p.use_critic && inside(p.critic_norm, p.out_norm);
+  if (p.use_actor && p.use_critic && p.critic_norm == p.out_norm)
     throw UsageError("--critic-out must differ from --out (both checkpoints would write config.json and model.safetensors there)");
-  if (use_actor && use_critic && inside(out_norm, critic_norm))
+  if (p.use_actor && p.use_critic && inside(p.out_norm, p.critic_norm))
     throw UsageError("--out must not be inside --critic-out");
-  if (use_actor) nn::check_checkpoint_target(paths_.out);
-  if (use_critic && !critic_nested) nn::check_checkpoint_target(critic_out);
+  if (p.use_actor) nn::check_checkpoint_target(paths_.out);
+  if (p.use_critic && !p.critic_nested) nn::check_checkpoint_target(p.critic_out);
 
-  std::unique_ptr<TrainModel> policy, critic, ref;
-  if (use_actor) policy = backend_.load(paths_.policy);
-  if (use_critic) critic = backend_.load(critic_in, /*as_critic=*/true);
-  if (need_ref) ref = backend_.load(paths_.ref);
-  const auto t_loaded = std::chrono::steady_clock::now();
+  return p;
+}
 
-  // Score the batch with the models as they are (old logprobs, values, reference logprobs).
+// The batch scored with the models as they are (old logprobs, values, reference logprobs), every
+// score finite, and the response-level arrays the estimator reads.
+Trainer::Scores Trainer::score_batch(std::vector<Trajectory>& batch, const RunPlan& p, TrainModel* policy,
+                                     TrainModel* critic, TrainModel* ref, log::Progress& progress) {
+  const std::string& mode = p.mode;
   const std::size_t B = batch.size();
-  const bool scores = mode == "ppo" || use_critic;
-  log::Progress progress("sequence passes", int64_t(B) * ((scores ? 1 : 0) + (use_critic ? config_.critic.epochs : 0) +
-                                                          (mode == "ppo" ? config_.actor.epochs : 0) +
-                                                          (mode == "rft" ? config_.rft.epochs : 0)));
-  progress_ = &progress;
-  std::vector<std::vector<double>> old_lp(B), ref_lp(B), values(B), adv(B), returns(B);
-  int64_t recomputed = 0, total_tokens = 0, model_tokens = 0;
-  std::vector<Sequence> seqs(B);
+  const bool scores = mode == "ppo" || p.use_critic;
+  Scores sc;
+  sc.old_lp.resize(B);
+  sc.ref_lp.resize(B);
+  sc.values.resize(B);
+  sc.seqs.resize(B);
   for (std::size_t i = 0; i < B; ++i) {
     Trajectory& tr = batch[i];
-    total_tokens += int64_t(tr.tokens.size());
-    model_tokens += int64_t(tr.model_tokens());
+    sc.total_tokens += int64_t(tr.tokens.size());
+    sc.model_tokens += int64_t(tr.model_tokens());
     if (mode == "ppo") {
       if (!tr.has_old_logprobs || config_.recompute_old_logprobs) {
-        old_lp[i] = score_logprobs(*policy, tr, config_.temperature);
-        ++recomputed;
+        sc.old_lp[i] = score_logprobs(*policy, tr, config_.temperature);
+        ++sc.recomputed;
       } else {
-        old_lp[i] = tr.old_logprobs;
+        sc.old_lp[i] = tr.old_logprobs;
       }
-      if (need_ref) ref_lp[i] = score_logprobs(*ref, tr, config_.temperature);
+      if (p.need_ref) sc.ref_lp[i] = score_logprobs(*ref, tr, config_.temperature);
     }
-    if (use_critic) values[i] = score_critic(*critic, tr);
+    if (p.use_critic) sc.values[i] = score_critic(*critic, tr);
     for (std::size_t t = std::size_t(tr.response_start); t < tr.tokens.size(); ++t) {
       if (tr.mask[t] == 0) continue;
-      const char* bad = mode == "ppo" && !std::isfinite(old_lp[i][t])                  ? "old logprob"
-                        : need_ref && mode == "ppo" && !std::isfinite(ref_lp[i][t])    ? "reference logprob"
-                        : use_critic && !std::isfinite(values[i][t])                   ? "value"
+      const char* bad = mode == "ppo" && !std::isfinite(sc.old_lp[i][t])                  ? "old logprob"
+                        : p.need_ref && mode == "ppo" && !std::isfinite(sc.ref_lp[i][t])    ? "reference logprob"
+                        : p.use_critic && !std::isfinite(sc.values[i][t])                   ? "value"
                                                                                         : nullptr;
       if (bad)
-        throw InputError("step " + std::to_string(step) + ": episode " + tr.id + ": the " + bad + " of token " +
+        throw InputError("step " + std::to_string(p.step) + ": episode " + tr.id + ": the " + bad + " of token " +
                          std::to_string(t) + " is not finite: no checkpoint written");
     }
     if (scores) progress.tick();
     if (mode == "rft") continue;
     // Response-level arrays for the estimator.
     const std::size_t s0 = std::size_t(tr.response_start), n = tr.tokens.size();
-    Sequence& s = seqs[i];
+    Sequence& s = sc.seqs[i];
     s.id = tr.id;
     s.group = tr.group;
     s.mask.assign(tr.mask.begin() + s0, tr.mask.end());
-    s.values = use_critic ? std::vector<double>(values[i].begin() + s0, values[i].end()) : std::vector<double>(n - s0, 0.0);
+    s.values = p.use_critic ? std::vector<double>(sc.values[i].begin() + s0, sc.values[i].end()) : std::vector<double>(n - s0, 0.0);
     s.token_rewards = outcome_token_rewards(s.mask, tr.reward);
     if (mode == "ppo" && config_.kl.in_reward)
       for (std::size_t t = s0; t < n; ++t)
-        if (tr.mask[t] > 0) s.token_rewards[t - s0] -= config_.kl.coef * kl_estimate(old_lp[i][t], ref_lp[i][t], config_.kl.kind);
+        if (tr.mask[t] > 0) s.token_rewards[t - s0] -= config_.kl.coef * kl_estimate(sc.old_lp[i][t], sc.ref_lp[i][t], config_.kl.kind);
   }
-  ref.reset();  // scored: its memory goes back before the updates
-  if (recomputed) log::info("old logprobs recomputed with the policy for ", recomputed, " of ", B, " trajectories");
+  return sc;
+}
 
-  UpdateStats st;
-  if (mode == "ppo") {  // the rollout check: which sequences carry recorded logprobs to compare
-    RolloutCheck& rc = st.rollout;
-    rc.checked.assign(B, 0);
-    rc.episode_abs_sum.assign(B, 0.0);
-    rc.episode_tokens.assign(B, 0);
-    for (std::size_t i = 0; i < B; ++i) {
-      if (!batch[i].has_old_logprobs) ++rc.no_logprobs;
-      else if (config_.recompute_old_logprobs) ++rc.recomputed;
-      else rc.checked[i] = 1;
-    }
-  }
-  Json metrics;
-  metrics["schema"] = "cuda-agent/ppo-metrics/v1";
-  if (mode != "rft") {
-    const std::string estimator = mode == "value-pretrain" ? "gae" : config_.estimator;
-    compute_advantages(seqs, estimator, config_.gamma, config_.lam, config_.whiten, config_.grpo_norm_by_std);
-    for (std::size_t i = 0; i < B; ++i) {
-      const std::size_t s0 = std::size_t(batch[i].response_start), n = batch[i].tokens.size();
-      adv[i].assign(n, 0.0);
-      returns[i].assign(n, 0.0);
-      for (std::size_t t = s0; t < n; ++t) {
-        adv[i][t] = seqs[i].advantages[t - s0];
-        returns[i][t] = seqs[i].returns[t - s0];
-      }
-    }
-  }
-
-  // A critic started from a causal LM has no optimizer state of its own yet.
-  const bool critic_has_state = use_critic && is_critic_checkpoint(critic_in);
-  if (use_critic) update_critic(*critic, batch, values, returns, critic_has_state ? critic_in : "", st);
-  if (mode == "ppo") update_actor(*policy, batch, old_lp, ref_lp, adv, config_.actor, false, paths_.policy, st);
-  if (mode == "rft") update_actor(*policy, batch, old_lp, ref_lp, adv, config_.rft, true, paths_.policy, st);
-  const auto t_trained = std::chrono::steady_clock::now();
-  progress.finish();
-  progress_ = nullptr;
-
-  // Checkpoints: weights, optimizer moments and the step counter (outside the timed part), each
-  // written complete or not at all: staged beside its folder, then renamed into place whole.
+// Checkpoints: weights, optimizer moments and the step counter (outside the timed part), each
+// written complete or not at all: staged beside its folder, then renamed into place whole.
+void Trainer::write_checkpoints(const RunPlan& p, TrainModel* policy, TrainModel* critic) {
   std::unique_ptr<nn::CheckpointWriter> policy_ckpt, critic_ckpt;
   if (policy) policy_ckpt = std::make_unique<nn::CheckpointWriter>(paths_.out);
   std::string critic_dir;
-  if (critic && critic_nested) {
-    critic_dir = (fs::path(policy_ckpt->path()) / critic_norm.lexically_relative(out_norm)).string();
+  if (critic && p.critic_nested) {
+    critic_dir = (fs::path(policy_ckpt->path()) / p.critic_norm.lexically_relative(p.out_norm)).string();
   } else if (critic) {
-    critic_ckpt = std::make_unique<nn::CheckpointWriter>(critic_out);
+    critic_ckpt = std::make_unique<nn::CheckpointWriter>(p.critic_out);
     critic_dir = critic_ckpt->path();
   }
   if (policy) {
     if (auto bad = policy->non_finite_weight(); !bad.empty())
-      throw InputError("step " + std::to_string(step) + ": the updated policy has a non-finite weight (" + bad +
+      throw InputError("step " + std::to_string(p.step) + ": the updated policy has a non-finite weight (" + bad +
                        "): no checkpoint written to '" + paths_.out + "'");
     policy->save_optimizer(optimizer_path(policy_ckpt->path()));
     policy->save(policy_ckpt->path());
     copy_checkpoint_extras(paths_.policy, policy_ckpt->path());
-    write_state(policy_ckpt->path(), step, mode);
+    write_state(policy_ckpt->path(), p.step, p.mode);
   }
   if (critic) {
     if (auto bad = critic->non_finite_weight(); !bad.empty())
-      throw InputError("step " + std::to_string(step) + ": the updated critic has a non-finite weight (" + bad +
-                       "): no checkpoint written to '" + critic_out + "'");
+      throw InputError("step " + std::to_string(p.step) + ": the updated critic has a non-finite weight (" + bad +
+                       "): no checkpoint written to '" + p.critic_out + "'");
     critic->save_optimizer(optimizer_path(critic_dir));
     critic->save(critic_dir);
-    write_state(critic_dir, step, mode);
+    write_state(critic_dir, p.step, p.mode);
   }
   // --merge: the policy as one full checkpoint (base + adapter), for a server without LoRA.
   std::unique_ptr<nn::CheckpointWriter> merged_ckpt;
@@ -565,50 +548,77 @@ Json Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
     merged_ckpt = std::make_unique<nn::CheckpointWriter>(paths_.merged);
     policy->save_merged(merged_ckpt->path());
     copy_checkpoint_extras(paths_.policy, merged_ckpt->path());
-    write_state(merged_ckpt->path(), step, mode);
+    write_state(merged_ckpt->path(), p.step, p.mode);
   }
   if (critic_ckpt) critic_ckpt->commit();
   if (policy_ckpt) policy_ckpt->commit();
   if (merged_ckpt) merged_ckpt->commit();
+}
 
-  // Metrics.
+// The step's metrics record (cuda-agent/ppo-metrics/v1): what was trained on and written, the batch's
+// rewards and advantages, the losses and clip fractions, throughput and the config.
+Json Trainer::step_metrics(const RunPlan& p, const std::vector<Trajectory>& batch, const Scores& sc,
+                           const UpdateStats& st, TrainModel* policy, TrainModel* critic, double compute_s,
+                           std::chrono::steady_clock::time_point t0) {
+  const std::string& mode = p.mode;
+  const std::size_t B = batch.size();
+  Json metrics;
+  metrics["schema"] = "cuda-agent/ppo-metrics/v1";
   double reward_sum = 0, reward_ss = 0;
   for (auto& tr : batch) reward_sum += tr.reward;
   const double reward_mean = reward_sum / double(B);
   for (auto& tr : batch) reward_ss += (tr.reward - reward_mean) * (tr.reward - reward_mean);
-  const double compute_s = std::chrono::duration<double>(t_trained - t_loaded).count();
   Json ids = Json::array();
   for (auto& tr : batch) ids.push_back(tr.id);
-  metrics["step_id"] = content_id(Json{{"mode", mode}, {"out", paths_.out}, {"step", step}, {"episodes", ids}});
-  metrics["step"] = step;
+  metrics["step_id"] = content_id(Json{{"mode", mode}, {"out", paths_.out}, {"step", p.step}, {"episodes", ids}});
+  metrics["step"] = p.step;
   metrics["mode"] = mode;
   metrics["policy"] = paths_.policy.empty() ? Json(nullptr) : Json(paths_.policy);
-  metrics["critic"] = use_critic ? Json(critic_in) : Json(nullptr);
+  metrics["critic"] = p.use_critic ? Json(p.critic_in) : Json(nullptr);
   metrics["out"] = policy ? Json(paths_.out) : Json(nullptr);
-  metrics["critic_out"] = critic ? Json(critic_out) : Json(nullptr);
+  metrics["critic_out"] = critic ? Json(p.critic_out) : Json(nullptr);
   metrics["seed"] = seed_;
   metrics["episodes"] = int64_t(B);
-  metrics["episodes_skipped"] = kept_skipped;
-  metrics["tokens"] = total_tokens;
-  metrics["model_tokens"] = model_tokens;
+  metrics["episodes_skipped"] = p.kept_skipped;
+  metrics["tokens"] = sc.total_tokens;
+  metrics["model_tokens"] = sc.model_tokens;
   metrics["reward_mean"] = reward_mean;
   metrics["reward_std"] = B > 1 ? std::sqrt(reward_ss / double(B - 1)) : 0.0;
   if (mode != "rft") {
     std::vector<const std::vector<double>*> a, r, m;
-    for (auto& s : seqs) a.push_back(&s.advantages), r.push_back(&s.returns), m.push_back(&s.mask);
+    for (auto& s : sc.seqs) a.push_back(&s.advantages), r.push_back(&s.returns), m.push_back(&s.mask);
     metrics["advantage_mean"] = masked_mean(a, m);
     metrics["return_mean"] = masked_mean(r, m);
   }
-  if (use_critic) {
+  if (p.use_critic) {
     std::vector<double> all_r, all_v, all_m;
     for (std::size_t i = 0; i < B; ++i) {
-      all_r.insert(all_r.end(), seqs[i].returns.begin(), seqs[i].returns.end());
-      all_v.insert(all_v.end(), seqs[i].values.begin(), seqs[i].values.end());
-      all_m.insert(all_m.end(), seqs[i].mask.begin(), seqs[i].mask.end());
+      all_r.insert(all_r.end(), sc.seqs[i].returns.begin(), sc.seqs[i].returns.end());
+      all_v.insert(all_v.end(), sc.seqs[i].values.begin(), sc.seqs[i].values.end());
+      all_m.insert(all_m.end(), sc.seqs[i].mask.begin(), sc.seqs[i].mask.end());
     }
     metrics["value_mean"] = token_mean(all_v, all_m);
     metrics["explained_variance"] = explained_variance(all_r, all_v, all_m);
   }
+  add_loss_metrics(p, st, metrics);
+  if (p.use_actor) metrics["entropy"] = st.entropy.json();
+  metrics["grad_norm"] = Json{{"actor", p.use_actor ? st.actor_grad_norm.json() : Json(nullptr)},
+                              {"critic", p.use_critic ? st.critic_grad_norm.json() : Json(nullptr)}};
+  metrics["optimizer_steps"] = Json{{"actor", st.actor_steps}, {"critic", st.critic_steps}};
+  metrics["trained_tokens"] = st.trained_tokens;
+  metrics["tokens_per_s"] = compute_s > 0 ? double(st.trained_tokens) / compute_s : 0.0;
+  metrics["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  metrics["device"] = backend_.describe();
+  if (policy && !policy->lora().is_null()) metrics["lora"]["policy"] = policy->lora();
+  if (critic && !critic->lora().is_null()) metrics["lora"]["critic"] = critic->lora();
+  if (!paths_.merged.empty() && policy) metrics["merged"] = paths_.merged;
+  metrics["config"] = config_.to_json();
+  return metrics;
+}
+
+// The losses (ppo, rft, critic) and the clip fractions, KL and rollout check beside them.
+void Trainer::add_loss_metrics(const RunPlan& p, const UpdateStats& st, Json& metrics) {
+  const std::string& mode = p.mode;
   Json losses = Json::object();
   if (mode == "ppo") {
     losses["pg_loss"] = st.pg_loss.json();
@@ -626,26 +636,75 @@ Json Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
     metrics["sft_loss_first"] = std::isnan(st.sft_loss_first) ? Json(nullptr) : Json(st.sft_loss_first);
     metrics["sft_loss_last"] = std::isnan(st.sft_loss_last) ? Json(nullptr) : Json(st.sft_loss_last);
   }
-  if (use_critic) {
+  if (p.use_critic) {
     losses["vf_loss"] = st.vf_loss.json();
     metrics["vf_loss_first"] = std::isnan(st.vf_loss_first) ? Json(nullptr) : Json(st.vf_loss_first);
     metrics["vf_loss_last"] = std::isnan(st.vf_loss_last) ? Json(nullptr) : Json(st.vf_loss_last);
     metrics["vf_clipfrac"] = st.vf_clipfrac.json();
   }
   metrics["losses"] = losses;
-  if (use_actor) metrics["entropy"] = st.entropy.json();
-  metrics["grad_norm"] = Json{{"actor", use_actor ? st.actor_grad_norm.json() : Json(nullptr)},
-                              {"critic", use_critic ? st.critic_grad_norm.json() : Json(nullptr)}};
-  metrics["optimizer_steps"] = Json{{"actor", st.actor_steps}, {"critic", st.critic_steps}};
-  metrics["trained_tokens"] = st.trained_tokens;
-  metrics["tokens_per_s"] = compute_s > 0 ? double(st.trained_tokens) / compute_s : 0.0;
-  metrics["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  metrics["device"] = backend_.describe();
-  if (policy && !policy->lora().is_null()) metrics["lora"]["policy"] = policy->lora();
-  if (critic && !critic->lora().is_null()) metrics["lora"]["critic"] = critic->lora();
-  if (!paths_.merged.empty() && policy) metrics["merged"] = paths_.merged;
-  metrics["config"] = config_.to_json();
-  return metrics;
+}
+
+Json Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunPlan p = plan_run(batch, skipped);
+  const std::string& mode = p.mode;
+  std::unique_ptr<TrainModel> policy, critic, ref;
+  if (p.use_actor) policy = backend_.load(paths_.policy);
+  if (p.use_critic) critic = backend_.load(p.critic_in, /*as_critic=*/true);
+  if (p.need_ref) ref = backend_.load(paths_.ref);
+  const auto t_loaded = std::chrono::steady_clock::now();
+
+  const std::size_t B = batch.size();
+  const bool scores = mode == "ppo" || p.use_critic;
+  log::Progress progress("sequence passes", int64_t(B) * ((scores ? 1 : 0) + (p.use_critic ? config_.critic.epochs : 0) +
+                                                          (mode == "ppo" ? config_.actor.epochs : 0) +
+                                                          (mode == "rft" ? config_.rft.epochs : 0)));
+  progress_ = &progress;
+  Scores sc = score_batch(batch, p, policy.get(), critic.get(), ref.get(), progress);
+  ref.reset();  // scored: its memory goes back before the updates
+  if (sc.recomputed) log::info("old logprobs recomputed with the policy for ", sc.recomputed, " of ", B, " trajectories");
+
+  UpdateStats st;
+  if (mode == "ppo") {  // the rollout check: which sequences carry recorded logprobs to compare
+    RolloutCheck& rc = st.rollout;
+    rc.checked.assign(B, 0);
+    rc.episode_abs_sum.assign(B, 0.0);
+    rc.episode_tokens.assign(B, 0);
+    for (std::size_t i = 0; i < B; ++i) {
+      if (!batch[i].has_old_logprobs) ++rc.no_logprobs;
+      else if (config_.recompute_old_logprobs) ++rc.recomputed;
+      else rc.checked[i] = 1;
+    }
+  }
+  std::vector<std::vector<double>> adv(B), returns(B);
+  if (mode != "rft") {
+    const std::string estimator = mode == "value-pretrain" ? "gae" : config_.estimator;
+    compute_advantages(sc.seqs, estimator, config_.gamma, config_.lam, config_.whiten, config_.grpo_norm_by_std);
+    for (std::size_t i = 0; i < B; ++i) {
+      const std::size_t s0 = std::size_t(batch[i].response_start), n = batch[i].tokens.size();
+      adv[i].assign(n, 0.0);
+      returns[i].assign(n, 0.0);
+      for (std::size_t t = s0; t < n; ++t) {
+        adv[i][t] = sc.seqs[i].advantages[t - s0];
+        returns[i][t] = sc.seqs[i].returns[t - s0];
+      }
+    }
+  }
+
+
+  // A critic started from a causal LM has no optimizer state of its own yet.
+  const bool critic_has_state = p.use_critic && is_critic_checkpoint(p.critic_in);
+  if (p.use_critic) update_critic(*critic, batch, sc.values, returns, critic_has_state ? p.critic_in : "", st);
+  if (mode == "ppo") update_actor(*policy, batch, sc.old_lp, sc.ref_lp, adv, config_.actor, false, paths_.policy, st);
+  if (mode == "rft") update_actor(*policy, batch, sc.old_lp, sc.ref_lp, adv, config_.rft, true, paths_.policy, st);
+  const auto t_trained = std::chrono::steady_clock::now();
+  progress.finish();
+  progress_ = nullptr;
+
+  write_checkpoints(p, policy.get(), critic.get());
+  const double compute_s = std::chrono::duration<double>(t_trained - t_loaded).count();
+  return step_metrics(p, batch, sc, st, policy.get(), critic.get(), compute_s, t0);
 }
 
 }  // namespace ca::ppo

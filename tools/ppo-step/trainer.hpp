@@ -2,6 +2,7 @@
 // actor with GRPO), value-pretrain (critic only) or rft (supervised on the good trajectories).
 // Writes the new checkpoint(s) with their optimizer state and returns the metrics record.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -44,6 +45,15 @@ class Trainer {
 
  private:
   struct UpdateStats;
+  struct RunPlan;  // what the step trains and writes (trainer.cpp)
+  struct Scores;   // the batch scored by the models as they are
+  RunPlan plan_run(std::vector<Trajectory>& batch, int64_t skipped);
+  Scores score_batch(std::vector<Trajectory>& batch, const RunPlan& p, TrainModel* policy, TrainModel* critic,
+                     TrainModel* ref, log::Progress& progress);
+  void write_checkpoints(const RunPlan& p, TrainModel* policy, TrainModel* critic);
+  Json step_metrics(const RunPlan& p, const std::vector<Trajectory>& batch, const Scores& sc, const UpdateStats& st,
+                    TrainModel* policy, TrainModel* critic, double compute_s, std::chrono::steady_clock::time_point t0);
+  void add_loss_metrics(const RunPlan& p, const UpdateStats& st, Json& metrics);
   void update_actor(TrainModel& policy, const std::vector<Trajectory>& batch,
                     const std::vector<std::vector<double>>& old_lp, const std::vector<std::vector<double>>& ref_lp,
                     const std::vector<std::vector<double>>& adv, const ModelTrainConfig& mc, bool sft,
