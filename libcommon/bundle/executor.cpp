@@ -139,9 +139,11 @@ const SharedScrub& shared_scrub() {
 }
 
 // The tool's own kernels that run beside a candidate (the shared-memory scrub, the fingerprint)
-// run in a context of their own, one per device in this process, never in the candidate's: each
-// context has its own address space, so no candidate kernel can write into their modules or their
-// buffers, whatever address it computes. Work crosses over by events (a stream may wait on another
+// run in a context of their own, one per device in this process, never in the candidate's. That is
+// not a wall: contexts of one process share one GPU address space (measured on the H200: a kernel
+// handed another context's address writes there). Order keeps them out of reach: their buffers
+// are (re)written after the candidate's kernels of the call have completed (cuCtxSynchronize of
+// the candidate's context first) and read before its next call starts. Work crosses over by events (a stream may wait on another
 // context's event) and by cuMemcpyPeerAsync (which copies between contexts).
 using TrustedLane = ToolContext;
 

@@ -171,10 +171,13 @@ TEST_CASE("shared memory outlives a kernel; scrub_shared_memory leaves none of i
   drv.cuMemFree(kept);
 }
 
-// The property the tool's own kernels rely on (they run in a context of their own): a kernel of
-// one context cannot write into another context's memory, whatever address it is handed. Run in a
-// child process (the fault kills its context): the write must fault or leave the bytes as they were.
-TEST_CASE("isolation child: a kernel cannot write into another context's memory" * doctest::skip()) {
+// A probe, not a test (skipped; run it by hand: kernel_prof_gpu_test --no-skip -tc='probe*'): does a
+// kernel of one context write into another context's memory of the same process when handed its
+// address? On the H200 (driver 580, CUDA 13) it does: "the write ended with CUDA_SUCCESS", "CHANGED".
+// Contexts of one process share one GPU address space, so the judge does not rely on a context of
+// its own to keep its buffers from a candidate: every buffer of the tool's that a check reads is
+// written after the candidate's last kernel of the call has completed (man kernel-prof, SECURITY).
+TEST_CASE("probe: does a kernel write into another context's memory of the same process?" * doctest::skip()) {
   auto& drv = cuda::Driver::get();
   CUcontext mine = drv.primary_context(0);
   CUdevice dev;
@@ -198,19 +201,5 @@ TEST_CASE("isolation child: a kernel cannot write into another context's memory"
   drv.check(drv.cuMemcpyDtoH(back.data(), theirs, 4096), "read back");
   const bool unchanged = std::all_of(back.begin(), back.end(), [](unsigned v) { return v == 0x11111111u; });
   std::printf("isolation: the other context's bytes %s\n", unchanged ? "unchanged" : "CHANGED");
-  CHECK(unchanged);
 }
 
-TEST_CASE("a kernel cannot write into another context's memory (child process)") {
-  std::string cmd = "'/proc/" + std::to_string(getpid()) + "/exe' --no-skip=true "
-                    "-tc='isolation child: a kernel cannot write into another context*' 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  int status = pclose(p);
-  std::printf("%s", out.c_str());
-  CHECK(status == 0);
-  CHECK(out.find("isolation: the other context's bytes unchanged") != std::string::npos);
-}

@@ -222,8 +222,9 @@ class FreshInputs : public CallInputs {
       throw EnvironmentError("reference worker: reference for task " + task_id_ + ": " + b.value("error", std::string("?")) +
                              ": " + b.value("detail", std::string()));
     }
-    // The compare runs in the trusted context, on copies of the outputs: the candidate's kernels
-    // share no address space with the kernel that judges them.
+    // The compare runs in the trusted context, on copies of the outputs made after the candidate's
+    // kernels of this call completed, against a reference mapped now: nothing it reads holds a value
+    // from while a candidate kernel ran (contexts share an address space; order is the guard).
     ca::bundle::CompareResult cmp = compare_in_trusted_context(ex, b["tensors"], tolerances_for(b));
     gpu_.worker().request(worker_request::release({ref_key}));
     Json entry = cmp.to_json();

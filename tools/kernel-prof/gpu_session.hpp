@@ -22,8 +22,8 @@ class GpuSession {
   CUstream stream() const { return stream_; }
   // The context the tool's own kernels that judge a candidate (the output compare) run in:
   // bundle::tool_context() of this device (the executor's scrub and fingerprint run there too),
-  // never given to a candidate, so no candidate kernel can write into its memory or its modules
-  // (each context has its own address space).
+  // never given to a candidate. Not a wall (contexts of one process share a GPU address space): its
+  // buffers are written after the candidate's last kernel of a call and read before the next.
   CUcontext trusted_context();
   CUstream trusted_stream();
   measure::L2Flusher& flusher() { return *flusher_; }
