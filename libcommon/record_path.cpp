@@ -14,6 +14,14 @@ RecordPath::RecordPath(const CommonOptions& options, RecordPathOptions path)
   if (path_.lanes < 1) throw UsageError("-j must be at least 1");
 }
 
+RecordSource reader_source(RecordReader& reader) {
+  return [&reader](Json& record, std::string& where) {
+    if (!reader.next(record)) return false;
+    where = reader.where();
+    return true;
+  };
+}
+
 RecordSource lines_source(std::vector<Line>& lines, std::function<bool()> cancelled) {
   auto next = std::make_shared<std::size_t>(0);
   return [&lines, cancelled = std::move(cancelled), next](Json& record, std::string& where) {

@@ -52,6 +52,8 @@ struct RecordItem {
 // The next record and where it was; false at the end. An Error it throws ends the input (step 1).
 using RecordSource = std::function<bool(Json& record, std::string& where)>;
 using RecordSink = std::function<void(const Json& record)>;
+// A reader's records, each with its line ("line N").
+RecordSource reader_source(RecordReader& reader);
 // A service request's records (parse_lines), moved out one by one until `cancelled` (its client left).
 RecordSource lines_source(std::vector<Line>& lines, std::function<bool()> cancelled);
 
@@ -167,13 +169,7 @@ int RecordPath::stream(const RecordJob<Item>& job) {
   try {
     RecordReader reader(options_.input);
     RecordWriter writer(options_.output);
-    run<Item>(
-        [&](Json& record, std::string& where) {
-          if (!reader.next(record)) return false;
-          where = reader.where();
-          return true;
-        },
-        job, [&](const Json& record) { writer.write(record); }, true);
+    run<Item>(reader_source(reader), job, [&](const Json& record) { writer.write(record); }, true);
   } catch (const Error& e) {
     report_error(e);
     status = e.exit_code;

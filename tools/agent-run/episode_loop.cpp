@@ -202,11 +202,7 @@ int run_episodes(Options& o, const CommonOptions& opt, Policy& policy, std::uniq
   int status = ca::kExitOk;
   try {
     path.run<EpisodeItem>(
-        [&](ca::Json& record, std::string& where) {
-          if (!reader.next(record)) return false;
-          where = reader.where();
-          return true;
-        },
+        ca::reader_source(reader),
         job, write, true);
   } catch (const ca::Error& e) {  // a bad line (exit 2), or --strict on a bad record
     run.fatal = e.what();

@@ -11,7 +11,7 @@
 #include "libcommon/nn/lora.hpp"
 #include "libcommon/nn/model.hpp"
 #include "libcommon/paths.hpp"
-#include "libcommon/record_loop.hpp"
+#include "libcommon/record_path.hpp"
 #include "libcommon/store.hpp"
 #include "tools/ppo-step/config.hpp"
 
@@ -91,28 +91,33 @@ int run_train(const CommonOptions& opt, TrainSettings& t, uint64_t seed) {
   if (device.lora.rank > 0) ca::nn::LoraConfig::parse_targets(device.lora.targets);  // a bad list fails before the input
   ca::ppo::Trainer trainer(config, paths, seed, device);  // a bad --device fails before the input is read
   set_vocabulary(paths, fields);
+  // This shard's episodes, each parsed into the batch in input order; a bad one is left out.
+  struct Item : ca::RecordItem {
+    ca::ppo::Trajectory trajectory;
+  };
   std::vector<ca::ppo::Trajectory> batch;
-  int64_t bad = 0, read = 0;
-  ca::RecordReader reader(opt.input);
-  ca::Json rec;
-  while (reader.next(rec)) {
-    ++read;
-    if (!opt.shard.contains(ca::record_key(rec))) continue;
-    try {
-      batch.push_back(ca::ppo::parse_episode(rec, fields));
-    } catch (const ca::FieldError& e) {
-      if (opt.strict) throw ca::InputError(reader.where() + ": " + e.field + ": " + e.reason);
-      ca::log::warn(reader.where(), ": ", e.field, ": ", e.reason, " (record left out of the batch)");
-      ++bad;
-    }
+  ca::RecordPathOptions path_options;
+  path_options.bad_left_out = "record left out of the batch";
+  ca::RecordPath path(opt, path_options);
+  ca::RecordJob<Item> job;
+  job.work = [&](int, Item& item) {
+    item.trajectory = ca::ppo::parse_episode(item.record, fields);
+    return ca::Outcome::done;
+  };
+  job.emit = [&](Item& item) { batch.push_back(std::move(item.trajectory)); };
+  {
+    ca::RecordReader reader(opt.input);
+    path.run<Item>(ca::reader_source(reader), job, [](const ca::Json&) {}, true);
   }
-  auto store = ca::open_store_for(opt);
+  const int64_t read = path.totals().read, bad = path.totals().bad;
+  auto store = ca::open_store_for(opt);  // once the input is read: a broken stream leaves no run row
+  path.set_store(store.get());
   ca::Json metrics;
   try {
     metrics = trainer.run(batch, bad);
   } catch (const ca::ppo::NothingToTrain& e) {
     if (!empty_ok) {
-      if (store) store->end_run(e.exit_code, ca::Json{{"read", read}, {"bad", bad}});
+      path.end(e.exit_code, "", ca::Json{{"done", 0}});
       throw;
     }
     ca::log::warn(paths.mode, ": ", e.what(), " (", e.episodes_skipped, " of ", read,
@@ -120,20 +125,17 @@ int run_train(const CommonOptions& opt, TrainSettings& t, uint64_t seed) {
     ca::RecordWriter(opt.output).write(ca::Json{{"mode", paths.mode}, {"trained", false}, {"reason", e.what()},
                                                   {"policy", paths.policy}, {"episodes", 0},
                                                   {"episodes_skipped", e.episodes_skipped}, {"bad_records", bad}});
-    if (store) store->end_run(ca::kExitOk, ca::Json{{"read", read}, {"done", 0}, {"bad", bad}});
-    return ca::kExitOk;
+    return path.end(ca::kExitOk, "", ca::Json{{"done", 0}});
   } catch (const ca::Error& e) {
-    if (store) store->end_run(e.exit_code, ca::Json{{"read", read}, {"bad", bad}});
+    path.end(e.exit_code, "", ca::Json{{"done", 0}});
     throw;
   }
   metrics["bad_records"] = bad;
   metrics["trained"] = true;
   ca::RecordWriter out(opt.output);
   out.write(metrics);
-  if (store) {
-    store->put_ppo_step(metrics["step_id"].get<std::string>(), metrics);
-    store->end_run(ca::kExitOk, ca::Json{{"read", read}, {"done", metrics["episodes"]}, {"bad", bad}});
-  }
+  if (store) store->put_ppo_step(metrics["step_id"].get<std::string>(), metrics);
+  path.end(ca::kExitOk, "", ca::Json{{"done", metrics["episodes"]}});
   ca::log::info(paths.mode, " step ", metrics["step"], ": ", metrics["episodes"], " episodes, ", metrics["tokens"],
                 " tokens, ", bad, " bad records, reward mean ", metrics["reward_mean"], ", ",
                 metrics["tokens_per_s"].get<double>(), " tokens/s");

@@ -57,11 +57,7 @@ int run_import(const CommonOptions& opt) {
   try {
     ca::RecordReader reader(opt.input);
     path.run<Item>(
-        [&](ca::Json& record, std::string& where) {
-          if (!reader.next(record)) return false;
-          where = reader.where();
-          return true;
-        },
+        ca::reader_source(reader),
         job, [](const ca::Json&) {});
   } catch (const ca::Error& e) {
     ca::report_error(e);
