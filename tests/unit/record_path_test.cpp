@@ -295,3 +295,55 @@ TEST_CASE("record path: emit sees good records in order, may drop one from the o
   CHECK(c.bad == 1);
   CHECK(path.end(kExitOk) == kExitOk);
 }
+
+TEST_CASE("record path: copies make each good record N items in order, each admitted; a bad one stays one") {
+  CommonOptions o = unit_options();
+  RecordPathOptions po;
+  po.lanes = 3;
+  po.copies = 3;
+  RecordPath path(o, po);
+  int64_t admitted = 0;
+  RecordJob<RecordItem> job;
+  job.admit = [&](RecordItem& item) {
+    if (item.record["n"] == 1) throw FieldError("code", "missing");
+    item.record["seq"] = admitted++;  // the reader's, in input order
+  };
+  job.work = [](int, RecordItem& item) {
+    jitter(static_cast<int>(item.record["seq"].get<int64_t>()));
+    return Outcome::done;
+  };
+  std::vector<Json> out;
+  Counts c = path.run<RecordItem>(numbered(3), job, [&](const Json& r) { out.push_back(r); });
+  CHECK(ns(out) == std::vector<int>{0, 0, 0, 1, 2, 2, 2});
+  for (std::size_t i : {0u, 1u, 2u, 4u, 5u, 6u}) CHECK(out[i]["seq"] == static_cast<int64_t>(i < 3 ? i : i - 1));
+  CHECK(out[3]["error"]["field"] == "code");
+  CHECK(c.read == 3);
+  CHECK(c.done == 6);
+  CHECK(c.bad == 1);
+}
+
+TEST_CASE("record path: a tool whose records end with it leaves a bad record out; --strict still ends the run") {
+  for (bool strict : {false, true}) {
+    CommonOptions o = unit_options();
+    o.strict = strict;
+    RecordPathOptions po;
+    po.bad_left_out = "not imported";
+    RecordPath path(o, po);
+    RecordJob<RecordItem> job;
+    job.work = [](int, RecordItem& item) {
+      if (item.record["n"] == 2) throw FieldError("task_id", "missing");
+      return Outcome::done;
+    };
+    std::vector<Json> out;
+    auto sink = [&](const Json& r) { out.push_back(r); };
+    if (strict) {
+      CHECK_THROWS_WITH_AS(path.run<RecordItem>(numbered(5), job, sink), "line 3: task_id: missing", InputError);
+      CHECK(ns(out) == std::vector<int>{0, 1});
+    } else {
+      Counts c = path.run<RecordItem>(numbered(5), job, sink);
+      CHECK(ns(out) == std::vector<int>{0, 1, 3, 4});
+      CHECK(c.bad == 1);
+      for (const auto& r : out) CHECK_FALSE(r.contains("error"));
+    }
+  }
+}
