@@ -248,24 +248,27 @@ Json assistant_message(const AssistantTurn& t) {
   return m;
 }
 
-}  // namespace
+// One episode's conversation as it goes (run_episode's state): the messages with their token
+// estimates, the turns and tool results recorded, the tallies, and why it stopped.
+struct EpisodeRunner {
+  EpisodeRunner(const EpisodeInput& in, const RunSettings& settings, Toolbox& tools,
+                std::chrono::steady_clock::time_point start, std::chrono::steady_clock::time_point deadline)
+      : in(in), settings(settings), tools(tools), start(start), deadline(deadline) {
+    messages = Json::array({{{"role", "system"}, {"content", system_prompt()}},
+                            {{"role", "user"}, {"content", user_prompt(in.task)}}});
+    for (const auto& m : messages) {
+      const std::size_t bytes = dumped_size(m);
+      conversation_bytes += static_cast<int64_t>(bytes);
+      message_tokens.push_back(static_cast<int64_t>(bytes + 3) / 4 + 4);
+    }
+  }
 
-Json run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_description, const RunSettings& settings,
-                   const std::string& skill_text) {
-  auto start = std::chrono::steady_clock::now();
-  auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  Workspace ws(skill_text, in.task.value("code", std::string()), settings.sandbox.workspace_mib << 20);
-  Toolbox tools(settings, ws, in.task, in.task_id, in.sandbox_uid);
-  // --episode-timeout holds inside a turn too: the server's answer, every command and locked tool
-  // get only the time left, and the calls of a turn after it are not run.
-  const auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                    std::chrono::duration<double>(settings.episode_timeout_s));
-  tools.set_deadline(deadline);
-  auto past_deadline = [&] { return std::chrono::steady_clock::now() >= deadline; };
+  const EpisodeInput& in;
+  const RunSettings& settings;
+  Toolbox& tools;
+  const std::chrono::steady_clock::time_point start, deadline;
   const Json& schemas = tool_schemas();
-
-  Json messages = Json::array({{{"role", "system"}, {"content", system_prompt()}},
-                               {{"role", "user"}, {"content", user_prompt(in.task)}}});
+  Json messages;
   Json turns = Json::array(), results = Json::array();
   std::string stop_reason, error;
   int64_t prompt_total = 0, completion_total = 0, tool_calls = 0, tool_errors = 0, malformed = 0;
@@ -275,72 +278,105 @@ Json run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_desc
   // Each message's estimate, made once as it is added (a message is never dumped again to count it).
   std::vector<int64_t> message_tokens;
   int64_t conversation_bytes = 0;
-  auto add_message = [&](Json m) {
-    const std::size_t bytes = dumped_size(m);
-    conversation_bytes += static_cast<int64_t>(bytes);
-    message_tokens.push_back(static_cast<int64_t>(bytes + 3) / 4 + 4);
-    messages.push_back(std::move(m));
-  };
-  for (const auto& m : messages) {
-    const std::size_t bytes = dumped_size(m);
-    conversation_bytes += static_cast<int64_t>(bytes);
-    message_tokens.push_back(static_cast<int64_t>(bytes + 3) / 4 + 4);
-  }
   const int64_t max_conversation_bytes =
       settings.max_context > INT64_MAX / kMaxBytesPerToken ? INT64_MAX : settings.max_context * kMaxBytesPerToken;
   // Context now: the server's count after the last turn plus an estimate of what came since.
   int64_t context_known = 0;
   std::size_t known_upto = 0;  // messages covered by context_known
-  auto context_now = [&] {
+
+  double elapsed_s() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+  bool past_deadline() const { return std::chrono::steady_clock::now() >= deadline; }
+
+  void add_message(Json m) {
+    const std::size_t bytes = dumped_size(m);
+    conversation_bytes += static_cast<int64_t>(bytes);
+    message_tokens.push_back(static_cast<int64_t>(bytes + 3) / 4 + 4);
+    messages.push_back(std::move(m));
+  }
+
+  int64_t context_now() const {
     int64_t est = context_known;
     if (known_upto == 0) est += tools_tokens;
     for (std::size_t i = known_upto; i < messages.size(); ++i) est += message_tokens[i];
     return est;
-  };
-  std::unique_ptr<PolicySession> session;
-  // Whatever fails inside the loop (a tool, the policy, our own code) ends the episode with stop
-  // reason `error` and the reason; the trajectory so far and the bundle are still the record.
-  try {
-  try {
-    session = policy.start(in.task_id, in.seed);
-  } catch (const PolicyError& e) {
-    stop_reason = "policy_error";
-    error = e.what();
   }
 
-  // For the tests of this very path: CA_AGENT_RUN_FAULT_TURN=N makes turn N fail as a bug would.
-  const char* fault = std::getenv("CA_AGENT_RUN_FAULT_TURN");
-  const int fault_turn = fault && *fault ? std::atoi(fault) : -1;
-  for (int turn = 0; session && stop_reason.empty(); ++turn) {
-    if (turn == fault_turn) throw std::logic_error("injected fault at turn " + std::to_string(turn) + " (CA_AGENT_RUN_FAULT_TURN)");
-    if (g_interrupted) { stop_reason = "interrupted"; break; }
-    if (turn >= settings.max_turns) { stop_reason = "max_turns"; break; }
+  // The turns, until the policy stops, a limit is reached or something fails. Whatever fails inside
+  // the loop (a tool, the policy, our own code) ends the episode with stop reason `error` and the
+  // reason; the trajectory so far and the bundle are still the record.
+  void converse(Policy& policy) {
+    std::unique_ptr<PolicySession> session;
+    try {
+      try {
+        session = policy.start(in.task_id, in.seed);
+      } catch (const PolicyError& e) {
+        stop_reason = "policy_error";
+        error = e.what();
+      }
+      // For the tests of this very path: CA_AGENT_RUN_FAULT_TURN=N makes turn N fail as a bug would.
+      const char* fault = std::getenv("CA_AGENT_RUN_FAULT_TURN");
+      const int fault_turn = fault && *fault ? std::atoi(fault) : -1;
+      for (int turn = 0; session && stop_reason.empty(); ++turn) {
+        if (turn == fault_turn) throw std::logic_error("injected fault at turn " + std::to_string(turn) + " (CA_AGENT_RUN_FAULT_TURN)");
+        if (!one_turn(turn, *session)) break;
+      }
+    } catch (const std::exception& e) {
+      stop_reason = g_interrupted ? "interrupted" : "error";
+      error = e.what();
+      log::error("task ", in.task_id, " episode ", in.index, ": ", valid_text(error));
+    }
+  }
+
+  // One turn: the limits, the policy's answer, its tool calls. False when the episode stops here.
+  bool one_turn(int turn, PolicySession& session) {
+    if (g_interrupted) { stop_reason = "interrupted"; return false; }
+    if (turn >= settings.max_turns) { stop_reason = "max_turns"; return false; }
     double left_s = settings.episode_timeout_s - elapsed_s();
-    if (left_s <= 0) { stop_reason = "timeout"; break; }
+    if (left_s <= 0) { stop_reason = "timeout"; return false; }
     int64_t context = context_now();
-    if (context >= settings.max_context) { stop_reason = "context_limit"; break; }
+    if (context >= settings.max_context) { stop_reason = "context_limit"; return false; }
     if (conversation_bytes > max_conversation_bytes) {
       stop_reason = "context_limit";
       error = "the conversation holds " + std::to_string(conversation_bytes) + " bytes, more than " +
               std::to_string(kMaxBytesPerToken) + " per token of --max-context, whatever the server counted";
-      break;
+      return false;
     }
     AssistantTurn t;
     try {
-      t = session->next(messages, schemas, TurnBudget{settings.max_context - context, left_s});
+      t = session.next(messages, schemas, TurnBudget{settings.max_context - context, left_s});
     } catch (const PolicyDeadline& e) {
       stop_reason = g_interrupted ? "interrupted" : "timeout";
       error = e.what();
-      break;
+      return false;
     } catch (const PolicyError& e) {
       stop_reason = g_interrupted ? "interrupted" : "policy_error";
       error = e.what();
-      break;
+      return false;
     }
     make_valid(t);
     for (std::size_t i = 0; i < t.tool_calls.size(); ++i)
       if (t.tool_calls[i].id.empty()) t.tool_calls[i].id = "call_" + std::to_string(turn) + "_" + std::to_string(i);
     add_message(assistant_message(t));
+    bool estimated = count_usage(t);
+    Json rec = turn_record(turn, t, context_now(), estimated);
+    log::verbose("task ", in.task_id, " turn ", turn, ": ", t.tool_calls.size(), " tool call(s), context ~",
+                 context_now(), " tokens");
+    if (t.tool_calls.empty()) {
+      stop_reason = t.finish_reason == "length" ? "max_tokens" : "done";
+      turns.push_back(std::move(rec));
+      return false;
+    }
+    call_tools(t, rec, turn);
+    rec["context_tokens"] = context_now();
+    turns.push_back(std::move(rec));
+    if (g_interrupted && stop_reason.empty()) stop_reason = "interrupted";
+    if (stop_reason.empty() && past_deadline()) stop_reason = "timeout";
+    return true;
+  }
+
+  // The turn's tokens: the server's counts, or an estimate (then the context is estimated too).
+  // True when estimated.
+  bool count_usage(const AssistantTurn& t) {
     bool estimated = t.prompt_tokens < 0 || t.completion_tokens < 0;
     if (!estimated) {
       context_known = t.prompt_tokens + t.completion_tokens;
@@ -356,14 +392,11 @@ Json run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_desc
                                                               ? dumped_size(messages.back()["tool_calls"])
                                                               : 4) + 3) / 4;
     }
-    Json rec = turn_record(turn, t, context_now(), estimated);
-    log::verbose("task ", in.task_id, " turn ", turn, ": ", t.tool_calls.size(), " tool call(s), context ~",
-                 context_now(), " tokens");
-    if (t.tool_calls.empty()) {
-      stop_reason = t.finish_reason == "length" ? "max_tokens" : "done";
-      turns.push_back(std::move(rec));
-      break;
-    }
+    return estimated;
+  }
+
+  // The turn's tool calls, each answered (a call after the deadline: "not run"), in order.
+  void call_tools(const AssistantTurn& t, Json& rec, int turn) {
     for (const auto& call : t.tool_calls) {
       ++tool_calls;
       ++per_tool[call.name];
@@ -393,68 +426,79 @@ Json run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_desc
       }
       if (g_interrupted) break;
     }
-    rec["context_tokens"] = context_now();
-    turns.push_back(std::move(rec));
-    if (g_interrupted && stop_reason.empty()) stop_reason = "interrupted";
-    if (stop_reason.empty() && past_deadline()) stop_reason = "timeout";
   }
-  } catch (const std::exception& e) {
-    stop_reason = g_interrupted ? "interrupted" : "error";
-    error = e.what();
-    log::error("task ", in.task_id, " episode ", in.index, ": ", valid_text(error));
-  }
+};
 
-  // The submission.
+// What the episode submits: the final workspace's bundle, or (--submit best) the best verified one.
+struct Submission {
   BundleRead read;
+  std::string notes;
+  Json bundle, submitted, seen;  // seen: the results with their candidate ids, without their bundles
+};
+
+Submission submission(Workspace& ws, const Json& results, const RunSettings& settings) {
+  Submission sub;
+  BundleRead& read = sub.read;
   try {
     read = ws.read_bundle();
   } catch (const std::exception& e) {
     read.bundle = Json{{"kernels", Json::object()}, {"plan", ""}};
     read.notes = std::string("the bundle could not be read: ") + e.what() + "\n";
   }
-  std::string notes = read.notes;
-  Json bundle = read.bundle;
-  Json submitted = {{"mode", settings.submit}, {"from", "final"}};
+  sub.notes = read.notes;
+  sub.bundle = read.bundle;
+  sub.submitted = {{"mode", settings.submit}, {"from", "final"}};
   if (settings.submit == "best") {
     Json best = best_result(results);
     if (!best.is_null()) {
-      bundle = with_valid_utf8(best["bundle"]);
-      submitted = {{"mode", "best"}, {"from", "turn"}, {"turn", best["turn"]}, {"candidate_id", best["candidate_id"]}};
+      sub.bundle = with_valid_utf8(best["bundle"]);
+      sub.submitted = {{"mode", "best"}, {"from", "turn"}, {"turn", best["turn"]}, {"candidate_id", best["candidate_id"]}};
     } else {
-      submitted["note"] = "no verified bundle seen; the final workspace is submitted";
+      sub.submitted["note"] = "no verified bundle seen; the final workspace is submitted";
     }
   }
   // Results keep their candidate ids; their bundles are dropped (the submitted one is `bundle`).
-  Json seen = Json::array();
+  sub.seen = Json::array();
   for (auto r : results) {
     r.erase("bundle");
-    seen.push_back(r);
+    sub.seen.push_back(r);
   }
-  Json counts = {{"turns", static_cast<int64_t>(turns.size())},
-                 {"tool_calls", tool_calls},
-                 {"tool_errors", tool_errors},
-                 {"malformed_calls", malformed},
-                 {"calls_by_tool", per_tool},
-                 {"prompt_tokens", prompt_total},
-                 {"completion_tokens", completion_total},
-                 {"context_tokens", context_now()},
-                 {"tokens_estimated", any_estimated}};
+  return sub;
+}
+
+// The record's `episode` section.
+Json episode_json(EpisodeRunner& e, const Submission& sub, const Json& policy_description) {
+  const EpisodeInput& in = e.in;
+  const RunSettings& settings = e.settings;
+  Json counts = {{"turns", static_cast<int64_t>(e.turns.size())},
+                 {"tool_calls", e.tool_calls},
+                 {"tool_errors", e.tool_errors},
+                 {"malformed_calls", e.malformed},
+                 {"calls_by_tool", e.per_tool},
+                 {"prompt_tokens", e.prompt_total},
+                 {"completion_tokens", e.completion_total},
+                 {"context_tokens", e.context_now()},
+                 {"tokens_estimated", e.any_estimated}};
   Json episode = {{"policy", policy_description},
                   {"settings", settings.to_json()},
                   {"episode_index", in.index},
                   {"seed", in.seed},
-                  {"prompt", {{"system", messages[0]["content"]}, {"user", messages[1]["content"]}}},
-                  {"tools", schemas},
-                  {"turns", std::move(turns)},
-                  {"results", seen},
-                  {"stop_reason", stop_reason},
-                  {"submitted", submitted},
+                  {"prompt", {{"system", e.messages[0]["content"]}, {"user", e.messages[1]["content"]}}},
+                  {"tools", e.schemas},
+                  {"turns", std::move(e.turns)},
+                  {"results", sub.seen},
+                  {"stop_reason", e.stop_reason},
+                  {"submitted", sub.submitted},
                   {"counts", counts},
-                  {"elapsed_s", elapsed_s()}};
-  if (!error.empty()) episode["error"] = valid_text(error);
-  if (!notes.empty()) episode["bundle_notes"] = valid_text(notes);
-  if (!read.refused.empty()) episode["bundle_refused"] = read.refused;
+                  {"elapsed_s", e.elapsed_s()}};
+  if (!e.error.empty()) episode["error"] = valid_text(e.error);
+  if (!sub.notes.empty()) episode["bundle_notes"] = valid_text(sub.notes);
+  if (!sub.read.refused.empty()) episode["bundle_refused"] = sub.read.refused;
+  return episode;
+}
 
+// The candidate record, under the readers' line limit whatever the server or the tools produced.
+Json candidate_record(const EpisodeInput& in, const Json& bundle, Json episode) {
   Json out;
   out["schema"] = "cuda-agent/candidate/v1";
   out["task_id"] = in.task_id;
@@ -462,7 +506,6 @@ Json run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_desc
   out["bundle"] = bundle;
   out["task"] = in.task;
   out["episode"] = with_valid_utf8(std::move(episode));
-  // Under the readers' line limit, whatever the server or the tools produced.
   const int64_t cuts = fit_record(out, kMaxRecordBytes - 256);  // room for record_cut and the newline
   if (cuts > 0) {
     out["episode"]["record_cut"] = Json{{"values", cuts}, {"limit_bytes", kMaxRecordBytes}};
@@ -483,6 +526,24 @@ Json run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_desc
     return small;
   }
   return out;
+}
+
+}  // namespace
+
+Json run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_description, const RunSettings& settings,
+                   const std::string& skill_text) {
+  auto start = std::chrono::steady_clock::now();
+  Workspace ws(skill_text, in.task.value("code", std::string()), settings.sandbox.workspace_mib << 20);
+  Toolbox tools(settings, ws, in.task, in.task_id, in.sandbox_uid);
+  // --episode-timeout holds inside a turn too: the server's answer, every command and locked tool
+  // get only the time left, and the calls of a turn after it are not run.
+  const auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                    std::chrono::duration<double>(settings.episode_timeout_s));
+  tools.set_deadline(deadline);
+  EpisodeRunner e(in, settings, tools, start, deadline);
+  e.converse(policy);
+  const Submission sub = submission(ws, e.results, settings);
+  return candidate_record(in, sub.bundle, episode_json(e, sub, policy_description));
 }
 
 }  // namespace ca::agent
