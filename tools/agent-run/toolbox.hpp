@@ -32,7 +32,11 @@ class Toolbox {
   void set_deadline(std::chrono::steady_clock::time_point deadline) { deadline_ = deadline; }
 
  private:
+  ToolOutcome sandboxed(const std::string& n, const Json& args, std::chrono::steady_clock::time_point start);
   ToolOutcome locked(const std::string& which);
+  struct LockedStep;  // one kernel-check or kernel-prof answer (toolbox.cpp)
+  std::string locked_refusal(const std::string& which, BundleRead& read) const;
+  LockedStep locked_step(const std::string& which, const std::string& tool, const Json& in, const char* section);
   const RunSettings& settings_;
   Workspace& workspace_;
   const Json& task_;
