@@ -3,7 +3,8 @@
 # compile baselines (positive, cached on the second run) and validates against the schema; a
 # bundle that would skip its work after the first call cannot (its call counter is restored before
 # every call): it is timed as the honest kernel; a failed check passes through;
-# a tf32 candidate gets precision-matched baselines. Prints the wall time with cached baselines.
+# a tf32 candidate gets precision-matched baselines; a candidate that kills the GPU context fails
+# alone (the records after it are timed by a fresh process). Prints the wall time with cached baselines.
 set -euo pipefail
 KP="$CA_BIN/kernel-prof"
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -95,6 +96,34 @@ if "kernels" in n:
     assert any(k["dram_throughput_pct"] > 0 for k in n["kernels"])
 else:
     print("ncu UNAVAILABLE here: " + json.dumps(n)[:600])
+PY
+# A candidate whose kernels kill the GPU context (an illegal address, a trap) costs its own record,
+# never the records after it: CA_KERNEL_PROF_INJECT_FAULT makes kp-good's timing start with a trap in
+# the candidate's context (this process: the records after it go to a fresh kernel-prof child) and
+# kp-cheat's too (that child: it exits when handed the next record, and a fresh child takes it).
+ids=$($PY -c 'import json,sys; r={j["name"]: j["candidate_id"] for j in map(json.loads, open(sys.argv[1]))}; print(r["kp-good"] + "," + r["kp-cheat"])' "$T/cands.jsonl")
+rc=0
+CA_KERNEL_PROF_INJECT_FAULT=$ids "$KP" --tasks "$T/tasks.jsonl" --baselines eager --budget-s 2 --baseline-budget-s 2 \
+  --no-store < "$T/cands.jsonl" > "$T/out4.jsonl" 2> "$T/err4" || rc=$?
+[ "$rc" = 0 ] || { cat "$T/err4"; fail "a context-killing candidate: exit $rc"; }
+grep -q "fresh kernel-prof process" "$T/err4" || { cat "$T/err4"; fail "no word of the fresh process"; }
+grep -q "a fresh child takes the next record" "$T/err4" || { cat "$T/err4"; fail "the child that lost its context was not replaced"; }
+$PY - "$T/out4.jsonl" <<'PY' || { cat "$T/err4"; fail "records after a context-killing candidate"; }
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+names = [r["name"] for r in recs]
+assert names == ["kp-good", "kp-cheat", "kp-failed", "kp-tf32"], names  # all of them, in input order
+for n in ("kp-good", "kp-cheat"):
+    p = recs[names.index(n)]["prof"]
+    assert p["status"] == "failed" and p["correct"] is False, p
+    assert "killed the GPU context" in p["reason"], p["reason"]
+assert "prof" not in recs[2]
+t = recs[3]
+assert "task" not in t, "the task handed to the child stays out of the output"
+assert t["prof"]["status"] == "timed" and t["prof"]["correct"] is True, t["prof"].get("reason")
+assert t["prof"]["time_us"]["median"] > 0 and t["prof"]["baselines"]["eager"]["time_us"]["median"] > 0
+print("context lost twice (this process, then its child): kp-good and kp-cheat failed (%s); kp-tf32 timed %.2f us by a fresh child"
+      % (recs[0]["prof"]["reason"][:90], t["prof"]["time_us"]["median"]))
 PY
 # KP_KEEP_DIR: keep the records (the stored sample for the CPU schema test came from here).
 if [ -n "${KP_KEEP_DIR:-}" ]; then cp "$T"/out*.jsonl "$KP_KEEP_DIR"/; fi

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "libcommon/bundle/compare.hpp"
 #include "libcommon/bundle/compile.hpp"
@@ -168,6 +169,22 @@ void release_sets(GpuSession& gpu, const CandidateTiming& timing) {
 }
 
 namespace {
+
+// Fault injection for the tests (tests/kernel-prof/gpu.sh): CA_KERNEL_PROF_INJECT_FAULT names
+// candidate ids (comma-separated) whose timing starts with a kernel that traps in the candidate's
+// context, so the real sticky error and what follows it (the record failed, a fresh process for the
+// records after it) run on demand. The environment is the operator's, never a candidate's.
+void inject_fault_if_asked(const std::string& candidate_id, CUstream stream) {
+  const char* ids = std::getenv("CA_KERNEL_PROF_INJECT_FAULT");
+  if (!ids || candidate_id.empty()) return;
+  const std::string list = std::string(",") + ids + ",";
+  if (list.find("," + candidate_id + ",") == std::string::npos) return;
+  auto& drv = cuda::Driver::get();
+  CUfunction trap = bundle::trusted_kernel("inject_fault.cu", "extern \"C\" __global__ void ca_inject_trap() { asm volatile(\"trap;\"); }",
+                                           "ca_inject_trap");
+  drv.check(drv.cuLaunchKernel(trap, 1, 1, 1, 32, 1, 1, 0, stream, nullptr, nullptr), "injected fault");
+  drv.check(drv.cuStreamSynchronize(stream), "injected fault");
+}
 
 // Each call's inputs drawn fresh by the worker on the GPU; a checked call's reference computed from
 // the very tensors the call read, then compared with its outputs where they are.
@@ -337,12 +354,16 @@ void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, con
   FreshInputs fresh(gpu, task_id, seed_base, record["check"], result);
   std::unique_ptr<CandidateBench> bench;
   try {
+    inject_fault_if_asked(cand, gpu.stream());
     bench = std::make_unique<CandidateBench>(record["bundle"], loaded, gpu.identity().arch, result.params, fresh,
                                              uint32_t(options.seed * 0x9e3779b9ULL >> 7), kCheckFraction, pick_seed);
   } catch (const FieldError&) {
     throw;
   } catch (const cuda::CudaError& e) {
-    if (e.sticky()) throw InternalError(std::string("the GPU context died while setting up the candidate: ") + e.what());
+    if (e.sticky()) {
+      gpu.mark_dead(e.what());
+      return fail(std::string("setup: the candidate's kernels killed the GPU context: ") + e.what());
+    }
     return fail(std::string("setup: ") + e.what());
   } catch (const std::exception& e) {
     return fail(std::string("setup: ") + e.what());
@@ -365,7 +386,11 @@ void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, con
     finish();
     return fail(e.what());
   } catch (const cuda::CudaError& e) {
-    if (e.sticky()) throw InternalError(std::string("the GPU context died during the timed calls: ") + e.what());
+    if (e.sticky()) {  // the candidate's own fault (kernel-check ran it; this layout, these inputs differ)
+      finish();
+      gpu.mark_dead(e.what());
+      return fail(std::string("timed calls: the candidate's kernels killed the GPU context: ") + e.what());
+    }
     return fail(std::string("timed calls: ") + e.what());
   }
   // Nothing a call may not touch was touched (a cache kept in the guard zones, params or init's

@@ -37,8 +37,15 @@ class GpuSession {
   // Baselines timed in this session, by cache key text: a service (or a run without a store) times
   // a task's baselines once, not once per candidate.
   std::map<std::string, Json> baselines;
+  // A candidate's kernels killed this process's context (a sticky error: an illegal address, a trap).
+  // Nothing more runs on it: CUDA gives a process no way back, so the records after it are timed by a
+  // fresh process (multi_gpu.hpp's GpuChild), and `why` says what ended it.
+  void mark_dead(std::string why) { dead_ = std::move(why); }
+  bool dead() const { return !dead_.empty(); }
+  const std::string& why_dead() const { return dead_; }
 
  private:
+  std::string dead_;
   measure::GpuIdentity id_;
   CUcontext ctx_ = nullptr;
   CUstream stream_ = nullptr;

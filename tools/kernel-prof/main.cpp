@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
     if (opt.gpus.size() > 1) return ca::prof::run_on_gpus(opt, common, argc, argv);
     auto store = ca::open_store_for(common);
     ca::prof::Profiler profiler(opt, common, store.get());
+    profiler.set_child_after_context_loss(!service.enabled());
     return service.enabled() ? ca::prof::serve(profiler, service, common, store.get())
                              : ca::prof::stream(profiler, common, store.get());
   });

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 
 #include "libcommon/errors.hpp"
@@ -41,35 +42,63 @@ std::vector<std::string> child_argv(const std::vector<std::string>& argv, int or
   return out;
 }
 
-namespace {
+bool is_child() {
+  const char* v = std::getenv(kChildEnv);
+  return v && *v;
+}
 
-// One record through a lane's child: the line it answers with, or InternalError when it ended early
-// (`child_status` keeps the first such child's exit code).
-std::string ask_child(ChildProcess& child, int gpu, const Json& record, std::atomic<int>& child_status) {
-  const bool sent = child.write(record.dump() + "\n");
-  for (;;) {
-    if (sent)
-      if (auto line = child.read_line(std::chrono::milliseconds(60000))) return std::move(*line);
-    if (!sent || child.eof()) {
-      auto rc = child.wait(std::chrono::milliseconds(10000));
-      int expected = kExitOk;
-      child_status.compare_exchange_strong(expected, rc && *rc != 0 ? *rc : kExitInternal);
-      throw InternalError(log::cat("the child timing on GPU ", gpu, " ended early (", child.status_text(), ")"));
+GpuChild::GpuChild(const CommonOptions& common, int gpu, bool own_store) : gpu_(gpu) {
+  std::vector<std::string> argv = child_argv(common.argv, gpu);
+  if (!own_store) {
+    std::vector<std::string> kept;
+    for (std::size_t i = 0; i < argv.size(); ++i) {
+      const std::string& a = argv[i];
+      if (a == "--store" || a == "--serve") {
+        ++i;
+        continue;
+      }
+      if (a == "--resume" || a == "--accept-tasks" || a.rfind("--store=", 0) == 0 || a.rfind("--serve=", 0) == 0) continue;
+      kept.push_back(a);
     }
+    argv = std::move(kept);
+    argv.push_back("--no-store");
+  }
+  argv[0] = executable_dir() + "/kernel-prof";
+  spawn_.argv = std::move(argv);
+  spawn_.env_overrides = {{"SLURM_ARRAY_TASK_ID", "0"}, {"SLURM_ARRAY_TASK_COUNT", "1"}, {"SLURM_ARRAY_TASK_MIN", "0"},
+                          {kChildEnv, "1"}};
+  child_ = std::make_unique<ChildProcess>(spawn_);
+}
+
+GpuChild::~GpuChild() = default;
+
+std::string GpuChild::ask(const Json& record) {
+  for (bool retried = false;; retried = true) {
+    const bool sent = child_->write(record.dump() + "\n");
+    for (;;) {
+      if (sent)
+        if (auto line = child_->read_line(std::chrono::milliseconds(60000))) return std::move(*line);
+      if (!sent || child_->eof()) break;
+    }
+    auto rc = child_->wait(std::chrono::milliseconds(10000));
+    if (rc && *rc == kExitContextLost && !retried) {
+      // Its last answer was the record whose candidate killed the context: this one goes to a fresh child.
+      log::warn("GPU ", gpu_, ": a candidate killed the child's GPU context; a fresh child takes the next record");
+      ++restarts_;
+      child_ = std::make_unique<ChildProcess>(spawn_);
+      continue;
+    }
+    ended_ = rc && *rc != 0 ? *rc : kExitInternal;
+    throw InternalError(log::cat("the child timing on GPU ", gpu_, " ended early (", child_->status_text(), ")"));
   }
 }
 
-}  // namespace
+void GpuChild::close_stdin() { child_->close_stdin(); }
+std::optional<int> GpuChild::wait(std::chrono::milliseconds timeout) { return child_->wait(timeout); }
 
 int run_on_gpus(const ProfOptions& options, const CommonOptions& common, int argc, char** argv) {
-  std::vector<std::unique_ptr<ChildProcess>> children;
-  for (int g : options.gpus) {
-    SpawnOptions so;
-    so.argv = child_argv(common.argv, g);
-    so.argv[0] = executable_dir() + "/kernel-prof";
-    so.env_overrides = {{"SLURM_ARRAY_TASK_ID", "0"}, {"SLURM_ARRAY_TASK_COUNT", "1"}, {"SLURM_ARRAY_TASK_MIN", "0"}};
-    children.push_back(std::make_unique<ChildProcess>(so));
-  }
+  std::vector<std::unique_ptr<GpuChild>> children;
+  for (int g : options.gpus) children.push_back(std::make_unique<GpuChild>(common, g, /*own_store=*/true));
   // The record path, a lane per child: this shard's records, a free GPU takes the next one, and the
   // answers are written in input order (the children time and store them).
   struct Item : RecordItem {
@@ -81,8 +110,14 @@ int run_on_gpus(const ProfOptions& options, const CommonOptions& common, int arg
   std::atomic<int> child_status{kExitOk};
   RecordJob<Item> job;
   job.work = [&](int lane, Item& item) {
-    const auto i = static_cast<std::size_t>(lane);
-    item.answer = ask_child(*children[i], options.gpus[i], item.record, child_status);
+    GpuChild& child = *children[static_cast<std::size_t>(lane)];
+    try {
+      item.answer = child.ask(item.record);
+    } catch (const InternalError&) {
+      int expected = kExitOk;
+      child_status.compare_exchange_strong(expected, child.ended_status());
+      throw;
+    }
     return Outcome::done;
   };
   job.emit = [](Item& item) { item.record = parse_record_line(item.answer, "a GPU child's output"); };

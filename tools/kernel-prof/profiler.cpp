@@ -14,6 +14,7 @@
 #include "tools/kernel-prof/baselines.hpp"
 #include "tools/kernel-prof/candidate.hpp"
 #include "tools/kernel-prof/gpu_session.hpp"
+#include "tools/kernel-prof/multi_gpu.hpp"
 #include "tools/kernel-prof/roofline.hpp"
 
 namespace ca::prof {
@@ -97,6 +98,25 @@ std::optional<Json> Profiler::stored_profile(const std::string& candidate_id) {
   return prev;
 }
 
+Outcome Profiler::profile_in_child(Json& record, const std::string& task_id) {
+  const std::string why = "a candidate's kernels killed this process's GPU context (" + gpu_->why_dead() + ")";
+  if (is_child()) throw Error(kExitContextLost, why + ": a fresh child times the records after it");
+  if (!child_allowed_) throw EnvironmentError(why + ": nothing more can be timed in this process; restart the service");
+  if (!child_) {
+    log::warn(why, ": the records after it are timed by a fresh kernel-prof process");
+    child_ = std::make_unique<GpuChild>(common_, options_.gpus.front(), /*own_store=*/false);
+  }
+  // The child has no store: it gets the task this process found (a stream's tasks are its user's).
+  Json sent = record;
+  const bool task_added = !sent.contains("task");
+  if (task_added) sent["task"] = find_task(record, task_id);
+  Json answer = parse_record_line(child_->ask(sent), "the kernel-prof child's output");
+  if (task_added) answer.erase("task");
+  record = std::move(answer);
+  if (!record.contains("prof")) return Outcome::passed;
+  return record["prof"].value("status", std::string()) == "failed" ? Outcome::failed : Outcome::done;
+}
+
 Outcome Profiler::profile(Json& record) {
   if (!check_passed(record)) return Outcome::passed;
   const std::string task_id = get_required<std::string>(record, "/task_id");
@@ -108,6 +128,7 @@ Outcome Profiler::profile(Json& record) {
     log::verbose(record.value("candidate_id", task_id), ": profile reused from the store (--resume)");
     return Outcome::skipped;
   }
+  if (gpu_ && gpu_->dead()) return profile_in_child(record, task_id);
   GpuSession* gp = nullptr;  // first: without a GPU no passing record can be timed (exit 3)
   try {
     gp = &gpu();

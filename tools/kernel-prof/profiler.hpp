@@ -16,6 +16,7 @@
 namespace ca::prof {
 
 class GpuSession;  // the opened GPU, its lock, stream, L2 flusher and reference worker
+class GpuChild;    // a kernel-prof child (multi_gpu.hpp)
 
 class Profiler {
  public:
@@ -32,17 +33,23 @@ class Profiler {
   void warm_up();
   // The GPU opened ({ordinal, name, uuid, ...}), or null before it is.
   Json gpu_json() const;
+  // After a candidate killed this process's GPU context, the records still to come are timed by a
+  // kernel-prof child (a stream); a service says so instead (EnvironmentError: restart it).
+  void set_child_after_context_loss(bool allowed) { child_allowed_ = allowed; }
 
  private:
   Json find_task(const Json& record, const std::string& task_id);
   std::optional<Json> stored_profile(const std::string& candidate_id);  // --resume
   GpuSession& gpu();
+  Outcome profile_in_child(Json& record, const std::string& task_id);
 
   const ProfOptions& options_;
   const CommonOptions& common_;
   Store* store_;
   TaskLookup tasks_;  // the record's task, --tasks, the store
   std::unique_ptr<GpuSession> gpu_;
+  std::unique_ptr<GpuChild> child_;
+  bool child_allowed_ = false;
 };
 
 // Whether the record's check passed: false without a `check` section; FieldError when `check`
