@@ -43,38 +43,34 @@ JudgePool::JudgePool(const std::vector<std::string>& urls, std::string secret) {
   down_until_.assign(urls_.size(), std::chrono::steady_clock::time_point{});
 }
 
-JudgePool::Answer JudgePool::call(const std::string& tool, const Json& input, double timeout_s) {
+struct JudgePool::Candidate {
+  int64_t queue;
+  std::size_t rank, index;
+  bool accepts_tasks;
+};
+
+std::vector<std::string> JudgePool::with_auth(std::vector<std::string> headers) const {
+  headers.insert(headers.end(), auth_headers_.begin(), auth_headers_.end());
+  return headers;
+}
+
+void JudgePool::mark_down(std::size_t i) {
+  std::lock_guard<std::mutex> lock(mu_);
+  down_until_[i] = std::chrono::steady_clock::now() + kDownFor;
+}
+
+// Health first: which services are up, of this tool, and how busy. Those that failed lately are
+// asked only when no other answers. False when agent-run is interrupted.
+bool JudgePool::ask_health(const std::string& tool, std::size_t start,
+                           const std::vector<std::chrono::steady_clock::time_point>& down,
+                           std::vector<Candidate>& candidates, std::vector<std::string>& notes) {
   const std::size_t n = urls_.size();
-  std::size_t start;
-  std::vector<std::chrono::steady_clock::time_point> down;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    start = next_++ % n;
-    down = down_until_;
-  }
-  auto mark_down = [&](std::size_t i) {
-    std::lock_guard<std::mutex> lock(mu_);
-    down_until_[i] = std::chrono::steady_clock::now() + kDownFor;
-  };
-  std::vector<std::string> notes;
-  struct Candidate {
-    int64_t queue;
-    std::size_t rank, index;
-    bool accepts_tasks;
-  };
-  auto with_auth = [&](std::vector<std::string> headers) {
-    headers.insert(headers.end(), auth_headers_.begin(), auth_headers_.end());
-    return headers;
-  };
-  std::vector<Candidate> candidates;
-  // Health first: which services are up, of this tool, and how busy. Those that failed lately are
-  // asked only when no other answers.
   const auto now = std::chrono::steady_clock::now();
   for (int pass = 0; pass < 2 && candidates.empty(); ++pass) {
     for (std::size_t k = 0; k < n; ++k) {
       const std::size_t i = (start + k) % n;
       if ((down[i] > now) != (pass == 1)) continue;
-      if (g_interrupted) return Answer{nullptr, "", "interrupted: agent-run is stopping"};
+      if (g_interrupted) return false;
       HttpResponse h = http_request("GET", urls_[i] + "/v1/health", "", with_auth({"Accept: application/json"}),
                                     kConnectTimeoutS, kConnectTimeoutS);
       Json health;
@@ -116,6 +112,21 @@ JudgePool::Answer JudgePool::call(const std::string& tool, const Json& input, do
       candidates.push_back({q.is_number_integer() ? q.get<int64_t>() : 0, k, i, health.value("accepts_tasks", Json()) == true});
     }
   }
+  return true;
+}
+
+JudgePool::Answer JudgePool::call(const std::string& tool, const Json& input, double timeout_s) {
+  const std::size_t n = urls_.size();
+  std::size_t start;
+  std::vector<std::chrono::steady_clock::time_point> down;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    start = next_++ % n;
+    down = down_until_;
+  }
+  std::vector<std::string> notes;
+  std::vector<Candidate> candidates;
+  if (!ask_health(tool, start, down, candidates, notes)) return Answer{nullptr, "", "interrupted: agent-run is stopping"};
   std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     return a.queue != b.queue ? a.queue < b.queue : a.rank < b.rank;
   });

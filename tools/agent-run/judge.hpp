@@ -33,6 +33,11 @@ class JudgePool {
   const std::vector<std::string>& urls() const { return urls_; }
 
  private:
+  struct Candidate;  // a service of the tool that is up, with its queue
+  std::vector<std::string> with_auth(std::vector<std::string> headers) const;
+  void mark_down(std::size_t i);
+  bool ask_health(const std::string& tool, std::size_t start, const std::vector<std::chrono::steady_clock::time_point>& down,
+                  std::vector<Candidate>& candidates, std::vector<std::string>& notes);
   std::vector<std::string> urls_;
   std::vector<std::string> auth_headers_;  // "Authorization: Bearer ..." when a secret is given
   std::mutex mu_;
