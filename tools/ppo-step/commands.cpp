@@ -19,41 +19,48 @@
 #include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
 #include "libcommon/paths.hpp"
+#include "libcommon/record_path.hpp"
 #include "tools/ppo-step/config.hpp"
 #include "tools/ppo-step/records.hpp"
 
 namespace ca::ppo {
 
 int run_advantages(const CommonOptions& options, const AdvantageSettings& settings) {
-  RecordReader reader(options.input);
-  RecordWriter writer(options.output);
-  Counts counts;
+  // Every record (a batch takes no shard: GRPO's groups and whitening are over all of it) through the
+  // record path, parsed in order; the advantages need the whole batch, so records are written after.
+  struct Item : RecordItem {
+    std::optional<Sequence> sequence;
+  };
   std::vector<Json> records;
   std::vector<Sequence> batch;
   std::vector<int> slot;  // record index -> batch index, -1 for a bad record
-  Json rec;
   const bool need_values = settings.estimator == "gae";
-  while (reader.next(rec)) {
-    ++counts.read;
-    try {
-      batch.push_back(parse_sequence(rec, need_values));
-      slot.push_back(int(batch.size()) - 1);
-    } catch (const FieldError& e) {
-      mark_bad_record(rec, e, options.tool, reader.where(), options.strict);
-      ++counts.bad;
-      slot.push_back(-1);
-    }
-    records.push_back(rec);
+  RecordPath path(options);
+  RecordJob<Item> job;
+  job.work = [&](int, Item& item) {
+    item.sequence = parse_sequence(item.record, need_values);
+    return Outcome::done;
+  };
+  int next_slot = -1;  // emit (a good record) comes before the sink (every record)
+  job.emit = [&](Item& item) {
+    batch.push_back(std::move(*item.sequence));
+    next_slot = int(batch.size()) - 1;
+  };
+  {
+    RecordReader reader(options.input);
+    path.run<Item>(reader_source(reader), job, [&](const Json& record) {
+      slot.push_back(next_slot);
+      next_slot = -1;
+      records.push_back(record);
+    });
   }
   compute_advantages(batch, settings.estimator, settings.gamma, settings.lam, settings.whiten, settings.grpo_norm_by_std);
+  RecordWriter writer(options.output);
   for (std::size_t i = 0; i < records.size(); ++i) {
-    if (slot[i] >= 0) {
-      write_sequence_result(records[i], batch[std::size_t(slot[i])]);
-      ++counts.done;
-    }
+    if (slot[i] >= 0) write_sequence_result(records[i], batch[std::size_t(slot[i])]);
     writer.write(records[i]);
   }
-  log::info(settings.estimator, ": ", counts.text());
+  log::info(settings.estimator, ": ", path.totals().text());
   return kExitOk;
 }
 
@@ -79,6 +86,7 @@ nn::SampleResult Sampler::generate(const std::vector<int>& prompt, const nn::Dec
     nn::Decoder<float> d = *cpu_prompt_state;
     return nn::generate(d, settings_.options, rng_);
   }
+  gpu_->make_current();  // the record path's lane, not the thread that opened the GPU
   const int max_len = int(std::min<int64_t>(model_.config().max_position_embeddings,
                                             int64_t(prompt.size()) + settings_.options.max_new_tokens + 1));
   nn_cuda::CudaDecoder d(*cuda_model_, max_len);
@@ -140,27 +148,26 @@ std::string Sampler::summary() const {
 }
 
 int run_sample(const CommonOptions& options, const SampleSettings& settings) {
+  // This shard's prompts through the record path, one lane (the sampler draws in input order); a
+  // prompt's responses are written in its place, a bad prompt as it came with its error section.
+  struct Item : RecordItem {
+    std::vector<Json> responses;
+  };
   Sampler sampler(settings);
-  RecordReader reader(options.input);
   RecordWriter writer(options.output);
-  Counts counts;
-  Json rec;
-  while (reader.next(rec)) {
-    ++counts.read;
-    if (!options.shard.contains(record_key(rec))) {
-      ++counts.other_shard;
-      continue;
-    }
-    try {
-      for (auto& r : sampler.responses(rec)) writer.write(r);
-      ++counts.done;
-    } catch (const FieldError& e) {
-      mark_bad_record(rec, e, options.tool, reader.where(), options.strict);
-      ++counts.bad;
-      writer.write(rec);
-    }
-  }
-  log::info(sampler.summary(), "; ", counts.text());
+  RecordPath path(options);
+  RecordJob<Item> job;
+  job.work = [&](int, Item& item) {
+    item.responses = sampler.responses(item.record);
+    return Outcome::done;
+  };
+  job.emit = [&](Item& item) {
+    for (auto& r : item.responses) writer.write(r);
+    item.write = false;
+  };
+  RecordReader reader(options.input);
+  path.run<Item>(reader_source(reader), job, [&](const Json& record) { writer.write(record); }, true);
+  log::info(sampler.summary(), "; ", path.totals().text());
   return kExitOk;
 }
 
