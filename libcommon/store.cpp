@@ -542,6 +542,40 @@ void Store::query(const std::string& sql, const std::function<void(const Json&)>
   }
 }
 
+namespace {
+
+// What is wrong with a store to be merged, "" when it is whole (SQLite's own errors included):
+// SQLite's check of the pages, then every JSON column parsed (a truncated body would fail `report`
+// later). `version` gets its schema version.
+std::string merge_input_problem(Store& other, int& version) {
+  try {
+    version = other.schema_version();
+    Statement check(other.handle(), "PRAGMA quick_check");
+    std::string problems;
+    int shown = 0;
+    while (check.step()) {
+      std::string line = reinterpret_cast<const char*>(sqlite3_column_text(check.get(), 0));
+      if (line == "ok") break;
+      if (shown++ < 3) problems += (problems.empty() ? "" : "; ") + line;
+    }
+    if (!problems.empty()) return "quick_check: " + problems;
+    if (version < 1 || version > Store::kSchemaVersion) return "";
+    for (const auto& [table, columns] : kJsonColumns)
+      for (const auto& column : columns) {
+        Statement bad(other.handle(), "SELECT rowid FROM " + table + " WHERE " + column + " IS NOT NULL AND json_valid(" +
+                                      column + ") = 0 LIMIT 1");
+        if (bad.step())
+          return "table " + table + " row " + std::to_string(sqlite3_column_int64(bad.get(), 0)) + ": " + column +
+                 " is not valid JSON (truncated?)";
+      }
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+}  // namespace
+
 Json Store::merge_from(const std::string& other_path) {
   // ATTACHing the file itself would wait 30 s on its own lock and fail "database is locked".
   if (same_file(path_, other_path))
@@ -559,33 +593,7 @@ Json Store::merge_from(const std::string& other_path) {
       throw InputError("merge: cannot read input store '" + other_path + "': " + e.what());
     }
     int version = 0;
-    // "" when the input is whole, else what is wrong with it (SQLite's own errors included).
-    const std::string problem = [&]() -> std::string {
-      try {
-        version = other->schema_version();
-        Statement check(other->db_, "PRAGMA quick_check");
-        std::string problems;
-        int shown = 0;
-        while (check.step()) {
-          std::string line = reinterpret_cast<const char*>(sqlite3_column_text(check.get(), 0));
-          if (line == "ok") break;
-          if (shown++ < 3) problems += (problems.empty() ? "" : "; ") + line;
-        }
-        if (!problems.empty()) return "quick_check: " + problems;
-        if (version < 1 || version > kSchemaVersion) return "";
-        for (const auto& [table, columns] : kJsonColumns)
-          for (const auto& column : columns) {
-            Statement bad(other->db_, "SELECT rowid FROM " + table + " WHERE " + column + " IS NOT NULL AND json_valid(" +
-                                          column + ") = 0 LIMIT 1");
-            if (bad.step())
-              return "table " + table + " row " + std::to_string(sqlite3_column_int64(bad.get(), 0)) + ": " + column +
-                     " is not valid JSON (truncated?)";
-          }
-        return "";
-      } catch (const Error& e) {
-        return e.what();
-      }
-    }();
+    const std::string problem = merge_input_problem(*other, version);
     if (!problem.empty()) throw damaged(problem);
     if (version < 1 || version > kSchemaVersion)
       throw InputError("merge: input store '" + other_path + "' has schema " + std::to_string(version) + ", this tool reads 1.." +
