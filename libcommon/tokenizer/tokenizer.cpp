@@ -63,8 +63,24 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
   return from_json(j, path);
 }
 
+namespace {
+
+InputError tokenizer_error(const std::string& origin, const std::string& why) { return InputError("'" + origin + "': " + why); }
+
+// Ids read at full width and bounded before they size id_to_token_: a negative id wrote out of
+// bounds, 2^32 wrapped to 0 through get<int>(). kMaxTokenId is far above any real vocabulary (~262k).
+int checked_token_id(const std::string& origin, const nlohmann::json& id, const std::string& key) {
+  constexpr int64_t kMaxTokenId = int64_t(1) << 22;
+  if (!id.is_number_integer()) throw tokenizer_error(origin, key + " is not an integer id");
+  if ((!id.is_number_unsigned() && id.get<int64_t>() < 0) || id.get<uint64_t>() >= uint64_t(kMaxTokenId))
+    throw tokenizer_error(origin, key + " is " + id.dump() + ", outside 0.." + std::to_string(kMaxTokenId - 1));
+  return id.get<int>();
+}
+
+}  // namespace
+
 Tokenizer Tokenizer::from_json(const nlohmann::json& j, const std::string& origin) {
-  auto bad = [&](const std::string& why) { return InputError("'" + origin + "': " + why); };
+  auto bad = [&](const std::string& why) { return tokenizer_error(origin, why); };
   Tokenizer t;
   // GPT-2's byte-to-unicode map: printable bytes stand for themselves, the rest shift to U+0100...
   int n = 0;
@@ -78,19 +94,29 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& j, const std::string& origi
   if (m.value("type", std::string("BPE")) != "BPE") throw bad("model type '" + m.value("type", std::string()) + "' is not BPE");
   if (!m.contains("vocab") || !m["vocab"].is_object()) throw bad("model.vocab missing");
   t.ignore_merges_ = m.value("ignore_merges", false);
-  // Ids read at full width and bounded before they size id_to_token_: a negative id wrote out of
-  // bounds, 2^32 wrapped to 0 through get<int>(). kMaxTokenId is far above any real vocabulary (~262k).
-  constexpr int64_t kMaxTokenId = int64_t(1) << 22;
-  auto checked_id = [&](const nlohmann::json& id, const std::string& key) -> int {
-    if (!id.is_number_integer()) throw bad(key + " is not an integer id");
-    if ((!id.is_number_unsigned() && id.get<int64_t>() < 0) || id.get<uint64_t>() >= uint64_t(kMaxTokenId))
-      throw bad(key + " is " + id.dump() + ", outside 0.." + std::to_string(kMaxTokenId - 1));
-    return id.get<int>();
-  };
+  int max_id = t.read_vocab_and_merges(m, origin);
+  max_id = t.read_added_tokens(j, origin, max_id);
+  // Longest first, so "<|im_start|>" wins over a shorter token that is its prefix.
+  std::stable_sort(t.added_.begin(), t.added_.end(),
+                   [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });
+  t.id_to_token_.assign(max_id + 1, std::string());
+  for (auto& [tok, id] : t.vocab_) t.id_to_token_[id] = tok;
+  for (auto& a : t.added_) t.id_to_token_[a.id] = a.content;
+
+  t.read_pre_tokenizer(j, origin);
+  if (j.contains("normalizer") && j["normalizer"].is_object()) {
+    std::string type = j["normalizer"].value("type", std::string());
+    if (type != "NFC") throw bad("normalizer '" + type + "' is not supported (none or NFC)");
+  }
+  return t;
+}
+
+// model.vocab (ids checked) and model.merges; returns the largest id.
+int Tokenizer::read_vocab_and_merges(const nlohmann::json& m, const std::string& origin) {
   int max_id = -1;
   for (auto& [tok, id] : m["vocab"].items()) {
-    const int v = checked_id(id, "model.vocab['" + tok + "']");
-    t.vocab_[tok] = v;
+    const int v = checked_token_id(origin, id, "model.vocab['" + tok + "']");
+    vocab_[tok] = v;
     max_id = std::max(max_id, v);
   }
   if (m.contains("merges") && m["merges"].is_array()) {
@@ -102,30 +128,32 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& j, const std::string& origi
       } else if (mg.is_array() && mg.size() == 2) {
         key = mg[0].get<std::string>() + " " + mg[1].get<std::string>();
       } else {
-        throw bad("model.merges entry " + std::to_string(rank) + " is neither \"a b\" nor [a, b]");
+        throw tokenizer_error(origin, "model.merges entry " + std::to_string(rank) + " is neither \"a b\" nor [a, b]");
       }
-      t.merge_rank_.emplace(key, rank++);
+      merge_rank_.emplace(key, rank++);
     }
   }
+  return max_id;
+}
+
+// added_tokens (ids checked); returns the largest id, max_id included.
+int Tokenizer::read_added_tokens(const nlohmann::json& j, const std::string& origin, int max_id) {
   if (j.contains("added_tokens") && j["added_tokens"].is_array())
     for (std::size_t k = 0; k < j["added_tokens"].size(); ++k) {
       const auto& a = j["added_tokens"][k];
       const std::string key = "added_tokens[" + std::to_string(k) + "]";
       if (!a.is_object() || !a.contains("content") || !a["content"].is_string() || !a.contains("id"))
-        throw bad(key + " needs a string 'content' and an integer 'id'");
-      Added ad{a["content"].get<std::string>(), checked_id(a["id"], key + ".id"),
+        throw tokenizer_error(origin, key + " needs a string 'content' and an integer 'id'");
+      Added ad{a["content"].get<std::string>(), checked_token_id(origin, a["id"], key + ".id"),
                a.contains("special") && a["special"].is_boolean() && a["special"].get<bool>()};
-      t.added_.push_back(ad);
+      added_.push_back(ad);
       max_id = std::max(max_id, ad.id);
     }
-  // Longest first, so "<|im_start|>" wins over a shorter token that is its prefix.
-  std::stable_sort(t.added_.begin(), t.added_.end(),
-                   [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });
-  t.id_to_token_.assign(max_id + 1, std::string());
-  for (auto& [tok, id] : t.vocab_) t.id_to_token_[id] = tok;
-  for (auto& a : t.added_) t.id_to_token_[a.id] = a.content;
+  return max_id;
+}
 
-  // Pre-tokenizer: ByteLevel (with its own GPT-2 regex) or Sequence[Split(regex), ByteLevel].
+// The pre-tokenizer: ByteLevel (with its own GPT-2 regex) or Sequence[Split(regex), ByteLevel].
+void Tokenizer::read_pre_tokenizer(const nlohmann::json& j, const std::string& origin) {
   const nlohmann::json pre = j.value("pre_tokenizer", nlohmann::json());
   std::vector<nlohmann::json> steps;
   if (pre.is_object() && pre.value("type", std::string()) == "Sequence")
@@ -138,32 +166,27 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& j, const std::string& origi
     if (type == "Split") {
       std::string pattern = s.contains("pattern") && s["pattern"].contains("Regex") ? s["pattern"]["Regex"].get<std::string>() : "";
       if (pattern == kQwen2Pattern)
-        t.split_ = Split::Qwen2;
+        split_ = Split::Qwen2;
       else if (pattern == kLlama3Pattern)
-        t.split_ = Split::Llama3;
+        split_ = Split::Llama3;
       else if (pattern == kGpt2Pattern)
-        t.split_ = Split::Gpt2;
+        split_ = Split::Gpt2;
       else
-        throw bad("pre-tokenizer regex is not one the native tokenizer knows (Qwen2, Llama-3, GPT-2): " + pattern);
+        throw tokenizer_error(origin, "pre-tokenizer regex is not one the native tokenizer knows (Qwen2, Llama-3, GPT-2): " + pattern);
       have_split = true;
     } else if (type == "ByteLevel") {
       have_bytelevel = true;
-      t.add_prefix_space_ = s.value("add_prefix_space", false);
+      add_prefix_space_ = s.value("add_prefix_space", false);
       if (!have_split && s.value("use_regex", true)) {
-        t.split_ = Split::Gpt2;
+        split_ = Split::Gpt2;
         have_split = true;
       }
     } else {
-      throw bad("pre-tokenizer '" + type + "' is not supported (ByteLevel, Split)");
+      throw tokenizer_error(origin, "pre-tokenizer '" + type + "' is not supported (ByteLevel, Split)");
     }
   }
-  if (!have_bytelevel) throw bad("not a byte-level BPE tokenizer (no ByteLevel pre-tokenizer)");
-  if (!have_split) throw bad("the ByteLevel pre-tokenizer has no regex to split with");
-  if (j.contains("normalizer") && j["normalizer"].is_object()) {
-    std::string type = j["normalizer"].value("type", std::string());
-    if (type != "NFC") throw bad("normalizer '" + type + "' is not supported (none or NFC)");
-  }
-  return t;
+  if (!have_bytelevel) throw tokenizer_error(origin, "not a byte-level BPE tokenizer (no ByteLevel pre-tokenizer)");
+  if (!have_split) throw tokenizer_error(origin, "the ByteLevel pre-tokenizer has no regex to split with");
 }
 
 int Tokenizer::token_id(const std::string& token) const {

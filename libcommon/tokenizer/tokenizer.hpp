@@ -38,6 +38,10 @@ class Tokenizer {
   bool is_special(int id) const;
 
  private:
+  // from_json's steps, on the tokenizer being read (origin names the file in errors).
+  int read_vocab_and_merges(const nlohmann::json& m, const std::string& origin);
+  int read_added_tokens(const nlohmann::json& j, const std::string& origin, int max_id);
+  void read_pre_tokenizer(const nlohmann::json& j, const std::string& origin);
   enum class Split { Gpt2, Qwen2, Llama3 };
   std::vector<int> bpe(const std::string& piece) const;  // piece: raw bytes of one pre-token
   std::vector<std::size_t> split_points(const std::string& text) const;
