@@ -312,6 +312,18 @@ struct WorkerClient::Impl {
     log.open(log_path, opt.output_cap_bytes);
     std::string pythonpath = python_dir();
     if (const char* pp = std::getenv("PYTHONPATH"); pp && *pp) pythonpath += std::string(":") + pp;
+    std::vector<std::string> cache_dirs;
+    SpawnOptions so = spawn_options(pythonpath, cache_dirs);
+    PreparedTaskConfinement prepared;
+    add_confinement(so, pythonpath, cache_dirs, prepared);
+    child = std::make_unique<ChildProcess>(so);
+    child->set_stderr_sink([this](const char* data, std::size_t n) { log.write(data, n); });
+    if (spawns++ > 0) ++restarts;
+    read_hello(prepared);
+  }
+
+  // The worker's command line and environment; `cache_dirs` gets the cache folders the user named.
+  SpawnOptions spawn_options(const std::string& pythonpath, std::vector<std::string>& cache_dirs) {
     char cpu[64];
     std::snprintf(cpu, sizeof cpu, "%.3f", opt.cpu_seconds_limit);
     SpawnOptions so;
@@ -324,7 +336,6 @@ struct WorkerClient::Impl {
                         {"PYTHONSAFEPATH", "1"},    {"TMPDIR", io_dir + "/tmp"},     {"XDG_CACHE_HOME", io_dir + "/cache"},
                         {"TRITON_HOME", io_dir + "/cache"}, {"CUDA_CACHE_PATH", io_dir + "/cache/nv"},
                         {"MPLCONFIGDIR", io_dir + "/cache/mpl"}};
-    std::vector<std::string> cache_dirs;
     for (const char* var : {"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"}) {
       const char* v = std::getenv(var);
       if (v && *v) {
@@ -350,7 +361,13 @@ struct WorkerClient::Impl {
     so.working_dir = io_dir;
     so.capture_stderr = true;
     so.end_group_on_exit = true;
-    PreparedTaskConfinement prepared;
+    return so;
+  }
+
+  // Confinement (landlock, seccomp, file size), prepared here and passed to the worker, unless
+  // opt.confine is false or CUDA_AGENT_WORKER_CONFINE=off.
+  void add_confinement(SpawnOptions& so, const std::string& pythonpath, const std::vector<std::string>& cache_dirs,
+                       PreparedTaskConfinement& prepared) {
     const char* env_confine = std::getenv("CUDA_AGENT_WORKER_CONFINE");
     const bool confine = opt.confine && !(env_confine && std::string(env_confine) == "off");
     if (confine) {
@@ -366,9 +383,10 @@ struct WorkerClient::Impl {
     } else {
       so.argv.push_back("--unconfined");
     }
-    child = std::make_unique<ChildProcess>(so);
-    child->set_stderr_sink([this](const char* data, std::size_t n) { log.write(data, n); });
-    if (spawns++ > 0) ++restarts;
+  }
+
+  // The worker's hello: it started, what confines it; an EnvironmentError (with its log's end) when not.
+  void read_hello(const PreparedTaskConfinement& prepared) {
     auto line = child->read_line(opt.start_timeout);
     child->drain_stderr();
     std::string tail = log.tail(2000);
