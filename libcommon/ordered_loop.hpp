@@ -1,6 +1,6 @@
-// The ordered parallel loop every tool with -j shares (ops-synth's workers, kernel-check's compile
-// and GPU lanes, agent-run's episodes): items are read on one reader thread, worked on `lanes`
-// threads, and emitted on the calling thread in input order. Emitting in one place is what lets a
+// The ordered parallel loop under the one record path (record_path.hpp), which every tool's records
+// go through, with or without -j: items are read on one reader thread, worked on `lanes` threads,
+// and emitted on the calling thread in input order. Emitting in one place is what lets a
 // tool write its output and its store rows in order, from one thread.
 //
 // - At most `window` items are in flight (read and not yet emitted): a slow lane holds the reader
@@ -13,8 +13,8 @@
 //   about every 20 ms) ends the loop early:
 //   nothing new is read or started, the items already started are finished and emitted in order,
 //   those read but not started are dropped. If `next` is then blocked (a slow pipe), its thread is
-//   left running and the end says so: the caller must not return past what `next` uses (agent-run
-//   ends the process).
+//   left running and the end says so: the caller must not return past what `next` uses (the record
+//   path calls its reader_blocked, which ends the process).
 #pragma once
 #include <cstdint>
 #include <functional>

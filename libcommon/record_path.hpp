@@ -14,8 +14,9 @@
 //   4. the job's `work` runs on one of the lanes (a tool's per-lane state is indexed by lane);
 //   5. on the calling thread, in input order: a FieldError from 3 or 4 makes it a bad record (an
 //      error section and a warning; under --strict exit 2 naming line and field, after every record
-//      before it is written); else the job's `emit` sees it; it is counted, its store row written
-//      (the path's section, for a done or failed record with a candidate_id), and it is written.
+//      before it is written; a tool whose records end with it leaves it out instead: bad_left_out);
+//      else the job's `emit` sees it; it is counted, its store row written (the path's section, for
+//      a done or failed record with a candidate_id), and it is written.
 #pragma once
 #include <atomic>
 #include <functional>
