@@ -61,8 +61,11 @@ static std::string base_name(const std::string& expr) {
   return colon == std::string::npos ? s : s.substr(colon + 2);
 }
 
-Prepared prepare_candidate(const ca::Json& record, const ca::Json* task, const Rules& rules,
-                           const PrepareOptions& options) {
+namespace {
+
+// The record's bundle: its kernel sources and plan text (FieldError when they are not there), the
+// task's tensors, and the check section's first fields.
+Prepared read_candidate(const ca::Json& record, const ca::Json* task, const PrepareOptions& options) {
   Prepared p;
   auto bundle = ca::get_required<ca::Json>(record, "/bundle");
   if (!bundle.is_object()) throw ca::FieldError("bundle", "expected an object with kernels and plan");
@@ -79,28 +82,12 @@ Prepared prepare_candidate(const ca::Json& record, const ca::Json* task, const R
   p.check["correct"] = false;
   p.check["arch"] = options.arch;
 
-  auto fail = [&](const std::string& status, const std::string& reason) {
-    set_verdict(p.check, status, reason);
-    p.final = true;
-    return p;
-  };
+  return p;
+}
 
-  try {
-    p.plan = ca::bundle::Plan::parse(bundle["plan"]);
-  } catch (const ca::bundle::PlanError& e) {
-    return fail("plan_error", e.what());
-  }
-  if (p.kernels.empty() && !p.plan.kernel_names().empty())
-    return fail("plan_error", "the plan launches " + p.plan.kernel_names()[0] + " but the bundle has no kernel sources");
-  if (auto v = rules.check_plan(p.plan)) {
-    p.check["violation"] = v->to_json();
-    return fail("policy_violation", v->rule + ": " + v->reason);
-  }
-  if (auto v = rules.check_sources(p.kernels)) {
-    p.check["violation"] = v->to_json();
-    return fail("policy_violation", v->rule + ": " + v->reason);
-  }
-  // A kernel the sources never mention is a plan error, not a compile error.
+// Every kernel the plan launches is named in the sources: false, with a plan_error verdict naming
+// the first that is not (a kernel the sources never mention is a plan error, not a compile error).
+bool kernels_defined(Prepared& p) {
   std::string all_code;
   for (auto& [f, s] : p.kernels) all_code += strip_comments(s) + "\n";
   // The name as a whole identifier: a scan, not std::regex (the text is the policy's, of any length).
@@ -123,10 +110,16 @@ Prepared prepare_candidate(const ca::Json& record, const ca::Json* task, const R
       set_verdict(p.check, "plan_error", where + ": kernel '" + name + "' is not defined in the bundle's sources");
       p.check["kernel"] = name;
       p.final = true;
-      return p;
+      return false;
     }
   }
 
+  return true;
+}
+
+// The sources compiled for options.arch (the compile fields of the check section): false, with a
+// compile_error or plan_error verdict and the log, when they do not compile.
+bool compile_candidate(Prepared& p, const PrepareOptions& options) {
   ca::bundle::CompileOptions copt;
   copt.arch = options.arch;
   copt.cache_dir = options.cache_dir;
@@ -151,8 +144,40 @@ Prepared prepare_candidate(const ca::Json& record, const ca::Json* task, const R
     if (log.size() > 4000) log = log.substr(0, 4000) + "\n[... log truncated]";
     p.check["log"] = log;
     p.final = true;
-    return p;
+    return false;
   }
+  return true;
+}
+
+}  // namespace
+
+Prepared prepare_candidate(const ca::Json& record, const ca::Json* task, const Rules& rules,
+                           const PrepareOptions& options) {
+  Prepared p = read_candidate(record, task, options);
+  auto fail = [&](const std::string& status, const std::string& reason) {
+    set_verdict(p.check, status, reason);
+    p.final = true;
+    return p;
+  };
+
+  try {
+    p.plan = ca::bundle::Plan::parse(p.plan_json);
+  } catch (const ca::bundle::PlanError& e) {
+    return fail("plan_error", e.what());
+  }
+  if (p.kernels.empty() && !p.plan.kernel_names().empty())
+    return fail("plan_error", "the plan launches " + p.plan.kernel_names()[0] + " but the bundle has no kernel sources");
+  if (auto v = rules.check_plan(p.plan)) {
+    p.check["violation"] = v->to_json();
+    return fail("policy_violation", v->rule + ": " + v->reason);
+  }
+  if (auto v = rules.check_sources(p.kernels)) {
+    p.check["violation"] = v->to_json();
+    return fail("policy_violation", v->rule + ": " + v->reason);
+  }
+  if (!kernels_defined(p)) return p;
+  if (!compile_candidate(p, options)) return p;
+  const auto result = p.compiled;
   p.check["compiled"] = true;
   p.check["resources"] = result->resources_json();
   p.check["precision"] = candidate_precision(p, nullptr);
