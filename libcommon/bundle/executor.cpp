@@ -186,6 +186,38 @@ constexpr size_t kFingerprintChunk = size_t(64) << 20;  // bytes copied into the
 
 }  // namespace
 
+namespace {
+
+// cuDNN's first working algorithm for cp's convolution (forward, or backward-data for a transposed
+// one) and its workspace size; false when it has none.
+bool choose_conv_algorithm(const cuda::Cudnn& dnn, cudnnHandle_t handle, ConvPlan& cp, const std::string& label) {
+  bool ok = false;
+  const BoundConv& c = *cp.c;
+  int found = 0;
+  if (!c.transposed) {
+    cudnnConvolutionFwdAlgoPerf_t perf[8];
+    dnn.check(dnn.getConvolutionForwardAlgorithm_v7(handle, cp.x, cp.w, cp.conv, cp.y, 8, &found, perf), label + ": algorithm");
+    for (int a = 0; a < found && !ok; ++a)
+      if (perf[a].status == CUDNN_STATUS_SUCCESS) cp.algo = perf[a].algo, ok = true;
+    if (ok)
+      dnn.check(dnn.getConvolutionForwardWorkspaceSize(handle, cp.x, cp.w, cp.conv, cp.y, cp.algo, &cp.workspace_bytes),
+                label + ": workspace");
+  } else {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[8];
+    dnn.check(dnn.getConvolutionBackwardDataAlgorithm_v7(handle, cp.w, cp.x, cp.conv, cp.y, 8, &found, perf),
+              label + ": algorithm");
+    for (int a = 0; a < found && !ok; ++a)
+      if (perf[a].status == CUDNN_STATUS_SUCCESS) cp.transposed_algo = perf[a].algo, ok = true;
+    if (ok)
+      dnn.check(dnn.getConvolutionBackwardDataWorkspaceSize(handle, cp.w, cp.x, cp.conv, cp.y, cp.transposed_algo,
+                                                             &cp.workspace_bytes),
+                label + ": workspace");
+  }
+  return ok;
+}
+
+}  // namespace
+
 struct Executor::Impl {
   std::vector<std::vector<std::vector<uint8_t>>> arg_storage;  // per launch step: per arg bytes
   std::vector<std::vector<void*>> arg_ptrs;
@@ -209,6 +241,31 @@ Executor::Executor(const BoundPlan& plan, const std::string& cubin, ExecutorOpti
     : plan_(plan), options_(options), impl_(std::make_unique<Impl>()) {
   auto& d = Driver::get();
   d.check(d.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  allocate_buffers();
+  load_module(cubin);
+  size_t step_count = plan_.init.size() + plan_.forward.size();
+  impl_->arg_storage.resize(step_count);
+  impl_->arg_ptrs.resize(step_count);
+  impl_->gemms.resize(step_count);
+  impl_->convs.resize(step_count);
+  size_t si = 0;
+  for (auto* steps : {&plan_.init, &plan_.forward})
+    for (const auto& s : *steps) {
+      CUfunction f = nullptr;
+      if (s.kind == Step::kLaunch)
+        f = prepare_launch(s, si);
+      else if (s.kind == Step::kGemm)
+        prepare_gemm(s, si);
+      else
+        prepare_conv(s, si);
+      functions_.push_back(f);
+      ++si;
+    }
+}
+
+// Every buffer with its guard zones (zeroed), and which scratch is init's and which forward's.
+void Executor::allocate_buffers() {
+  auto& d = Driver::get();
   for (const auto& b : plan_.buffers) {
     CUdeviceptr p = 0;
     size_t total = options_.guard_bytes * 2 + static_cast<size_t>(b.bytes);
@@ -226,6 +283,12 @@ Executor::Executor(const BoundPlan& plan, const std::string& cubin, ExecutorOpti
   for (size_t i = 0; i < plan_.buffers.size(); ++i)
     if (plan_.buffers[i].space == Space::scratch && plan_.buffers[i].bytes > 0)
       (in_init.count(int(i)) ? init_scratch_ : forward_scratch_).push_back(int(i));
+}
+
+// The module and its one-time state: the device heap, the scrub, and the image of every writable
+// module-scope variable.
+void Executor::load_module(const std::string& cubin) {
+  auto& d = Driver::get();
   // The device heap is unusable: no bundle may call malloc/new (kernel-check refuses what the
   // compiled code declares), and the heap is set to the least the driver takes, so nothing it held
   // can carry a value from one call, or one module, to the next. (The limit is the context's; it
@@ -253,198 +316,180 @@ Executor::Executor(const BoundPlan& plan, const std::string& cubin, ExecutorOpti
     d.check(d.cuMemcpyDtoD(g.image, g.ptr, size), "copy of " + name);
     globals_.push_back(g);
   }
-  size_t step_count = plan_.init.size() + plan_.forward.size();
-  impl_->arg_storage.resize(step_count);
-  impl_->arg_ptrs.resize(step_count);
-  impl_->gemms.resize(step_count);
-  impl_->convs.resize(step_count);
-  size_t si = 0;
-  for (auto* steps : {&plan_.init, &plan_.forward})
-    for (const auto& s : *steps) {
-      CUfunction f = nullptr;
-      if (s.kind == Step::kLaunch) {
-        d.check(d.cuModuleGetFunction(&f, module_, s.launch.mangled.c_str()), s.label + ": cuModuleGetFunction");
-        if (s.launch.shared > 48 * 1024)
-          d.check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(s.launch.shared)),
-                  s.label + ": dynamic shared memory of " + std::to_string(s.launch.shared) + " bytes");
-        const auto& L = s.launch;
-        const unsigned cluster_blocks = L.cluster[0] * L.cluster[1] * L.cluster[2];
-        if (cluster_blocks > 8)
-          d.check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
-                  s.label + ": a cluster of " + std::to_string(cluster_blocks) + " blocks (non-portable size)");
-        if (L.cooperative) {
-          // A grid-wide barrier needs every block resident at once: refused, naming the numbers, when
-          // the device cannot hold the grid.
-          int per_sm = 0, sms = 0;
-          CUdevice dev;
-          d.check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice");
-          d.check(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "SM count");
-          const int threads = int(L.block[0] * L.block[1] * L.block[2]);
-          d.check(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, threads, L.shared), s.label + ": occupancy");
-          const int64_t grid = int64_t(L.grid[0]) * L.grid[1] * L.grid[2], resident = int64_t(per_sm) * sms;
-          if (grid > resident)
-            throw PlanError(s.label + ": cooperative launch of " + std::to_string(grid) + " blocks, but at most " +
-                                std::to_string(resident) + " (" + std::to_string(per_sm) + " per SM x " + std::to_string(sms) +
-                                " SMs) can be resident at once with this block size and shared memory",
-                            L.kernel);
-        }
-        auto& storage = impl_->arg_storage[si];
-        for (const auto& a : s.launch.args) {
-          if (a.buffer >= 0) {
-            CUdeviceptr p = base_[a.buffer] + options_.guard_bytes + static_cast<CUdeviceptr>(a.offset);
-            std::vector<uint8_t> bytes(sizeof p);
-            std::memcpy(bytes.data(), &p, sizeof p);
-            storage.push_back(bytes);
-          } else {
-            storage.push_back(a.scalar);
-          }
-        }
-        for (auto& bytes : storage) impl_->arg_ptrs[si].push_back(bytes.data());
-      } else if (s.kind == Step::kGemm) {
-        const auto& lt = cuda::CublasLt::get();
-        if (!impl_->lt) {
-          lt.check(lt.create(&impl_->lt), "cublasLtCreate");
-          d.check(d.cuMemAlloc(&impl_->workspace, impl_->workspace_bytes), "cuMemAlloc(cuBLASLt workspace)");
-        }
-        const BoundGemm& g = s.gemm;
-        GemmPlan gp;
-        gp.g = &g;
-        cudaDataType_t dt = data_type(g.dtype);
-        cublasComputeType_t ct = g.compute == "tf32" && g.dtype == "F32" ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-        lt.check(lt.matmulDescCreate(&gp.desc, ct, CUDA_R_32F), "cublasLtMatmulDescCreate");
-        // Row-major out = op(A) op(B) is column-major out^T = op(B)^T op(A)^T: B goes first.
-        cublasOperation_t op_first = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-        cublasOperation_t op_second = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-        lt.check(lt.matmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first), "TRANSA");
-        lt.check(lt.matmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second), "TRANSB");
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
-        bool bias = g.bias >= 0;
-        if (g.activation == "relu") epi = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-        else if (g.activation == "gelu") epi = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
-        else if (bias) epi = CUBLASLT_EPILOGUE_BIAS;
-        lt.check(lt.matmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "EPILOGUE");
-        if (bias) {
-          CUdeviceptr bp = base_[g.bias] + options_.guard_bytes + static_cast<CUdeviceptr>(g.bias_offset);
-          void* bptr = reinterpret_cast<void*>(bp);
-          lt.check(lt.matmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bptr, sizeof bptr), "BIAS_POINTER");
-          cudaDataType_t bt = data_type(plan_.buffers[g.bias].dtype);
-          lt.check(lt.matmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), "BIAS_DATA_TYPE");
-        }
-        uint64_t m = g.n, n = g.m, k = g.k;  // column-major problem
-        // first operand (B): stored column-major as [N,K] (op N) or [K,N] (op T)
-        uint64_t fr = g.trans_b ? k : m, fc = g.trans_b ? m : k;
-        uint64_t sr = g.trans_a ? n : k, sc = g.trans_a ? k : n;
-        lt.check(lt.matrixLayoutCreate(&gp.a, dt, fr, fc, fr), "layout first");
-        lt.check(lt.matrixLayoutCreate(&gp.b, dt, sr, sc, sr), "layout second");
-        lt.check(lt.matrixLayoutCreate(&gp.c, dt, m, n, m), "layout out");
-        if (g.batch > 1) {
-          int32_t bc = static_cast<int32_t>(g.batch);
-          int64_t sa = static_cast<int64_t>(fr * fc), sb = static_cast<int64_t>(sr * sc), scc = static_cast<int64_t>(m * n);
-          for (auto [layout, stride] : {std::pair{gp.a, sa}, std::pair{gp.b, sb}, std::pair{gp.c, scc}}) {
-            lt.check(lt.matrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc), "BATCH_COUNT");
-            lt.check(lt.matrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
-                     "BATCH_OFFSET");
-          }
-        }
-        cublasLtMatmulPreference_t pref;
-        lt.check(lt.preferenceCreate(&pref), "preferenceCreate");
-        lt.check(lt.preferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &impl_->workspace_bytes,
-                                           sizeof impl_->workspace_bytes),
-                 "MAX_WORKSPACE");
-        cublasLtMatmulHeuristicResult_t heur{};
-        int found = 0;
-        cublasStatus_t st = lt.algoGetHeuristic(impl_->lt, gp.desc, gp.a, gp.b, gp.c, gp.c, pref, 1, &heur, &found);
-        lt.preferenceDestroy(pref);
-        if (st != CUBLAS_STATUS_SUCCESS || found == 0)
-          throw CudaError(CUDA_ERROR_NOT_SUPPORTED, s.label + ": cuBLASLt has no algorithm for this gemm (status " +
-                                                        std::to_string(static_cast<int>(st)) + ")");
-        gp.algo = heur.algo;
-        impl_->gemms[si] = gp;
-      } else {
-        const auto& dnn = cuda::Cudnn::get();
-        if (!impl_->dnn) dnn.check(dnn.create(&impl_->dnn), "cudnnCreate");
-        const BoundConv& c = s.conv;
-        ConvPlan cp;
-        cp.c = &c;
-        cudnnDataType_t dt = dnn_type(c.dtype);
-        // N-d descriptors: [N, C, spatial...], packed; a 1-d convolution is a 2-d one of height 1
-        // (cuDNN wants at least 4 dimensions).
-        const int sp = std::max(c.spatial, 2), off = sp - c.spatial;
-        auto dims_of = [&](int64_t n, int64_t ch, const int64_t* sizes) {
-          std::vector<int> d = {int(n), int(ch)};
-          for (int i = 0; i < sp; ++i) d.push_back(i < off ? 1 : int(sizes[i - off]));
-          return d;
-        };
-        auto packed = [](const std::vector<int>& d) {
-          std::vector<int> st(d.size());
-          int acc = 1;
-          for (size_t i = d.size(); i-- > 0;) st[i] = acc, acc *= d[i];
-          return st;
-        };
-        auto tensor = [&](cudnnTensorDescriptor_t& t, const std::vector<int>& d, const char* what) {
-          dnn.check(dnn.createTensorDescriptor(&t), "cudnnCreateTensorDescriptor");
-          auto st = packed(d);
-          dnn.check(dnn.setTensorNdDescriptor(t, dt, int(d.size()), d.data(), st.data()), s.label + ": " + what);
-        };
-        // x is what the step reads, y what it writes; for a transposed conv cuDNN's dy is x and dx is y.
-        tensor(cp.x, dims_of(c.n, c.c, c.in), "x");
-        tensor(cp.y, dims_of(c.n, c.k, c.out_size), "out");
-        std::vector<int> wd = c.transposed ? dims_of(c.c, c.k / c.groups, c.kernel) : dims_of(c.k, c.c / c.groups, c.kernel);
-        dnn.check(dnn.createFilterDescriptor(&cp.w), "cudnnCreateFilterDescriptor");
-        dnn.check(dnn.setFilterNdDescriptor(cp.w, dt, CUDNN_TENSOR_NCHW, int(wd.size()), wd.data()), s.label + ": w");
-        std::vector<int> pad(sp, 0), stride(sp, 1), dil(sp, 1);
-        for (int i = off; i < sp; ++i) {
-          pad[i] = int(c.padding[i - off]);
-          stride[i] = int(c.stride[i - off]);
-          dil[i] = int(c.dilation[i - off]);
-        }
-        dnn.check(dnn.createConvolutionDescriptor(&cp.conv), "cudnnCreateConvolutionDescriptor");
-        dnn.check(dnn.setConvolutionNdDescriptor(cp.conv, sp, pad.data(), stride.data(), dil.data(), CUDNN_CROSS_CORRELATION,
-                                                 CUDNN_DATA_FLOAT),
-                  s.label + ": convolution");
-        dnn.check(dnn.setConvolutionGroupCount(cp.conv, int(c.groups)), s.label + ": groups");
-        // fp32 stays fp32 (FMA only, no TF32), like the reference with TF32 off.
-        dnn.check(dnn.setConvolutionMathType(cp.conv, dt == CUDNN_DATA_FLOAT ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH), s.label + ": math");
-        if (c.bias >= 0) {
-          std::vector<int> bd = {1, int(c.k)};
-          for (int i = 0; i < sp; ++i) bd.push_back(1);
-          dnn.check(dnn.createTensorDescriptor(&cp.bias), "cudnnCreateTensorDescriptor");
-          auto bst = packed(bd);
-          dnn.check(dnn.setTensorNdDescriptor(cp.bias, dnn_type(plan_.buffers[c.bias].dtype), int(bd.size()), bd.data(), bst.data()),
-                    s.label + ": bias");
-        }
-        bool ok = false;
-        int found = 0;
-        if (!c.transposed) {
-          cudnnConvolutionFwdAlgoPerf_t perf[8];
-          dnn.check(dnn.getConvolutionForwardAlgorithm_v7(impl_->dnn, cp.x, cp.w, cp.conv, cp.y, 8, &found, perf), s.label + ": algorithm");
-          for (int a = 0; a < found && !ok; ++a)
-            if (perf[a].status == CUDNN_STATUS_SUCCESS) cp.algo = perf[a].algo, ok = true;
-          if (ok)
-            dnn.check(dnn.getConvolutionForwardWorkspaceSize(impl_->dnn, cp.x, cp.w, cp.conv, cp.y, cp.algo, &cp.workspace_bytes),
-                      s.label + ": workspace");
-        } else {
-          cudnnConvolutionBwdDataAlgoPerf_t perf[8];
-          dnn.check(dnn.getConvolutionBackwardDataAlgorithm_v7(impl_->dnn, cp.w, cp.x, cp.conv, cp.y, 8, &found, perf),
-                    s.label + ": algorithm");
-          for (int a = 0; a < found && !ok; ++a)
-            if (perf[a].status == CUDNN_STATUS_SUCCESS) cp.transposed_algo = perf[a].algo, ok = true;
-          if (ok)
-            dnn.check(dnn.getConvolutionBackwardDataWorkspaceSize(impl_->dnn, cp.w, cp.x, cp.conv, cp.y, cp.transposed_algo,
-                                                                   &cp.workspace_bytes),
-                      s.label + ": workspace");
-        }
-        if (!ok) throw CudaError(CUDA_ERROR_NOT_SUPPORTED, s.label + ": cuDNN has no algorithm for this convolution");
-        if (cp.workspace_bytes > impl_->conv_workspace_bytes) {
-          if (impl_->conv_workspace) d.cuMemFree(impl_->conv_workspace);
-          impl_->conv_workspace_bytes = cp.workspace_bytes;
-          d.check(d.cuMemAlloc(&impl_->conv_workspace, cp.workspace_bytes), "cuMemAlloc(cuDNN workspace)");
-        }
-        impl_->convs[si] = cp;
-      }
-      functions_.push_back(f);
-      ++si;
+}
+
+// A launch step: its function (dynamic shared memory, cluster size and a cooperative grid checked
+// against the device) and its packed arguments.
+CUfunction Executor::prepare_launch(const BoundStep& s, size_t si) {
+  auto& d = Driver::get();
+  CUfunction f = nullptr;
+  d.check(d.cuModuleGetFunction(&f, module_, s.launch.mangled.c_str()), s.label + ": cuModuleGetFunction");
+  if (s.launch.shared > 48 * 1024)
+    d.check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(s.launch.shared)),
+            s.label + ": dynamic shared memory of " + std::to_string(s.launch.shared) + " bytes");
+  const auto& L = s.launch;
+  const unsigned cluster_blocks = L.cluster[0] * L.cluster[1] * L.cluster[2];
+  if (cluster_blocks > 8)
+    d.check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+            s.label + ": a cluster of " + std::to_string(cluster_blocks) + " blocks (non-portable size)");
+  if (L.cooperative) {
+    // A grid-wide barrier needs every block resident at once: refused, naming the numbers, when
+    // the device cannot hold the grid.
+    int per_sm = 0, sms = 0;
+    CUdevice dev;
+    d.check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+    d.check(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "SM count");
+    const int threads = int(L.block[0] * L.block[1] * L.block[2]);
+    d.check(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, threads, L.shared), s.label + ": occupancy");
+    const int64_t grid = int64_t(L.grid[0]) * L.grid[1] * L.grid[2], resident = int64_t(per_sm) * sms;
+    if (grid > resident)
+      throw PlanError(s.label + ": cooperative launch of " + std::to_string(grid) + " blocks, but at most " +
+                          std::to_string(resident) + " (" + std::to_string(per_sm) + " per SM x " + std::to_string(sms) +
+                          " SMs) can be resident at once with this block size and shared memory",
+                      L.kernel);
+  }
+  auto& storage = impl_->arg_storage[si];
+  for (const auto& a : s.launch.args) {
+    if (a.buffer >= 0) {
+      CUdeviceptr p = base_[a.buffer] + options_.guard_bytes + static_cast<CUdeviceptr>(a.offset);
+      std::vector<uint8_t> bytes(sizeof p);
+      std::memcpy(bytes.data(), &p, sizeof p);
+      storage.push_back(bytes);
+    } else {
+      storage.push_back(a.scalar);
     }
+  }
+  for (auto& bytes : storage) impl_->arg_ptrs[si].push_back(bytes.data());
+  return f;
+}
+
+// A gemm step: its cuBLASLt descriptors, layouts and algorithm.
+void Executor::prepare_gemm(const BoundStep& s, size_t si) {
+  auto& d = Driver::get();
+  const auto& lt = cuda::CublasLt::get();
+  if (!impl_->lt) {
+    lt.check(lt.create(&impl_->lt), "cublasLtCreate");
+    d.check(d.cuMemAlloc(&impl_->workspace, impl_->workspace_bytes), "cuMemAlloc(cuBLASLt workspace)");
+  }
+  const BoundGemm& g = s.gemm;
+  GemmPlan gp;
+  gp.g = &g;
+  cudaDataType_t dt = data_type(g.dtype);
+  cublasComputeType_t ct = g.compute == "tf32" && g.dtype == "F32" ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  lt.check(lt.matmulDescCreate(&gp.desc, ct, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  // Row-major out = op(A) op(B) is column-major out^T = op(B)^T op(A)^T: B goes first.
+  cublasOperation_t op_first = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t op_second = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  lt.check(lt.matmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first), "TRANSA");
+  lt.check(lt.matmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second), "TRANSB");
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  bool bias = g.bias >= 0;
+  if (g.activation == "relu") epi = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+  else if (g.activation == "gelu") epi = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+  else if (bias) epi = CUBLASLT_EPILOGUE_BIAS;
+  lt.check(lt.matmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "EPILOGUE");
+  if (bias) {
+    CUdeviceptr bp = base_[g.bias] + options_.guard_bytes + static_cast<CUdeviceptr>(g.bias_offset);
+    void* bptr = reinterpret_cast<void*>(bp);
+    lt.check(lt.matmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bptr, sizeof bptr), "BIAS_POINTER");
+    cudaDataType_t bt = data_type(plan_.buffers[g.bias].dtype);
+    lt.check(lt.matmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), "BIAS_DATA_TYPE");
+  }
+  uint64_t m = g.n, n = g.m, k = g.k;  // column-major problem
+  // first operand (B): stored column-major as [N,K] (op N) or [K,N] (op T)
+  uint64_t fr = g.trans_b ? k : m, fc = g.trans_b ? m : k;
+  uint64_t sr = g.trans_a ? n : k, sc = g.trans_a ? k : n;
+  lt.check(lt.matrixLayoutCreate(&gp.a, dt, fr, fc, fr), "layout first");
+  lt.check(lt.matrixLayoutCreate(&gp.b, dt, sr, sc, sr), "layout second");
+  lt.check(lt.matrixLayoutCreate(&gp.c, dt, m, n, m), "layout out");
+  if (g.batch > 1) {
+    int32_t bc = static_cast<int32_t>(g.batch);
+    int64_t sa = static_cast<int64_t>(fr * fc), sb = static_cast<int64_t>(sr * sc), scc = static_cast<int64_t>(m * n);
+    for (auto [layout, stride] : {std::pair{gp.a, sa}, std::pair{gp.b, sb}, std::pair{gp.c, scc}}) {
+      lt.check(lt.matrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc), "BATCH_COUNT");
+      lt.check(lt.matrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+               "BATCH_OFFSET");
+    }
+  }
+  cublasLtMatmulPreference_t pref;
+  lt.check(lt.preferenceCreate(&pref), "preferenceCreate");
+  lt.check(lt.preferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &impl_->workspace_bytes,
+                                     sizeof impl_->workspace_bytes),
+           "MAX_WORKSPACE");
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  cublasStatus_t st = lt.algoGetHeuristic(impl_->lt, gp.desc, gp.a, gp.b, gp.c, gp.c, pref, 1, &heur, &found);
+  lt.preferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+    throw CudaError(CUDA_ERROR_NOT_SUPPORTED, s.label + ": cuBLASLt has no algorithm for this gemm (status " +
+                                                  std::to_string(static_cast<int>(st)) + ")");
+  gp.algo = heur.algo;
+  impl_->gemms[si] = gp;
+}
+
+// A conv step: its cuDNN descriptors, algorithm and workspace.
+void Executor::prepare_conv(const BoundStep& s, size_t si) {
+  auto& d = Driver::get();
+  const auto& dnn = cuda::Cudnn::get();
+  if (!impl_->dnn) dnn.check(dnn.create(&impl_->dnn), "cudnnCreate");
+  const BoundConv& c = s.conv;
+  ConvPlan cp;
+  cp.c = &c;
+  cudnnDataType_t dt = dnn_type(c.dtype);
+  // N-d descriptors: [N, C, spatial...], packed; a 1-d convolution is a 2-d one of height 1
+  // (cuDNN wants at least 4 dimensions).
+  const int sp = std::max(c.spatial, 2), off = sp - c.spatial;
+  auto dims_of = [&](int64_t n, int64_t ch, const int64_t* sizes) {
+    std::vector<int> d = {int(n), int(ch)};
+    for (int i = 0; i < sp; ++i) d.push_back(i < off ? 1 : int(sizes[i - off]));
+    return d;
+  };
+  auto packed = [](const std::vector<int>& d) {
+    std::vector<int> st(d.size());
+    int acc = 1;
+    for (size_t i = d.size(); i-- > 0;) st[i] = acc, acc *= d[i];
+    return st;
+  };
+  auto tensor = [&](cudnnTensorDescriptor_t& t, const std::vector<int>& d, const char* what) {
+    dnn.check(dnn.createTensorDescriptor(&t), "cudnnCreateTensorDescriptor");
+    auto st = packed(d);
+    dnn.check(dnn.setTensorNdDescriptor(t, dt, int(d.size()), d.data(), st.data()), s.label + ": " + what);
+  };
+  // x is what the step reads, y what it writes; for a transposed conv cuDNN's dy is x and dx is y.
+  tensor(cp.x, dims_of(c.n, c.c, c.in), "x");
+  tensor(cp.y, dims_of(c.n, c.k, c.out_size), "out");
+  std::vector<int> wd = c.transposed ? dims_of(c.c, c.k / c.groups, c.kernel) : dims_of(c.k, c.c / c.groups, c.kernel);
+  dnn.check(dnn.createFilterDescriptor(&cp.w), "cudnnCreateFilterDescriptor");
+  dnn.check(dnn.setFilterNdDescriptor(cp.w, dt, CUDNN_TENSOR_NCHW, int(wd.size()), wd.data()), s.label + ": w");
+  std::vector<int> pad(sp, 0), stride(sp, 1), dil(sp, 1);
+  for (int i = off; i < sp; ++i) {
+    pad[i] = int(c.padding[i - off]);
+    stride[i] = int(c.stride[i - off]);
+    dil[i] = int(c.dilation[i - off]);
+  }
+  dnn.check(dnn.createConvolutionDescriptor(&cp.conv), "cudnnCreateConvolutionDescriptor");
+  dnn.check(dnn.setConvolutionNdDescriptor(cp.conv, sp, pad.data(), stride.data(), dil.data(), CUDNN_CROSS_CORRELATION,
+                                           CUDNN_DATA_FLOAT),
+            s.label + ": convolution");
+  dnn.check(dnn.setConvolutionGroupCount(cp.conv, int(c.groups)), s.label + ": groups");
+  // fp32 stays fp32 (FMA only, no TF32), like the reference with TF32 off.
+  dnn.check(dnn.setConvolutionMathType(cp.conv, dt == CUDNN_DATA_FLOAT ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH), s.label + ": math");
+  if (c.bias >= 0) {
+    std::vector<int> bd = {1, int(c.k)};
+    for (int i = 0; i < sp; ++i) bd.push_back(1);
+    dnn.check(dnn.createTensorDescriptor(&cp.bias), "cudnnCreateTensorDescriptor");
+    auto bst = packed(bd);
+    dnn.check(dnn.setTensorNdDescriptor(cp.bias, dnn_type(plan_.buffers[c.bias].dtype), int(bd.size()), bd.data(), bst.data()),
+              s.label + ": bias");
+  }
+  const bool ok = choose_conv_algorithm(dnn, impl_->dnn, cp, s.label);
+  if (!ok) throw CudaError(CUDA_ERROR_NOT_SUPPORTED, s.label + ": cuDNN has no algorithm for this convolution");
+  if (cp.workspace_bytes > impl_->conv_workspace_bytes) {
+    if (impl_->conv_workspace) d.cuMemFree(impl_->conv_workspace);
+    impl_->conv_workspace_bytes = cp.workspace_bytes;
+    d.check(d.cuMemAlloc(&impl_->conv_workspace, cp.workspace_bytes), "cuMemAlloc(cuDNN workspace)");
+  }
+  impl_->convs[si] = cp;
 }
 
 Executor::~Executor() {

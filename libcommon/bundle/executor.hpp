@@ -105,6 +105,11 @@ class Executor {
 
  private:
   struct Impl;
+  void allocate_buffers();
+  void load_module(const std::string& cubin);
+  CUfunction prepare_launch(const BoundStep& s, size_t si);
+  void prepare_gemm(const BoundStep& s, size_t si);
+  void prepare_conv(const BoundStep& s, size_t si);
   void run_steps(const std::vector<BoundStep>& steps, CUstream stream);
   const BoundPlan plan_;
   ExecutorOptions options_;

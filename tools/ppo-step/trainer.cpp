@@ -279,6 +279,7 @@ std::vector<std::vector<std::size_t>> Trainer::mini_batches(std::size_t n, int s
   return out;
 }
 
+// long: the update loop (epoch, mini-batch, token) with each loss term beside its gradient, as PPO is written
 void Trainer::update_actor(TrainModel& policy, const std::vector<Trajectory>& batch,
                            const std::vector<std::vector<double>>& old_lp, const std::vector<std::vector<double>>& ref_lp,
                            const std::vector<std::vector<double>>& adv, const ModelTrainConfig& mc, bool sft,
