@@ -52,6 +52,93 @@ ca::Json error_answer(const std::string& error, const std::string& detail, bool 
 
 }  // namespace
 
+namespace {
+
+// The runner's one candidate: its executor, init's scratch as run_init left it (forward may not
+// change it), and the captured forward graph.
+struct RunnerState {
+  std::unique_ptr<ca::bundle::Executor> ex;
+  std::map<std::string, std::string> init_state;
+  CUgraphExec graph = nullptr;
+  void drop() {
+    if (graph) ca::cuda::Driver::get().cuGraphExecDestroy(graph);
+    graph = nullptr;
+    ex.reset();
+  }
+};
+
+// `load`: the candidate bound to the task's tensors, its params uploaded, init run; the answer
+// carries its outputs for the parent to compare.
+ca::Json runner_load(RunnerState& state, const ca::Json& req, int gpu) {
+  state.drop();
+  auto& ex = state.ex;
+  auto& init_state = state.init_state;
+  auto& graph = state.graph;
+  auto t0 = std::chrono::steady_clock::now();
+  ca::bundle::CompileResult cr;
+  cr.cubin = ca::read_file(req.at("cubin"));
+  cr.ptx = ca::read_file(req.at("ptx"));
+  for (auto& [k, v] : req.at("lowered").items()) cr.lowered[k] = v.get<std::string>();
+  auto sigs = ca::bundle::signatures_of(cr);
+  ca::bundle::Plan plan = ca::bundle::Plan::parse(ca::Json(req.at("plan")));
+  ca::bundle::IoSpec io = ca::bundle::IoSpec::from_json(req.at("io"));
+  ca::bundle::BoundPlan bound =
+      ca::bundle::bind_plan(plan, sigs, io, ca::bundle::LaunchLimits::for_arch(ca::cuda::Driver::get().device_info(gpu).arch()));
+  ex = std::make_unique<ca::bundle::Executor>(bound, cr.cubin);
+  // Params: the worker's device tensors (mapped, copied and unmapped before any candidate
+  // code runs), or a safetensors file.
+  if (req.contains("params_ipc")) ex->upload_shared(req["params_ipc"]);
+  else if (req.contains("params") && req["params"].is_string()) ex->upload_tensors(ca::read_safetensors(req["params"]).tensors);
+  ex->run_init();
+  init_state = ex->init_scratch_hashes();
+  // Capture is a one-time cost: paid here, outside the watchdog of the calls.
+  if (req.value("graph", false)) graph = ex->capture_forward();
+  // The outputs, for the parent to compare where they are (the reference never comes here).
+  return {{"ok", true}, {"init_ms", ms_since(t0)}, {"module_global_bytes", ex->module_global_bytes()},
+        {"outputs_ipc", ex->export_outputs()}};
+}
+
+// `run`: one call on fresh inputs, from the same state every time; the answer says what it changed
+// that it may not (inputs, params, init's scratch, the guard zones).
+ca::Json runner_run(RunnerState& state, const ca::Json& req) {
+  auto& ex = state.ex;
+  auto& init_state = state.init_state;
+  auto& graph = state.graph;
+  if (!ex) return error_answer("bad_request", "run before load", false);
+  uint32_t seed = req.value("guard_seed", 12345u);
+  if (req.contains("inputs_ipc")) ex->upload_shared(req["inputs_ipc"]);
+  else ex->upload_tensors(ca::read_safetensors(req.at("inputs")).tensors);
+  std::vector<std::pair<std::string, std::string>> before;
+  for (auto& b : ex->plan().buffers)
+    if (b.space == ca::bundle::Space::input || b.space == ca::bundle::Space::param) before.emplace_back(b.ref, ex->hash(b.ref));
+  // Every call starts from the same state: forward's scratch poisoned, module globals as loaded.
+  ex->reset_call_state(ex->stream());
+  ex->poison_outputs();
+  ex->fill_guards(seed);
+  ex->synchronize();
+  auto t0 = std::chrono::steady_clock::now();
+  if (req.value("graph", false)) {
+    // As kernel-prof times it: the forward captured once per load, replayed per call.
+    if (!graph) graph = ex->capture_forward();
+    auto& d = ca::cuda::Driver::get();
+    d.check(d.cuGraphLaunch(graph, ex->stream()), "cuGraphLaunch");
+  } else {
+    ex->forward(ex->stream());
+  }
+  ex->synchronize();
+  double forward_ms = ms_since(t0);
+  ca::Json changed = ca::Json::array(), guards = ca::Json::array();
+  for (auto& [ref, h] : before)
+    if (ex->hash(ref) != h) changed.push_back(ref);
+  for (auto& g : ex->check_guards(seed)) guards.push_back(g.text());
+  ca::Json init_changed = ex->changed_init_scratch(init_state);
+  if (req.contains("out")) ca::write_safetensors(req.at("out"), ex->download_outputs());
+  return {{"ok", true}, {"forward_ms", forward_ms}, {"inputs_changed", changed}, {"guards", guards},
+        {"init_scratch_changed", init_changed}};
+}
+
+}  // namespace
+
 int runner_main(int gpu) {
   // The protocol gets a private copy of stdout; fd 1 goes to stderr so nothing a kernel or a library
   // prints can corrupt it.
@@ -73,14 +160,7 @@ int runner_main(int gpu) {
     send(error_answer("no_device", e.what(), true));
     return ca::kExitEnvironment;
   }
-  std::unique_ptr<ca::bundle::Executor> ex;
-  std::map<std::string, std::string> init_state;  // init's scratch after run_init: forward may not change it
-  CUgraphExec graph = nullptr;
-  auto drop = [&] {
-    if (graph) ca::cuda::Driver::get().cuGraphExecDestroy(graph);
-    graph = nullptr;
-    ex.reset();
-  };
+  RunnerState state;
   std::string line;
   while (std::getline(std::cin, line)) {
     if (line.empty()) continue;
@@ -94,66 +174,11 @@ int runner_main(int gpu) {
     std::string op = req.value("op", "");
     try {
       if (op == "load") {
-        drop();
-        auto t0 = std::chrono::steady_clock::now();
-        ca::bundle::CompileResult cr;
-        cr.cubin = ca::read_file(req.at("cubin"));
-        cr.ptx = ca::read_file(req.at("ptx"));
-        for (auto& [k, v] : req.at("lowered").items()) cr.lowered[k] = v.get<std::string>();
-        auto sigs = ca::bundle::signatures_of(cr);
-        ca::bundle::Plan plan = ca::bundle::Plan::parse(ca::Json(req.at("plan")));
-        ca::bundle::IoSpec io = ca::bundle::IoSpec::from_json(req.at("io"));
-        ca::bundle::BoundPlan bound =
-            ca::bundle::bind_plan(plan, sigs, io, ca::bundle::LaunchLimits::for_arch(ca::cuda::Driver::get().device_info(gpu).arch()));
-        ex = std::make_unique<ca::bundle::Executor>(bound, cr.cubin);
-        // Params: the worker's device tensors (mapped, copied and unmapped before any candidate
-        // code runs), or a safetensors file.
-        if (req.contains("params_ipc")) ex->upload_shared(req["params_ipc"]);
-        else if (req.contains("params") && req["params"].is_string()) ex->upload_tensors(ca::read_safetensors(req["params"]).tensors);
-        ex->run_init();
-        init_state = ex->init_scratch_hashes();
-        // Capture is a one-time cost: paid here, outside the watchdog of the calls.
-        if (req.value("graph", false)) graph = ex->capture_forward();
-        // The outputs, for the parent to compare where they are (the reference never comes here).
-        send({{"ok", true}, {"init_ms", ms_since(t0)}, {"module_global_bytes", ex->module_global_bytes()},
-              {"outputs_ipc", ex->export_outputs()}});
+        send(runner_load(state, req, gpu));
       } else if (op == "run") {
-        if (!ex) {
-          send(error_answer("bad_request", "run before load", false));
-          continue;
-        }
-        uint32_t seed = req.value("guard_seed", 12345u);
-        if (req.contains("inputs_ipc")) ex->upload_shared(req["inputs_ipc"]);
-        else ex->upload_tensors(ca::read_safetensors(req.at("inputs")).tensors);
-        std::vector<std::pair<std::string, std::string>> before;
-        for (auto& b : ex->plan().buffers)
-          if (b.space == ca::bundle::Space::input || b.space == ca::bundle::Space::param) before.emplace_back(b.ref, ex->hash(b.ref));
-        // Every call starts from the same state: forward's scratch poisoned, module globals as loaded.
-        ex->reset_call_state(ex->stream());
-        ex->poison_outputs();
-        ex->fill_guards(seed);
-        ex->synchronize();
-        auto t0 = std::chrono::steady_clock::now();
-        if (req.value("graph", false)) {
-          // As kernel-prof times it: the forward captured once per load, replayed per call.
-          if (!graph) graph = ex->capture_forward();
-          auto& d = ca::cuda::Driver::get();
-          d.check(d.cuGraphLaunch(graph, ex->stream()), "cuGraphLaunch");
-        } else {
-          ex->forward(ex->stream());
-        }
-        ex->synchronize();
-        double forward_ms = ms_since(t0);
-        ca::Json changed = ca::Json::array(), guards = ca::Json::array();
-        for (auto& [ref, h] : before)
-          if (ex->hash(ref) != h) changed.push_back(ref);
-        for (auto& g : ex->check_guards(seed)) guards.push_back(g.text());
-        ca::Json init_changed = ex->changed_init_scratch(init_state);
-        if (req.contains("out")) ca::write_safetensors(req.at("out"), ex->download_outputs());
-        send({{"ok", true}, {"forward_ms", forward_ms}, {"inputs_changed", changed}, {"guards", guards},
-              {"init_scratch_changed", init_changed}});
+        send(runner_run(state, req));
       } else if (op == "unload") {
-        drop();
+        state.drop();
         send({{"ok", true}});
       } else if (op == "ping") {
         send({{"ok", true}});
@@ -163,7 +188,7 @@ int runner_main(int gpu) {
     } catch (const ca::cuda::CudaError& e) {
       send(error_answer("runtime_error", e.what(), e.sticky()));
       if (e.sticky()) {
-        ex.release();  // the context is dead: freeing would fail; the process exits
+        state.ex.release();  // the context is dead: freeing would fail; the process exits
         return 0;
       }
     } catch (const ca::bundle::PlanError& e) {
