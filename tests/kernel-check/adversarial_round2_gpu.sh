@@ -84,7 +84,9 @@ for row in expected:
                 why.append("its control %s has no reward" % ctrl_name)
             elif not isinstance(s["reward"], (int, float)) or s["reward"] > ctrl["reward"]:
                 why.append("reward %s > its control's %s" % (s["reward"], ctrl["reward"]))
-        if keys.get("timed_as_control") and s["status"] == "passed":
+        # Timed, it must be timed as the honest work; not timed (its kernels killed the GPU context when
+        # timed, seen for far-past-module-global on the H200), the reward check above already holds it.
+        if keys.get("timed_as_control") and s["status"] == "passed" and s["prof_status"] == "timed":
             if ctrl is None or ctrl["time_us"] is None or s["time_us"] is None or s["time_us"] < 0.8 * ctrl["time_us"]:
                 why.append("timed at %s us against its control's %s us (a cache or a name paid)" % (
                     fmt(s["time_us"]), fmt(ctrl and ctrl["time_us"])))
