@@ -117,6 +117,182 @@ Outcome Profiler::profile_in_child(Json& record, const std::string& task_id) {
   return record["prof"].value("status", std::string()) == "failed" ? Outcome::failed : Outcome::done;
 }
 
+namespace {
+
+// A baseline's median time and its relative interval, when it has them.
+std::optional<std::pair<double, std::optional<double>>> median_of(const Json& b) {
+  if (!b.contains("time_us") || !b["time_us"].is_object() || !b["time_us"].contains("median")) return std::nullopt;
+  const Json& tj = b["time_us"];
+  std::optional<double> ci;
+  if (tj.contains("rel_ci") && tj["rel_ci"].is_number()) ci = tj["rel_ci"].get<double>();
+  return std::make_pair(tj["median"].get<double>(), ci);
+}
+
+int open_decisions(const Json& d) {
+  int n = 0;
+  for (auto& [mode, x] : d.items()) n += x.value("ambiguous", false) ? 1 : 0;
+  return n;
+}
+
+// One passing record's profile as it is built (Profiler::profile's state): the candidate's timing,
+// the method, the baselines and the notes. One metric on both sides (DESIGN.md §7): CUPTI kernel
+// sums per call for the candidate against the profiler's kernel sums for the baselines ("device"),
+// or CUDA events on both ("wall"). When the candidate's device time is missing, nothing is
+// compared: no speedup, and the record says why.
+struct ProfileRun {
+  GpuSession& g;
+  const ProfOptions& options_;
+  Json& record;
+  const Json& task;
+  const Json& loaded;
+  const std::string& task_id;
+  CandidateTiming& cand;
+  Json& prof;
+  const std::chrono::steady_clock::time_point started;
+  const std::string metric_used = options_.metric;
+  Json notes = Json::array();
+  Json method;
+  Json base = Json::object();
+
+  bool have_device() const { return !cand.loop.device_us.empty(); }
+  const measure::Summary& chosen() const { return metric_used == "device" ? cand.loop.device : cand.loop.event; }
+
+  void start_method() {
+    if (!cand.loop.cupti_note.empty()) notes.push_back(cand.loop.cupti_note);
+    method = options_.stop.to_json();
+    method["metric"] = metric_used;
+    method["warmup_calls"] = options_.warmup;
+    // Every call, warm-up, timed or checked, on a set no earlier call saw (drawn untimed by the worker).
+    method["input_sets"] = "fresh per call";
+    method["checked_calls"] = cand.checked_calls;
+    method["draw_ms_per_call"] = cand.draw_ms_per_call;
+    method["seed"] = options_.seed;
+    method["seed_given"] = options_.seed_given;
+    method["flush_bytes"] = g.flusher().bytes();
+    method["persisting_l2_reset"] = g.flusher().resets_persisting();
+    method["call_state_reset"] = "fresh inputs, shared memory of every SM, forward scratch and library workspaces poisoned, module memory restored, before every call";
+    method["timer"] = "cuda_events around cuGraphLaunch";
+  }
+
+  // The candidate's times (and the method's counts) as measured so far.
+  void fill_times() {
+    method["device_timer"] = have_device() ? "cupti concurrent-kernel records, summed per call" : "none";
+    method["stop"] = measure::stop_reason_name(cand.loop.stop);
+    method["calls"] = cand.loop.calls;
+    method["checked_calls"] = cand.checked_calls;
+    method["timed_wall_s"] = cand.loop.timed_wall_s;
+    prof["method"] = method;
+    const bool comparable = metric_used == "wall" || have_device();
+    prof["time_us"] = comparable ? chosen().to_json() : Json(nullptr);
+    prof["event_time_us"] = cand.loop.event.to_json();
+    prof["device_time_us"] = have_device() ? cand.loop.device.to_json() : Json(nullptr);
+    Json kernels = Json::array();
+    for (const auto& k : cand.loop.kernels) kernels.push_back(k.to_json());
+    prof["kernels"] = kernels;
+    prof["outputs_check"] = cand.outputs_check;
+  }
+
+  // Margin decisions: any the intervals leave open sends the candidate back for more timed calls.
+  Json decisions() const {
+    Json d = Json::object();
+    if (!prof["time_us"].is_object() || chosen().median <= 0) return d;
+    for (auto& [mode, b] : base.items())
+      if (auto tb = median_of(b))
+        d[mode] = measure::decide_margin(chosen().median, chosen().rel_ci, tb->first, tb->second, options_.margin).to_json();
+    return d;
+  }
+
+  // The record's prof says the timed outputs were wrong.
+  Outcome failed(const std::string& reason) {
+    prof["status"] = "failed";
+    prof["correct"] = false;
+    prof["reason"] = reason;
+    prof["notes"] = notes;
+    prof["profile_s"] = seconds_since(started);
+    record["prof"] = prof;
+    return Outcome::failed;
+  }
+
+  // More timed calls while a margin decision is inside the intervals (up to --remeasure rounds);
+  // the rounds run, or nullopt after a round whose outputs were wrong (then prof says so).
+  std::optional<int> remeasure() {
+    int rounds = 0;
+    for (Json d = decisions(); open_decisions(d) > 0 && rounds < options_.remeasure; d = decisions()) {
+      ++rounds;
+      CandidateTiming more = time_candidate(g, record, task, loaded, options_, rounds);
+      release_sets(g, more);
+      if (!more.outputs_ok) {
+        failed("wrong when timed (remeasure round " + std::to_string(rounds) + "): " + more.failure);
+        return std::nullopt;
+      }
+      cand.loop.event_us.insert(cand.loop.event_us.end(), more.loop.event_us.begin(), more.loop.event_us.end());
+      cand.loop.device_us.insert(cand.loop.device_us.end(), more.loop.device_us.begin(), more.loop.device_us.end());
+      if (more.loop.device_us.empty()) cand.loop.device_us.clear();  // one round without device time: none
+      cand.loop.event = measure::summarize(cand.loop.event_us);
+      cand.loop.device = measure::summarize(cand.loop.device_us);
+      cand.loop.calls += more.loop.calls;
+      cand.checked_calls += more.checked_calls;
+      cand.loop.timed_wall_s += more.loop.timed_wall_s;
+      fill_times();
+    }
+    return rounds;
+  }
+
+  // Baselines, with the same method and the same input seeds; precision-matched ones too when the
+  // kernel computes in reduced precision (TF32 on, or autocast to fp16/bf16; int8 and fp8 kernels are
+  // matched with fp16 autocast, the lowest precision PyTorch runs these tasks in).
+  void time_baselines(BaselineTimer& baselines, const std::string& task_key, const std::string& precision,
+                      measure::StageClock& stages) {
+    for (const auto& mode : options_.baselines) {
+      base[mode] = baselines.time(task_key, mode, "fp32", metric_used, options_.input_sets);
+      stages.lap("baseline_" + mode);
+    }
+    std::string matched = precision == "int8" || precision == "fp8" ? "fp16" : precision;
+    if (matched == "tf32" || matched == "fp16" || matched == "bf16") {
+      prof["matched_precision"] = matched;
+      for (const auto& mode : options_.baselines)
+        base[mode + "_precision_matched"] = baselines.time(task_key, mode, matched, metric_used, options_.input_sets);
+      stages.lap("baselines_matched");
+    }
+    prof["baselines"] = base;
+  }
+
+  // The margin decisions, speedups, notes and metrics of a timed candidate: prof is complete.
+  void conclude(int rounds, measure::StageClock& stages) {
+    Json final_decisions = decisions();
+    prof["margin_decisions"] = final_decisions;
+    prof["remeasured"] = rounds;
+    if (open_decisions(final_decisions) > 0)
+      notes.push_back(log::cat("a margin decision is still inside the measured intervals after ", rounds,
+                               " more rounds (reward-calc marks it within_noise)"));
+    auto speedup = [&](const Json& b) -> Json {
+      auto tb = median_of(b);
+      if (!tb || !prof["time_us"].is_object() || chosen().median <= 0) return nullptr;
+      return tb->first / chosen().median;
+    };
+    for (auto& [mode, b] : base.items()) prof["speedup_vs_" + underscored(mode)] = speedup(b);
+    if (metric_used == "wall")
+      notes.push_back("wall metric: eager and compile times include PyTorch's Python launch overhead per call; the "
+                      "candidate's is one CUDA-graph launch");
+    if (options_.metrics) {
+      prof["metrics"] = kernel_metrics(g, record, task, loaded, cand, options_);
+      stages.lap("metrics");
+    }
+    prof["status"] = "timed";
+    prof["correct"] = true;
+    prof["notes"] = notes;
+    prof["profile_s"] = seconds_since(started);
+    prof["stage_s"] = stages.to_json();
+    log::verbose(record.value("candidate_id", task_id), ": ", stages.text());
+    record["prof"] = prof;
+    log::verbose(record.value("candidate_id", task_id), ": ", chosen().median, " us (", metric_used, "), vs eager ",
+                 prof.value("speedup_vs_eager", Json(nullptr)).dump(), ", vs compile ",
+                 prof.value("speedup_vs_compile", Json(nullptr)).dump());
+  }
+};
+
+}  // namespace
+
 Outcome Profiler::profile(Json& record) {
   if (!check_passed(record)) return Outcome::passed;
   const std::string task_id = get_required<std::string>(record, "/task_id");
@@ -171,151 +347,25 @@ Outcome Profiler::profile(Json& record) {
   auto clock_end = measure::sm_clock_mhz(g.identity().pci_bus_id);
   prof["sm_clock_mhz"] = {{"start", clock_json(clock_start)}, {"end", clock_json(clock_end)}};
 
-  // One metric on both sides (DESIGN.md §7): CUPTI kernel sums per call for the candidate against the
-  // profiler's kernel sums for the baselines ("device"), or CUDA events on both ("wall"). When the
-  // candidate's device time is missing, nothing is compared: no speedup, and the record says why.
-  const std::string metric_used = options_.metric;
-  auto have_device = [&] { return !cand.loop.device_us.empty(); };
-  Json notes = Json::array();
-  if (!cand.loop.cupti_note.empty()) notes.push_back(cand.loop.cupti_note);
-  auto chosen = [&]() -> const measure::Summary& { return metric_used == "device" ? cand.loop.device : cand.loop.event; };
-
-  Json method = options_.stop.to_json();
-  method["metric"] = metric_used;
-  method["warmup_calls"] = options_.warmup;
-  // Every call, warm-up, timed or checked, on a set no earlier call saw (drawn untimed by the worker).
-  method["input_sets"] = "fresh per call";
-  method["checked_calls"] = cand.checked_calls;
-  method["draw_ms_per_call"] = cand.draw_ms_per_call;
-  method["seed"] = options_.seed;
-  method["seed_given"] = options_.seed_given;
-  method["flush_bytes"] = g.flusher().bytes();
-  method["persisting_l2_reset"] = g.flusher().resets_persisting();
-  method["call_state_reset"] = "fresh inputs, shared memory of every SM, forward scratch and library workspaces poisoned, module memory restored, before every call";
-  method["timer"] = "cuda_events around cuGraphLaunch";
-  auto fill_times = [&] {
-    method["device_timer"] = have_device() ? "cupti concurrent-kernel records, summed per call" : "none";
-    method["stop"] = measure::stop_reason_name(cand.loop.stop);
-    method["calls"] = cand.loop.calls;
-    method["checked_calls"] = cand.checked_calls;
-    method["timed_wall_s"] = cand.loop.timed_wall_s;
-    prof["method"] = method;
-    const bool comparable = metric_used == "wall" || have_device();
-    prof["time_us"] = comparable ? chosen().to_json() : Json(nullptr);
-    prof["event_time_us"] = cand.loop.event.to_json();
-    prof["device_time_us"] = have_device() ? cand.loop.device.to_json() : Json(nullptr);
-    Json kernels = Json::array();
-    for (const auto& k : cand.loop.kernels) kernels.push_back(k.to_json());
-    prof["kernels"] = kernels;
-    prof["outputs_check"] = cand.outputs_check;
-  };
-  fill_times();
+  ProfileRun run{g, options_, record, task, loaded, task_id, cand, prof, started};
+  run.start_method();
+  run.fill_times();
 
   if (!cand.outputs_ok) {
-    prof["status"] = "failed";
-    prof["correct"] = false;
-    prof["reason"] = "wrong when timed: " + cand.failure;
-    prof["notes"] = notes;
-    prof["profile_s"] = seconds_since(started);
-    record["prof"] = prof;
+    const Outcome o = run.failed("wrong when timed: " + cand.failure);
     log::warn(record.value("candidate_id", task_id), ": ", prof["reason"].get<std::string>());
-    return Outcome::failed;
+    return o;
   }
-  if (metric_used == "device" && !have_device())
+  if (run.metric_used == "device" && !run.have_device())
     prof["no_speedup"] = "the candidate has no device time (" + cand.loop.cupti_note +
                          "): kernel sums are never compared with event times";
 
-  // Baselines, with the same method and the same input seeds; precision-matched ones too when the
-  // kernel computes in reduced precision (TF32 on, or autocast to fp16/bf16; int8 and fp8 kernels are
-  // matched with fp16 autocast, the lowest precision PyTorch runs these tasks in).
-  Json base = Json::object();
-  for (const auto& mode : options_.baselines) {
-    base[mode] = baselines.time(task_key, mode, "fp32", metric_used, options_.input_sets);
-    stages.lap("baseline_" + mode);
-  }
-  std::string matched = precision == "int8" || precision == "fp8" ? "fp16" : precision;
-  if (matched == "tf32" || matched == "fp16" || matched == "bf16") {
-    prof["matched_precision"] = matched;
-    for (const auto& mode : options_.baselines)
-      base[mode + "_precision_matched"] = baselines.time(task_key, mode, matched, metric_used, options_.input_sets);
-    stages.lap("baselines_matched");
-  }
-  prof["baselines"] = base;
-  auto time_of = [](const Json& b) -> std::optional<std::pair<double, std::optional<double>>> {
-    if (!b.contains("time_us") || !b["time_us"].is_object() || !b["time_us"].contains("median")) return std::nullopt;
-    const Json& tj = b["time_us"];
-    std::optional<double> ci;
-    if (tj.contains("rel_ci") && tj["rel_ci"].is_number()) ci = tj["rel_ci"].get<double>();
-    return std::make_pair(tj["median"].get<double>(), ci);
-  };
-  // Margin decisions: any the intervals leave open sends the candidate back for more timed calls.
-  auto decisions = [&]() {
-    Json d = Json::object();
-    if (!prof["time_us"].is_object() || chosen().median <= 0) return d;
-    for (auto& [mode, b] : base.items())
-      if (auto tb = time_of(b))
-        d[mode] = measure::decide_margin(chosen().median, chosen().rel_ci, tb->first, tb->second, options_.margin).to_json();
-    return d;
-  };
-  auto open_decisions = [](const Json& d) {
-    int n = 0;
-    for (auto& [mode, x] : d.items()) n += x.value("ambiguous", false) ? 1 : 0;
-    return n;
-  };
-  int rounds = 0;
-  for (Json d = decisions(); open_decisions(d) > 0 && rounds < options_.remeasure; d = decisions()) {
-    ++rounds;
-    CandidateTiming more = time_candidate(g, record, task, loaded, options_, rounds);
-    release_sets(g, more);
-    if (!more.outputs_ok) {
-      prof["status"] = "failed";
-      prof["correct"] = false;
-      prof["reason"] = "wrong when timed (remeasure round " + std::to_string(rounds) + "): " + more.failure;
-      prof["notes"] = notes;
-      prof["profile_s"] = seconds_since(started);
-      record["prof"] = prof;
-        return Outcome::failed;
-    }
-    cand.loop.event_us.insert(cand.loop.event_us.end(), more.loop.event_us.begin(), more.loop.event_us.end());
-    cand.loop.device_us.insert(cand.loop.device_us.end(), more.loop.device_us.begin(), more.loop.device_us.end());
-    if (more.loop.device_us.empty()) cand.loop.device_us.clear();  // one round without device time: none
-    cand.loop.event = measure::summarize(cand.loop.event_us);
-    cand.loop.device = measure::summarize(cand.loop.device_us);
-    cand.loop.calls += more.loop.calls;
-    cand.checked_calls += more.checked_calls;
-    cand.loop.timed_wall_s += more.loop.timed_wall_s;
-    fill_times();
-  }
+  run.time_baselines(baselines, task_key, precision, stages);
+  const std::optional<int> remeasured = run.remeasure();
+  if (!remeasured) return Outcome::failed;
+  const int rounds = *remeasured;
   if (rounds > 0) stages.lap("remeasure");
-  Json final_decisions = decisions();
-  prof["margin_decisions"] = final_decisions;
-  prof["remeasured"] = rounds;
-  if (open_decisions(final_decisions) > 0)
-    notes.push_back(log::cat("a margin decision is still inside the measured intervals after ", rounds,
-                             " more rounds (reward-calc marks it within_noise)"));
-  auto speedup = [&](const Json& b) -> Json {
-    auto tb = time_of(b);
-    if (!tb || !prof["time_us"].is_object() || chosen().median <= 0) return nullptr;
-    return tb->first / chosen().median;
-  };
-  for (auto& [mode, b] : base.items()) prof["speedup_vs_" + underscored(mode)] = speedup(b);
-  if (metric_used == "wall")
-    notes.push_back("wall metric: eager and compile times include PyTorch's Python launch overhead per call; the "
-                    "candidate's is one CUDA-graph launch");
-  if (options_.metrics) {
-    prof["metrics"] = kernel_metrics(g, record, task, loaded, cand, options_);
-    stages.lap("metrics");
-  }
-  prof["status"] = "timed";
-  prof["correct"] = true;
-  prof["notes"] = notes;
-  prof["profile_s"] = seconds_since(started);
-  prof["stage_s"] = stages.to_json();
-  log::verbose(record.value("candidate_id", task_id), ": ", stages.text());
-  record["prof"] = prof;
-  log::verbose(record.value("candidate_id", task_id), ": ", chosen().median, " us (", metric_used, "), vs eager ",
-               prof.value("speedup_vs_eager", Json(nullptr)).dump(), ", vs compile ",
-               prof.value("speedup_vs_compile", Json(nullptr)).dump());
+  run.conclude(rounds, stages);
   return Outcome::done;
 }
 
