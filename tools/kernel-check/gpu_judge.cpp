@@ -156,121 +156,126 @@ void GpuJudge::judge(Prepared& p, const ca::Json& task, const std::string& task_
   cv_.notify_one();
 }
 
-void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std::string& task_id) {
-  ca::Json& check = p.check;
-  check["gpu"] = lane.gpu;
-  // Where a check's time goes (seconds per stage, in the record as check.stage_s and with -v): task
-  // load, the worker's draws and references, the runner's load, the calls, the comparisons.
-  ca::measure::StageClock stages;
-  auto lap = [&](const char* stage) { stages.lap(stage); };
-  struct StageReport {
-    const ca::measure::StageClock& s;
-    ca::Json& check;
-    const std::string& task_id;
-    ~StageReport() {
-      if (s.empty()) return;
-      check["stage_s"] = s.to_json();
-      ca::log::verbose("task ", task_id, ": ", s.text());
-    }
-  } stage_report{stages, check, task_id};
-  auto reference_failed = [&](const std::string& what, const ca::Json& ans) {
-    set_verdict(check, "runtime_error", "reference worker: " + what + ": " + ans.value("error", "?") + ": " + ans.value("detail", ""));
-    check["reference_error"] = true;
-  };
-  // 1. The task in this lane's worker, under its content key: its specs bind the plan.
-  const std::string key = ca::worker_request::task_key(task, task_id);
-  auto it = lane.loaded.find(key);
-  if (it == lane.loaded.end()) {
-    ca::Json ans = lane.worker->request(ca::worker_request::load(key, task));
-    if (!ans.value("ok", false)) return reference_failed("load", ans);
-    it = lane.loaded.emplace(key, ans).first;
-  }
-  lap("task_load");
-  ca::bundle::IoSpec io = ca::bundle::IoSpec::from_json(it->second);
-  try {
-    auto bound = ca::bundle::bind_plan(p.plan, p.signatures, io, lane.limits);
-    check["precision"] = candidate_precision(p, &bound);
-    check["scratch_bytes"] = bound.scratch_bytes();
-    if (auto v = rules_.check_bound(bound, io)) {
-      check["violation"] = v->to_json();
-      set_verdict(check, "policy_violation", v->rule + ": " + v->reason);
-      return;
-    }
-  } catch (const ca::bundle::PlanError& e) {
-    set_verdict(check, "plan_error", e.what());
-    if (!e.kernel.empty()) check["kernel"] = e.kernel;
-    return;
-  }
-  // A stochastic reference (live dropout: the worker runs it twice from two RNG states at load, and
-  // the task record may say so from import) is one random draw: matching it is luck, missing it is
-  // not the candidate's fault. Its own verdict, with correct null: reward-calc gives no -1 for it.
-  const bool stochastic = it->second.value("stochastic", false) || task.value("stochastic", false);
-  if (stochastic) {
-    check["task_stochastic"] = true;
-    if (!options_.allow_stochastic) {
-      set_verdict(check, "task_stochastic",
-                  "the task's reference is stochastic (two RNG states give two outputs on the same inputs: a live "
-                  "dropout or random op in forward, as KernelBench runs models in training mode): no candidate can be "
-                  "judged against one random draw (--allow-stochastic judges it anyway)");
-      check["correct"] = nullptr;
-      return;
-    }
-  }
-
-  // 2. Seeds: unpredictable unless --seed; each candidate gets its own sequence.
-  uint64_t cand_hash = std::stoull(ca::sha256_hex(check.value("candidate_id", "") + p.compiled->key).substr(0, 15), nullptr, 16);
+// One candidate judged on one lane (judge_on's state): the task as the worker loaded it, the
+// seeds, the watchdog's bounds, the current trial's tensors and tolerances.
+struct GpuJudge::Judgment {
+  const CheckOptions& options_;
+  const Rules& rules_;
+  const uint64_t base_seed_;
+  Lane& lane;
+  Prepared& p;
+  const ca::Json& task;
+  const std::string& task_id;
+  ca::Json& check;
+  ca::measure::StageClock& stages;
+  std::string key;
+  std::map<std::string, ca::Json>::iterator it;
+  ca::bundle::IoSpec io;
   std::vector<uint64_t> seeds;
-  for (int i = 0; i <= options_.trials; ++i) seeds.push_back(splitmix64(base_seed_ ^ cand_hash ^ (0x1000ULL * (i + 1))) >> 16);
-  // The watchdog bounds one call, from the reference's own time on the same inputs (measured by the
-  // worker below; the task's recorded eager time until then). One-time costs (module load, library
-  // plan choice, graph capture, first touch) are paid in `load` and the untimed first call, which
-  // get the watchdog plus an allowance for them: generous for those costs (milliseconds to a few
-  // seconds on the H200), but not minutes, as candidate code runs there too (init, the first
-  // forward) and a kernel that never returns holds the lane until the bound.
-  double eager = task_eager_ms(task);
-  auto watchdog_for = [&](double eager_ms) { return options_.timeout_s > 0 ? options_.timeout_s : std::max(2.0, eager_ms * 50 / 1000.0); };
-  double watchdog_s = watchdog_for(eager);
-  // + the work around the call (inputs copied in on the device, inputs and params hashed), at a
-  // conservative 20 GB/s.
-  const double transfer_s = 3.0 + double(io.io_bytes()) / 2e10;
-  auto watchdog = [&] { return std::chrono::milliseconds(static_cast<int64_t>((watchdog_s + transfer_s) * 1000)); };
-  constexpr double kOneTimeAllowanceS = 20;
-  auto one_time_s = [&] { return watchdog_s + transfer_s + kOneTimeAllowanceS; };
-  auto one_time_bound = [&] { return std::chrono::milliseconds(static_cast<int64_t>(one_time_s() * 1000)); };
-
-  // 3. The warm call's inputs, reference and params, kept on the GPU by the worker and shared by
-  // CUDA IPC (no tensor crosses the host); then the runner loads the candidate.
-  auto tmp = [&](const std::string& stem) { return lane.worker->temp_path(stem); };
-  std::string cubin_path = tmp("cubin"), ptx_path = tmp("ptx");
-  ca::write_file_atomic(cubin_path, p.compiled->cubin);
-  ca::write_file_atomic(ptx_path, p.compiled->ptx);
-  struct Cleanup {
-    GpuJudge::Lane& lane;
-    std::vector<std::string> files;
-    ~Cleanup() {
-      for (auto& f : files) std::remove(f.c_str());
-      try {
-        lane.worker->request(ca::worker_request::release({"kc-in", "kc-ref", "kc-params"}));
-      } catch (const std::exception&) {
-      }
-    }
-  } cleanup{lane, {cubin_path, ptx_path}};
-
+  double watchdog_s = 0, transfer_s = 0;
   double reference_ms = 0;  // the slowest reference call seen on these inputs
   ca::Json in_tensors, ref_tensors, params_tensors, trial_variant;
   std::string trial_calibration_note;  // a trial judged by the warm call's calibration: why
-  // Every trial is judged by the bound of the precision the record claims, calibrated on that
-  // trial's inputs (compare.hpp), unless --tolerance published or strict.
-  const bool calibrated = options_.tolerance == "calibrated";
-  const std::string claimed = check.value("precision", std::string("fp32"));
+  bool calibrated = false;
+  std::string claimed;
   std::optional<ca::worker_request::Calibrate> calibrate;
-  if (calibrated) {
-    const ca::bundle::CalibrationRule rule = ca::bundle::calibration_rule(claimed);
-    calibrate = ca::worker_request::Calibrate{claimed, rule.k, rule.floor};
+  ca::bundle::Tolerances trial_tolerances;
+
+  void lap(const char* stage) { stages.lap(stage); }
+  void reference_failed(const std::string& what, const ca::Json& ans) {
+    set_verdict(check, "runtime_error", "reference worker: " + what + ": " + ans.value("error", "?") + ": " + ans.value("detail", ""));
+    check["reference_error"] = true;
   }
-  ca::bundle::Tolerances trial_tolerances = ca::bundle::Tolerances::by_mode(calibrated ? "published" : options_.tolerance,
-                                                                          options_.atol, options_.rtol);
-  auto make_trial = [&](uint64_t seed, const std::string& variant, bool with_params) -> bool {
+
+  // The task loaded in the lane's worker and the plan bound to its tensors; false with a verdict
+  // when the reference, the binding, the rules or a stochastic reference decide it already.
+  bool load_and_bind() {
+    // 1. The task in this lane's worker, under its content key: its specs bind the plan.
+    key = ca::worker_request::task_key(task, task_id);
+    it = lane.loaded.find(key);
+    if (it == lane.loaded.end()) {
+      ca::Json ans = lane.worker->request(ca::worker_request::load(key, task));
+      if (!ans.value("ok", false)) {
+        reference_failed("load", ans);
+        return false;
+      }
+      it = lane.loaded.emplace(key, ans).first;
+    }
+    lap("task_load");
+    io = ca::bundle::IoSpec::from_json(it->second);
+    try {
+      auto bound = ca::bundle::bind_plan(p.plan, p.signatures, io, lane.limits);
+      check["precision"] = candidate_precision(p, &bound);
+      check["scratch_bytes"] = bound.scratch_bytes();
+      if (auto v = rules_.check_bound(bound, io)) {
+        check["violation"] = v->to_json();
+        set_verdict(check, "policy_violation", v->rule + ": " + v->reason);
+        return false;
+      }
+    } catch (const ca::bundle::PlanError& e) {
+      set_verdict(check, "plan_error", e.what());
+      if (!e.kernel.empty()) check["kernel"] = e.kernel;
+      return false;
+    }
+    // A stochastic reference (live dropout: the worker runs it twice from two RNG states at load, and
+    // the task record may say so from import) is one random draw: matching it is luck, missing it is
+    // not the candidate's fault. Its own verdict, with correct null: reward-calc gives no -1 for it.
+    const bool stochastic = it->second.value("stochastic", false) || task.value("stochastic", false);
+    if (stochastic) {
+      check["task_stochastic"] = true;
+      if (!options_.allow_stochastic) {
+        set_verdict(check, "task_stochastic",
+                    "the task's reference is stochastic (two RNG states give two outputs on the same inputs: a live "
+                    "dropout or random op in forward, as KernelBench runs models in training mode): no candidate can be "
+                    "judged against one random draw (--allow-stochastic judges it anyway)");
+        check["correct"] = nullptr;
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // The watchdog bounds one call, from the reference's own time on the same inputs (measured by the
+  // worker; the task's recorded eager time until then).
+  double watchdog_for(double eager_ms) const {
+    return options_.timeout_s > 0 ? options_.timeout_s : std::max(2.0, eager_ms * 50 / 1000.0);
+  }
+  std::chrono::milliseconds watchdog() const {
+    return std::chrono::milliseconds(static_cast<int64_t>((watchdog_s + transfer_s) * 1000));
+  }
+  static constexpr double kOneTimeAllowanceS = 20;
+  double one_time_s() const { return watchdog_s + transfer_s + kOneTimeAllowanceS; }
+  std::chrono::milliseconds one_time_bound() const { return std::chrono::milliseconds(static_cast<int64_t>(one_time_s() * 1000)); }
+
+  // 2. Seeds, the watchdog's first bound, and how every trial is judged.
+  void plan_trials() {
+    // 2. Seeds: unpredictable unless --seed; each candidate gets its own sequence.
+    uint64_t cand_hash = std::stoull(ca::sha256_hex(check.value("candidate_id", "") + p.compiled->key).substr(0, 15), nullptr, 16);
+    for (int i = 0; i <= options_.trials; ++i) seeds.push_back(splitmix64(base_seed_ ^ cand_hash ^ (0x1000ULL * (i + 1))) >> 16);
+    // The watchdog bounds one call, from the reference's own time on the same inputs (measured by the
+    // worker below; the task's recorded eager time until then). One-time costs (module load, library
+    // plan choice, graph capture, first touch) are paid in `load` and the untimed first call, which
+    // get the watchdog plus an allowance for them: generous for those costs (milliseconds to a few
+    // seconds on the H200), but not minutes, as candidate code runs there too (init, the first
+    // forward) and a kernel that never returns holds the lane until the bound.
+    watchdog_s = watchdog_for(task_eager_ms(task));
+    // + the work around the call (inputs copied in on the device, inputs and params hashed), at a
+    // conservative 20 GB/s.
+    transfer_s = 3.0 + double(io.io_bytes()) / 2e10;
+    // Every trial is judged by the bound of the precision the record claims, calibrated on that
+    // trial's inputs (compare.hpp), unless --tolerance published or strict.
+    calibrated = options_.tolerance == "calibrated";
+    claimed = check.value("precision", std::string("fp32"));
+    if (calibrated) {
+      const ca::bundle::CalibrationRule rule = ca::bundle::calibration_rule(claimed);
+      calibrate = ca::worker_request::Calibrate{claimed, rule.k, rule.floor};
+    }
+    trial_tolerances = ca::bundle::Tolerances::by_mode(calibrated ? "published" : options_.tolerance, options_.atol, options_.rtol);
+  }
+
+  // A trial's inputs, reference (and for the warm call, params), drawn by the worker; false with a
+  // verdict when the reference fails.
+  bool make_trial(uint64_t seed, const std::string& variant, bool with_params) {
     Draw d = draw(*lane.worker, key, seed, variant, with_params, calibrate);
     if (!d.failed.empty()) {
       reference_failed(d.failed, d.answer);
@@ -295,26 +300,140 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
                                                             options_.rtol);
     }
     return true;
-  };
+  }
 
-  lap("bind");
-  if (!make_trial(seeds[0], variant_for_trial(0), true)) return;
-  lap("worker_draws");
-  ca::Json load = {{"op", "load"},        {"cubin", cubin_path}, {"ptx", ptx_path},           {"lowered", p.compiled->lowered},
-                   {"plan", p.plan_json}, {"io", io.to_json()},  {"params_ipc", params_tensors}, {"graph", options_.graph}};
-  if (options_.timeout_s <= 0 && reference_ms > 0) watchdog_s = watchdog_for(reference_ms);
-  check["watchdog_s"] = watchdog_s;
-  ca::Json ans = lane.runner->request(load, one_time_bound());
-  auto runner_failed = [&](const ca::Json& a, const std::string& during) {
+  void runner_failed(const ca::Json& a, const std::string& during) {
     std::string err = a.value("error", "runtime_error");
     if (err == "timeout")
       set_verdict(check, "timeout", during + ": no answer within " + ca::log::cat(during == "init" || during == "first call" ? one_time_s() : watchdog_s) +
                                         " s (watchdog killed the runner)");
     else if (err == "plan_error") set_verdict(check, "plan_error", a.value("detail", ""));
     else set_verdict(check, "runtime_error", during + ": " + a.value("detail", err));
-  };
-  lap("runner_load");
-  if (!ans.value("ok", false)) return runner_failed(ans, "init");
+  }
+
+  // 4. The warm call, then fresh inputs for every trial right after it; false when a trial ended
+  // the judging with a verdict of its own (reference or runner failed).
+  bool run_trials(const ca::bundle::DeviceOutputs& got) {
+    // 4. The warm call, then fresh inputs for every trial right after it.
+    ca::Json trials = ca::Json::array();
+    bool all_ok = true;
+    std::string first_reason;
+    double forward_ms_sum = 0;
+    for (size_t t = 0; t < seeds.size(); ++t) {
+      lap("calls");
+      if (t > 0 && !make_trial(seeds[t], variant_for_trial(t), false)) return false;
+      lap("worker_draws");
+      uint32_t guard_seed = static_cast<uint32_t>(splitmix64(seeds[t] ^ 0xabcdef));
+      // The warm call pays the one-time costs (lazy module loading, first touch): the generous bound.
+      ca::Json run = lane.runner->request({{"op", "run"}, {"inputs_ipc", in_tensors}, {"guard_seed", guard_seed}, {"graph", options_.graph}},
+                                          t == 0 ? one_time_bound() : watchdog());
+      ca::Json trial = {{"seed", seeds[t]}, {"warm", t == 0}, {"variant", variant_for_trial(t)}};
+      if (trial_variant.is_object()) {
+        // The variant the worker applied (a milder one where the asked one made the reference non-finite).
+        trial["variant"] = trial_variant.value("applied", std::string(variant_for_trial(t)));
+        if (trial["variant"] != variant_for_trial(t)) trial["variant_asked"] = variant_for_trial(t);
+      }
+      if (!run.value("ok", false)) {
+        runner_failed(run, t == 0 ? "first call" : "trial " + std::to_string(t));
+        trials.push_back(trial);
+        check["trials"] = trials;
+        return false;
+      }
+      forward_ms_sum += run.value("forward_ms", 0.0);
+      lap("calls");
+      ca::bundle::CompareResult cmp;
+      {
+        ca::cuda::IpcMaps ref_maps;
+        ca::bundle::DeviceOutputs want;
+        for (const auto& [name, r] : ca::cuda::shared_tensors(ref_tensors, "reference"))
+          want[name] = ca::bundle::DeviceOutput{r.dtype, r.shape, ref_maps.map(r)};
+        cmp = ca::bundle::compare_outputs_device(got, want, trial_tolerances, nullptr);
+      }
+      lap("compare");
+      trial.update(cmp.to_json());
+      if (!trial_calibration_note.empty()) trial["tolerance"]["fallback"] = trial_calibration_note;
+      std::string reason;
+      if (!run["guards"].empty()) reason = run["guards"][0].get<std::string>();
+      else if (!run["inputs_changed"].empty())
+        reason = "the forward call changed " + run["inputs_changed"][0].get<std::string>() + " (inputs and params are read-only)";
+      else if (run.contains("init_scratch_changed") && !run["init_scratch_changed"].empty())
+        reason = "the forward call changed " + run["init_scratch_changed"][0].get<std::string>() +
+                 ", which init wrote (init's scratch is read-only in forward: state kept across calls is refused)";
+      else if (!cmp.ok) reason = cmp.reason;
+      trial["ok"] = reason.empty();
+      if (!reason.empty()) {
+        trial["reason"] = reason;
+        const std::string variant = trial["variant"].get<std::string>();
+        if (all_ok)
+          first_reason = (t == 0 ? "warm call: "
+                                 : "trial " + std::to_string(t) + " (fresh inputs after a call" +
+                                       (variant == "plain" ? std::string() : ", variant " + variant) + "): ") +
+                         reason;
+        all_ok = false;
+      }
+      trials.push_back(trial);
+      if (!all_ok) break;  // one failure decides; the rest would only cost time
+    }
+    check["trials"] = trials;
+    check["seed"] = base_seed_;
+    check["tolerance"] = options_.tolerance;
+    check["worker_confinement"] = lane.worker->confinement();  // what confined the task code that judged it
+    if (options_.graph) check["graph"] = true;
+    check["forward_ms_mean"] = forward_ms_sum / static_cast<double>(trials.size());
+    if (all_ok) set_verdict(check, "passed", "all " + std::to_string(trials.size()) + " calls match the reference");
+    else set_verdict(check, "incorrect", first_reason);
+    return true;
+  }
+};
+
+void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std::string& task_id) {
+  ca::Json& check = p.check;
+  check["gpu"] = lane.gpu;
+  // Where a check's time goes (seconds per stage, in the record as check.stage_s and with -v): task
+  // load, the worker's draws and references, the runner's load, the calls, the comparisons.
+  ca::measure::StageClock stages;
+  struct StageReport {
+    const ca::measure::StageClock& s;
+    ca::Json& check;
+    const std::string& task_id;
+    ~StageReport() {
+      if (s.empty()) return;
+      check["stage_s"] = s.to_json();
+      ca::log::verbose("task ", task_id, ": ", s.text());
+    }
+  } stage_report{stages, check, task_id};
+  Judgment j{options_, rules_, base_seed_, lane, p, task, task_id, check, stages};
+  if (!j.load_and_bind()) return;
+  j.plan_trials();
+
+  // 3. The warm call's inputs, reference and params, kept on the GPU by the worker and shared by
+  // CUDA IPC (no tensor crosses the host); then the runner loads the candidate.
+  auto tmp = [&](const std::string& stem) { return lane.worker->temp_path(stem); };
+  std::string cubin_path = tmp("cubin"), ptx_path = tmp("ptx");
+  ca::write_file_atomic(cubin_path, p.compiled->cubin);
+  ca::write_file_atomic(ptx_path, p.compiled->ptx);
+  struct Cleanup {
+    GpuJudge::Lane& lane;
+    std::vector<std::string> files;
+    ~Cleanup() {
+      for (auto& f : files) std::remove(f.c_str());
+      try {
+        lane.worker->request(ca::worker_request::release({"kc-in", "kc-ref", "kc-params"}));
+      } catch (const std::exception&) {
+      }
+    }
+  } cleanup{lane, {cubin_path, ptx_path}};
+
+  j.lap("bind");
+  if (!j.make_trial(j.seeds[0], variant_for_trial(0), true)) return;
+  j.lap("worker_draws");
+  ca::Json load = {{"op", "load"},        {"cubin", cubin_path}, {"ptx", ptx_path},           {"lowered", p.compiled->lowered},
+                   {"plan", p.plan_json}, {"io", j.io.to_json()},  {"params_ipc", j.params_tensors}, {"graph", options_.graph}};
+  if (options_.timeout_s <= 0 && j.reference_ms > 0) j.watchdog_s = j.watchdog_for(j.reference_ms);
+  check["watchdog_s"] = j.watchdog_s;
+  ca::Json ans = lane.runner->request(load, j.one_time_bound());
+  j.lap("runner_load");
+  if (!ans.value("ok", false)) return j.runner_failed(ans, "init");
 
   // The runner's output buffers, mapped here for the whole load: outputs are compared on the GPU,
   // in this process, against the worker's references (which never enter the runner).
@@ -325,78 +444,11 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   for (const auto& [name, t] : ca::cuda::shared_tensors(ans.at("outputs_ipc"), "outputs_ipc"))
     got[name] = ca::bundle::DeviceOutput{t.dtype, t.shape, out_maps.map(t)};
 
-  // 4. The warm call, then fresh inputs for every trial right after it.
-  ca::Json trials = ca::Json::array();
-  bool all_ok = true;
-  std::string first_reason;
-  double forward_ms_sum = 0;
-  for (size_t t = 0; t < seeds.size(); ++t) {
-    lap("calls");
-    if (t > 0 && !make_trial(seeds[t], variant_for_trial(t), false)) return;
-    lap("worker_draws");
-    uint32_t guard_seed = static_cast<uint32_t>(splitmix64(seeds[t] ^ 0xabcdef));
-    // The warm call pays the one-time costs (lazy module loading, first touch): the generous bound.
-    ca::Json run = lane.runner->request({{"op", "run"}, {"inputs_ipc", in_tensors}, {"guard_seed", guard_seed}, {"graph", options_.graph}},
-                                        t == 0 ? one_time_bound() : watchdog());
-    ca::Json trial = {{"seed", seeds[t]}, {"warm", t == 0}, {"variant", variant_for_trial(t)}};
-    if (trial_variant.is_object()) {
-      // The variant the worker applied (a milder one where the asked one made the reference non-finite).
-      trial["variant"] = trial_variant.value("applied", std::string(variant_for_trial(t)));
-      if (trial["variant"] != variant_for_trial(t)) trial["variant_asked"] = variant_for_trial(t);
-    }
-    if (!run.value("ok", false)) {
-      runner_failed(run, t == 0 ? "first call" : "trial " + std::to_string(t));
-      trials.push_back(trial);
-      check["trials"] = trials;
-      return;
-    }
-    forward_ms_sum += run.value("forward_ms", 0.0);
-    lap("calls");
-    ca::bundle::CompareResult cmp;
-    {
-      ca::cuda::IpcMaps ref_maps;
-      ca::bundle::DeviceOutputs want;
-      for (const auto& [name, r] : ca::cuda::shared_tensors(ref_tensors, "reference"))
-        want[name] = ca::bundle::DeviceOutput{r.dtype, r.shape, ref_maps.map(r)};
-      cmp = ca::bundle::compare_outputs_device(got, want, trial_tolerances, nullptr);
-    }
-    lap("compare");
-    trial.update(cmp.to_json());
-    if (!trial_calibration_note.empty()) trial["tolerance"]["fallback"] = trial_calibration_note;
-    std::string reason;
-    if (!run["guards"].empty()) reason = run["guards"][0].get<std::string>();
-    else if (!run["inputs_changed"].empty())
-      reason = "the forward call changed " + run["inputs_changed"][0].get<std::string>() + " (inputs and params are read-only)";
-    else if (run.contains("init_scratch_changed") && !run["init_scratch_changed"].empty())
-      reason = "the forward call changed " + run["init_scratch_changed"][0].get<std::string>() +
-               ", which init wrote (init's scratch is read-only in forward: state kept across calls is refused)";
-    else if (!cmp.ok) reason = cmp.reason;
-    trial["ok"] = reason.empty();
-    if (!reason.empty()) {
-      trial["reason"] = reason;
-      const std::string variant = trial["variant"].get<std::string>();
-      if (all_ok)
-        first_reason = (t == 0 ? "warm call: "
-                               : "trial " + std::to_string(t) + " (fresh inputs after a call" +
-                                     (variant == "plain" ? std::string() : ", variant " + variant) + "): ") +
-                       reason;
-      all_ok = false;
-    }
-    trials.push_back(trial);
-    if (!all_ok) break;  // one failure decides; the rest would only cost time
-  }
-  check["trials"] = trials;
-  check["seed"] = base_seed_;
-  check["tolerance"] = options_.tolerance;
-  check["worker_confinement"] = lane.worker->confinement();  // what confined the task code that judged it
-  if (options_.graph) check["graph"] = true;
-  check["forward_ms_mean"] = forward_ms_sum / static_cast<double>(trials.size());
-  if (all_ok) set_verdict(check, "passed", "all " + std::to_string(trials.size()) + " calls match the reference");
-  else set_verdict(check, "incorrect", first_reason);
+  if (!j.run_trials(got)) return;
   out_maps.close();  // before the runner frees the buffers
-  lap("calls");
+  j.lap("calls");
   lane.runner->request({{"op", "unload"}}, std::chrono::seconds(30));
-  lap("runner_unload");
+  j.lap("runner_unload");
 }
 
 }  // namespace ca::kc

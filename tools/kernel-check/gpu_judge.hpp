@@ -25,6 +25,7 @@ class GpuJudge {
 
  private:
   struct Lane;
+  struct Judgment;  // one candidate judged on one lane (gpu_judge.cpp)
   void judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std::string& task_id);
   const CheckOptions& options_;
   const Rules& rules_;
