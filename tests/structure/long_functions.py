@@ -158,7 +158,7 @@ def match_backward(s, i, open_c, close_c):
 
 
 LAMBDA_TAIL_WORDS = re.compile(r"\s*\b(mutable|constexpr|consteval|noexcept|static)\s*$")
-LAMBDA_BEFORE = set("(,={[:?;&|!")
+LAMBDA_BEFORE = set("(,={[:?;&|!+-*/%<>~^")
 
 
 def is_lambda_tail(head):

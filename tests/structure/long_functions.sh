@@ -18,13 +18,14 @@ kinds.cpp:5:Widget::method:88
 kinds.cpp:95:handler:88
 kinds.cpp:185:<lambda>:87
 kinds.cpp:452:empty_reason:88
+kinds.cpp:718:plus_lambda:88
 WANT
 diff -u "$T/want" "$T/out" || fail "fixtures: the checker's list differs (above)"
-grep -q '6 function(s) over 80 lines' "$T/err" || fail "fixtures: no summary on stderr"
-pass "fixtures: six long functions found, vouched and short ones (80 lines, class bodies) not"
+grep -q '7 function(s) over 80 lines' "$T/err" || fail "fixtures: no summary on stderr"
+pass "fixtures: seven long functions found (one a +[] lambda), vouched and short ones (80 lines, class bodies) not"
 
 # 2. The allowlist: an entry excuses its function; one that names nothing long fails the run.
-printf '%s\n' 'kinds.cpp:Widget::method' 'kinds.cpp:handler' 'kinds.cpp:<lambda>' 'kinds.cpp:empty_reason' \
+printf '%s\n' 'kinds.cpp:Widget::method' 'kinds.cpp:handler' 'kinds.cpp:<lambda>' 'kinds.cpp:empty_reason' 'kinds.cpp:plus_lambda' \
   > "$T/allow"
 check --root "$HERE/fixtures" --allow "$T/allow" kinds.cpp > "$T/out" || fail "allowlist: exit $?, expected 0"
 [[ ! -s $T/out ]] || fail "allowlist: unexpected output: $(cat "$T/out")"
