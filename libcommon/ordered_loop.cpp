@@ -1,7 +1,9 @@
 // The ordered parallel loop (see ordered_loop.hpp).
 #include "libcommon/ordered_loop.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -24,6 +26,9 @@ struct LoopState {
   std::deque<std::pair<int64_t, void*>> queue;  // read, not started
   std::map<int64_t, void*> done;                // worked, not emitted
   int64_t read = 0, started = 0, emitted = 0, window = 1;
+  // The input index of the item whose work or emit failed first: every item before it was started
+  // (the queue is taken in order), is finished by its lane and still emitted; nothing from it on.
+  int64_t failure_at = INT64_MAX;
   bool input_done = false, in_next = false, stopping = false, abandoned = false;
   std::exception_ptr input_failure, failure;
   std::function<void*()> next;
@@ -108,6 +113,7 @@ OrderedLoopEnd run_ordered_erased(const OrderedLoopOptions& options, std::functi
         std::lock_guard<std::mutex> lock(st->mu);
         st->done.emplace(item.first, item.second);  // a failed one too: it is discarded at the end
         if (error && !st->failure) st->failure = error;
+        if (error) st->failure_at = std::min(st->failure_at, item.first);
         st->cv.notify_all();
         if (error) return;
       }
@@ -121,7 +127,9 @@ OrderedLoopEnd run_ordered_erased(const OrderedLoopOptions& options, std::functi
       std::unique_lock<std::mutex> lock(st->mu);
       for (;;) {
         st->stop_now();
-        if (st->failure) break;
+        // After a failure, the items before it are still written: they were all started, so each is
+        // either done or about to be (its lane finishes it).
+        if (st->failure && st->emitted >= st->failure_at) break;
         if (auto it = st->done.find(st->emitted); it != st->done.end()) {
           item = it->second;
           st->done.erase(it);
@@ -141,6 +149,7 @@ OrderedLoopEnd run_ordered_erased(const OrderedLoopOptions& options, std::functi
     } catch (...) {
       std::lock_guard<std::mutex> lock(st->mu);
       if (!st->failure) st->failure = std::current_exception();
+      st->failure_at = std::min(st->failure_at, st->emitted - 1);
       st->cv.notify_all();
       break;
     }

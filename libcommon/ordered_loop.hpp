@@ -8,7 +8,8 @@
 // - An exception from `next` ends the input, not the items read before it: they are worked and
 //   emitted, then it is rethrown (a bad line: exit 2 after everything before it is written).
 // - An exception from `work` or `emit` stops everything: no new item starts, the lanes finish the
-//   ones they hold, nothing more is emitted, and it is rethrown once the lanes have stopped.
+//   ones they hold, the items before the failed one (in input order) are still emitted and nothing
+//   from it on, and it is rethrown once the lanes have stopped.
 // - `stop` (an interrupt, an output that is gone; asked before an item is started or queued, and
 //   about every 20 ms) ends the loop early:
 //   nothing new is read or started, the items already started are finished and emitted in order,
