@@ -25,7 +25,7 @@
 #include "tools/agent-run/workspace.hpp"
 
 namespace fs = std::filesystem;
-using namespace ca::agent;
+using namespace ca::agent_run;
 
 constexpr int64_t kCap = 64 << 20;
 

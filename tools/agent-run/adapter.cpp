@@ -15,7 +15,7 @@
 #include "libcommon/paths.hpp"
 #include "libcommon/safetensors.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 namespace fs = std::filesystem;
 
@@ -83,4 +83,4 @@ AdapterRef read_adapter_ref(const std::string& dir) {
   return ref;
 }
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

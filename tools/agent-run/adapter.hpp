@@ -7,7 +7,7 @@
 
 #include "libcommon/jsonl.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 struct AdapterRef {
   std::string path;  // absolute: a server resolves it against its own working folder
@@ -28,4 +28,4 @@ AdapterRef read_adapter_ref(const std::string& dir);
 // sha256 of a file's bytes (mapped, not read into memory: adapters of 32B models are gigabytes).
 std::string file_sha256(const std::string& path);
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

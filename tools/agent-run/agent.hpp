@@ -9,7 +9,7 @@
 
 #include "libcommon/jsonl.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 class JudgePool;  // judge.hpp
 
@@ -75,4 +75,4 @@ struct PolicyError : std::runtime_error {
 extern std::atomic<bool> g_interrupted;
 extern std::atomic<int> g_signal;
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

@@ -16,7 +16,7 @@
 
 namespace fs = std::filesystem;
 
-namespace ca::agent {
+namespace ca::agent_run {
 namespace detail {
 
 int open_dir_at(int dirfd, const char* name) {
@@ -191,4 +191,4 @@ bool remove_tree(const std::string& path) {
   return parent && remove_at(parent.fd, p.filename().string());
 }
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

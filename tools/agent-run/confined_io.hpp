@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace ca::agent::detail {
+namespace ca::agent_run::detail {
 
 // An owned file descriptor, closed when it goes.
 struct Fd {
@@ -43,4 +43,4 @@ bool empty_dir(int top_fd);
 // Removes `name` in `dirfd`, a file or a tree of any depth. True when it is gone.
 bool remove_at(int dirfd, const std::string& name);
 
-}  // namespace ca::agent::detail
+}  // namespace ca::agent_run::detail

@@ -11,7 +11,7 @@
 #include "tools/agent-run/text.hpp"
 #include "tools/agent-run/workspace.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 using detail::empty_dir;
 using detail::entries_of;
@@ -183,4 +183,4 @@ void Workspace::trim_once(std::string& removed) {
   }
 }
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

@@ -11,7 +11,7 @@
 #include "tools/agent-run/toolbox.hpp"
 #include "tools/agent-run/workspace.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 std::string system_prompt() {
   return "You are an expert CUDA engineer. Your job: make the PyTorch model in model.py faster on the GPU by "
@@ -546,9 +546,9 @@ Json run_episode(const EpisodeInput& in, Policy& policy, const Json& policy_desc
   return candidate_record(in, sub.bundle, episode_json(e, sub, policy_description));
 }
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 Json RunSettings::to_json() const {
   return {{"max_turns", max_turns},
@@ -566,4 +566,4 @@ Json RunSettings::to_json() const {
           {"skill", skill_path}};
 }
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

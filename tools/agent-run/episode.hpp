@@ -7,7 +7,7 @@
 #include "tools/agent-run/agent.hpp"
 #include "tools/agent-run/policy.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 struct EpisodeInput {
   Json task;            // the task record (needs `code`)
@@ -32,4 +32,4 @@ int64_t estimate_tokens(const std::string& text);
 // verified); nullptr when none passed.
 Json best_result(const Json& results);
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

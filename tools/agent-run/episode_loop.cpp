@@ -17,14 +17,14 @@
 #include "tools/agent-run/episode.hpp"
 #include "tools/agent-run/text.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 namespace {
 // Only atomics here.
 void on_signal(int sig) {
 int none = 0;
-agent::g_signal.compare_exchange_strong(none, sig);
-agent::g_interrupted = true;
+agent_run::g_signal.compare_exchange_strong(none, sig);
+agent_run::g_interrupted = true;
 }
 
 }  // namespace
@@ -43,7 +43,7 @@ namespace {
 // One episode on its way through the record path: its task record comes in, its candidate record
 // goes out. A bad task record goes through as it came, with its error section.
 struct EpisodeItem : ca::RecordItem {
-  agent::EpisodeInput ep;
+  agent_run::EpisodeInput ep;
 };
 
 // What a run adds to the record path's counts, on the emitting thread: stop reasons, episodes that
@@ -61,17 +61,17 @@ struct EpisodeRun {
 
 // The record of an episode that failed around the loop (the workspace could not be made, the record
 // could not be built); run_episode keeps what it can itself.
-ca::Json failed_episode(const agent::EpisodeInput& ep, const std::string& why) {
+ca::Json failed_episode(const agent_run::EpisodeInput& ep, const std::string& why) {
   ca::log::error("task ", ep.task_id, ": episode failed: ", why);
   return ca::Json{{"task_id", ep.task_id},
                   {"task", ep.task},
                   {"episode", {{"episode_index", ep.index}, {"seed", ep.seed}, {"turns", ca::Json::array()},
-                               {"stop_reason", agent::g_interrupted ? "interrupted" : "error"},
+                               {"stop_reason", agent_run::g_interrupted ? "interrupted" : "error"},
                                {"error", why}}},
                   {"error", {{"tool", "agent-run"}, {"field", "episode"}, {"reason", why}}}};
 }
 
-void log_episode(const agent::EpisodeInput& ep, const ca::Json& out) {
+void log_episode(const agent_run::EpisodeInput& ep, const ca::Json& out) {
   const ca::Json& episode = out["episode"];
   const std::string stop = episode["stop_reason"].get<std::string>();
   ca::log::info("task ", ep.task_id, " episode ", ep.index, ": ", stop, ", ",
@@ -81,7 +81,7 @@ void log_episode(const agent::EpisodeInput& ep, const ca::Json& out) {
   if (stop == "policy_error" || stop == "error")
     ca::log::warn("task ", ep.task_id, " episode ", ep.index, " failed (", stop, "): ",
                   episode.contains("error") && episode["error"].is_string()
-                      ? agent::cut_utf8(episode["error"].get<std::string>(), 500)
+                      ? agent_run::cut_utf8(episode["error"].get<std::string>(), 500)
                       : std::string("no reason given"));
 }
 
@@ -92,11 +92,11 @@ int end_episodes(ca::RecordPath& path, EpisodeRun& run, int status) {
   int exit_status = status;
   if (exit_status == ca::kExitOk && run.write_error) exit_status = run.write_status;
   if (exit_status == ca::kExitOk && run.episode_errors > 0) exit_status = ca::kExitInternal;
-  const int sig = agent::g_signal.load() ? agent::g_signal.load() : SIGINT;
-  if (agent::g_interrupted) exit_status = 128 + sig;
+  const int sig = agent_run::g_signal.load() ? agent_run::g_signal.load() : SIGINT;
+  if (agent_run::g_interrupted) exit_status = 128 + sig;
   path.end(exit_status, "; stop reasons " + ca::Json(run.stops).dump());
   if (!run.fatal.empty()) ca::log::error(run.fatal);
-  if (agent::g_interrupted) {
+  if (agent_run::g_interrupted) {
     ca::log::warn("interrupted by ", strsignal(sig),
                   ": every finished episode and those in progress (as interrupted) were written");
     return exit_status;
@@ -125,12 +125,12 @@ ca::RecordJob<EpisodeItem> episode_job(const Options& o, Policy& policy, uint64_
     item.ep.seed = base_seed + static_cast<uint64_t>(seq);
   };
   job.work = [&o, &policy, policy_description](int lane, EpisodeItem& item) {
-    agent::EpisodeInput& ep = item.ep;
+    agent_run::EpisodeInput& ep = item.ep;
     ep.sandbox_uid = o.first_uid + lane;
     try {
-      item.record = agent::run_episode(ep, policy, policy_description, o.s, o.skill);
+      item.record = agent_run::run_episode(ep, policy, policy_description, o.s, o.skill);
     } catch (const std::exception& e) {
-      item.record = failed_episode(ep, agent::valid_text(e.what()));
+      item.record = failed_episode(ep, agent_run::valid_text(e.what()));
     }
     log_episode(ep, item.record);
     const std::string stop = item.record["episode"]["stop_reason"].get<std::string>();
@@ -169,7 +169,7 @@ int run_episodes(Options& o, const CommonOptions& opt, Policy& policy, std::uniq
   path_options.lanes = o.jobs;
   path_options.copies = o.per_task;
   path_options.store = store.get();
-  path_options.stop = [&] { return agent::g_interrupted.load() || run.output_gone.load(); };
+  path_options.stop = [&] { return agent_run::g_interrupted.load() || run.output_gone.load(); };
   path_options.reader_blocked = [&] {
     // The reader is still blocked on the input and uses this frame: end here, the store closed and
     // the output flushed, before the frame goes.
@@ -215,4 +215,4 @@ int run_episodes(Options& o, const CommonOptions& opt, Policy& policy, std::uniq
   return end_episodes(path, run, status);
 }
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

@@ -10,7 +10,7 @@
 #include "tools/agent-run/options.hpp"
 #include "tools/agent-run/policy.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 // SIGINT, SIGTERM (Slurm's scancel and time limit), SIGHUP: no new episode starts, running ones stop
 // at the next safe point with their children, and are written as interrupted.
@@ -19,4 +19,4 @@ void install_signal_handlers();
 // null) gets the tasks, every finished episode and the run's end.
 int run_episodes(Options& o, const CommonOptions& opt, Policy& policy, std::unique_ptr<Store>& store);
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

@@ -15,7 +15,7 @@
 
 namespace fs = std::filesystem;
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 using detail::entries_of;
 using detail::Fd;
@@ -220,4 +220,4 @@ BundleRead Workspace::read_bundle() const {
   return r;
 }
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

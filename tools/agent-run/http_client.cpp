@@ -11,7 +11,7 @@
 
 #include "tools/agent-run/agent.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 namespace {
 
 struct Sink {
@@ -108,4 +108,4 @@ HttpResponse http_request(const std::string& method, const std::string& url, con
 }
 
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 struct HttpResponse {
   long status = 0;
@@ -28,4 +28,4 @@ HttpResponse http_request(const std::string& method, const std::string& url, con
                           const std::vector<std::string>& headers, double timeout_s, double connect_timeout_s,
                           std::size_t max_body_bytes = kDefaultMaxBodyBytes);
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

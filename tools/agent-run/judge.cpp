@@ -9,7 +9,7 @@
 #include "tools/agent-run/agent.hpp"
 #include "tools/agent-run/http_client.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 namespace {
 
 constexpr double kConnectTimeoutS = 5;
@@ -186,4 +186,4 @@ JudgePool::Answer JudgePool::call(const std::string& tool, const Json& input, do
                                  ")" + (why.empty() ? "" : ": " + why)};
 }
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

@@ -8,7 +8,7 @@
 
 #include "libcommon/jsonl.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 class JudgePool {
  public:
@@ -45,4 +45,4 @@ class JudgePool {
   std::vector<std::chrono::steady_clock::time_point> down_until_;  // skipped after a failure, for a while
 };
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

@@ -15,19 +15,19 @@ int main(int argc, char** argv) {
               "kernel-prof | reward-calc",
               "kernel-check(1), kernel-prof(1), reward-calc(1), ppo-step(1), run-store(1)");
   cli.add_stream_options();
-  ca::agent::Options o;
-  ca::agent::add_options(cli.app(), o);
+  ca::agent_run::Options o;
+  ca::agent_run::add_options(cli.app(), o);
   // An answer over this (decompressed) is not read: the episode ends as policy_error, its record written.
   cli.app().get_option_group("Policy openai:URL")->add_option("--max-answer-mib", o.po.max_answer_mib,
                        "Largest server answer read, MiB after decompression; a larger one ends the episode")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
 
   return cli.run(argc, argv, [&]() -> int {
-    ca::agent::install_signal_handlers();
-    ca::agent::finish_options(o, cli.options());
-    auto policy = ca::agent::make_policy(o.policy_spec, o.po);
+    ca::agent_run::install_signal_handlers();
+    ca::agent_run::finish_options(o, cli.options());
+    auto policy = ca::agent_run::make_policy(o.policy_spec, o.po);
     auto store = ca::open_store_for(cli.options());
     if (store) o.s.store_path = store->path();
-    return ca::agent::run_episodes(o, cli.options(), *policy, store);
+    return ca::agent_run::run_episodes(o, cli.options(), *policy, store);
   });
 }

@@ -12,7 +12,7 @@
 #include "tools/agent-run/toolbox.hpp"
 #include "tools/agent-run/workspace.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 namespace {
 
@@ -138,10 +138,10 @@ void finish_options(Options& o, const CommonOptions& opt) {
   if (static_cast<int64_t>(first_uid) + jobs - 1 > 2000000000)
     throw ca::UsageError("--sandbox-uid: " + std::to_string(first_uid) + " + " + std::to_string(jobs - 1) +
                          " workers is past the largest uid allowed (2000000000)");
-  if (!workspace_dir.empty()) agent::set_workspace_base(workspace_dir);
-  if (int n = agent::clean_stale_workspaces(); n > 0)
+  if (!workspace_dir.empty()) agent_run::set_workspace_base(workspace_dir);
+  if (int n = agent_run::clean_stale_workspaces(); n > 0)
     ca::log::info("removed ", n, " stale workspace(s) of agent-run processes that are gone, under ",
-                  agent::workspace_base());
+                  agent_run::workspace_base());
   po.logprobs = !no_logprobs;
   po.max_context = s.max_context;
   if (!extra_text.empty()) {
@@ -153,17 +153,17 @@ void finish_options(Options& o, const CommonOptions& opt) {
     if (!po.extra.is_object()) throw ca::UsageError("--request-extra: expected a JSON object");
   }
   opt.resume_does_nothing("episodes are samples, each one is new");
-  if (s.kernel_check.empty()) s.kernel_check = agent::default_locked_binary("kernel-check", "CA_KERNEL_CHECK");
-  if (s.kernel_prof.empty()) s.kernel_prof = agent::default_locked_binary("kernel-prof", "CA_KERNEL_PROF");
+  if (s.kernel_check.empty()) s.kernel_check = agent_run::default_locked_binary("kernel-check", "CA_KERNEL_CHECK");
+  if (s.kernel_prof.empty()) s.kernel_prof = agent_run::default_locked_binary("kernel-prof", "CA_KERNEL_PROF");
   if (!judge_secret_file.empty() && s.judge_urls.empty()) throw ca::UsageError("--judge-secret-file needs --judge");
   if (!s.judge_urls.empty()) {
-    s.judge = std::make_shared<agent::JudgePool>(s.judge_urls, ca::read_judge_secret(judge_secret_file, "--judge-secret-file"));
+    s.judge = std::make_shared<agent_run::JudgePool>(s.judge_urls, ca::read_judge_secret(judge_secret_file, "--judge-secret-file"));
     s.judge_urls = s.judge->urls();
     if (!s.check_args.empty() || !s.prof_args.empty())
       ca::log::warn("--check-arg/--prof-arg apply to compile only with --judge: the services run with their own options");
   }
   skill_text = load_skill(s.skill_path);
-  if (std::string why = agent::Sandbox::availability(); !why.empty())
+  if (std::string why = agent_run::Sandbox::availability(); !why.empty())
     ca::log::warn("the bash and grep tools will answer with an error: ", why);
 
   if (policy_spec.rfind("openai:", 0) != 0 && !po.load_weights.empty())
@@ -204,4 +204,4 @@ std::string load_skill(std::string& path) {
 }
 
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

@@ -7,7 +7,7 @@
 #include "tools/agent-run/agent.hpp"
 #include "tools/agent-run/policy.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 struct Options {
   std::string tasks_file, policy_spec;
@@ -27,4 +27,4 @@ void finish_options(Options& o, const CommonOptions& common);
 // warning, when it is not installed.
 std::string load_skill(std::string& path);
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

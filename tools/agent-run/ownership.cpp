@@ -21,7 +21,7 @@
 
 namespace fs = std::filesystem;
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 using detail::entries_of;
 using detail::Fd;
@@ -129,4 +129,4 @@ int clean_stale_workspaces() {
   return removed;
 }
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

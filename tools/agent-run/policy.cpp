@@ -7,7 +7,7 @@
 #include "libcommon/errors.hpp"
 #include "libcommon/paths.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 std::atomic<bool> g_interrupted{false};
 std::atomic<int> g_signal{0};
@@ -114,4 +114,4 @@ std::unique_ptr<Policy> make_policy(const std::string& spec, const PolicyOptions
   throw UsageError("--policy: expected openai:URL, replay:FILE or native:DIR, got '" + spec + "'");
 }
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

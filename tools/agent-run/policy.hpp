@@ -9,7 +9,7 @@
 #include "libcommon/tokenizer/agent_chat.hpp"
 #include "tools/agent-run/agent.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 struct PolicyOptions {
   std::string model;              // empty: the first model the server lists
@@ -79,4 +79,4 @@ using tokenizer::tools_system_block;
 // with no name and the block's text as its arguments (agent-run answers it as malformed).
 std::vector<ToolCall> parse_tool_calls(const std::string& text, std::string& content, int turn);
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

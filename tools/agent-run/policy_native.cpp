@@ -29,7 +29,7 @@
 #include "tools/agent-run/adapter.hpp"
 #include "tools/agent-run/policy.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 namespace {
 namespace fs = std::filesystem;
@@ -277,4 +277,4 @@ std::unique_ptr<Policy> make_native_policy(const std::string& dir, const PolicyO
   return std::make_unique<NativePolicy>(dir, options);
 }
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

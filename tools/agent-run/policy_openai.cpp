@@ -17,7 +17,7 @@
 #include "tools/agent-run/policy.hpp"
 #include "tools/agent-run/text.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 namespace {
 
 HttpResponse http(const std::string& method, const std::string& url, const std::string& body,
@@ -408,4 +408,4 @@ std::unique_ptr<Policy> make_openai_policy(const std::string& base_url, const Po
   return std::make_unique<OpenAIPolicy>(base_url, options);
 }
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

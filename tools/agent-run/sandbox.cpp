@@ -17,7 +17,7 @@
 
 namespace fs = std::filesystem;
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 Json SandboxLimits::to_json() const {
   return {{"wall_s", wall_s},           {"cpu_s", cpu_s},
@@ -169,4 +169,4 @@ std::string Sandbox::availability() {
   return why;
 }
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

@@ -9,7 +9,7 @@
 
 #include "tools/agent-run/agent.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 struct SandboxResult {
   int exit_status = -1;       // of the command (128+signal when killed by a signal)
@@ -46,4 +46,4 @@ class Sandbox {
   int uid_;
 };
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

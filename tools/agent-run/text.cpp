@@ -3,7 +3,7 @@
 
 #include "libcommon/tokenizer/unicode.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 bool is_valid_utf8(const std::string& text) { return tokenizer::is_valid_utf8(text); }
 
@@ -44,4 +44,4 @@ std::string cut_utf8(const std::string& text, std::size_t max_bytes) {
   return text.substr(0, end);
 }
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

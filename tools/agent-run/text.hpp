@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 // `text` with every invalid, overlong or surrogate sequence replaced by U+FFFD; `replaced` gets how
 // many sequences were.
@@ -20,4 +20,4 @@ std::string marked_text(const std::string& text, const std::string& what);
 // The longest prefix of at most `max_bytes` that does not end inside a UTF-8 sequence.
 std::string cut_utf8(const std::string& text, std::size_t max_bytes);
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

@@ -14,7 +14,7 @@
 #include "tools/agent-run/judge.hpp"
 #include "tools/agent-run/text.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 namespace {
 
 Json function(const std::string& name, const std::string& description, Json properties,
@@ -410,4 +410,4 @@ ToolOutcome Toolbox::locked(const std::string& which) {
   return o;
 }
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

@@ -10,7 +10,7 @@
 #include "tools/agent-run/sandbox.hpp"
 #include "tools/agent-run/workspace.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 // The `tools` array of a chat-completions request.
 const Json& tool_schemas();
@@ -49,4 +49,4 @@ class Toolbox {
 // kernel-check / kernel-prof next to agent-run unless CA_KERNEL_CHECK / CA_KERNEL_PROF say otherwise.
 std::string default_locked_binary(const std::string& name, const char* env_var);
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

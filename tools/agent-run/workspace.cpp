@@ -14,7 +14,7 @@
 #include "libcommon/log.hpp"
 #include "tools/agent-run/confined_io.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 using detail::write_at;
 
@@ -45,4 +45,4 @@ Workspace::~Workspace() {
   if (!remove_tree(dir_)) log::warn("workspace ", dir_, " could not be removed in full");
 }
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run

@@ -8,7 +8,7 @@
 
 #include "libcommon/jsonl.hpp"
 
-namespace ca::agent {
+namespace ca::agent_run {
 
 // A file tool's answer: text for the model, and whether it is an error.
 struct ToolAnswer {
@@ -105,4 +105,4 @@ inline constexpr int kMaxKernelFiles = 32;
 // "1.5 MiB"
 std::string human_bytes(int64_t n);
 
-}  // namespace ca::agent
+}  // namespace ca::agent_run
