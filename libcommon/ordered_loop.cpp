@@ -78,83 +78,77 @@ void read_items(const std::shared_ptr<LoopState>& st) {
   }
 }
 
-}  // namespace
-
-OrderedLoopEnd run_ordered_erased(const OrderedLoopOptions& options, std::function<void*()> next,
-                                  const std::function<void(int, void*)>& work, const std::function<void(void*)>& emit,
-                                  std::function<void(void*)> discard) {
-  if (options.lanes < 1) throw UsageError("-j must be at least 1");
-  auto st = std::make_shared<LoopState>();
-  st->window = options.window > 0 ? options.window : 2 * static_cast<int64_t>(options.lanes);
-  st->next = std::move(next);
-  st->discard = std::move(discard);
-  st->stop = options.stop;
-  OrderedLoopEnd end;
-
-  std::vector<std::thread> lanes;
-  for (int lane = 0; lane < options.lanes; ++lane)
-    lanes.emplace_back([st, lane, &work] {
-      for (;;) {
-        std::pair<int64_t, void*> item;
-        {
-          std::unique_lock<std::mutex> lock(st->mu);
-          st->cv.wait(lock, [&] { return st->stopping || st->failure || !st->queue.empty() || st->input_done; });
-          if (st->stop_now() || st->failure || st->queue.empty()) return;
-          item = st->queue.front();
-          st->queue.pop_front();
-          ++st->started;
-        }
-        std::exception_ptr error;
-        try {
-          work(lane, item.second);
-        } catch (...) {
-          error = std::current_exception();
-        }
-        std::lock_guard<std::mutex> lock(st->mu);
-        st->done.emplace(item.first, item.second);  // a failed one too: it is discarded at the end
-        if (error && !st->failure) st->failure = error;
-        if (error) st->failure_at = std::min(st->failure_at, item.first);
-        st->cv.notify_all();
-        if (error) return;
-      }
-    });
-  std::thread reader(read_items, st);
-
-  // Emit in order, here. Stop: what was started is finished and emitted, nothing else.
+// A lane: takes the next item read, in input order, and works it, until the input is done, a stop,
+// or a failure (its own or another lane's). A failed item is kept in `done` like the others (it is
+// discarded at the end, never emitted).
+void work_lane(const std::shared_ptr<LoopState>& st, int lane, const std::function<void(int, void*)>& work) {
   for (;;) {
-    void* item = nullptr;
+    std::pair<int64_t, void*> item;
     {
       std::unique_lock<std::mutex> lock(st->mu);
-      for (;;) {
-        st->stop_now();
-        // After a failure, the items before it are still written: they were all started, so each is
-        // either done or about to be (its lane finishes it).
-        if (st->failure && st->emitted >= st->failure_at) break;
-        if (auto it = st->done.find(st->emitted); it != st->done.end()) {
-          item = it->second;
-          st->done.erase(it);
-          ++st->emitted;
-          st->cv.notify_all();  // room for the reader
-          break;
-        }
-        if (st->input_done && st->queue.empty() && st->emitted >= st->read) break;
-        if (st->stopping && st->emitted >= st->started) break;
-        if (options.stop) st->cv.wait_for(lock, std::chrono::milliseconds(20));
-        else st->cv.wait(lock);
-      }
+      st->cv.wait(lock, [&] { return st->stopping || st->failure || !st->queue.empty() || st->input_done; });
+      if (st->stop_now() || st->failure || st->queue.empty()) return;
+      item = st->queue.front();
+      st->queue.pop_front();
+      ++st->started;
     }
-    if (!item) break;
+    std::exception_ptr error;
+    try {
+      work(lane, item.second);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(st->mu);
+    st->done.emplace(item.first, item.second);
+    if (error && !st->failure) st->failure = error;
+    if (error) st->failure_at = std::min(st->failure_at, item.first);
+    st->cv.notify_all();
+    if (error) return;
+  }
+}
+
+// The next item to emit, in input order, or null when there is none to come: the input is done and
+// everything read was emitted, a stop and everything started was emitted, or a failure and everything
+// before it was emitted (they were all started, so each is done or about to be: its lane finishes it).
+void* next_to_emit(LoopState& st, bool poll) {
+  std::unique_lock<std::mutex> lock(st.mu);
+  for (;;) {
+    st.stop_now();
+    if (st.failure && st.emitted >= st.failure_at) return nullptr;
+    if (auto it = st.done.find(st.emitted); it != st.done.end()) {
+      void* item = it->second;
+      st.done.erase(it);
+      ++st.emitted;
+      st.cv.notify_all();  // room for the reader
+      return item;
+    }
+    if (st.input_done && st.queue.empty() && st.emitted >= st.read) return nullptr;
+    if (st.stopping && st.emitted >= st.started) return nullptr;
+    if (poll) st.cv.wait_for(lock, std::chrono::milliseconds(20));
+    else st.cv.wait(lock);
+  }
+}
+
+// Emits in order, here, on the caller's thread, until next_to_emit says the end; a failed emit is
+// the loop's failure at that item.
+void emit_in_order(LoopState& st, bool poll, const std::function<void(void*)>& emit) {
+  while (void* item = next_to_emit(st, poll)) {
     try {
       emit(item);
     } catch (...) {
-      std::lock_guard<std::mutex> lock(st->mu);
-      if (!st->failure) st->failure = std::current_exception();
-      st->failure_at = std::min(st->failure_at, st->emitted - 1);
-      st->cv.notify_all();
-      break;
+      std::lock_guard<std::mutex> lock(st.mu);
+      if (!st.failure) st.failure = std::current_exception();
+      st.failure_at = std::min(st.failure_at, st.emitted - 1);
+      st.cv.notify_all();
+      return;
     }
   }
+}
 
+// After the emitting: the lanes stopped and joined, the reader joined (or, blocked in `next` after a
+// stop, given 200 ms and then left to itself), what was read and not emitted discarded and counted.
+void wind_down(const std::shared_ptr<LoopState>& st, std::vector<std::thread>& lanes, std::thread& reader,
+               OrderedLoopEnd& end) {
   {
     std::lock_guard<std::mutex> lock(st->mu);
     end.stopped = st->stopped_by_caller;
@@ -163,7 +157,6 @@ OrderedLoopEnd run_ordered_erased(const OrderedLoopOptions& options, std::functi
   }
   for (auto& t : lanes) t.join();
   {
-    // After a stop, a reader blocked in `next` is given a moment, then left to itself.
     std::unique_lock<std::mutex> lock(st->mu);
     if (end.stopped && st->in_next &&
         !st->cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return !st->in_next; })) {
@@ -173,7 +166,6 @@ OrderedLoopEnd run_ordered_erased(const OrderedLoopOptions& options, std::functi
   }
   if (end.reader_blocked) reader.detach();
   else reader.join();
-
   std::lock_guard<std::mutex> lock(st->mu);
   for (auto& [index, item] : st->queue) {
     st->discard(item);
@@ -187,6 +179,26 @@ OrderedLoopEnd run_ordered_erased(const OrderedLoopOptions& options, std::functi
   st->done.clear();
   end.read = st->read;
   end.emitted = st->emitted;
+}
+
+}  // namespace
+
+OrderedLoopEnd run_ordered_erased(const OrderedLoopOptions& options, std::function<void*()> next,
+                                  const std::function<void(int, void*)>& work, const std::function<void(void*)>& emit,
+                                  std::function<void(void*)> discard) {
+  if (options.lanes < 1) throw UsageError("-j must be at least 1");
+  auto st = std::make_shared<LoopState>();
+  st->window = options.window > 0 ? options.window : 2 * static_cast<int64_t>(options.lanes);
+  st->next = std::move(next);
+  st->discard = std::move(discard);
+  st->stop = options.stop;
+  std::vector<std::thread> lanes;
+  for (int lane = 0; lane < options.lanes; ++lane) lanes.emplace_back([st, lane, &work] { work_lane(st, lane, work); });
+  std::thread reader(read_items, st);
+  emit_in_order(*st, static_cast<bool>(options.stop), emit);
+  OrderedLoopEnd end;
+  wind_down(st, lanes, reader, end);
+  std::lock_guard<std::mutex> lock(st->mu);
   if (st->failure) std::rethrow_exception(st->failure);
   if (st->input_failure) std::rethrow_exception(st->input_failure);
   return end;

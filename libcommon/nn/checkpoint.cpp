@@ -323,64 +323,142 @@ class BufferQueue {  // the ordered writer's hand-off: filled buffers to the wri
 };
 }  // namespace
 
+namespace {
+
+// Where every tensor goes: shards as huggingface_hub's split_state_dict_into_shards makes them (layout
+// order, a new shard when the next tensor would pass max_shard_bytes, a larger tensor alone), each
+// shard's file opened (AtomicFile) with its header written, and each tensor's shard and byte offset.
+struct ShardLayout {
+  std::vector<std::vector<std::size_t>> shards;
+  std::vector<std::string> file_names;
+  std::vector<std::unique_ptr<AtomicFile>> files;
+  std::vector<uint64_t> bytes, tensor_offset;
+  std::vector<std::size_t> tensor_shard;
+  uint64_t total = 0;
+};
+
+void assign_shards(ShardLayout& L, const std::string& dir, const std::vector<TensorSpec>& tensors, std::size_t esz,
+                   uint64_t max_shard_bytes) {
+  L.shards.assign(1, {});
+  L.bytes.resize(tensors.size());
+  uint64_t current = 0;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (__builtin_mul_overflow(numel_of(tensors[i].shape), uint64_t(esz), &L.bytes[i]) ||
+        __builtin_add_overflow(L.total, L.bytes[i], &L.total))
+      throw InputError("checkpoint '" + dir + "': more than 2^64 bytes");
+    if (L.bytes[i] > max_shard_bytes) {
+      if (!L.shards.back().empty()) L.shards.emplace_back();
+      L.shards.back().push_back(i);
+      L.shards.emplace_back();
+      current = 0;
+      continue;
+    }
+    if (current + L.bytes[i] > max_shard_bytes && !L.shards.back().empty()) {
+      L.shards.emplace_back();
+      current = 0;
+    }
+    L.shards.back().push_back(i);
+    current += L.bytes[i];
+  }
+  if (L.shards.back().empty()) L.shards.pop_back();
+}
+
+void open_shards(ShardLayout& L, const std::string& dir, const std::vector<TensorSpec>& tensors, const std::string& dtype) {
+  const std::size_t S = L.shards.size();
+  L.file_names.resize(S);
+  for (std::size_t s = 0; s < S; ++s) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, S);
+    L.file_names[s] = S == 1 ? "model.safetensors" : name;
+  }
+  L.tensor_offset.resize(tensors.size());
+  L.tensor_shard.resize(tensors.size());
+  for (std::size_t s = 0; s < S; ++s) {
+    std::vector<SafetensorsPlanEntry> entries;
+    for (std::size_t i : L.shards[s]) {
+      entries.push_back({tensors[i].name, dtype, tensors[i].shape, L.bytes[i], 0});
+      L.tensor_shard[i] = s;
+    }
+    SafetensorsPlan plan = plan_safetensors(std::move(entries), {{"format", "pt"}});
+    for (auto& e : plan.entries)
+      for (std::size_t i : L.shards[s])
+        if (tensors[i].name == e.name) L.tensor_offset[i] = e.file_offset;
+    L.files.push_back(std::make_unique<AtomicFile>(dir + "/" + L.file_names[s]));
+    L.files.back()->write_at(0, plan.header.data(), plan.header.size());
+  }
+}
+
+// Every job fills and writes on its own thread, in any order.
+void write_unordered(const std::vector<Job>& jobs, int W, std::size_t chunk, const FillFn& fill,
+                     const std::function<void(const Job&, const float*, std::vector<uint8_t>&)>& write_job) {
+  std::atomic<bool> stop{false};
+  std::atomic<std::size_t> next{0};
+  run_threads(W, stop, [&](int) {
+    std::vector<float> buf(chunk);
+    std::vector<uint8_t> conv;
+    for (std::size_t i; !stop && (i = next++) < jobs.size();) {
+      fill(jobs[i].tensor, jobs[i].begin, jobs[i].count, buf.data());
+      write_job(jobs[i], buf.data(), conv);
+    }
+  });
+}
+
+// One filler (worker 0) in layout order; W writers convert and write. 2W buffers in flight.
+void write_ordered(const std::vector<Job>& jobs, int W, std::size_t chunk, const FillFn& fill,
+                   const std::function<void(const Job&, const float*, std::vector<uint8_t>&)>& write_job) {
+  std::atomic<bool> stop{false};
+  const std::size_t B = std::size_t(2 * W);
+  std::vector<std::vector<float>> bufs(B, std::vector<float>(chunk));
+  std::vector<std::size_t> buf_job(B);
+  BufferQueue free_q, full_q;
+  for (std::size_t b = 0; b < B; ++b) free_q.push(b);
+  run_threads(W + 1, stop, [&](int w) {
+    if (w == 0) {
+      struct Close {  // the writers stop once the queue is drained, also when filling failed
+        BufferQueue& q;
+        ~Close() { q.close(); }
+      } close{full_q};
+      for (std::size_t i = 0; i < jobs.size() && !stop; ++i) {
+        std::size_t b;
+        if (!free_q.pop(b, stop)) break;
+        fill(jobs[i].tensor, jobs[i].begin, jobs[i].count, bufs[b].data());
+        buf_job[b] = i;
+        full_q.push(b);
+      }
+      return;
+    }
+    std::vector<uint8_t> conv;
+    try {
+      for (std::size_t b; full_q.pop(b, stop);) {
+        write_job(jobs[buf_job[b]], bufs[b].data(), conv);
+        free_q.push(b);
+      }
+    } catch (...) {
+      stop = true;
+      free_q.wake();
+      full_q.wake();
+      throw;
+    }
+  });
+}
+
+}  // namespace
+
 std::vector<std::string> write_checkpoint_tensors(const std::string& dir, const std::vector<TensorSpec>& tensors,
                                                   const FillFn& fill, const WriteOptions& o) {
   const std::size_t esz = Tensor::dtype_size(o.dtype);
   torch_dtype_for(o.dtype);  // F32, BF16 or F16 only
   if (tensors.empty()) throw InternalError("write_checkpoint_tensors: no tensors");
-  // Shards as huggingface_hub's split_state_dict_into_shards makes them.
-  std::vector<std::vector<std::size_t>> shards(1);
-  uint64_t current = 0, total = 0;
-  std::vector<uint64_t> bytes(tensors.size());
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    if (__builtin_mul_overflow(numel_of(tensors[i].shape), uint64_t(esz), &bytes[i]) ||
-        __builtin_add_overflow(total, bytes[i], &total))
-      throw InputError("checkpoint '" + dir + "': more than 2^64 bytes");
-    if (bytes[i] > o.max_shard_bytes) {
-      if (!shards.back().empty()) shards.emplace_back();
-      shards.back().push_back(i);
-      shards.emplace_back();
-      current = 0;
-      continue;
-    }
-    if (current + bytes[i] > o.max_shard_bytes && !shards.back().empty()) {
-      shards.emplace_back();
-      current = 0;
-    }
-    shards.back().push_back(i);
-    current += bytes[i];
-  }
-  if (shards.back().empty()) shards.pop_back();
-  const std::size_t S = shards.size();
-  std::vector<std::string> file_names(S);
-  for (std::size_t s = 0; s < S; ++s) {
-    char name[64];
-    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, S);
-    file_names[s] = S == 1 ? "model.safetensors" : name;
-  }
-  // Plans, files, and the jobs (chunks of tensors in layout order) with where each goes.
-  std::vector<std::unique_ptr<AtomicFile>> files;
-  std::vector<uint64_t> tensor_offset(tensors.size());
-  std::vector<std::size_t> tensor_shard(tensors.size());
-  for (std::size_t s = 0; s < S; ++s) {
-    std::vector<SafetensorsPlanEntry> entries;
-    for (std::size_t i : shards[s]) {
-      entries.push_back({tensors[i].name, o.dtype, tensors[i].shape, bytes[i], 0});
-      tensor_shard[i] = s;
-    }
-    SafetensorsPlan plan = plan_safetensors(std::move(entries), {{"format", "pt"}});
-    for (auto& e : plan.entries)
-      for (std::size_t i : shards[s])
-        if (tensors[i].name == e.name) tensor_offset[i] = e.file_offset;
-    files.push_back(std::make_unique<AtomicFile>(dir + "/" + file_names[s]));
-    files.back()->write_at(0, plan.header.data(), plan.header.size());
-  }
+  ShardLayout L;
+  assign_shards(L, dir, tensors, esz, o.max_shard_bytes);
+  open_shards(L, dir, tensors, o.dtype);
+  // The jobs: chunks of tensors in layout order, with where each goes.
   const std::size_t chunk = std::max<std::size_t>(1, o.chunk_elements);
   std::vector<Job> jobs;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const std::size_t n = std::size_t(numel_of(tensors[i].shape));
     for (std::size_t b = 0; b < n; b += chunk)
-      jobs.push_back({i, b, std::min(chunk, n - b), tensor_shard[i], tensor_offset[i] + uint64_t(b) * esz});
+      jobs.push_back({i, b, std::min(chunk, n - b), L.tensor_shard[i], L.tensor_offset[i] + uint64_t(b) * esz});
   }
   // One job: floats checked, converted, written at their place.
   auto write_job = [&](const Job& j, const float* src, std::vector<uint8_t>& conv) {
@@ -394,63 +472,18 @@ std::vector<std::string> write_checkpoint_tensors(const std::string& dir, const 
       convert_floats(src, j.count, o.dtype, conv.data());
       out = conv.data();
     }
-    files[j.shard]->write_at(j.file_offset, out, j.count * esz);
+    L.files[j.shard]->write_at(j.file_offset, out, j.count * esz);
   };
   const int W = thread_count(o.threads, jobs.size());
-  std::atomic<bool> stop{false};
-  if (!o.ordered) {
-    std::atomic<std::size_t> next{0};
-    run_threads(W, stop, [&](int) {
-      std::vector<float> buf(chunk);
-      std::vector<uint8_t> conv;
-      for (std::size_t i; !stop && (i = next++) < jobs.size();) {
-        fill(jobs[i].tensor, jobs[i].begin, jobs[i].count, buf.data());
-        write_job(jobs[i], buf.data(), conv);
-      }
-    });
-  } else {
-    // One filler (this thread, worker 0) in layout order; W writers convert and write. 2W buffers in flight.
-    const std::size_t B = std::size_t(2 * W);
-    std::vector<std::vector<float>> bufs(B, std::vector<float>(chunk));
-    std::vector<std::size_t> buf_job(B);
-    BufferQueue free_q, full_q;
-    for (std::size_t b = 0; b < B; ++b) free_q.push(b);
-    run_threads(W + 1, stop, [&](int w) {
-      if (w == 0) {
-        struct Close {  // the writers stop once the queue is drained, also when filling failed
-          BufferQueue& q;
-          ~Close() { q.close(); }
-        } close{full_q};
-        for (std::size_t i = 0; i < jobs.size() && !stop; ++i) {
-          std::size_t b;
-          if (!free_q.pop(b, stop)) break;
-          fill(jobs[i].tensor, jobs[i].begin, jobs[i].count, bufs[b].data());
-          buf_job[b] = i;
-          full_q.push(b);
-        }
-        return;
-      }
-      std::vector<uint8_t> conv;
-      try {
-        for (std::size_t b; full_q.pop(b, stop);) {
-          write_job(jobs[buf_job[b]], bufs[b].data(), conv);
-          free_q.push(b);
-        }
-      } catch (...) {
-        stop = true;
-        free_q.wake();
-        full_q.wake();
-        throw;
-      }
-    });
-  }
-  for (auto& f : files) f->commit();
-  if (S > 1) {
-    Json index = {{"metadata", {{"total_size", total}}}, {"weight_map", Json::object()}};
-    for (std::size_t i = 0; i < tensors.size(); ++i) index["weight_map"][tensors[i].name] = file_names[tensor_shard[i]];
+  if (o.ordered) write_ordered(jobs, W, chunk, fill, write_job);
+  else write_unordered(jobs, W, chunk, fill, write_job);
+  for (auto& f : L.files) f->commit();
+  if (L.shards.size() > 1) {
+    Json index = {{"metadata", {{"total_size", L.total}}}, {"weight_map", Json::object()}};
+    for (std::size_t i = 0; i < tensors.size(); ++i) index["weight_map"][tensors[i].name] = L.file_names[L.tensor_shard[i]];
     write_file_atomic(dir + "/" + kIndexName, index.dump(2) + "\n");
   }
-  return file_names;
+  return L.file_names;
 }
 
 void write_checkpoint_config(const std::string& dir, const Config& config, const std::string& disk_dtype) {

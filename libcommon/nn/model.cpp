@@ -302,9 +302,7 @@ template <class T> void check_adapter_fits(const Config& c, const Adapter<T>& ad
 
 template <class T> void Model<T>::forward(const std::vector<int>& tokens, Activations<T>& a, const Adapter<T>* adapter) const {
   const int Tn = static_cast<int>(tokens.size());
-  const int C = config_.hidden_size, F = config_.intermediate_size, V = config_.vocab_size;
-  const int H = config_.num_attention_heads, KV = config_.num_key_value_heads, D = config_.head_dim;
-  const T eps = T(config_.rms_norm_eps);
+  const int C = config_.hidden_size, V = config_.vocab_size;
   if (Tn == 0) throw InputError("native model: empty sequence");
   if (Tn > config_.max_position_embeddings)
     throw InputError("native model: sequence of " + std::to_string(Tn) + " tokens is longer than max_position_embeddings " +
@@ -323,56 +321,71 @@ template <class T> void Model<T>::forward(const std::vector<int>& tokens, Activa
       throw InputError("native model: token id " + std::to_string(tok) + " outside the vocabulary of " + std::to_string(V));
     std::copy_n(W + embed_offset + std::size_t(tok) * C, C, x.begin() + std::size_t(t) * C);
   }
-  for (int l = 0; l < config_.num_hidden_layers; ++l) {
-    const LayerOffsets& o = layer_offsets[l];
-    LayerActivations<T>& L = a.layers[l];
-    L.lora_u.resize(adapter ? kLoraModules : 0);
-    // y += the adapter's share on (l, m), when the adapter has that site
-    auto lora = [&](LoraModule m, T* y, const T* in) {
-      if (!adapter) return;
-      if (const LoraSite* s = adapter->site(l, m)) lora_forward(*adapter, *s, y, in, Tn, L.lora_u[int(m)]);
-    };
-    L.x_in = x;
-    L.xn1.resize(x.size());
-    L.rstd1.resize(Tn);
-    rmsnorm_forward(L.xn1.data(), L.rstd1.data(), x.data(), W + o.input_norm, Tn, C, eps);
-    L.q.resize(std::size_t(Tn) * H * D);
-    L.k.resize(std::size_t(Tn) * KV * D);
-    L.v.resize(std::size_t(Tn) * KV * D);
-    const bool bias = config_.attention_bias;
-    matmul_forward(L.q.data(), L.xn1.data(), W + o.q, bias ? W + o.q_bias : nullptr, Tn, C, H * D);
-    matmul_forward(L.k.data(), L.xn1.data(), W + o.k, bias ? W + o.k_bias : nullptr, Tn, C, KV * D);
-    matmul_forward(L.v.data(), L.xn1.data(), W + o.v, bias ? W + o.v_bias : nullptr, Tn, C, KV * D);
-    lora(LoraModule::q_proj, L.q.data(), L.xn1.data());
-    lora(LoraModule::k_proj, L.k.data(), L.xn1.data());
-    lora(LoraModule::v_proj, L.v.data(), L.xn1.data());
-    for (int t = 0; t < Tn; ++t) {
-      for (int h = 0; h < H; ++h) rope_forward(L.q.data() + (std::size_t(t) * H + h) * D, t, D, config_.rope_theta);
-      for (int h = 0; h < KV; ++h) rope_forward(L.k.data() + (std::size_t(t) * KV + h) * D, t, D, config_.rope_theta);
-    }
-    L.probs.assign(std::size_t(H) * Tn * Tn, T(0));
-    L.att.assign(std::size_t(Tn) * H * D, T(0));
-    attention_forward(L.att.data(), L.probs.data(), L.q.data(), L.k.data(), L.v.data(), Tn, H, KV, D);
-    std::vector<T> proj(std::size_t(Tn) * C);
-    matmul_forward(proj.data(), L.att.data(), W + o.o, nullptr, Tn, H * D, C);
-    lora(LoraModule::o_proj, proj.data(), L.att.data());
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
-    L.x_mid = x;
-    L.xn2.resize(x.size());
-    L.rstd2.resize(Tn);
-    rmsnorm_forward(L.xn2.data(), L.rstd2.data(), x.data(), W + o.post_norm, Tn, C, eps);
-    L.gate.resize(std::size_t(Tn) * F);
-    L.up.resize(std::size_t(Tn) * F);
-    L.act.resize(std::size_t(Tn) * F);
-    matmul_forward(L.gate.data(), L.xn2.data(), W + o.gate, nullptr, Tn, C, F);
-    matmul_forward(L.up.data(), L.xn2.data(), W + o.up, nullptr, Tn, C, F);
-    lora(LoraModule::gate_proj, L.gate.data(), L.xn2.data());
-    lora(LoraModule::up_proj, L.up.data(), L.xn2.data());
-    swiglu_forward(L.act.data(), L.gate.data(), L.up.data(), std::size_t(Tn) * F);
-    matmul_forward(proj.data(), L.act.data(), W + o.down, nullptr, Tn, F, C);
-    lora(LoraModule::down_proj, proj.data(), L.act.data());
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+  for (int l = 0; l < config_.num_hidden_layers; ++l) layer_forward(l, x, a.layers[l], adapter);
+  head_forward(x, a, adapter, critic);
+}
+
+template <class T>
+void Model<T>::layer_forward(int l, std::vector<T>& x, LayerActivations<T>& L, const Adapter<T>* adapter) const {
+  const int Tn = static_cast<int>(x.size() / std::size_t(config_.hidden_size));
+  const int C = config_.hidden_size, F = config_.intermediate_size;
+  const int H = config_.num_attention_heads, KV = config_.num_key_value_heads, D = config_.head_dim;
+  const T eps = T(config_.rms_norm_eps);
+  const T* W = weights.data();
+  const LayerOffsets& o = layer_offsets[l];
+  L.lora_u.resize(adapter ? kLoraModules : 0);
+  // y += the adapter's share on (l, m), when the adapter has that site
+  auto lora = [&](LoraModule m, T* y, const T* in) {
+    if (!adapter) return;
+    if (const LoraSite* s = adapter->site(l, m)) lora_forward(*adapter, *s, y, in, Tn, L.lora_u[int(m)]);
+  };
+  L.x_in = x;
+  L.xn1.resize(x.size());
+  L.rstd1.resize(Tn);
+  rmsnorm_forward(L.xn1.data(), L.rstd1.data(), x.data(), W + o.input_norm, Tn, C, eps);
+  L.q.resize(std::size_t(Tn) * H * D);
+  L.k.resize(std::size_t(Tn) * KV * D);
+  L.v.resize(std::size_t(Tn) * KV * D);
+  const bool bias = config_.attention_bias;
+  matmul_forward(L.q.data(), L.xn1.data(), W + o.q, bias ? W + o.q_bias : nullptr, Tn, C, H * D);
+  matmul_forward(L.k.data(), L.xn1.data(), W + o.k, bias ? W + o.k_bias : nullptr, Tn, C, KV * D);
+  matmul_forward(L.v.data(), L.xn1.data(), W + o.v, bias ? W + o.v_bias : nullptr, Tn, C, KV * D);
+  lora(LoraModule::q_proj, L.q.data(), L.xn1.data());
+  lora(LoraModule::k_proj, L.k.data(), L.xn1.data());
+  lora(LoraModule::v_proj, L.v.data(), L.xn1.data());
+  for (int t = 0; t < Tn; ++t) {
+    for (int h = 0; h < H; ++h) rope_forward(L.q.data() + (std::size_t(t) * H + h) * D, t, D, config_.rope_theta);
+    for (int h = 0; h < KV; ++h) rope_forward(L.k.data() + (std::size_t(t) * KV + h) * D, t, D, config_.rope_theta);
   }
+  L.probs.assign(std::size_t(H) * Tn * Tn, T(0));
+  L.att.assign(std::size_t(Tn) * H * D, T(0));
+  attention_forward(L.att.data(), L.probs.data(), L.q.data(), L.k.data(), L.v.data(), Tn, H, KV, D);
+  std::vector<T> proj(std::size_t(Tn) * C);
+  matmul_forward(proj.data(), L.att.data(), W + o.o, nullptr, Tn, H * D, C);
+  lora(LoraModule::o_proj, proj.data(), L.att.data());
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+  L.x_mid = x;
+  L.xn2.resize(x.size());
+  L.rstd2.resize(Tn);
+  rmsnorm_forward(L.xn2.data(), L.rstd2.data(), x.data(), W + o.post_norm, Tn, C, eps);
+  L.gate.resize(std::size_t(Tn) * F);
+  L.up.resize(std::size_t(Tn) * F);
+  L.act.resize(std::size_t(Tn) * F);
+  matmul_forward(L.gate.data(), L.xn2.data(), W + o.gate, nullptr, Tn, C, F);
+  matmul_forward(L.up.data(), L.xn2.data(), W + o.up, nullptr, Tn, C, F);
+  lora(LoraModule::gate_proj, L.gate.data(), L.xn2.data());
+  lora(LoraModule::up_proj, L.up.data(), L.xn2.data());
+  swiglu_forward(L.act.data(), L.gate.data(), L.up.data(), std::size_t(Tn) * F);
+  matmul_forward(proj.data(), L.act.data(), W + o.down, nullptr, Tn, F, C);
+  lora(LoraModule::down_proj, proj.data(), L.act.data());
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+}
+
+template <class T>
+void Model<T>::head_forward(const std::vector<T>& x, Activations<T>& a, const Adapter<T>* adapter, bool critic) const {
+  const int Tn = a.seq_len, C = config_.hidden_size, V = config_.vocab_size;
+  const T eps = T(config_.rms_norm_eps);
+  const T* W = weights.data();
   a.x_out = x;
   a.xf.resize(x.size());
   a.rstdf.resize(Tn);

@@ -123,6 +123,10 @@ template <class T> class Model {
 
  private:
   std::size_t add_param(const std::string& name, std::vector<int64_t> shape);
+  // forward's steps: one decoder layer on the residual stream `x` (keeping what the backward needs in
+  // L), and the final norm with the head (logits, or a critic's values).
+  void layer_forward(int l, std::vector<T>& x, LayerActivations<T>& L, const Adapter<T>* adapter) const;
+  void head_forward(const std::vector<T>& x, Activations<T>& a, const Adapter<T>* adapter, bool critic) const;
   Config config_;
   std::vector<ParamInfo> params_;
 };
