@@ -9,9 +9,31 @@
 
 namespace ca::worker_request {
 
+std::string task_mode(const Json& task) {
+  if (!task.is_object() || !task.contains("reference") || task["reference"].is_null()) return "train";
+  const Json& ref = task["reference"];
+  if (!ref.is_object()) throw FieldError("reference", "expected an object {\"mode\": \"train\" | \"eval\", ...}");
+  if (!ref.contains("mode") || ref["mode"].is_null()) return "train";
+  const Json& mode = ref["mode"];
+  if (!mode.is_string() || (mode != "train" && mode != "eval"))
+    throw FieldError("reference.mode", mode.dump() + " is not a reference mode: \"train\" (as KernelBench runs models: "
+                                       "BatchNorm on batch statistics, dropout live) or \"eval\"");
+  return mode.get<std::string>();
+}
+
+Json reference_section(const Json& load_answer, const std::string& asked) {
+  Json r{{"mode", load_answer.contains("mode") && load_answer["mode"].is_string() ? load_answer["mode"] : Json(asked)}};
+  if (load_answer.contains("stochastic") && load_answer["stochastic"].is_boolean()) {
+    r["stochastic"] = load_answer["stochastic"];
+    if (load_answer.contains("stochastic_evidence")) r["evidence"] = load_answer["stochastic_evidence"];
+  }
+  return r;
+}
+
 Json load(const std::string& task_id, const Json& task) {
   if (!task.contains("code") || !task["code"].is_string()) throw FieldError("task.code", "missing (the task's PyTorch source)");
-  Json req{{"op", "load"}, {"task_id", task_id}, {"code", task["code"]}, {"init_seed", task_init_seed(task)}};
+  Json req{{"op", "load"}, {"task_id", task_id}, {"code", task["code"]}, {"init_seed", task_init_seed(task)},
+           {"mode", task_mode(task)}};
   if (task.contains("init_inputs")) req["init_inputs"] = task["init_inputs"];
   return req;
 }
@@ -20,6 +42,9 @@ std::string task_key(const Json& task, const std::string& task_id) {
   Json l = load(task_id, task);
   l.erase("op");
   l.erase("task_id");
+  // Train is what every load ran before the mode was a field: a train task keeps the key it had
+  // (stored baselines stay found); an eval task is another task by construction.
+  if (l["mode"] == "train") l.erase("mode");
   return task_id + "@" + content_id(l);
 }
 
@@ -59,7 +84,8 @@ Json Filters::to_json() const {
            {"task_id", task_id},
            {"code", code},
            {"eager_time_range_ms", {min_ms, max_ms}},
-           {"check_compile", check_compile}};
+           {"check_compile", check_compile},
+           {"mode", mode}};
   if (init_inputs) req["init_inputs"] = *init_inputs;
   return req;
 }

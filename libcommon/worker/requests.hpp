@@ -11,7 +11,16 @@
 
 namespace ca::worker_request {
 
-// `load`: the task's code, init_inputs and init seed (task_init_seed). FieldError without a code.
+// The mode the task's reference runs in, from its record's `reference.mode`: "train" (KernelBench's,
+// and the default for a record without the field: BatchNorm on batch statistics, dropout live) or
+// "eval". FieldError naming `reference.mode` (or `reference`) for anything else.
+std::string task_mode(const Json& task);
+// A task record's `reference` section from the worker's load answer: the mode the reference ran in
+// (the worker's word; `asked` when an older worker does not say), whether it is stochastic (the load
+// ran it from two RNG states) and the evidence for that. Written by ops-synth import and filter.
+Json reference_section(const Json& load_answer, const std::string& asked);
+// `load`: the task's code, init_inputs, init seed (task_init_seed) and mode (task_mode). FieldError
+// without a code, or with a mode that is not one.
 Json load(const std::string& task_id, const Json& task);
 // The name a task is loaded under in a worker, and the key of every cache of it (a lane's loaded
 // tasks, kernel-prof's baselines in memory and in the store): `task_id` and a content id of what the
@@ -50,6 +59,7 @@ struct Filters {
   double min_ms = 0, max_ms = 0;  // eager_time_range_ms
   bool check_compile = true;
   std::optional<Json> init_inputs;
+  std::string mode = "train";  // task_mode of the record
   Json to_json() const;
 };
 

@@ -127,7 +127,12 @@ ca::Outcome Checker::process(Item& item) {
   if (serving_ || common_.resume) ca::verify_candidate_id(rec);
   else item.id_verified = rec["candidate_id"].get<std::string>() == ca::candidate_id_for(task_id, bundle);
   if (resume(item)) return ca::Outcome::skipped;
+  // The reference's mode and whether it is stochastic, as the task record says (a bad mode is a bad
+  // record, before any compile); a GPU judge replaces it with what its worker's load measured.
+  const std::optional<ca::Json> reference =
+      task ? std::optional<ca::Json>(reference_check(*task, nullptr, options_.allow_stochastic)) : std::nullopt;
   Prepared p = prepare(rec, task);
+  if (reference) p.check["reference"] = *reference;
   if (!p.final && !options_.compile_only) {
     if (!judge_) {
       set_verdict(p.check, "no_device", "no GPU: " + no_device_why_);

@@ -220,8 +220,8 @@ struct GpuJudge::Judgment {
     // A stochastic reference (live dropout: the worker runs it twice from two RNG states at load, and
     // the task record may say so from import) is one random draw: matching it is luck, missing it is
     // not the candidate's fault. Its own verdict, with correct null: reward-calc gives no -1 for it.
-    const bool stochastic = it->second.value("stochastic", false) || task.value("stochastic", false);
-    if (stochastic) {
+    check["reference"] = reference_check(task, &it->second, options_.allow_stochastic);
+    if (check["reference"]["stochastic"] == true) {
       check["task_stochastic"] = true;
       if (!options_.allow_stochastic) {
         set_verdict(check, "task_stochastic",

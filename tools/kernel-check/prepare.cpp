@@ -6,6 +6,7 @@
 
 #include "libcommon/errors.hpp"
 #include "libcommon/fields.hpp"
+#include "libcommon/worker/requests.hpp"
 
 namespace ca::kc {
 
@@ -15,6 +16,34 @@ void set_verdict(ca::Json& check, const std::string& status, const std::string& 
   if (status == "passed") check["correct"] = true;
   else if (status == "no_device") check["correct"] = nullptr;
   else check["correct"] = false;
+}
+
+ca::Json reference_check(const ca::Json& task, const ca::Json* load, bool allow_stochastic) {
+  std::string mode;
+  try {
+    mode = ca::worker_request::task_mode(task);
+  } catch (const ca::FieldError& e) {
+    throw ca::FieldError("task." + e.field, e.reason);
+  }
+  // What the task record says: its reference section, else the top-level flag of older records.
+  ca::Json said = nullptr;
+  if (task.contains("reference") && task["reference"].is_object() && task["reference"].contains("stochastic") &&
+      task["reference"]["stochastic"].is_boolean())
+    said = task["reference"]["stochastic"];
+  else if (task.contains("stochastic") && task["stochastic"].is_boolean())
+    said = task["stochastic"];
+  ca::Json r{{"mode", mode}, {"stochastic", said}, {"from", said.is_null() ? ca::Json(nullptr) : ca::Json("task_record")}};
+  if (load) {
+    if (load->contains("mode") && (*load)["mode"].is_string()) r["mode"] = (*load)["mode"];  // what ran
+    const bool measured = load->value("stochastic", false);
+    // The worker measured it; a task record that says stochastic still counts (its import saw it).
+    if (measured || said != true) {
+      r["stochastic"] = measured;
+      r["from"] = "worker";
+    }
+  }
+  if (r["stochastic"] == true) r["rule"] = allow_stochastic ? "allow_stochastic" : "task_stochastic";
+  return r;
 }
 
 static std::string rank_precision(const std::string& a, const std::string& b) { return ca::bundle::lower_precision(a, b); }

@@ -37,6 +37,13 @@ struct Prepared {
 Prepared prepare_candidate(const ca::Json& record, const ca::Json* task, const Rules& rules,
                            const PrepareOptions& options);
 
+// The check section's `reference`: the mode the task's reference runs in (train, KernelBench's, unless
+// the task says eval) and whether it is stochastic, from the worker's load answer when there is one
+// (`load`), else from the task record (null: nothing measured it); with the rule for a stochastic one
+// (task_stochastic: not judged; allow_stochastic: judged against one draw by the published bound).
+// FieldError naming task.reference.mode for a mode that is not one.
+ca::Json reference_check(const ca::Json& task, const ca::Json* load, bool allow_stochastic);
+
 // Sets status/reason (and compiled/correct) in a check section.
 void set_verdict(ca::Json& check, const std::string& status, const std::string& reason);
 // The precision of the candidate: the lowest of the kernels the plan launches (each with every

@@ -68,6 +68,7 @@ std::string judge(ca::WorkerClient& worker, ca::Json& rec, const FilterOptions& 
   filters.min_ms = opt.min_ms;
   filters.max_ms = opt.max_ms;
   filters.check_compile = opt.check_compile;
+  filters.mode = ca::worker_request::task_mode(rec);  // a bad mode: a bad record naming reference.mode
   if (rec.contains("init_inputs") && rec["init_inputs"].is_array()) filters.init_inputs = ca::Json(rec["init_inputs"]);
   const ca::Json req = filters.to_json();
   // Workers sharing a GPU take memory from one another: a verdict lost to it says nothing about the
@@ -105,8 +106,9 @@ std::string judge(ca::WorkerClient& worker, ca::Json& rec, const FilterOptions& 
       const ca::Json& load = ans["load"];
       for (const char* key : {"inputs", "outputs", "init_inputs", "params"})
         if (!rec.contains(key) && load.contains(key)) rec[key] = ca::Json(load[key]);
-      // The worker's measurement, whatever the record said (kernel-check's task_stochastic rule).
-      if (load.contains("stochastic") && load["stochastic"].is_boolean()) rec["stochastic"] = ca::Json(load["stochastic"]);
+      // The worker's measurement, whatever the record said (kernel-check's task_stochastic rule),
+      // and the mode the reference ran in.
+      set_reference(rec, ca::worker_request::reference_section(load, filters.mode));
     }
   }
   if (reason.empty() && !opt.decontaminate.empty()) {

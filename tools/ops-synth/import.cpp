@@ -136,7 +136,13 @@ ca::Outcome fill(ca::WorkerClient* worker, ca::RecordItem& item) {
   std::string code = ca::get_required<std::string>(rec, "/code");
   if (!rec.contains("task_id")) rec["task_id"] = ca::task_id_for(ca::Json{{"code", code}});
   if (!rec.contains("data_source")) rec["data_source"] = "import";
-  if (!worker) return ca::Outcome::done;
+  // The mode the reference runs in: the record's (train unless it says eval; another value is a bad
+  // record naming reference.mode), stated in every record; without a worker, nothing is measured.
+  const std::string mode = ca::worker_request::task_mode(rec);
+  if (!worker) {
+    set_reference(rec, ca::Json{{"mode", mode}});
+    return ca::Outcome::done;
+  }
   const std::string task_id = ca::get_required<std::string>(rec, "/task_id");  // a numeric one is a bad record
   ca::Json ans = worker->request(ca::worker_request::load(task_id, ca::Json(rec)));
   if (!ans.value("ok", false)) {
@@ -144,9 +150,9 @@ ca::Outcome fill(ca::WorkerClient* worker, ca::RecordItem& item) {
     rec["error"] = ca::Json{{"tool", "ops-synth"}, {"field", "code"}, {"reason", why}, {"where", item.where}};
     return ca::Outcome::failed;
   }
-  // stochastic: the load ran the reference from two RNG states (kernel-check's task_stochastic rule).
-  for (const char* key : {"inputs", "outputs", "init_inputs", "params", "stochastic"})
+  for (const char* key : {"inputs", "outputs", "init_inputs", "params"})
     if (ans.contains(key)) rec[key] = ca::Json(ans[key]);
+  set_reference(rec, ca::worker_request::reference_section(ans, mode));
   worker->request(ca::worker_request::unload(task_id));
   return ca::Outcome::done;
 }

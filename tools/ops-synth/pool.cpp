@@ -73,4 +73,11 @@ std::vector<std::unique_ptr<ca::WorkerClient>> start_workers(int jobs, const std
   return clients;
 }
 
+void set_reference(ca::Json& rec, const ca::Json& reference) {
+  ca::Json section = rec.contains("reference") && rec["reference"].is_object() ? ca::Json(rec["reference"]) : ca::Json::object();
+  for (auto& [k, v] : reference.items()) section[k] = v;
+  if (section.contains("stochastic")) rec["stochastic"] = ca::Json(section["stochastic"]);
+  rec["reference"] = std::move(section);
+}
+
 }  // namespace ca::ops_synth

@@ -24,4 +24,9 @@ std::size_t worker_memory_mb(std::size_t total_mb, int jobs);
 std::vector<std::unique_ptr<ca::WorkerClient>> start_workers(int jobs, const std::vector<std::string>& devices,
                                                              const ca::WorkerOptions& worker);
 
+// A task record's `reference` section (worker_request::reference_section, or {"mode"} alone without a
+// worker) merged into the one it has (its other keys kept), and the top-level `stochastic` that
+// older readers of v1 records take: the same measurement, written from the same value.
+void set_reference(ca::Json& rec, const ca::Json& reference);
+
 }  // namespace ca::ops_synth

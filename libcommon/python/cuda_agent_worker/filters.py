@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from .tasks import TaskError
+from .tasks import TaskError, reference_mode
 
 # torch.compile costs seconds of CPU per task, the other checks milliseconds: it runs last, and only
 # on tasks that passed every other check (a task dropped earlier says "not run" for it).
@@ -111,7 +111,7 @@ def _run_once(worker, req):
         task, load_err = None, None
         try:
             task = worker.load(str(tid), code, req.get("init_inputs"), int(req.get("init_seed", 0)),
-                               bool(req.get("eval", False)), keep_inputs=True, build_on_device=True)
+                               reference_mode(req), keep_inputs=True, build_on_device=True)
         except TaskError as e:
             load_err = e
     v = {}

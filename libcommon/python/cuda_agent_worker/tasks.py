@@ -277,9 +277,34 @@ def flatten_outputs(out):
 
 # ---- a loaded task ---------------------------------------------------------------------------------
 
+# The modes a reference can run in. "train" is KernelBench's (its harness never calls eval()):
+# BatchNorm normalizes with the batch's own statistics, dropout is live. "eval": running statistics,
+# dropout off. A task record states its mode (`reference.mode`); the default is train.
+MODES = ("train", "eval")
+
+
+def reference_mode(req):
+    """The mode a load or filters request asks for: `"mode"` ("train", the default, or "eval"); the
+    older `"eval": true` means "eval". Anything else is a bad request naming the field."""
+    mode = req.get("mode")
+    legacy = req.get("eval")
+    if legacy is not None and not isinstance(legacy, bool):
+        raise ValueError("field 'eval' is not a boolean: %r" % (legacy,))
+    if mode is None:
+        return "eval" if legacy else "train"
+    if mode not in MODES:
+        raise ValueError("field 'mode' is %r, not a reference mode (train, as KernelBench runs models, or eval)"
+                         % (mode,))
+    if legacy is not None and legacy != (mode == "eval"):
+        raise ValueError("fields 'mode' (%s) and 'eval' (%s) disagree" % (mode, legacy))
+    return mode
+
+
 class Task(object):
-    def __init__(self, task_id, code, device, work_dir, init_inputs=None, init_seed=0, eval_mode=False,
+    def __init__(self, task_id, code, device, work_dir, init_inputs=None, init_seed=0, mode="train",
                  keep_inputs=False, build_on_device=False):
+        if mode not in MODES:
+            raise ValueError("mode %r is not a reference mode %s" % (mode, MODES))
         self.task_id = str(task_id)
         self.code = code
         self.device = torch.device(device)
@@ -314,8 +339,12 @@ class Task(object):
             if not isinstance(self.model, torch.nn.Module):
                 raise TaskError("init", "Model(...) is a %s, not a torch.nn.Module" % type(self.model).__name__)
             self.model = self.model.to(self.device)
-            if eval_mode:
+            if mode == "eval":
                 self.model.eval()
+        # The mode it runs in, as the module says: train is the model as built (as KernelBench runs
+        # it: training unless its own code calls eval()), so the answer states what ran, not what was
+        # asked.
+        self.mode = "train" if self.model.training else "eval"
         self.initial_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         self.input_names = self._forward_names()
         inputs, self.input_specs = self.make_inputs(0, on_device=True)
@@ -429,6 +458,7 @@ class Task(object):
     def load_answer(self):
         return {
             "task_id": self.task_id,
+            "mode": self.mode,
             "inputs": self.input_specs,
             "init_inputs": _jsonable(self.init_inputs),
             "params": [dict(name=k, **tensor_spec(v)) for k, v in self.initial_state.items()],

@@ -134,13 +134,13 @@ class Worker(object):
             raise UnknownTask("task %s is not loaded in this worker (send 'load' first)" % tid)
         return self.tasks[tid]
 
-    def load(self, task_id, code, init_inputs=None, init_seed=0, eval_mode=False, keep_inputs=False,
+    def load(self, task_id, code, init_inputs=None, init_seed=0, mode="train", keep_inputs=False,
              build_on_device=False):
         old = self.tasks.pop(task_id, None)
         if old is not None:
             old.drop()
         t = self.tasks_mod.Task(task_id, code, self.device, self.work_dir, init_inputs=init_inputs,
-                                init_seed=init_seed, eval_mode=eval_mode, keep_inputs=keep_inputs,
+                                init_seed=init_seed, mode=mode, keep_inputs=keep_inputs,
                                 build_on_device=build_on_device)
         self.tasks[task_id] = t
         return t
@@ -156,7 +156,7 @@ class Worker(object):
         # in milliseconds, and no host copy of them); "build_on_device": false draws on the CPU.
         on_device = bool(req.get("build_on_device", self.device.startswith("cuda")))
         t = self.load(str(need(req, "task_id")), need(req, "code", str), req.get("init_inputs"),
-                      int(req.get("init_seed", 0)), bool(req.get("eval", False)), build_on_device=on_device)
+                      int(req.get("init_seed", 0)), self.tasks_mod.reference_mode(req), build_on_device=on_device)
         return t.load_answer()
 
     def op_unload(self, req):
