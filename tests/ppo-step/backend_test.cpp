@@ -21,7 +21,7 @@ TEST_CASE("ppo-step's CPU backend: scores and gradients are the model's own, pos
   m.init_random(5, 0.2);
   const fs::path dir = fs::temp_directory_path() / ("ppo_backend_" + std::to_string(::getpid()));
   ca::nn::save_model(m, dir.string());
-  ca::ppo::Backend backend(ca::ppo::DeviceOptions{});
+  ca::ppo_step::Backend backend(ca::ppo_step::DeviceOptions{});
   auto tm = backend.load(dir.string());
   const std::vector<int> inputs = {1, 4, 2, 9, 3}, targets = {-1, 2, 9, -1, 7};
   auto s = tm->score(inputs, targets, 0.8);

@@ -11,7 +11,7 @@
 #include "tools/ppo-step/config.hpp"
 #include "tools/ppo-step/losses.hpp"
 
-using namespace ca::ppo;
+using namespace ca::ppo_step;
 using doctest::Approx;
 
 TEST_CASE("GAE passes values and advantages through masked tool tokens (gamma 1, lambda 0.95)") {

@@ -7,7 +7,7 @@
 #include "libcommon/errors.hpp"
 #include "tools/ppo-step/records.hpp"
 
-using namespace ca::ppo;
+using namespace ca::ppo_step;
 
 TEST_CASE("role turns: prompt, assistant, tool output, assistant") {
   auto rec = ca::Json::parse(R"({"task_id":"t1","reward":{"value":2,"scheme":"milestone"},"episode":{"turns":[

@@ -7,7 +7,7 @@
 
 #include "libcommon/errors.hpp"
 
-namespace ca::ppo {
+namespace ca::ppo_step {
 
 int last_model_token(const std::vector<double>& mask) {
   for (int t = int(mask.size()) - 1; t >= 0; --t)
@@ -146,4 +146,4 @@ double kl_estimate_grad(double logp, double ref, const std::string& kind) {
   throw UsageError("unknown KL estimator '" + kind + "' (k1, abs, k2, k3)");
 }
 
-}  // namespace ca::ppo
+}  // namespace ca::ppo_step

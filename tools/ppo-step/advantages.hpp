@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace ca::ppo {
+namespace ca::ppo_step {
 
 // One response: per-token arrays of equal length (response tokens only; the prompt is not in them).
 struct Sequence {
@@ -49,4 +49,4 @@ double kl_estimate(double logp, double ref_logp, const std::string& kind);
 double kl_estimate_grad(double logp, double ref_logp, const std::string& kind);
 bool is_kl_kind(const std::string& kind);
 
-}  // namespace ca::ppo
+}  // namespace ca::ppo_step

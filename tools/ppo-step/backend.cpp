@@ -12,7 +12,7 @@
 #include "libcommon/nn_cuda/lora.hpp"
 #include "libcommon/nn_cuda/model.hpp"
 
-namespace ca::ppo {
+namespace ca::ppo_step {
 
 namespace {
 
@@ -405,4 +405,4 @@ Json Backend::describe() const {
   return d;
 }
 
-}  // namespace ca::ppo
+}  // namespace ca::ppo_step

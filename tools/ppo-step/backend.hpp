@@ -11,13 +11,9 @@
 #include "libcommon/jsonl.hpp"
 #include "libcommon/nn/model.hpp"
 #include "libcommon/nn/optim.hpp"
+#include "libcommon/nn_cuda/fwd.hpp"
 
-namespace ca::nn_cuda {
-class Gpu;
-class CudaModel;
-}
-
-namespace ca::ppo {
+namespace ca::ppo_step {
 
 // LoRA (libcommon/nn/lora.hpp): adapters trained on a frozen base. A checkpoint folder that holds
 // adapter_config.json is an adapter (its base named inside); with rank > 0 a full checkpoint given as
@@ -95,4 +91,4 @@ class Backend {
   std::map<std::string, std::shared_ptr<nn_cuda::CudaModel>> gpu_bases_;  // after gpu_: freed before it
 };
 
-}  // namespace ca::ppo
+}  // namespace ca::ppo_step

@@ -23,7 +23,7 @@
 #include "tools/ppo-step/config.hpp"
 #include "tools/ppo-step/records.hpp"
 
-namespace ca::ppo {
+namespace ca::ppo_step {
 
 int run_advantages(const CommonOptions& options, const AdvantageSettings& settings) {
   // Every record (a batch takes no shard: GRPO's groups and whitening are over all of it) through the
@@ -341,4 +341,4 @@ std::optional<int> run_subcommand(const CommonOptions& opt, Subcommands& s, Epis
   return std::nullopt;
 }
 
-}  // namespace ca::ppo
+}  // namespace ca::ppo_step

@@ -15,7 +15,7 @@
 #include "tools/ppo-step/records.hpp"
 #include "tools/ppo-step/train_command.hpp"
 
-namespace ca::ppo {
+namespace ca::ppo_step {
 
 struct AdvantageSettings {
   std::string estimator = "gae";
@@ -90,4 +90,4 @@ void add_subcommands(Cli& cli, Subcommands& s, EpisodeFields& fields);
 std::optional<int> run_subcommand(const CommonOptions& options, Subcommands& s, EpisodeFields fields,
                                   const StepPaths& paths, uint64_t seed);
 
-}  // namespace ca::ppo
+}  // namespace ca::ppo_step

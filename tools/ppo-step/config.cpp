@@ -8,7 +8,7 @@
 #include "libcommon/errors.hpp"
 #include "libcommon/yaml.hpp"
 
-namespace ca::ppo {
+namespace ca::ppo_step {
 
 TrainConfig::TrainConfig() {
   actor.adamw.lr = 1e-6;  // veRL actor default
@@ -201,4 +201,4 @@ Json TrainConfig::to_json() const {
               {"rft", r}};
 }
 
-}  // namespace ca::ppo
+}  // namespace ca::ppo_step

@@ -8,7 +8,7 @@
 #include "libcommon/nn/optim.hpp"
 #include "tools/ppo-step/losses.hpp"
 
-namespace ca::ppo {
+namespace ca::ppo_step {
 
 struct KlConfig {
   bool in_reward = false;  // subtract coef * KL from the token rewards (veRL use_kl_in_reward)
@@ -58,4 +58,4 @@ struct TrainConfig {
   static std::string default_yaml();  // the documented defaults, as `ppo-step config` prints them
 };
 
-}  // namespace ca::ppo
+}  // namespace ca::ppo_step

@@ -7,7 +7,7 @@
 #include "libcommon/errors.hpp"
 #include "tools/ppo-step/advantages.hpp"
 
-namespace ca::ppo {
+namespace ca::ppo_step {
 
 PolicyTokenLoss policy_token_loss(double logp, double old_logp, double A, const PolicyClip& clip) {
   PolicyTokenLoss r;
@@ -132,4 +132,4 @@ double explained_variance(const std::vector<double>& returns, const std::vector<
   return 1.0 - masked_var({&diff}, {&mask}) / var_r;
 }
 
-}  // namespace ca::ppo
+}  // namespace ca::ppo_step

@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-namespace ca::ppo {
+namespace ca::ppo_step {
 
 struct PolicyClip {
   double eps_low = 0.2;    // ratio floor 1 - eps_low (negative advantages)
@@ -72,4 +72,4 @@ struct RolloutMismatch {
 double explained_variance(const std::vector<double>& returns, const std::vector<double>& values,
                           const std::vector<double>& mask);
 
-}  // namespace ca::ppo
+}  // namespace ca::ppo_step

@@ -18,22 +18,22 @@ int main(int argc, char** argv) {
   auto& app = cli.app();
   app.require_subcommand(0, 1);
   app.fallthrough();  // -v/-q and the shared options work after a subcommand too
-  ca::ppo::TrainSettings train;  // the training step: no subcommand
-  ca::ppo::add_train_options(app, train);
+  ca::ppo_step::TrainSettings train;  // the training step: no subcommand
+  ca::ppo_step::add_train_options(app, train);
   cli.add_io_options();
   cli.add_store_options();
   cli.add_record_options();
   cli.add_seed_option();
-  ca::ppo::Subcommands sub;
-  ca::ppo::add_subcommands(cli, sub, train.fields);
+  ca::ppo_step::Subcommands sub;
+  ca::ppo_step::add_subcommands(cli, sub, train.fields);
 
   return cli.run(argc, argv, [&]() -> int {
     const auto& opt = cli.options();
     opt.resume_does_nothing("a step starts from the checkpoint it is given (--policy)");
     const uint64_t seed = opt.run_seed();
-    if (auto rc = ca::ppo::run_subcommand(opt, sub, train.fields, train.paths, seed)) return *rc;
-    auto tokenizer = ca::ppo::render_tokenizer(train.paths);
+    if (auto rc = ca::ppo_step::run_subcommand(opt, sub, train.fields, train.paths, seed)) return *rc;
+    auto tokenizer = ca::ppo_step::render_tokenizer(train.paths);
     if (tokenizer) train.fields.tokenizer = &*tokenizer;
-    return ca::ppo::run_train(opt, train, seed);
+    return ca::ppo_step::run_train(opt, train, seed);
   });
 }

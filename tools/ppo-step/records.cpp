@@ -10,7 +10,7 @@
 #include "libcommon/ids.hpp"
 #include "libcommon/tokenizer/agent_chat.hpp"
 
-namespace ca::ppo {
+namespace ca::ppo_step {
 
 namespace {
 std::vector<double> number_array(const Json& record, const std::string& key) {
@@ -249,4 +249,4 @@ Trajectory parse_episode(const Json& record, const EpisodeFields& fields) {
   return tr;
 }
 
-}  // namespace ca::ppo
+}  // namespace ca::ppo_step

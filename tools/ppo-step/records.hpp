@@ -8,7 +8,7 @@
 #include "libcommon/tokenizer/tokenizer.hpp"
 #include "tools/ppo-step/advantages.hpp"
 
-namespace ca::ppo {
+namespace ca::ppo_step {
 
 // `advantages` input: id, group, response_mask, values (GAE), reward or token_rewards.
 Sequence parse_sequence(const Json& record, bool need_values);
@@ -48,4 +48,4 @@ struct EpisodeFields {
 // with fields.tokenizer (no old logprobs then: rft, or ppo with actor.recompute_old_logprobs).
 Trajectory parse_episode(const Json& record, const EpisodeFields& fields);
 
-}  // namespace ca::ppo
+}  // namespace ca::ppo_step

@@ -15,7 +15,7 @@
 #include "libcommon/store.hpp"
 #include "tools/ppo-step/config.hpp"
 
-namespace ca::ppo {
+namespace ca::ppo_step {
 
 void add_train_options(CLI::App& app, TrainSettings& t) {
   auto& [paths, config_path, fields, device, empty_ok] = t;
@@ -83,25 +83,25 @@ void set_vocabulary(const StepPaths& p, EpisodeFields& f) {
 int run_train(const CommonOptions& opt, TrainSettings& t, uint64_t seed) {
   auto& [paths, config_path, fields, device, empty_ok] = t;
   if (paths.mode.empty()) throw ca::UsageError("give --mode ppo|rft|value-pretrain, or a subcommand (advantages, sample, init, config)");
-  ca::ppo::TrainConfig config;
+  ca::ppo_step::TrainConfig config;
   if (!config_path.empty()) config.apply_yaml(ca::read_file(config_path), config_path);
   device.lora.seed = seed;
   if (device.lora.rank == 0 && (device.lora.alpha > 0 || device.lora.targets != "all-linear"))
     throw ca::UsageError("--lora-alpha and --lora-targets need --lora-rank");
   if (device.lora.rank > 0) ca::nn::LoraConfig::parse_targets(device.lora.targets);  // a bad list fails before the input
-  ca::ppo::Trainer trainer(config, paths, seed, device);  // a bad --device fails before the input is read
+  ca::ppo_step::Trainer trainer(config, paths, seed, device);  // a bad --device fails before the input is read
   set_vocabulary(paths, fields);
   // This shard's episodes, each parsed into the batch in input order; a bad one is left out.
   struct Item : ca::RecordItem {
-    ca::ppo::Trajectory trajectory;
+    ca::ppo_step::Trajectory trajectory;
   };
-  std::vector<ca::ppo::Trajectory> batch;
+  std::vector<ca::ppo_step::Trajectory> batch;
   ca::RecordPathOptions path_options;
   path_options.bad_left_out = "record left out of the batch";
   ca::RecordPath path(opt, path_options);
   ca::RecordJob<Item> job;
   job.work = [&](int, Item& item) {
-    item.trajectory = ca::ppo::parse_episode(item.record, fields);
+    item.trajectory = ca::ppo_step::parse_episode(item.record, fields);
     return ca::Outcome::done;
   };
   job.emit = [&](Item& item) { batch.push_back(std::move(item.trajectory)); };
@@ -115,7 +115,7 @@ int run_train(const CommonOptions& opt, TrainSettings& t, uint64_t seed) {
   ca::Json metrics;
   try {
     metrics = trainer.run(batch, bad);
-  } catch (const ca::ppo::NothingToTrain& e) {
+  } catch (const ca::ppo_step::NothingToTrain& e) {
     if (!empty_ok) {
       path.end(e.exit_code, "", ca::Json{{"done", 0}});
       throw;
@@ -142,4 +142,4 @@ int run_train(const CommonOptions& opt, TrainSettings& t, uint64_t seed) {
   return ca::kExitOk;
 }
 
-}  // namespace ca::ppo
+}  // namespace ca::ppo_step

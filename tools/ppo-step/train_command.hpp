@@ -11,7 +11,7 @@
 #include "tools/ppo-step/records.hpp"
 #include "tools/ppo-step/trainer.hpp"
 
-namespace ca::ppo {
+namespace ca::ppo_step {
 
 struct TrainSettings {
   StepPaths paths;
@@ -31,4 +31,4 @@ std::optional<tokenizer::Tokenizer> render_tokenizer(const StepPaths& paths);
 // and the store's rows. Returns the exit status.
 int run_train(const CommonOptions& options, TrainSettings& settings, uint64_t seed);
 
-}  // namespace ca::ppo
+}  // namespace ca::ppo_step

@@ -18,7 +18,7 @@
 #include "libcommon/paths.hpp"
 #include "tools/ppo-step/losses.hpp"
 
-namespace ca::ppo {
+namespace ca::ppo_step {
 
 namespace fs = std::filesystem;
 
@@ -708,4 +708,4 @@ Json Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
   return step_metrics(p, batch, sc, st, policy.get(), critic.get(), compute_s, t0);
 }
 
-}  // namespace ca::ppo
+}  // namespace ca::ppo_step

@@ -14,7 +14,7 @@
 #include "tools/ppo-step/config.hpp"
 #include "tools/ppo-step/records.hpp"
 
-namespace ca::ppo {
+namespace ca::ppo_step {
 
 struct StepPaths {
   std::string mode;        // ppo | value-pretrain | rft
@@ -77,4 +77,4 @@ class Trainer {
 // folder as it did the old one. Each is written whole (AtomicFile) or is an EnvironmentError.
 void copy_checkpoint_extras(const std::string& from, const std::string& to);
 
-}  // namespace ca::ppo
+}  // namespace ca::ppo_step
