@@ -15,7 +15,7 @@
 #include "tools/run-store/lineage.hpp"
 #include "tools/run-store/summary_table.hpp"
 
-namespace ca::store_cmd {
+namespace ca::run_store {
 
 namespace {
 
@@ -111,11 +111,11 @@ int run_export(const CommonOptions& opt, const std::string& table) {
 int run_summary(const CommonOptions& opt, bool as_json, bool as_table) {
   ca::Store store(opt.resolved_store_path(), true);
   ca::RecordWriter out("-");
-  ca::Json runs = ca::folded_summary(store);  // agent-run's locked calls under their episode's run
-  if (as_table || (!as_json && isatty(STDOUT_FILENO))) std::cout << ca::render_summary_table(runs);
+  ca::Json runs = folded_summary(store);  // agent-run's locked calls under their episode's run
+  if (as_table || (!as_json && isatty(STDOUT_FILENO))) std::cout << render_summary_table(runs);
   else
     for (const auto& row : runs) out.write(ca::Json(row));
   return ca::kExitOk;
 }
 
-}  // namespace ca::store_cmd
+}  // namespace ca::run_store

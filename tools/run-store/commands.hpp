@@ -5,7 +5,7 @@
 
 #include "libcommon/cli.hpp"
 
-namespace ca::store_cmd {
+namespace ca::run_store {
 
 // Creates (or migrates) the store and says at which schema version it is.
 int run_init(const CommonOptions& options);
@@ -23,4 +23,4 @@ int run_export(const CommonOptions& options, const std::string& table);
 // terminal (or with --table), JSON Lines otherwise (or with --json).
 int run_summary(const CommonOptions& options, bool as_json, bool as_table);
 
-}  // namespace ca::store_cmd
+}  // namespace ca::run_store

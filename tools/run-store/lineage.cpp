@@ -1,7 +1,7 @@
 // Run lineage: the runs other runs started (agent-run's locked tool calls), and the summary folded by it.
 #include "tools/run-store/lineage.hpp"
 
-namespace ca {
+namespace ca::run_store {
 namespace {
 
 std::string text(const Json& row, const char* key) {
@@ -75,4 +75,4 @@ Json folded_summary(Store& store) {
   return out;
 }
 
-}  // namespace ca
+}  // namespace ca::run_store

@@ -8,7 +8,7 @@
 #include "libcommon/jsonl.hpp"
 #include "libcommon/store.hpp"
 
-namespace ca {
+namespace ca::run_store {
 
 struct RunInfo {
   std::string run_id, tool, host, started_at, ended_at;
@@ -28,4 +28,4 @@ std::map<std::string, std::string> locked_call_parents(const std::vector<RunInfo
 // the parent row gets locked_calls, locked_checks and locked_profiles (0 on every other row).
 Json folded_summary(Store& store);
 
-}  // namespace ca
+}  // namespace ca::run_store

@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   summary->add_flag("--json", as_json, "JSON Lines even on a terminal");
   summary->add_flag("--table", as_table, "A table even when piped");
 
-  ca::report::Command report_cmd;
+  ca::run_store::ReportCommand report_cmd;
   auto* report = app.add_subcommand("report", "Per data_source level: pass rate, speedups, fast_p, mean reward; --html: a page with plots");
   report->add_option("stores", report_cmd.stores, "Stores read as one (default: --store)");
   report->add_option("--store", opt.store_path, "Store path, when no store is named");
@@ -60,14 +60,14 @@ int main(int argc, char** argv) {
   report->add_flag("--table", report_cmd.table, "A table even when piped");
 
   return cli.run(argc, argv, [&]() -> int {
-    if (*init) return ca::store_cmd::run_init(opt);
-    if (*import) return ca::store_cmd::run_import(opt);
-    if (*merge) return ca::store_cmd::run_merge(merge_out, merge_in);
-    if (*copy) return ca::store_cmd::run_copy(copy_from, copy_to);
-    if (*report) return ca::report::run(report_cmd, opt.resolved_store_path());
-    if (*query) return ca::store_cmd::run_query(opt, sql);
-    if (*export_cmd) return ca::store_cmd::run_export(opt, table);
-    if (*summary) return ca::store_cmd::run_summary(opt, as_json, as_table);
+    if (*init) return ca::run_store::run_init(opt);
+    if (*import) return ca::run_store::run_import(opt);
+    if (*merge) return ca::run_store::run_merge(merge_out, merge_in);
+    if (*copy) return ca::run_store::run_copy(copy_from, copy_to);
+    if (*report) return ca::run_store::run_report(report_cmd, opt.resolved_store_path());
+    if (*query) return ca::run_store::run_query(opt, sql);
+    if (*export_cmd) return ca::run_store::run_export(opt, table);
+    if (*summary) return ca::run_store::run_summary(opt, as_json, as_table);
     return ca::kExitUsage;
   });
 }

@@ -21,7 +21,7 @@
 #include "tools/run-store/lineage.hpp"
 #include "tools/run-store/summary_table.hpp"
 
-namespace ca::report {
+namespace ca::run_store {
 namespace {
 
 // Where a row stands in time: its run's start, then the store it came from, then its rowid.
@@ -567,7 +567,7 @@ std::string render_table(const Report& report) {
   return out;
 }
 
-int run(const Command& command, const std::string& default_store) {
+int run_report(const ReportCommand& command, const std::string& default_store) {
   if (command.json && command.table) throw UsageError("report: --json and --table exclude each other");
   const Select select = parse_select(command.select);
   const Report r = build_report(command.stores.empty() ? std::vector<std::string>{default_store} : command.stores, select);
@@ -589,4 +589,4 @@ int run(const Command& command, const std::string& default_store) {
   return kExitOk;
 }
 
-}  // namespace ca::report
+}  // namespace ca::run_store

@@ -7,7 +7,7 @@
 
 #include "libcommon/jsonl.hpp"
 
-namespace ca::report {
+namespace ca::run_store {
 
 // Which of a task's candidates speaks for it. final: the episode's submitted candidate (the newest
 // episode), else the newest candidate row, else the newest check. best: of the candidates that
@@ -63,15 +63,15 @@ std::string render_html(const Report& report);  // report_html.cpp
 
 // `run-store report`: the arguments as parsed, and the subcommand itself (stdout: the table on a
 // terminal or with --table, else JSON Lines; --html also writes the page). Returns the exit code.
-struct Command {
+struct ReportCommand {
   std::vector<std::string> stores;
   std::string select = "final", html;
   bool json = false, table = false;
 };
-int run(const Command& command, const std::string& default_store);
+int run_report(const ReportCommand& command, const std::string& default_store);
 
 // Shared by both renderings: "12.5%", "1.234", "-".
 std::string format_rate(const Json& v);
 std::string format_number(const Json& v, const char* format = "%.3f");
 
-}  // namespace ca::report
+}  // namespace ca::run_store

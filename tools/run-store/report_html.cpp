@@ -8,7 +8,7 @@
 #include "ca/version.hpp"
 #include "tools/run-store/report.hpp"
 
-namespace ca::report {
+namespace ca::run_store {
 namespace {
 
 std::string escape(const std::string& s) {
@@ -322,4 +322,4 @@ std::string render_html(const Report& r) {
   return h + "</body></html>\n";
 }
 
-}  // namespace ca::report
+}  // namespace ca::run_store

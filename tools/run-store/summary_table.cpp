@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <vector>
 
-namespace ca {
+namespace ca::run_store {
 
 std::string terminal_safe(const std::string& s) {
   std::string out;
@@ -93,4 +93,4 @@ std::string render_summary_table(const Json& runs) {
   return out;
 }
 
-}  // namespace ca
+}  // namespace ca::run_store
