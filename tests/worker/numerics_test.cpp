@@ -4,6 +4,7 @@
 // where the reference would stop being finite), and stochastic references flagged at load.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -286,4 +287,80 @@ TEST_CASE("numerics: a stochastic reference is flagged at load; a deterministic 
   CHECK(typed["calibrate"] == "bf16");
   CHECK(typed["calibrate_k"].get<double>() == 4);
   CHECK_FALSE(worker_request::reference("t", "in", "ref").contains("calibrate"));
+}
+
+// The largest |mean| over channels of an NCHW output: a BatchNorm on batch statistics gives ~0.
+static double max_channel_mean(const std::vector<float>& y, int n, int c, int hw) {
+  double worst = 0;
+  for (int ch = 0; ch < c; ++ch) {
+    double s = 0;
+    for (int b = 0; b < n; ++b)
+      for (int i = 0; i < hw; ++i) s += y[(static_cast<size_t>(b) * c + ch) * hw + i];
+    worst = std::max(worst, std::fabs(s / (n * hw)));
+  }
+  return worst;
+}
+
+TEST_CASE("numerics: the reference runs in the mode its task states (train by default, as KernelBench)") {
+  auto& c = shared();
+  const Json bn{{"task_id", "bn"}, {"code", source("fixtures", "conv_bn")}};
+  // The typed request: train unless the record says eval; a mode that is not one names the field.
+  CHECK(worker_request::load("bn", bn)["mode"] == "train");
+  Json bn_eval = bn;
+  bn_eval["reference"] = {{"mode", "eval"}};
+  CHECK(worker_request::load("bn", bn_eval)["mode"] == "eval");
+  Json bn_train = bn;
+  bn_train["reference"] = {{"mode", "train"}};
+  CHECK(worker_request::task_key(bn, "bn") == worker_request::task_key(bn_train, "bn"));  // keys of before
+  CHECK(worker_request::task_key(bn, "bn") != worker_request::task_key(bn_eval, "bn"));
+  for (const Json& bad : {Json{{"mode", "inference"}}, Json{{"mode", 1}}, Json("eval")}) {
+    Json t = bn;
+    t["reference"] = bad;
+    try {
+      worker_request::load("bn", t);
+      FAIL("a bad reference was taken: " << bad.dump());
+    } catch (const FieldError& e) {
+      CHECK(e.field == (bad.is_object() ? "reference.mode" : "reference"));
+    }
+  }
+  // BatchNorm in train mode normalizes with the batch's statistics (each channel's mean ~0); in eval
+  // mode with its running ones (the conv's bias shows through). The answer says which ran.
+  auto in = c.temp_path("in"), out_train = c.temp_path("out_train"), out_eval = c.temp_path("out_eval");
+  Json a = c.request(worker_request::load("bn_train", bn));
+  REQUIRE_MESSAGE(a.value("ok", false), str(a));
+  CHECK(a["mode"] == "train");
+  Json b = c.request(worker_request::load("bn_eval", bn_eval));
+  REQUIRE_MESSAGE(b.value("ok", false), str(b));
+  CHECK(b["mode"] == "eval");
+  draw("bn_train", 3, in);
+  REQUIRE(c.request({{"op", "reference"}, {"task_id", "bn_train"}, {"inputs", in}, {"out", out_train}}).value("ok", false));
+  REQUIRE(c.request({{"op", "reference"}, {"task_id", "bn_eval"}, {"inputs", in}, {"out", out_eval}}).value("ok", false));
+  auto yt = floats(read_safetensors(out_train).tensors.at("outputs.0"));
+  auto ye = floats(read_safetensors(out_eval).tensors.at("outputs.0"));
+  REQUIRE(yt.size() == 4u * 8 * 16 * 16);
+  CHECK(max_channel_mean(yt, 4, 8, 256) < 1e-4);
+  CHECK(max_channel_mean(ye, 4, 8, 256) > 1e-2);
+  // A live dropout is stochastic in train mode only.
+  Json drop_eval{{"code", source("fixtures", "stochastic_dropout")}, {"reference", {{"mode", "eval"}}}};
+  Json d = c.request(worker_request::load("drop_eval", drop_eval));
+  REQUIRE_MESSAGE(d.value("ok", false), str(d));
+  CHECK(d["mode"] == "eval");
+  CHECK(d["stochastic"] == false);
+  // The raw protocol: a bad mode is a bad request naming the field; the older "eval": true is eval.
+  Json bad = c.request({{"op", "load"}, {"task_id", "x"}, {"code", bn["code"]}, {"mode", "inference"}});
+  CHECK(bad["error"] == "bad_request");
+  CHECK(bad.value("detail", "").find("'mode'") != std::string::npos);
+  Json clash = c.request({{"op", "load"}, {"task_id", "x"}, {"code", bn["code"]}, {"mode", "train"}, {"eval", true}});
+  CHECK(clash["error"] == "bad_request");
+  Json legacy = c.request({{"op", "load"}, {"task_id", "x"}, {"code", bn["code"]}, {"eval", true}});
+  REQUIRE_MESSAGE(legacy.value("ok", false), str(legacy));
+  CHECK(legacy["mode"] == "eval");
+  // A Model that calls eval() itself runs in eval, and the answer says so rather than the default.
+  Json self_eval = c.request({{"op", "load"}, {"task_id", "self_eval"},
+                              {"code", source("fixtures", "stochastic_dropout") + "\n_M = Model\n"
+                                       "class Model(_M):\n    def __init__(self):\n        super().__init__()\n        self.eval()\n"}});
+  REQUIRE_MESSAGE(self_eval.value("ok", false), str(self_eval));
+  CHECK(self_eval["mode"] == "eval");
+  CHECK(self_eval["stochastic"] == false);
+  for (const char* t : {"bn_train", "bn_eval", "drop_eval", "x", "self_eval"}) c.request(worker_request::unload(t));
 }
