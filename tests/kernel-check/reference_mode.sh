@@ -46,9 +46,20 @@ run "a stochastic task with --allow-stochastic" \
 run "an older record's top-level stochastic flag" \
   '{"from": "task_record", "mode": "train", "rule": "task_stochastic", "stochastic": true}' --task-set stochastic true
 run "no task: no reference section" 'null' --no-task
-CA_SRC="$CA_SRC" "$PY" "$CA_SRC/tests/validate_schema.py" check "$T/all.jsonl" >/dev/null 2>&1 || \
-  CA_SRC="$CA_SRC" python3 "$CA_SRC/tests/validate_schema.py" check "$T/all.jsonl" || fail "check schema"
-pass "check sections valid against check.schema.json"
+CA_SRC="$CA_SRC" "$PY" "$CA_SRC/tests/validate_schema.py" check "$T/all.jsonl" || fail "check schema"
+# The schema is not a rubber stamp: a stochastic reference without its rule, an unknown mode, fail.
+"$PY" - "$T/all.jsonl" > "$T/broken.jsonl" <<'PY'
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])][3]
+assert r["check"]["reference"]["rule"] == "task_stochastic"
+del r["check"]["reference"]["rule"]
+print(json.dumps(r))
+r["check"]["reference"].update(stochastic=False, mode="inference")
+print(json.dumps(r))
+PY
+n=$(CA_SRC="$CA_SRC" "$PY" "$CA_SRC/tests/validate_schema.py" check "$T/broken.jsonl" 2>&1 | grep -c "reference") || true
+[ "$n" -ge 2 ] || fail "check schema takes a broken reference section ($n errors)"
+pass "check sections valid against check.schema.json; broken reference sections are not"
 
 # A mode that is not one: a bad record naming task.reference.mode; the records around it are judged.
 { $MK "$B"; $MK "$B" --task-set reference '{"mode": "inference"}'; $MK "$B"; } > "$T/three.jsonl"

@@ -56,7 +56,7 @@ PY
 grep -q "reference.mode" "$T/err" || fail "the bad record's warning names reference.mode: $(cat "$T/err")"
 for worker in "--device cpu" "--no-worker"; do
   set +e; "$OS" import --strict --no-store $worker "$T/rows.jsonl" > /dev/null 2> "$T/err"; rc=$?; set -e
-  [ "$rc" = 2 ] || fail "import --strict $worker of a bad mode: exit $rc"
+  [ "$rc" = 2 ] || fail "import --strict $worker of a bad mode: exit $rc: $(cat "$T/err")"
   grep -q "line 2" "$T/err" && grep -q "reference.mode" "$T/err" || fail "import --strict $worker: $(cat "$T/err")"
 done
 pass "import: a row's eval mode is the worker's (dropout off); a bad mode is a bad record naming reference.mode (exit 2 under --strict)"
