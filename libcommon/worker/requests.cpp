@@ -7,7 +7,7 @@
 #include "libcommon/ids.hpp"
 #include "libcommon/worker/worker_client.hpp"
 
-namespace ca::worker_request {
+namespace ca::worker::request {
 
 std::string task_mode(const Json& task) {
   if (!task.is_object() || !task.contains("reference") || task["reference"].is_null()) return "train";
@@ -97,4 +97,4 @@ Json Time::to_json() const {
           {"flush_bytes", flush_bytes}, {"seed", seed}};
 }
 
-}  // namespace ca::worker_request
+}  // namespace ca::worker::request

@@ -9,7 +9,7 @@
 
 #include "libcommon/jsonl.hpp"
 
-namespace ca::worker_request {
+namespace ca::worker::request {
 
 // The mode the task's reference runs in, from its record's `reference.mode`: "train" (KernelBench's,
 // and the default for a record without the field: BatchNorm on batch statistics, dropout live) or
@@ -74,4 +74,4 @@ struct Time {
   Json to_json() const;
 };
 
-}  // namespace ca::worker_request
+}  // namespace ca::worker::request

@@ -31,7 +31,7 @@ extern char** environ;
 namespace fs = std::filesystem;
 using namespace std::chrono;
 
-namespace ca {
+namespace ca::worker {
 namespace {
 
 // The worker's fd 1 and 2, read by us (ChildProcess's stderr sink): the first `cap` bytes go to
@@ -701,14 +701,14 @@ int64_t task_init_seed(const Json& task) {
 
 Trial draw_trial(WorkerClient& worker, const std::string& task_id, uint64_t seed, const TrialKeys& keys) {
   Trial t;
-  Json a = worker.request(worker_request::inputs(task_id, seed, keys.inputs));
+  Json a = worker.request(request::inputs(task_id, seed, keys.inputs));
   if (!a.value("ok", false)) {
     t.failed = "inputs";
     t.answer = std::move(a);
     return t;
   }
   t.inputs = std::move(a["tensors"]);
-  Json b = worker.request(worker_request::reference(task_id, keys.inputs, keys.reference, keys.params));
+  Json b = worker.request(request::reference(task_id, keys.inputs, keys.reference, keys.params));
   if (!b.value("ok", false)) {
     t.failed = "reference";
     t.answer = std::move(b);
@@ -720,4 +720,4 @@ Trial draw_trial(WorkerClient& worker, const std::string& task_id, uint64_t seed
   return t;
 }
 
-}  // namespace ca
+}  // namespace ca::worker

@@ -15,7 +15,7 @@
 
 #include "libcommon/jsonl.hpp"
 
-namespace ca {
+namespace ca::worker {
 
 // Task code is confined (the worker applies what its client prepares, before its first request;
 // libcommon/confine.hpp): it reads only the interpreter's and the system's libraries (and the
@@ -48,7 +48,7 @@ std::size_t worker_memory_share_mb(std::size_t total_mb, int workers);
 // task, so kernel-check, kernel-prof and the worker's filters all see the same weights and a kernel
 // cannot tell checking from timing by them.
 int64_t task_init_seed(const Json& task);
-// Every request's spelling is in requests.hpp (worker_request::load, inputs, reference, ...).
+// Every request's spelling is in requests.hpp (worker::request::load, inputs, reference, ...).
 
 class WorkerClient {
  public:
@@ -116,4 +116,4 @@ struct Trial {
 };
 Trial draw_trial(WorkerClient& worker, const std::string& task_id, uint64_t seed, const TrialKeys& keys);
 
-}  // namespace ca
+}  // namespace ca::worker

@@ -17,6 +17,7 @@
 #include "libcommon/worker/worker_client.hpp"
 
 using namespace ca;
+using namespace ca::worker;
 using namespace std::chrono;
 
 namespace {

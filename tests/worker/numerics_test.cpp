@@ -1,4 +1,4 @@
-// Units of the worker's numerics (numerics.py) through ca::WorkerClient on CPU torch: the reference's
+// Units of the worker's numerics (numerics.py) through ca::worker::WorkerClient on CPU torch: the reference's
 // calibration per claimed precision (and the half-reduction shortcut failing the bound built from
 // it), input variants (finite, different from the plain draw, index tensors untouched, milder ones
 // where the reference would stop being finite), and stochastic references flagged at load.
@@ -18,6 +18,7 @@
 #include "libcommon/worker/worker_client.hpp"
 
 using namespace ca;
+using namespace ca::worker;
 
 namespace {
 
@@ -221,9 +222,9 @@ TEST_CASE("numerics: variants change floating inputs only, stay finite, and are 
   Json bad = c.request({{"op", "inputs"}, {"task_id", "log_gather"}, {"seed", 21}, {"out", c.temp_path("in")}, {"variant", "adversarial"}});
   CHECK(bad["error"] == "bad_request");
   // The typed request spells it.
-  Json typed = worker_request::inputs("log_gather", 21, "k", "outliers");
+  Json typed = worker::request::inputs("log_gather", 21, "k", "outliers");
   CHECK(typed["variant"] == "outliers");
-  CHECK_FALSE(worker_request::inputs("log_gather", 21, "k").contains("variant"));
+  CHECK_FALSE(worker::request::inputs("log_gather", 21, "k").contains("variant"));
 }
 
 TEST_CASE("numerics: a variant that makes the reference non-finite falls back to a milder one, and says so") {
@@ -283,10 +284,10 @@ TEST_CASE("numerics: a stochastic reference is flagged at load; a deterministic 
   auto tol = bundle::Tolerances::calibrated("fp32", r["calibration"], r["calibration_error"]);
   CHECK(tol.for_output("outputs.0", "F32").rel_norm == doctest::Approx(5e-2));
   // The typed request carries the calibration fields.
-  Json typed = worker_request::reference("t", "in", "ref", std::nullopt, worker_request::Calibrate{"bf16", 4, 1e-4});
+  Json typed = worker::request::reference("t", "in", "ref", std::nullopt, worker::request::Calibrate{"bf16", 4, 1e-4});
   CHECK(typed["calibrate"] == "bf16");
   CHECK(typed["calibrate_k"].get<double>() == 4);
-  CHECK_FALSE(worker_request::reference("t", "in", "ref").contains("calibrate"));
+  CHECK_FALSE(worker::request::reference("t", "in", "ref").contains("calibrate"));
 }
 
 // The largest |mean| over channels of an NCHW output: a BatchNorm on batch statistics gives ~0.
@@ -305,19 +306,19 @@ TEST_CASE("numerics: the reference runs in the mode its task states (train by de
   auto& c = shared();
   const Json bn{{"task_id", "bn"}, {"code", source("fixtures", "conv_bn")}};
   // The typed request: train unless the record says eval; a mode that is not one names the field.
-  CHECK(worker_request::load("bn", bn)["mode"] == "train");
+  CHECK(worker::request::load("bn", bn)["mode"] == "train");
   Json bn_eval = bn;
   bn_eval["reference"] = {{"mode", "eval"}};
-  CHECK(worker_request::load("bn", bn_eval)["mode"] == "eval");
+  CHECK(worker::request::load("bn", bn_eval)["mode"] == "eval");
   Json bn_train = bn;
   bn_train["reference"] = {{"mode", "train"}};
-  CHECK(worker_request::task_key(bn, "bn") == worker_request::task_key(bn_train, "bn"));  // keys of before
-  CHECK(worker_request::task_key(bn, "bn") != worker_request::task_key(bn_eval, "bn"));
+  CHECK(worker::request::task_key(bn, "bn") == worker::request::task_key(bn_train, "bn"));  // keys of before
+  CHECK(worker::request::task_key(bn, "bn") != worker::request::task_key(bn_eval, "bn"));
   for (const Json& bad : {Json{{"mode", "inference"}}, Json{{"mode", 1}}, Json("eval")}) {
     Json t = bn;
     t["reference"] = bad;
     try {
-      worker_request::load("bn", t);
+      worker::request::load("bn", t);
       FAIL("a bad reference was taken: " << bad.dump());
     } catch (const FieldError& e) {
       CHECK(e.field == (bad.is_object() ? "reference.mode" : "reference"));
@@ -326,10 +327,10 @@ TEST_CASE("numerics: the reference runs in the mode its task states (train by de
   // BatchNorm in train mode normalizes with the batch's statistics (each channel's mean ~0); in eval
   // mode with its running ones (the conv's bias shows through). The answer says which ran.
   auto in = c.temp_path("in"), out_train = c.temp_path("out_train"), out_eval = c.temp_path("out_eval");
-  Json a = c.request(worker_request::load("bn_train", bn));
+  Json a = c.request(worker::request::load("bn_train", bn));
   REQUIRE_MESSAGE(a.value("ok", false), str(a));
   CHECK(a["mode"] == "train");
-  Json b = c.request(worker_request::load("bn_eval", bn_eval));
+  Json b = c.request(worker::request::load("bn_eval", bn_eval));
   REQUIRE_MESSAGE(b.value("ok", false), str(b));
   CHECK(b["mode"] == "eval");
   draw("bn_train", 3, in);
@@ -342,7 +343,7 @@ TEST_CASE("numerics: the reference runs in the mode its task states (train by de
   CHECK(max_channel_mean(ye, 4, 8, 256) > 1e-2);
   // A live dropout is stochastic in train mode only.
   Json drop_eval{{"code", source("fixtures", "stochastic_dropout")}, {"reference", {{"mode", "eval"}}}};
-  Json d = c.request(worker_request::load("drop_eval", drop_eval));
+  Json d = c.request(worker::request::load("drop_eval", drop_eval));
   REQUIRE_MESSAGE(d.value("ok", false), str(d));
   CHECK(d["mode"] == "eval");
   CHECK(d["stochastic"] == false);
@@ -362,5 +363,5 @@ TEST_CASE("numerics: the reference runs in the mode its task states (train by de
   REQUIRE_MESSAGE(self_eval.value("ok", false), str(self_eval));
   CHECK(self_eval["mode"] == "eval");
   CHECK(self_eval["stochastic"] == false);
-  for (const char* t : {"bn_train", "bn_eval", "drop_eval", "x", "self_eval"}) c.request(worker_request::unload(t));
+  for (const char* t : {"bn_train", "bn_eval", "drop_eval", "x", "self_eval"}) c.request(worker::request::unload(t));
 }

@@ -1,4 +1,4 @@
-// worker-ping: a tiny driver of ca::WorkerClient for tests and debugging: JSON request lines on
+// worker-ping: a tiny driver of ca::worker::WorkerClient for tests and debugging: JSON request lines on
 // stdin, one answer line each on stdout (ids added by the client). Exit 3 when no torch/device.
 #include <cstdio>
 #include <cstring>
@@ -23,7 +23,7 @@ static const char* kUsage =
 
 int main(int argc, char** argv) {
   ca::log::set_tool("worker-ping");
-  ca::WorkerOptions opt;
+  ca::worker::WorkerOptions opt;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    ca::WorkerClient client(opt);
+    ca::worker::WorkerClient client(opt);
     std::string line;
     int64_t n = 0;
     while (std::getline(std::cin, line)) {

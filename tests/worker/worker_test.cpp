@@ -1,4 +1,4 @@
-// Units of the reference worker through ca::WorkerClient on CPU torch: specs, seeded inputs,
+// Units of the reference worker through ca::worker::WorkerClient on CPU torch: specs, seeded inputs,
 // references checked against a C++ recomputation, filters on every fixture, and the failure paths
 // (raise, hang, kill, exit, CPU and memory limits, no torch).
 #include <doctest/doctest.h>
@@ -20,6 +20,7 @@
 #include "libcommon/worker/worker_client.hpp"
 
 using namespace ca;
+using namespace ca::worker;
 using namespace std::chrono;
 
 namespace {
@@ -510,7 +511,7 @@ TEST_CASE("worker: without torch the client throws EnvironmentError and names it
 // device tensors are refused for the device alone, and `time` answers no_device.
 TEST_CASE("worker: every typed request of requests.hpp is well-formed") {
   auto& c = shared();
-  namespace wr = ca::worker_request;
+  namespace wr = ca::worker::request;
   const Json task{{"code", fixture("linear_relu")}, {"seed", 3}};
   auto well_formed = [](const Json& a, const char* what) {
     INFO(what << ": " << str(a));

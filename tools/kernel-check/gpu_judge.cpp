@@ -27,9 +27,9 @@ struct GpuJudge::Lane {
   std::string uuid;  // for the node's per-GPU lock
   ca::bundle::LaunchLimits limits;  // this GPU's arch's
   CUcontext ctx = nullptr;  // this process's primary context on the GPU (for the comparisons)
-  std::unique_ptr<ca::WorkerClient> worker;
+  std::unique_ptr<ca::worker::WorkerClient> worker;
   std::unique_ptr<RunnerClient> runner;
-  std::map<std::string, ca::Json> loaded;  // task key (worker_request::task_key) -> the worker's load answer
+  std::map<std::string, ca::Json> loaded;  // task key (worker::request::task_key) -> the worker's load answer
   int64_t files = 0;
 };
 
@@ -55,10 +55,10 @@ struct Draw {
   ca::Json answer;                     // the failing request's answer
 };
 
-Draw draw(ca::WorkerClient& worker, const std::string& task_id, uint64_t seed, const std::string& variant, bool with_params,
-          const std::optional<ca::worker_request::Calibrate>& calibrate) {
+Draw draw(ca::worker::WorkerClient& worker, const std::string& task_id, uint64_t seed, const std::string& variant, bool with_params,
+          const std::optional<ca::worker::request::Calibrate>& calibrate) {
   Draw d;
-  ca::Json a = worker.request(ca::worker_request::inputs(task_id, seed, "kc-in", variant));
+  ca::Json a = worker.request(ca::worker::request::inputs(task_id, seed, "kc-in", variant));
   if (!a.value("ok", false)) {
     d.failed = "inputs";
     d.answer = std::move(a);
@@ -66,7 +66,7 @@ Draw draw(ca::WorkerClient& worker, const std::string& task_id, uint64_t seed, c
   }
   d.inputs = std::move(a["tensors"]);
   if (a.contains("variant")) d.variant = std::move(a["variant"]);
-  ca::Json b = worker.request(ca::worker_request::reference(
+  ca::Json b = worker.request(ca::worker::request::reference(
       task_id, "kc-in", "kc-ref", with_params ? std::optional<std::string>("kc-params") : std::nullopt, calibrate));
   if (!b.value("ok", false)) {
     d.failed = "reference";
@@ -102,9 +102,9 @@ GpuJudge::GpuJudge(const CheckOptions& options, const Rules& rules, std::vector<
     starting.push_back(std::async(std::launch::async, [g] {
       auto lane = std::make_unique<Lane>();
       lane->gpu = g;
-      ca::WorkerOptions wo;
+      ca::worker::WorkerOptions wo;
       wo.device = "cuda:" + std::to_string(g);
-      lane->worker = std::make_unique<ca::WorkerClient>(wo);  // EnvironmentError without torch/GPU
+      lane->worker = std::make_unique<ca::worker::WorkerClient>(wo);  // EnvironmentError without torch/GPU
       return lane;
     }));
   std::exception_ptr failed;
@@ -178,7 +178,7 @@ struct GpuJudge::Judgment {
   std::string trial_calibration_note;  // a trial judged by the warm call's calibration: why
   bool calibrated = false;
   std::string claimed;
-  std::optional<ca::worker_request::Calibrate> calibrate;
+  std::optional<ca::worker::request::Calibrate> calibrate;
   ca::bundle::Tolerances trial_tolerances;
 
   void lap(const char* stage) { stages.lap(stage); }
@@ -191,10 +191,10 @@ struct GpuJudge::Judgment {
   // when the reference, the binding, the rules or a stochastic reference decide it already.
   bool load_and_bind() {
     // 1. The task in this lane's worker, under its content key: its specs bind the plan.
-    key = ca::worker_request::task_key(task, task_id);
+    key = ca::worker::request::task_key(task, task_id);
     it = lane.loaded.find(key);
     if (it == lane.loaded.end()) {
-      ca::Json ans = lane.worker->request(ca::worker_request::load(key, task));
+      ca::Json ans = lane.worker->request(ca::worker::request::load(key, task));
       if (!ans.value("ok", false)) {
         reference_failed("load", ans);
         return false;
@@ -268,7 +268,7 @@ struct GpuJudge::Judgment {
     claimed = check.value("precision", std::string("fp32"));
     if (calibrated) {
       const ca::bundle::CalibrationRule rule = ca::bundle::calibration_rule(claimed);
-      calibrate = ca::worker_request::Calibrate{claimed, rule.k, rule.floor};
+      calibrate = ca::worker::request::Calibrate{claimed, rule.k, rule.floor};
     }
     trial_tolerances = ca::bundle::Tolerances::by_mode(calibrated ? "published" : options_.tolerance, options_.atol, options_.rtol);
   }
@@ -418,7 +418,7 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
     ~Cleanup() {
       for (auto& f : files) std::remove(f.c_str());
       try {
-        lane.worker->request(ca::worker_request::release({"kc-in", "kc-ref", "kc-params"}));
+        lane.worker->request(ca::worker::request::release({"kc-in", "kc-ref", "kc-params"}));
       } catch (const std::exception&) {
       }
     }

@@ -21,7 +21,7 @@ void set_verdict(ca::Json& check, const std::string& status, const std::string& 
 ca::Json reference_check(const ca::Json& task, const ca::Json* load, bool allow_stochastic) {
   std::string mode;
   try {
-    mode = ca::worker_request::task_mode(task);
+    mode = ca::worker::request::task_mode(task);
   } catch (const ca::FieldError& e) {
     throw ca::FieldError("task." + e.field, e.reason);
   }

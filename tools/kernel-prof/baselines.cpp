@@ -17,7 +17,7 @@ std::string baseline_method(const std::string& mode, const std::string& precisio
 Json BaselineTimer::load_task(const Json& task) {
   const std::string task_id = task["task_id"].get<std::string>();
   if (auto it = gpu_.loaded_tasks.find(task_id); it != gpu_.loaded_tasks.end()) return it->second;
-  Json req = worker_request::load(task_id, Json(task));
+  Json req = worker::request::load(task_id, Json(task));
   Json answer = gpu_.worker().request(req);
   if (!answer.value("ok", false))
     throw FieldError("task", "the reference worker could not load task " + task_id + ": " + answer.value("error", std::string("?")) +
@@ -45,7 +45,7 @@ Json BaselineTimer::time(const std::string& task_id, const std::string& mode, co
       return b;
     }
   }
-  worker_request::Time req;
+  worker::request::Time req;
   req.task_id = task_id;
   req.mode = mode;
   req.precision = precision;

@@ -127,7 +127,7 @@ std::string CandidateBench::finish_last(CUstream stream) {
 
 std::vector<InputSet> make_input_sets(GpuSession& gpu, const std::string& task_id, int count, uint64_t seed, Json* params,
                                       std::vector<std::string>& keys) {
-  WorkerClient& w = gpu.worker();
+  worker::WorkerClient& w = gpu.worker();
   static std::atomic<int64_t> timings{0};
   const std::string stem = "kp-" + std::to_string(++timings) + "-";
   std::vector<InputSet> sets;
@@ -146,9 +146,9 @@ std::vector<InputSet> make_input_sets(GpuSession& gpu, const std::string& task_i
       params_key = stem + "params";
       keys.push_back(*params_key);
     }
-    Trial d = draw_trial(w, task_id, set.seed, {in_key, ref_key, params_key});
+    worker::Trial d = worker::draw_trial(w, task_id, set.seed, {in_key, ref_key, params_key});
     if (!d.ok()) {
-      w.request(worker_request::release(keys));
+      w.request(worker::request::release(keys));
       throw failed(d.failed.c_str(), d.answer);
     }
     set.inputs = std::move(d.inputs);
@@ -162,7 +162,7 @@ std::vector<InputSet> make_input_sets(GpuSession& gpu, const std::string& task_i
 void release_sets(GpuSession& gpu, const CandidateTiming& timing) {
   if (timing.keys.empty()) return;
   try {
-    gpu.worker().request(worker_request::release(timing.keys));
+    gpu.worker().request(worker::request::release(timing.keys));
   } catch (const std::exception& e) {
     log::warn("reference worker: release: ", e.what());
   }
@@ -198,7 +198,7 @@ class FreshInputs : public CallInputs {
     if (mode == "calibrated") {
       const std::string precision = check_.value("precision", std::string("fp32"));
       const bundle::CalibrationRule rule = bundle::calibration_rule(precision);
-      calibrate_ = worker_request::Calibrate{precision, rule.k, rule.floor};
+      calibrate_ = worker::request::Calibrate{precision, rule.k, rule.floor};
     }
     static std::atomic<int64_t> timings{0};
     stem_ = "kpf-" + std::to_string(++timings) + "-";
@@ -214,7 +214,7 @@ class FreshInputs : public CallInputs {
     // 48-bit seeds (torch takes them whole); every call its own.
     seed_ = ca::splitmix64(seed_base_ + uint64_t(call)) >> 16;
     key_ = stem_ + "in-" + std::to_string(call);
-    Json req = worker_request::inputs(task_id_, seed_, key_);
+    Json req = worker::request::inputs(task_id_, seed_, key_);
     req["stats"] = false;  // drawn where the task is built (the GPU), no statistics: nobody reads them
     Json a = gpu_.worker().request(req);
     if (!a.value("ok", false)) {
@@ -233,7 +233,7 @@ class FreshInputs : public CallInputs {
       return "";
     }
     const std::string ref_key = stem_ + "ref-" + std::to_string(call);
-    Json b = gpu_.worker().request(worker_request::reference(task_id_, key_, ref_key, std::nullopt, calibrate_));
+    Json b = gpu_.worker().request(worker::request::reference(task_id_, key_, ref_key, std::nullopt, calibrate_));
     if (!b.value("ok", false)) {
       release();
       throw EnvironmentError("reference worker: reference for task " + task_id_ + ": " + b.value("error", std::string("?")) +
@@ -243,7 +243,7 @@ class FreshInputs : public CallInputs {
     // kernels of this call completed, against a reference mapped now: nothing it reads holds a value
     // from while a candidate kernel ran (contexts share an address space; order is the guard).
     ca::bundle::CompareResult cmp = compare_in_trusted_context(ex, b["tensors"], tolerances_for(b));
-    gpu_.worker().request(worker_request::release({ref_key}));
+    gpu_.worker().request(worker::request::release({ref_key}));
     Json entry = cmp.to_json();
     entry["call"] = call;
     entry["seed"] = seed_;
@@ -312,7 +312,7 @@ class FreshInputs : public CallInputs {
   void release() {
     if (key_.empty()) return;
     try {
-      gpu_.worker().request(worker_request::release({key_}));
+      gpu_.worker().request(worker::request::release({key_}));
     } catch (const std::exception& e) {
       log::warn("reference worker: release: ", e.what());
     }
@@ -322,7 +322,7 @@ class FreshInputs : public CallInputs {
   std::string task_id_, stem_, key_;
   uint64_t seed_base_, seed_ = 0;
   const Json& check_;
-  std::optional<worker_request::Calibrate> calibrate_;
+  std::optional<worker::request::Calibrate> calibrate_;
   CandidateTiming& result_;
   double draw_ms_ = 0;
   int64_t draws_ = 0;

@@ -48,12 +48,12 @@ CUstream GpuSession::trusted_stream() {
   return bundle::tool_context().stream;
 }
 
-WorkerClient& GpuSession::worker() {
+worker::WorkerClient& GpuSession::worker() {
   if (!worker_) {
-    WorkerOptions w;
+    worker::WorkerOptions w;
     w.device = "cuda:" + std::to_string(id_.ordinal);
     w.request_timeout = std::chrono::milliseconds(600000);  // torch.compile with max-autotune is slow
-    worker_ = std::make_unique<WorkerClient>(w);
+    worker_ = std::make_unique<worker::WorkerClient>(w);
   }
   return *worker_;
 }

@@ -29,7 +29,7 @@ class GpuSession {
   measure::L2Flusher& flusher() { return *flusher_; }
   void make_current() const;
   // The worker on cuda:<ordinal>; EnvironmentError when no python with torch and CUDA is found.
-  WorkerClient& worker();
+  worker::WorkerClient& worker();
   bool worker_started() const { return worker_ != nullptr; }
   std::string torch_version();
   // Worker `load` answers by task_id (the worker keeps the task; the client replays it after a restart).
@@ -50,7 +50,7 @@ class GpuSession {
   CUcontext ctx_ = nullptr;
   CUstream stream_ = nullptr;
   std::unique_ptr<measure::L2Flusher> flusher_;
-  std::unique_ptr<WorkerClient> worker_;
+  std::unique_ptr<worker::WorkerClient> worker_;
 };
 
 }  // namespace ca::prof

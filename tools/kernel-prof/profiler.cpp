@@ -54,7 +54,7 @@ void Profiler::warm_up() {
   measure::GpuLock lock(g.identity().uuid, options_.lock_timeout_s, measure::GpuLock::Mode::shared);
   bool compile = false;
   for (const auto& mode : options_.baselines) compile = compile || mode != "eager";
-  Json a = g.worker().request(worker_request::warm(compile), std::chrono::milliseconds(300000));
+  Json a = g.worker().request(worker::request::warm(compile), std::chrono::milliseconds(300000));
   if (a.value("ok", false))
     log::verbose("warmed up: ", a.value("warmed", Json::object()).dump());
   else  // the first record pays it then, and says what fails
@@ -316,9 +316,9 @@ Outcome Profiler::profile(Json& record) {
   GpuSession& g = *gp;
   g.make_current();
   Json task = find_task(record, task_id);
-  // From here the task is named by its content key (worker_request::task_key): the worker loads it
+  // From here the task is named by its content key (worker::request::task_key): the worker loads it
   // under it, and the baselines are cached under it, so an id reused for other code never shares them.
-  task["task_id"] = worker_request::task_key(task, task_id);
+  task["task_id"] = worker::request::task_key(task, task_id);
   const std::string task_key = task["task_id"].get<std::string>();
   const std::string precision = record["check"].value("precision", std::string("fp32"));
 

@@ -59,16 +59,16 @@ ca::Json verdict_options(const FilterOptions& opt) {
   return o;
 }
 
-std::string judge(ca::WorkerClient& worker, ca::Json& rec, const FilterOptions& opt) {
+std::string judge(ca::worker::WorkerClient& worker, ca::Json& rec, const FilterOptions& opt) {
   std::string code = ca::get_required<std::string>(rec, "/code");
   std::string task_id = ca::get_optional<std::string>(rec, "/task_id").value_or(ca::task_id_for(rec));
-  ca::worker_request::Filters filters;
+  ca::worker::request::Filters filters;
   filters.task_id = task_id;
   filters.code = code;
   filters.min_ms = opt.min_ms;
   filters.max_ms = opt.max_ms;
   filters.check_compile = opt.check_compile;
-  filters.mode = ca::worker_request::task_mode(rec);  // a bad mode: a bad record naming reference.mode
+  filters.mode = ca::worker::request::task_mode(rec);  // a bad mode: a bad record naming reference.mode
   if (rec.contains("init_inputs") && rec["init_inputs"].is_array()) filters.init_inputs = ca::Json(rec["init_inputs"]);
   const ca::Json req = filters.to_json();
   // Workers sharing a GPU take memory from one another: a verdict lost to it says nothing about the
@@ -108,7 +108,7 @@ std::string judge(ca::WorkerClient& worker, ca::Json& rec, const FilterOptions& 
         if (!rec.contains(key) && load.contains(key)) rec[key] = ca::Json(load[key]);
       // The worker's measurement, whatever the record said (kernel-check's task_stochastic rule),
       // and the mode the reference ran in.
-      set_reference(rec, ca::worker_request::reference_section(load, filters.mode));
+      set_reference(rec, ca::worker::request::reference_section(load, filters.mode));
     }
   }
   if (reason.empty() && !opt.decontaminate.empty()) {
@@ -116,7 +116,7 @@ std::string judge(ca::WorkerClient& worker, ca::Json& rec, const FilterOptions& 
     double best = 0;
     std::string best_program;
     for (const auto& dir : opt.decontaminate) {
-      ca::Json s = worker.request(ca::worker_request::similarity(code, dir));
+      ca::Json s = worker.request(ca::worker::request::similarity(code, dir));
       if (!s.value("ok", false))
         throw ca::EnvironmentError("similarity against " + dir + " failed: " + s.value("detail", s.dump()));
       double m = s.value("max", 0.0);
@@ -177,7 +177,7 @@ int run_filter(const ca::CommonOptions& common, const FilterOptions& opt) {
     if (!std::filesystem::is_directory(d)) throw ca::UsageError("--decontaminate: no directory " + d);
   auto devices = resolve_devices(opt.device, opt.jobs, opt.timeout_s);
   auto store = ca::open_store_for(common, devices[0]);
-  ca::WorkerOptions worker;
+  ca::worker::WorkerOptions worker;
   worker.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.timeout_s * 1000));
   worker.memory_limit_mb = worker_memory_mb(opt.worker_memory_mb, opt.jobs);
   worker.read_dirs = opt.decontaminate;  // the similarity request reads the problems there

@@ -131,20 +131,20 @@ ca::RecordSource import_source(std::vector<Source> sources) {
 
 // A record's specs from the worker's `load` (none with --no-worker). Failed when the worker could
 // not load it: the record gets an error section saying why.
-ca::Outcome fill(ca::WorkerClient* worker, ca::RecordItem& item) {
+ca::Outcome fill(ca::worker::WorkerClient* worker, ca::RecordItem& item) {
   ca::Json& rec = item.record;
   std::string code = ca::get_required<std::string>(rec, "/code");
   if (!rec.contains("task_id")) rec["task_id"] = ca::task_id_for(ca::Json{{"code", code}});
   if (!rec.contains("data_source")) rec["data_source"] = "import";
   // The mode the reference runs in: the record's (train unless it says eval; another value is a bad
   // record naming reference.mode), stated in every record; without a worker, nothing is measured.
-  const std::string mode = ca::worker_request::task_mode(rec);
+  const std::string mode = ca::worker::request::task_mode(rec);
   if (!worker) {
     set_reference(rec, ca::Json{{"mode", mode}});
     return ca::Outcome::done;
   }
   const std::string task_id = ca::get_required<std::string>(rec, "/task_id");  // a numeric one is a bad record
-  ca::Json ans = worker->request(ca::worker_request::load(task_id, ca::Json(rec)));
+  ca::Json ans = worker->request(ca::worker::request::load(task_id, ca::Json(rec)));
   if (!ans.value("ok", false)) {
     const std::string why = ans.value("error", std::string("error")) + ": " + ans.value("detail", std::string());
     rec["error"] = ca::Json{{"tool", "ops-synth"}, {"field", "code"}, {"reason", why}, {"where", item.where}};
@@ -152,8 +152,8 @@ ca::Outcome fill(ca::WorkerClient* worker, ca::RecordItem& item) {
   }
   for (const char* key : {"inputs", "outputs", "init_inputs", "params"})
     if (ans.contains(key)) rec[key] = ca::Json(ans[key]);
-  set_reference(rec, ca::worker_request::reference_section(ans, mode));
-  worker->request(ca::worker_request::unload(task_id));
+  set_reference(rec, ca::worker::request::reference_section(ans, mode));
+  worker->request(ca::worker::request::unload(task_id));
   return ca::Outcome::done;
 }
 
@@ -162,9 +162,9 @@ ca::Outcome fill(ca::WorkerClient* worker, ca::RecordItem& item) {
 int run_import(const ca::CommonOptions& common, const ImportOptions& opt) {
   std::vector<Source> sources = expand_sources(opt.sources);
   auto store = ca::open_store_for(common);
-  std::vector<std::unique_ptr<ca::WorkerClient>> workers;
+  std::vector<std::unique_ptr<ca::worker::WorkerClient>> workers;
   if (!opt.no_worker) {
-    ca::WorkerOptions worker;
+    ca::worker::WorkerOptions worker;
     worker.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.timeout_s * 1000));
     worker.memory_limit_mb = worker_memory_mb(opt.worker_memory_mb, opt.jobs);
     workers = start_workers(opt.jobs, std::vector<std::string>(static_cast<std::size_t>(opt.jobs), opt.device), worker);

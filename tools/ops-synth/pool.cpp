@@ -17,10 +17,10 @@ std::vector<std::string> resolve_devices(const std::string& spec, int jobs, doub
   std::vector<std::string> list;
   if (spec == "auto") {
     try {
-      ca::WorkerOptions o;
+      ca::worker::WorkerOptions o;
       o.device = "cuda:0";
       o.start_timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-      ca::WorkerClient probe(o);
+      ca::worker::WorkerClient probe(o);
       list.push_back("cuda:0");
     } catch (const ca::EnvironmentError& e) {
       ca::log::verbose("no GPU worker (", e.what(), "): filtering on the CPU");
@@ -38,10 +38,10 @@ std::vector<std::string> resolve_devices(const std::string& spec, int jobs, doub
   return out;
 }
 
-std::size_t worker_memory_mb(std::size_t total_mb, int jobs) { return ca::worker_memory_share_mb(total_mb, jobs); }
+std::size_t worker_memory_mb(std::size_t total_mb, int jobs) { return ca::worker::worker_memory_share_mb(total_mb, jobs); }
 
-std::vector<std::unique_ptr<ca::WorkerClient>> start_workers(int jobs, const std::vector<std::string>& devices,
-                                                             const ca::WorkerOptions& worker) {
+std::vector<std::unique_ptr<ca::worker::WorkerClient>> start_workers(int jobs, const std::vector<std::string>& devices,
+                                                                     const ca::worker::WorkerOptions& worker) {
   if (jobs < 1) throw ca::UsageError("-j must be at least 1");
   // The workers are the parallelism: each gets one share of the cores for torch's CPU threads (input
   // draws run on the CPU), and one inductor compile thread instead of a pool of processes per core
@@ -53,15 +53,15 @@ std::vector<std::unique_ptr<ca::WorkerClient>> start_workers(int jobs, const std
   }
   // All at once, because each takes seconds (Python imports torch and opens the GPU): one after the
   // other, 32 workers spent two minutes starting.
-  std::vector<std::unique_ptr<ca::WorkerClient>> clients(static_cast<std::size_t>(jobs));
+  std::vector<std::unique_ptr<ca::worker::WorkerClient>> clients(static_cast<std::size_t>(jobs));
   std::vector<std::exception_ptr> start_errors(static_cast<std::size_t>(jobs));
   std::vector<std::thread> starters;
   for (int i = 0; i < jobs; ++i)
     starters.emplace_back([&, i] {
       try {
-        ca::WorkerOptions o = worker;
+        ca::worker::WorkerOptions o = worker;
         o.device = devices[static_cast<std::size_t>(i)];
-        clients[static_cast<std::size_t>(i)] = std::make_unique<ca::WorkerClient>(o);
+        clients[static_cast<std::size_t>(i)] = std::make_unique<ca::worker::WorkerClient>(o);
       } catch (...) {
         start_errors[static_cast<std::size_t>(i)] = std::current_exception();
       }

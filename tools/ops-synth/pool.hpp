@@ -21,10 +21,10 @@ std::size_t worker_memory_mb(std::size_t total_mb, int jobs);
 // The per-lane setup of a record path with `jobs` lanes (record_path.hpp): one WorkerClient per
 // lane on its device, made from `worker` (its timeout, memory share and folders), all started at
 // once before any record is read, so a missing torch or GPU is reported once, before any work.
-std::vector<std::unique_ptr<ca::WorkerClient>> start_workers(int jobs, const std::vector<std::string>& devices,
-                                                             const ca::WorkerOptions& worker);
+std::vector<std::unique_ptr<ca::worker::WorkerClient>> start_workers(int jobs, const std::vector<std::string>& devices,
+                                                                     const ca::worker::WorkerOptions& worker);
 
-// A task record's `reference` section (worker_request::reference_section, or {"mode"} alone without a
+// A task record's `reference` section (worker::request::reference_section, or {"mode"} alone without a
 // worker) merged into the one it has (its other keys kept), and the top-level `stochastic` that
 // older readers of v1 records take: the same measurement, written from the same value.
 void set_reference(ca::Json& rec, const ca::Json& reference);
