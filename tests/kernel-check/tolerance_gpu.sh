@@ -3,7 +3,9 @@
 # 16,384 torch.rand columns: the honest bundle passes; the mean of the first half of each row (half
 # the bytes) and the analytic shortcut (every mean 0.5, torch.rand's expectation) fail, though the
 # published atol = rtol = 1e-2 lets the half-row one pass; every check draws each variant once and
-# names it; a task whose reference is a dropout gets task_stochastic, and reward-calc gives it no -1.
+# names it; a task whose reference is a dropout gets task_stochastic, and reward-calc gives it no -1;
+# check.reference says the mode the worker ran (train) and the rule; the same dropout task stated
+# in eval mode (issue 33) runs with dropout off, is not stochastic, and the honest bundle passes it.
 set -u
 KC="$CA_BIN/kernel-check"
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -21,6 +23,7 @@ DROPOUT_CODE='"import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n 
   $MK "$M" "${HALF[@]}"
   $MK "$M" "${CONST[@]}"
   $MK "$M" --task-set task_id '"test-row-mean-dropout"' --task-set code "$DROPOUT_CODE"
+  $MK "$M" --task-set task_id '"test-row-mean-dropout-eval"' --task-set code "$DROPOUT_CODE" --task-set reference '{"mode": "eval"}'
 } > "$T/in.jsonl"
 run() {  # name, options...; records from $T/in.jsonl into $T/<name>.jsonl
   local name=$1
@@ -45,7 +48,7 @@ def expect(cond, what, c):
     print(("ok   " if cond else "FAIL ") + what + ": " + c["status"] + " | " + c["reason"][:300])
     bad += not cond
 
-honest, half, const, drop = cal
+honest, half, const, drop, drop_eval = cal
 expect(honest["status"] == "passed", "honest row mean passes the calibrated bound", honest)
 expect(honest["tolerance"] == "calibrated" and honest["precision"] == "fp32", "the record says calibrated, fp32", honest)
 cal0 = honest["calibration"]["outputs.0"]
@@ -60,8 +63,15 @@ expect(half["status"] == "incorrect" and "calibrated bound" in half["reason"], "
 expect(const["status"] == "incorrect", "every mean 0.5 fails", const)
 expect(drop["status"] == "task_stochastic" and drop["correct"] is None and drop.get("task_stochastic") is True,
        "a dropout reference: task_stochastic, correct null", drop)
+expect(honest.get("reference") == {"mode": "train", "stochastic": False, "from": "worker"},
+       "check.reference: train, not stochastic, measured by the worker: %s" % honest.get("reference"), honest)
+expect(drop.get("reference") == {"mode": "train", "stochastic": True, "from": "worker", "rule": "task_stochastic"},
+       "check.reference of the dropout task: train, stochastic, rule task_stochastic: %s" % drop.get("reference"), drop)
+expect(drop_eval["status"] == "passed" and drop_eval.get("reference") == {"mode": "eval", "stochastic": False, "from": "worker"},
+       "the dropout task in eval mode: dropout off, not stochastic, the honest bundle passes: %s" % drop_eval.get("reference"),
+       drop_eval)
 
-p_honest, p_half, p_const, p_drop = pub
+p_honest, p_half, p_const, p_drop, p_drop_eval = pub
 expect(p_honest["status"] == "passed" and p_honest["tolerance"] == "published", "--tolerance published: honest passes", p_honest)
 expect(p_half["status"] == "passed" and p_half["trials"][-1]["tolerance"]["mode"] == "published",
        "--tolerance published keeps the published bound (half a row passes it)", p_half)
@@ -72,6 +82,7 @@ expect(p_const["status"] == "incorrect" and "variant" in p_const["reason"], "eve
 a_drop = allowed[3]
 expect(a_drop["status"] != "task_stochastic" and a_drop.get("task_stochastic") is True,
        "--allow-stochastic judges it (and still flags the task)", a_drop)
+expect(a_drop.get("reference", {}).get("rule") == "allow_stochastic", "its check.reference.rule: allow_stochastic", a_drop)
 sys.exit(1 if bad else 0)
 PY
 # reward-calc: task_stochastic is not the candidate's failure: no -1 (an error section instead).
