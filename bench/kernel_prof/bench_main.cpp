@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
     drv.check(drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     measure::L2Flusher flusher(id.l2_bytes);
     if (once) {
-      prof::CopyKernelTarget t(once, 1, id.arch);
+      kernel_prof::CopyKernelTarget t(once, 1, id.arch);
       for (int k = 0; k < 5; ++k) {  // ncu times each launch; five give it a median too
         flusher.flush(stream);
         t.enqueue(0, stream);
@@ -57,13 +57,13 @@ int main(int argc, char** argv) {
     // Flush methods: memset (kernel-prof's and the worker's), read (clean lines left in L2),
     // none (a 1 MiB memset only: the previous call's data may still be in L2).
     measure::L2Flusher tiny(0, 0.0);
-    prof::ReadFlush read_flush(2 * id.l2_bytes, id.arch);
+    kernel_prof::ReadFlush read_flush(2 * id.l2_bytes, id.arch);
     std::printf("%-10s %-7s %10s %10s %10s %9s %6s %10s %8s\n", "n_floats", "flush", "median_us", "min_med",
                 "max_med", "spread_%", "calls", "events_us", "wall_s");
     std::string ncu_lines;
     for (std::size_t n : {std::size_t(5) << 20, std::size_t(54) << 20, std::size_t(540) << 20}) {
-      prof::CopyKernelTarget t(n, 2, id.arch);
-      prof::ReadFlushedTarget rt(t, read_flush);
+      kernel_prof::CopyKernelTarget t(n, 2, id.arch);
+      kernel_prof::ReadFlushedTarget rt(t, read_flush);
       for (const char* mode : {"memset", "read", "none"}) {
         measure::LoopOptions o;
         o.stop.min_runs = 20;
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
           so.capture_stderr = true;
           auto r = run_command(so, "", std::chrono::milliseconds(120000));
           std::vector<double> ts;
-          for (auto& k : prof::parse_ncu_csv(r.out))
+          for (auto& k : kernel_prof::parse_ncu_csv(r.out))
             if (k.metrics.count("gpu__time_duration.sum")) ts.push_back(k.metrics["gpu__time_duration.sum"] / 1e3);
           char line[200];
           if (!ts.empty())

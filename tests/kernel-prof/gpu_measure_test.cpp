@@ -67,8 +67,8 @@ TEST_CASE("the GPU and CUPTI are there") {
 TEST_CASE("copy kernel bandwidth is within 15% of the device-to-device copy rate") {
   Gpu& g = gpu();
   const std::size_t n = 64u << 20;  // 256 MiB per buffer
-  prof::CopyKernelTarget copy(n, 2, g.id.arch);
-  prof::MemcpyTarget memcpy_target(n, 2);
+  kernel_prof::CopyKernelTarget copy(n, 2, g.id.arch);
+  kernel_prof::MemcpyTarget memcpy_target(n, 2);
   auto rk = measure::time_target(copy, g.stream, *g.flusher, opts());
   auto rm = measure::time_target(memcpy_target, g.stream, *g.flusher, opts());
   CHECK(copy.verify(0));
@@ -84,7 +84,7 @@ TEST_CASE("copy kernel bandwidth is within 15% of the device-to-device copy rate
 
 TEST_CASE("one kernel timed 5 times: spread under 2%") {
   Gpu& g = gpu();
-  prof::CopyKernelTarget copy(48u << 20, 3, g.id.arch);  // ~100 us
+  kernel_prof::CopyKernelTarget copy(48u << 20, 3, g.id.arch);  // ~100 us
   std::vector<double> medians;
   for (int i = 0; i < 5; ++i) medians.push_back(measure::time_target(copy, g.stream, *g.flusher, opts()).device.median);
   double lo = *std::min_element(medians.begin(), medians.end()), hi = *std::max_element(medians.begin(), medians.end());
@@ -96,7 +96,7 @@ TEST_CASE("one kernel timed 5 times: spread under 2%") {
 
 TEST_CASE("twice the work takes 1.8-2.2x as long") {
   Gpu& g = gpu();
-  prof::CopyKernelTarget one(16u << 20, 3, g.id.arch), two(32u << 20, 3, g.id.arch);
+  kernel_prof::CopyKernelTarget one(16u << 20, 3, g.id.arch), two(32u << 20, 3, g.id.arch);
   double t1 = measure::time_target(one, g.stream, *g.flusher, opts()).device.median;
   double t2 = measure::time_target(two, g.stream, *g.flusher, opts()).device.median;
   std::printf("n=16M: %.2f us, n=32M: %.2f us, ratio %.3f\n", t1, t2, t2 / t1);
@@ -106,7 +106,7 @@ TEST_CASE("twice the work takes 1.8-2.2x as long") {
 
 TEST_CASE("CUPTI: one kernel per call, breakdown with its launch shape, device time close to events") {
   Gpu& g = gpu();
-  prof::CopyKernelTarget copy(32u << 20, 2, g.id.arch);
+  kernel_prof::CopyKernelTarget copy(32u << 20, 2, g.id.arch);
   auto r = measure::time_target(copy, g.stream, *g.flusher, opts());
   CHECK(r.cupti_note == "");
   REQUIRE(r.kernels.size() == 1);

@@ -5,7 +5,7 @@
 #include "libcommon/log.hpp"
 #include "libcommon/worker/requests.hpp"
 
-namespace ca::prof {
+namespace ca::kernel_prof {
 
 std::string baseline_method(const std::string& mode, const std::string& precision, const std::string& metric,
                             int input_sets, double flush_factor) {
@@ -94,4 +94,4 @@ Json BaselineTimer::time(const std::string& task_id, const std::string& mode, co
   return b;
 }
 
-}  // namespace ca::prof
+}  // namespace ca::kernel_prof

@@ -8,7 +8,7 @@
 #include "tools/kernel-prof/gpu_session.hpp"
 #include "tools/kernel-prof/options.hpp"
 
-namespace ca::prof {
+namespace ca::kernel_prof {
 
 // The method part of the cache key: what changes the expected value of a baseline timing.
 std::string baseline_method(const std::string& mode, const std::string& precision, const std::string& metric,
@@ -31,4 +31,4 @@ class BaselineTimer {
   const ProfOptions& options_;
 };
 
-}  // namespace ca::prof
+}  // namespace ca::kernel_prof

@@ -7,7 +7,7 @@
 #include "libcommon/cuda/driver.hpp"
 #include "libcommon/errors.hpp"
 
-namespace ca::prof {
+namespace ca::kernel_prof {
 
 namespace {
 // Grid-stride float4 copy: 16-byte loads and stores, enough blocks to fill every SM.
@@ -127,4 +127,4 @@ void MemcpyTarget::enqueue(int set, CUstream stream) {
   drv.check(drv.cuMemcpyDtoDAsync(dst_[set], src_[set], n_ * 4, stream), "cuMemcpyDtoDAsync");
 }
 
-}  // namespace ca::prof
+}  // namespace ca::kernel_prof

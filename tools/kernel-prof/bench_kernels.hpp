@@ -7,7 +7,7 @@
 
 #include "libcommon/measure/timing_loop.hpp"
 
-namespace ca::prof {
+namespace ca::kernel_prof {
 
 // One copy kernel over n floats (n % 4 == 0), `sets` source/destination pairs rotated.
 class CopyKernelTarget : public measure::TimedTarget {
@@ -73,4 +73,4 @@ class ReadFlushedTarget : public measure::TimedTarget {
   ReadFlush& flush_;
 };
 
-}  // namespace ca::prof
+}  // namespace ca::kernel_prof

@@ -17,7 +17,7 @@
 #include "libcommon/safetensors.hpp"
 #include "libcommon/worker/requests.hpp"
 
-namespace ca::prof {
+namespace ca::kernel_prof {
 
 namespace {
 
@@ -413,4 +413,4 @@ CandidateTiming time_candidate(GpuSession& gpu, const Json& record, const Json& 
   return result;
 }
 
-}  // namespace ca::prof
+}  // namespace ca::kernel_prof

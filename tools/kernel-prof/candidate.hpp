@@ -27,7 +27,7 @@
 #include "tools/kernel-prof/gpu_session.hpp"
 #include "tools/kernel-prof/options.hpp"
 
-namespace ca::prof {
+namespace ca::kernel_prof {
 
 // One input set, kept on the GPU by the reference worker: descriptions of its device tensors
 // (libcommon/cuda/ipc.hpp), valid until the set is released.
@@ -117,4 +117,4 @@ CandidateTiming time_candidate(GpuSession& gpu, const Json& record, const Json& 
 // Releases what the worker keeps for a timing (never throws).
 void release_sets(GpuSession& gpu, const CandidateTiming& timing);
 
-}  // namespace ca::prof
+}  // namespace ca::kernel_prof

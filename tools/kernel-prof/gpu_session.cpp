@@ -7,7 +7,7 @@
 #include "libcommon/errors.hpp"
 #include "libcommon/log.hpp"
 
-namespace ca::prof {
+namespace ca::kernel_prof {
 
 GpuSession::GpuSession(int ordinal, bool trace) {
   auto& drv = cuda::Driver::get();  // EnvironmentError: no driver / no GPU
@@ -63,4 +63,4 @@ std::string GpuSession::torch_version() {
   return hello.value("torch_version", std::string("unknown"));
 }
 
-}  // namespace ca::prof
+}  // namespace ca::kernel_prof

@@ -10,7 +10,7 @@
 #include "libcommon/measure/gpu_state.hpp"
 #include "libcommon/worker/worker_client.hpp"
 
-namespace ca::prof {
+namespace ca::kernel_prof {
 
 class GpuSession {
  public:
@@ -53,4 +53,4 @@ class GpuSession {
   std::unique_ptr<worker::WorkerClient> worker_;
 };
 
-}  // namespace ca::prof
+}  // namespace ca::kernel_prof

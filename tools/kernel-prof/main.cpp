@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
               "--baselines eager,compile --metric device > profiled.jsonl",
               "kernel-check(1), reward-calc(1), run-store(1), ncu(1)");
   cli.add_stream_options();
-  ca::prof::ProfOptions opt;
+  ca::kernel_prof::ProfOptions opt;
   opt.register_with(cli.app());
   ca::ServiceOptions service;
   service.register_with(cli.app());
@@ -30,15 +30,15 @@ int main(int argc, char** argv) {
     opt.validate();
     opt.seed_given = common.seed.has_value();
     opt.seed = common.run_seed();
-    if (!opt.replay_once.empty()) return ca::prof::replay_once(opt.replay_once, opt.gpus.front());
+    if (!opt.replay_once.empty()) return ca::kernel_prof::replay_once(opt.replay_once, opt.gpus.front());
     service.validate(common);
     if (service.enabled() && opt.gpus.size() > 1)
       throw ca::UsageError("--serve times on one GPU: start one service per GPU (--gpus N each)");
-    if (opt.gpus.size() > 1) return ca::prof::run_on_gpus(opt, common, argc, argv);
+    if (opt.gpus.size() > 1) return ca::kernel_prof::run_on_gpus(opt, common, argc, argv);
     auto store = ca::open_store_for(common);
-    ca::prof::Profiler profiler(opt, common, store.get());
+    ca::kernel_prof::Profiler profiler(opt, common, store.get());
     profiler.set_child_after_context_loss(!service.enabled());
-    return service.enabled() ? ca::prof::serve(profiler, service, common, store.get())
-                             : ca::prof::stream(profiler, common, store.get());
+    return service.enabled() ? ca::kernel_prof::serve(profiler, service, common, store.get())
+                             : ca::kernel_prof::stream(profiler, common, store.get());
   });
 }

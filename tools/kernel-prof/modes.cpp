@@ -12,7 +12,7 @@
 #include "libcommon/record_path.hpp"
 #include "libcommon/task_lookup.hpp"
 
-namespace ca::prof {
+namespace ca::kernel_prof {
 
 namespace {
 
@@ -96,4 +96,4 @@ int serve(Profiler& profiler, const ServiceOptions& service, const CommonOptions
   };
   return path.end(run_service(service, spec));
 }
-}  // namespace ca::prof
+}  // namespace ca::kernel_prof

@@ -6,7 +6,7 @@
 #include "libcommon/store.hpp"
 #include "tools/kernel-prof/profiler.hpp"
 
-namespace ca::prof {
+namespace ca::kernel_prof {
 
 // Records from common.input to common.output through the record path (record_path.hpp); in a pipe whose first record
 // is not there yet, the GPU and the worker's one-time costs are paid while it is on the way.
@@ -16,4 +16,4 @@ int stream(Profiler& profiler, const CommonOptions& common, Store* store);
 // records through one record path; the run row closed with every request's counts.
 int serve(Profiler& profiler, const ServiceOptions& service, const CommonOptions& common, Store* store);
 
-}  // namespace ca::prof
+}  // namespace ca::kernel_prof

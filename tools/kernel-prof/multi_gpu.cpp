@@ -14,7 +14,7 @@
 #include "libcommon/process.hpp"
 #include "libcommon/record_path.hpp"
 
-namespace ca::prof {
+namespace ca::kernel_prof {
 
 std::vector<std::string> child_argv(const std::vector<std::string>& argv, int ordinal) {
   std::vector<std::string> out{argv.empty() ? "kernel-prof" : argv[0]};
@@ -131,4 +131,4 @@ int run_on_gpus(const ProfOptions& options, const CommonOptions& common, int arg
   return path.end(status, log::cat("; ", path.totals().done, " records dealt to ", children.size(), " GPUs"));
 }
 
-}  // namespace ca::prof
+}  // namespace ca::kernel_prof

@@ -12,7 +12,7 @@
 #include "libcommon/process.hpp"
 #include "tools/kernel-prof/options.hpp"
 
-namespace ca::prof {
+namespace ca::kernel_prof {
 
 // The child's argv: ours without --gpus, -i/-o and --shard, plus --gpus <ordinal> -i - -o - --shard 0/1.
 std::vector<std::string> child_argv(const std::vector<std::string>& argv, int ordinal);
@@ -50,4 +50,4 @@ class GpuChild {
   int ended_ = 0, restarts_ = 0;
 };
 
-}  // namespace ca::prof
+}  // namespace ca::kernel_prof

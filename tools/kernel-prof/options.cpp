@@ -5,7 +5,7 @@
 
 #include "libcommon/errors.hpp"
 
-namespace ca::prof {
+namespace ca::kernel_prof {
 
 void ProfOptions::register_with(CLI::App& app) {
   app.add_option("--metric", metric,
@@ -68,4 +68,4 @@ void ProfOptions::validate() const {
     if (g < 0) throw UsageError("--gpus: ordinals are >= 0");
 }
 
-}  // namespace ca::prof
+}  // namespace ca::kernel_prof

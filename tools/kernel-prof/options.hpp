@@ -6,7 +6,7 @@
 #include "libcommon/cli.hpp"
 #include "libcommon/measure/stop_rule.hpp"
 
-namespace ca::prof {
+namespace ca::kernel_prof {
 
 struct ProfOptions {
   std::string metric = "device";                          // device | wall
@@ -35,4 +35,4 @@ struct ProfOptions {
   void validate() const;  // UsageError on bad combinations
 };
 
-}  // namespace ca::prof
+}  // namespace ca::kernel_prof

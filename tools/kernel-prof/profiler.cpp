@@ -17,7 +17,7 @@
 #include "tools/kernel-prof/multi_gpu.hpp"
 #include "tools/kernel-prof/roofline.hpp"
 
-namespace ca::prof {
+namespace ca::kernel_prof {
 
 bool check_passed(const Json& record) {
   if (!record.contains("check") || record["check"].is_null()) return false;
@@ -369,4 +369,4 @@ Outcome Profiler::profile(Json& record) {
   return Outcome::done;
 }
 
-}  // namespace ca::prof
+}  // namespace ca::kernel_prof

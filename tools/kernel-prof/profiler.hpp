@@ -13,7 +13,7 @@
 #include "libcommon/task_lookup.hpp"
 #include "tools/kernel-prof/options.hpp"
 
-namespace ca::prof {
+namespace ca::kernel_prof {
 
 class GpuSession;  // the opened GPU, its lock, stream, L2 flusher and reference worker
 class GpuChild;    // a kernel-prof child (multi_gpu.hpp)
@@ -56,4 +56,4 @@ class Profiler {
 // lacks a boolean `correct`.
 bool check_passed(const Json& record);
 
-}  // namespace ca::prof
+}  // namespace ca::kernel_prof

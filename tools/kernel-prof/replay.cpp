@@ -7,7 +7,7 @@
 #include "tools/kernel-prof/candidate.hpp"
 #include "tools/kernel-prof/gpu_session.hpp"
 
-namespace ca::prof {
+namespace ca::kernel_prof {
 
 int replay_once(const std::string& file, int gpu_ordinal) {
   Json r = parse_json(read_file(file), file);
@@ -33,4 +33,4 @@ int replay_once(const std::string& file, int gpu_ordinal) {
   return kExitOk;
 }
 
-}  // namespace ca::prof
+}  // namespace ca::kernel_prof

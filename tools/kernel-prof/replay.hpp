@@ -3,9 +3,9 @@
 #pragma once
 #include <string>
 
-namespace ca::prof {
+namespace ca::kernel_prof {
 
 // FILE: the record with task.loaded (the worker's load answer) and replay {params, inputs: [paths]}.
 int replay_once(const std::string& file, int gpu);
 
-}  // namespace ca::prof
+}  // namespace ca::kernel_prof

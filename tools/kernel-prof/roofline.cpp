@@ -9,7 +9,7 @@
 #include "libcommon/paths.hpp"
 #include "libcommon/process.hpp"
 
-namespace ca::prof {
+namespace ca::kernel_prof {
 
 const std::vector<std::string>& ncu_metric_names() {
   static const std::vector<std::string> names{
@@ -184,4 +184,4 @@ Json kernel_metrics(GpuSession& gpu, const Json& record, const Json& task, const
   return out;
 }
 
-}  // namespace ca::prof
+}  // namespace ca::kernel_prof

@@ -10,7 +10,7 @@
 #include "tools/kernel-prof/gpu_session.hpp"
 #include "tools/kernel-prof/options.hpp"
 
-namespace ca::prof {
+namespace ca::kernel_prof {
 
 // The ncu metrics asked for, in this order.
 const std::vector<std::string>& ncu_metric_names();
@@ -34,4 +34,4 @@ Json roofline(const Json& estimates, double time_us, const Peaks& peaks);
 Json kernel_metrics(GpuSession& gpu, const Json& record, const Json& task, const Json& loaded,
                     const CandidateTiming& timing, const ProfOptions& options);
 
-}  // namespace ca::prof
+}  // namespace ca::kernel_prof
