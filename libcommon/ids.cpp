@@ -37,6 +37,10 @@ std::string task_id_for(const Json& task) {
   for (const char* field : {"code", "init_inputs", "inputs"}) {
     if (task.contains(field)) key[field] = task[field];
   }
+  if (task.contains("reference") && task["reference"].is_object()) {
+    const Json& ref = task["reference"];
+    if (ref.contains("mode") && ref["mode"].is_string() && ref["mode"] != "train") key["reference_mode"] = ref["mode"];
+  }
   return content_id(key);
 }
 

@@ -15,7 +15,10 @@ std::string canonical_json(const Json& value);
 // the scale of millions of records.
 std::string content_id(const Json& value);
 
-// The task id: the hash of what defines the task (its code and init inputs / input specs when given).
+// The task id: the hash of what defines the task (its code and init inputs / input specs when given,
+// and its reference's mode when that is eval: an eval task is another task than the train one with
+// the same code, so a verdict on one is never taken for the other; train, the default, keeps the ids
+// of records that do not state it).
 std::string task_id_for(const Json& task);
 // The candidate id: the hash of the bundle (kernels and plan) together with its task id.
 std::string candidate_id_for(const std::string& task_id, const Json& bundle);

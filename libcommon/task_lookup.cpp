@@ -40,6 +40,10 @@ std::string task_cache_key(const Json& task) {
   Json key = Json::object();
   for (const char* field : {"code", "init_inputs", "inputs", "seed"})
     if (task.contains(field)) key[field] = task[field];
+  // The reference's mode is part of what runs (train, the default, keeps the keys of before).
+  if (task.contains("reference") && task["reference"].is_object() && task["reference"].contains("mode") &&
+      task["reference"]["mode"].is_string() && task["reference"]["mode"] != "train")
+    key["reference_mode"] = task["reference"]["mode"];
   return content_id(key);
 }
 

@@ -52,6 +52,10 @@ assert out[1]["error"]["field"] == "reference.mode", out[1].get("error")
 assert "inference" in out[1]["error"]["reason"], out[1]["error"]
 assert out[2]["reference"]["mode"] == "train" and out[2]["reference"]["stochastic"] is True, out[2]["reference"]
 assert out[3]["error"]["field"] == "reference", out[3].get("error")
+# An eval task is another task: its id differs from the train one's, which keeps the id of before.
+kb = {r["name"]: r for r in map(json.loads, open(sys.argv[1].replace("rows.out", "kb.jsonl")))}
+assert out[2]["task_id"] == kb["1_Dropout"]["task_id"], (out[2]["task_id"], kb["1_Dropout"]["task_id"])
+assert out[0]["task_id"] != out[2]["task_id"], out[0]["task_id"]
 PY
 grep -q "reference.mode" "$T/err" || fail "the bad record's warning names reference.mode: $(cat "$T/err")"
 for worker in "--device cpu" "--no-worker"; do
@@ -59,7 +63,7 @@ for worker in "--device cpu" "--no-worker"; do
   [ "$rc" = 2 ] || fail "import --strict $worker of a bad mode: exit $rc: $(cat "$T/err")"
   grep -q "line 2" "$T/err" && grep -q "reference.mode" "$T/err" || fail "import --strict $worker: $(cat "$T/err")"
 done
-pass "import: a row's eval mode is the worker's (dropout off); a bad mode is a bad record naming reference.mode (exit 2 under --strict)"
+pass "import: a row's eval mode is the worker's (dropout off) and its own task id; a bad mode is a bad record naming reference.mode (exit 2 under --strict)"
 
 # 3. Without a worker the mode is stated, nothing measured.
 "$OS" import --no-store --no-worker "$FIX/2_BatchNorm.py" > "$T/nw.jsonl" 2>/dev/null || fail "import --no-worker"

@@ -104,6 +104,27 @@ TEST_CASE("client tasks: refused by a service, taken only under their content id
   CHECK(task_cache_key(task) == task_cache_key(Json::parse(R"({"init_inputs":[1],"code":"class Model: pass","task_id":"x"})")));
 }
 
+TEST_CASE("task ids: the reference's mode is part of the task (an eval task is another task)") {
+  Json task = Json::parse(R"({"code":"class Model: pass","init_inputs":[1]})");
+  Json train = task, eval = task, legacy_null = task;
+  train["reference"] = {{"mode", "train"}, {"stochastic", false}};
+  eval["reference"] = {{"mode", "eval"}};
+  legacy_null["reference"] = {{"stochastic", true}};
+  // train is the default: a record that states it keeps the id (and cache key) of one that does not
+  CHECK(task_id_for(train) == task_id_for(task));
+  CHECK(task_id_for(legacy_null) == task_id_for(task));
+  CHECK(task_cache_key(train) == task_cache_key(task));
+  CHECK(task_id_for(eval) != task_id_for(task));
+  CHECK(task_cache_key(eval) != task_cache_key(task));
+  // so a service with --accept-tasks takes an eval task only under its own id, never under the
+  // train task's (whose verdicts are stored under candidate ids made from that id)
+  const std::string id = task_id_for(task);
+  Json rec = {{"task_id", id}, {"task", eval}, {"bundle", Json::object()}};
+  CHECK_THROWS_AS(screen_client_task(rec, id, ClientTasks::verified), FieldError);
+  rec["task_id"] = task_id_for(eval);
+  CHECK_NOTHROW(screen_client_task(rec, task_id_for(eval), ClientTasks::verified));
+}
+
 TEST_CASE("candidate ids: a record's candidate_id must be the hash of its task_id and bundle") {
   Json bundle = Json::parse(R"({"kernels":{"a.cu":"x"},"plan":"forward: []"})");
   Json rec = {{"task_id", "t1"}, {"bundle", bundle}, {"candidate_id", candidate_id_for("t1", bundle)}};

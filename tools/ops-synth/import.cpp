@@ -134,7 +134,11 @@ ca::RecordSource import_source(std::vector<Source> sources) {
 ca::Outcome fill(ca::worker::WorkerClient* worker, ca::RecordItem& item) {
   ca::Json& rec = item.record;
   std::string code = ca::get_required<std::string>(rec, "/code");
-  if (!rec.contains("task_id")) rec["task_id"] = ca::task_id_for(ca::Json{{"code", code}});
+  if (!rec.contains("task_id")) {
+    ca::Json key{{"code", code}};
+    if (rec.contains("reference")) key["reference"] = rec["reference"];  // an eval task is another task
+    rec["task_id"] = ca::task_id_for(key);
+  }
   if (!rec.contains("data_source")) rec["data_source"] = "import";
   // The mode the reference runs in: the record's (train unless it says eval; another value is a bad
   // record naming reference.mode), stated in every record; without a worker, nothing is measured.
