@@ -59,6 +59,23 @@ ca::Json verdict_options(const FilterOptions& opt) {
   return o;
 }
 
+// --decontaminate: the code's largest AST similarity to a problem under any of the folders, and which.
+ca::Json similarity_section(ca::worker::WorkerClient& worker, const std::string& code, const FilterOptions& opt) {
+  double best = 0;
+  std::string best_program;
+  for (const auto& dir : opt.decontaminate) {
+    ca::Json s = worker.request(ca::worker::request::similarity(code, dir));
+    if (!s.value("ok", false))
+      throw ca::EnvironmentError("similarity against " + dir + " failed: " + s.value("detail", s.dump()));
+    double m = s.value("max", 0.0);
+    if (m > best || best_program.empty()) {
+      best = m;
+      best_program = s["program"].is_string() ? dir + "/" + s["program"].get<std::string>() : "";
+    }
+  }
+  return ca::Json{{"max", best}, {"program", best_program}, {"threshold", opt.threshold}};
+}
+
 std::string judge(ca::worker::WorkerClient& worker, ca::Json& rec, const FilterOptions& opt) {
   std::string code = ca::get_required<std::string>(rec, "/code");
   std::string task_id = ca::get_optional<std::string>(rec, "/task_id").value_or(ca::task_id_for(rec));
@@ -112,24 +129,8 @@ std::string judge(ca::worker::WorkerClient& worker, ca::Json& rec, const FilterO
     }
   }
   if (reason.empty() && !opt.decontaminate.empty()) {
-    ca::Json sim = ca::Json::object();
-    double best = 0;
-    std::string best_program;
-    for (const auto& dir : opt.decontaminate) {
-      ca::Json s = worker.request(ca::worker::request::similarity(code, dir));
-      if (!s.value("ok", false))
-        throw ca::EnvironmentError("similarity against " + dir + " failed: " + s.value("detail", s.dump()));
-      double m = s.value("max", 0.0);
-      if (m > best || best_program.empty()) {
-        best = m;
-        best_program = s["program"].is_string() ? dir + "/" + s["program"].get<std::string>() : "";
-      }
-    }
-    sim["max"] = best;
-    sim["program"] = best_program;
-    sim["threshold"] = opt.threshold;
-    section["similarity"] = sim;
-    if (best > opt.threshold) {
+    section["similarity"] = similarity_section(worker, code, opt);
+    if (section["similarity"]["max"].get<double>() > opt.threshold) {
       reason = "contaminated";
       section["kept"] = false;
       section["reason"] = reason;
