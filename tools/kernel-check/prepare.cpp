@@ -35,12 +35,13 @@ ca::Json reference_check(const ca::Json& task, const ca::Json* load, bool allow_
   ca::Json r{{"mode", mode}, {"stochastic", said}, {"from", said.is_null() ? ca::Json(nullptr) : ca::Json("task_record")}};
   if (load) {
     if (load->contains("mode") && (*load)["mode"].is_string()) r["mode"] = (*load)["mode"];  // what ran
+    // The judge's own measurement decides, never the record's word: a record is client input, and a
+    // claim of stochastic would turn a wrong kernel's verdict into task_stochastic (no penalty). A
+    // record that disagrees is kept beside it for the reader.
     const bool measured = load->value("stochastic", false);
-    // The worker measured it; a task record that says stochastic still counts (its import saw it).
-    if (measured || said != true) {
-      r["stochastic"] = measured;
-      r["from"] = "worker";
-    }
+    r["stochastic"] = measured;
+    r["from"] = "worker";
+    if (!said.is_null() && said != measured) r["task_record_said"] = said;
   }
   if (r["stochastic"] == true) r["rule"] = allow_stochastic ? "allow_stochastic" : "task_stochastic";
   return r;
