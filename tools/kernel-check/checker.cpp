@@ -14,7 +14,7 @@
 #include "tools/kernel-check/gpu_judge.hpp"
 #include "tools/kernel-check/runner.hpp"
 
-namespace ca::kc {
+namespace ca::kernel_check {
 
 struct Checker::Item : ca::RecordItem {
   std::string status;
@@ -206,4 +206,4 @@ int Checker::summary(std::optional<int> exit_code) {
   return code;
 }
 
-}  // namespace ca::kc
+}  // namespace ca::kernel_check

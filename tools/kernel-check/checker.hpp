@@ -22,7 +22,7 @@
 #include "tools/kernel-check/rules.hpp"
 #include "tools/kernel-check/prepare.hpp"
 
-namespace ca::kc {
+namespace ca::kernel_check {
 
 class GpuJudge;
 
@@ -82,4 +82,4 @@ class Checker {
   int64_t no_device_ = 0;
 };
 
-}  // namespace ca::kc
+}  // namespace ca::kernel_check

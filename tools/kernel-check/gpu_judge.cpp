@@ -20,7 +20,7 @@
 #include "libcommon/worker/requests.hpp"
 #include "tools/kernel-check/runner.hpp"
 
-namespace ca::kc {
+namespace ca::kernel_check {
 
 struct GpuJudge::Lane {
   int gpu = 0;
@@ -451,4 +451,4 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   j.lap("runner_unload");
 }
 
-}  // namespace ca::kc
+}  // namespace ca::kernel_check

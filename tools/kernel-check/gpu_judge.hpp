@@ -12,7 +12,7 @@
 #include "tools/kernel-check/rules.hpp"
 #include "tools/kernel-check/prepare.hpp"
 
-namespace ca::kc {
+namespace ca::kernel_check {
 
 class GpuJudge {
  public:
@@ -36,4 +36,4 @@ class GpuJudge {
   std::condition_variable cv_;
 };
 
-}  // namespace ca::kc
+}  // namespace ca::kernel_check

@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
               "agent-run --tasks tasks.jsonl ... | kernel-check --tasks tasks.jsonl --gpus 0,1 | kernel-prof",
               "kernel-prof(1), agent-run(1), run-store(1), cuda-agent(7)");
   cli.add_stream_options();
-  ca::kc::CheckOptions opt;
+  ca::kernel_check::CheckOptions opt;
   auto& app = cli.app();
   app.add_flag("--compile-only", opt.compile_only, "Compile and check the plan and the rules; no GPU needed");
   app.add_option("--arch", opt.arch, "Target architecture sm_XX (default: the GPU's; sm_90 without one)");
@@ -53,10 +53,10 @@ int main(int argc, char** argv) {
 
   return cli.run(argc, argv, [&]() -> int {
     auto& common = cli.options();
-    if (opt.runner) return ca::kc::runner_main(opt.runner_gpu);
+    if (opt.runner) return ca::kernel_check::runner_main(opt.runner_gpu);
     if (opt.tolerance == "default") opt.tolerance = "published";  // its name before calibration
     service.validate(common);
-    ca::kc::Checker checker(opt, common);
+    ca::kernel_check::Checker checker(opt, common);
 
     if (service.enabled()) {
       checker.serve(service.client_tasks());

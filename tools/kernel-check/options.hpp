@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-namespace ca::kc {
+namespace ca::kernel_check {
 
 struct CheckOptions {
   bool compile_only = false;
@@ -27,4 +27,4 @@ struct CheckOptions {
   int runner_gpu = 0;
 };
 
-}  // namespace ca::kc
+}  // namespace ca::kernel_check

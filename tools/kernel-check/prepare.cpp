@@ -8,7 +8,7 @@
 #include "libcommon/fields.hpp"
 #include "libcommon/worker/requests.hpp"
 
-namespace ca::kc {
+namespace ca::kernel_check {
 
 void set_verdict(ca::Json& check, const std::string& status, const std::string& reason) {
   check["status"] = status;
@@ -239,4 +239,4 @@ Prepared prepare_candidate(const ca::Json& record, const ca::Json* task, const R
   return p;
 }
 
-}  // namespace ca::kc
+}  // namespace ca::kernel_check

@@ -11,7 +11,7 @@
 #include "libcommon/jsonl.hpp"
 #include "tools/kernel-check/rules.hpp"
 
-namespace ca::kc {
+namespace ca::kernel_check {
 
 struct PrepareOptions {
   std::string arch = "sm_90";
@@ -53,4 +53,4 @@ std::string candidate_precision(const Prepared& p, const ca::bundle::BoundPlan* 
 // Each launched kernel's precision, by the plan's name expression (empty without compiled kernels).
 std::map<std::string, std::string> launched_kernel_precisions(const Prepared& p);
 
-}  // namespace ca::kc
+}  // namespace ca::kernel_check

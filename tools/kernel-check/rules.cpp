@@ -15,7 +15,7 @@
 
 extern const char* kc_default_rules_yaml;  // generated from datasets/skill/rules.yaml
 
-namespace ca::kc {
+namespace ca::kernel_check {
 
 ca::Json Violation::to_json() const {
   ca::Json j{{"rule", rule}, {"reason", reason}};
@@ -328,4 +328,4 @@ std::optional<Violation> Rules::check_bound(const ca::bundle::BoundPlan& bound, 
   return std::nullopt;
 }
 
-}  // namespace ca::kc
+}  // namespace ca::kernel_check

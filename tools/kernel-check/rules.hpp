@@ -13,7 +13,7 @@ namespace re2 {
 class RE2;
 }  // namespace re2
 
-namespace ca::kc {
+namespace ca::kernel_check {
 
 struct Violation {
   std::string rule;    // "clock", "allowed_headers", "max_module_global_bytes", ...
@@ -56,4 +56,4 @@ struct Rules {
 // Comments replaced by spaces (newlines kept, so line numbers hold); string literals kept.
 std::string strip_comments(const std::string& source);
 
-}  // namespace ca::kc
+}  // namespace ca::kernel_check

@@ -16,7 +16,7 @@
 #include "libcommon/paths.hpp"
 #include "libcommon/safetensors.hpp"
 
-namespace ca::kc {
+namespace ca::kernel_check {
 
 std::vector<int> parse_gpu_list(const std::string& text, int count) {
   std::vector<int> gpus;
@@ -249,4 +249,4 @@ ca::Json RunnerClient::request(const ca::Json& req, std::chrono::milliseconds ti
   return ans;
 }
 
-}  // namespace ca::kc
+}  // namespace ca::kernel_check

@@ -19,7 +19,7 @@
 #include "libcommon/jsonl.hpp"
 #include "libcommon/process.hpp"
 
-namespace ca::kc {
+namespace ca::kernel_check {
 
 int runner_main(int gpu);
 
@@ -42,4 +42,4 @@ class RunnerClient {
   int restarts_ = -1;
 };
 
-}  // namespace ca::kc
+}  // namespace ca::kernel_check
