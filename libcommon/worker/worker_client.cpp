@@ -105,7 +105,14 @@ std::size_t group_resident_mb(pid_t pgid) {
   while (dirent* e = readdir(d)) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    std::string text;
+    try {
+      // istreambuf_iterator reads without a sentry, so a process that ends between the open and the
+      // read (ESRCH from /proc) throws from libstdc++'s filebuf: that process is simply not counted.
+      text.assign(std::istreambuf_iterator<char>(stat), std::istreambuf_iterator<char>());
+    } catch (const std::exception&) {
+      continue;
+    }
     auto rp = text.rfind(')');
     if (rp == std::string::npos) continue;
     std::istringstream fields(text.substr(rp + 1));

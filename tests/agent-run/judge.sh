@@ -25,7 +25,8 @@ wait_port() {
 }
 
 # 1. A real compile-only kernel-check service; the first URL is dead (nothing listens on port 1).
-"$KC" --serve 127.0.0.1:0 --port-file "$TMP/kc.port" --compile-only --no-store 2> "$TMP/kc.err" > /dev/null &
+# It holds the task (--tasks), as a service is started: its answers then name the reference's mode too.
+"$KC" --serve 127.0.0.1:0 --port-file "$TMP/kc.port" --compile-only --no-store --tasks "$TMP/task.jsonl" 2> "$TMP/kc.err" > /dev/null &
 PIDS+=($!)
 KC_URL="http://$(wait_port "$TMP/kc.port")"
 export CA_KERNEL_CHECK="$KC" CA_KERNEL_PROF="$HERE/fake-kernel-prof.sh"
