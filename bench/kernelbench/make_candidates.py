@@ -3,7 +3,7 @@
 
 Each bundle folder is bundles/<level>/<task file stem>/ with plan.yaml and kernels/*.cu (or .cu
 files beside plan.yaml); its task is <kb>/<level>/<stem>.py, read from the KernelBench checkout
-(never copied into the repo). One record per bundle:
+(never copied into the repo). A bundle's uses.txt may name shared files of the level's _lib/ folder. One record per bundle:
 
     {"task_id", "candidate_id", "task": {"task_id", "code"}, "bundle": {"kernels": {...}, "plan": "..."}}
 
@@ -57,7 +57,23 @@ def find_bundles(root, only):
 
 
 def read_kernels(bdir):
+    """The bundle's device code: .cu/.cuh/.h files beside plan.yaml or in kernels/, plus the files its
+    uses.txt names (one per line, '#' comments) from the level's _lib/ folder, so kernels that several
+    bundles share (a training-mode BatchNorm, a pooling) live in the repo once while every record
+    still carries its whole bundle."""
     kernels = {}
+    uses = os.path.join(bdir, "uses.txt")
+    if os.path.isfile(uses):
+        lib = os.path.join(os.path.dirname(bdir), "_lib")
+        for n, line in enumerate(open(uses), 1):
+            name = line.split("#", 1)[0].strip()
+            if not name:
+                continue
+            path = os.path.join(lib, name)
+            if "/" in name or not os.path.isfile(path):
+                sys.exit("make_candidates: %s:%d: no file %s in %s" % (uses, n, name, lib))
+            with open(path) as f:
+                kernels[name] = f.read()
     for sub in ("", "kernels"):
         d = os.path.join(bdir, sub)
         if not os.path.isdir(d):
