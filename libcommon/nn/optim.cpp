@@ -58,6 +58,7 @@ std::unique_ptr<AdamWStateFile> AdamWStateFile::open(const std::string& path, st
   if (!std::filesystem::exists(path)) return nullptr;
   std::unique_ptr<AdamWStateFile> f(new AdamWStateFile);
   f->map_ = std::make_unique<MappedFile>(path);
+  f->n_ = n;
   const SafetensorsHeader h = parse_safetensors_header(f->map_->data(), f->map_->size(), path);
   for (int which : {0, 1}) {
     auto it = h.tensors.find(kMoments[which]);
@@ -89,16 +90,20 @@ void AdamW::save(const std::string& path) const {
   });
 }
 
+void AdamWStateFile::read_all(std::vector<float>& exp_avg, std::vector<float>& exp_avg_sq) const {
+  exp_avg.resize(n_);
+  exp_avg_sq.resize(n_);
+  for (std::size_t i = 0; i < n_; i += kChunk) {
+    const std::size_t k = std::min(kChunk, n_ - i);
+    read(0, i, k, exp_avg.data() + i);
+    read(1, i, k, exp_avg_sq.data() + i);
+  }
+}
+
 bool AdamW::load(const std::string& path, std::size_t n) {
   auto file = AdamWStateFile::open(path, n);
   if (!file) return false;
-  m.resize(n);
-  v.resize(n);
-  for (std::size_t i = 0; i < n; i += kChunk) {
-    const std::size_t k = std::min(kChunk, n - i);
-    file->read(0, i, k, m.data() + i);
-    file->read(1, i, k, v.data() + i);
-  }
+  file->read_all(m, v);
   t = file->step();
   return true;
 }

@@ -55,10 +55,14 @@ class AdamWStateFile {
   // Elements [begin, begin + count) of exp_avg (which 0) or exp_avg_sq (1); the pages read are given
   // back as it goes.
   void read(int which, std::size_t begin, std::size_t count, float* out) const;
+  // Both moments whole into host vectors (resized to n), read in chunks so the mapped pages are given
+  // back as they are copied: AdamW's state, or a trainer's host-side optimizer.
+  void read_all(std::vector<float>& exp_avg, std::vector<float>& exp_avg_sq) const;
 
  private:
   AdamWStateFile() = default;
   std::unique_ptr<MappedFile> map_;
+  std::size_t n_ = 0;
   uint64_t offset_[2] = {0, 0};
   int64_t step_ = 0;
 };

@@ -481,13 +481,7 @@ bool CudaModel::load_optimizer(const std::string& path) {
   if (!file) return false;
   const std::size_t chunk = std::size_t(64) << 20;
   if (opt_.host_optimizer) {
-    host_m_.resize(n_params_);
-    host_v_.resize(n_params_);
-    for (std::size_t i = 0; i < n_params_; i += chunk) {
-      const std::size_t n = std::min(chunk, n_params_ - i);
-      file->read(0, i, n, host_m_.data() + i);
-      file->read(1, i, n, host_v_.data() + i);
-    }
+    file->read_all(host_m_, host_v_);
   } else {
     if (!adam_m_.ptr()) adam_m_ = Buffer(gpu_, n_params_ * 4), adam_v_ = Buffer(gpu_, n_params_ * 4);
     std::vector<float> host(std::min(chunk, n_params_));
