@@ -1,0 +1,159 @@
+// One recurrent layer (tanh RNN, LSTM or GRU; one or two directions) over all T steps in ONE launch:
+// a cluster of CS blocks (`cluster: [CS, 1, 1]`, grid [CS, cdiv(B, BPC), ndir]) per (batch group,
+// direction). The input projections of every step (x_t W_ih^T + b_ih) come precomputed from a gemm
+// (`xg`); what is serial is h_{t-1} W_hh^T and the cell.
+//
+// Block `rank` of a cluster owns the hidden units j0 = rank * H / CS .. j0 + H / CS - 1: it keeps
+// their G gate rows of W_hh (rows g * H + j, PyTorch's order: LSTM i f g o, GRU r z n) in shared
+// memory for the whole sequence, and the full previous state h_{t-1} of its BPC batch rows. Per step:
+//   1. every (gate row, batch row, K slice) dot product of W_hh with h_{t-1}, from shared memory;
+//   2. one thread per owned (unit, batch row) adds the slices, b_hh and the prefetched input
+//      projection, applies the cell (the LSTM's c stays in that thread's register), writes y, and
+//      stores h_t into the other half of a double buffer in EVERY block of the cluster (distributed
+//      shared memory);
+//   3. cluster.sync(): the next state is complete everywhere. The double buffer makes this one
+//      barrier per step enough: a block writes buffer `nxt` of the others only after all of them
+//      passed the previous barrier, i.e. finished reading `nxt` as their `cur` of the step before.
+// Clusters never talk to each other (batch rows and directions are independent).
+//
+// Layouts. xg: direction d at xg + d * xg_dir_stride, [rows][G*H] with row(t, b) = b * x_sb + t * x_st
+// (time-major: x_sb = 1, x_st = B; batch_first: x_sb = T, x_st = 1). h0, c0, hn, cn: [ndir][B][H] (this
+// layer's slice of [L * ndir, B, H]). y: [T][B][y_ld], direction d in columns d * H .. d * H + H - 1
+// (PyTorch's output layout, time-major). The reverse direction (d = 1) walks t = T-1 .. 0 and writes
+// y at t, as nn.LSTM/nn.GRU do. CELL 0 (tanh RNN) and GRU read c0 never and write cn never.
+//
+// Shared memory (floats): R * (H + 4) weights (R = G * H / CS; rows padded by 4 so a warp's float4
+// reads of 32 consecutive rows hit distinct banks), 2 * BPC * H state, KS * BPC * R partial sums.
+// Needs H % CS == 0 and H % (4 * KS) == 0 (else nothing is written: the check reports NaN outputs).
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+
+__device__ __forceinline__ float rnn_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+template <int CELL>  // 0: tanh RNN (G = 1), 1: LSTM (G = 4: i f g o), 2: GRU (G = 3: r z n)
+__global__ void __launch_bounds__(512) rnn_layer_cluster(
+    const float* __restrict__ xg, long long xg_dir_stride, long long x_sb, long long x_st,
+    const float* __restrict__ w_hh0, const float* __restrict__ w_hh1,  // [G*H, H] per direction
+    const float* __restrict__ b_hh0, const float* __restrict__ b_hh1,  // [G*H] per direction
+    const float* __restrict__ h0, const float* __restrict__ c0,        // [ndir][B][H]
+    float* __restrict__ y, int y_ld,                                   // [T][B][y_ld]
+    float* __restrict__ hn, float* __restrict__ cn,                    // [ndir][B][H]
+    int T, int B, int H, int BPC, int KS) {
+  constexpr int G = CELL == 1 ? 4 : CELL == 2 ? 3 : 1;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int CS = (int)cluster.num_blocks();
+  const int rank = (int)cluster.block_rank();
+  // Uniform over the cluster: every block returns, or none does (no barrier is left waiting).
+  if (H % CS != 0 || KS < 1 || H % (4 * KS) != 0 || BPC < 1) return;
+  const int HB = H / CS, R = G * HB, WS = H + 4, H4 = H / 4;
+  const int d = blockIdx.z;
+  const int b0 = blockIdx.y * BPC;
+  const int nb = min(BPC, B - b0);
+  if (nb < 1) return;
+  extern __shared__ float4 rnn_cluster_smem[];
+  float* ws = reinterpret_cast<float*>(rnn_cluster_smem);  // [R][WS]
+  float* hb = ws + (size_t)R * WS;                          // [2][BPC][H]
+  float* part = hb + 2 * BPC * H;                           // [KS][BPC][R]
+  const float* w_hh = d ? w_hh1 : w_hh0;
+  const float* b_hh = d ? b_hh1 : b_hh0;
+  const float* xgd = xg + d * xg_dir_stride;
+  const int j0 = rank * HB;
+  const int tid = threadIdx.x, nt = blockDim.x;
+
+  for (int idx = tid; idx < R * H4; idx += nt) {
+    const int r = idx / H4, k4 = idx % H4;
+    const int g = r / HB, jj = r % HB;
+    const float4 v = reinterpret_cast<const float4*>(w_hh + ((size_t)g * H + j0 + jj) * H)[k4];
+    reinterpret_cast<float4*>(ws + (size_t)r * WS)[k4] = v;
+  }
+  for (int idx = tid; idx < BPC * H; idx += nt) {
+    const int bb = idx / H, k = idx % H;
+    hb[idx] = bb < nb ? h0[((size_t)d * B + b0 + bb) * H + k] : 0.0f;
+  }
+  // The cell threads: one per owned (unit jj, batch row bb).
+  const bool cell = tid < HB * nb;
+  const int jj = tid % HB, bb = tid / HB;
+  const int j = j0 + jj, b = b0 + bb;
+  float bh[G];
+  float c = 0.0f, hlast = 0.0f;
+  if (cell) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) bh[g] = b_hh[g * H + j];
+    if constexpr (CELL == 1) c = c0[((size_t)d * B + b) * H + j];
+    hlast = h0[((size_t)d * B + b) * H + j];
+  }
+  cluster.sync();  // weights and h0 in place in every block before any remote store
+
+  const int KC = H / KS, KC4 = KC / 4;
+  const int items = KS * BPC * R;
+  int cur = 0;
+  for (int s = 0; s < T; ++s) {
+    const int t = d ? T - 1 - s : s;
+    float xv[G];
+    if (cell) {  // issued now, used after the dot products
+      const float* xr = xgd + ((long long)b * x_sb + (long long)t * x_st) * (long long)(G * H) + j;
+#pragma unroll
+      for (int g = 0; g < G; ++g) xv[g] = xr[(size_t)g * H];
+    }
+    const float* hc = hb + cur * BPC * H;
+    for (int it = tid; it < items; it += nt) {
+      const int r = it % R, rest = it / R;
+      const int ib = rest % BPC, ks = rest / BPC;
+      if (ib >= nb) continue;
+      const float4* wr = reinterpret_cast<const float4*>(ws + (size_t)r * WS + ks * KC);
+      const float4* hr = reinterpret_cast<const float4*>(hc + ib * H + ks * KC);
+      float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll 8
+      for (int k = 0; k < KC4; ++k) {
+        const float4 w = wr[k], h = hr[k];
+        a0 = fmaf(w.x, h.x, a0);
+        a1 = fmaf(w.y, h.y, a1);
+        a0 = fmaf(w.z, h.z, a0);
+        a1 = fmaf(w.w, h.w, a1);
+      }
+      part[(ks * BPC + ib) * R + r] = a0 + a1;
+    }
+    __syncthreads();
+    if (cell) {
+      float gh[G];
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        float acc = bh[g];
+        for (int ks = 0; ks < KS; ++ks) acc += part[(ks * BPC + bb) * R + g * HB + jj];
+        gh[g] = acc;
+      }
+      float hnew;
+      if constexpr (CELL == 0) {
+        hnew = tanhf(xv[0] + gh[0]);
+      } else if constexpr (CELL == 1) {
+        const float i = rnn_sigmoid(xv[0] + gh[0]);
+        const float f = rnn_sigmoid(xv[1] + gh[1]);
+        const float gg = tanhf(xv[2] + gh[2]);
+        const float o = rnn_sigmoid(xv[3] + gh[3]);
+        c = f * c + i * gg;
+        hnew = o * tanhf(c);
+      } else {
+        const float r = rnn_sigmoid(xv[0] + gh[0]);
+        const float z = rnn_sigmoid(xv[1] + gh[1]);
+        const float n = tanhf(xv[2] + r * gh[2]);
+        hnew = (1.0f - z) * n + z * hc[bb * H + j];
+      }
+      y[((size_t)t * B + b) * y_ld + (size_t)d * H + j] = hnew;
+      float* slot = hb + (cur ^ 1) * BPC * H + bb * H + j;
+      for (int q = 0; q < CS; ++q) *cluster.map_shared_rank(slot, q) = hnew;
+      hlast = hnew;
+    }
+    cluster.sync();
+    cur ^= 1;
+  }
+  if (cell) {
+    hn[((size_t)d * B + b) * H + j] = hlast;
+    if constexpr (CELL == 1) cn[((size_t)d * B + b) * H + j] = c;
+  }
+}
+
+// A buffer of zeros (an init step: h0 = c0 = 0 where the task draws them at random in forward).
+__global__ void rnn_fill_zero(float* p, long long n) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] = 0.0f;
+}
