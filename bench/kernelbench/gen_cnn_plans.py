@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Writes plan.yaml of the deep-CNN bundles of bench/kernelbench/bundles/level3 (ResNet, VGG, DenseNet,
+AlexNet) from their architectures, so that hundreds of unrolled steps stay consistent.
+
+Why unrolled: a plan's `repeat` can vary offsets and sizes by its index, but not which parameter a
+step reads (`params.layer3.<i>.conv1.weight` cannot be indexed), and every block of these networks has
+its own weights; so each block's steps are written out (each network stays far below the 16,384-step
+limit). The kernels are the shared _lib/cnn_*.cu files (uses.txt).
+
+Spatial sizes are dims computed from the input (inputs.0.shape[2], [3]) with the conv and pool
+formulas; channel counts are the architecture's; buffer sizes are N times the largest per-image size
+a buffer holds, worked out here from the task's own image size (a plan bound against another size is
+refused at bind time by its view checks, never run out of bounds).
+
+usage: gen_cnn_plans.py [STEM...]   (default: every network below); writes the bundles' plan.yaml
+"""
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+L3 = os.path.join(HERE, "bundles", "level3")
+EPS = "1e-5"
+
+
+def q(v):
+    """A flow-list argument: views are quoted (their brackets), the rest plain."""
+    v = str(v)
+    return '"%s"' % v if "[" in v else v
+
+
+class Sp:
+    """A spatial size: its dim name and its value for the task's own input."""
+
+    def __init__(self, name, val):
+        self.name, self.val = name, val
+
+
+class Plan:
+    def __init__(self, header):
+        self.header = header.strip("\n")
+        self.dims = []
+        self.bufs = {}
+        self.order = []
+        self.steps = []
+        self.nsp = 0
+        self.cmax = 1
+        self.parts = set()
+
+    def dim(self, name, expr):
+        self.dims.append((name, expr))
+        return name
+
+    def out_size(self, s, k, stride, pad):
+        """(s + 2 pad - k) / stride + 1 as a new dim (reusing s when it is the identity)."""
+        if k == 1 + 2 * pad and stride == 1:
+            return s
+        self.nsp += 1
+        name = "S%d" % self.nsp
+        expr = "(%s + %d - %d) / %d + 1" % (s.name, 2 * pad, k, stride) if pad else "(%s - %d) / %d + 1" % (s.name, k, stride)
+        self.dims.append((name, expr))
+        return Sp(name, (s.val + 2 * pad - k) // stride + 1)
+
+    def need(self, buf, per_image):
+        """Buffer buf must hold N * per_image floats."""
+        if buf not in self.bufs:
+            self.order.append(buf)
+            self.bufs[buf] = 0
+        self.bufs[buf] = max(self.bufs[buf], per_image)
+
+    def comment(self, text):
+        self.steps.append("  # " + text)
+
+    def launch(self, kernel, grid, block, args):
+        self.steps.append("  - launch: %s\n    grid: [%s]\n    block: [%s]\n    args: [%s]" %
+                          (kernel, ", ".join(map(str, grid)), ", ".join(map(str, block)), ", ".join(q(a) for a in args)))
+
+    def conv(self, x, w, out, n, c, h, wd, k, r, s, stride=1, pad=0, bias=None):
+        f = ['x: %s' % q(x), 'w: %s' % w]
+        if bias:
+            f.append('bias: %s' % bias)
+        f.append('out: %s' % q(out))
+        if stride != 1:
+            f.append('stride: %d' % stride)
+        if pad:
+            f.append('padding: %d' % pad)
+        f.append('shape: {n: %s, c: %d, h: %s, w: %s, k: %d, r: %d, s: %d}' % (n, c, h, wd, k, r, s))
+        self.steps.append("  - conv: {%s}" % ", ".join(f))
+
+    def gemm(self, a, b, out, m, n, k, bias=None, relu=False):
+        f = ["a: %s" % q(a), "b: %s" % b, "trans_b: true", "m: %s" % m, "n: %s" % n, "k: %s" % k]
+        if bias:
+            f.append("bias: %s" % bias)
+        if relu:
+            f.append("activation: relu")
+        f.append("out: %s" % q(out))
+        self.steps.append("  - gemm: {%s}" % ", ".join(f))
+
+    # ---- composite steps -------------------------------------------------------------------------
+    def bn_stats(self, x, x_nstride, C, hw, mv, copy_to=None, copy_nstride=None):
+        """Batch mean and biased variance of C channels of x (image stride x_nstride) into mv[2C];
+        with copy_to, the channels are copied there too (image stride copy_nstride)."""
+        self.cmax = max(self.cmax, C)
+        P = "P_" + hw
+        if P not in [d[0] for d in self.dims]:
+            self.dim(P, "max(1, min(256, cdiv(N * %s, 8192)))" % hw)
+        self.parts.add("%d * %s" % (C, P))
+        if copy_to is None:
+            self.launch("cnn_bn_partial", [P, C], [256], [x, x_nstride, "scratch.part", C, "N", hw, P])
+        else:
+            self.launch("cnn_bn_partial_copy", [P, C], [256],
+                        [x, x_nstride, copy_to, copy_nstride, "scratch.part", C, "N", hw, P])
+        self.launch("cnn_bn_finalize", [C], [32], ["scratch.part", mv, C, P])
+
+    def bn_apply(self, x, x_nstride, y, y_nstride, C, hw, mv, bn, relu):
+        self.launch("cnn_bn_apply", ["cdiv(%s, 1024)" % hw, C, "N"], [256],
+                    [x, x_nstride, y, y_nstride, mv, "params.%s.weight" % bn, "params.%s.bias" % bn, EPS, C, hw,
+                     1 if relu else 0])
+
+    def text(self):
+        out = [self.header, "dims:"]
+        out += ["  %s: %s" % d for d in self.dims]
+        out.append("scratch:")
+        for b in self.order:
+            out.append("  %s: {dtype: float32, shape: [N * %d]}" % (b, self.bufs[b]))
+        out.append("  part: {dtype: float32, shape: [3 * max(%s)]}" % ", ".join(sorted(self.parts)))
+        out.append("forward:")
+        out += self.steps
+        return "\n".join(out) + "\n"
+
+
+def hw(p, h, w):
+    """A dim for h * w (one per distinct pair)."""
+    name = "HW_%s_%s" % (h.name, w.name)
+    if name not in [d[0] for d in p.dims]:
+        p.dim(name, "%s * %s" % (h.name, w.name))
+    return name
+
+
+def start(header, in_c, size):
+    p = Plan(header)
+    p.dim("N", "inputs.0.shape[0]")
+    H = Sp(p.dim("H", "inputs.0.shape[2]"), size)
+    W = Sp(p.dim("W", "inputs.0.shape[3]"), size)
+    return p, H, W
+
+
+# ---- ResNet -----------------------------------------------------------------------------------------
+def resnet(stem, blocks, bottleneck, num_classes_fc_in):
+    p, H, W = start("""
+# ResNet (%s) in training mode, every block written out (each has its own weights; see below).
+# cuDNN conv steps (fp32, no bias), and for every BatchNorm the batch's statistics: cnn_bn_partial
+# (Welford per block over a share of the channel's N*H*W values) + cnn_bn_finalize (mean, biased
+# variance); BN+ReLU in place on the conv output; the block's last BN, the shortcut (identity, or its
+# own 1x1 conv + BN) and the ReLU in one pass (cnn_bn_add_relu / cnn_bn_bn_add_relu) in place.
+# Stem: conv7x7/2 -> BN+ReLU -> maxpool 3/2/1; head: global average pool, then the fc as a gemm.
+# Activations ping-pong between scratch.m0 and m1; a, b (and d) hold a block's inner and shortcut tensors.
+# Generated by bench/kernelbench/gen_cnn_plans.py (a repeat cannot pick a block's params by its index).
+""" % stem, 3, 224)
+    mv, mvd = "scratch.mv", "scratch.mvd"
+    # stem
+    H1, W1 = p.out_size(H, 7, 2, 3), p.out_size(W, 7, 2, 3)
+    hw1 = hw(p, H1, W1)
+    p.need("m1", 64 * H1.val * W1.val)
+    p.comment("stem: conv 7x7/2, BN + ReLU, maxpool 3/2/1")
+    p.conv("inputs.0", "params.conv1.weight", "scratch.m1[0]", "N", 3, "H", "W", 64, 7, 7, 2, 3)
+    p.bn_stats("scratch.m1", "64 * %s" % hw1, 64, hw1, mv)
+    p.bn_apply("scratch.m1", "64 * %s" % hw1, "scratch.m1", "64 * %s" % hw1, 64, hw1, mv, "bn1", True)
+    H2, W2 = p.out_size(H1, 3, 2, 1), p.out_size(W1, 3, 2, 1)
+    hw2 = hw(p, H2, W2)
+    p.need("m0", 64 * H2.val * W2.val)
+    p.launch("cnn_maxpool2d", ["cdiv(%s, 256)" % hw2, 64, "N"], [256],
+             ["scratch.m1", "64 * %s" % hw1, "scratch.m0", "64 * %s" % hw2, 64, H1.name, W1.name, H2.name, W2.name, 3, 2, 1, 0])
+    cur, other = "m0", "m1"
+    h, w, cin = H2, W2, 64
+    exp = 4 if bottleneck else 1
+    for li, (width, nblocks, stride0) in enumerate(blocks, 1):
+        for bi in range(nblocks):
+            stride = stride0 if bi == 0 else 1
+            pre = "layer%d.%d" % (li, bi)
+            cout = width * exp
+            ds = bi == 0 and (stride != 1 or cin != cout)
+            h2, w2 = p.out_size(h, 3, stride, 1), p.out_size(w, 3, stride, 1)
+            hwi, hwo = hw(p, h, w), hw(p, h2, w2)
+            X = "scratch.%s" % cur
+            p.comment("%s: %d -> %d channels, stride %d%s" % (pre, cin, cout, stride, ", downsample" if ds else ""))
+            if bottleneck:
+                # conv1 1x1 -> a (bn1 relu), conv2 3x3/s -> b (bn2 relu), conv3 1x1 -> other (bn3)
+                p.need("a", width * h.val * w.val)
+                p.conv(X + "[0]", "params.%s.conv1.weight" % pre, "scratch.a[0]", "N", cin, h.name, w.name, width, 1, 1)
+                p.bn_stats("scratch.a", "%d * %s" % (width, hwi), width, hwi, mv)
+                p.bn_apply("scratch.a", "%d * %s" % (width, hwi), "scratch.a", "%d * %s" % (width, hwi), width, hwi, mv,
+                           pre + ".bn1", True)
+                p.need("b", width * h2.val * w2.val)
+                p.conv("scratch.a[0]", "params.%s.conv2.weight" % pre, "scratch.b[0]", "N", width, h.name, w.name, width,
+                       3, 3, stride, 1)
+                p.bn_stats("scratch.b", "%d * %s" % (width, hwo), width, hwo, mv)
+                p.bn_apply("scratch.b", "%d * %s" % (width, hwo), "scratch.b", "%d * %s" % (width, hwo), width, hwo, mv,
+                           pre + ".bn2", True)
+                p.need(other, cout * h2.val * w2.val)
+                p.conv("scratch.b[0]", "params.%s.conv3.weight" % pre, "scratch.%s[0]" % other, "N", width, h2.name,
+                       w2.name, cout, 1, 1)
+                last_bn = pre + ".bn3"
+            else:
+                p.need("a", width * h2.val * w2.val)
+                p.conv(X + "[0]", "params.%s.conv1.weight" % pre, "scratch.a[0]", "N", cin, h.name, w.name, width, 3, 3,
+                       stride, 1)
+                p.bn_stats("scratch.a", "%d * %s" % (width, hwo), width, hwo, mv)
+                p.bn_apply("scratch.a", "%d * %s" % (width, hwo), "scratch.a", "%d * %s" % (width, hwo), width, hwo, mv,
+                           pre + ".bn1", True)
+                p.need(other, cout * h2.val * w2.val)
+                p.conv("scratch.a[0]", "params.%s.conv2.weight" % pre, "scratch.%s[0]" % other, "N", width, h2.name,
+                       w2.name, cout, 3, 3, 1, 1)
+                last_bn = pre + ".bn2"
+            Y = "scratch.%s" % other
+            ns = "%d * %s" % (cout, hwo)
+            p.bn_stats(Y, ns, cout, hwo, mv)
+            if ds:
+                # the shortcut's conv output: in the bottleneck, scratch.a is free again once conv2 has
+                # read it (and it is as large as the shortcut for a stride-2 block); else its own buffer
+                D = "a" if bottleneck else "d"
+                p.need(D, cout * h2.val * w2.val)
+                p.conv(X + "[0]", "params.%s.downsample.0.weight" % pre, "scratch.%s[0]" % D, "N", cin, h.name, w.name,
+                       cout, 1, 1, stride, 0)
+                p.bn_stats("scratch." + D, ns, cout, hwo, mvd)
+                p.launch("cnn_bn_bn_add_relu", ["cdiv(%s, 1024)" % hwo, cout, "N"], [256],
+                         [Y, ns, "scratch." + D, ns, Y, ns, mv, "params.%s.weight" % last_bn, "params.%s.bias" % last_bn,
+                          mvd, "params.%s.downsample.1.weight" % pre, "params.%s.downsample.1.bias" % pre, EPS, cout, hwo])
+            else:
+                p.launch("cnn_bn_add_relu", ["cdiv(%s, 1024)" % hwo, cout, "N"], [256],
+                         [Y, ns, X, ns, Y, ns, mv, "params.%s.weight" % last_bn, "params.%s.bias" % last_bn, EPS, cout,
+                          hwo])
+            cur, other = other, cur
+            h, w, cin = h2, w2, cout
+    hwf = hw(p, h, w)
+    p.need("g", cin)
+    p.comment("head: adaptive average pool to 1x1, flatten, fc")
+    p.launch("cnn_gap", ["cdiv(N * %d, 8)" % cin], [256], ["scratch.%s" % cur, "scratch.g", "N * %d" % cin, hwf, 0])
+    p.dim("NCLS", "params.fc.weight.shape[0]")
+    p.gemm("scratch.g[0]", "params.fc.weight", "outputs.0", "N", "NCLS", cin, bias="params.fc.bias")
+    txt = p.text().replace("scratch:\n", "scratch:\n  mv: {dtype: float32, shape: [%d, 2]}\n  mvd: {dtype: float32, shape: [%d, 2]}\n" % (p.cmax, p.cmax), 1)
+    return txt
+
+
+def main(argv):
+    gens = {
+        "9_ResNet18": lambda: resnet("ResNet18", [(64, 2, 1), (128, 2, 2), (256, 2, 2), (512, 2, 2)], False, 512),
+        "10_ResNet101": lambda: resnet("ResNet101", [(64, 3, 1), (128, 4, 2), (256, 23, 2), (512, 3, 2)], True, 2048),
+    }
+    stems = argv or sorted(gens)
+    for s in stems:
+        if s not in gens:
+            sys.exit("gen_cnn_plans: no generator for %s (have: %s)" % (s, ", ".join(sorted(gens))))
+        d = os.path.join(L3, s)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "plan.yaml"), "w") as f:
+            f.write(gens[s]())
+        with open(os.path.join(d, "uses.txt"), "w") as f:
+            f.write("cnn_bn.cu\ncnn_pool.cu\n")
+        print("wrote", os.path.join(d, "plan.yaml"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
