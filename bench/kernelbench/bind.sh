@@ -7,7 +7,7 @@
 #
 # usage: bench/kernelbench/bind.sh [LEVEL...]        (default: level3)
 # Environment: BIN=build/bin, KB=.kb/KernelBench, OUT=bench/kernelbench/out, PYTHON (one with torch),
-#              ONLY=SUBSTR (only bundles whose level/stem contains it).
+#              ONLY=SUBSTR (only bundles whose level/stem contains it), BUNDLES=DIR (default: bundles/ here).
 # Prints one line per task (task, status, reason) and then one JSON line:
 #   {"level": ..., "tasks": N, "bundles": N, "bound": N, "failed": N, "missing": N}
 # Exit 0 when every task of the levels asked has a bundle that binds, 2 otherwise, 1 on usage.
@@ -22,11 +22,11 @@ for level in "$@"; do
   [ -d "$KB/$level" ] || { echo "bind.sh: no $KB/$level (set KB to the KernelBench checkout)" >&2; exit 1; }
   recs="$OUT/bind_$level.candidates.jsonl" res="$OUT/bind_$level.checked.jsonl"
   only=(--only "$level/${ONLY:-}")
-  "$PYTHON" "$HERE/make_candidates.py" --kb "$KB" --specs "${only[@]}" -o "$recs" || exit 2
+  "$PYTHON" "$HERE/make_candidates.py" --kb "$KB" --bundles "${BUNDLES:-$HERE/bundles}" --specs "${only[@]}" -o "$recs" || exit 2
   "$BIN/kernel-check" --compile-only <"$recs" >"$res" 2>"$OUT/bind_$level.log" || true
-  "$PYTHON" - "$KB/$level" "$level" "$res" "${ONLY:-}" <<'PY' || status=2
+  "$PYTHON" - "$KB/$level" "$level" "$res" "${ONLY:-}" "${BUNDLES:-$HERE/bundles}" <<'PY' || status=2
 import json, os, sys
-kbdir, level, res, only = sys.argv[1:5]
+kbdir, level, res, only, bundles = sys.argv[1:6]
 tasks = sorted(f[:-3] for f in os.listdir(kbdir) if f.endswith(".py") and only in f)
 got = {}
 for line in open(res):
@@ -36,7 +36,7 @@ for line in open(res):
 n = {"bound": 0, "failed": 0, "missing": 0}
 key = lambda s: (int(s.split("_")[0]) if s.split("_")[0].isdigit() else 1 << 30, s)
 for t in sorted(tasks, key=key):
-    st, why = got.get(t, ("missing", "no bundle in bench/kernelbench/bundles/%s/%s" % (level, t)))
+    st, why = got.get(t, ("missing", "no bundle %s/%s/%s" % (bundles, level, t)))
     kind = "bound" if st == "compiled" else "missing" if st == "missing" else "failed"
     n[kind] += 1
     print("%-44s %-14s %s" % (t, st, why[:160]))

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# bench/kernelbench's CPU harness on a fixture of our own (a tiny task and a bundle whose kernel comes
+# from the level's _lib/ through uses.txt; no KernelBench text): make_candidates.py --specs (meta
+# device) and bind.sh (kernel-check --compile-only) count bound, failed and missing tasks, and
+# make_candidates names a uses.txt line whose file is missing.
+set -u
+. "$(dirname "$0")/../lib.sh"
+FX=$CA_SRC/tests/kernelbench/fixture
+BIND=$CA_SRC/bench/kernelbench/bind.sh
+export BIN=$CA_BIN PYTHON=$PY
+
+# 1. The fixture's level: one task binds, one has no bundle -> exit 2 and the counts say so.
+KB=$FX/KernelBench BUNDLES=$FX/bundles OUT=$T/o1 bash "$BIND" level3 >"$T/o1.txt" 2>"$T/o1.err"
+rc=$?
+[ $rc -eq 2 ] || fail "bind.sh with a task lacking a bundle exited $rc, expected 2 ($(cat "$T/o1.err"))"
+tail -1 "$T/o1.txt" | "$PY" -c 'import json,sys; d=json.load(sys.stdin); assert (d["tasks"],d["bound"],d["missing"],d["failed"])==(2,1,1,0), d' ||
+  fail "counts: $(tail -1 "$T/o1.txt")"
+grep -q '^1_ReluScale .*compiled .*plan and rules checks passed' "$T/o1.txt" || fail "1_ReluScale did not bind: $(cat "$T/o1.txt")"
+grep -q '^2_NoBundle .*missing' "$T/o1.txt" || fail "2_NoBundle not reported missing"
+"$PY" - "$T/o1/bind_level3.candidates.jsonl" <<'PY' || fail "the record does not carry the _lib kernel named in uses.txt"
+import json, sys
+r = json.loads(open(sys.argv[1]).readline())
+k = r["bundle"]["kernels"]
+assert list(k) == ["fx_relu.cu"] and "fx_relu_scale" in k["fx_relu.cu"], k
+assert r["task"]["inputs"][0]["shape"] == [16, 64] and r["task"]["outputs"][0]["shape"] == [16, 64], r["task"]
+PY
+pass "bind.sh: 1 bound, 1 missing, exit 2; uses.txt's _lib file is in the record; specs from the meta device"
+
+# 2. ONLY= the bound task: exit 0.
+ONLY=1_ KB=$FX/KernelBench BUNDLES=$FX/bundles OUT=$T/o2 bash "$BIND" level3 >"$T/o2.txt" 2>"$T/o2.err" ||
+  fail "bind.sh ONLY=1_ exited $? ($(cat "$T/o2.err"))"
+pass "bind.sh ONLY=1_: every task asked binds, exit 0"
+
+# 3. A plan that does not bind (a float where the kernel takes int) is counted failed, with the reason.
+cp -r "$FX/bundles" "$T/b3"
+sed -i 's/args: \[inputs.0, scratch.h, B \* F, 2.0\]/args: [inputs.0, scratch.h, 2.5, 2.0]/' "$T/b3/level3/1_ReluScale/plan.yaml"
+ONLY=1_ KB=$FX/KernelBench BUNDLES=$T/b3 OUT=$T/o3 bash "$BIND" level3 >"$T/o3.txt" 2>"$T/o3.err"
+rc=$?
+[ $rc -eq 2 ] || fail "a plan that does not bind: exit $rc, expected 2"
+grep -q '^1_ReluScale .*plan_error' "$T/o3.txt" || fail "the failed bind is not reported as plan_error: $(cat "$T/o3.txt")"
+tail -1 "$T/o3.txt" | grep -q '"failed": 1' || fail "failed count: $(tail -1 "$T/o3.txt")"
+pass "a plan that does not bind: plan_error, counted failed, exit 2"
+
+# 4. uses.txt naming a file _lib lacks: make_candidates stops naming uses.txt and its line.
+cp -r "$FX/bundles" "$T/b4"
+printf 'fx_relu.cu\nnot_there.cu\n' >"$T/b4/level3/1_ReluScale/uses.txt"
+if "$PY" "$CA_SRC/bench/kernelbench/make_candidates.py" --kb "$FX/KernelBench" --bundles "$T/b4" -o "$T/o4.jsonl" 2>"$T/o4.err"; then
+  fail "make_candidates accepted a uses.txt naming a missing file"
+fi
+grep -q 'uses.txt:2: no file not_there.cu' "$T/o4.err" || fail "make_candidates' message: $(cat "$T/o4.err")"
+pass "a uses.txt line naming a missing file: make_candidates stops naming uses.txt:2"
