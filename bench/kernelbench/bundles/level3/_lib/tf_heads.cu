@@ -51,3 +51,13 @@ __global__ void tf_transpose(const float* in, float* out, int R, int C) {
     if (r < R && c < C) out[base + (long long)c * R + r] = tile[threadIdx.x][k];
   }
 }
+
+// tf_gather_rows: out[i, :] = in[i * stride + offset, :] for i < rows, rows of cols floats
+// (x[:, 0] of a [B, S, E] tensor: stride S, offset 0).
+__global__ void tf_gather_rows(const float* in, float* out, int rows, int cols, long long stride, long long offset) {
+  const long long n = (long long)rows * cols;
+  for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n; e += (long long)gridDim.x * blockDim.x) {
+    const long long i = e / cols, c = e % cols;
+    out[e] = in[(i * stride + offset) * cols + c];
+  }
+}
