@@ -352,11 +352,27 @@ class Task(object):
         # gives other outputs on the same inputs: flagged, so judges apply their rule for it.
         from . import numerics
         outs, self.stochastic = numerics.detect_stochastic(self, inputs)
+        self.peak_bytes = self._peak_bytes(inputs)
         self._model64 = self._state64 = None  # the float64 copy, made when a calibration asks
         # keep_inputs: the seed-0 draw stays on the device for one taker (the filters op), which saves
         # drawing gigabytes again on the CPU. It has been through one forward already.
         self.load_inputs = inputs if keep_inputs else None
         self.output_specs = [dict(index=i, **tensor_spec(o)) for i, o in enumerate(outs)]
+
+    def _peak_bytes(self, inputs):
+        """The reference's peak memory (peak.py) in one more forward run as the judge runs it (from the
+        load-time state, no_grad, fp32, the task's mode), on a copy of the inputs made before it starts,
+        after the runs that paid the one-time allocations (cuBLAS's workspace): kernel-check's scratch
+        cap follows it. None when nothing could measure it (the reference itself ran three times
+        already, so a failure here is the counter's)."""
+        from . import numerics, peak
+        copy = numerics._clone_inputs(inputs)
+        try:
+            return peak.measure_peak(lambda: self.forward(copy), self.device)[0]
+        except Exception as e:  # the counter's fault, not the task's: the judge keeps the io floor
+            sys.stderr.write("cuda_agent_worker: task %s: peak memory not measured (%s: %s)\n"
+                             % (self.task_id, type(e).__name__, str(e)[:200]))
+            return None
 
     def _exec(self, code, work_dir):
         digest = hashlib.sha1(code.encode("utf-8")).hexdigest()[:12]
@@ -465,6 +481,7 @@ class Task(object):
             "outputs": self.output_specs,
             "stochastic": self.stochastic["stochastic"],
             "stochastic_evidence": {k: v for k, v in self.stochastic.items() if k != "stochastic"},
+            "peak_bytes": self.peak_bytes,
         }
 
     def drop(self):
