@@ -3,10 +3,11 @@
 // direction). The input projections of every step (x_t W_ih^T + b_ih) come precomputed from a gemm
 // (`xg`); what is serial is h_{t-1} W_hh^T and the cell.
 //
-// Block `rank` of a cluster owns the hidden units j0 = rank * H / CS .. j0 + H / CS - 1: it keeps
-// their G gate rows of W_hh (rows g * H + j, PyTorch's order: LSTM i f g o, GRU r z n) in shared
-// memory for the whole sequence, and the full previous state h_{t-1} of its BPC batch rows. Per step:
-//   1. every (gate row, batch row, K slice) dot product of W_hh with h_{t-1}, from shared memory;
+// Block `rank` of a cluster owns the hidden units j0 = rank * H / CS .. j0 + H / CS - 1: its threads
+// keep their G gate rows of W_hh (rows g * H + j, PyTorch's order: LSTM i f g o, GRU r z n) in
+// registers for the whole sequence, and the block keeps the full previous state h_{t-1} of its BPC
+// batch rows in shared memory. Per step:
+//   1. every (gate row, K slice) dot product of W_hh with h_{t-1}, for each batch row;
 //   2. one thread per owned (unit, batch row) adds the slices, b_hh and the prefetched input
 //      projection, applies the cell (the LSTM's c stays in that thread's register), writes y, and
 //      stores h_t into the other half of a double buffer in EVERY block of the cluster (distributed
@@ -22,15 +23,21 @@
 // (PyTorch's output layout, time-major). The reverse direction (d = 1) walks t = T-1 .. 0 and writes
 // y at t, as nn.LSTM/nn.GRU do. CELL 0 (tanh RNN) and GRU read c0 never and write cn never.
 //
-// Shared memory (floats): R * (H + 4) weights (R = G * H / CS; rows padded by 4 so a warp's float4
-// reads of 32 consecutive rows hit distinct banks), 2 * BPC * H state, KS * BPC * R partial sums.
-// Needs H % CS == 0 and H % (4 * KS) == 0 (else nothing is written: the check reports NaN outputs).
+// Registers and shared memory. Thread tid of a block owns gate row r = tid % R (R = G * H / CS) and
+// the K slice ks = tid / R of length KC (a template argument): its KC weights W_hh[g * H + j0 + jj,
+// ks * KC ..] stay in REGISTERS for the whole sequence, so the serial loop reads no weights at all.
+// Where R is a multiple of 32, a warp's threads share ks, so their reads of h_{t-1} from shared memory are broadcasts. Each
+// thread keeps BPC (a template argument) accumulators, one per batch row. The block must have
+// exactly (H / KC) * R threads. Shared memory (floats): 2 * BPC * H state (double buffer) and
+// (H / KC) * BPC * R partial sums. Needs H % CS == 0 and H % KC == 0 (else nothing is written and
+// the check reports NaN outputs).
 #include <cooperative_groups.h>
 namespace cg = cooperative_groups;
 
 __device__ __forceinline__ float rnn_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-template <int CELL>  // 0: tanh RNN (G = 1), 1: LSTM (G = 4: i f g o), 2: GRU (G = 3: r z n)
+// CELL 0: tanh RNN (G = 1), 1: LSTM (G = 4: i f g o), 2: GRU (G = 3: r z n).
+template <int CELL, int KC, int BPC>
 __global__ void __launch_bounds__(512) rnn_layer_cluster(
     const float* __restrict__ xg, long long xg_dir_stride, long long x_sb, long long x_st,
     const float* __restrict__ w_hh0, const float* __restrict__ w_hh1,  // [G*H, H] per direction
@@ -38,37 +45,49 @@ __global__ void __launch_bounds__(512) rnn_layer_cluster(
     const float* __restrict__ h0, const float* __restrict__ c0,        // [ndir][B][H]
     float* __restrict__ y, int y_ld,                                   // [T][B][y_ld]
     float* __restrict__ hn, float* __restrict__ cn,                    // [ndir][B][H]
-    int T, int B, int H, int BPC, int KS) {
+    int T, int B, int H) {
+  static_assert(KC % 4 == 0 && BPC >= 1, "KC must be a multiple of 4");
   constexpr int G = CELL == 1 ? 4 : CELL == 2 ? 3 : 1;
   cg::cluster_group cluster = cg::this_cluster();
   const int CS = (int)cluster.num_blocks();
   const int rank = (int)cluster.block_rank();
   // Uniform over the cluster: every block returns, or none does (no barrier is left waiting).
-  if (H % CS != 0 || KS < 1 || H % (4 * KS) != 0 || BPC < 1) return;
-  const int HB = H / CS, R = G * HB, WS = H + 4, H4 = H / 4;
+  if (H % CS != 0 || H % KC != 0) return;
+  const int HB = H / CS, R = G * HB, KS = H / KC;
+  if ((int)blockDim.x != KS * R) return;
   const int d = blockIdx.z;
   const int b0 = blockIdx.y * BPC;
   const int nb = min(BPC, B - b0);
   if (nb < 1) return;
   extern __shared__ float4 rnn_cluster_smem[];
-  float* ws = reinterpret_cast<float*>(rnn_cluster_smem);  // [R][WS]
-  float* hb = ws + (size_t)R * WS;                          // [2][BPC][H]
+  float* hb = reinterpret_cast<float*>(rnn_cluster_smem);  // [2][BPC][H]
   float* part = hb + 2 * BPC * H;                           // [KS][BPC][R]
   const float* w_hh = d ? w_hh1 : w_hh0;
   const float* b_hh = d ? b_hh1 : b_hh0;
   const float* xgd = xg + d * xg_dir_stride;
   const int j0 = rank * HB;
-  const int tid = threadIdx.x, nt = blockDim.x;
+  const int tid = threadIdx.x;
 
-  for (int idx = tid; idx < R * H4; idx += nt) {
-    const int r = idx / H4, k4 = idx % H4;
-    const int g = r / HB, jj = r % HB;
-    const float4 v = reinterpret_cast<const float4*>(w_hh + ((size_t)g * H + j0 + jj) * H)[k4];
-    reinterpret_cast<float4*>(ws + (size_t)r * WS)[k4] = v;
+  // This thread's weights: row r, columns ks * KC .. ks * KC + KC - 1.
+  const int r = tid % R, ks = tid / R;
+  float w[KC];
+  {
+    const int g = r / HB, jr = r % HB;
+    const float4* src = reinterpret_cast<const float4*>(w_hh + ((size_t)g * H + j0 + jr) * H + (size_t)ks * KC);
+#pragma unroll
+    for (int k4 = 0; k4 < KC / 4; ++k4) {
+      const float4 v = src[k4];
+      w[4 * k4] = v.x;
+      w[4 * k4 + 1] = v.y;
+      w[4 * k4 + 2] = v.z;
+      w[4 * k4 + 3] = v.w;
+    }
   }
-  for (int idx = tid; idx < BPC * H; idx += nt) {
-    const int bb = idx / H, k = idx % H;
-    hb[idx] = bb < nb ? h0[((size_t)d * B + b0 + bb) * H + k] : 0.0f;
+  // Both state buffers: rows bb >= nb stay 0 for good (nobody stores there), rows bb < nb of buffer
+  // 0 get h0, and buffer 1 is written whole by the first step before it is read.
+  for (int idx = tid; idx < 2 * BPC * H; idx += blockDim.x) {
+    const int bb = (idx / H) % BPC, k = idx % H;
+    hb[idx] = (idx < BPC * H && bb < nb) ? h0[((size_t)d * B + b0 + bb) * H + k] : 0.0f;
   }
   // The cell threads: one per owned (unit jj, batch row bb).
   const bool cell = tid < HB * nb;
@@ -82,10 +101,8 @@ __global__ void __launch_bounds__(512) rnn_layer_cluster(
     if constexpr (CELL == 1) c = c0[((size_t)d * B + b) * H + j];
     hlast = h0[((size_t)d * B + b) * H + j];
   }
-  cluster.sync();  // weights and h0 in place in every block before any remote store
+  cluster.sync();  // h0 in place in every block before any remote store
 
-  const int KC = H / KS, KC4 = KC / 4;
-  const int items = KS * BPC * R;
   int cur = 0;
   for (int s = 0; s < T; ++s) {
     const int t = d ? T - 1 - s : s;
@@ -96,47 +113,46 @@ __global__ void __launch_bounds__(512) rnn_layer_cluster(
       for (int g = 0; g < G; ++g) xv[g] = xr[(size_t)g * H];
     }
     const float* hc = hb + cur * BPC * H;
-    for (int it = tid; it < items; it += nt) {
-      const int r = it % R, rest = it / R;
-      const int ib = rest % BPC, ks = rest / BPC;
-      if (ib >= nb) continue;
-      const float4* wr = reinterpret_cast<const float4*>(ws + (size_t)r * WS + ks * KC);
-      const float4* hr = reinterpret_cast<const float4*>(hc + ib * H + ks * KC);
-      float a0 = 0.0f, a1 = 0.0f;
-#pragma unroll 8
-      for (int k = 0; k < KC4; ++k) {
-        const float4 w = wr[k], h = hr[k];
-        a0 = fmaf(w.x, h.x, a0);
-        a1 = fmaf(w.y, h.y, a1);
-        a0 = fmaf(w.z, h.z, a0);
-        a1 = fmaf(w.w, h.w, a1);
+    float acc[BPC];
+#pragma unroll
+    for (int q = 0; q < BPC; ++q) acc[q] = 0.0f;
+#pragma unroll
+    for (int k4 = 0; k4 < KC / 4; ++k4) {
+#pragma unroll
+      for (int q = 0; q < BPC; ++q) {
+        const float4 h = reinterpret_cast<const float4*>(hc + q * H + ks * KC)[k4];
+        acc[q] = fmaf(w[4 * k4], h.x, acc[q]);
+        acc[q] = fmaf(w[4 * k4 + 1], h.y, acc[q]);
+        acc[q] = fmaf(w[4 * k4 + 2], h.z, acc[q]);
+        acc[q] = fmaf(w[4 * k4 + 3], h.w, acc[q]);
       }
-      part[(ks * BPC + ib) * R + r] = a0 + a1;
     }
+#pragma unroll
+    for (int q = 0; q < BPC; ++q) part[(ks * BPC + q) * R + r] = acc[q];
     __syncthreads();
     if (cell) {
       float gh[G];
 #pragma unroll
       for (int g = 0; g < G; ++g) {
-        float acc = bh[g];
-        for (int ks = 0; ks < KS; ++ks) acc += part[(ks * BPC + bb) * R + g * HB + jj];
-        gh[g] = acc;
+        float a = bh[g];
+        for (int p = 0; p < KS; ++p) a += part[(p * BPC + bb) * R + g * HB + jj];
+        gh[g] = a;
       }
       float hnew;
       if constexpr (CELL == 0) {
         hnew = tanhf(xv[0] + gh[0]);
       } else if constexpr (CELL == 1) {
-        const float i = rnn_sigmoid(xv[0] + gh[0]);
-        const float f = rnn_sigmoid(xv[1] + gh[1]);
+        const float ig = rnn_sigmoid(xv[0] + gh[0]);
+        const float fg = rnn_sigmoid(xv[1] + gh[1]);
         const float gg = tanhf(xv[2] + gh[2]);
-        const float o = rnn_sigmoid(xv[3] + gh[3]);
-        c = f * c + i * gg;
-        hnew = o * tanhf(c);
+        const float og = rnn_sigmoid(xv[3] + gh[3]);
+        c = fg * c + ig * gg;
+        hnew = og * tanhf(c);
       } else {
-        const float r = rnn_sigmoid(xv[0] + gh[0]);
-        const float z = rnn_sigmoid(xv[1] + gh[1]);
-        const float n = tanhf(xv[2] + r * gh[2]);
-        hnew = (1.0f - z) * n + z * hc[bb * H + j];
+        const float rg = rnn_sigmoid(xv[0] + gh[0]);
+        const float zg = rnn_sigmoid(xv[1] + gh[1]);
+        const float ng = tanhf(xv[2] + rg * gh[2]);
+        hnew = (1.0f - zg) * ng + zg * hc[bb * H + j];
       }
       y[((size_t)t * B + b) * y_ld + (size_t)d * H + j] = hnew;
       float* slot = hb + (cur ^ 1) * BPC * H + bb * H + j;
