@@ -11,10 +11,13 @@ task_id is the id `ops-synth import` gives the file (sha256 of the canonical JSO
 16 hex digits), candidate_id the id kernel-check gives the bundle (the same hash of
 {"task_id", "bundle"}), so records line up with a store filled by the toolchain.
 
---specs adds the task's input, output and parameter specs (names, shapes, dtypes, init inputs),
-found without allocating anything: get_inputs() and Model(*get_init_inputs()) run with torch's
-factories on the meta device, and forward on meta tensors. kernel-check --compile-only needs them
-to bind the plan (grids, argument types, gemm sizes) on a machine without a GPU. Needs torch (any
+--specs adds the task's input, output and parameter specs (names, shapes, dtypes, init inputs)
+and `reference: {mode, peak_bytes}`, found without allocating anything: get_inputs() and
+Model(*get_init_inputs()) run with torch's factories on the meta device, and forward on meta
+tensors. kernel-check --compile-only needs them to bind the plan (grids, argument types, gemm
+sizes) on a machine without a GPU; its scratch cap follows reference.peak_bytes, the reference's
+peak memory counted as the worker counts it off CUDA (libcommon/python/cuda_agent_worker/peak.py,
+imported from there). Needs torch (any
 1.13+); without --specs only the standard library is used. On a GPU the reference worker computes
 the specs itself, so the GPU records are made without it.
 
@@ -120,6 +123,8 @@ def task_specs(code, path):
     import inspect
     import types
     import torch
+    sys.path.insert(0, os.path.join(REPO, "libcommon", "python"))
+    from cuda_agent_worker.peak import measure_peak
 
     saved = {}
 
@@ -143,8 +148,10 @@ def task_specs(code, path):
         model = mod.Model(*init).to("meta")
         inputs = mod.get_inputs()
         inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs]
+        # The reference's peak memory as the worker measures it (the same function, on meta tensors):
+        # compile-only's scratch cap follows the record's reference.peak_bytes.
         with torch.no_grad():
-            out = model(*inputs)
+            peak, out = measure_peak(lambda: model(*inputs), "meta")
     finally:
         for name, fn in saved.items():
             setattr(torch, name, fn)
@@ -165,6 +172,7 @@ def task_specs(code, path):
         "outputs": [dict(index=i, **_spec(o)) for i, o in enumerate(outs)],
         "params": [_spec(v, k) for k, v in model.state_dict().items()],
         "init_inputs": _jsonable(list(init)),
+        "reference": {"mode": "train" if model.training else "eval", "peak_bytes": peak},
     }
 
 

@@ -27,6 +27,9 @@ Json reference_section(const Json& load_answer, const std::string& asked) {
     r["stochastic"] = load_answer["stochastic"];
     if (load_answer.contains("stochastic_evidence")) r["evidence"] = load_answer["stochastic_evidence"];
   }
+  // The reference's peak memory (the worker's peak.py): compile-only's scratch cap follows it.
+  if (load_answer.contains("peak_bytes") && load_answer["peak_bytes"].is_number_integer())
+    r["peak_bytes"] = load_answer["peak_bytes"];
   return r;
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The reference's mode is part of the task (issue 33): ops-synth import states it in every record
 # (`reference.mode`, train as KernelBench runs models unless the record says eval) with the worker's
-# stochastic flag and its evidence; a live nn.Dropout(p=0.5) is flagged, BatchNorm in training mode
+# stochastic flag and its evidence (and the reference's peak memory); a live nn.Dropout(p=0.5) is flagged, BatchNorm in training mode
 # is not; a record asking eval gets eval (its dropout is then off: not stochastic); a Model that
 # calls eval() itself is recorded as eval; a mode that is not one is a bad record naming
 # reference.mode (exit 2 under --strict, with and without a worker); filter states it too.
@@ -25,8 +25,11 @@ assert b["reference"]["mode"] == "train" and b["reference"]["stochastic"] is Fal
 assert b["stochastic"] is False and b["reference"]["evidence"]["rel_diff_other_rng"] == 0.0, b["reference"]
 assert any(p["name"] == "bn.running_mean" for p in b["params"]), b["params"]
 assert e["reference"]["mode"] == "eval" and e["reference"]["stochastic"] is False, e["reference"]
+# The reference's peak memory (the worker's load): BatchNorm's output, 8x4x6x6 floats (its batch
+# statistics, 2x4 floats, die inside batch_norm), what kernel-check's scratch cap follows.
+assert 4608 <= b["reference"]["peak_bytes"] <= 4608 + 32, b["reference"]
 PY
-pass "import: dropout stochastic in train mode, BatchNorm train and not stochastic, eval() in __init__ recorded as eval"
+pass "import: dropout stochastic in train mode, BatchNorm train and not stochastic, eval() in __init__ recorded as eval; reference.peak_bytes"
 CA_SRC="$CA_SRC" "$PY" "$CA_SRC/tests/validate_schema.py" task "$T/kb.jsonl" || fail "imported records: schema"
 
 # 2. JSONL rows that state a mode: eval turns the dropout off (the worker ran what the record said);
@@ -82,6 +85,7 @@ assert [r["name"] for r in out] == ["1_Dropout", "2_BatchNorm"], [r["name"] for 
 assert out[0]["reference"]["mode"] == "train" and out[0]["reference"]["stochastic"] is True, out[0]["reference"]
 assert out[0]["filter"]["kept"] is False and out[0]["filter"]["reason"] == "deterministic", out[0]["filter"]
 assert out[1]["reference"]["mode"] == "train" and out[1]["reference"]["stochastic"] is False, out[1]["reference"]
+assert 4608 <= out[1]["reference"]["peak_bytes"] <= 4608 + 32, out[1]["reference"]
 PY
 pass "filter: reference sections from the worker's load"
 # 5. End to end: kernel-check's verdict on a candidate for the imported dropout task says its mode
