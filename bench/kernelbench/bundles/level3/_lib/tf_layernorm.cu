@@ -114,3 +114,31 @@ __global__ void tf_ln_cols(const float* z, const float* bias, const float* x, fl
   float* op = out + n * E * L + l;
   for (int e = 0; e < E; ++e) op[e * L] = (zp[e * L] + bias[e] + xp[e * L] - mean) * rstd * gamma[e] + beta[e];
 }
+
+// y = r + LN(x) over rows [rows, cols] (Swin V2's post-norm residual: x = shortcut + norm(f(x))).
+// y may be r (in place).
+template <int BLOCK>
+__global__ void tf_layernorm_residual(const float* x, const float* r, float* y, const float* gamma, const float* beta,
+                                      long long rows, int cols, float eps) {
+  extern __shared__ float tf_ln_row[];
+  __shared__ float red[32];
+  const long long row = blockIdx.x;
+  if (row >= rows) return;
+  const float* xr = x + row * cols;
+  float s = 0.0f;
+  for (int c = threadIdx.x; c < cols; c += BLOCK) {
+    float v = xr[c];
+    tf_ln_row[c] = v;
+    s += v;
+  }
+  const float mean = tf_block_sum<BLOCK>(s, red) / cols;
+  float q = 0.0f;
+  for (int c = threadIdx.x; c < cols; c += BLOCK) {
+    float d = tf_ln_row[c] - mean;
+    q += d * d;
+  }
+  const float rstd = 1.0f / sqrtf(tf_block_sum<BLOCK>(q, red) / cols + eps);
+  const float* rr = r + row * cols;
+  float* yr = y + row * cols;
+  for (int c = threadIdx.x; c < cols; c += BLOCK) yr[c] = rr[c] + ((tf_ln_row[c] - mean) * rstd * gamma[c] + beta[c]);
+}
