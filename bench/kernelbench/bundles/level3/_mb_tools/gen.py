@@ -1,0 +1,293 @@
+"""Plan generator for the level-3 CNN bundles that use _lib/mb_*.cu (helper B2's). The net_*.py scripts
+describe each network layer by layer; G turns that into plan.yaml text: dims for every spatial size
+(expressions over the input's shape), ping-pong activation buffers sized by best fit (max of the
+expressions they hold), cuDNN conv steps on buffers given a shape, training-mode BatchNorm as a
+statistics launch and an apply launch, and repeats over the images for views into concatenations.
+Channel counts are read from the task's own parameters (the model is built on the CPU).
+
+usage: python3 net_19.py [PLAN]   (default: ../<task stem>/plan.yaml); KB=<KernelBench checkout>"""
+import os, sys, types, torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", "..", "..", ".."))
+KB = os.path.join(os.environ.get("KB", os.path.join(REPO, ".kb", "KernelBench")), "level3") + "/"
+
+
+def load(stem):
+    p = KB + stem + ".py"
+    m = types.ModuleType("t")
+    exec(compile(open(p).read(), p, "exec"), m.__dict__)
+    mod = m.Model(*m.get_init_inputs())
+    shapes = {k: list(v.shape) for k, v in mod.state_dict().items()}
+    x = m.get_inputs()[0]
+    return shapes, list(x.shape)
+
+
+class Act:
+    def __init__(self, buf, C, lvl):
+        self.buf, self.C, self.lvl = buf, C, lvl
+
+
+class G:
+    def __init__(self, stem, header):
+        self.stem = stem
+        self.shapes, xs = load(stem)
+        self.header = header
+        self.N = xs[0]
+        self.dims = [("N", "inputs.0.shape[0]"), ("H0", "inputs.0.shape[2]"), ("W0", "inputs.0.shape[3]"),
+                     ("HW0", "H0 * W0"), ("S0", "min(64, cdiv(N * HW0, 8192))")]
+        self.levels = [("H0", "W0", "HW0", "S0", xs[2], xs[3])]
+        self.lvl_key = {}
+        self.bufs = []          # [name, [size exprs]]
+        self.fixed = []         # (name, dtype, shape text)
+        self.lines = []
+        self.indent = "  "
+        self.maxC = 1
+        self.x = Act("inputs.0", xs[1], 0)
+
+    # ---- dims and buffers
+    def level(self, lvl, k, s, p, ceil=False):
+        if s == 1 and 2 * p == k - 1:
+            return lvl
+        key = (lvl, k, s, p, ceil)
+        if key in self.lvl_key:
+            return self.lvl_key[key]
+        H, W, _, _, h, w = self.levels[lvl]
+        i = len(self.levels)
+        if ceil:
+            fh = lambda v: -(-(v + 2 * p - k) // s) + 1
+            eh = "cdiv(%s + %d - %d, %d) + 1"
+        else:
+            fh = lambda v: (v + 2 * p - k) // s + 1
+            eh = "(%s + %d - %d) / %d + 1"
+        self.dims += [("H%d" % i, eh % (H, 2 * p, k, s)), ("W%d" % i, eh % (W, 2 * p, k, s)),
+                      ("HW%d" % i, "H%d * W%d" % (i, i)), ("S%d" % i, "min(64, cdiv(N * HW%d, 8192))" % i)]
+        self.levels.append(("H%d" % i, "W%d" % i, "HW%d" % i, "S%d" % i, fh(h), fh(w)))
+        self.lvl_key[key] = i
+        return i
+
+    def L(self, lvl):
+        return self.levels[lvl]
+
+    def conc(self, expr):
+        """The concrete value of a size expression for the task's shapes (N, H*, W*, HW* known)."""
+        env = {"N": self.N}
+        for H, W, HW, S, h, w in self.levels:
+            env[H], env[W], env[HW] = h, w, h * w
+        return eval(expr.replace("/", "//"), {"max": max, "min": min}, env)
+
+    def alloc(self, elems, live):
+        """Best fit among the buffers not live: the smallest that already holds elems, else the
+        largest (grown), else a new one."""
+        live = set(live)
+        need = self.conc(elems)
+        free = [b for b in self.bufs if "scratch." + b[0] not in live]
+        fits = [b for b in free if max(self.conc(e) for e in b[1]) >= need]
+        if fits:
+            b = min(fits, key=lambda b: max(self.conc(e) for e in b[1]))
+        elif free:
+            b = max(free, key=lambda b: max(self.conc(e) for e in b[1]))
+        else:
+            b = ["act%d" % len(self.bufs), []]
+            self.bufs.append(b)
+        b[1].append(elems)
+        return "scratch." + b[0]
+
+    def fixed_buf(self, name, dtype, shape):
+        for f in self.fixed:
+            if f[0] == name:
+                if f[1] == "var":
+                    f[2].append(shape)
+                return "scratch." + name
+        self.fixed.append([name, dtype, [shape] if dtype == "var" else shape])
+        return "scratch." + name
+
+    def emit(self, text):
+        for ln in text.strip("\n").split("\n"):
+            self.lines.append(self.indent + ln)
+
+    def comment(self, text):
+        self.emit("# " + text)
+
+    # ---- steps
+    def conv(self, a, wname, bname, k, s, p, groups, out=None, out_view=None, live=(), n_img=None, x_view=None, K=None):
+        w = self.shapes[wname]
+        K = w[0]
+        assert w[1] * groups == a.C and w[2] == k, (wname, w, a.C, groups, k)
+        lvl = self.level(a.lvl, k, s, p)
+        H, W, HW, _, _, _ = self.L(a.lvl)
+        Ho, Wo, HWo, _, _, _ = self.L(lvl)
+        n = "N" if n_img is None else "1"
+        if out is None and out_view is None:
+            out = self.alloc("N * %d * %s" % (K, HWo), list(live) + [a.buf])
+        o = out_view if out_view is not None else out
+        xs = x_view if x_view is not None else a.buf
+        bias = (", bias: params.%s" % bname) if bname else ""
+        extra = ""
+        if s != 1: extra += ", stride: %d" % s
+        if p != 0: extra += ", padding: %d" % p
+        if groups != 1: extra += ", groups: %d" % groups
+        self.emit('- conv: {x: "%s", w: params.%s%s, out: "%s"%s,\n         shape: {n: %s, c: %d, h: %s, w: %s, k: %d, r: %d, s: %d}}'
+                  % (xs, wname, bias, o, extra, n, a.C, H, W, K, k, k))
+        self.maxC = max(self.maxC, K)
+        return Act(out, K, lvl)
+
+    def bn(self, a, prefix, act, res=None, out=None, groups=1, part="scratch.part"):
+        """stats + apply: y = act(bn(a)) (+ res). In place unless out is given (needed for groups > 1)."""
+        H, W, HW, S, _, _ = self.L(a.lvl)
+        self.fixed_buf(part[8:], "float64", "%d * 64 * 2" % 0)  # sized at the end
+        self.maxC = max(self.maxC, a.C)
+        self.emit("- launch: mb_bn_stats<256>\n  grid: [%d, %s]\n  block: [256]\n  args: [%s, %s, %d, %s, N * %s, %s]"
+                  % (a.C, S, a.buf, part, a.C, HW, HW, S))
+        y = out if out is not None else a.buf
+        r = res.buf if res is not None else a.buf
+        self.emit("- launch: mb_bn_apply<%d, %d>\n  grid: [N * %d, cdiv(%s, 1024)]\n  block: [256]\n"
+                  "  args: [%s, %s, %s, params.%s.weight, params.%s.bias, %s, %d, %s, %s, N * %s, 1.0e-5, %d]"
+                  % (act, 1 if res is not None else 0, a.C, HW, a.buf, y, part, prefix, prefix, r, a.C, HW, S, HW, groups))
+        return Act(y, a.C, a.lvl)
+
+    def stats(self, a, part):
+        H, W, HW, S, _, _ = self.L(a.lvl)
+        self.fixed_buf(part[8:], "float64", "")
+        self.emit("- launch: mb_bn_stats<256>\n  grid: [%d, %s]\n  block: [256]\n  args: [%s, %s, %d, %s, N * %s, %s]"
+                  % (a.C, S, a.buf, part, a.C, HW, HW, S))
+
+    def bn_add_bn(self, a, prefix, r, prefix_r, act):
+        """y = act(bn(a)) + bn_r(r), written over a."""
+        H, W, HW, S, _, _ = self.L(a.lvl)
+        self.stats(a, "scratch.part")
+        self.stats(r, "scratch.part_s")
+        self.emit("- launch: mb_bn_apply_add_bn<%d>\n  grid: [N * %d, cdiv(%s, 1024)]\n  block: [256]\n"
+                  "  args: [%s, %s, scratch.part, params.%s.weight, params.%s.bias,\n"
+                  "         %s, scratch.part_s, params.%s.weight, params.%s.bias, %d, %s, %s, N * %s, 1.0e-5]"
+                  % (act, a.C, HW, a.buf, a.buf, prefix, prefix, r.buf, prefix_r, prefix_r, a.C, HW, S, HW))
+        return a
+
+    def act_inplace(self, a, act, elems=None, buf=None):
+        if elems is None:
+            elems = "N * %d * %s" % (a.C, self.L(a.lvl)[2])
+        self.emit('- launch: mb_act_inplace<%d>\n  grid: [min(cdiv(%s, 1024), 132 * 16)]\n  block: [256]\n  args: ["%s", %s]'
+                  % (act, elems, buf or a.buf, elems))
+        return a
+
+    def maxpool(self, a, k, s, p, act=0, ceil=False, live=(), out=None, n_img=None, x_view=None):
+        lvl = self.level(a.lvl, k, s, p, ceil) if not (s == 1 and 2 * p == k - 1) else a.lvl
+        H, W, HW, _, _, _ = self.L(a.lvl)
+        Ho, Wo, HWo, _, _, _ = self.L(lvl)
+        nn = "N * " if n_img is None else ""
+        if out is None:
+            out = self.alloc("N * %d * %s" % (a.C, HWo), list(live) + [a.buf])
+        self.emit('- launch: mb_maxpool2d<%d>\n  grid: [min(cdiv(%s%d * %s, 256), 132 * 32)]\n  block: [256]\n'
+                  '  args: ["%s", "%s", %s%d, %s, %s, %s, %s, %d, %d, %d]'
+                  % (act, nn, a.C, HWo, x_view or a.buf, out, nn, a.C, H, W, Ho, Wo, k, s, p))
+        return Act(out, a.C, lvl)
+
+    def mean(self, a, act=0, out=None):
+        HW = self.L(a.lvl)[2]
+        if out is None:
+            out = self.fixed_buf("pooled", "float32", "N, %d" % a.C)
+        self.emit("- launch: mb_mean_hw<%d>\n  grid: [cdiv(N * %d, 8)]\n  block: [256]\n  args: [%s, %s, N * %d, %s]"
+                  % (act, a.C, a.buf, out, a.C, HW))
+        return Act(out, a.C, None)
+
+    def fc(self, a, name):
+        self.emit("- gemm: {a: %s, b: params.%s.weight, trans_b: true, bias: params.%s.bias, out: outputs.0}" % (a.buf, name, name))
+
+    def repeat(self, count, index):
+        self.emit("- repeat: %s\n  index: %s\n  steps:" % (count, index))
+        self.indent += "    "
+
+    def end_repeat(self):
+        self.indent = self.indent[:-4]
+
+    # ---- output
+    def text(self):
+        out = []
+        for ln in self.header.strip("\n").split("\n"):
+            out.append("# " + ln if ln else "#")
+        out.append("dims:")
+        for k, v in self.dims:
+            out.append("  %s: %s" % (k, v))
+        out.append("scratch:")
+        for name, sizes in self.bufs:
+            e = sizes[0] if len(sizes) == 1 else "max(%s)" % ", ".join(dict.fromkeys(sizes))
+            out.append("  %s: {dtype: float32, shape: [%s]}" % (name, e))
+        for name, dtype, shape in self.fixed:
+            if dtype == "float64":
+                out.append("  %s: {dtype: float64, shape: [%d * 64 * 2]}" % (name, self.maxC))
+            elif dtype == "var":
+                e = shape[0] if len(shape) == 1 else "max(%s)" % ", ".join(dict.fromkeys(shape))
+                out.append("  %s: {dtype: float32, shape: [%s]}" % (name, e))
+            else:
+                out.append("  %s: {dtype: %s, shape: [%s]}" % (name, dtype, shape))
+        out.append("forward:")
+        out += self.lines
+        return "\n".join(out) + "\n"
+
+    def write(self, path=None):
+        path = path or os.path.join(HERE, "..", self.stem, "plan.yaml")
+        open(path, "w").write(self.text())
+
+
+def fire(g, x, pre, live=()):
+    """SqueezeNet fire module: relu(squeeze) then cat([relu(e1), relu(e3)]) through views, per image."""
+    sq = g.conv(x, pre + ".squeeze.weight", pre + ".squeeze.bias", 1, 1, 0, 1, live=live)
+    g.act_inplace(sq, 1)
+    e1 = g.shapes[pre + ".expand1x1.weight"][0]
+    e3 = g.shapes[pre + ".expand3x3.weight"][0]
+    HW = g.L(x.lvl)[2]
+    KT = e1 + e3
+    out = g.alloc("N * %d * %s" % (KT, HW), list(live) + [sq.buf, x.buf])
+    g.repeat("N", "n")
+    g.conv(sq, pre + ".expand1x1.weight", pre + ".expand1x1.bias", 1, 1, 0, 1, n_img=1,
+           x_view="%s[n * %d * %s]" % (sq.buf, sq.C, HW), out_view="%s[n * %d * %s]" % (out, KT, HW))
+    g.conv(sq, pre + ".expand3x3.weight", pre + ".expand3x3.bias", 3, 1, 1, 1, n_img=1,
+           x_view="%s[n * %d * %s]" % (sq.buf, sq.C, HW), out_view="%s[n * %d * %s + %d * %s]" % (out, KT, HW, e1, HW))
+    g.act_inplace(None, 1, elems="%d * %s" % (KT, HW), buf="%s[n * %d * %s]" % (out, KT, HW))
+    g.end_repeat()
+    return Act(out, KT, x.lvl)
+
+
+def inception(g, x, pre, live=()):
+    """GoogLeNet inception module through views, per image: every branch's last conv writes its
+    channel slice of the module's output; the reductions and the pooled image are one-image scratch."""
+    sh = g.shapes
+    k1 = sh[pre + ".branch1x1.weight"][0]
+    r3, k3 = sh[pre + ".branch3x3.0.weight"][0], sh[pre + ".branch3x3.1.weight"][0]
+    r5, k5 = sh[pre + ".branch5x5.0.weight"][0], sh[pre + ".branch5x5.1.weight"][0]
+    kp = sh[pre + ".branch_pool.1.weight"][0]
+    KT = k1 + k3 + k5 + kp
+    C = x.C
+    HW = g.L(x.lvl)[2]
+    out = g.alloc("N * %d * %s" % (KT, HW), list(live) + [x.buf])
+    pool = g.fixed_buf("pool1", "var", "%d * %s" % (C, HW))
+    rb3 = g.fixed_buf("red3", "var", "%d * %s" % (r3, HW))
+    rb5 = g.fixed_buf("red5", "var", "%d * %s" % (r5, HW))
+    xv = "%s[n * %d * %s]" % (x.buf, C, HW)
+    ov = lambda off: "%s[n * %d * %s + %d * %s]" % (out, KT, HW, off, HW) if off else "%s[n * %d * %s]" % (out, KT, HW)
+    g.repeat("N", "n")
+    g.maxpool(x, 3, 1, 1, out=pool, n_img=1, x_view=xv)
+    g.conv(x, pre + ".branch1x1.weight", pre + ".branch1x1.bias", 1, 1, 0, 1, n_img=1, x_view=xv, out_view=ov(0))
+    g.conv(x, pre + ".branch3x3.0.weight", pre + ".branch3x3.0.bias", 1, 1, 0, 1, n_img=1, x_view=xv, out_view=rb3)
+    g.conv(Act(rb3, r3, x.lvl), pre + ".branch3x3.1.weight", pre + ".branch3x3.1.bias", 3, 1, 1, 1, n_img=1, out_view=ov(k1))
+    g.conv(x, pre + ".branch5x5.0.weight", pre + ".branch5x5.0.bias", 1, 1, 0, 1, n_img=1, x_view=xv, out_view=rb5)
+    g.conv(Act(rb5, r5, x.lvl), pre + ".branch5x5.1.weight", pre + ".branch5x5.1.bias", 5, 1, 2, 1, n_img=1, out_view=ov(k1 + k3))
+    g.conv(Act(pool, C, x.lvl), pre + ".branch_pool.1.weight", pre + ".branch_pool.1.bias", 1, 1, 0, 1, n_img=1,
+           out_view=ov(k1 + k3 + k5))
+    g.end_repeat()
+    return Act(out, KT, x.lvl)
+
+
+def conv_pool_per_image(g, x, wname, bname, k, s, p, pk, ps, pp, act, ceil=False, live=(), name="stem"):
+    """conv -> (act) -> maxpool, one image at a time: the conv's output (the largest tensor) lives in a
+    one-image buffer, the pooled image goes to its slice of the batch buffer."""
+    K = g.shapes[wname][0]
+    l1 = g.level(x.lvl, k, s, p)
+    l2 = g.level(l1, pk, ps, pp, ceil=ceil)
+    stem = g.fixed_buf(name, "var", "%d * %s" % (K, g.L(l1)[2]))
+    out = g.alloc("N * %d * %s" % (K, g.L(l2)[2]), list(live) + [x.buf])
+    g.repeat("N", "n")
+    g.conv(x, wname, bname, k, s, p, 1, n_img=1, x_view="%s[n * %d * %s]" % (x.buf, x.C, g.L(x.lvl)[2]), out_view=stem)
+    g.maxpool(Act(stem, K, l1), pk, ps, pp, act=act, ceil=ceil, out="%s[n * %d * %s]" % (out, K, g.L(l2)[2]), n_img=1)
+    g.end_repeat()
+    return Act(out, K, l2)
