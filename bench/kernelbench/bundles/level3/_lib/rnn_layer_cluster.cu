@@ -1,5 +1,5 @@
-// One recurrent layer (tanh RNN, LSTM or GRU; one or two directions) over all T steps in ONE launch:
-// a cluster of CS blocks (`cluster: [CS, 1, 1]`, grid [CS, cdiv(B, BPC), ndir]) per (batch group,
+// One recurrent layer (tanh RNN, LSTM or GRU; one or two directions) over T steps, or a chunk of
+// them, in ONE launch: a cluster of CS blocks (`cluster: [CS, 1, 1]`, grid [CS, cdiv(B, BPC), ndir]) per (batch group,
 // direction). The input projections of every step (x_t W_ih^T + b_ih) come precomputed from a gemm
 // (`xg`); what is serial is h_{t-1} W_hh^T and the cell.
 //
@@ -17,11 +17,18 @@
 //      passed the previous barrier, i.e. finished reading `nxt` as their `cur` of the step before.
 // Clusters never talk to each other (batch rows and directions are independent).
 //
-// Layouts. xg: direction d at xg + d * xg_dir_stride, [rows][G*H] with row(t, b) = b * x_sb + t * x_st
-// (time-major: x_sb = 1, x_st = B; batch_first: x_sb = T, x_st = 1). h0, c0, hn, cn: [ndir][B][H] (this
-// layer's slice of [L * ndir, B, H]). y: [T][B][y_ld], direction d in columns d * H .. d * H + H - 1
-// (PyTorch's output layout, time-major). The reverse direction (d = 1) walks t = T-1 .. 0 and writes
-// y at t, as nn.LSTM/nn.GRU do. CELL 0 (tanh RNN) and GRU read c0 never and write cn never.
+// Time chunks. One launch runs the steps s0 .. s0 + TC - 1 of T (s0 = 0, TC = T: the whole sequence);
+// direction 0 is at t = s, the reverse direction (d = 1) at t = T - 1 - s, as nn.LSTM/nn.GRU walk it.
+// A launch's window of times starts at tw = s0 (d = 0) or T - s0 - TC (d = 1). Chunks keep the input
+// projections in scratch small (one chunk's, not the sequence's); the state passes from one launch
+// to the next through hn/cn: h0 may be the same buffer as hn and c0 as cn (every block reads h0/c0
+// before the first cluster.sync, and hn/cn are written after the last).
+//
+// Layouts. xg: direction d at xg + d * xg_dir_stride, [rows][G*H] with row(t, b) = b * x_sb + (t - tw)
+// * x_st (time-major: x_sb = 1, x_st = B; batch_first over the whole sequence: x_sb = T, x_st = 1).
+// h0, c0, hn, cn: [ndir][B][H] (this layer's slice of [L * ndir, B, H]). y: [T][B][y_ld], direction d
+// in columns d * H .. d * H + H - 1 (PyTorch's output layout, time-major), row t, or t - tw when
+// y_local is 1 (a chunk-sized y, one direction). CELL 0 (tanh RNN) and GRU never read c0 or write cn.
 //
 // Registers and shared memory. Thread tid of a block owns gate row r = tid % R (R = G * H / CS) and
 // the K slice ks = tid / R of length KC (a template argument): its KC weights W_hh[g * H + j0 + jj,
@@ -42,10 +49,10 @@ __global__ void __launch_bounds__(512) rnn_layer_cluster(
     const float* __restrict__ xg, long long xg_dir_stride, long long x_sb, long long x_st,
     const float* __restrict__ w_hh0, const float* __restrict__ w_hh1,  // [G*H, H] per direction
     const float* __restrict__ b_hh0, const float* __restrict__ b_hh1,  // [G*H] per direction
-    const float* __restrict__ h0, const float* __restrict__ c0,        // [ndir][B][H]
-    float* __restrict__ y, int y_ld,                                   // [T][B][y_ld]
-    float* __restrict__ hn, float* __restrict__ cn,                    // [ndir][B][H]
-    int T, int B, int H) {
+    const float* h0, const float* c0,                                  // [ndir][B][H]
+    float* __restrict__ y, int y_ld, int y_local,                      // [T][B][y_ld]
+    float* hn, float* cn,                                              // [ndir][B][H]
+    int T, int B, int H, int s0, int TC) {
   static_assert(KC % 4 == 0 && BPC >= 1, "KC must be a multiple of 4");
   constexpr int G = CELL == 1 ? 4 : CELL == 2 ? 3 : 1;
   cg::cluster_group cluster = cg::this_cluster();
@@ -103,12 +110,14 @@ __global__ void __launch_bounds__(512) rnn_layer_cluster(
   }
   cluster.sync();  // h0 in place in every block before any remote store
 
+  // This launch's steps s0 .. s0 + TC - 1; its window of times starts at tw (xg rows are relative to it).
+  const int tw = d ? T - s0 - TC : s0;
   int cur = 0;
-  for (int s = 0; s < T; ++s) {
+  for (int s = s0; s < s0 + TC; ++s) {
     const int t = d ? T - 1 - s : s;
     float xv[G];
     if (cell) {  // issued now, used after the dot products
-      const float* xr = xgd + ((long long)b * x_sb + (long long)t * x_st) * (long long)(G * H) + j;
+      const float* xr = xgd + ((long long)b * x_sb + (long long)(t - tw) * x_st) * (long long)(G * H) + j;
 #pragma unroll
       for (int g = 0; g < G; ++g) xv[g] = xr[(size_t)g * H];
     }
@@ -154,7 +163,7 @@ __global__ void __launch_bounds__(512) rnn_layer_cluster(
         const float ng = tanhf(xv[2] + rg * gh[2]);
         hnew = (1.0f - zg) * ng + zg * hc[bb * H + j];
       }
-      y[((size_t)t * B + b) * y_ld + (size_t)d * H + j] = hnew;
+      y[((size_t)(y_local ? t - tw : t) * B + b) * y_ld + (size_t)d * H + j] = hnew;
       float* slot = hb + (cur ^ 1) * BPC * H + bb * H + j;
       for (int q = 0; q < CS; ++q) *cluster.map_shared_rank(slot, q) = hnew;
       hlast = hnew;
@@ -168,8 +177,24 @@ __global__ void __launch_bounds__(512) rnn_layer_cluster(
   }
 }
 
-// A buffer of zeros (an init step: h0 = c0 = 0 where the task draws them at random in forward).
+// Small helpers of the RNN plans: zeros (h0 = c0 = 0 where a task draws them at random in forward),
+// a copy (the state carried between chunks starts as h0 and ends as h_n), and batch_first x
+// [B, T, I] to time-major [T, B, I] (so a time chunk of every batch row is one contiguous gemm operand).
 __global__ void rnn_fill_zero(float* p, long long n) {
-  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) p[i] = 0.0f;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    p[i] = 0.0f;
+}
+
+__global__ void rnn_copy(const float* __restrict__ src, float* __restrict__ dst, long long n) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    dst[i] = src[i];
+}
+
+__global__ void rnn_batch_to_time_major(const float* __restrict__ x, float* __restrict__ xt, int B, int T, int I) {
+  const long long n = (long long)B * T * I;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const long long k = i % I, bt = i / I;  // i indexes xt [T, B, I]: bt = t * B + b
+    const long long b = bt % B, t = bt / B;
+    xt[i] = x[(b * T + t) * I + k];
+  }
 }
