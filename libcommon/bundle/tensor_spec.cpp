@@ -54,6 +54,12 @@ static TensorSpec tensor_spec(const Json& j, const std::string& fallback_name) {
   return t;
 }
 
+// `peak_bytes` of `j` when it is a byte count (a non-negative integer), else nothing.
+static std::optional<ReferencePeak> peak_of(const Json& j, const char* from) {
+  if (!j.contains("peak_bytes") || !j["peak_bytes"].is_number_integer() || j["peak_bytes"].get<int64_t>() < 0) return std::nullopt;
+  return ReferencePeak{j["peak_bytes"].get<int64_t>(), from};
+}
+
 IoSpec IoSpec::from_json(const Json& task) {
   IoSpec io;
   auto list = [&](const char* key, std::vector<TensorSpec>& out) {
@@ -71,6 +77,14 @@ IoSpec IoSpec::from_json(const Json& task) {
   for (const char* key : {"init_inputs", "init_values"})
     if (task.contains(key) && task[key].is_array())
       for (auto& v : task[key]) io.init_values.push_back(v);
+  if (task.contains("reference") && task["reference"].is_object())
+    io.reference_peak = peak_of(task["reference"], "task_record");
+  return io;
+}
+
+IoSpec IoSpec::from_load(const Json& answer) {
+  IoSpec io = from_json(answer);
+  io.reference_peak = peak_of(answer, "worker");
   return io;
 }
 
