@@ -1,11 +1,11 @@
 // One recurrent layer (tanh RNN, LSTM or GRU; one or two directions) over T steps, or a chunk of
-// them, in ONE launch: a cluster of CS blocks (`cluster: [CS, 1, 1]`, grid [CS, cdiv(B, BPC), ndir]) per (batch group,
-// direction). The input projections of every step (x_t W_ih^T + b_ih) come precomputed from a gemm
-// (`xg`); what is serial is h_{t-1} W_hh^T and the cell.
+// them, in ONE launch: a cluster of CS blocks (`cluster: [CS, 1, 1]`, grid [CS, cdiv(B, BPC), ndir])
+// per (batch group, direction). The input projections of the steps (x_t W_ih^T + b_ih) come
+// precomputed from a gemm (`xg`); what is serial is h_{t-1} W_hh^T and the cell.
 //
 // Block `rank` of a cluster owns the hidden units j0 = rank * H / CS .. j0 + H / CS - 1: its threads
 // keep their G gate rows of W_hh (rows g * H + j, PyTorch's order: LSTM i f g o, GRU r z n) in
-// registers for the whole sequence, and the block keeps the full previous state h_{t-1} of its BPC
+// registers for the whole launch, and the block keeps the full previous state h_{t-1} of its BPC
 // batch rows in shared memory. Per step:
 //   1. every (gate row, K slice) dot product of W_hh with h_{t-1}, for each batch row;
 //   2. one thread per owned (unit, batch row) adds the slices, b_hh and the prefetched input
@@ -17,27 +17,28 @@
 //      passed the previous barrier, i.e. finished reading `nxt` as their `cur` of the step before.
 // Clusters never talk to each other (batch rows and directions are independent).
 //
-// Time chunks. One launch runs the steps s0 .. s0 + TC - 1 of T (s0 = 0, TC = T: the whole sequence);
-// direction 0 is at t = s, the reverse direction (d = 1) at t = T - 1 - s, as nn.LSTM/nn.GRU walk it.
-// A launch's window of times starts at tw = s0 (d = 0) or T - s0 - TC (d = 1). Chunks keep the input
-// projections in scratch small (one chunk's, not the sequence's); the state passes from one launch
-// to the next through hn/cn: h0 may be the same buffer as hn and c0 as cn (every block reads h0/c0
-// before the first cluster.sync, and hn/cn are written after the last).
+// Time chunks. One launch runs the steps s0 .. s0 + TC - 1 of T (s0 = 0, TC = T: the whole
+// sequence); direction 0 is at t = s, the reverse direction (d = 1) at t = T - 1 - s, as
+// nn.LSTM/nn.GRU walk it. A launch's window of times starts at tw = s0 (d = 0) or T - s0 - TC
+// (d = 1). Chunks keep the input projections in scratch small (one chunk's, not the sequence's); the
+// state passes from one launch to the next through hn/cn: h0 may be the same buffer as hn and c0 as
+// cn (every block reads h0/c0 before the first cluster.sync, and hn/cn are written after the last).
 //
-// Layouts. xg: direction d at xg + d * xg_dir_stride, [rows][G*H] with row(t, b) = b * x_sb + (t - tw)
+// Layouts. xg: direction d at xg + d * xg_dir_stride, [rows][G*H], row(t, b) = b * x_sb + (t - tw)
 // * x_st (time-major: x_sb = 1, x_st = B; batch_first over the whole sequence: x_sb = T, x_st = 1).
-// h0, c0, hn, cn: [ndir][B][H] (this layer's slice of [L * ndir, B, H]). y: [T][B][y_ld], direction d
-// in columns d * H .. d * H + H - 1 (PyTorch's output layout, time-major), row t, or t - tw when
-// y_local is 1 (a chunk-sized y, one direction). CELL 0 (tanh RNN) and GRU never read c0 or write cn.
+// h0, c0, hn, cn: [ndir][B][H] (this layer's slice of [L * ndir, B, H]). y: [T][B][y_ld], direction
+// d in columns d * H .. d * H + H - 1 (PyTorch's output layout, time-major), row t, or t - tw when
+// y_local is 1 (a chunk-sized y, one direction). CELL 0 (tanh RNN) and GRU never read c0 or write
+// cn.
 //
 // Registers and shared memory. Thread tid of a block owns gate row r = tid % R (R = G * H / CS) and
 // the K slice ks = tid / R of length KC (a template argument): its KC weights W_hh[g * H + j0 + jj,
-// ks * KC ..] stay in REGISTERS for the whole sequence, so the serial loop reads no weights at all.
-// Where R is a multiple of 32, a warp's threads share ks, so their reads of h_{t-1} from shared memory are broadcasts. Each
-// thread keeps BPC (a template argument) accumulators, one per batch row. The block must have
-// exactly (H / KC) * R threads. Shared memory (floats): 2 * BPC * H state (double buffer) and
-// (H / KC) * BPC * R partial sums. Needs H % CS == 0 and H % KC == 0 (else nothing is written and
-// the check reports NaN outputs).
+// ks * KC ..] stay in REGISTERS, so the serial loop reads no weights at all. Where R is a multiple
+// of 32, a warp's threads share ks, so their reads of h_{t-1} from shared memory are broadcasts.
+// Each thread keeps BPC (a template argument) accumulators, one per batch row. The block must have
+// exactly (H / KC) * R threads (at most 512: 128 registers each). Shared memory (floats):
+// 2 * BPC * H state (double buffer) and (H / KC) * BPC * R partial sums. Needs H % CS == 0 and
+// H % KC == 0 (else nothing is written and the check reports NaN outputs).
 #include <cooperative_groups.h>
 namespace cg = cooperative_groups;
 
