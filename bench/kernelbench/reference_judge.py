@@ -1441,17 +1441,18 @@ class Program(object):
                 msg += " (%s: %s)" % ("dims so far" if dims_so_far else "dims", ", ".join(n for n, _ in self.spec.dims) or "none")
             raise plan_error("%s: %s" % (where, msg))
 
-    def int_eval(self, e, where, what="an integer"):
+    def int_eval(self, e, where, refusal=None):
+        """An integer expression; a float one is refused with `refusal` (kernel-check's message)."""
         v = self.eval(e, where)
         if isinstance(v, float):
-            raise plan_error("%s: '%s' is not %s" % (where, e, what))
+            raise plan_error(refusal or "%s: '%s' is not an integer" % (where, e))
         return v
 
-    def view_offset(self, off, key, need, where):
+    def view_offset(self, off, key, need, where, refusal=None):
         """A view's offset in elements, checked as bind.cpp checks it: 0 <= offset <= numel and `need`
         elements from it inside the buffer (0: only the start)."""
         t = self.bufs[key]
-        o = 0 if off is None else self.int_eval(off, where + " offset")
+        o = 0 if off is None else self.int_eval(off, where + " offset", refusal and refusal % off)
         numel = t.numel()
         if o < 0 or o > numel or need > numel - o:
             name = "%s.%s" % key
@@ -1546,9 +1547,10 @@ class Program(object):
     def bind_launch(self, step, bs):
         f, where = step.f, bs["where"]
         params = signature_for(self.sigs, f["kernel"], len(f["args"]), where)
-        grid = [self.int_eval(g, where + " grid", "an integer (grid and block sizes must be integers)") for g in f["grid"]]
-        block = [self.int_eval(b, where + " block", "an integer (grid and block sizes must be integers)") for b in f["block"]]
-        shared = self.int_eval(f["shared"], where + " shared")
+        sizes = where + ": grid and block sizes must be integers ('%s')"
+        grid = [self.int_eval(g, where + " grid", sizes % g) for g in f["grid"]]
+        block = [self.int_eval(b, where + " block", sizes % b) for b in f["block"]]
+        shared = int(self.eval(f["shared"], where + " shared"))     # eval_in(...).i: a float truncates
         arch = "sm_%d" % self.cc
         threads = 1
         for d, b in enumerate(block):
@@ -1578,7 +1580,8 @@ class Program(object):
                 dt = _dtype_str(self.bufs[key])
                 if allowed is not None and dt not in allowed:
                     raise plan_error("%s is %s (%s), kernel expects %s*" % (at, ref_text(a["ref"]), dt, p["base"]))
-                off = self.view_offset(a["offset"], key, 0 if a["offset"] is None else 1, at)
+                off = self.view_offset(a["offset"], key, 0 if a["offset"] is None else 1, at,
+                                       "%s: the offset of %s ('%%s') is not an integer" % (at, ref_text(a["ref"])))
                 args.append(("buf", key, off * self.bufs[key].element_size()))
                 continue
             v = self.eval(a["expr"], at)
@@ -1598,7 +1601,7 @@ class Program(object):
         if f["cluster"]:
             cluster, blocks = [], 1
             for d in range(3):
-                c = self.int_eval(f["cluster"][d], where + " cluster", "an integer (cluster sizes must be integers)") \
+                c = self.int_eval(f["cluster"][d], where + " cluster", "%s: cluster sizes must be integers ('%s')" % (where, f["cluster"][d])) \
                     if d < len(f["cluster"]) else 1
                 if c < 1 or grid[d] % c:
                     raise plan_error("%s: cluster[%d] = %d must be at least 1 and divide grid[%d] = %d" % (where, d, c, d, grid[d]))
@@ -1648,13 +1651,13 @@ class Program(object):
         dims = "m=%d n=%d k=%d batch=%d" % (m, n, k, batch)
         if m < 1 or n < 1 or k < 1 or batch < 1:
             raise plan_error("%s: %s: every size must be at least 1" % (where, dims))
-        ao = self.view_offset(f["a"][1], a, 0, where + " a")
-        bo = self.view_offset(f["b"][1], b, 0, where + " b")
-        oo = self.view_offset(f["out"][1], out, 0, where + " out")
+        ao = self.view_offset(f["a"][1], a, 0, where + " a", where + ": offset '%s' is not an integer")
+        bo = self.view_offset(f["b"][1], b, 0, where + " b", where + ": offset '%s' is not an integer")
+        oo = self.view_offset(f["out"][1], out, 0, where + " out", where + ": offset '%s' is not an integer")
         fits = lambda x, y, t, off: batch * x * y <= t.numel() - off
         if not fits(m, k, A, ao) or not fits(k, n, B, bo) or not fits(m, n, O, oo):
             raise plan_error("%s: %s does not fit the buffers%s" % (where, dims, " (from the views' offsets)" if views else ""))
-        bso = self.view_offset(f["bias"][1], bias, n, where + " bias") if bias is not None else 0
+        bso = self.view_offset(f["bias"][1], bias, n, where + " bias", where + ": offset '%s' is not an integer") if bias is not None else 0
         overlap = lambda k1, o1, n1, k2, o2, n2: k1 == k2 and o1 < o2 + n2 and o2 < o1 + n1
         if overlap(out, oo, batch * m * n, a, ao, batch * m * k) or overlap(out, oo, batch * m * n, b, bo, batch * k * n):
             raise plan_error("%s: out overlaps a or b (%s); cuBLASLt does not compute in place" % (where, ref_text(f["out"][0])))
@@ -1744,10 +1747,10 @@ class Program(object):
         for what, nel in (("x", x_el), ("out", out_el), ("w", w_el)):
             if nel > 1 << 60:
                 raise plan_error("%s: %s has more elements than any buffer" % (where, what))
-        c["xo"] = self.view_offset(f["x"][1], x, x_el, where + " x")
-        c["wo"] = self.view_offset(f["w"][1], w, w_el, where + " w")
-        c["oo"] = self.view_offset(f["out"][1], out, out_el, where + " out")
-        c["bias_o"] = self.view_offset(f["bias"][1], bias, c["k"], where + " bias") if bias is not None else 0
+        c["xo"] = self.view_offset(f["x"][1], x, x_el, where + " x", where + ": offset '%s' is not an integer")
+        c["wo"] = self.view_offset(f["w"][1], w, w_el, where + " w", where + ": offset '%s' is not an integer")
+        c["oo"] = self.view_offset(f["out"][1], out, out_el, where + " out", where + ": offset '%s' is not an integer")
+        c["bias_o"] = self.view_offset(f["bias"][1], bias, c["k"], where + " bias", where + ": offset '%s' is not an integer") if bias is not None else 0
         dx, dw, do = canonical_dtype(X), canonical_dtype(W), canonical_dtype(O)
         if not dx == dw == do:
             raise plan_error(where + ": x, w and out must have one dtype")
@@ -2734,6 +2737,55 @@ def selftest(opt):
     return 1 if fails else 0
 
 
+# ---- binding without a GPU ----------------------------------------------------------------------
+
+def bind_record(rec, tasks, cc=90):
+    """A record's plan bound on meta tensors from its task's specs: (status, reason, step counts)."""
+    task = rec.get("task") or tasks.get(rec.get("task_id")) or {}
+    if not all(isinstance(task.get(k), list) for k in ("inputs", "outputs")):
+        return "bad_record", "the task has no input and output specs (make_candidates.py --specs)", None
+    bundle = rec.get("bundle") or {}
+
+    def meta(s):
+        canon = normalize_dtype(s.get("dtype") or "F32")
+        if not canon or not isinstance(s.get("shape"), list):
+            return None
+        return torch.empty(s["shape"], dtype=getattr(torch, _TORCH_OF[canon]), device="meta")
+    fake = types.SimpleNamespace(task_id=rec.get("task_id"), device=torch.device("meta"),
+                                 input_names=[i.get("name", "") for i in task["inputs"]],
+                                 init_inputs=task.get("init_inputs") or [],
+                                 state={p["name"]: meta(p) for p in task.get("params") or []})
+    try:
+        kernels = bundle.get("kernels") or {}
+        prog = Program(PlanSpec(load_plan(bundle.get("plan"))), kernels, parse_signatures(kernels), fake,
+                       [meta(i) for i in task["inputs"]], [meta(o) for o in task["outputs"]], cc=cc)
+        return "bound", "", {"init": len(prog.init_steps), "forward": len(prog.forward_steps)}
+    except Verdict as v:
+        return v.status, v.reason, None
+
+
+def bind_only(opt):
+    tasks = {}
+    if opt.tasks:
+        for line in open(opt.tasks):
+            if line.strip():
+                t = json.loads(line)
+                tasks[t["task_id"]] = t
+    fin = sys.stdin if opt.input == "-" else open(opt.input)
+    fout = sys.stdout if opt.output == "-" else open(opt.output, "w")
+    counts = {}
+    for line in fin:
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        status, reason, steps = bind_record(rec, tasks)
+        counts[status] = counts.get(status, 0) + 1
+        fout.write(json.dumps({"task_id": rec.get("task_id"), "candidate_id": rec.get("candidate_id"), "name": rec.get("name"),
+                               "judge": {"status": status, "reason": reason, "steps": steps}}) + "\n")
+    print("reference_judge: bind-only " + json.dumps(counts), file=sys.stderr)
+    return 0
+
+
 # ---- main ---------------------------------------------------------------------------------------
 
 def main():
@@ -2756,10 +2808,15 @@ def main():
                     help="time the candidate's call as one CUDA graph replay (default; the steps launched eagerly "
                          "when the capture fails or its outputs differ, said in launch_note) or launched step by step")
     ap.add_argument("--selftest", action="store_true", help="CPU checks of the judge itself, then exit")
+    ap.add_argument("--bind-only", action="store_true",
+                    help="no GPU: bind each record's plan on meta tensors from its task's specs (make_candidates.py --specs) "
+                         "and write {status: bound | plan_error, reason, steps} per record, to compare with kernel-check --compile-only")
     ap.add_argument("--kb", default=os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), ".kb", "KernelBench"))
     opt = ap.parse_args()
     if opt.selftest:
         return selftest(opt)
+    if opt.bind_only:
+        return bind_only(opt)
     if torch.device(opt.device).type == "cuda":
         if not torch.cuda.is_available():
             print("reference_judge: torch %s sees no CUDA device (%s was asked): run it on the GPU machine" % (torch.__version__, opt.device), file=sys.stderr)
