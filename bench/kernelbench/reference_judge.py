@@ -2733,8 +2733,94 @@ def selftest(opt):
         r = judge.judge(rec, {})["judge"]
         ok(r["status"] == want, "cpu %s: %s (%s)" % (name, r["status"], r.get("reason") or "%s steps, rel_l2 %.2g" % (
             r["steps"]["forward"], r["trials"][-1]["rel_l2_err"])))
+    if opt.parity_with:
+        parity(opt.parity_with, repo, ok)
     print("selftest: %d failed" % len(fails))
     return 1 if fails else 0
+
+
+# ---- agreement with kernel-check's reader (--selftest --parity-with build/bin/kernel-check) ------
+
+_PARITY_MUTATIONS = {  # task: [(text, replacement)]; ('', '') is the plan as written
+ "linear_repeat": [("", ""), ("repeat: L - 2", "repeat: L - 3"), ("repeat: L - 2", "repeat: 2 - L"), ("index: t", "index: min"),
+                   ("index: t", "index: B"), ("(t + 1) * B * H]", "(t + 5) * B * H]"), ("k: H\n  - gemm", "\n  - gemm"),
+                   ("a: \"scratch.hs[t * B * H]\"", "a: \"scratch.hs[t * B * 1.0]\""), ("repeat: L - 2", "repeat: 2.5"),
+                   ("    index: t\n", "    indx: t\n"), ("out: outputs.0", "c: outputs.0"), ("m: B, n: H, k: H}\n  - repeat", "m: B, n: H, k: H, batch: 2}\n  - repeat"),
+                   ("bias: params.lin.bias,\n           activation: relu, out: outputs.0", "bias: 'params.lin.bias[4]',\n           activation: relu, out: outputs.0"),
+                   ("bias: params.lin.bias,\n           activation: relu, out: outputs.0", "bias: 'params.lin.bias[1]',\n           activation: relu, out: outputs.0"),
+                   ("out: 'scratch.hs[0]'", "out: 'inputs.0[0]'"), ("a: \"scratch.hs[t * B * H]\"", "a: \"scratch.hs[(t + 1) * B * H]\"")],
+ "concat_views": [("", ""), ("r: 1, s: 1}", "r: 1}"), ("+ K1 * H * W]", "+ K3 * H * W]"), ("k: K1, r: 1", "k: K1, q: 1, r: 1"),
+                  ("padding: 1,", "padding: [1],"), ("padding: 1,", "padding: [1, 1],"), ("out: \"outputs.0[n * (K1 + K3) * H * W]\"", "out: \"inputs.0[0]\""),
+                  ("index: n", "index: n\n    extra: 1"), ("shape: {n: 1, c: C", "shape: {n: 2, c: C"), ("h: H, w: W, k: K3", "h: H, w: W, k: K3, d: 1, t: 1")],
+ "convT3d_chain": [("", ""), ("padding: 2, dilation: 2", "padding: 2, dilation: 2, output_padding: 1"), ("output_padding: [1, 1, 1]", "output_padding: [1, 1]"),
+                   ("groups: 2}", "groups: 3}"), ("output_padding: [1, 1, 1]", "output_padding: 2"), ("shape: [N, 6, 2 * D, 2 * H, 2 * W]", "shape: [N, 6, 2 * D + 1, 2 * H, 2 * W]"),
+                   ("transposed: true", "transposed: false"), ("stride: 2, padding: 1", "stride: [2, 2, 2], padding: [1, 1, 1], dilation: [1, 1, 1]")],
+ "convT_views": [("", ""), ("(W + 2)]", "(W + 3)]"), ("stride: [2, 1]", "stride: [2, 1, 1]"), ("repeat: N", "repeat: N + 1")],
+ "weight_split": [("", ""), ("params.w[H * K]", "params.w[H * K + 1]"), ("params.w[H * K]", "params.w[2 * H * K]"), ("alpha: 2.0, beta: 1.0,", "alpha: 2.0, beta: 1.0, compute: tf16,")],
+ "conv1d_groups": [("", ""), ("groups: 2", "groups: 4"), ("padding: [1]", "padding: [1, 1]"), ("stride: 2", "stride: -1")],
+}
+_PARITY_SKILL = (("rnn_recurrence", [("", ""), ("repeat: T - 1", "repeat: T + 1"), ("repeat: T - 1", "repeat: T"), ("index: t", "index: T"),
+                                     ("block: [128]\n        args", "block: [128]\n        cooperative: true\n        args")]),
+                 ("row_sum_cluster", [("", ""), ("cluster: [8]", "cluster: [16]"), ("cluster: [8]", "cluster: [32]"), ("cluster: [8]", "cluster: [3]"),
+                                      ("cluster: [8]", "cluster: [8]\n    cooperative: true"), ("cluster: [8]", "cluster: [8, 1, 1]"), ("cluster: [8]", "cluster: 8.0")]),
+                 ("global_l1_norm_coop", [("", ""), ("cooperative: true", "cooperative: on"), ("cooperative: true", "cooperative: True")]))
+
+
+def parity_records(repo):
+    """Plans valid and mutated (repeat, view, conv, cluster, cooperative fields) over the small tasks and
+    SKILL.md's worked recurrence, cluster and cooperative bundles: records with their tasks' specs."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    import make_candidates as mc
+    recs = []
+
+    def add(name, code, plan, kernels):
+        task = {"task_id": mc.content_id({"code": code}), "code": code}
+        task.update(mc.task_specs(code, name))
+        b = {"kernels": kernels, "plan": plan}
+        recs.append({"task_id": task["task_id"], "candidate_id": mc.content_id({"task_id": task["task_id"], "bundle": b}),
+                     "name": name, "task": task, "bundle": b})
+    for task, lst in _PARITY_MUTATIONS.items():
+        code, plan, _ = _SMALL[task]
+        code = _HDR + code + "def get_init_inputs():\n    return []\n"
+        for n, (a, b) in enumerate(lst):
+            assert not a or a in plan, "parity: %s mutation %d: %r not in the plan" % (task, n, a)
+            add("%s/%d" % (task, n), code, plan.replace(a, b, 1) if a else plan, {})
+    sk = os.path.join(repo, "datasets", "skill", "bundles")
+    for stem, lst in _PARITY_SKILL:
+        d = os.path.join(sk, stem)
+        code = json.load(open(os.path.join(d, "task.json")))["code"]
+        plan = open(os.path.join(d, "plan.yaml")).read()
+        for n, (a, b) in enumerate(lst):
+            assert not a or a in plan, "parity: %s mutation %d: %r not in the plan" % (stem, n, a)
+            add("%s/%d" % (stem, n), code, plan.replace(a, b, 1) if a else plan, mc.read_kernels(d))
+    return recs
+
+
+def parity(kernel_check, repo, ok):
+    """kernel-check --compile-only and this judge's binder on the same records: the same accepted, the
+    same refused, with the same message."""
+    import subprocess
+    recs = parity_records(repo)
+    r = subprocess.run([kernel_check, "--compile-only", "--no-store"], input="".join(json.dumps(x) + "\n" for x in recs),
+                       capture_output=True, text=True, timeout=600)
+    kc = {}
+    for line in r.stdout.splitlines():
+        if line.strip():
+            x = json.loads(line)
+            kc[x["candidate_id"]] = x.get("check") or {}
+    ok(r.returncode in (0, 1) and len(kc) == len(recs), "parity: kernel-check --compile-only judged %d of %d records (exit %d%s)" % (
+        len(kc), len(recs), r.returncode, ": " + r.stderr.strip()[-300:] if r.returncode not in (0, 1) else ""))
+    same = 0
+    for rec in recs:
+        k = kc.get(rec["candidate_id"], {})
+        status, reason, _ = bind_record(rec, {})
+        kst = k.get("status")
+        agree = (kst == "compiled") == (status == "bound") and (status == "bound" or (k.get("reason") or "") == reason)
+        same += agree
+        if not agree:
+            ok(False, "parity %s: kernel-check %s (%s), judge %s (%s)" % (rec["name"], kst, (k.get("reason") or "")[:160], status, reason[:160]))
+    ok(same == len(recs), "parity: %d of %d plans judged alike by kernel-check and the judge (accepted or refused with the same message)" % (same, len(recs)))
 
 
 # ---- binding without a GPU ----------------------------------------------------------------------
@@ -2808,6 +2894,9 @@ def main():
                     help="time the candidate's call as one CUDA graph replay (default; the steps launched eagerly "
                          "when the capture fails or its outputs differ, said in launch_note) or launched step by step")
     ap.add_argument("--selftest", action="store_true", help="CPU checks of the judge itself, then exit")
+    ap.add_argument("--parity-with", metavar="KERNEL_CHECK",
+                    help="with --selftest: also run plans valid and mutated through KERNEL_CHECK --compile-only and through this "
+                         "judge's binder; both must accept and refuse the same, with the same messages")
     ap.add_argument("--bind-only", action="store_true",
                     help="no GPU: bind each record's plan on meta tensors from its task's specs (make_candidates.py --specs) "
                          "and write {status: bound | plan_error, reason, steps} per record, to compare with kernel-check --compile-only")
