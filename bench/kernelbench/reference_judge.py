@@ -2676,6 +2676,15 @@ def selftest(opt):
     ok([p["base"] for p in signature_for(sig, "k<float, 128>", 4)] == ["float", "unsigned int", "long long", "float4"]
        and sig["g"][0]["params"] == [] and [p["const"] for p in sig["k"][0]["params"]] == [True, False, False, False],
        "signature: template types, launch bounds, extern C, void, const pointees")
+    try:
+        import yaml
+        nulls = lambda v: {k: nulls(x) for k, x in v.items()} if isinstance(v, dict) else [nulls(x) for x in v] \
+            if isinstance(v, list) else None if v is None or v in _BLOCK_NULLS else " ".join(v.split())
+        differ = [name for name, _, plan, _ in recs if nulls(yaml.load(flow_quote(plan), Loader=yaml.BaseLoader)) != nulls(mini_yaml(plan))]
+        ok(not differ, "the YAML subset reader and flow_quote + PyYAML read all %d bundle plans alike%s" % (
+            len(recs), ": not " + ", ".join(differ) if differ else ""))
+    except ImportError:
+        print("skip the YAML readers on every plan (no PyYAML here)")
     for name, code, plan, kernels in recs:
         try:
             spec = mc.task_specs(code, name)
