@@ -8,11 +8,12 @@
 // sums to part[(c * S + s) * 2 + {0, 1}].
 // mb_bn_apply<ACT, RES>: grid [N * C, cdiv(HW, 4 * blockDim)]. Warp 0 of each block folds the
 // channel's S partials into mean and invstd, then the block normalizes its share of the (n, c)
-// plane: v = (x - mean) * (gamma * invstd) + beta, then ACT (0 none, 1 ReLU, 2 ReLU6), then RES
-// (1: v += r at the output's index). groups > 1 also applies ShuffleNet's channel shuffle to the
-// output: input channel c = i * (C / groups) + j goes to output channel j * groups + i (groups = 1
-// is the identity). y may be x (in place) when groups = 1.
-// mb_bn_apply_add_bn<ACT>: y = ACT(bn(x)) + bn_r(r), two BatchNorms in one pass (a normalized shortcut).
+// plane: v = (x - mean) * (gamma * invstd) + beta (the mean as a float pair), then ACT (0 none,
+// 1 ReLU, 2 ReLU6), then RES (1: v += r at the output's index). groups > 1 also applies
+// ShuffleNet's channel shuffle to the output: input channel c = i * (C / groups) + j goes to output
+// channel j * groups + i (groups = 1 is the identity). y may be x (in place) when groups = 1.
+// mb_bn_apply_add_bn<ACT>: y = ACT(bn(x)) + bn_r(r), two BatchNorms in one pass (a normalized
+// shortcut), same grid.
 
 #define MB_FULL 0xffffffffu
 
@@ -69,7 +70,9 @@ __device__ __forceinline__ float mb_bn_act(float v) {
   return v;
 }
 
-// Warp 0 folds channel c's S partial sums into mean, gamma * invstd and beta (out[0..2]).
+// Warp 0 folds channel c's S partial sums into the mean (as a float pair hi + lo, so that x - mean
+// keeps the double mean's precision when the mean is large next to the spread), gamma * invstd and
+// beta: out[0..3] = mean_hi, mean_lo, scale, beta.
 __device__ __forceinline__ void mb_bn_fold(const double* __restrict__ part, const float* __restrict__ gamma,
                                            const float* __restrict__ beta, int c, int S, int count, float eps, float* out) {
   if (threadIdx.x < 32) {
@@ -85,9 +88,11 @@ __device__ __forceinline__ void mb_bn_fold(const double* __restrict__ part, cons
       double var = b / count - mean * mean;
       if (var < 0.0) var = 0.0;
       const double inv = 1.0 / sqrt(var + (double)eps);
-      out[0] = (float)mean;
-      out[1] = (float)(gamma[c] * inv);
-      out[2] = beta[c];
+      const float hi = (float)mean;
+      out[0] = hi;
+      out[1] = (float)(mean - (double)hi);
+      out[2] = (float)(gamma[c] * inv);
+      out[3] = beta[c];
     }
   }
 }
@@ -96,12 +101,12 @@ template <int ACT, int RES>
 __global__ void __launch_bounds__(256) mb_bn_apply(const float* x, float* y, const double* __restrict__ part,
                                                    const float* __restrict__ gamma, const float* __restrict__ beta,
                                                    const float* r, int C, int HW, int S, int count, float eps, int groups) {
-  __shared__ float s_bn[3];
+  __shared__ float s_bn[4];
   const int plane = blockIdx.x;
   const int c = plane % C, n = plane / C;
   mb_bn_fold(part, gamma, beta, c, S, count, eps, s_bn);
   __syncthreads();
-  const float mean = s_bn[0], scale = s_bn[1], sh = s_bn[2];
+  const float mh = s_bn[0], ml = s_bn[1], scale = s_bn[2], sh = s_bn[3];
   const int cpg = C / groups;
   const int oc = (c % cpg) * groups + c / cpg;
   const long long ib = (long long)plane * HW;
@@ -111,10 +116,10 @@ __global__ void __launch_bounds__(256) mb_bn_apply(const float* x, float* y, con
     const int p = start + threadIdx.x * 4;
     if (p < HW) {
       float4 v = *reinterpret_cast<const float4*>(x + ib + p);
-      v.x = mb_bn_act<ACT>((v.x - mean) * scale + sh);
-      v.y = mb_bn_act<ACT>((v.y - mean) * scale + sh);
-      v.z = mb_bn_act<ACT>((v.z - mean) * scale + sh);
-      v.w = mb_bn_act<ACT>((v.w - mean) * scale + sh);
+      v.x = mb_bn_act<ACT>(((v.x - mh) - ml) * scale + sh);
+      v.y = mb_bn_act<ACT>(((v.y - mh) - ml) * scale + sh);
+      v.z = mb_bn_act<ACT>(((v.z - mh) - ml) * scale + sh);
+      v.w = mb_bn_act<ACT>(((v.w - mh) - ml) * scale + sh);
       if (RES) {
         const float4 q = *reinterpret_cast<const float4*>(r + ob + p);
         v.x += q.x; v.y += q.y; v.z += q.z; v.w += q.w;
@@ -125,7 +130,7 @@ __global__ void __launch_bounds__(256) mb_bn_apply(const float* x, float* y, con
     for (int k = 0; k < 4; ++k) {
       const int p = start + k * blockDim.x + threadIdx.x;
       if (p < HW) {
-        float v = mb_bn_act<ACT>((x[ib + p] - mean) * scale + sh);
+        float v = mb_bn_act<ACT>(((x[ib + p] - mh) - ml) * scale + sh);
         if (RES) v += r[ob + p];
         y[ob + p] = v;
       }
@@ -142,14 +147,15 @@ __global__ void __launch_bounds__(256) mb_bn_apply_add_bn(const float* x, float*
                                                           const float* r, const double* __restrict__ part_r,
                                                           const float* __restrict__ gamma_r, const float* __restrict__ beta_r,
                                                           int C, int HW, int S, int count, float eps) {
-  __shared__ float s_bn[3], s_r[3];
+  __shared__ float s_bn[4], s_r[4];
   const int plane = blockIdx.x;
   const int c = plane % C;
   mb_bn_fold(part, gamma, beta, c, S, count, eps, s_bn);
   __syncthreads();
   mb_bn_fold(part_r, gamma_r, beta_r, c, S, count, eps, s_r);
   __syncthreads();
-  const float m0 = s_bn[0], a0 = s_bn[1], b0 = s_bn[2], m1 = s_r[0], a1 = s_r[1], b1 = s_r[2];
+  const float m0 = s_bn[0], l0 = s_bn[1], a0 = s_bn[2], b0 = s_bn[3];
+  const float m1 = s_r[0], l1 = s_r[1], a1 = s_r[2], b1 = s_r[3];
   const long long base = (long long)plane * HW;
   const int start = blockIdx.y * blockDim.x * 4;
   if ((HW & 3) == 0) {
@@ -157,16 +163,16 @@ __global__ void __launch_bounds__(256) mb_bn_apply_add_bn(const float* x, float*
     if (p < HW) {
       float4 v = *reinterpret_cast<const float4*>(x + base + p);
       const float4 q = *reinterpret_cast<const float4*>(r + base + p);
-      v.x = mb_bn_act<ACT>((v.x - m0) * a0 + b0) + ((q.x - m1) * a1 + b1);
-      v.y = mb_bn_act<ACT>((v.y - m0) * a0 + b0) + ((q.y - m1) * a1 + b1);
-      v.z = mb_bn_act<ACT>((v.z - m0) * a0 + b0) + ((q.z - m1) * a1 + b1);
-      v.w = mb_bn_act<ACT>((v.w - m0) * a0 + b0) + ((q.w - m1) * a1 + b1);
+      v.x = mb_bn_act<ACT>(((v.x - m0) - l0) * a0 + b0) + (((q.x - m1) - l1) * a1 + b1);
+      v.y = mb_bn_act<ACT>(((v.y - m0) - l0) * a0 + b0) + (((q.y - m1) - l1) * a1 + b1);
+      v.z = mb_bn_act<ACT>(((v.z - m0) - l0) * a0 + b0) + (((q.z - m1) - l1) * a1 + b1);
+      v.w = mb_bn_act<ACT>(((v.w - m0) - l0) * a0 + b0) + (((q.w - m1) - l1) * a1 + b1);
       *reinterpret_cast<float4*>(y + base + p) = v;
     }
   } else {
     for (int k = 0; k < 4; ++k) {
       const int p = start + k * blockDim.x + threadIdx.x;
-      if (p < HW) y[base + p] = mb_bn_act<ACT>((x[base + p] - m0) * a0 + b0) + ((r[base + p] - m1) * a1 + b1);
+      if (p < HW) y[base + p] = mb_bn_act<ACT>(((x[base + p] - m0) - l0) * a0 + b0) + (((r[base + p] - m1) - l1) * a1 + b1);
     }
   }
 }
