@@ -15,7 +15,7 @@ return (not an op's internal workspace) and nothing allocated before (an op's in
 not seen returned is resident: an in-place op on an input or a view of a param adds nothing). A
 storage that outlives every tensor the counter saw use it (an nn.Parameter or `.data` made from an
 op's output inside forward, which are new tensors no op returned) is counted free when those die:
-an under-count, never an over-count, so the cap it sizes errs toward the io floor.
+an under-count, so the cap it sizes errs toward the io floor.
 Works with torch 1.13 (Debian, CI) and 2.x. This module imports torch and nothing of the worker's,
 so a script can import it with libcommon/python on sys.path."""
 import weakref
