@@ -45,6 +45,18 @@ class Plan:
         self.nsp = 0
         self.cmax = 1
         self.parts = set()
+        self.hwval = {}
+
+    def plane(self, hw):
+        """grid x and block of a plane kernel (float4 per thread) over hw pixels: 256 threads, or 64 when
+        the plane is small (7x7 to 28x28), so that fewer threads idle."""
+        blk = 256 if self.hwval.get(hw, 1 << 20) >= 1024 else 64
+        return "cdiv(%s, %d)" % (hw, 4 * blk), blk
+
+    def pool(self, hw):
+        """grid x and block of a pooling kernel (one output per thread) over hw output pixels."""
+        blk = 256 if self.hwval.get(hw, 1 << 20) >= 256 else 64
+        return "cdiv(%s, %d)" % (hw, blk), blk
 
     def dim(self, name, expr):
         self.dims.append((name, expr))
@@ -119,7 +131,8 @@ class Plan:
         self.launch("cnn_bn_partial_copy", [P, C], [256], [x, x_nstride, dst, d_nstride, "scratch.part", C, "N", hw, P])
 
     def bn_apply(self, x, x_nstride, y, y_nstride, C, hw, mv, bn, relu):
-        self.launch("cnn_bn_apply", ["cdiv(%s, 1024)" % hw, C, "N"], [256],
+        gx, blk = self.plane(hw)
+        self.launch("cnn_bn_apply", [gx, C, "N"], [blk],
                     [x, x_nstride, y, y_nstride, mv, "params.%s.weight" % bn, "params.%s.bias" % bn, EPS, C, hw,
                      1 if relu else 0])
 
@@ -140,6 +153,7 @@ class Plan:
 def hw(p, h, w):
     """A dim for h * w (one per distinct pair)."""
     name = "HW_%s_%s" % (h.name, w.name)
+    p.hwval[name] = h.val * w.val
     if name not in [d[0] for d in p.dims]:
         p.dim(name, "%s * %s" % (h.name, w.name))
     return name
@@ -177,7 +191,7 @@ def resnet(stem, blocks, bottleneck, num_classes_fc_in):
     H2, W2 = p.out_size(H1, 3, 2, 1), p.out_size(W1, 3, 2, 1)
     hw2 = hw(p, H2, W2)
     p.need("m0", 64 * H2.val * W2.val)
-    p.launch("cnn_maxpool2d", ["cdiv(%s, 256)" % hw2, 64, "N"], [256],
+    p.launch("cnn_maxpool2d", [p.pool(hw2)[0], 64, "N"], [p.pool(hw2)[1]],
              ["scratch.m1", "64 * %s" % hw1, "scratch.m0", "64 * %s" % hw2, 64, H1.name, W1.name, H2.name, W2.name, 3, 2, 1, 0])
     cur, other = "m0", "m1"
     h, w, cin = H2, W2, 64
@@ -231,11 +245,11 @@ def resnet(stem, blocks, bottleneck, num_classes_fc_in):
                 p.conv(X + "[0]", "params.%s.downsample.0.weight" % pre, "scratch.%s[0]" % D, "N", cin, h.name, w.name,
                        cout, 1, 1, stride, 0)
                 p.bn_stats("scratch." + D, ns, cout, hwo, mvd)
-                p.launch("cnn_bn_bn_add_relu", ["cdiv(%s, 1024)" % hwo, cout, "N"], [256],
+                p.launch("cnn_bn_bn_add_relu", [p.plane(hwo)[0], cout, "N"], [p.plane(hwo)[1]],
                          [Y, ns, "scratch." + D, ns, Y, ns, mv, "params.%s.weight" % last_bn, "params.%s.bias" % last_bn,
                           mvd, "params.%s.downsample.1.weight" % pre, "params.%s.downsample.1.bias" % pre, EPS, cout, hwo])
             else:
-                p.launch("cnn_bn_add_relu", ["cdiv(%s, 1024)" % hwo, cout, "N"], [256],
+                p.launch("cnn_bn_add_relu", [p.plane(hwo)[0], cout, "N"], [p.plane(hwo)[1]],
                          [Y, ns, X, ns, Y, ns, mv, "params.%s.weight" % last_bn, "params.%s.bias" % last_bn, EPS, cout,
                           hwo])
             cur, other = other, cur
@@ -309,7 +323,7 @@ def densenet(name, block_layers, G=32):
     CT = c + block_layers[0] * G
     hwn = hw(p, h, w)
     p.need("c0", CT * h.val * w.val)
-    p.launch("cnn_maxpool2d", ["cdiv(%s, 256)" % hwn, 64, "N"], [256],
+    p.launch("cnn_maxpool2d", [p.pool(hwn)[0], 64, "N"], [p.pool(hwn)[1]],
              ["scratch.z", "64 * %s" % hw1, "scratch.c0", "%d * %s" % (CT, hwn), 64, H1.name, W1.name, h.name, w.name, 3, 2, 1, 0])
     p.bn_stats("scratch.c0", "%d * %s" % (CT, hwn), 64, hwn, "scratch.mv")
     for b, L in enumerate(block_layers):
@@ -329,7 +343,7 @@ def densenet(name, block_layers, G=32):
         nxt = "scratch." + bufs[(b + 1) % 2]
         p.comment("%s: BN+ReLU+avgpool2x2 of %d channels, conv1x1 -> %d channels into the next concatenation" % (t, c, cout))
         p.need("z", c * h2.val * w2.val)
-        p.launch("cnn_bn_relu_avgpool2", ["cdiv(%s, 256)" % hw2, c, "N"], [256],
+        p.launch("cnn_bn_relu_avgpool2", [p.pool(hw2)[0], c, "N"], [p.pool(hw2)[1]],
                  [cat, "%d * %s" % (c, hwn), "scratch.z", "scratch.mv", "params.%s.0.weight" % t, "params.%s.0.bias" % t,
                   EPS, c, h.name, w.name])
         p.need("f", cout * h2.val * w2.val)
@@ -404,7 +418,7 @@ def sequential(header, in_c, size, ops):
             h2, w2 = p.out_size(h, k, st, pad), p.out_size(w, k, st, pad)
             hw1, hw2 = hw(p, h, w), hw(p, h2, w2)
             p.need(nxt, c * h2.val * w2.val)
-            p.launch("cnn_maxpool2d", ["cdiv(%s, 256)" % hw2, c, "N"], [256],
+            p.launch("cnn_maxpool2d", [p.pool(hw2)[0], c, "N"], [p.pool(hw2)[1]],
                      ["scratch." + cur, "%d * %s" % (c, hw1), "scratch." + nxt, "%d * %s" % (c, hw2), c, h.name, w.name,
                       h2.name, w2.name, k, st, pad, relu])
             cur, nxt = nxt, ("b" if nxt == "a" else "a")

@@ -20,6 +20,9 @@ inline dim3 blockDim, gridDim;
 struct alignas(16) float4 {
   float x, y, z, w;
 };
+struct alignas(8) float2 {
+  float x, y;
+};
 inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
 
 #define __global__

@@ -232,10 +232,17 @@ __global__ void __launch_bounds__(256) cnn_bn_relu_avgpool2(const float* x, long
   const int OH = H / 2, OW = W / 2;
   const float* xp = x + (long long)img * x_nstride + (long long)c * H * W;
   float* yp = y + ((long long)img * C + c) * OH * OW;
+  const bool pairs = W % 2 == 0 && (reinterpret_cast<unsigned long long>(xp) & 7ull) == 0;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < OH * OW; i += gridDim.x * blockDim.x) {
     const int oh = i / OW, ow = i - oh * OW;
     const float* q = xp + (2 * oh) * W + 2 * ow;
-    const float a = q[0], b = q[1], cc = q[W], d = q[W + 1];
+    float a, b, cc, d;
+    if (pairs) {  // W even and the plane 8-byte aligned: each row pair is one float2
+      const float2 u = *reinterpret_cast<const float2*>(q), v = *reinterpret_cast<const float2*>(q + W);
+      a = u.x, b = u.y, cc = v.x, d = v.y;
+    } else {
+      a = q[0], b = q[1], cc = q[W], d = q[W + 1];
+    }
     const float s = (cnn_relu1(bn(a)) + cnn_relu1(bn(b))) + (cnn_relu1(bn(cc)) + cnn_relu1(bn(d)));
     yp[i] = s * 0.25f;
   }
