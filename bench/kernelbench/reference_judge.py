@@ -2730,6 +2730,9 @@ def selftest(opt):
     ok(back == [0xdeadbeef00, -5, 2.5, 2 ** 63], "kernel_params: a pointer and scalars as their C types: %r" % back)
     ok(int(_wrap_int(2 ** 31, np.int32)) == -2 ** 31 and int(_wrap_int(-1, np.uint32)) == 2 ** 32 - 1, "integers packed as static_cast packs them")
 
+    # 8. the launch paths (plain, cooperative, cluster) against stand-ins for CuPy, torch.cuda and libcuda
+    launch_stub_test(ok, refused, src)
+
     # 7. the library steps on the CPU, judged against small tasks (views, repeats, N-d and transposed convs)
     opt.device, opt.no_timing, opt.trials = "cpu", True, min(opt.trials, 2)
     judge = Judge(opt)
@@ -2746,6 +2749,133 @@ def selftest(opt):
         parity(opt.parity_with, repo, ok)
     print("selftest: %d failed" % len(fails))
     return 1 if fails else 0
+
+
+def launch_stub_test(ok, refused, src):
+    """The launch paths without a GPU: a stand-in CuPy (RawModule, RawKernel and its Function, the
+    driver's occupancy and cooperative launch), torch.cuda's stream and device, and libcuda's
+    cuFuncSetAttribute / cuLaunchKernelEx, each recording what it was handed."""
+    calls = []
+
+    class Arr(object):
+        def __init__(self, ptr, n):
+            self.ptr, self.n = ptr, n
+
+        def __getitem__(self, sl):
+            return Arr(self.ptr + sl.start, self.n - sl.start)
+
+    class Function(object):
+        def __init__(self, name, new_cupy=True):
+            self.ptr, self.name, self.new = 0x5000 + len(name), name, new_cupy
+
+        def __call__(self, grid, block, args, shared_mem=0, stream=None, **kw):
+            if not self.new and kw:
+                raise TypeError("__call__() got an unexpected keyword argument 'enable_cooperative_groups'")
+            calls.append(("function", self.name, grid, block, [getattr(a, "ptr", a) for a in args], shared_mem, stream.ptr, kw))
+
+    class RawKernel(object):
+        def __init__(self, name):
+            self.kernel, self.name = Function(name), name
+
+        def __call__(self, grid, block, args, shared_mem=0):
+            calls.append(("rawkernel", self.name, grid, block, [getattr(a, "ptr", a) for a in args], shared_mem))
+
+        def __setattr__(self, k, v):
+            if k == "max_dynamic_shared_size_bytes":
+                calls.append(("attr", self.name, v))
+            object.__setattr__(self, k, v)
+
+    class Stream(object):
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+        def __enter__(self):
+            calls.append(("stream", self.ptr))
+
+        def __exit__(self, *a):
+            return False
+
+    class RawModule(object):
+        def __init__(self, code, options, name_expressions):
+            calls.append(("module", options, tuple(name_expressions)))
+
+        def get_function(self, nm):
+            return RawKernel(nm)
+
+    drv = types.SimpleNamespace(occupancyMaxActiveBlocksPerMultiprocessor=lambda f, t, s: (calls.append(("occupancy", t, s)), 2)[1],
+                                launchCooperativeKernel=lambda *a: calls.append(("drv_coop",) + a[:9] + (
+                                    ctypes.cast(ctypes.c_void_p(a[9]), ctypes.POINTER(ctypes.c_void_p))[0],)))
+    cuda = types.SimpleNamespace(UnownedMemory=lambda p, n, o: Arr(p, n), MemoryPointer=lambda m, off: Arr(m.ptr + off, m.n - off),
+                                 ExternalStream=Stream, driver=drv)
+    fake_cupy = types.SimpleNamespace(uint8="u8", cuda=cuda, RawModule=RawModule,
+                                      ndarray=lambda shape, dtype, memptr: Arr(memptr.ptr, shape[0]))
+
+    class Lib(object):
+        def cuFuncSetAttribute(self, f, attr, v):
+            calls.append(("setattr", f.value, attr.value, v.value))
+            return 0
+
+        def cuLaunchKernelEx(self, cfg, f, params, extra):
+            c = cfg._obj
+            a = c.attrs[0]
+            calls.append(("launchex", f.value, (c.gridDimX, c.gridDimY, c.gridDimZ), (c.blockDimX, c.blockDimY, c.blockDimZ),
+                          c.sharedMemBytes, c.hStream, c.numAttrs, a.id, (a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z),
+                          ctypes.cast(params[0], ctypes.POINTER(ctypes.c_uint64))[0], ctypes.cast(params[2], ctypes.POINTER(ctypes.c_int32))[0]))
+            return 0
+    saved = (sys.modules.get("cupy"), torch.cuda.current_stream, torch.cuda.get_device_properties, torch.cuda.current_device, list(_LIBCUDA))
+    sys.modules["cupy"] = fake_cupy
+    torch.cuda.current_stream = lambda *a: types.SimpleNamespace(cuda_stream=0x77)
+    torch.cuda.get_device_properties = lambda *a: types.SimpleNamespace(multi_processor_count=132)
+    torch.cuda.current_device = lambda: 0
+    _LIBCUDA[:] = [Lib()]
+    try:
+        plan = ("dims: {N: 64}\nscratch:\n  s: {dtype: float32, shape: [N]}\nforward:\n"
+                "  - launch: step\n    grid: [3]\n    block: [32]\n    shared: 50000\n    args: [inputs.0, 'scratch.s[5]', N]\n"
+                "  - launch: step\n    grid: [G]\n    block: [256]\n    cooperative: true\n    args: [inputs.0, scratch.s, 7]\n"
+                "  - launch: step\n    grid: [32, 2]\n    block: [128]\n    cluster: [16]\n    args: ['inputs.0[2]', outputs.0, -3]\n")
+        task = types.SimpleNamespace(task_id="stub", device=torch.device("cpu"), init_inputs=[], input_names=["x"], state={})
+        x0 = torch.zeros(64)
+        mk = lambda g: Program(PlanSpec(load_plan(plan.replace("[G]", "[%d]" % g))), src, parse_signatures(src), task,
+                               [x0], [torch.zeros(64)])
+        prog = mk(264)
+        prog.compile()
+        base, sbase = x0.data_ptr(), prog.bufs[("scratch", "s")].data_ptr()
+        mod = [c for c in calls if c[0] == "module"]
+        ok(len(mod) == 1 and "-std=c++17" in mod[0][1] and "-default-device" in mod[0][1] and mod[0][2] == ("step",)
+           and ("attr", "step", 50000) in calls, "stand-in: one RawModule, -std=c++17 -default-device, 50,000 bytes of shared memory opted into")
+        del calls[:]
+        prog.call([x0])
+        rk = [c for c in calls if c[0] == "rawkernel"]
+        ok(rk == [("rawkernel", "step", (3, 1, 1), (32, 1, 1), [base, sbase + 20, np.int32(64)], 50000)] and ("stream", 0x77) in calls,
+           "stand-in: a plain launch on torch's stream, the view 5 floats in: %r" % rk)
+        co = [c for c in calls if c[0] in ("occupancy", "function")]
+        ok(co == [("occupancy", 256, 0), ("function", "step", (264, 1, 1), (256, 1, 1), [base, sbase, np.int32(7)], 0, 0x77,
+                                            {"enable_cooperative_groups": True})],
+           "stand-in: cooperative: co-residency checked (2 per SM x 132), then CuPy's cooperative launch: %r" % co)
+        ex = [c for c in calls if c[0] in ("setattr", "launchex")]
+        fptr = prog.functions["step"].kernel.ptr
+        ok(ex == [("setattr", fptr, 14, 1), ("launchex", fptr, (32, 2, 1), (128, 1, 1), 0, 0x77, 1, 4, (16, 1, 1), base + 8, -3)],
+           "stand-in: a 16-block cluster: the non-portable size allowed, then cuLaunchKernelEx with the cluster dimension: %r" % ex)
+        prog = mk(265)
+        prog.compile()
+        refused(lambda: prog.call([x0]), "cooperative launch of 265 blocks, but at most 264 (2 per SM x 132 SMs)",
+                "stand-in: a cooperative grid that cannot be co-resident")
+        prog = mk(8)
+        prog.compile()
+        prog.functions["step"].kernel.new = False         # an older CuPy: the driver's cooperative launch
+        del calls[:]
+        prog.call([x0])
+        dc = [c for c in calls if c[0] == "drv_coop"]
+        ok(len(dc) == 1 and dc[0][2:9] == (8, 1, 1, 256, 1, 1, 0) and dc[0][9] == 0x77
+           and ctypes.cast(ctypes.c_void_p(dc[0][10]), ctypes.POINTER(ctypes.c_uint64))[0] == base,
+           "stand-in: an older CuPy: cupy.cuda.driver.launchCooperativeKernel with the kernel's parameters: %r" % dc)
+    finally:
+        if saved[0] is None:
+            sys.modules.pop("cupy", None)
+        else:
+            sys.modules["cupy"] = saved[0]
+        torch.cuda.current_stream, torch.cuda.get_device_properties, torch.cuda.current_device = saved[1:4]
+        _LIBCUDA[:] = saved[4]
 
 
 # ---- agreement with kernel-check's reader (--selftest --parity-with build/bin/kernel-check) ------
