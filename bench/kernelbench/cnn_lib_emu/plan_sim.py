@@ -326,7 +326,16 @@ def main(argv):
     fails = 0
     for a in argv:
         stem, _, shp = a.partition(":")
-        shape = [int(v) for v in shp.split(",")]
+        try:
+            shape = [int(v) for v in shp.split(",")]
+        except ValueError:
+            print("plan_sim: argument '%s': expected STEM:N,C,H,W (four integers)" % a, file=sys.stderr)
+            return 2
+        if len(shape) != 4 or not os.path.isfile(os.path.join(L3, stem, "plan.yaml")) or \
+                not os.path.isfile(os.path.join(KB, stem + ".py")):
+            print("plan_sim: argument '%s': needs four sizes, bundles/level3/%s/plan.yaml and the task file %s"
+                  % (a, stem, os.path.join(KB, stem + ".py")), file=sys.stderr)
+            return 2
         try:
             ok, why = simulate(stem, shape)
         except (SimError, AssertionError, RuntimeError, KeyError) as e:
