@@ -2746,7 +2746,7 @@ def selftest(opt):
         ok(r["status"] == want, "cpu %s: %s (%s)" % (name, r["status"], r.get("reason") or "%s steps, rel_l2 %.2g" % (
             r["steps"]["forward"], r["trials"][-1]["rel_l2_err"])))
     if opt.parity_with:
-        parity(opt.parity_with, repo, ok)
+        parity(opt.parity_with, repo, ok, recs)
     print("selftest: %d failed" % len(fails))
     return 1 if fails else 0
 
@@ -2905,7 +2905,7 @@ _PARITY_SKILL = (("rnn_recurrence", [("", ""), ("repeat: T - 1", "repeat: T + 1"
                  ("global_l1_norm_coop", [("", ""), ("cooperative: true", "cooperative: on"), ("cooperative: true", "cooperative: True")]))
 
 
-def parity_records(repo):
+def parity_records(repo, bundles=()):
     """Plans valid and mutated (repeat, view, conv, cluster, cooperative fields) over the small tasks and
     SKILL.md's worked recurrence, cluster and cooperative bundles: records with their tasks' specs."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -2919,6 +2919,11 @@ def parity_records(repo):
         b = {"kernels": kernels, "plan": plan}
         recs.append({"task_id": task["task_id"], "candidate_id": mc.content_id({"task_id": task["task_id"], "bundle": b}),
                      "name": name, "task": task, "bundle": b})
+    for name, code, plan, kernels in bundles:     # every bundle as written: both must bind it alike
+        try:
+            add(name, code, plan, kernels)
+        except Exception as e:                    # a task needing a module not installed here (einops)
+            print("skip parity %s: its specs: %s: %s" % (name, type(e).__name__, e))
     for task, lst in _PARITY_MUTATIONS.items():
         code, plan, _ = _SMALL[task]
         code = _HDR + code + "def get_init_inputs():\n    return []\n"
@@ -2936,11 +2941,11 @@ def parity_records(repo):
     return recs
 
 
-def parity(kernel_check, repo, ok):
-    """kernel-check --compile-only and this judge's binder on the same records: the same accepted, the
-    same refused, with the same message."""
+def parity(kernel_check, repo, ok, bundles=()):
+    """kernel-check --compile-only and this judge's binder on the same records: the same accepted (with
+    the same scratch bytes), the same refused, with the same message."""
     import subprocess
-    recs = parity_records(repo)
+    recs = parity_records(repo, bundles)
     r = subprocess.run([kernel_check, "--compile-only", "--no-store"], input="".join(json.dumps(x) + "\n" for x in recs),
                        capture_output=True, text=True, timeout=600)
     kc = {}
@@ -2948,14 +2953,17 @@ def parity(kernel_check, repo, ok):
         if line.strip():
             x = json.loads(line)
             kc[x["candidate_id"]] = x.get("check") or {}
-    ok(r.returncode in (0, 1) and len(kc) == len(recs), "parity: kernel-check --compile-only judged %d of %d records (exit %d%s)" % (
-        len(kc), len(recs), r.returncode, ": " + r.stderr.strip()[-300:] if r.returncode not in (0, 1) else ""))
+    unique = len({x["candidate_id"] for x in recs})     # a worked bundle as written is also its own parity plan 0
+    ok(r.returncode in (0, 1) and len(kc) == unique, "parity: kernel-check --compile-only judged %d of %d records (exit %d%s)" % (
+        len(kc), unique, r.returncode, ": " + r.stderr.strip()[-300:] if r.returncode not in (0, 1) else ""))
     same = 0
     for rec in recs:
         k = kc.get(rec["candidate_id"], {})
-        status, reason, _ = bind_record(rec, {})
+        status, reason, steps = bind_record(rec, {})
         kst = k.get("status")
         agree = (kst == "compiled") == (status == "bound") and (status == "bound" or (k.get("reason") or "") == reason)
+        if agree and status == "bound" and steps["scratch_bytes"] != k.get("scratch_bytes"):
+            agree, reason = False, "scratch bytes %d, kernel-check's %s" % (steps["scratch_bytes"], k.get("scratch_bytes"))
         same += agree
         if not agree:
             ok(False, "parity %s: kernel-check %s (%s), judge %s (%s)" % (rec["name"], kst, (k.get("reason") or "")[:160], status, reason[:160]))
@@ -2984,7 +2992,8 @@ def bind_record(rec, tasks, cc=90):
         kernels = bundle.get("kernels") or {}
         prog = Program(PlanSpec(load_plan(bundle.get("plan"))), kernels, parse_signatures(kernels), fake,
                        [meta(i) for i in task["inputs"]], [meta(o) for o in task["outputs"]], cc=cc)
-        return "bound", "", {"init": len(prog.init_steps), "forward": len(prog.forward_steps)}
+        return "bound", "", {"init": len(prog.init_steps), "forward": len(prog.forward_steps),
+                             "scratch_bytes": sum(t.numel() * t.element_size() for k, t in prog.bufs.items() if k[0] == "scratch")}
     except Verdict as v:
         return v.status, v.reason, None
 
