@@ -1,7 +1,7 @@
 // The GPU the native transformer runs on: the primary context, one stream, the NVRTC-compiled module
-// of kernels.cpp (cubins cached on disk by libcommon/bundle), a cuBLASLt handle with its workspace, and
-// device buffers. Everything is opened with dlopen (libcommon/cuda): without a driver, Gpu's
-// constructor throws EnvironmentError, and nothing else here touches the device.
+// of ops/*.cu (kernels.hpp; cubins cached on disk by libcommon/bundle), a cuBLASLt handle with its
+// workspace, and device buffers. Everything is opened with dlopen (libcommon/cuda): without a driver,
+// Gpu's constructor throws EnvironmentError, and nothing else here touches the device.
 //
 //   ca::nn_cuda::Gpu gpu(0);
 //   ca::nn_cuda::Buffer x(gpu, n * sizeof(float));
@@ -51,7 +51,8 @@ class Gpu {
   // its first GPU call. (Gpu is not thread-safe: callers serialize their use of it.)
   void make_current() const;
 
-  // Launches a kernel of kernels.cpp by its name expression; args are pointers to the arguments.
+  // Launches a kernel of the module by its name expression (one of kernel_names(), kernels.hpp); args
+  // are pointers to the arguments.
   void launch(const std::string& name, std::vector<unsigned> grid, std::vector<unsigned> block, unsigned shared_bytes,
               std::vector<void*> args) const;
 
@@ -67,7 +68,7 @@ class Gpu {
   void download(void* dst, CUdeviceptr src, std::size_t bytes) const;
   void memset0(CUdeviceptr dst, std::size_t bytes) const;
 
-  // D[m, n] = alpha * op(A) op(B) + beta * C in cuBLASLt's column-major terms; see ops.cpp's matmul
+  // D[m, n] = alpha * op(A) op(B) + beta * C in cuBLASLt's column-major terms; see ops/matmul.cpp
   // for the row-major mapping. a/b in `in` dtype, c/d in `out` dtype, fp32 compute (no TF32).
   struct Gemm {
     bool trans_a = false, trans_b = false;
@@ -83,7 +84,8 @@ class Gpu {
   // valid until the next call, which is safe because all work runs on one stream.
   CUdeviceptr scratch(std::size_t bytes);
 
-  // bf16 attention on tensor cores (ops.cpp); false selects the fp32-FMA kernels, for comparison.
+  // bf16 attention on tensor cores (ops/attention.cpp); false selects the fp32-FMA kernels, for
+  // comparison.
   // CA_NN_CUDA_ATTENTION=fma in the environment sets it false.
   bool tensor_core_attention = true;
 

@@ -7,6 +7,7 @@
 
 #include "libcommon/bundle/compile.hpp"
 #include "libcommon/nn_cuda/kernels.hpp"
+#include "libcommon/nn_cuda/ops/attention.hpp"
 
 TEST_CASE("nn_cuda kernels compile for sm_90 and every launched name resolves") {
   ca::bundle::CompileOptions opt;
@@ -34,9 +35,9 @@ TEST_CASE("nn_cuda kernels compile for sm_90 and every launched name resolves") 
 
 TEST_CASE("an NVRTC error in the kernels names the repository's .cu file and line") {
   auto sources = ca::nn_cuda::kernel_sources();
-  const std::string file = "libcommon/nn_cuda/kernels/attention.cu";
+  const std::string file = "libcommon/nn_cuda/ops/attention.cu";
   REQUIRE(sources.count(file) == 1);
-  REQUIRE(sources.count("libcommon/nn_cuda/kernels/common.cuh") == 1);
+  REQUIRE(sources.count("libcommon/nn_cuda/ops/common.cuh") == 1);
   auto& src = sources[file];
   REQUIRE(!src.empty());
   REQUIRE(src.back() == '\n');

@@ -1,8 +1,8 @@
 // Causal grouped-query attention on tensor cores (bf16, sm_80+).
-// Part of the native transformer's kernels (libcommon/nn_cuda/kernels.hpp lists what is launched;
-// gpu.cpp and ops.cpp launch them). Compiled by NVRTC at run time as one translation unit with the
-// other .cu files here; embedded in the binaries at build time (CMake, kernel_sources.cpp.in).
-#include "libcommon/nn_cuda/kernels/common.cuh"
+// The device half of the attention family: its launchers and the name expressions they register are in
+// ops/attention.cpp. Compiled by NVRTC at run time as one translation unit with the other ops/*.cu,
+// embedded in the binaries at build time (libcommon/CMakeLists.txt, kernels.cpp.in).
+#include "libcommon/nn_cuda/ops/common.cuh"
 
 // ---- causal grouped-query attention on tensor cores (bf16, sm_80+): FlashAttention-2's schedule ----
 // Each warp owns 16 rows of a 64-row tile and multiplies with mma.sync m16n8k16 (bf16 in, fp32

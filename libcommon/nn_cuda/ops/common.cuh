@@ -1,4 +1,4 @@
-// The helpers every kernel file uses: T <-> fp32 conversions and warp and block reductions.
+// The helpers every ops/*.cu file uses: T <-> fp32 conversions and warp and block reductions.
 // T is float or __nv_bfloat16; every sum is accumulated in fp32.
 #pragma once
 #include <cuda_bf16.h>

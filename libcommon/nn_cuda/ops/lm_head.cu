@@ -1,8 +1,8 @@
 // The LM head: log-probability of the target token and the entropy.
-// Part of the native transformer's kernels (libcommon/nn_cuda/kernels.hpp lists what is launched;
-// gpu.cpp and ops.cpp launch them). Compiled by NVRTC at run time as one translation unit with the
-// other .cu files here; embedded in the binaries at build time (CMake, kernel_sources.cpp.in).
-#include "libcommon/nn_cuda/kernels/common.cuh"
+// The device half of the lm_head family: its launchers and the name expressions they register are in
+// ops/lm_head.cpp. Compiled by NVRTC at run time as one translation unit with the other ops/*.cu,
+// embedded in the binaries at build time (libcommon/CMakeLists.txt, kernels.cpp.in).
+#include "libcommon/nn_cuda/ops/common.cuh"
 
 // ---- LM head: log-softmax of logits / temperature at the target, and the entropy, one block per row ----
 // lse is kept for the backward. Rows with target < 0 get logprob 0 (masked).

@@ -1,8 +1,8 @@
 // The optimizer: gradient norm, scaling, AdamW.
-// Part of the native transformer's kernels (libcommon/nn_cuda/kernels.hpp lists what is launched;
-// gpu.cpp and ops.cpp launch them). Compiled by NVRTC at run time as one translation unit with the
-// other .cu files here; embedded in the binaries at build time (CMake, kernel_sources.cpp.in).
-#include "libcommon/nn_cuda/kernels/common.cuh"
+// The device half of the optim family: its launchers and the name expressions they register are in
+// ops/optim.cpp. Compiled by NVRTC at run time as one translation unit with the other ops/*.cu,
+// embedded in the binaries at build time (libcommon/CMakeLists.txt, kernels.cpp.in).
+#include "libcommon/nn_cuda/ops/common.cuh"
 
 // ---- optimizer ----
 // sum of squares into a double accumulator (global gradient norm)
