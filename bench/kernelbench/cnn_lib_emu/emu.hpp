@@ -37,6 +37,8 @@ using std::max;
 using std::min;
 inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
 inline float fmaxf(float a, float b) { return std::fmax(a, b); }
+using std::fmax;
+using std::sqrt;
 inline float __int_as_float(unsigned u) {
   float f;
   std::memcpy(&f, &u, 4);
@@ -46,17 +48,20 @@ inline float __int_as_float(unsigned u) {
 namespace emu {
 inline std::unique_ptr<std::barrier<>> block_bar;
 inline std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
-inline float xchg[1024];
+inline double xchg[1024];
 inline unsigned tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 }  // namespace emu
 
 inline void __syncthreads() { emu::block_bar->arrive_and_wait(); }
-inline float __shfl_xor_sync(unsigned, float v, int o) {
+template <typename T>
+inline T __shfl_xor_sync(unsigned, T v, int o) {
+  static_assert(sizeof(T) <= sizeof(double));
   const unsigned t = emu::tid();
   auto& bar = *emu::warp_bars[t / 32];
-  emu::xchg[t] = v;
+  std::memcpy(&emu::xchg[t], &v, sizeof(T));
   bar.arrive_and_wait();
-  const float r = emu::xchg[(t & ~31u) | ((t & 31u) ^ (unsigned)o)];
+  T r;
+  std::memcpy(&r, &emu::xchg[(t & ~31u) | ((t & 31u) ^ (unsigned)o)], sizeof(T));
   bar.arrive_and_wait();
   return r;
 }

@@ -75,7 +75,8 @@ class Sim:
             n = 1
             for d in spec["shape"]:
                 n *= self.ev(d)
-            self.bufs["scratch." + name] = torch.full((n,), float("nan"))
+            dt = {"float32": torch.float32, "float64": torch.float64}[spec.get("dtype", "float32")]
+            self.bufs["scratch." + name] = torch.full((n,), float("nan"), dtype=dt)
             self.shapes["scratch." + name] = [self.ev(d) for d in spec["shape"]]
         self.frozen = {k: v.clone() for k, v in self.bufs.items() if k.startswith(("inputs.", "params."))}
 
@@ -203,34 +204,37 @@ class Sim:
 
     def k_cnn_bn_partial(self, grid, block, x, ns, part, C, N, HW, P, copy=None):
         assert grid[0] == P and grid[1] == C and block[0] <= 256 and block[0] % 32 == 0, (grid, block)
+        assert part[0].dtype == torch.float64
         X = self._planes(x, ns, N, C, HW).permute(1, 0, 2).reshape(C, N * HW).double()
+        K = X[:, 0]
         chunk = -(-N * HW // P)
-        Pt = self.dense(part, [C, P, 3])
+        Pt = self.dense(part, [C, P, 4])
         for p in range(P):
-            seg = X[:, p * chunk:min(N * HW, (p + 1) * chunk)]
-            cnt = seg.shape[1]
-            Pt[:, p, 0] = cnt
-            Pt[:, p, 1] = seg.mean(1).float() if cnt else 0.0
-            Pt[:, p, 2] = ((seg - seg.mean(1, keepdim=True)) ** 2).sum(1).float() if cnt else 0.0
+            seg = X[:, p * chunk:min(N * HW, (p + 1) * chunk)] - K[:, None]
+            Pt[:, p, 0] = seg.shape[1]
+            Pt[:, p, 1] = seg.sum(1)
+            Pt[:, p, 2] = (seg * seg).sum(1)
+            Pt[:, p, 3] = K
 
     def k_cnn_bn_partial_copy(self, grid, block, x, ns, dst, dns, part, C, N, HW, P):
         self._planes(dst, dns, N, C, HW).copy_(self._planes(x, ns, N, C, HW))
         self.k_cnn_bn_partial(grid, block, x, ns, part, C, N, HW, P)
 
     def k_cnn_bn_finalize(self, grid, block, part, mv, C, P):
-        assert grid[0] == C, grid
-        Pt = self.dense(part, [C, P, 3]).double()
+        assert grid[0] == C and mv[0].dtype == torch.float64, grid
+        Pt = self.dense(part, [C, P, 4])
         n = Pt[:, :, 0].sum(1)
-        mean = (Pt[:, :, 0] * Pt[:, :, 1]).sum(1) / n
-        m2 = Pt[:, :, 2].sum(1) + (Pt[:, :, 0] * (Pt[:, :, 1] - mean[:, None]) ** 2).sum(1)
+        md = Pt[:, :, 1].sum(1) / n
         M = self.dense(mv, [C, 2])
-        M[:, 0] = mean.float()
-        M[:, 1] = (m2 / n).float()
+        M[:, 0] = Pt[:, 0, 3] + md
+        M[:, 1] = (Pt[:, :, 2].sum(1) / n - md * md).clamp(min=0)
 
     def _bn(self, X, mv, g, b, eps, C):
         M = self.dense(mv, [C, 2])
+        assert M.dtype == torch.float64
         G, B = self.dense(g, [C]), self.dense(b, [C])
-        return (X - M[:, 0][None, :, None]) * (G / torch.sqrt(M[:, 1] + eps))[None, :, None] + B[None, :, None]
+        o = (X.double() - M[:, 0][None, :, None]) * (G.double() / torch.sqrt(M[:, 1] + eps))[None, :, None] + B[None, :, None]
+        return o.float()
 
     def k_cnn_bn_apply(self, grid, block, x, xs, y, ys, mv, g, b, eps, C, HW, relu):
         assert grid[1] == C and grid[0] * block[0] * 4 >= HW, (grid, block, C, HW)

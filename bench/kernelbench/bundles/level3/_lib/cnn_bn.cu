@@ -4,14 +4,17 @@
 //   mean_c = mean over (n, h, w) of x[n, c, h, w],  var_c = biased variance (divide by N*H*W),
 //   y = (x - mean_c) / sqrt(var_c + eps) * gamma_c + beta_c.
 // Three steps:
-//   1. cnn_bn_partial     grid [P, C], block 256 (at most 256): block p of channel c folds its share of the channel's
-//                         N*H*W values into (count, mean, M2) with Welford (robust to a large mean,
-//                         unlike sum / sum of squares) and writes part[(c * P + p) * 3 + {0,1,2}].
-//                         cnn_bn_partial_copy does the same and also copies the channel into a
-//                         second tensor (DenseNet: a dense conv output into its concatenation).
-//   2. cnn_bn_finalize    grid [C], block 32: merges the P partials (Chan et al.) into
-//                         mv[2 * c] = mean_c, mv[2 * c + 1] = var_c (biased).
-//   3. apply, block 256 at most, grid [gx, C, N] (plane (n, c) = (blockIdx.z, blockIdx.y); gx blocks stride over its H*W):
+//   1. cnn_bn_partial     grid [P, C], block 256 (at most 256): block p of channel c sums its share of
+//                         the channel's N*H*W values as d = x - K and d^2 in double (K = the channel's
+//                         first value, so the variance does not cancel when the mean is large next to
+//                         the spread) and writes part[(c * P + p) * 4 + {0..3}] = count, sums, K
+//                         (part: float64 scratch). cnn_bn_partial_copy does the same and also copies
+//                         the channel into a second tensor (DenseNet: a dense conv output into its
+//                         concatenation).
+//   2. cnn_bn_finalize    grid [C], block 32: adds the P partials into mv[2 * c] = mean_c,
+//                         mv[2 * c + 1] = var_c (biased), in double (mv: float64 scratch).
+//   3. apply, block 256 at most, grid [gx, C, N] (plane (n, c) = (blockIdx.z, blockIdx.y); gx blocks
+//      stride over its H*W), the mean as a float pair so that x - mean keeps the double's precision:
 //        cnn_bn_apply          y = bn(x), optionally relu
 //        cnn_bn_add_relu       y = relu(bn(x) + r)               (ResNet block, identity shortcut)
 //        cnn_bn_bn_add_relu    y = relu(bn(x) + bn'(r))          (ResNet block, downsample shortcut)
@@ -26,57 +29,38 @@
 
 __device__ __forceinline__ float cnn_relu1(float v) { return v < 0.0f ? 0.0f : v; }
 
-// Chan's merge of (n, mean, M2) triples; counts are floats (exact to 2^24 per channel share).
-__device__ __forceinline__ void cnn_welford_merge(float& n, float& m, float& m2, float nb, float mb, float m2b) {
-  const float nn = n + nb;
-  if (nb == 0.0f) return;
-  if (n == 0.0f) { n = nb; m = mb; m2 = m2b; return; }
-  const float d = mb - m;
-  const float f = nb / nn;
-  m = m + d * f;
-  m2 = m2 + m2b + d * d * n * f;
-  n = nn;
-}
-
-__device__ __forceinline__ void cnn_welford_add(float& n, float& m, float& m2, float v) {
-  n += 1.0f;
-  const float d = v - m;
-  m += d / n;
-  m2 += d * (v - m);
-}
-
-// Block-wide merge (blockDim.x a multiple of 32, at most 256); the result is valid in thread 0.
-__device__ __forceinline__ void cnn_block_welford(float& n, float& m, float& m2) {
-  __shared__ float sn[32], sm[32], sm2[32];
+// Block-wide sum of two doubles (blockDim.x a multiple of 32, at most 256); valid in thread 0.
+__device__ __forceinline__ void cnn_block_sum2(double& a, double& b) {
+  __shared__ double sa[32], sb[32];
   for (int o = 16; o > 0; o >>= 1) {
-    const float nb = __shfl_xor_sync(0xffffffffu, n, o);
-    const float mb = __shfl_xor_sync(0xffffffffu, m, o);
-    const float m2b = __shfl_xor_sync(0xffffffffu, m2, o);
-    cnn_welford_merge(n, m, m2, nb, mb, m2b);
+    a += __shfl_xor_sync(0xffffffffu, a, o);
+    b += __shfl_xor_sync(0xffffffffu, b, o);
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  if (lane == 0) { sn[warp] = n; sm[warp] = m; sm2[warp] = m2; }
+  if (lane == 0) { sa[warp] = a; sb[warp] = b; }
   __syncthreads();
   if (warp == 0) {
-    n = lane < nw ? sn[lane] : 0.0f;
-    m = lane < nw ? sm[lane] : 0.0f;
-    m2 = lane < nw ? sm2[lane] : 0.0f;
+    a = lane < nw ? sa[lane] : 0.0;
+    b = lane < nw ? sb[lane] : 0.0;
     for (int o = 16; o > 0; o >>= 1) {
-      const float nb = __shfl_xor_sync(0xffffffffu, n, o);
-      const float mb = __shfl_xor_sync(0xffffffffu, m, o);
-      const float m2b = __shfl_xor_sync(0xffffffffu, m2, o);
-      cnn_welford_merge(n, m, m2, nb, mb, m2b);
+      a += __shfl_xor_sync(0xffffffffu, a, o);
+      b += __shfl_xor_sync(0xffffffffu, b, o);
     }
   }
 }
 
 __device__ __forceinline__ bool cnn_al16(const void* p) { return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0; }
 
+// Sums of d = x - K and d^2 in double, K = the channel's first value (x[c * HW] of image 0): a float
+// times a float is exact in double, and the shift keeps E[d^2] - E[d]^2 from cancelling when the
+// mean is large next to the spread.
 template <bool COPY>
 __device__ __forceinline__ void cnn_bn_partial_body(const float* x, long long x_nstride, float* dst, long long d_nstride,
-                                                    float* part, int C, int N, int HW, int P) {
+                                                    double* part, int C, int N, int HW, int P) {
   const int c = blockIdx.y, p = blockIdx.x;
-  float n = 0.0f, m = 0.0f, m2 = 0.0f;
+  const double K = x[(long long)c * HW];
+  double s1 = 0.0, s2 = 0.0;
+  long long cnt = 0;
   const bool vec = (HW % 4 == 0) && (x_nstride % 4 == 0) && cnn_al16(x) &&
                    (!COPY || ((d_nstride % 4 == 0) && cnn_al16(dst)));
   if (vec) {
@@ -84,78 +68,90 @@ __device__ __forceinline__ void cnn_bn_partial_body(const float* x, long long x_
     const long long total = (long long)N * HW4;
     const long long chunk = (total + P - 1) / P;
     const long long lo = (long long)p * chunk, hi = min(total, lo + chunk);
+    cnt = 4 * max(0ll, hi - lo);
     for (long long j = lo + threadIdx.x; j < hi; j += blockDim.x) {
       const int img = (int)(j / HW4), s = (int)(j - (long long)img * HW4);
       const long long off = (long long)img * x_nstride + (long long)c * HW + 4ll * s;
       const float4 v = *reinterpret_cast<const float4*>(x + off);
       if (COPY) *reinterpret_cast<float4*>(dst + (long long)img * d_nstride + (long long)c * HW + 4ll * s) = v;
-      // the 4 values' own mean and M2, merged in with one division instead of four
-      const float m4 = ((v.x + v.y) + (v.z + v.w)) * 0.25f;
-      const float a = v.x - m4, b = v.y - m4, cc = v.z - m4, d = v.w - m4;
-      cnn_welford_merge(n, m, m2, 4.0f, m4, (a * a + b * b) + (cc * cc + d * d));
+      const double a = (double)v.x - K, b = (double)v.y - K, cc = (double)v.z - K, d = (double)v.w - K;
+      s1 += (a + b) + (cc + d);
+      s2 += (a * a + b * b) + (cc * cc + d * d);
     }
   } else {
     const long long total = (long long)N * HW;
     const long long chunk = (total + P - 1) / P;
     const long long lo = (long long)p * chunk, hi = min(total, lo + chunk);
+    cnt = max(0ll, hi - lo);
     for (long long j = lo + threadIdx.x; j < hi; j += blockDim.x) {
       const int img = (int)(j / HW), s = (int)(j - (long long)img * HW);
       const float v = x[(long long)img * x_nstride + (long long)c * HW + s];
       if (COPY) dst[(long long)img * d_nstride + (long long)c * HW + s] = v;
-      cnn_welford_add(n, m, m2, v);
+      const double a = (double)v - K;
+      s1 += a;
+      s2 += a * a;
     }
   }
-  cnn_block_welford(n, m, m2);
+  cnn_block_sum2(s1, s2);
   if (threadIdx.x == 0) {
-    float* q = part + ((long long)c * P + p) * 3;
-    q[0] = n;
-    q[1] = m;
-    q[2] = m2;
+    double* q = part + ((long long)c * P + p) * 4;
+    q[0] = (double)cnt;
+    q[1] = s1;
+    q[2] = s2;
+    q[3] = K;
   }
 }
 
-// part: [C, P, 3] floats.
-__global__ void __launch_bounds__(256) cnn_bn_partial(const float* x, long long x_nstride, float* part, int C, int N, int HW,
-                                                       int P) {
+// part: [C, P, 4] doubles (count, sum of x - K, sum of (x - K)^2, K).
+__global__ void __launch_bounds__(256) cnn_bn_partial(const float* x, long long x_nstride, double* part, int C, int N,
+                                                       int HW, int P) {
   cnn_bn_partial_body<false>(x, x_nstride, nullptr, 0, part, C, N, HW, P);
 }
 
 // The same, and dst's channel c of image n (at dst + n * d_nstride + c * HW) receives x's.
 __global__ void __launch_bounds__(256) cnn_bn_partial_copy(const float* x, long long x_nstride, float* dst,
-                                                            long long d_nstride, float* part, int C, int N, int HW, int P) {
+                                                            long long d_nstride, double* part, int C, int N, int HW,
+                                                            int P) {
   cnn_bn_partial_body<true>(x, x_nstride, dst, d_nstride, part, C, N, HW, P);
 }
 
-// grid [C], block [32]: mv[2c] = mean, mv[2c + 1] = biased variance. mv may be a view (a later slice of
-// a larger statistics array, for channels appended to a concatenation).
-__global__ void __launch_bounds__(32) cnn_bn_finalize(const float* part, float* mv, int C, int P) {
+// grid [C], block [32]: mv[2c] = mean, mv[2c + 1] = biased variance, in double. mv may be a view (a
+// later slice of a larger statistics array, for channels appended to a concatenation).
+__global__ void __launch_bounds__(32) cnn_bn_finalize(const double* part, double* mv, int C, int P) {
   const int c = blockIdx.x;
-  float n = 0.0f, m = 0.0f, m2 = 0.0f;
+  double n = 0.0, s1 = 0.0, s2 = 0.0;
   for (int p = threadIdx.x; p < P; p += 32) {
-    const float* q = part + ((long long)c * P + p) * 3;
-    cnn_welford_merge(n, m, m2, q[0], q[1], q[2]);
+    const double* q = part + ((long long)c * P + p) * 4;
+    n += q[0];
+    s1 += q[1];
+    s2 += q[2];
   }
   for (int o = 16; o > 0; o >>= 1) {
-    const float nb = __shfl_xor_sync(0xffffffffu, n, o);
-    const float mb = __shfl_xor_sync(0xffffffffu, m, o);
-    const float m2b = __shfl_xor_sync(0xffffffffu, m2, o);
-    cnn_welford_merge(n, m, m2, nb, mb, m2b);
+    n += __shfl_xor_sync(0xffffffffu, n, o);
+    s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+    s2 += __shfl_xor_sync(0xffffffffu, s2, o);
   }
   if (threadIdx.x == 0) {
-    mv[2 * c] = m;
-    mv[2 * c + 1] = n > 0.0f ? fmaxf(m2 / n, 0.0f) : 0.0f;
+    const double K = part[(long long)c * P * 4 + 3];
+    const double md = n > 0.0 ? s1 / n : 0.0;
+    mv[2 * c] = K + md;
+    mv[2 * c + 1] = n > 0.0 ? fmax(s2 / n - md * md, 0.0) : 0.0;
   }
 }
 
+// The mean as a float pair (hi + lo), so that x - mean keeps the double mean's precision when the
+// mean is large next to the spread: (x - hi) is exact-ish in float, then lo is taken off.
 struct CnnBn {
-  float mean, scale, beta;
-  __device__ __forceinline__ float operator()(float v) const { return (v - mean) * scale + beta; }
+  float hi, lo, scale, beta;
+  __device__ __forceinline__ float operator()(float v) const { return ((v - hi) - lo) * scale + beta; }
 };
 
-__device__ __forceinline__ CnnBn cnn_bn_of(const float* mv, const float* gamma, const float* beta, float eps, int c) {
+__device__ __forceinline__ CnnBn cnn_bn_of(const double* mv, const float* gamma, const float* beta, float eps, int c) {
   CnnBn b;
-  b.mean = mv[2 * c];
-  b.scale = gamma[c] * rsqrtf(mv[2 * c + 1] + eps);
+  const double m = mv[2 * c];
+  b.hi = (float)m;
+  b.lo = (float)(m - (double)b.hi);
+  b.scale = gamma[c] * (float)(1.0 / sqrt(mv[2 * c + 1] + (double)eps));
   b.beta = beta[c];
   return b;
 }
@@ -163,14 +159,14 @@ __device__ __forceinline__ CnnBn cnn_bn_of(const float* mv, const float* gamma, 
 // MODE 0: y = bn(x) (relu if relu != 0); MODE 1: y = relu(bn(x) + r); MODE 2: y = relu(bn(x) + bn'(r)).
 template <int MODE>
 __device__ __forceinline__ void cnn_bn_apply_body(const float* x, long long x_nstride, const float* r, long long r_nstride,
-                                                  float* y, long long y_nstride, const float* mv, const float* gamma,
-                                                  const float* beta, const float* rmv, const float* rgamma,
+                                                  float* y, long long y_nstride, const double* mv, const float* gamma,
+                                                  const float* beta, const double* rmv, const float* rgamma,
                                                   const float* rbeta, float eps, int C, int HW, int relu) {
   const int img = blockIdx.z, c = blockIdx.y;
   const CnnBn bn = cnn_bn_of(mv, gamma, beta, eps, c);
   CnnBn rb;
   if (MODE == 2) rb = cnn_bn_of(rmv, rgamma, rbeta, eps, c);
-  else rb.mean = 0.0f, rb.scale = 1.0f, rb.beta = 0.0f;
+  else rb.hi = 0.0f, rb.lo = 0.0f, rb.scale = 1.0f, rb.beta = 0.0f;
   const float* xp = x + (long long)img * x_nstride + (long long)c * HW;
   const float* rp = MODE ? r + (long long)img * r_nstride + (long long)c * HW : nullptr;
   float* yp = y + (long long)img * y_nstride + (long long)c * HW;
@@ -201,22 +197,22 @@ __device__ __forceinline__ void cnn_bn_apply_body(const float* x, long long x_ns
 }
 
 __global__ void __launch_bounds__(256) cnn_bn_apply(const float* x, long long x_nstride, float* y, long long y_nstride,
-                                                     const float* mv, const float* gamma, const float* beta, float eps,
+                                                     const double* mv, const float* gamma, const float* beta, float eps,
                                                      int C, int HW, int relu) {
   cnn_bn_apply_body<0>(x, x_nstride, nullptr, 0, y, y_nstride, mv, gamma, beta, nullptr, nullptr, nullptr, eps, C, HW, relu);
 }
 
 __global__ void __launch_bounds__(256) cnn_bn_add_relu(const float* x, long long x_nstride, const float* r,
                                                         long long r_nstride, float* y, long long y_nstride,
-                                                        const float* mv, const float* gamma, const float* beta,
+                                                        const double* mv, const float* gamma, const float* beta,
                                                         float eps, int C, int HW) {
   cnn_bn_apply_body<1>(x, x_nstride, r, r_nstride, y, y_nstride, mv, gamma, beta, nullptr, nullptr, nullptr, eps, C, HW, 1);
 }
 
 __global__ void __launch_bounds__(256) cnn_bn_bn_add_relu(const float* x, long long x_nstride, const float* r,
                                                            long long r_nstride, float* y, long long y_nstride,
-                                                           const float* mv, const float* gamma, const float* beta,
-                                                           const float* rmv, const float* rgamma, const float* rbeta,
+                                                           const double* mv, const float* gamma, const float* beta,
+                                                           const double* rmv, const float* rgamma, const float* rbeta,
                                                            float eps, int C, int HW) {
   cnn_bn_apply_body<2>(x, x_nstride, r, r_nstride, y, y_nstride, mv, gamma, beta, rmv, rgamma, rbeta, eps, C, HW, 1);
 }
@@ -225,7 +221,7 @@ __global__ void __launch_bounds__(256) cnn_bn_bn_add_relu(const float* x, long l
 // (AvgPool2d(2, 2): floor, no padding). grid [gx, C, N], block: threads stride over OH * OW.
 // y is dense [N, C, OH, OW]; x's image stride is x_nstride.
 __global__ void __launch_bounds__(256) cnn_bn_relu_avgpool2(const float* x, long long x_nstride, float* y,
-                                                             const float* mv, const float* gamma, const float* beta,
+                                                             const double* mv, const float* gamma, const float* beta,
                                                              float eps, int C, int H, int W) {
   const int img = blockIdx.z, c = blockIdx.y;
   const CnnBn bn = cnn_bn_of(mv, gamma, beta, eps, c);
@@ -250,7 +246,7 @@ __global__ void __launch_bounds__(256) cnn_bn_relu_avgpool2(const float* x, long
 
 // y[p] = mean over HW of relu(bn(x)) for each plane p = n * C + c; one warp per plane, 8 per block
 // (block [256], grid [cdiv(N * C, 8)]). x dense [N, C, H, W] (nstride C * HW), y [N, C].
-__global__ void __launch_bounds__(256) cnn_bn_relu_gap(const float* x, float* y, const float* mv, const float* gamma,
+__global__ void __launch_bounds__(256) cnn_bn_relu_gap(const float* x, float* y, const double* mv, const float* gamma,
                                                       const float* beta, float eps, int N, int C, int HW) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const long long plane = (long long)blockIdx.x * (blockDim.x >> 5) + warp;
