@@ -259,6 +259,7 @@ int main() {
   test_bn(4, 3, 6, 10, 3, 5, 1000.0f, 0.05f, "bn mean 1000 sd 0.05", 2e-6);
   test_bn(2, 3, 8, 8, 3, 2, -5e4f, 3.0f, "bn mean -5e4 sd 3", 2e-6);
   test_bn(2, 2, 16, 16, 2, 1, -3.0f, 0.5f, "bn P=1");
+  test_bn(1, 2, 2, 2, 2, 8, 0.5f, 1.0f, "bn P=8 > work (empty blocks)");
   test_pool(2, 3, 9, 11, 3, 2, 1, true, "pool 3/2/1 NaN");
   test_pool(2, 2, 13, 13, 3, 2, 0, false, "pool 3/2/0");
   test_pool(1, 2, 8, 8, 2, 2, 0, false, "pool 2/2/0");
