@@ -9,8 +9,9 @@
 //   libcommon/nn_cuda/ops/<family>.cpp    its launchers, and ops::<family>_kernels(): the name
 //                                         expressions it launches; its first lines name the CPU twin
 //   tests/nn_cuda/ops/<family>_test.cpp   each op against its CPU twin (nmse under a dtype's bound)
-// The build finds all three by globbing (reconfigure CMake after adding one); it stops at configure
-// time when an ops/<family>.cpp has no test file or its header does not name its CPU twin and test.
+// The build finds all three by globbing (a new file re-runs CMake at the next build); it stops at
+// configure time when an ops/<family>.cpp has no test file or its opening comment does not name its
+// CPU twin and test.
 // Adding an op: its kernel in a .cu, its launcher and name expressions in the .cpp beside it, its
 // declaration below, its case in the family's test, its CPU twin in libcommon/nn/ops.hpp.
 #pragma once
