@@ -304,9 +304,7 @@ def mini_yaml(text):
             key, val = _split_key(lines[i][1])
             if key is None:
                 raise ValueError("plan line %r is not 'key: value'" % lines[i][1])
-            if key in out:
-                raise ValueError("plan: key %r twice in one map" % key)
-            out[key], i = value_of(val, i + 1, ind)
+            out[key], i = value_of(val, i + 1, ind)      # a key given twice: the last value, as yaml-cpp's map gives it
         return out, i
     if not lines:
         return None
@@ -927,23 +925,19 @@ def parse_conv(fields, where):
             f["shape"][k] = check_expr(v, where + " conv shape." + k)
 
     def per_dim(key):
+        """One expression per spatial dimension (1 to 3, checked against the convolution's when the
+        plan is bound), or one for all; each evaluated and checked at bind."""
         if not _has(fields, key):
             return None, 0
-        v = fields[key]
-
-        def integer(x):
-            d = number(x, "%s conv %s" % (where, key))
-            if d != math.floor(d) or d < 0 or d > 1e9:
-                raise plan_error("%s conv %s: %s is not a size" % (where, key, json.dumps(x)))
-            return int(d)
+        v, at = fields[key], "%s conv %s" % (where, key)
         if isinstance(v, list):
             if not 1 <= len(v) <= 3:
-                raise plan_error("%s conv %s: needs 1 to 3 values (one per spatial dimension)" % (where, key))
-            return [integer(x) for x in v], len(v)
-        return [integer(v)] * 3, 0
+                raise plan_error(at + ": needs 1 to 3 values (one per spatial dimension)")
+            return [check_expr(x, at) for x in v], len(v)
+        return [check_expr(v, at)] * 3, 0
     for key in ("stride", "padding", "dilation", "output_padding"):
         f[key] = per_dim(key)
-    f["groups"] = int(number(fields["groups"], where)) if _has(fields, "groups") else 1
+    f["groups"] = check_expr(fields["groups"], where + " conv groups") if _has(fields, "groups") else "1"
     f["transposed"] = truthy(fields["transposed"]) if _has(fields, "transposed") else False
     return f
 
@@ -1322,6 +1316,11 @@ def _wrap_int(v, np_t):
     return np_t(v)
 
 
+def _ptext(p):
+    """A parameter's type as kernel-check's messages write it ('const float*', 'int')."""
+    return ("const " if p["const"] else "") + p["base"] + "*" if p["pointer"] else p["base"]
+
+
 def conv_out_size(n_in, kernel, stride, padding, dilation, output_padding=0, transposed=False):
     """One spatial size of a convolution's output (bind.cpp conv_windows; PyTorch's formula)."""
     if transposed:
@@ -1579,15 +1578,15 @@ class Program(object):
                 allowed = _PTR_DTYPES.get(p["base"], ())
                 dt = _dtype_str(self.bufs[key])
                 if allowed is not None and dt not in allowed:
-                    raise plan_error("%s is %s (%s), kernel expects %s*" % (at, ref_text(a["ref"]), dt, p["base"]))
+                    raise plan_error("%s is %s (%s), kernel expects %s" % (at, ref_text(a["ref"]), canonical_dtype(self.bufs[key]), _ptext(p)))
                 off = self.view_offset(a["offset"], key, 0 if a["offset"] is None else 1, at,
                                        "%s: the offset of %s ('%%s') is not an integer" % (at, ref_text(a["ref"])))
                 args.append(("buf", key, off * self.bufs[key].element_size()))
                 continue
             v = self.eval(a["expr"], at)
             if p["pointer"]:
-                raise plan_error("%s is '%s' (%s), kernel expects %s*: pass a buffer (inputs.N, outputs.N, params.NAME, scratch.NAME)"
-                                 % (at, a["text"], "a float" if isinstance(v, float) else "an int", p["base"]))
+                raise plan_error("%s is '%s' (%s), kernel expects %s: pass a buffer (inputs.N, outputs.N, params.NAME, scratch.NAME)"
+                                 % (at, a["text"], "a float" if isinstance(v, float) else "an int", _ptext(p)))
             np_t = _SCALARS.get(p["base"])
             if np_t is None:
                 raise plan_error("%s is '%s', kernel expects %s (only int, float and pointer parameters can be bound)" % (at, a["text"], p["base"]))
@@ -1664,12 +1663,21 @@ class Program(object):
         bs.update(a=a, b=b, out=out, bias=bias, ao=ao, bo=bo, oo=oo, bias_o=bso, act=f["activation"], ta=ta, tb=tb,
                   m=m, n=n, k=k, batch=batch, alpha=f["alpha"], beta=f["beta"], tf32=f["compute"] == "tf32")
 
+    def conv_size(self, e, where, field):
+        """A conv field's value (stride, padding, dilation, output_padding, groups): an integer, 0 to
+        2^31-1 (cuDNN's int); whether it fits the convolution is checked where it is used."""
+        v = self.eval(e, "%s conv %s" % (where, field))
+        if isinstance(v, float) or not 0 <= v <= 2 ** 31 - 1:
+            raise plan_error("%s: conv %s = %s ('%s') is not a size (an integer, 0 to 2^31-1)" % (
+                where, field, ("%g" % v) if isinstance(v, float) else v, e))
+        return v
+
     def bind_conv(self, step, bs):
         f, where = step.f, bs["where"]
         x, w, out = self.buffer_key(f["x"][0]), self.buffer_key(f["w"][0]), self.buffer_key(f["out"][0])
         bias = self.buffer_key(f["bias"][0]) if f["bias"] else None
         X, W, O = self.bufs[x], self.bufs[w], self.bufs[out]
-        c = {"transposed": f["transposed"], "groups": f["groups"]}
+        c = {"transposed": f["transposed"], "groups": self.conv_size(f["groups"], where, "groups")}
         kind = "conv (transposed)" if c["transposed"] else "conv"
         given = bool(f["shape"])
         if given:                       # the operands' shapes given (views into larger buffers)
@@ -1722,7 +1730,7 @@ class Program(object):
             if cnt and cnt != sp:
                 raise plan_error("%s: %s has %d values, the convolution %d spatial dimensions" % (where, key, cnt, sp))
             dflt = 1 if key in ("stride", "dilation") else 0
-            c[key] = [dflt] * sp if vals is None else [vals[i] if cnt else vals[0] for i in range(sp)]
+            c[key] = [dflt] * sp if vals is None else [self.conv_size(vals[i] if cnt else vals[0], where, key) for i in range(sp)]
         c["out_size"] = []
         for i in range(sp):
             if c["stride"][i] < 1 or c["dilation"][i] < 1:
@@ -2552,7 +2560,6 @@ def selftest(opt):
             ("forward:\n" + "".join("  " * (d + 1) + "- repeat: 2\n" + "  " * (d + 1) + "  index: i%d\n" % d + "  " * (d + 1) + "  steps:\n"
                                     for d in range(9)) + "  " * 10 + "- gemm: {a: inputs.0, b: inputs.1, out: outputs.0}\n", "nested more than 8 deep"),
             ("forward:\n  - conv: {x: inputs.0, w: inputs.1, out: outputs.0, shape: {n: 1, q: 2}}\n", "unknown key 'q'"),
-            ("forward:\n  - conv: {x: inputs.0, w: inputs.1, out: outputs.0, stride: 1.5}\n", "is not a size"),
             ("forward:\n  - conv: {x: inputs.0, w: inputs.1, out: outputs.0, padding: [1, 1, 1, 1]}\n", "needs 1 to 3 values"),
             ("scratch:\n  s: {dtype: float32, shape: [1, 2, 3, 4, 5, 6, 7, 8, 9]}\n" + base, "shape has 9 dimensions (1 to 8)"),
             ("scratch:\n  s: {dtype: complex64, shape: [1]}\n" + base, "unknown dtype 'complex64'"),
@@ -2645,6 +2652,9 @@ def selftest(opt):
     cv = "forward:\n  - conv: {x: inputs.0, w: params.w, out: outputs.0, SHAPE}\n"
     for shape, want in (("shape: {n: 2, c: 4, k: 6, h: 7, w: 6, r: 3}", "s is missing"), ("stride: [1, 2, 1]", "stride has 3 values, the convolution 2"),
                         ("groups: 3", "has 4 input channels per group; x has 4 channels in 3 groups"),
+                        ("stride: 1.5", "conv stride = 1.5 ('1.5') is not a size (an integer, 0 to 2^31-1)"),
+                        ("groups: 1 - 2", "conv groups = -1 ('1 - 2') is not a size"),
+                        ("dilation: [1, u]", "unbound name 'u'"),
                         ("shape: {n: 2, c: 4, k: 6, h: 7, w: 6, r: 3, s: 3}, groups: 3", "groups = 3 must divide the input channels (4)"), ("output_padding: 1", "output_padding is for transposed"),
                         ("padding: 0", "out (outputs.0 [2, 6, 7, 6]) must be [2, 6, 5, 4]"),
                         ("shape: {n: 2, c: 4, k: 6, h: 7, w: 7, r: 3, s: 3}", "the view inputs.0[0] of 392 elements is outside")):
@@ -2896,7 +2906,9 @@ _PARITY_MUTATIONS = {  # task: [(text, replacement)]; ('', '') is the plan as wr
                    ("transposed: true", "transposed: false"), ("stride: 2, padding: 1", "stride: [2, 2, 2], padding: [1, 1, 1], dilation: [1, 1, 1]")],
  "convT_views": [("", ""), ("(W + 2)]", "(W + 3)]"), ("stride: [2, 1]", "stride: [2, 1, 1]"), ("repeat: N", "repeat: N + 1")],
  "weight_split": [("", ""), ("params.w[H * K]", "params.w[H * K + 1]"), ("params.w[H * K]", "params.w[2 * H * K]"), ("alpha: 2.0, beta: 1.0,", "alpha: 2.0, beta: 1.0, compute: tf16,")],
- "conv1d_groups": [("", ""), ("groups: 2", "groups: 4"), ("padding: [1]", "padding: [1, 1]"), ("stride: 2", "stride: -1")],
+ "trans_a": [("", ""), ("trans_a: true\n", "trans_a: false\n      trans_a: true\n"), ("trans_a: true\n", "trans_a: true\n      trans_a: false\n")],
+ "conv1d_groups": [("", ""), ("groups: 2", "groups: 4"), ("padding: [1]", "padding: [1, 1]"), ("stride: 2", "stride: -1"),
+                   ("stride: 2", "stride: 1 + 1"), ("groups: 2", "groups: inputs.0.shape[1] / 2"), ("padding: [1]", "padding: [0.5]")],
 }
 _PARITY_SKILL = (("rnn_recurrence", [("", ""), ("repeat: T - 1", "repeat: T + 1"), ("repeat: T - 1", "repeat: T"), ("index: t", "index: T"),
                                      ("block: [128]\n        args", "block: [128]\n        cooperative: true\n        args")]),
