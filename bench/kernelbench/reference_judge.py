@@ -2984,6 +2984,27 @@ def parity(kernel_check, repo, ok, bundles=()):
 
 # ---- binding without a GPU ----------------------------------------------------------------------
 
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def skill_records(root):
+    """Candidate records of the worked bundles under root (datasets/skill/bundles): each folder with a
+    task.json (task_id, code) and plan.yaml; the kernels as make_candidates.py reads a bundle's."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import make_candidates as mc
+    recs = []
+    for stem in sorted(os.listdir(root)):
+        d = os.path.join(root, stem)
+        if not (os.path.isfile(os.path.join(d, "task.json")) and os.path.isfile(os.path.join(d, "plan.yaml"))):
+            continue
+        task = json.load(open(os.path.join(d, "task.json")))
+        task = {"task_id": task.get("task_id") or mc.content_id({"code": task["code"]}), "code": task["code"]}
+        bundle = {"kernels": mc.read_kernels(d), "plan": open(os.path.join(d, "plan.yaml")).read()}
+        recs.append({"task_id": task["task_id"], "candidate_id": mc.content_id({"task_id": task["task_id"], "bundle": bundle}),
+                     "name": "skill/" + stem, "task": task, "bundle": bundle})
+    return recs
+
+
 def bind_record(rec, tasks, cc=90):
     """A record's plan bound on meta tensors from its task's specs: (status, reason, step counts)."""
     task = rec.get("task") or tasks.get(rec.get("task_id")) or {}
@@ -3057,6 +3078,9 @@ def main():
     ap.add_argument("--parity-with", metavar="KERNEL_CHECK",
                     help="with --selftest: also run plans valid and mutated through KERNEL_CHECK --compile-only and through this "
                          "judge's binder; both must accept and refuse the same, with the same messages")
+    ap.add_argument("--skill-bundles", nargs="?", const=os.path.join(_REPO, "datasets", "skill", "bundles"), metavar="DIR",
+                    help="judge SKILL.md's worked bundles (each folder with task.json, plan.yaml and kernels) instead of -i: "
+                         "on the GPU, the recurrence (repeat + views), the cooperative launch, the cluster and the conv views")
     ap.add_argument("--bind-only", action="store_true",
                     help="no GPU: bind each record's plan on meta tensors from its task's specs (make_candidates.py --specs) "
                          "and write {status: bound | plan_error, reason, steps} per record, to compare with kernel-check --compile-only")
@@ -3085,7 +3109,10 @@ def main():
             if line.strip():
                 t = json.loads(line)
                 tasks[t["task_id"]] = t
-    fin = sys.stdin if opt.input == "-" else open(opt.input)
+    if opt.skill_bundles:
+        fin = [json.dumps(r) for r in skill_records(opt.skill_bundles)]
+    else:
+        fin = sys.stdin if opt.input == "-" else open(opt.input)
     fout = sys.stdout if opt.output == "-" else open(opt.output, "w")
     judge, t0, counts, rewards = Judge(opt), time.time(), {}, {}
     for n, line in enumerate(fin, 1):
