@@ -645,7 +645,7 @@ class Binder {
     if (C.bias) c.bias = index_of(*C.bias);
     const auto &X = bp.buffers[c.x], &W = bp.buffers[c.w], &O = bp.buffers[c.out];
     c.transposed = C.transposed;
-    c.groups = C.groups;
+    c.groups = conv_size(C.groups, bs, "groups");
     const char* kind = c.transposed ? "conv (transposed)" : "conv";
     const bool given = !C.shape.empty();
     if (given)
@@ -654,6 +654,15 @@ class Binder {
       conv_shape_from_buffers(bs, c, X, W, O, kind);
     conv_windows(C, bs, c);
     conv_extent(C, bs, c, X, W, O, given);
+  }
+
+  // A conv field's value (stride, padding, dilation, output_padding, groups): an integer, 0 to 2^31-1
+  // (cuDNN's int); whether it fits the convolution is checked where it is used.
+  int64_t conv_size(const Expr& e, const BoundStep& bs, const char* field) {
+    const Value v = eval_in(e, r, bs.label + " conv " + field, plan);
+    if (v.is_float || v.i < 0 || v.i > INT32_MAX)
+      throw PlanError(bs.label + ": conv " + field + " = " + v.text() + " ('" + e.text() + "') is not a size (an integer, 0 to 2^31-1)");
+    return v.i;
   }
 
   // The operands' shapes given (views into larger buffers).
@@ -717,13 +726,13 @@ class Binder {
                       ") and the output channels (" + std::to_string(c.k) + ")");
     // stride, padding, dilation, output_padding: one value for all, or one per spatial dimension.
     const char* names[4] = {"stride", "padding", "dilation", "output_padding"};
-    const int64_t* from[4] = {C.stride, C.padding, C.dilation, C.output_padding};
+    const Expr* from[4] = {C.stride, C.padding, C.dilation, C.output_padding};
     int64_t* to[4] = {c.stride, c.padding, c.dilation, c.output_padding};
     for (int f = 0; f < 4; ++f) {
       if (C.given[f] && C.given[f] != c.spatial)
         throw PlanError(bs.label + ": " + names[f] + " has " + std::to_string(C.given[f]) + " values, the convolution " +
                         std::to_string(c.spatial) + " spatial dimensions");
-      for (int i = 0; i < c.spatial; ++i) to[f][i] = from[f][C.given[f] ? i : 0];
+      for (int i = 0; i < c.spatial; ++i) to[f][i] = conv_size(from[f][C.given[f] ? i : 0], bs, names[f]);
     }
     for (int i = 0; i < c.spatial; ++i) {
       if (c.stride[i] < 1 || c.dilation[i] < 1) throw PlanError(bs.label + ": stride and dilation must be at least 1");

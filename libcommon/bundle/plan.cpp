@@ -263,28 +263,25 @@ ConvStep parse_conv(const Json& fields, const std::string& where) {
     refuse_unknown_keys(sh, shape_keys, where + " conv shape");
     for (auto& [k, v] : sh.items()) C.shape[k] = parse_expr(v, where + " conv shape." + k);
   }
-  // One value per spatial dimension (1 to 3, checked against the convolution's at bind), or one for all.
-  auto per_dim = [&](const char* key, int64_t* dst, int& given) {
+  // One value per spatial dimension (1 to 3, checked against the convolution's at bind), or one for all;
+  // each an expression, its value checked at bind.
+  auto per_dim = [&](const char* key, Expr* dst, int& given) {
     if (!has(fields, key)) return;
     const Json& v = fields[key];
-    auto integer = [&](const Json& x) {
-      double d = number(x, where + " conv " + key);
-      if (d != double(int64_t(d)) || d < 0 || d > 1e9) throw PlanError(where + " conv " + key + ": " + x.dump() + " is not a size");
-      return int64_t(d);
-    };
+    const std::string at = where + " conv " + key;
     if (v.is_array()) {
-      if (v.empty() || v.size() > 3) throw PlanError(where + " conv " + key + ": needs 1 to 3 values (one per spatial dimension)");
+      if (v.empty() || v.size() > 3) throw PlanError(at + ": needs 1 to 3 values (one per spatial dimension)");
       given = int(v.size());
-      for (size_t i = 0; i < v.size(); ++i) dst[i] = integer(v[i]);
+      for (size_t i = 0; i < v.size(); ++i) dst[i] = parse_expr(v[i], at);
     } else {
-      dst[0] = dst[1] = dst[2] = integer(v);
+      dst[0] = dst[1] = dst[2] = parse_expr(v, at);
     }
   };
   per_dim("stride", C.stride, C.given[0]);
   per_dim("padding", C.padding, C.given[1]);
   per_dim("dilation", C.dilation, C.given[2]);
   per_dim("output_padding", C.output_padding, C.given[3]);
-  if (has(fields, "groups")) C.groups = static_cast<int64_t>(number(fields["groups"], where));
+  if (has(fields, "groups")) C.groups = parse_expr(fields["groups"], where + " conv groups");
   if (has(fields, "transposed")) C.transposed = truthy(fields["transposed"]);
   return C;
 }

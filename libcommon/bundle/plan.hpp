@@ -91,10 +91,14 @@ struct ConvStep {
   // (out's channels), the spatial sizes of x (d, h, w) and of the kernel (t, r, s), as many as the
   // convolution has (w alone for 1-d; h, w for 2-d; d, h, w for 3-d). Empty: from the buffers.
   std::map<std::string, Expr> shape;
-  // Per spatial dimension (outermost first); one value given applies to all.
-  int64_t stride[3] = {1, 1, 1}, padding[3] = {0, 0, 0}, dilation[3] = {1, 1, 1}, output_padding[3] = {0, 0, 0};
+  // Per spatial dimension (outermost first); one value given applies to all. Expressions like every
+  // other size (dims, init values, a repeat's index), evaluated and checked when the plan is bound.
+  Expr stride[3] = {Expr::constant(1), Expr::constant(1), Expr::constant(1)};
+  Expr padding[3] = {Expr::constant(0), Expr::constant(0), Expr::constant(0)};
+  Expr dilation[3] = {Expr::constant(1), Expr::constant(1), Expr::constant(1)};
+  Expr output_padding[3] = {Expr::constant(0), Expr::constant(0), Expr::constant(0)};
   int given[4] = {0, 0, 0, 0};  // how many values stride, padding, dilation, output_padding listed (0: one for all)
-  int64_t groups = 1;
+  Expr groups = Expr::constant(1);
   bool transposed = false;
 };
 

@@ -281,3 +281,34 @@ TEST_CASE("conv 1-d, 3-d and transposed: shapes from the buffers, PyTorch's outp
                    io("[4,16,100]", "[32,16,3]", "[4,32,98]"))
             .find("output_padding is for transposed") != std::string::npos);
 }
+
+TEST_CASE("conv fields are expressions: stride, padding, dilation, groups from dims and init values") {
+  auto io = [](const std::string& x, const std::string& w, const std::string& out) {
+    return IoSpec::from_json(ca::Json::parse(R"j({"inputs":[{"shape":)j" + x + R"j(,"dtype":"F32"}],"params":[{"name":"w","shape":)j" + w +
+                                             R"j(,"dtype":"F32"}],"outputs":[{"shape":)j" + out + R"j(,"dtype":"F32"}]})j"));
+  };
+  // A depthwise 5x5 conv, stride 2 (EfficientNet's MBConv): groups = the channels, padding = k / 2.
+  const std::string dw = "dims: {E: inputs.0.shape[1], K: params.w.shape[2], ST: 2}\nforward:\n"
+                         "  - conv: {x: inputs.0, w: params.w, out: outputs.0, stride: ST, padding: K / 2, groups: E}\n";
+  BoundPlan b = bind_plan(Plan::parse_text(dw), {}, io("[2,96,28,28]", "[96,1,5,5]", "[2,96,14,14]"));
+  CHECK(b.forward[0].conv.groups == 96);
+  CHECK(b.forward[0].conv.stride[0] == 2);
+  CHECK(b.forward[0].conv.padding[1] == 2);
+  CHECK(b.forward[0].conv.out_size[0] == 14);
+  // Per-dimension lists take expressions too, and a repeat's index.
+  const std::string per = "forward:\n  - repeat: 2\n    index: i\n    steps:\n"
+                          "      - conv: {x: inputs.0, w: params.w, out: outputs.0, padding: [i * 0 + 1, 2 - i * 0], dilation: [1, 1 + i * 0]}\n";
+  BoundPlan p = bind_plan(Plan::parse_text(per), {}, io("[1,3,16,16]", "[4,3,3,5]", "[1,4,16,16]"));
+  CHECK(p.forward.size() == 2);
+  CHECK(p.forward[1].conv.padding[1] == 2);
+  // A value that is not a size: a float, a negative number; the message names the field and the text.
+  const auto x = io("[2,96,28,28]", "[96,1,5,5]", "[2,96,14,14]");
+  const std::string frac = bind_error("forward:\n  - conv: {x: inputs.0, w: params.w, out: outputs.0, groups: 96, stride: 1.5}\n", {}, x);
+  CHECK_MESSAGE(frac.find("conv stride = 1.5 ('1.5') is not a size") != std::string::npos, frac);
+  const std::string neg = bind_error("forward:\n  - conv: {x: inputs.0, w: params.w, out: outputs.0, groups: 96, padding: 1 - 3}\n", {}, x);
+  CHECK_MESSAGE(neg.find("conv padding = -2 ('1 - 3') is not a size") != std::string::npos, neg);
+  CHECK(bind_error("forward:\n  - conv: {x: inputs.0, w: params.w, out: outputs.0, groups: 0}\n", {}, x).find("groups = 0") !=
+        std::string::npos);
+  CHECK(bind_error("forward:\n  - conv: {x: inputs.0, w: params.w, out: outputs.0, groups: NOPE}\n", {}, x).find("NOPE") !=
+        std::string::npos);
+}
