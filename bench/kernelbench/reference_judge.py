@@ -2303,9 +2303,13 @@ class Judge(object):
         o = self.opt
         try:
             g = capture_graph(prog, inputs)
+            # outputs and forward scratch poisoned: a step the graph does not run cannot hide behind the
+            # warm-up's values
             for i in range(prog.n_outputs):
                 t = prog.bufs[("outputs", i)]
                 t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-1)
+            for key in prog.forward_scratch:
+                prog.bufs[key].view(torch.uint8).fill_(0xFF) if prog.bufs[key].numel() else None
             g.replay()
             torch.cuda.synchronize()
             for i, w in enumerate(ref):
