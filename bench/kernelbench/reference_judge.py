@@ -402,10 +402,24 @@ def flow_quote(text):
     return "".join(out)
 
 
+def check_bounds(v, nodes=None, depth=0):
+    """kernel-check's reader bounds (yaml.hpp YamlLimits for a plan): at most 100,000 values (scalars,
+    lists and maps) and 64 levels of nesting."""
+    nodes = nodes if nodes is not None else [0]
+    nodes[0] += 1
+    if nodes[0] > 100000:
+        raise plan_error("plan: more than 100000 values (YAML aliases are counted at every use): refused (limit: plan nodes)")
+    if depth > 64:
+        raise plan_error("plan: nested more than 64 levels deep: refused (limit: plan depth)")
+    for x in (v.values() if isinstance(v, dict) else v if isinstance(v, list) else ()):
+        check_bounds(x, nodes, depth + 1)
+    return v
+
+
 def load_plan(plan):
     """The plan as kernel-check reads it: a JSON object as it is, YAML text with string scalars."""
     if isinstance(plan, dict):
-        return plan
+        return check_bounds(plan)
     if not isinstance(plan, str):
         raise plan_error("plan: expected a map with forward (and dims, scratch, init)")
     if len(plan.encode("utf-8")) > 1 << 20:
@@ -420,7 +434,7 @@ def load_plan(plan):
             raise plan_error("plan: not valid YAML: %s" % first)
     if not isinstance(data, dict):
         raise plan_error("plan: expected a map with forward (and dims, scratch, init)")
-    return data
+    return check_bounds(data)
 
 
 # ---- expressions: a port of libcommon/bundle/expr.cpp ------------------------------------------
@@ -2571,7 +2585,9 @@ def selftest(opt):
             ("forward:\n  - launch: k\n    grid: [1, 1, 1, 1]\n    block: [1]\n", "needs 1 to 3 values"),
             ("forward:\n  - gemm: {a: inputs.0, b: inputs.1, out: outputs.0}\n    conv: {x: inputs.0}\n", "has both 'gemm' and 'conv'"),
             ("forward:\n  - gemm: {a: inputs.0, b: inputs.1, out: outputs.0, activation: tanh}\n", "activation 'tanh'"),
-            ("forwards:\n  - gemm: {a: inputs.0}\n", "did you mean 'forward'?")):
+            ("forwards:\n  - gemm: {a: inputs.0}\n", "did you mean 'forward'?"),
+            ("dims: {N: 1}\nforward: " + "[" * 70 + "]" * 70 + "\n", "nested more than 64 levels deep: refused (limit: plan depth)"),
+            ({"dims": {"D%d" % i: 1 for i in range(100000)}, "forward": []}, "more than 100000 values")):
         refused(lambda: PlanSpec(load_plan(plan)), want, "plan reader: %s" % want)
     sp = PlanSpec(load_plan("scratch:\n  s: {dtype: bf16, shape: [2, 3, 4, 5, 6, 7, 8, 9]}\n  u: {shape: 5}\n" + base))
     ok([(n, d, len(s)) for n, d, s in sp.scratch] == [("s", "BF16", 8), ("u", "F32", 1)], "plan reader: 8-d scratch, dtype aliases, a 1-d shape")
