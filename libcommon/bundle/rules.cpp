@@ -1,5 +1,5 @@
 // The bundle rules: loading and checks.
-#include "tools/kernel-check/rules.hpp"
+#include "libcommon/bundle/rules.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -13,9 +13,10 @@
 #include "libcommon/paths.hpp"
 #include "libcommon/yaml.hpp"
 
-extern const char* kc_default_rules_yaml;  // generated from datasets/skill/rules.yaml
+namespace ca::bundle {
 
-namespace ca::kernel_check {
+extern const char* const kDefaultRulesYaml;  // generated from datasets/skill/rules.yaml (default_rules.cpp.in)
+
 
 ca::Json Violation::to_json() const {
   ca::Json j{{"rule", rule}, {"reason", reason}};
@@ -25,7 +26,7 @@ ca::Json Violation::to_json() const {
 }
 
 const std::string& Rules::default_text() {
-  static const std::string text = kc_default_rules_yaml;
+  static const std::string text = kDefaultRulesYaml;
   return text;
 }
 
@@ -185,7 +186,7 @@ std::optional<Violation> Rules::check_sources(const std::map<std::string, std::s
   return std::nullopt;
 }
 
-std::optional<Violation> Rules::check_plan(const ca::bundle::Plan& plan) const {
+std::optional<Violation> Rules::check_plan(const Plan& plan) const {
   for (auto* section : {&plan.init, &plan.forward})
     for (const auto& s : *section)
       if (std::find(allowed_steps.begin(), allowed_steps.end(), s.kind_name()) == allowed_steps.end())
@@ -244,25 +245,25 @@ Violation at_symbol(const std::string& rule, const std::string& ptx, const std::
 
 }  // namespace
 
-std::optional<Violation> Rules::check_compiled(const ca::bundle::CompileResult& r) const {
+std::optional<Violation> Rules::check_compiled(const CompileResult& r) const {
   // What the compiled code is, whatever the source spelled: its kernels, the functions it calls.
-  const ca::bundle::PtxModule m = ca::bundle::scan_ptx(r.ptx);
+  const PtxModule m = scan_ptx(r.ptx);
   for (const auto& e : m.entries())
-    if (ca::bundle::reserved_kernel_name(e))
-      return Violation{"reserved_name", "kernel " + e + ": names beginning with " + ca::bundle::kReservedKernelPrefix +
+    if (reserved_kernel_name(e))
+      return Violation{"reserved_name", "kernel " + e + ": names beginning with " + kReservedKernelPrefix +
                                             " belong to the checker's own kernels (rename the kernel)"};
   // The device heap (malloc, free, operator new/delete, ...): what the PTX declares and calls and
   // what the cubin leaves for the driver to resolve.
   std::set<std::string> called = m.externs;
   for (const auto& t : m.call_targets)  // (an .alias of a function of the module is the module's)
     if (auto f = m.functions.find(t); (f == m.functions.end() || !f->second.defined) && !m.variables.count(t)) called.insert(t);
-  for (const auto& u : ca::bundle::cubin_undefined_functions(r.cubin)) called.insert(u);
+  for (const auto& u : cubin_undefined_functions(r.cubin)) called.insert(u);
   for (const auto& c : called)
-    if (ca::bundle::is_heap_symbol(c))
+    if (is_heap_symbol(c))
       return at_symbol("device_malloc", r.ptx, c,
                        "calls " + c + ", the device heap (state that outlives a call must be a declared scratch buffer)");
   for (const auto& c : called)
-    if (!ca::bundle::is_allowed_extern(c))
+    if (!is_allowed_extern(c))
       return at_symbol("extern_function", r.ptx, c, "calls " + c + ", a function outside the bundle the rules do not allow");
 
   // PTX backstop: constructs hidden behind macros or templates. -lineinfo gives .loc lines.
@@ -310,7 +311,7 @@ std::optional<Violation> Rules::check_compiled(const ca::bundle::CompileResult& 
   return std::nullopt;
 }
 
-std::optional<Violation> Rules::check_bound(const ca::bundle::BoundPlan& bound, const ca::bundle::IoSpec& io) const {
+std::optional<Violation> Rules::check_bound(const BoundPlan& bound, const IoSpec& io) const {
   // Launches (and library calls) per call, repeats unrolled: the count the rule is about.
   if (static_cast<int64_t>(bound.forward.size()) > max_forward_steps)
     return Violation{"max_forward_steps", "forward runs " + std::to_string(bound.forward.size()) +
@@ -328,4 +329,4 @@ std::optional<Violation> Rules::check_bound(const ca::bundle::BoundPlan& bound, 
   return std::nullopt;
 }
 
-}  // namespace ca::kernel_check
+}  // namespace ca::bundle

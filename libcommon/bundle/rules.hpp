@@ -1,5 +1,7 @@
 // The bundle rules: which step kinds, headers and constructs a bundle may use, caps on module-scope
-// memory, scratch size and steps. Default in datasets/skill/rules.yaml (compiled in).
+// memory, scratch size and steps. Default in datasets/skill/rules.yaml (compiled in). Applied on a
+// candidate's way through candidate.hpp, where each check has its place; kernel-check loads them
+// (--rules).
 #pragma once
 #include <memory>
 #include <optional>
@@ -13,14 +15,14 @@ namespace re2 {
 class RE2;
 }  // namespace re2
 
-namespace ca::kernel_check {
+namespace ca::bundle {
 
 struct Violation {
   std::string rule;    // "clock", "allowed_headers", "max_module_global_bytes", ...
   std::string reason;  // human-readable, with the place
   std::string file;
   int line = 0;
-  ca::Json to_json() const;
+  Json to_json() const;
 };
 
 struct ForbiddenRule {
@@ -46,14 +48,14 @@ struct Rules {
 
   // Source-level rules (headers, forbidden constructs) and plan-level rules (steps).
   std::optional<Violation> check_sources(const std::map<std::string, std::string>& kernels) const;
-  std::optional<Violation> check_plan(const ca::bundle::Plan& plan) const;
+  std::optional<Violation> check_plan(const Plan& plan) const;
   // After compiling: PTX constructs and module memory.
-  std::optional<Violation> check_compiled(const ca::bundle::CompileResult& r) const;
+  std::optional<Violation> check_compiled(const CompileResult& r) const;
   // With shapes: scratch size against the task's inputs and outputs.
-  std::optional<Violation> check_bound(const ca::bundle::BoundPlan& bound, const ca::bundle::IoSpec& io) const;
+  std::optional<Violation> check_bound(const BoundPlan& bound, const IoSpec& io) const;
 };
 
 // Comments replaced by spaces (newlines kept, so line numbers hold); string literals kept.
 std::string strip_comments(const std::string& source);
 
-}  // namespace ca::kernel_check
+}  // namespace ca::bundle

@@ -11,8 +11,9 @@
 #include "libcommon/log.hpp"
 #include "libcommon/measure/gpu_lock.hpp"
 #include "libcommon/measure/gpu_state.hpp"
-#include "tools/kernel-check/gpu_judge.hpp"
+#include "tools/kernel-check/gpu_stage.hpp"
 #include "tools/kernel-check/runner.hpp"
+#include "tools/kernel-check/verdicts.hpp"
 
 namespace ca::kernel_check {
 
@@ -22,7 +23,7 @@ struct Checker::Item : ca::RecordItem {
 };
 
 Checker::Checker(CheckOptions& options, const ca::CommonOptions& common)
-    : options_(options), common_(common), rules_(Rules::load(options.rules_path)), tasks_(options.tasks_path) {
+    : options_(options), common_(common), rules_(ca::bundle::Rules::load(options.rules_path)), tasks_(options.tasks_path) {
   // The device: compile-only never touches it; otherwise no driver or GPU -> no_device verdicts.
   if (!options_.compile_only) {
     if (!ca::cuda::Driver::available(&no_device_why_)) {
@@ -39,9 +40,10 @@ Checker::Checker(CheckOptions& options, const ca::CommonOptions& common)
     throw ca::UsageError(std::string("--arch: ") + e.what());
   }
 
-  prepare_.arch = options_.arch;
-  prepare_.cache_dir = options_.cache_dir;
-  prepare_.use_cache = !options_.no_cache;
+  candidate_.arch = options_.arch;
+  candidate_.cache_dir = options_.cache_dir;
+  candidate_.use_cache = !options_.no_cache;
+  candidate_.rules = &rules_;
   uint64_t base_seed = common_.run_seed();
 
   store_ = ca::open_store_for(common_);
@@ -49,7 +51,7 @@ Checker::Checker(CheckOptions& options, const ca::CommonOptions& common)
     ca::measure::GpuIdentity id = ca::measure::identify_gpu(g);
     gpus_json_.push_back({{"ordinal", g}, {"name", id.name}, {"uuid", id.uuid}, {"arch", id.arch}});
   }
-  if (!gpus_.empty()) judge_ = std::make_unique<GpuJudge>(options_, rules_, gpus_, base_seed);
+  if (!gpus_.empty()) judge_ = std::make_unique<GpuStage>(options_, rules_, gpus_, base_seed);
   // As many lanes as can be busy at once: the compile threads and the GPU lanes, and one more so
   // the next record is read and parsed while they are.
   ca::RecordPathOptions path;
@@ -105,7 +107,7 @@ Prepared Checker::prepare(const ca::Json& rec, const std::optional<ca::Json>& ta
       c.compile_cv_.notify_one();
     }
   } release{*this};
-  return prepare_candidate(rec, task ? &*task : nullptr, rules_, prepare_);
+  return cpu_stage(rec, task ? &*task : nullptr, candidate_);
 }
 
 // One record on a lane: its task found, its id settled, its verdict reused (--resume), or it is

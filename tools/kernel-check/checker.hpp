@@ -1,5 +1,5 @@
 // One kernel-check for as long as the tool runs (a stream, or a service's lifetime): the rules,
-// the tasks, the device, the store, the GPU judge (its lanes keep their reference worker, runner
+// the tasks, the device, the store, the GPU stage (its lanes keep their reference worker, runner
 // and loaded tasks) and the record path (record_path.hpp) every record goes through. check() judges
 // a sequence of records; the stream and the service both call it, so a record is handled the same
 // way in both.
@@ -18,13 +18,13 @@
 #include "libcommon/record_path.hpp"
 #include "libcommon/store.hpp"
 #include "libcommon/task_lookup.hpp"
+#include "libcommon/bundle/rules.hpp"
+#include "tools/kernel-check/cpu_stage.hpp"
 #include "tools/kernel-check/options.hpp"
-#include "tools/kernel-check/rules.hpp"
-#include "tools/kernel-check/prepare.hpp"
 
 namespace ca::kernel_check {
 
-class GpuJudge;
+class GpuStage;
 
 class Checker {
  public:
@@ -64,15 +64,15 @@ class Checker {
 
   CheckOptions& options_;
   const ca::CommonOptions& common_;
-  Rules rules_;
+  ca::bundle::Rules rules_;
   ca::TaskLookup tasks_;  // the record's task, --tasks, the store
   bool serving_ = false;
   std::string no_device_why_;
   std::vector<int> gpus_;
   ca::Json gpus_json_ = ca::Json::array();
-  PrepareOptions prepare_;
+  ca::bundle::CandidateOptions candidate_;  // the CPU stage's: arch, cache, the rules
   std::unique_ptr<ca::Store> store_;
-  std::unique_ptr<GpuJudge> judge_;
+  std::unique_ptr<GpuStage> judge_;
   std::unique_ptr<ca::RecordPath> path_;  // its store mutex guards the store: read on lanes, written in order
   std::mutex totals_mu_;
   std::mutex compile_mu_;  // compiles at once, all requests together: at most options_.jobs

@@ -1,5 +1,5 @@
-// The GPU stage of a check.
-#include "tools/kernel-check/gpu_judge.hpp"
+// The GPU stage of a check (gpu_stage.hpp).
+#include "tools/kernel-check/gpu_stage.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -19,10 +19,11 @@
 #include "libcommon/bundle/compare.hpp"
 #include "libcommon/worker/requests.hpp"
 #include "tools/kernel-check/runner.hpp"
+#include "tools/kernel-check/verdicts.hpp"
 
 namespace ca::kernel_check {
 
-struct GpuJudge::Lane {
+struct GpuStage::Lane {
   int gpu = 0;
   std::string uuid;  // for the node's per-GPU lock
   ca::bundle::LaunchLimits limits;  // this GPU's arch's
@@ -93,7 +94,7 @@ double task_eager_ms(const ca::Json& task) {
 
 }  // namespace
 
-GpuJudge::GpuJudge(const CheckOptions& options, const Rules& rules, std::vector<int> gpus, uint64_t base_seed)
+GpuStage::GpuStage(const CheckOptions& options, const ca::bundle::Rules& rules, std::vector<int> gpus, uint64_t base_seed)
     : options_(options), rules_(rules), base_seed_(base_seed) {
   // The lanes' reference workers start side by side: each start is seconds of importing torch, and
   // `serve -j 8` would otherwise wait for eight in a row. The driver's queries follow, lane by lane.
@@ -124,13 +125,13 @@ GpuJudge::GpuJudge(const CheckOptions& options, const Rules& rules, std::vector<
   if (failed) std::rethrow_exception(failed);
 }
 
-GpuJudge::~GpuJudge() {
+GpuStage::~GpuStage() {
   for (auto& l : lanes_) l->runner->kill();
 }
 
-size_t GpuJudge::lanes() const { return lanes_.size(); }
+size_t GpuStage::lanes() const { return lanes_.size(); }
 
-void GpuJudge::judge(Prepared& p, const ca::Json& task, const std::string& task_id, const std::string& where) {
+void GpuStage::judge(Prepared& p, const ca::Json& task, const std::string& task_id, const std::string& where) {
   Lane* lane;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -158,9 +159,9 @@ void GpuJudge::judge(Prepared& p, const ca::Json& task, const std::string& task_
 
 // One candidate judged on one lane (judge_on's state): the task as the worker loaded it, the
 // seeds, the watchdog's bounds, the current trial's tensors and tolerances.
-struct GpuJudge::Judgment {
+struct GpuStage::Judgment {
   const CheckOptions& options_;
-  const Rules& rules_;
+  const ca::bundle::Rules& rules_;
   const uint64_t base_seed_;
   Lane& lane;
   Prepared& p;
@@ -203,18 +204,10 @@ struct GpuJudge::Judgment {
     }
     lap("task_load");
     io = ca::bundle::IoSpec::from_json(it->second);
-    try {
-      auto bound = ca::bundle::bind_plan(p.plan, p.signatures, io, lane.limits);
-      check["precision"] = candidate_precision(p, &bound);
-      check["scratch_bytes"] = bound.scratch_bytes();
-      if (auto v = rules_.check_bound(bound, io)) {
-        check["violation"] = v->to_json();
-        set_verdict(check, "policy_violation", v->rule + ": " + v->reason);
-        return false;
-      }
-    } catch (const ca::bundle::PlanError& e) {
-      set_verdict(check, "plan_error", e.what());
-      if (!e.kernel.empty()) check["kernel"] = e.kernel;
+    const ca::bundle::Binding binding = ca::bundle::bind_candidate(p.candidate, io, lane.limits, &rules_);
+    binding_fields(check, p.candidate, binding);
+    if (binding.refused) {
+      refuse(check, *binding.refused);
       return false;
     }
     // A stochastic reference (live dropout: the worker runs it twice from two RNG states at load, and
@@ -250,7 +243,7 @@ struct GpuJudge::Judgment {
   // 2. Seeds, the watchdog's first bound, and how every trial is judged.
   void plan_trials() {
     // 2. Seeds: unpredictable unless --seed; each candidate gets its own sequence.
-    uint64_t cand_hash = std::stoull(ca::sha256_hex(check.value("candidate_id", "") + p.compiled->key).substr(0, 15), nullptr, 16);
+    uint64_t cand_hash = std::stoull(ca::sha256_hex(check.value("candidate_id", "") + p.candidate.compiled->key).substr(0, 15), nullptr, 16);
     for (int i = 0; i <= options_.trials; ++i) seeds.push_back(splitmix64(base_seed_ ^ cand_hash ^ (0x1000ULL * (i + 1))) >> 16);
     // The watchdog bounds one call, from the reference's own time on the same inputs (measured by the
     // worker below; the task's recorded eager time until then). One-time costs (module load, library
@@ -386,7 +379,7 @@ struct GpuJudge::Judgment {
   }
 };
 
-void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std::string& task_id) {
+void GpuStage::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std::string& task_id) {
   ca::Json& check = p.check;
   check["gpu"] = lane.gpu;
   // Where a check's time goes (seconds per stage, in the record as check.stage_s and with -v): task
@@ -410,10 +403,10 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   // CUDA IPC (no tensor crosses the host); then the runner loads the candidate.
   auto tmp = [&](const std::string& stem) { return lane.worker->temp_path(stem); };
   std::string cubin_path = tmp("cubin"), ptx_path = tmp("ptx");
-  ca::write_file_atomic(cubin_path, p.compiled->cubin);
-  ca::write_file_atomic(ptx_path, p.compiled->ptx);
+  ca::write_file_atomic(cubin_path, p.candidate.compiled->cubin);
+  ca::write_file_atomic(ptx_path, p.candidate.compiled->ptx);
   struct Cleanup {
-    GpuJudge::Lane& lane;
+    GpuStage::Lane& lane;
     std::vector<std::string> files;
     ~Cleanup() {
       for (auto& f : files) std::remove(f.c_str());
@@ -427,8 +420,8 @@ void GpuJudge::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   j.lap("bind");
   if (!j.make_trial(j.seeds[0], variant_for_trial(0), true)) return;
   j.lap("worker_draws");
-  ca::Json load = {{"op", "load"},        {"cubin", cubin_path}, {"ptx", ptx_path},           {"lowered", p.compiled->lowered},
-                   {"plan", p.plan_json}, {"io", j.io.to_json()},  {"params_ipc", j.params_tensors}, {"graph", options_.graph}};
+  ca::Json load = {{"op", "load"},        {"cubin", cubin_path}, {"ptx", ptx_path},           {"lowered", p.candidate.compiled->lowered},
+                   {"plan", p.candidate.sources.plan}, {"io", j.io.to_json()},  {"params_ipc", j.params_tensors}, {"graph", options_.graph}};
   if (options_.timeout_s <= 0 && j.reference_ms > 0) j.watchdog_s = j.watchdog_for(j.reference_ms);
   check["watchdog_s"] = j.watchdog_s;
   ca::Json ans = lane.runner->request(load, j.one_time_bound());

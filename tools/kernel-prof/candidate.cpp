@@ -7,8 +7,6 @@
 #include <cstdlib>
 
 #include "libcommon/bundle/compare.hpp"
-#include "libcommon/bundle/compile.hpp"
-#include "libcommon/bundle/plan.hpp"
 #include "libcommon/cuda/driver.hpp"
 #include "libcommon/cuda/ipc.hpp"
 #include "libcommon/errors.hpp"
@@ -27,25 +25,21 @@ double ms_since(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
-CandidateBench::CandidateBench(const Json& bundle, const Json& loaded, const std::string& arch, const Json& params,
+CandidateBench::CandidateBench(bundle::BundleSources sources, const Json& loaded, const std::string& arch, const Json& params,
                                CallInputs& inputs, uint32_t guard_seed, double check_fraction, uint64_t pick_seed)
     : inputs_(inputs), guard_seed_(guard_seed), check_fraction_(check_fraction), pick_(pick_seed) {
-  if (!bundle.contains("kernels") || !bundle["kernels"].is_object()) throw FieldError("bundle.kernels", "missing or not an object");
-  if (!bundle.contains("plan")) throw FieldError("bundle.plan", "missing");
-  std::map<std::string, std::string> kernels;
-  for (auto& [name, src] : bundle["kernels"].items()) {
-    if (!src.is_string()) throw FieldError("bundle.kernels." + name, "expected CUDA source text");
-    kernels[name] = src.get<std::string>();
-  }
-  bundle::Plan plan = bundle::Plan::parse(bundle["plan"]);
-  bundle::CompileOptions copt;
+  bundle::CandidateOptions copt;
   copt.arch = arch;
-  bundle::CompileResult cr = bundle::compile_bundle(kernels, plan.kernel_names(), copt);
-  if (!cr.ok) throw std::runtime_error("compile: " + cr.first_error);
-  bundle::BoundPlan bound = bundle::bind_plan(plan, bundle::signatures_of(cr), bundle::IoSpec::from_json(loaded),
-                                              bundle::LaunchLimits::for_arch(arch));
+  // No rules here, on purpose: kernel-prof times a record whose check passed, and kernel-check
+  // applied the rules to this bundle on the same path; the timing trusts that verdict.
+  copt.rules = nullptr;
+  bundle::Candidate c = bundle::prepare_candidate(std::move(sources), nullptr, copt);
+  if (c.refused) throw std::runtime_error(c.refused->status + ": " + c.refused->reason);
+  const bundle::Binding binding =
+      bundle::bind_candidate(c, bundle::IoSpec::from_json(loaded), bundle::LaunchLimits::for_arch(arch), copt.rules);
+  if (binding.refused) throw std::runtime_error(binding.refused->status + ": " + binding.refused->reason);
   auto& drv = cuda::Driver::get();
-  executor_ = std::make_unique<bundle::Executor>(bound, cr.cubin);
+  executor_ = std::make_unique<bundle::Executor>(*binding.bound, c.compiled->cubin);
   auto& ex = *executor_;
   if (!params.is_null()) ex.upload_shared(params);
   ex.run_init();
@@ -335,6 +329,7 @@ constexpr double kCheckFraction = 0.25;
 void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, const Json& task, const Json& loaded,
                const ProfOptions& options, int round) {
   const std::string task_id = task["task_id"].get<std::string>();
+  bundle::BundleSources sources = bundle::read_bundle(record);  // FieldError: a bad record
   // Params (and one set, kept for --metrics' replay) as kernel-check draws them: the same weights.
   result.sets = make_input_sets(gpu, task_id, 1, options.seed, &result.params, result.keys);
   auto fail = [&](const std::string& why) {
@@ -355,7 +350,7 @@ void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, con
   std::unique_ptr<CandidateBench> bench;
   try {
     inject_fault_if_asked(cand, gpu.stream());
-    bench = std::make_unique<CandidateBench>(record["bundle"], loaded, gpu.identity().arch, result.params, fresh,
+    bench = std::make_unique<CandidateBench>(std::move(sources), loaded, gpu.identity().arch, result.params, fresh,
                                              uint32_t(options.seed * 0x9e3779b9ULL >> 7), kCheckFraction, pick_seed);
   } catch (const FieldError&) {
     throw;

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "libcommon/bundle/candidate.hpp"
 #include "libcommon/bundle/executor.hpp"
 #include "libcommon/jsonl.hpp"
 #include "libcommon/measure/timing_loop.hpp"
@@ -50,12 +51,13 @@ class CallInputs {
 // The candidate ready to run: one executor, params uploaded, init run, forward captured.
 class CandidateBench : public measure::TimedTarget {
  public:
-  // Throws bundle::PlanError, CudaError, FieldError (record lacks its bundle), or
-  // std::runtime_error("compile: ...") when the bundle no longer compiles.
+  // The bundle on the candidate path (libcommon/bundle/candidate.hpp) for `arch`, bound to the
+  // tensors the worker loaded (`loaded`). Throws CudaError, or std::runtime_error with the path's
+  // refusal ("compile_error: ...", "plan_error: ...") when the bundle does not compile or bind.
   // `guard_seed` fills the guard zones (as kernel-check does before each of its calls).
   // `params` are the worker's device tensors: copied in, then unmapped.
-  CandidateBench(const Json& bundle, const Json& loaded, const std::string& arch, const Json& params, CallInputs& inputs,
-                 uint32_t guard_seed, double check_fraction, uint64_t pick_seed);
+  CandidateBench(bundle::BundleSources sources, const Json& loaded, const std::string& arch, const Json& params,
+                 CallInputs& inputs, uint32_t guard_seed, double check_fraction, uint64_t pick_seed);
   ~CandidateBench() override;
   int input_sets() const override { return 1; }  // one set of buffers, fresh values every call
   // Untimed, before every call: the previous call finished (and checked when drawn so), fresh

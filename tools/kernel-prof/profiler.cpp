@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "libcommon/bundle/candidate.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/fields.hpp"
 #include "libcommon/log.hpp"
@@ -296,7 +297,7 @@ struct ProfileRun {
 Outcome Profiler::profile(Json& record) {
   if (!check_passed(record)) return Outcome::passed;
   const std::string task_id = get_required<std::string>(record, "/task_id");
-  if (!record.contains("bundle") || !record["bundle"].is_object()) throw FieldError("bundle", "missing (a passing check needs its bundle to be timed)");
+  (void)bundle::read_bundle(record);  // a passing check needs its bundle to be timed: FieldError before the GPU
   // --resume: a profile of this candidate already in the store, made the same way, is reused (no GPU
   // needed). Which GPU made it is in its `gpu`; a store is meant for one kind of GPU.
   if (auto prev = stored_profile(record.value("candidate_id", std::string()))) {

@@ -1,6 +1,6 @@
-// Units of kernel-check's own rules (tools/kernel-check/rules.*): comment stripping, the shipped
-// default, unknown keys; and the rules on compiled code (heap, reserved names, module memory), each
-// with NVRTC compiling the hostile spelling for real. The bundle library's units are in tests/unit/bundle.
+// Units of the bundle rules (libcommon/bundle/rules.*, applied on the candidate path): comment
+// stripping, the shipped default, unknown keys; and the rules on compiled code (heap, reserved names,
+// module memory), each with NVRTC compiling the hostile spelling for real.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -9,16 +9,16 @@
 #include "libcommon/errors.hpp"
 #include "libcommon/bundle/compile.hpp"
 #include "libcommon/cuda/nvrtc.hpp"
-#include "tools/kernel-check/rules.hpp"
+#include "libcommon/bundle/rules.hpp"
 
 TEST_CASE("rules: comments stripped, lines kept; the default parses") {
   std::string s = "a // clock64()\n/* printf(\n */ b \"// kept\"";
-  std::string t = ca::kernel_check::strip_comments(s);
+  std::string t = ca::bundle::strip_comments(s);
   CHECK(t.find("clock64") == std::string::npos);
   CHECK(t.find("printf") == std::string::npos);
   CHECK(std::count(t.begin(), t.end(), '\n') == 2);
   CHECK(t.find("\"// kept\"") != std::string::npos);
-  ca::kernel_check::Rules p = ca::kernel_check::Rules::load("");
+  ca::bundle::Rules p = ca::bundle::Rules::load("");
   CHECK(p.max_module_global_bytes == 65536);
   CHECK(p.forbidden.size() == 4);
   auto v = p.check_sources({{"k.cu", "__global__ void k() {\n  long t = clock64();\n}\n"}});
@@ -26,24 +26,24 @@ TEST_CASE("rules: comments stripped, lines kept; the default parses") {
   CHECK(v->rule == "clock");
   CHECK(v->line == 2);
   CHECK_FALSE(p.check_sources({{"k.cu", "#include <cuda_fp16.h>\n#include \"k.cuh\"\n"}, {"k.cuh", ""}}));
-  CHECK_THROWS_AS(ca::kernel_check::Rules::parse("bogus_key: 1\n", "x.yaml"), ca::UsageError);
+  CHECK_THROWS_AS(ca::bundle::Rules::parse("bogus_key: 1\n", "x.yaml"), ca::UsageError);
 }
 
 TEST_CASE("rules: patterns run over bytes, in linear time, on text of any length") {
   // A byte that is not UTF-8 is a character like any other: it cannot split a rule's match.
-  ca::kernel_check::Rules p = ca::kernel_check::Rules::parse("forbidden:\n  - rule: span\n    source: 'foo[^;]*bar'\n", "x.yaml");
+  ca::bundle::Rules p = ca::bundle::Rules::parse("forbidden:\n  - rule: span\n    source: 'foo[^;]*bar'\n", "x.yaml");
   auto v = p.check_sources({{"k.cu", "int a;\nfoo \xff\xfe bar\n"}});
   REQUIRE(v);
   CHECK(v->rule == "span");
   CHECK(v->line == 2);
   // A 4 MiB run between a construct and its parenthesis: found, without the recursion that
   // overflowed the stack under std::regex.
-  ca::kernel_check::Rules d = ca::kernel_check::Rules::load("");
+  ca::bundle::Rules d = ca::bundle::Rules::load("");
   auto c = d.check_sources({{"k.cu", "long t = clock64" + std::string(4 << 20, ' ') + "();\n"}});
   REQUIRE(c);
   CHECK(c->rule == "clock");
   // RE2 syntax: a pattern RE2 cannot compile (a backreference) is a usage error naming the rule.
-  CHECK_THROWS_WITH_AS(ca::kernel_check::Rules::parse("forbidden:\n  - rule: back\n    source: '(a)\\1'\n", "x.yaml"),
+  CHECK_THROWS_WITH_AS(ca::bundle::Rules::parse("forbidden:\n  - rule: back\n    source: '(a)\\1'\n", "x.yaml"),
                        doctest::Contains("rule back: bad regular expression (RE2 syntax)"), ca::UsageError);
 }
 
@@ -59,7 +59,7 @@ static ca::bundle::CompileResult compiled(const std::string& src, const std::vec
 
 TEST_CASE("rules: the device heap is refused from what the compiled code calls, in every spelling") {
   REQUIRE_MESSAGE(ca::cuda::Nvrtc::available(), "NVRTC (the CUDA toolkit the build uses) is needed");
-  ca::kernel_check::Rules p = ca::kernel_check::Rules::load("");
+  ca::bundle::Rules p = ca::bundle::Rules::load("");
   const std::vector<std::pair<std::string, std::string>> spellings = {
       {"plain malloc", "float* p = (float*)malloc(16); x[0] = p[0];"},
       {"token pasting", "#define CAT(a, b) a##b\n  float* p = (float*)CAT(mal, loc)(16); x[0] = p[0];"},
@@ -98,7 +98,7 @@ TEST_CASE("rules: the device heap is refused from what the compiled code calls, 
 
 TEST_CASE("rules: a kernel named in the checker's namespace is refused") {
   REQUIRE_MESSAGE(ca::cuda::Nvrtc::available(), "NVRTC (the CUDA toolkit the build uses) is needed");
-  ca::kernel_check::Rules p = ca::kernel_check::Rules::load("");
+  ca::bundle::Rules p = ca::bundle::Rules::load("");
   // The timing exploit: an extern "C" kernel named like the checker's shared-memory scrub.
   auto r = compiled("extern \"C\" __global__ void ca_scrub_shared(float* x) { x[threadIdx.x] = 1; }\n", {"ca_scrub_shared"});
   auto v = p.check_compiled(r);
@@ -126,7 +126,7 @@ TEST_CASE("rules: a kernel named in the checker's namespace is refused") {
 
 TEST_CASE("rules: __constant__ memory counts toward the module cap") {
   REQUIRE_MESSAGE(ca::cuda::Nvrtc::available(), "NVRTC (the CUDA toolkit the build uses) is needed");
-  ca::kernel_check::Rules p = ca::kernel_check::Rules::load("");
+  ca::bundle::Rules p = ca::bundle::Rules::load("");
   // 64 KiB of constants and 64 bytes of globals: past the 65,536-byte cap.
   auto big = compiled("__constant__ float c_big[16384];\n__device__ float g_small[16];\n"
                       "__global__ void k(float* x) { g_small[threadIdx.x & 15] = c_big[threadIdx.x]; x[0] = g_small[0]; }\n",
@@ -153,7 +153,7 @@ TEST_CASE("rules: __constant__ memory counts toward the module cap") {
 TEST_CASE("rules: PTX patterns also see an instruction split over lines") {
   // A rule over the PTX text matches the instruction as ptxas reads it: the line breaks inline asm
   // puts between an opcode and its modifiers, or between call and its target, cannot split it.
-  ca::kernel_check::Rules p = ca::kernel_check::Rules::parse("forbidden:\n  - rule: no_f16x2\n    ptx: 'fma\\.rn\\.f16x2'\n", "x.yaml");
+  ca::bundle::Rules p = ca::bundle::Rules::parse("forbidden:\n  - rule: no_f16x2\n    ptx: 'fma\\.rn\\.f16x2'\n", "x.yaml");
   auto r = compiled("__global__ void k(unsigned* x) {\n  unsigned d;\n"
                     "  asm volatile(\"fma\\n.rn\\n.f16x2 %0, %1, %1, %1;\" : \"=r\"(d) : \"r\"(x[0]));\n  x[1] = d;\n}\n",
                     {"k"});
