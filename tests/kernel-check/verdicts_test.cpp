@@ -3,12 +3,14 @@
 // (the golden outputs hold it); the reference section. NVRTC compiles every bundle for real.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "libcommon/bundle/rules.hpp"
 #include "libcommon/cuda/nvrtc.hpp"
 #include "libcommon/errors.hpp"
+#include "libcommon/paths.hpp"
 #include "tools/kernel-check/cpu_stage.hpp"
 #include "tools/kernel-check/verdicts.hpp"
 
@@ -16,18 +18,17 @@ using namespace ca::kernel_check;
 
 namespace {
 
-const char* kScaleAdd = "__global__ void scale_add(const float* a, const float* b, float* out, int n, float alpha) {\n"
-                        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-                        "  if (i < n) out[i] = a[i] * alpha + b[i];\n}\n";
-const char* kPlan = "dims: {N: inputs.0.shape[0]}\nforward:\n  - launch: scale_add\n    grid: [cdiv(N, 256)]\n"
-                    "    block: [256]\n    args: [inputs.0, inputs.1, outputs.0, N, 2.0]\n";
+// The worked bundle of SKILL.md and its task (datasets/skill/bundles/scale_add), from the tree under test.
+std::string worked(const std::string& file) {
+  const char* src = std::getenv("CA_SRC");
+  REQUIRE_MESSAGE(src != nullptr, "CA_SRC names the source tree");
+  return ca::read_file(std::string(src) + "/datasets/skill/bundles/scale_add/" + file);
+}
+std::string scale_add() { return worked("fused.cu"); }
 
 ca::Json record(const std::string& kernel) {
-  return ca::Json{{"task_id", "t"}, {"bundle", {{"kernels", {{"k.cu", kernel}}}, {"plan", kPlan}}}};
+  return ca::Json{{"task_id", "t"}, {"bundle", {{"kernels", {{"k.cu", kernel}}}, {"plan", worked("plan.yaml")}}}};
 }
-
-const ca::Json kTask = ca::Json::parse(
-    R"({"task_id":"t","inputs":[{"shape":[1000],"dtype":"F32"},{"shape":[1000],"dtype":"F32"}],"outputs":[{"shape":[1000],"dtype":"F32"}]})");
 
 std::vector<std::string> keys(const ca::Json& check) {
   std::vector<std::string> out;
@@ -63,7 +64,8 @@ TEST_CASE("verdicts: a refusal is written as the check section has always said i
 TEST_CASE("verdicts: the CPU stage's check section, compiled and bound, refused at each step") {
   REQUIRE_MESSAGE(ca::cuda::Nvrtc::available(), "NVRTC (the CUDA toolkit the build uses) is needed");
   const ca::bundle::Rules rules = ca::bundle::Rules::load("");
-  Prepared p = cpu_stage(record(kScaleAdd), &kTask, options(rules));
+  const ca::Json task = ca::parse_json(worked("task.json"), "task.json");
+  Prepared p = cpu_stage(record(scale_add()), &task, options(rules));
   CHECK_FALSE(p.final);
   CHECK(keys(p.check) == std::vector<std::string>{"compiled", "correct", "arch", "compile_ms", "cached", "flags", "nvrtc",
                                                   "resources", "precision", "kernel_precision", "scratch_bytes"});
@@ -72,11 +74,11 @@ TEST_CASE("verdicts: the CPU stage's check section, compiled and bound, refused 
   CHECK(p.check["scratch_bytes"] == 0);
   CHECK(p.candidate.binding.bound);
   // Without the task: compiled, nothing bound.
-  Prepared q = cpu_stage(record(kScaleAdd), nullptr, options(rules));
+  Prepared q = cpu_stage(record(scale_add()), nullptr, options(rules));
   CHECK_FALSE(q.final);
   CHECK_FALSE(q.check.contains("scratch_bytes"));
   // A rule on the compiled code: the findings so far, then the violation and the verdict.
-  Prepared v = cpu_stage(record(std::string(kScaleAdd) + "__global__ void ca_own(float* x) { x[0] = 1; }\n"), &kTask, options(rules));
+  Prepared v = cpu_stage(record(scale_add() + "__global__ void ca_own(float* x) { x[0] = 1; }\n"), &task, options(rules));
   CHECK(v.final);
   CHECK(keys(v.check) == std::vector<std::string>{"compiled", "correct", "arch", "compile_ms", "cached", "flags", "nvrtc",
                                                   "resources", "precision", "kernel_precision", "violation", "status", "reason"});
@@ -84,16 +86,16 @@ TEST_CASE("verdicts: the CPU stage's check section, compiled and bound, refused 
   CHECK(v.check["violation"]["rule"] == "reserved_name");
   CHECK(v.check["correct"] == false);
   // A compile error: the compile's fields, the verdict, the log.
-  Prepared e = cpu_stage(record(std::string(kScaleAdd) + "int broken(\n"), &kTask, options(rules));
+  Prepared e = cpu_stage(record(scale_add() + "int broken(\n"), &task, options(rules));
   CHECK(e.final);
   CHECK(keys(e.check) == std::vector<std::string>{"compiled", "correct", "arch", "compile_ms", "cached", "flags", "nvrtc",
                                                   "status", "reason", "log"});
   CHECK(e.check["status"] == "compile_error");
   CHECK(e.check["compiled"] == false);
   // A record without its plan is a bad record (FieldError), not a verdict.
-  ca::Json bad = record(kScaleAdd);
+  ca::Json bad = record(scale_add());
   bad["bundle"].erase("plan");
-  CHECK_THROWS_WITH_AS(cpu_stage(bad, &kTask, options(rules)), doctest::Contains("missing"), ca::FieldError);
+  CHECK_THROWS_WITH_AS(cpu_stage(bad, &task, options(rules)), doctest::Contains("missing"), ca::FieldError);
 }
 
 TEST_CASE("verdicts: the reference section: the worker's measurement decides over the record's word") {

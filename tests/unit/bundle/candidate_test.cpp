@@ -4,23 +4,28 @@
 // NVRTC compiles every bundle for real (no cache: a cached cubin would hide a compile).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "libcommon/bundle/candidate.hpp"
 #include "libcommon/cuda/nvrtc.hpp"
 #include "libcommon/errors.hpp"
+#include "libcommon/paths.hpp"
 
 using namespace ca::bundle;
 
 namespace {
 
-const char* kScaleAdd = "__global__ void scale_add(const float* a, const float* b, float* out, int n, float alpha) {\n"
-                        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-                        "  if (i < n) out[i] = a[i] * alpha + b[i];\n}\n";
-const char* kPlan = "dims: {N: inputs.0.shape[0]}\nforward:\n  - launch: scale_add\n    grid: [cdiv(N, 256)]\n"
-                    "    block: [256]\n    args: [inputs.0, inputs.1, outputs.0, N, 2.0]\n";
+// The worked bundle of SKILL.md (datasets/skill/bundles/scale_add), read from the tree under test.
+std::string worked(const std::string& file) {
+  const char* src = std::getenv("CA_SRC");
+  REQUIRE_MESSAGE(src != nullptr, "CA_SRC names the source tree");
+  return ca::read_file(std::string(src) + "/datasets/skill/bundles/scale_add/" + file);
+}
+std::string scale_add() { return worked("fused.cu"); }
 
-BundleSources sources(const std::string& kernel, const std::string& plan = kPlan) {
+BundleSources sources(const std::string& kernel, const std::string& plan = worked("plan.yaml")) {
   return BundleSources{{{"k.cu", kernel}}, ca::Json(plan)};
 }
 
@@ -65,22 +70,24 @@ TEST_CASE("candidate: each step refuses in its own words, and the way stops ther
   REQUIRE_MESSAGE(ca::cuda::Nvrtc::available(), "NVRTC (the CUDA toolkit the build uses) is needed");
   const Rules rules = Rules::load("");
   // The plan does not parse: nothing compiled.
-  Candidate c = prepare_candidate(sources(kScaleAdd, "forward: [{launch: }"), nullptr, options(&rules));
+  Candidate c = prepare_candidate(sources(scale_add(), "forward: [{launch: }"), nullptr, options(&rules));
   REQUIRE(c.refused);
   CHECK(c.refused->status == "plan_error");
   CHECK_FALSE(c.compiled);
   // No sources for a launched kernel.
-  c = prepare_candidate(BundleSources{{}, ca::Json(kPlan)}, nullptr, options(&rules));
+  c = prepare_candidate(BundleSources{{}, ca::Json(worked("plan.yaml"))}, nullptr, options(&rules));
   REQUIRE(c.refused);
   CHECK(c.refused->reason == "the plan launches scale_add but the bundle has no kernel sources");
   // A rule on the sources: the violation, and the reason starting with its rule.
-  c = prepare_candidate(sources(std::string(kScaleAdd) + "__global__ void t(long long* x) { x[0] = clock64(); }\n"), nullptr,
+  c = prepare_candidate(sources(scale_add() + "__global__ void t(long long* x) { x[0] = clock64(); }\n"), nullptr,
                         options(&rules));
   REQUIRE(c.refused);
   CHECK(c.refused->status == "policy_violation");
   REQUIRE(c.refused->violation);
   CHECK(c.refused->violation->rule == "clock");
-  CHECK(c.refused->reason.rfind("clock: k.cu:5: ", 0) == 0);
+  const std::string source = scale_add();
+  const std::string line = std::to_string(std::count(source.begin(), source.end(), '\n') + 1);
+  CHECK(c.refused->reason.rfind("clock: k.cu:" + line + ": ", 0) == 0);
   CHECK_FALSE(c.compiled);
   // A launched kernel the sources never define: a plan error naming it and its step.
   c = prepare_candidate(sources("__global__ void other() {}\n"), nullptr, options(&rules));
@@ -90,14 +97,14 @@ TEST_CASE("candidate: each step refuses in its own words, and the way stops ther
   CHECK(c.refused->reason.find("kernel 'scale_add' is not defined in the bundle's sources") != std::string::npos);
   CHECK_FALSE(c.compiled);
   // Code that does not compile: the compiler's first error and its log.
-  c = prepare_candidate(sources(std::string(kScaleAdd) + "int broken(\n"), nullptr, options(&rules));
+  c = prepare_candidate(sources(scale_add() + "int broken(\n"), nullptr, options(&rules));
   REQUIRE(c.refused);
   CHECK(c.refused->status == "compile_error");
   CHECK_FALSE(c.refused->log.empty());
   REQUIRE(c.compiled);
   CHECK_FALSE(c.compiled->ok);
   // A rule on the compiled code (a kernel in the checker's namespace), after a compile that succeeded.
-  c = prepare_candidate(sources(std::string(kScaleAdd) + "__global__ void ca_own(float* x) { x[0] = 1; }\n"), nullptr,
+  c = prepare_candidate(sources(scale_add() + "__global__ void ca_own(float* x) { x[0] = 1; }\n"), nullptr,
                         options(&rules));
   REQUIRE(c.refused);
   CHECK(c.refused->status == "policy_violation");
@@ -112,7 +119,7 @@ TEST_CASE("candidate: each step refuses in its own words, and the way stops ther
 
 TEST_CASE("candidate: rules apply only when given (a caller that trusts a verdict gives none)") {
   REQUIRE_MESSAGE(ca::cuda::Nvrtc::available(), "NVRTC (the CUDA toolkit the build uses) is needed");
-  const std::string timed = std::string(kScaleAdd) + "__global__ void t(long long* x) { x[0] = clock64(); }\n";
+  const std::string timed = scale_add() + "__global__ void t(long long* x) { x[0] = clock64(); }\n";
   Candidate trusted = prepare_candidate(sources(timed), nullptr, options(nullptr));
   CHECK_FALSE(trusted.refused);
   CHECK(trusted.compiled_ok());
@@ -126,7 +133,7 @@ TEST_CASE("candidate: bound to the task's tensors, the rules on the bound plan, 
   REQUIRE_MESSAGE(ca::cuda::Nvrtc::available(), "NVRTC (the CUDA toolkit the build uses) is needed");
   const Rules rules = Rules::load("");
   const IoSpec io = io_for(1000);
-  Candidate c = prepare_candidate(sources(kScaleAdd), &io, options(&rules));
+  Candidate c = prepare_candidate(sources(scale_add()), &io, options(&rules));
   REQUIRE_FALSE(c.refused);
   REQUIRE(c.binding.bound);
   CHECK(c.binding.bound->forward.size() == 1);
@@ -134,7 +141,7 @@ TEST_CASE("candidate: bound to the task's tensors, the rules on the bound plan, 
   CHECK(c.precision(&*c.binding.bound) == "fp32");
   CHECK(c.kernel_precisions() == std::map<std::string, std::string>{{"scale_add", "fp32"}});
   // Without shapes, nothing is bound; a later binding (a GPU's worker's tensors) is the same function.
-  Candidate unbound = prepare_candidate(sources(kScaleAdd), nullptr, options(&rules));
+  Candidate unbound = prepare_candidate(sources(scale_add()), nullptr, options(&rules));
   REQUIRE_FALSE(unbound.refused);
   CHECK_FALSE(unbound.binding.bound);
   Binding b = bind_candidate(unbound, io_for(4096), LaunchLimits::for_arch("sm_90"), &rules);
@@ -158,8 +165,8 @@ TEST_CASE("candidate: bound to the task's tensors, the rules on the bound plan, 
   CHECK_FALSE(mismatch.bound);
   // Scratch sizes that add up past 2^63: bound, then refused as a plan error (never an exception).
   Candidate wide = prepare_candidate(
-      sources(kScaleAdd, std::string("scratch:\n  a: {dtype: uint8, shape: [4611686018427387904]}\n"
-                                     "  b: {dtype: uint8, shape: [4611686018427387904]}\n") + kPlan),
+      sources(scale_add(), std::string("scratch:\n  a: {dtype: uint8, shape: [4611686018427387904]}\n"
+                                     "  b: {dtype: uint8, shape: [4611686018427387904]}\n") + worked("plan.yaml")),
       &io, options(&rules));
   REQUIRE(wide.refused);
   CHECK(wide.refused->status == "plan_error");
