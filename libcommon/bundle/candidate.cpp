@@ -140,6 +140,15 @@ Binding bind_candidate(const Candidate& c, const IoSpec& io, const LaunchLimits&
   return out;
 }
 
+Candidate compiled_candidate(const Json& plan, CompileResult compiled) {
+  Candidate c;
+  c.sources.plan = plan;
+  c.plan = Plan::parse(plan);
+  c.signatures = signatures_of(compiled);
+  c.compiled = std::make_shared<const CompileResult>(std::move(compiled));
+  return c;
+}
+
 Candidate prepare_candidate(BundleSources sources, const IoSpec* io, const CandidateOptions& options) {
   Candidate c;
   c.sources = std::move(sources);

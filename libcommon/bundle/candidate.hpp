@@ -89,6 +89,11 @@ struct Candidate {
 // A candidate's fault is c.refused, never an exception; EnvironmentError without NVRTC.
 Candidate prepare_candidate(BundleSources sources, const IoSpec* io, const CandidateOptions& options);
 
+// A candidate compiled elsewhere, ready for bind_candidate: kernel-check's runner child gets the
+// parent's cubin, PTX and name map and the plan text, and reads the plan and the signatures again
+// (the parent's CPU stage took the whole way with the rules). PlanError for a plan that does not parse.
+Candidate compiled_candidate(const Json& plan, CompileResult compiled);
+
 // The binding to `io` (a GPU's worker's tensors, or the task record's), under `limits`, and the rules
 // on the bound plan when `rules` is given.
 Binding bind_candidate(const Candidate& c, const IoSpec& io, const LaunchLimits& limits, const Rules* rules);

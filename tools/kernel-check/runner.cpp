@@ -8,7 +8,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "libcommon/bundle/compile.hpp"
+#include "libcommon/bundle/candidate.hpp"
 #include "libcommon/bundle/executor.hpp"
 #include "libcommon/cuda/driver.hpp"
 #include "libcommon/errors.hpp"
@@ -76,15 +76,18 @@ ca::Json runner_load(RunnerState& state, const ca::Json& req, int gpu) {
   auto& graph = state.graph;
   auto t0 = std::chrono::steady_clock::now();
   ca::bundle::CompileResult cr;
+  cr.ok = true;
   cr.cubin = ca::read_file(req.at("cubin"));
   cr.ptx = ca::read_file(req.at("ptx"));
   for (auto& [k, v] : req.at("lowered").items()) cr.lowered[k] = v.get<std::string>();
-  auto sigs = ca::bundle::signatures_of(cr);
-  ca::bundle::Plan plan = ca::bundle::Plan::parse(ca::Json(req.at("plan")));
-  ca::bundle::IoSpec io = ca::bundle::IoSpec::from_json(req.at("io"));
-  ca::bundle::BoundPlan bound =
-      ca::bundle::bind_plan(plan, sigs, io, ca::bundle::LaunchLimits::for_arch(ca::cuda::Driver::get().device_info(gpu).arch()));
-  ex = std::make_unique<ca::bundle::Executor>(bound, cr.cubin);
+  // The candidate path's binding (libcommon/bundle/candidate.hpp), without the rules: the parent's
+  // stages applied them to this very plan and these tensors.
+  const ca::bundle::Candidate c = ca::bundle::compiled_candidate(ca::Json(req.at("plan")), std::move(cr));
+  const ca::bundle::Binding binding = ca::bundle::bind_candidate(
+      c, ca::bundle::IoSpec::from_json(req.at("io")), ca::bundle::LaunchLimits::for_arch(ca::cuda::Driver::get().device_info(gpu).arch()),
+      nullptr);
+  if (binding.refused) return error_answer(binding.refused->status, binding.refused->reason, false);
+  ex = std::make_unique<ca::bundle::Executor>(*binding.bound, c.compiled->cubin);
   // Params: the worker's device tensors (mapped, copied and unmapped before any candidate
   // code runs), or a safetensors file.
   if (req.contains("params_ipc")) ex->upload_shared(req["params_ipc"]);

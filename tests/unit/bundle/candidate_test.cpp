@@ -148,6 +148,13 @@ TEST_CASE("candidate: bound to the task's tensors, the rules on the bound plan, 
   REQUIRE(b.bound);
   CHECK_FALSE(b.refused);
   CHECK(b.bound->forward[0].launch.grid[0] == 16);
+  // Compiled elsewhere (the runner child's case): the plan and signatures read again bind the same.
+  const Candidate again = compiled_candidate(unbound.sources.plan, *unbound.compiled);
+  Binding b2 = bind_candidate(again, io_for(4096), LaunchLimits::for_arch("sm_90"), nullptr);
+  REQUIRE(b2.bound);
+  CHECK(b2.bound->forward[0].launch.grid[0] == 16);
+  CHECK(b2.bound->forward[0].launch.mangled == b.bound->forward[0].launch.mangled);
+  CHECK_THROWS_AS(compiled_candidate(ca::Json("forward: [{launch: }"), *unbound.compiled), PlanError);
   // The rules on the bound plan: a scratch cap no plan meets here.
   const Rules tight = Rules::parse("max_scratch_ratio: 0\nmax_scratch_slack_bytes: 0\nmax_forward_steps: 0\n", "tight.yaml");
   Binding refused = bind_candidate(unbound, io_for(4096), LaunchLimits::for_arch("sm_90"), &tight);
