@@ -856,8 +856,9 @@ class Step(object):
 
 _LAUNCH_KEYS = ["launch", "grid", "block", "shared", "smem", "shared_bytes", "args", "cooperative", "cluster"]
 _GEMM_KEYS = ["a", "b", "out", "bias", "activation", "epilogue", "trans_a", "trans_b", "m", "n", "k", "batch",
-              "alpha", "beta", "compute"]
-_CONV_KEYS = ["x", "w", "out", "bias", "stride", "padding", "dilation", "groups", "shape", "transposed", "output_padding"]
+              "alpha", "beta", "compute", "lda", "ldb", "ldc", "stride_a", "stride_b", "stride_c"]
+_CONV_KEYS = ["x", "w", "out", "bias", "stride", "padding", "dilation", "groups", "shape", "transposed", "output_padding",
+              "x_strides", "out_strides"]
 _CONV_SHAPE_KEYS = ["n", "c", "k", "d", "h", "w", "t", "r", "s"]
 
 
@@ -912,7 +913,7 @@ def parse_gemm(fields, where):
     f["activation"] = act
     f["trans_a"] = truthy(fields["trans_a"]) if _has(fields, "trans_a") else False
     f["trans_b"] = truthy(fields["trans_b"]) if _has(fields, "trans_b") else False
-    for key in ("m", "n", "k", "batch"):
+    for key in ("m", "n", "k", "batch", "lda", "ldb", "ldc", "stride_a", "stride_b", "stride_c"):
         f[key] = check_expr(fields[key], "%s gemm %s" % (where, key)) if _has(fields, key) else None
     f["alpha"] = number(fields["alpha"], where + " gemm alpha") if _has(fields, "alpha") else 1.0
     f["beta"] = number(fields["beta"], where + " gemm beta") if _has(fields, "beta") else 0.0
@@ -953,6 +954,13 @@ def parse_conv(fields, where):
         f[key] = per_dim(key)
     f["groups"] = check_expr(fields["groups"], where + " conv groups") if _has(fields, "groups") else "1"
     f["transposed"] = truthy(fields["transposed"]) if _has(fields, "transposed") else False
+    for key in ("x_strides", "out_strides"):
+        f[key] = []
+        if _has(fields, key):
+            v = fields[key]
+            if not isinstance(v, list) or not 3 <= len(v) <= 5:
+                raise plan_error("%s conv %s: expected a list of 3 to 5 strides in elements ([n, c, spatial...])" % (where, key))
+            f[key] = [check_expr(x, "%s conv %s" % (where, key)) for x in v]
     return f
 
 
@@ -1335,6 +1343,64 @@ def _ptext(p):
     return ("const " if p["const"] else "") + p["base"] + "*" if p["pointer"] else p["base"]
 
 
+# ---- strided views (a port of libcommon/bundle/layout.cpp) --------------------------------------
+
+_LAYOUT_LIMIT = 1 << 62
+
+
+def view_span(sizes, strides):
+    """Elements from a view's offset to one past the last it reaches; None past 2^62."""
+    last = 0
+    for n, st in zip(sizes, strides):
+        if n == 0:
+            return 0
+        if n < 0 or st < 0:
+            return None
+        reach = (n - 1) * st
+        if reach > _LAYOUT_LIMIT:
+            return None
+        last += reach
+        if last > _LAYOUT_LIMIT:
+            return None
+    return last + 1
+
+
+def view_aliases(sizes, strides):
+    """Do two index tuples share an element (exact for strides that each pass what the smaller reach)?"""
+    covered = 0
+    for n, st in sorted(((n, st) for n, st in zip(sizes, strides) if n > 1), key=lambda p: p[1]):
+        if st <= covered:
+            return True
+        covered += (n - 1) * st
+    return False
+
+
+def views_may_overlap(a, b):
+    """a, b: (offset, sizes, strides) of one buffer; False only when proven disjoint."""
+    sa, sb = view_span(a[1], a[2]), view_span(b[1], b[2])
+    if sa is None or sb is None:
+        return True
+    if sa == 0 or sb == 0:
+        return False
+    if a[0] + sa <= b[0] or b[0] + sb <= a[0]:
+        return False
+    if len(a[1]) < 2 or len(b[1]) < 2 or a[2][0] != b[2][0] or a[2][0] <= 0:
+        return True
+    period = a[2][0]
+    ia, ib = view_span(a[1][1:], a[2][1:]), view_span(b[1][1:], b[2][1:])
+    if ia is None or ib is None:
+        return True
+    lo_len, hi_len = (ia, ib) if a[0] <= b[0] else (ib, ia)
+    delta = abs(a[0] - b[0]) % period
+    if lo_len > period or delta + hi_len > period:
+        return True
+    return delta < lo_len
+
+
+def view_text(off, sizes, strides):
+    return "[%d] sizes (%s) strides (%s)" % (off, ", ".join(map(str, sizes)), ", ".join(map(str, strides)))
+
+
 def conv_out_size(n_in, kernel, stride, padding, dilation, output_padding=0, transposed=False):
     """One spatial size of a convolution's output (bind.cpp conv_windows; PyTorch's formula)."""
     if transposed:
@@ -1667,15 +1733,38 @@ class Program(object):
         ao = self.view_offset(f["a"][1], a, 0, where + " a", where + ": offset '%s' is not an integer")
         bo = self.view_offset(f["b"][1], b, 0, where + " b", where + ": offset '%s' is not an integer")
         oo = self.view_offset(f["out"][1], out, 0, where + " out", where + ": offset '%s' is not an integer")
-        fits = lambda x, y, t, off: batch * x * y <= t.numel() - off
-        if not fits(m, k, A, ao) or not fits(k, n, B, bo) or not fits(m, n, O, oo):
-            raise plan_error("%s: %s does not fit the buffers%s" % (where, dims, " (from the views' offsets)" if views else ""))
+        # row-major as stored: a [m, k] ([k, m] trans_a), b [k, n] ([n, k] trans_b), out [m, n]
+        ra, ca = (k, m) if ta else (m, k)
+        rb, cb = (n, k) if tb else (k, n)
+        sf = lambda key, dense, least: self.stride_field(f[key], dense, least, "%s gemm %s" % (where, key))
+        lda, ldb, ldc = sf("lda", ca, ca), sf("ldb", cb, cb), sf("ldc", n, n)
+        sta, stb, stc = sf("stride_a", ra * lda, 0), sf("stride_b", rb * ldb, 0), sf("stride_c", m * ldc, 0)
+        va = (ao, [batch, ra, ca], [sta, lda, 1])
+        vb = (bo, [batch, rb, cb], [stb, ldb, 1])
+        vo = (oo, [batch, m, n], [stc, ldc, 1])
+        fit = "%s: %s does not fit the buffers%s" % (where, dims, " (from the views' offsets)" if views else "")
+        for key, v, label, output in ((a, va, "a", False), (b, vb, "b", False), (out, vo, "out", True)):
+            span, name = view_span(v[1], v[2]), "%s.%s" % key
+            if span is None or span > self.bufs[key].numel() - v[0]:
+                raise plan_error("%s (%s %s: the view %s%s reaches past %s (%d elements))" % (
+                    fit, where, label, name, view_text(*v), name, self.bufs[key].numel()))
+            if output and view_aliases(v[1], v[2]):
+                raise plan_error("%s %s: the view %s%s writes some elements twice (its strides overlap)" % (where, label, name, view_text(*v)))
         bso = self.view_offset(f["bias"][1], bias, n, where + " bias", where + ": offset '%s' is not an integer") if bias is not None else 0
-        overlap = lambda k1, o1, n1, k2, o2, n2: k1 == k2 and o1 < o2 + n2 and o2 < o1 + n1
-        if overlap(out, oo, batch * m * n, a, ao, batch * m * k) or overlap(out, oo, batch * m * n, b, bo, batch * k * n):
+        if (out == a and views_may_overlap(vo, va)) or (out == b and views_may_overlap(vo, vb)):
             raise plan_error("%s: out overlaps a or b (%s); cuBLASLt does not compute in place" % (where, ref_text(f["out"][0])))
         bs.update(a=a, b=b, out=out, bias=bias, ao=ao, bo=bo, oo=oo, bias_o=bso, act=f["activation"], ta=ta, tb=tb,
-                  m=m, n=n, k=k, batch=batch, alpha=f["alpha"], beta=f["beta"], tf32=f["compute"] == "tf32")
+                  m=m, n=n, k=k, batch=batch, alpha=f["alpha"], beta=f["beta"], tf32=f["compute"] == "tf32",
+                  va=va, vb=vb, vo=vo)
+
+    def stride_field(self, e, dense, least, where):
+        """A stride field's value: None gives `dense`; else an integer at least `least` (elements)."""
+        if e is None:
+            return dense
+        v = self.eval(e, where)
+        if isinstance(v, float) or v < least or v > _LAYOUT_LIMIT:
+            raise plan_error("%s = %s ('%s'): must be an integer, at least %d" % (where, ("%g" % v) if isinstance(v, float) else v, e, least))
+        return v
 
     def conv_size(self, e, where, field):
         """A conv field's value (stride, padding, dilation, output_padding, groups): an integer, 0 to
@@ -1769,20 +1858,48 @@ class Program(object):
         for what, nel in (("x", x_el), ("out", out_el), ("w", w_el)):
             if nel > 1 << 60:
                 raise plan_error("%s: %s has more elements than any buffer" % (where, what))
-        c["xo"] = self.view_offset(f["x"][1], x, x_el, where + " x", where + ": offset '%s' is not an integer")
+        c["xo"] = self.view_offset(f["x"][1], x, 0, where + " x", where + ": offset '%s' is not an integer")
         c["wo"] = self.view_offset(f["w"][1], w, w_el, where + " w", where + ": offset '%s' is not an integer")
-        c["oo"] = self.view_offset(f["out"][1], out, out_el, where + " out", where + ": offset '%s' is not an integer")
+        c["oo"] = self.view_offset(f["out"][1], out, 0, where + " out", where + ": offset '%s' is not an integer")
         c["bias_o"] = self.view_offset(f["bias"][1], bias, c["k"], where + " bias", where + ": offset '%s' is not an integer") if bias is not None else 0
         dx, dw, do = canonical_dtype(X), canonical_dtype(W), canonical_dtype(O)
         if not dx == dw == do:
             raise plan_error(where + ": x, w and out must have one dtype")
         if dx not in ("F32", "F16", "BF16"):
             raise plan_error("%s: conv supports F32, F16, BF16 buffers, not %s" % (where, dx))
-        overlap = lambda k1, o1, n1, k2, o2, n2: k1 == k2 and o1 < o2 + n2 and o2 < o1 + n1
-        if overlap(out, c["oo"], out_el, x, c["xo"], x_el) or overlap(out, c["oo"], out_el, w, c["wo"], w_el):
+        vx = self.conv_view(f["x_strides"], [c["n"], c["c"]] + c["inp"], x, c["xo"], False, where, "x")
+        vo = self.conv_view(f["out_strides"], [c["n"], c["k"]] + c["out_size"], out, c["oo"], True, where, "out")
+        vw = (c["wo"], [w_el], [1])
+        if (out == x and views_may_overlap(vo, vx)) or (out == w and views_may_overlap(vo, vw)):
             raise plan_error("%s: out overlaps x or w (%s); cuDNN does not convolve in place" % (where, ref_text(f["out"][0])))
-        c.update(x=x, w=w, out=out, bias=bias, x_el=x_el, w_el=w_el, out_el=out_el)
+        c.update(x=x, w=w, out=out, bias=bias, x_el=x_el, w_el=w_el, out_el=out_el, vx=vx, vo=vo,
+                 x_strided=bool(f["x_strides"]), out_strided=bool(f["out_strides"]))
         bs.update(c)
+
+    def conv_view(self, given, sizes, key, off, output, where, label):
+        """x's or out's layout (offset, sizes, strides): packed, or the plan's strides, checked as
+        bind.cpp checks them (inside the buffer, an output never writing an element twice)."""
+        strides, acc = [1] * len(sizes), 1
+        for i in range(len(sizes) - 1, -1, -1):
+            strides[i], acc = acc, acc * sizes[i]
+        field = label + "_strides"
+        if given:
+            if len(given) != len(sizes):
+                raise plan_error("%s: conv %s has %d values, the tensor %d dimensions ([n, c, spatial...])" % (
+                    where, field, len(given), len(sizes)))
+            strides = [self.stride_field(e, 1, 1, "%s conv %s" % (where, field)) for e in given]
+            for i, st in enumerate(strides):
+                widest = st * sizes[i] if i + 1 == len(strides) and len(strides) == 3 else st
+                if widest > 2 ** 31 - 1:
+                    raise plan_error("%s: conv %s = %d: past cuDNN's int (2^31-1)" % (where, field, st))
+        name, numel = "%s.%s" % key, self.bufs[key].numel()
+        span = view_span(sizes, strides)
+        if span is None or span > numel - off:
+            raise plan_error("%s %s: the view %s%s reaches past %s (%d elements)" % (where, label, name, view_text(off, sizes, strides), name, numel))
+        if output and view_aliases(sizes, strides):
+            raise plan_error("%s %s: the view %s%s writes some elements twice (its strides overlap)" % (
+                where, label, name, view_text(off, sizes, strides)))
+        return (off, sizes, strides)
 
     # compiling
     def kernel_names(self):
@@ -1874,13 +1991,19 @@ class Program(object):
         with self.stream[1]:
             self.functions[st["name"]](st["grid"], st["block"], args, shared_mem=st["shared"])
 
+    def strided(self, key, v):
+        """The view (offset, sizes, strides) of a buffer as a tensor sharing its memory."""
+        t = self.bufs[key].reshape(-1)
+        return t.as_strided(v[1], v[2], t.storage_offset() + v[0])
+
     def run_gemm(self, st):
         bt, m, n, k = st["batch"], st["m"], st["n"], st["k"]
-        A = self.flat(st["a"], st["ao"], bt * m * k)
-        A = A.view(bt, k, m).transpose(1, 2) if st["ta"] else A.view(bt, m, k)
-        Bm = self.flat(st["b"], st["bo"], bt * k * n)
-        Bm = Bm.view(bt, n, k).transpose(1, 2) if st["tb"] else Bm.view(bt, k, n)
-        O = self.flat(st["out"], st["oo"], bt * m * n).view(bt, m, n)
+        A = self.strided(st["a"], st["va"])
+        A = A.transpose(1, 2) if st["ta"] else A
+        Bm = self.strided(st["b"], st["vb"])
+        Bm = Bm.transpose(1, 2) if st["tb"] else Bm
+        O_view = self.strided(st["out"], st["vo"])
+        O = O_view if O_view.is_contiguous() else O_view.contiguous()   # a strided out: computed, then copied in
         bias = self.flat(st["bias"], st["bias_o"], n) if st["bias"] is not None else None
         if st["tf32"]:
             set_tf32(True)
@@ -1910,10 +2033,12 @@ class Program(object):
             O.relu_()
         elif act == "gelu":                        # cuBLASLt's GELU epilogue is the tanh form
             O.copy_(F.gelu(O, approximate="tanh"))
+        if O is not O_view:
+            O_view.copy_(O)
 
     def run_conv(self, st):
         sp, g = st["spatial"], st["groups"]
-        x = self.flat(st["x"], st["xo"], st["x_el"]).view(st["n"], st["c"], *st["inp"])
+        x = self.strided(st["x"], st["vx"])
         wshape = [st["c"], st["k"] // g] if st["transposed"] else [st["k"], st["c"] // g]
         w = self.flat(st["w"], st["wo"], st["w_el"]).view(*(wshape + st["kernel"]))
         bias = self.flat(st["bias"], st["bias_o"], st["k"]) if st["bias"] is not None else None
@@ -1927,7 +2052,9 @@ class Program(object):
         if list(y.shape) != want:
             raise Verdict("runtime_error", "%s: torch's convolution gave %s, the plan's sizes %s" % (st["where"], list(y.shape), want))
         O = self.bufs[st["out"]]
-        if st["oo"] == 0 and st["out_el"] == O.numel():
+        if st["out_strided"]:
+            self.strided(st["out"], st["vo"]).copy_(y)
+        elif st["oo"] == 0 and st["out_el"] == O.numel():
             # the whole buffer: the result becomes it (no out= in torch's conv; saves a copy)
             self.bufs[st["out"]] = y.contiguous().view(O.shape)
         else:
@@ -2677,7 +2804,7 @@ def selftest(opt):
                         ("dilation: [1, u]", "unbound name 'u'"),
                         ("shape: {n: 2, c: 4, k: 6, h: 7, w: 6, r: 3, s: 3}, groups: 3", "groups = 3 must divide the input channels (4)"), ("output_padding: 1", "output_padding is for transposed"),
                         ("padding: 0", "out (outputs.0 [2, 6, 7, 6]) must be [2, 6, 5, 4]"),
-                        ("shape: {n: 2, c: 4, k: 6, h: 7, w: 7, r: 3, s: 3}", "the view inputs.0[0] of 392 elements is outside")):
+                        ("shape: {n: 2, c: 4, k: 6, h: 7, w: 7, r: 3, s: 3}", "the view inputs.0[0] sizes (2, 4, 7, 7) strides (196, 49, 7, 1) reaches past inputs.0")):
         refused(lambda: _meta_program(cv.replace("SHAPE", shape), [[2, 4, 7, 6]], [[2, 6, 7, 6]], {"w": [6, 4, 3, 3]}), want, "bind conv: %s" % want)
     refused(lambda: _meta_program("forward:\n  - conv: {x: inputs.0, w: params.w, out: 'inputs.0[0]', shape: {n: 1, c: 4, k: 4, w: 8, s: 1}}\n"
                                   "  - gemm: {a: inputs.0, b: params.w, out: outputs.0}\n", [[4, 8]], [[4, 1]], {"w": [4, 4, 1]}),

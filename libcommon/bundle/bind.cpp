@@ -9,6 +9,7 @@
 #include <set>
 
 
+#include "libcommon/bundle/layout.hpp"
 #include "libcommon/byte_regex.hpp"
 #include "libcommon/dtype.hpp"
 
@@ -606,34 +607,80 @@ class Binder {
                              " batch=" + std::to_string(g.batch);
     if (g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1)
       throw PlanError(bs.label + ": " + dims + ": every size must be at least 1");
-    const int64_t esz = element_bytes(g.dtype, bs.label);
-    // batch * x * y * element size <= the buffer's bytes, in 128 bits and a factor at a time (every
-    // factor is at least 1, so a partial product past the bytes already fails): sizes from the
-    // plan's expressions must not wrap into a fit.
-    // Views first (their offsets within their buffers), then the sizes against what is left.
-    g.a_offset = view_offset(G.a_offset, g.a, 0, bs.label + " a");
-    g.b_offset = view_offset(G.b_offset, g.b, 0, bs.label + " b");
-    g.out_offset = view_offset(G.out_offset, g.out, 0, bs.label + " out");
-    auto fits = [&](int64_t x, int64_t y, const BoundBuffer& buf, int64_t offset) {
-      __int128 p = esz;
-      for (int64_t f : {g.batch, x, y})
-        if ((p *= f) > buf.bytes - offset) return false;
-      return true;
-    };
-    if (!fits(g.m, g.k, A, g.a_offset) || !fits(g.k, g.n, B, g.b_offset) || !fits(g.m, g.n, O, g.out_offset))
-      throw PlanError(bs.label + ": " + dims + " does not fit the buffers" + (views ? " (from the views' offsets)" : ""));
-    if (g.bias >= 0) g.bias_offset = view_offset(G.bias_offset, g.bias, g.n, bs.label + " bias");
-    // cuBLASLt reads a and b while it writes out: they may not overlap it.
-    const int64_t out_bytes = int64_t(g.batch * g.m * g.n * esz);
-    if (overlap(g.out, g.out_offset, out_bytes, g.a, g.a_offset, int64_t(g.batch * g.m * g.k * esz)) ||
-        overlap(g.out, g.out_offset, out_bytes, g.b, g.b_offset, int64_t(g.batch * g.k * g.n * esz)))
-      throw PlanError(bs.label + ": out overlaps a or b (" + O.ref + "); cuBLASLt does not compute in place");
+    gemm_views(G, bs, g, dims, views);
     g.trans_a = G.trans_a;
     g.trans_b = G.trans_b;
     g.activation = G.activation;
     g.compute = G.compute;
     g.alpha = G.alpha;
     g.beta = G.beta;
+  }
+
+  // A stride field's value: empty gives `dense`; else an integer at least `least` (elements).
+  int64_t stride_field(const Expr& e, int64_t dense, int64_t least, const std::string& where) {
+    if (e.empty()) return dense;
+    const Value v = eval_in(e, r, where, plan);
+    if (v.is_float || v.i < least || v.i > (int64_t(1) << 62))
+      throw PlanError(where + " = " + v.text() + " ('" + e.text() + "'): must be an integer, at least " + std::to_string(least));
+    return v.i;
+  }
+
+  // A view of `buffer` checked against it: from its offset, its span (the last element it reaches)
+  // inside the buffer; an output's indices never share an element.
+  StridedView checked_view(int buffer, int64_t offset_bytes, StridedView v, bool output, const std::string& where) {
+    const BoundBuffer& b = bp.buffers[buffer];
+    const int64_t esz = element_bytes(b.dtype, where);
+    v.offset = esz ? offset_bytes / esz : 0;
+    const auto span = v.span();
+    const int64_t numel = esz ? b.bytes / esz : 0;
+    if (!span || *span > numel - v.offset)
+      throw PlanError(where + ": the view " + b.ref + v.text() + " reaches past " + b.ref + " (" + std::to_string(numel) +
+                      " elements)");
+    if (output && v.aliases())
+      throw PlanError(where + ": the view " + b.ref + v.text() + " writes some elements twice (its strides overlap)");
+    return v;
+  }
+
+  // Row and batch strides, spans within the buffers, and no overlap between out and a or b.
+  void gemm_views(const GemmStep& G, const BoundStep& bs, BoundGemm& g, const std::string& dims, bool views) {
+    // Row-major as stored: a is [m, k] ([k, m] with trans_a), b [k, n] ([n, k] with trans_b), out [m, n].
+    const int64_t ra = G.trans_a ? g.k : g.m, ca = G.trans_a ? g.m : g.k;
+    const int64_t rb = G.trans_b ? g.n : g.k, cb = G.trans_b ? g.k : g.n;
+    const std::string at = bs.label + " gemm ";
+    g.lda = stride_field(G.lda, ca, ca, at + "lda");
+    g.ldb = stride_field(G.ldb, cb, cb, at + "ldb");
+    g.ldc = stride_field(G.ldc, g.n, g.n, at + "ldc");
+    // a and b may repeat over the batch (stride 0); out's matrices must not meet.
+    auto dense = [](int64_t rows, int64_t ld) {  // saturates: a size past 2^62 fails the span check
+      const __int128 p = __int128(rows) * ld;
+      return p > (int64_t(1) << 62) ? int64_t(1) << 62 : int64_t(p);
+    };
+    g.stride_a = stride_field(G.stride_a, dense(ra, g.lda), 0, at + "stride_a");
+    g.stride_b = stride_field(G.stride_b, dense(rb, g.ldb), 0, at + "stride_b");
+    g.stride_c = stride_field(G.stride_c, dense(g.m, g.ldc), 0, at + "stride_c");
+    auto view = [&](int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
+      StridedView v;
+      v.sizes = {g.batch, rows, cols};
+      v.strides = {stride, ld, 1};
+      return v;
+    };
+    const std::string fit = ": " + dims + " does not fit the buffers" + (views ? " (from the views' offsets)" : "");
+    g.a_offset = view_offset(G.a_offset, g.a, 0, bs.label + " a");
+    g.b_offset = view_offset(G.b_offset, g.b, 0, bs.label + " b");
+    g.out_offset = view_offset(G.out_offset, g.out, 0, bs.label + " out");
+    StridedView va, vb, vo;
+    try {
+      va = checked_view(g.a, g.a_offset, view(ra, ca, g.lda, g.stride_a), false, bs.label + " a");
+      vb = checked_view(g.b, g.b_offset, view(rb, cb, g.ldb, g.stride_b), false, bs.label + " b");
+      vo = checked_view(g.out, g.out_offset, view(g.m, g.n, g.ldc, g.stride_c), true, bs.label + " out");
+    } catch (const PlanError& e) {
+      const std::string why = e.what();
+      throw PlanError(why.find("twice") != std::string::npos ? why : bs.label + fit + " (" + why + ")");
+    }
+    if (g.bias >= 0) g.bias_offset = view_offset(G.bias_offset, g.bias, g.n, bs.label + " bias");
+    // cuBLASLt reads a and b while it writes out: they may not overlap it.
+    if ((g.out == g.a && may_overlap(vo, va)) || (g.out == g.b && may_overlap(vo, vb)))
+      throw PlanError(bs.label + ": out overlaps a or b (" + bp.buffers[g.out].ref + "); cuBLASLt does not compute in place");
   }
 
   void bind_conv(const Step& step, BoundStep& bs) {
@@ -770,21 +817,47 @@ class Binder {
       if (n < 0) throw PlanError(bs.label + ": " + what + " has more elements than any buffer");
       return n;
     };
-    const int64_t x_elems = count({c.n, c.c}, c.in, "x"), out_elems = count({c.n, c.k}, c.out_size, "out"),
-                  w_elems = count({c.transposed ? c.c : c.k, (c.transposed ? c.k : c.c) / c.groups}, c.kernel, "w");
-    c.x_offset = view_offset(C.x_offset, c.x, x_elems, bs.label + " x");
+    const int64_t w_elems = count({c.transposed ? c.c : c.k, (c.transposed ? c.k : c.c) / c.groups}, c.kernel, "w");
+    count({c.n, c.c}, c.in, "x");
+    count({c.n, c.k}, c.out_size, "out");
+    c.x_offset = view_offset(C.x_offset, c.x, 0, bs.label + " x");
     c.w_offset = view_offset(C.w_offset, c.w, w_elems, bs.label + " w");
-    c.out_offset = view_offset(C.out_offset, c.out, out_elems, bs.label + " out");
+    c.out_offset = view_offset(C.out_offset, c.out, 0, bs.label + " out");
     if (c.bias >= 0) c.bias_offset = view_offset(C.bias_offset, c.bias, c.k, bs.label + " bias");
     if (X.dtype != W.dtype || X.dtype != O.dtype) throw PlanError(bs.label + ": x, w and out must have one dtype");
     require_library_dtype(bs.label, "conv", X.dtype);
     c.dtype = X.dtype;
+    std::vector<int64_t> x_sizes = {c.n, c.c}, out_sizes = {c.n, c.k};
+    for (int i = 0; i < c.spatial; ++i) x_sizes.push_back(c.in[i]), out_sizes.push_back(c.out_size[i]);
+    const StridedView vx = checked_view(c.x, c.x_offset, conv_view(C.x_strides, x_sizes, c.x_strides, bs, "x_strides"), false,
+                                        bs.label + " x");
+    const StridedView vo = checked_view(c.out, c.out_offset, conv_view(C.out_strides, out_sizes, c.out_strides, bs, "out_strides"),
+                                        true, bs.label + " out");
     // cuDNN reads x and w while it writes out: no overlap (in-place is refused).
     const int64_t esz = element_bytes(X.dtype, bs.label);
-    const int64_t out_bytes = out_elems * esz;
-    if (overlap(c.out, c.out_offset, out_bytes, c.x, c.x_offset, x_elems * esz) ||
-        overlap(c.out, c.out_offset, out_bytes, c.w, c.w_offset, w_elems * esz))
+    const StridedView vw = StridedView::packed(esz ? c.w_offset / esz : 0, {w_elems});
+    if ((c.out == c.x && may_overlap(vo, vx)) || (c.out == c.w && may_overlap(vo, vw)))
       throw PlanError(bs.label + ": out overlaps x or w (" + O.ref + "); cuDNN does not convolve in place");
+  }
+
+  // x's or out's layout: packed, or the plan's strides (one per dimension, each at least 1), kept in
+  // `bound` for the executor's descriptors.
+  StridedView conv_view(const std::vector<Expr>& given, const std::vector<int64_t>& sizes, std::vector<int64_t>& bound,
+                        const BoundStep& bs, const char* field) {
+    StridedView v = StridedView::packed(0, sizes);
+    if (given.empty()) return v;
+    if (given.size() != sizes.size())
+      throw PlanError(bs.label + ": conv " + field + " has " + std::to_string(given.size()) + " values, the tensor " +
+                      std::to_string(sizes.size()) + " dimensions ([n, c, spatial...])");
+    for (size_t i = 0; i < given.size(); ++i) {
+      v.strides[i] = stride_field(given[i], 1, 1, bs.label + " conv " + field);
+      // cuDNN's descriptors hold ints (a 1-d conv's inserted height takes the width's stride times the width).
+      const __int128 widest = i + 1 == given.size() && given.size() == 3 ? __int128(v.strides[i]) * sizes[i] : v.strides[i];
+      if (widest > INT32_MAX)
+        throw PlanError(bs.label + ": conv " + field + " = " + std::to_string(v.strides[i]) + ": past cuDNN's int (2^31-1)");
+    }
+    bound = v.strides;
+    return v;
   }
 };
 

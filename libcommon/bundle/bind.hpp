@@ -55,6 +55,9 @@ struct BoundGemm {
   int a = -1, b = -1, out = -1, bias = -1;
   int64_t a_offset = 0, b_offset = 0, out_offset = 0, bias_offset = 0;  // views, in bytes
   int64_t m = 0, n = 0, k = 0, batch = 1;
+  // Row strides and batch strides of a, b, out as stored (row-major), in elements; dense unless the
+  // plan gave them.
+  int64_t lda = 0, ldb = 0, ldc = 0, stride_a = 0, stride_b = 0, stride_c = 0;
   bool trans_a = false, trans_b = false;
   std::string activation, compute, dtype;
   double alpha = 1, beta = 0;
@@ -70,6 +73,8 @@ struct BoundConv {
   int64_t groups = 1;
   bool transposed = false;
   std::string dtype;
+  // x's and out's strides in elements per dimension [n, c, spatial...]; empty: packed.
+  std::vector<int64_t> x_strides, out_strides;
   int64_t x_elements() const;
   int64_t w_elements() const;  // k * c / groups * kernel (transposed: c * k / groups * kernel)
   int64_t out_elements() const;

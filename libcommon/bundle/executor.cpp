@@ -399,12 +399,14 @@ void Executor::prepare_gemm(const BoundStep& s, size_t si) {
   // first operand (B): stored column-major as [N,K] (op N) or [K,N] (op T)
   uint64_t fr = g.trans_b ? k : m, fc = g.trans_b ? m : k;
   uint64_t sr = g.trans_a ? n : k, sc = g.trans_a ? k : n;
-  lt.check(lt.matrixLayoutCreate(&gp.a, dt, fr, fc, fr), "layout first");
-  lt.check(lt.matrixLayoutCreate(&gp.b, dt, sr, sc, sr), "layout second");
-  lt.check(lt.matrixLayoutCreate(&gp.c, dt, m, n, m), "layout out");
+  // Leading dimensions: a row-major matrix's row stride is its column-major ld (the binder's, dense
+  // unless the plan gave a strided view).
+  lt.check(lt.matrixLayoutCreate(&gp.a, dt, fr, fc, int64_t(g.ldb)), "layout first");
+  lt.check(lt.matrixLayoutCreate(&gp.b, dt, sr, sc, int64_t(g.lda)), "layout second");
+  lt.check(lt.matrixLayoutCreate(&gp.c, dt, m, n, int64_t(g.ldc)), "layout out");
   if (g.batch > 1) {
     int32_t bc = static_cast<int32_t>(g.batch);
-    int64_t sa = static_cast<int64_t>(fr * fc), sb = static_cast<int64_t>(sr * sc), scc = static_cast<int64_t>(m * n);
+    int64_t sa = g.stride_b, sb = g.stride_a, scc = g.stride_c;
     for (auto [layout, stride] : {std::pair{gp.a, sa}, std::pair{gp.b, sb}, std::pair{gp.c, scc}}) {
       lt.check(lt.matrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc), "BATCH_COUNT");
       lt.check(lt.matrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
@@ -450,14 +452,23 @@ void Executor::prepare_conv(const BoundStep& s, size_t si) {
     for (size_t i = d.size(); i-- > 0;) st[i] = acc, acc *= d[i];
     return st;
   };
-  auto tensor = [&](cudnnTensorDescriptor_t& t, const std::vector<int>& d, const char* what) {
+  // The binder's strides (a strided view) or packed ones; a 1-d convolution's inserted height of 1
+  // takes the stride its row would have.
+  auto strides_of = [&](const std::vector<int>& d, const std::vector<int64_t>& given) {
+    if (given.empty()) return packed(d);
+    std::vector<int> st = {int(given[0]), int(given[1])};
+    for (int i = 0; i < sp; ++i)
+      st.push_back(i < off ? int(given[2] * d[2 + off]) : int(given[2 + i - off]));
+    return st;
+  };
+  auto tensor = [&](cudnnTensorDescriptor_t& t, const std::vector<int>& d, const std::vector<int64_t>& given, const char* what) {
     dnn.check(dnn.createTensorDescriptor(&t), "cudnnCreateTensorDescriptor");
-    auto st = packed(d);
+    auto st = strides_of(d, given);
     dnn.check(dnn.setTensorNdDescriptor(t, dt, int(d.size()), d.data(), st.data()), s.label + ": " + what);
   };
   // x is what the step reads, y what it writes; for a transposed conv cuDNN's dy is x and dx is y.
-  tensor(cp.x, dims_of(c.n, c.c, c.in), "x");
-  tensor(cp.y, dims_of(c.n, c.k, c.out_size), "out");
+  tensor(cp.x, dims_of(c.n, c.c, c.in), c.x_strides, "x");
+  tensor(cp.y, dims_of(c.n, c.k, c.out_size), c.out_strides, "out");
   std::vector<int> wd = c.transposed ? dims_of(c.c, c.k / c.groups, c.kernel) : dims_of(c.k, c.c / c.groups, c.kernel);
   dnn.check(dnn.createFilterDescriptor(&cp.w), "cudnnCreateFilterDescriptor");
   dnn.check(dnn.setFilterNdDescriptor(cp.w, dt, CUDNN_TENSOR_NCHW, int(wd.size()), wd.data()), s.label + ": w");

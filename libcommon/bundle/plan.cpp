@@ -239,6 +239,10 @@ GemmStep parse_gemm(const Json& fields, const std::string& where) {
   if (has(fields, "n")) G.n = parse_expr(fields["n"], where + " gemm n");
   if (has(fields, "k")) G.k = parse_expr(fields["k"], where + " gemm k");
   if (has(fields, "batch")) G.batch = parse_expr(fields["batch"], where + " gemm batch");
+  const std::pair<const char*, Expr*> strided[] = {{"lda", &G.lda},           {"ldb", &G.ldb},           {"ldc", &G.ldc},
+                                                   {"stride_a", &G.stride_a}, {"stride_b", &G.stride_b}, {"stride_c", &G.stride_c}};
+  for (const auto& [key, dst] : strided)
+    if (has(fields, key)) *dst = parse_expr(fields[key], where + " gemm " + key);
   if (has(fields, "alpha")) G.alpha = number(fields["alpha"], where + " gemm alpha");
   if (has(fields, "beta")) G.beta = number(fields["beta"], where + " gemm beta");
   if (has(fields, "compute")) G.compute = scalar_text(fields["compute"], where);
@@ -283,6 +287,13 @@ ConvStep parse_conv(const Json& fields, const std::string& where) {
   per_dim("output_padding", C.output_padding, C.given[3]);
   if (has(fields, "groups")) C.groups = parse_expr(fields["groups"], where + " conv groups");
   if (has(fields, "transposed")) C.transposed = truthy(fields["transposed"]);
+  for (const auto& [key, dst] : {std::pair{"x_strides", &C.x_strides}, std::pair{"out_strides", &C.out_strides}}) {
+    if (!has(fields, key)) continue;
+    const Json& v = fields[key];
+    if (!v.is_array() || v.size() < 3 || v.size() > 5)
+      throw PlanError(where + " conv " + key + ": expected a list of 3 to 5 strides in elements ([n, c, spatial...])");
+    for (size_t i = 0; i < v.size(); ++i) dst->push_back(parse_expr(v[i], where + " conv " + key));
+  }
   return C;
 }
 
@@ -311,9 +322,10 @@ Step parse_step(const Json& s, const std::string& section, int index) {
                                                        "cooperative", "cluster"};
   // No `c`: an undocumented alias that passed every check (gemm out is `out`).
   static const std::vector<std::string> gemm_keys = {"a", "b", "out", "bias", "activation", "epilogue", "trans_a", "trans_b",
-                                                     "m", "n", "k", "batch", "alpha", "beta", "compute"};
+                                                     "m", "n", "k", "batch", "alpha", "beta", "compute", "lda", "ldb", "ldc",
+                                                     "stride_a", "stride_b", "stride_c"};
   static const std::vector<std::string> conv_keys = {"x", "w", "out", "bias", "stride", "padding", "dilation", "groups", "shape",
-                                                     "transposed", "output_padding"};
+                                                     "transposed", "output_padding", "x_strides", "out_strides"};
   const auto& field_keys = kind == "launch" ? launch_keys : kind == "gemm" ? gemm_keys : conv_keys;
   if (kind == "launch") {
     refuse_unknown_keys(s, launch_keys, where);

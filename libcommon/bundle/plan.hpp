@@ -76,6 +76,10 @@ struct GemmStep {
   std::string activation = "none";   // none, relu, gelu
   bool trans_a = false, trans_b = false;
   Expr m, n, k, batch;               // empty: taken from the buffers' shapes
+  // Strided views (elements): the row strides of a, b and out as stored (row-major; empty: dense,
+  // the stored matrix's columns) and their batch strides (empty: dense, rows x row stride). A column
+  // slice of a wider matrix is a view with its row stride; stride 0 repeats a or b over the batch.
+  Expr lda, ldb, ldc, stride_a, stride_b, stride_c;
   double alpha = 1.0, beta = 0.0;
   std::string compute = "fp32";      // fp32 or tf32 (fp16/bf16 buffers use their own)
 };
@@ -91,6 +95,9 @@ struct ConvStep {
   // (out's channels), the spatial sizes of x (d, h, w) and of the kernel (t, r, s), as many as the
   // convolution has (w alone for 1-d; h, w for 2-d; d, h, w for 3-d). Empty: from the buffers.
   std::map<std::string, Expr> shape;
+  // Strided views: x's and out's strides in elements, one per dimension [n, c, spatial...] (empty:
+  // packed), so a conv reads or writes a channel slice of a concatenation for the whole batch.
+  std::vector<Expr> x_strides, out_strides;
   // Per spatial dimension (outermost first); one value given applies to all. Expressions like every
   // other size (dims, init values, a repeat's index), evaluated and checked when the plan is bound.
   Expr stride[3] = {Expr::constant(1), Expr::constant(1), Expr::constant(1)};

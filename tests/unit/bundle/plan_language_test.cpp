@@ -312,3 +312,62 @@ TEST_CASE("conv fields are expressions: stride, padding, dilation, groups from d
   CHECK(bind_error("forward:\n  - conv: {x: inputs.0, w: params.w, out: outputs.0, groups: NOPE}\n", {}, x).find("NOPE") !=
         std::string::npos);
 }
+
+TEST_CASE("strided views for library steps: gemm row and batch strides, conv tensor strides") {
+  auto io = [](const std::string& x, const std::string& w, const std::string& out) {
+    return IoSpec::from_json(ca::Json::parse(R"j({"inputs":[{"shape":)j" + x + R"j(,"dtype":"F32"}],"params":[{"name":"w","shape":)j" + w +
+                                             R"j(,"dtype":"F32"}],"outputs":[{"shape":)j" + out + R"j(,"dtype":"F32"}]})j"));
+  };
+  // A Linear on the two column halves of x = cat(x1, x2) [8, 2 * 16]: out = x[:, 16:] @ w^T, a view
+  // of x with its row stride.
+  const std::string half = "forward:\n  - gemm: {a: \"inputs.0[16]\", b: params.w, out: outputs.0, trans_b: true, m: 8, n: 4, k: 16, lda: 32}\n";
+  BoundPlan g = bind_plan(Plan::parse_text(half), {}, io("[8,32]", "[4,16]", "[8,4]"));
+  CHECK(g.forward[0].gemm.lda == 32);
+  CHECK(g.forward[0].gemm.ldb == 16);
+  CHECK(g.forward[0].gemm.ldc == 4);
+  // Nine rows of that view reach past x: refused.
+  std::string nine = half;
+  nine.replace(nine.find("m: 8"), 4, "m: 9");
+  const std::string past = bind_error(nine, {}, io("[8,32]", "[4,16]", "[9,4]"));
+  CHECK_MESSAGE(past.find("does not fit the buffers") != std::string::npos, past);
+  // lda smaller than the row: refused.
+  std::string small = half;
+  small.replace(small.find("lda: 32"), 7, "lda: 8");
+  CHECK(bind_error(small, {}, io("[8,32]", "[4,16]", "[8,4]")).find("lda = 8") != std::string::npos);
+  // Batched with a shared weight (stride_b 0): 3 x [8, 16] @ [16, 4]; out's batch stride 0 is refused.
+  const std::string bat = "forward:\n  - gemm: {a: inputs.0, b: params.w, out: outputs.0, m: 8, n: 4, k: 16, batch: 3, stride_b: 0}\n";
+  BoundPlan b = bind_plan(Plan::parse_text(bat), {}, io("[3,8,16]", "[16,4]", "[3,8,4]"));
+  CHECK(b.forward[0].gemm.stride_b == 0);
+  CHECK(b.forward[0].gemm.stride_a == 8 * 16);
+  std::string bad = bat;
+  bad.replace(bad.find("stride_b: 0"), 11, "stride_b: 0, stride_c: 0");
+  const std::string twice = bind_error(bad, {}, io("[3,8,16]", "[16,4]", "[3,8,4]"));
+  CHECK_MESSAGE(twice.find("twice") != std::string::npos, twice);
+  // An Inception-style concat for the whole batch: a 1x1 conv writes channels [4, 8) of out [2, 8, 4, 4].
+  const std::string cat = "forward:\n  - conv: {x: inputs.0, w: params.w, out: \"outputs.0[4 * 16]\", "
+                          "shape: {n: 2, c: 3, h: 4, w: 4, k: 4, r: 1, s: 1}, out_strides: [8 * 16, 16, 4, 1]}\n";
+  BoundPlan c = bind_plan(Plan::parse_text(cat), {}, io("[2,3,4,4]", "[4,3,1,1]", "[2,8,4,4]"));
+  CHECK(c.forward[0].conv.out_strides == std::vector<int64_t>{128, 16, 4, 1});
+  CHECK(c.forward[0].conv.out_offset == 4 * 16 * 4);
+  // Channels [5, 9) run past out; strides that repeat an element are refused.
+  std::string past8 = cat;
+  past8.replace(past8.find("outputs.0[4 * 16]"), 17, "outputs.0[5 * 16]");
+  const std::string reach = bind_error(past8, {}, io("[2,3,4,4]", "[4,3,1,1]", "[2,8,4,4]"));
+  CHECK_MESSAGE(reach.find("reaches past") != std::string::npos, reach);
+  std::string alias = cat;
+  alias.replace(alias.find("[8 * 16, 16, 4, 1]"), 18, "[8 * 16, 4, 4, 1]");
+  CHECK(bind_error(alias, {}, io("[2,3,4,4]", "[4,3,1,1]", "[2,8,4,4]")).find("twice") != std::string::npos);
+  // A DenseNet layer in one buffer: a 1x1 conv reads channels [0, 4) and writes [4, 6) of f [2, 6, 4, 4].
+  const std::string dn = "forward:\n"
+                         "  - conv: {x: outputs.0, w: params.w, out: \"outputs.0[4 * 16]\", shape: {n: 2, c: 4, h: 4, w: 4, k: 2, r: 1, s: 1}, "
+                         "x_strides: [96, 16, 4, 1], out_strides: [96, 16, 4, 1]}\n";
+  BoundPlan d = bind_plan(Plan::parse_text(dn), {}, io("[2,6,4,4]", "[2,4,1,1]", "[2,6,4,4]"));
+  CHECK(d.forward[0].conv.x_strides.size() == 4);
+  // Writing channels [3, 5) instead meets the channels it reads: refused as in place.
+  std::string meet = dn;
+  meet.replace(meet.find("outputs.0[4 * 16]"), 17, "outputs.0[3 * 16]");
+  CHECK(bind_error(meet, {}, io("[2,6,4,4]", "[2,4,1,1]", "[2,6,4,4]")).find("does not convolve in place") != std::string::npos);
+  CHECK(bind_error("forward:\n  - conv: {x: inputs.0, w: params.w, out: outputs.0, x_strides: [48, 16, 4]}\n", {},
+                   io("[2,3,4,4]", "[4,3,1,1]", "[2,4,4,4]"))
+            .find("x_strides has 3 values, the tensor 4 dimensions") != std::string::npos);
+}
