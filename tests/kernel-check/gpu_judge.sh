@@ -27,6 +27,8 @@ S=$B/scale_add
   echo "passed|cooperative grid sync";   $MK $B/global_l1_norm_coop
   echo "passed|cluster of 8, DSMEM";     $MK $B/row_sum_cluster
   echo "passed|conv views (concat)";     $MK $B/inception_concat_views
+  echo "passed|conv strided views";      $MK $B/concat_strided
+  echo "incorrect|strided view, wrong channel offset"; $MK $B/concat_strided --plan-replace "outputs.0[K1 * H * W]" "outputs.0[(K1 - 1) * H * W]"
   echo "incorrect|repeat one step short"; $MK $B/rnn_recurrence --plan-replace "repeat: T - 1" "repeat: T - 2"
   echo "incorrect|writes zeros";        $MK $S --replace fused.cu "out[i] = a[i] * alpha + b[i];" "out[i] = 0.0f;"
   echo "incorrect|skips one element";   $MK $S --replace fused.cu "if (i < n)" "if (i < n && i != 4097)"
