@@ -62,6 +62,7 @@ struct CandidateOptions {
 struct Binding {
   std::optional<BoundPlan> bound;        // set when the binder bound it (even if it was then refused)
   std::optional<int64_t> scratch_bytes;  // the bound plan's scratch, unless its sizes overflow (refused)
+  std::optional<ScratchCap> scratch_cap; // the cap the rules held that scratch to (rules.hpp), when given
   std::optional<Refusal> refused;        // plan_error (the binder's) or policy_violation
 };
 

@@ -2,6 +2,7 @@
 #include "libcommon/bundle/rules.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cctype>
 #include <set>
 #include <map>
@@ -44,7 +45,8 @@ template <class F> auto setting(const std::string& name, const std::string& key,
 void apply(Rules& p, const ca::Json& n, const std::string& name) {
   if (!n.is_object()) throw ca::UsageError("rules " + name + ": expected a map");
   static const std::vector<std::string> known = {"allowed_steps", "allowed_headers", "forbidden", "max_module_global_bytes",
-                                                 "max_scratch_ratio", "max_scratch_slack_bytes", "max_forward_steps", "max_init_steps"};
+                                                 "scratch_cap", "scratch_peak_factor", "max_scratch_ratio", "max_scratch_slack_bytes",
+                                                 "max_forward_steps", "max_init_steps"};
   for (const auto& k : ca::yaml_keys(n))
     if (std::find(known.begin(), known.end(), k) == known.end())
       throw ca::UsageError("rules " + name + ": unknown key '" + k + "'");
@@ -79,9 +81,22 @@ void apply(Rules& p, const ca::Json& n, const std::string& name) {
   }
   if (n.contains("max_module_global_bytes"))
     p.max_module_global_bytes = setting(name, "max_module_global_bytes", n["max_module_global_bytes"], ca::yaml_int64);
-  if (n.contains("max_scratch_ratio")) p.max_scratch_ratio = setting(name, "max_scratch_ratio", n["max_scratch_ratio"], ca::yaml_double);
+  if (n.contains("scratch_cap")) {
+    p.scratch_cap = setting(name, "scratch_cap", n["scratch_cap"], ca::yaml_string);
+    if (p.scratch_cap != "reference_peak" && p.scratch_cap != "io_ratio")
+      throw ca::UsageError("rules " + name + ": scratch_cap: '" + p.scratch_cap + "' is not a cap (reference_peak or io_ratio)");
+  }
+  auto non_negative = [&](const char* key, auto v) {
+    if (!(v >= 0)) throw ca::UsageError("rules " + name + ": " + key + ": must be a number >= 0");
+    return v;
+  };
+  if (n.contains("scratch_peak_factor"))
+    p.scratch_peak_factor = non_negative("scratch_peak_factor", setting(name, "scratch_peak_factor", n["scratch_peak_factor"], ca::yaml_double));
+  if (n.contains("max_scratch_ratio"))
+    p.max_scratch_ratio = non_negative("max_scratch_ratio", setting(name, "max_scratch_ratio", n["max_scratch_ratio"], ca::yaml_double));
   if (n.contains("max_scratch_slack_bytes"))
-    p.max_scratch_slack_bytes = setting(name, "max_scratch_slack_bytes", n["max_scratch_slack_bytes"], ca::yaml_int64);
+    p.max_scratch_slack_bytes =
+        non_negative("max_scratch_slack_bytes", setting(name, "max_scratch_slack_bytes", n["max_scratch_slack_bytes"], ca::yaml_int64));
   if (n.contains("max_forward_steps")) p.max_forward_steps = setting(name, "max_forward_steps", n["max_forward_steps"], ca::yaml_int);
   if (n.contains("max_init_steps")) p.max_init_steps = setting(name, "max_init_steps", n["max_init_steps"], ca::yaml_int);
 }
@@ -320,13 +335,72 @@ std::optional<Violation> Rules::check_bound(const BoundPlan& bound, const IoSpec
   if (static_cast<int64_t>(bound.init.size()) > max_init_steps)
     return Violation{"max_init_steps", "init runs " + std::to_string(bound.init.size()) +
                                            " steps once its repeats are unrolled, the rules allow " + std::to_string(max_init_steps)};
-  int64_t scratch = bound.scratch_bytes();
-  double cap = max_scratch_ratio * static_cast<double>(io.io_bytes()) + static_cast<double>(max_scratch_slack_bytes);
-  if (static_cast<double>(scratch) > cap)
-    return Violation{"max_scratch_ratio", "scratch buffers total " + std::to_string(scratch) + " bytes, the rules allow " +
-                                              std::to_string(static_cast<int64_t>(cap)) + " (" + std::to_string(max_scratch_ratio) +
-                                              " x inputs+outputs + " + std::to_string(max_scratch_slack_bytes) + ")"};
+  const int64_t scratch = bound.scratch_bytes();
+  const ScratchCap cap = scratch_cap_for(io);
+  if (scratch > cap.bytes)
+    return Violation{cap.rule, "scratch buffers total " + std::to_string(scratch) + " bytes, the rules allow " +
+                                   std::to_string(cap.bytes) + " (" + cap.how + ")"};
   return std::nullopt;
+}
+
+namespace {
+
+// A factor as the rules file would write it: 4, 2.5.
+std::string factor_text(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
+// a * b + c in bytes, at most INT64_MAX (a peak of petabytes times a factor does not wrap).
+int64_t scaled_bytes(double factor, int64_t bytes, int64_t slack) {
+  const long double v = static_cast<long double>(factor) * static_cast<long double>(bytes) + static_cast<long double>(slack);
+  return v >= static_cast<long double>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(v);
+}
+
+}  // namespace
+
+Json ScratchCap::to_json() const {
+  Json j{{"bytes", bytes}, {"from", from}};
+  if (peak) j["peak_bytes"] = peak->bytes;
+  return j;
+}
+
+ScratchCap Rules::scratch_cap_for(const IoSpec& io) const {
+  ScratchCap cap;
+  cap.peak = io.reference_peak;
+  const int64_t io_bytes = io.io_bytes();
+  const int64_t floor = scaled_bytes(max_scratch_ratio, io_bytes, max_scratch_slack_bytes);
+  const std::string slack = " + " + std::to_string(max_scratch_slack_bytes) + " slack";
+  const std::string floor_how = factor_text(max_scratch_ratio) + " x the task's input and output bytes " + std::to_string(io_bytes) + slack;
+  if (scratch_cap == "reference_peak" && cap.peak) {
+    const int64_t by_peak = scaled_bytes(scratch_peak_factor, cap.peak->bytes, max_scratch_slack_bytes);
+    const std::string peak_how =
+        factor_text(scratch_peak_factor) + " x the reference's peak memory " + std::to_string(cap.peak->bytes) +
+        (cap.peak->from == "worker" ? " (measured by the judge's worker when it loaded the task)"
+                                    : " (as the task record states it, reference.peak_bytes: no worker measured it here)") +
+        slack;
+    if (by_peak > floor) {
+      cap.bytes = by_peak;
+      cap.from = cap.peak->from == "worker" ? "reference_peak" : "task_record";
+      cap.rule = "scratch_peak_factor";
+      cap.how = peak_how + "; the floor is " + floor_how;
+      return cap;
+    }
+    cap.bytes = floor;
+    cap.from = "io_ratio";
+    cap.rule = "max_scratch_ratio";
+    cap.how = floor_how + ", above " + peak_how;
+    return cap;
+  }
+  cap.bytes = floor;
+  cap.from = "io_ratio";
+  cap.rule = "max_scratch_ratio";
+  cap.how = floor_how + (scratch_cap == "io_ratio"
+                             ? "; the rules' scratch_cap is io_ratio"
+                             : "; the reference's peak memory is not known here: the task record states no reference.peak_bytes "
+                               "(ops-synth import and filter write it; a GPU judge's worker measures it when it loads the task)");
+  return cap;
 }
 
 }  // namespace ca::bundle

@@ -32,10 +32,27 @@ struct ForbiddenRule {
   std::shared_ptr<const re2::RE2> source, ptx;
 };
 
+// The cap on a plan's scratch bytes for one task (rules.yaml: scratch_cap), and what sized it.
+struct ScratchCap {
+  int64_t bytes = 0;
+  // "reference_peak": scratch_peak_factor x the reference's peak memory as the judge's own worker
+  // measured it (IoSpec::from_load); "task_record": the same from the record's reference.peak_bytes
+  // (compile-only, where no worker runs); "io_ratio": the floor, max_scratch_ratio x inputs+outputs.
+  std::string from;
+  std::optional<ReferencePeak> peak;  // the reference's peak memory when known, whichever won
+  std::string rule;                   // the rule a scratch over it breaks (scratch_peak_factor, max_scratch_ratio)
+  std::string how;                    // the cap in words, for the violation's reason
+  Json to_json() const;               // {bytes, from, peak_bytes?}: the check section's scratch_cap
+};
+
 struct Rules {
   std::vector<std::string> allowed_steps, allowed_headers;
   std::vector<ForbiddenRule> forbidden;
   int64_t max_module_global_bytes = 65536;
+  // Scratch cap: the larger of scratch_peak_factor x the reference's peak memory (scratch_cap:
+  // reference_peak) and the floor max_scratch_ratio x inputs+outputs; + the slack (rules.yaml).
+  std::string scratch_cap = "reference_peak";  // or "io_ratio": the floor alone
+  double scratch_peak_factor = 2.0;
   double max_scratch_ratio = 4.0;
   int64_t max_scratch_slack_bytes = 16 << 20;
   int max_forward_steps = 16384, max_init_steps = 4096;  // per call, repeats unrolled
@@ -51,7 +68,11 @@ struct Rules {
   std::optional<Violation> check_plan(const Plan& plan) const;
   // After compiling: PTX constructs and module memory.
   std::optional<Violation> check_compiled(const CompileResult& r) const;
-  // With shapes: scratch size against the task's inputs and outputs.
+  // The scratch cap for the task `io` describes: from its reference's peak memory when `io` knows
+  // it (IoSpec::reference_peak: the judge's own worker, or a task record in compile-only), else
+  // the io floor.
+  ScratchCap scratch_cap_for(const IoSpec& io) const;
+  // With shapes: steps per call (repeats unrolled) and scratch bytes against scratch_cap_for(io).
   std::optional<Violation> check_bound(const BoundPlan& bound, const IoSpec& io) const;
 };
 

@@ -223,6 +223,35 @@ forward:" | expect "scratch cap" policy_violation "max_scratch_ratio"
 $MK "$B/scale_add" --plan-replace "forward:" "scratch:
   tmp: {dtype: float32, shape: [N]}
 forward:" | expect "scratch within cap" compiled ""
+[ "$(field "$T/out.jsonl" scratch_cap)" = '{"bytes": 67108864, "from": "io_ratio"}' ] && pass "check.scratch_cap: the io floor" \
+  || fail "scratch_cap io floor" "$(field "$T/out.jsonl" scratch_cap)"
+# The cap follows the task's reference (issue 33): VGG-sized scratch (two 10x64x224x224 activation
+# buffers, 257 MB, against this task's 64 MiB io floor) passes where the record states the
+# reference's peak (as eager holds both while VGG's conv1_2 runs: 257 MB), and is refused naming
+# max_scratch_ratio where it does not, or where its peak is under the floor; above 2x the peak it is
+# refused naming scratch_peak_factor. In compile-only the record's word sizes it, and the check says so.
+vgg="scratch:
+  act0: {dtype: float32, shape: [10, 64, 224, 224]}
+  act1: {dtype: float32, shape: [10, 64, 224, 224]}
+forward:"
+$MK "$B/scale_add" --plan-replace "forward:" "$vgg" --task-set reference '{"mode": "train", "peak_bytes": 256901120}' \
+  | expect "VGG-sized scratch with the record's peak" compiled ""
+[ "$(field "$T/out.jsonl" scratch_cap)" = '{"bytes": 530579456, "from": "task_record", "peak_bytes": 256901120}' ] \
+  && pass "check.scratch_cap from the task record" || fail "scratch_cap task_record" "$(field "$T/out.jsonl" scratch_cap)"
+$MK "$B/scale_add" --plan-replace "forward:" "$vgg" | expect "VGG-sized scratch without a peak" policy_violation "max_scratch_ratio"
+case "$(field "$T/out.jsonl" reason)" in *"states no reference.peak_bytes"*) pass "the refusal says the peak is not known" ;;
+  *) fail "no peak reason" "$(field "$T/out.jsonl" reason)" ;; esac
+$MK "$B/scale_add" --plan-replace "forward:" "$vgg" --task-set reference '{"mode": "train", "peak_bytes": 4096}' \
+  | expect "VGG-sized scratch, a peak under the floor" policy_violation "max_scratch_ratio"
+$MK "$B/scale_add" --plan-replace "forward:" "$vgg" --task-set reference '{"mode": "train", "peak_bytes": 100000000}' \
+  | expect "VGG-sized scratch over 2x the peak" policy_violation "scratch_peak_factor: scratch buffers total 256901120 bytes, the rules allow 216777216"
+printf 'scratch_cap: io_ratio\n' > "$T/ioratio.yaml"
+$MK "$B/scale_add" --plan-replace "forward:" "$vgg" --task-set reference '{"mode": "train", "peak_bytes": 256901120}' \
+  | expect "scratch_cap: io_ratio ignores the peak" policy_violation "the rules' scratch_cap is io_ratio" --policy "$T/ioratio.yaml"
+printf 'scratch_cap: largest\n' > "$T/badcap.yaml"
+$MK "$B/scale_add" | "$KC" --compile-only --no-store --policy "$T/badcap.yaml" > /dev/null 2> "$T/err.txt"; rc=$?
+[ $rc = 1 ] && grep -q "scratch_cap: 'largest' is not a cap" "$T/err.txt" && pass "a bad scratch_cap is a usage error naming it" \
+  || fail "bad scratch_cap" "exit $rc: $(cat "$T/err.txt")"
 
 # 6. The other worked bundles compile.
 $MK "$B/row_softmax" | expect "row softmax" compiled ""

@@ -5,7 +5,8 @@
 # published atol = rtol = 1e-2 lets the half-row one pass; every check draws each variant once and
 # names it; a task whose reference is a dropout gets task_stochastic, and reward-calc gives it no -1;
 # check.reference says the mode the worker ran (train) and the rule; the same dropout task stated
-# in eval mode (issue 33) runs with dropout off, is not stochastic, and the honest bundle passes it.
+# in eval mode (issue 33) runs with dropout off, is not stochastic, and the honest bundle passes it;
+# the scratch cap follows the reference's peak memory as the judge's own worker measures it (last).
 set -u
 KC="$CA_BIN/kernel-check"
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -94,6 +95,79 @@ v = (r.get("reward") or {}).get("value")
 ok = v != -1 and v != -1.0
 print(("ok   " if ok else "FAIL ") + "reward-calc on task_stochastic: reward %r, error %r" % (v, r.get("error")))
 sys.exit(0 if ok else 1)
+PY
+
+# The scratch cap follows the task (issue 33). (1) The worker's peak on CUDA (the caching allocator's
+# count) is within 10% of the device-independent counter's (CPU torch, the same net and inputs) for
+# a conv net whose activations dwarf its inputs. (2) On the judge's path the cap is 2x the peak its
+# own worker measured: a task whose forward holds a 256 MiB temporary (peak ~264 MiB) against 12 MiB
+# of inputs and outputs lets a plan keep 300 MiB of scratch (over the 64 MiB io floor) and refuses
+# 600 MiB naming scratch_peak_factor; a record claiming a terabyte of peak raises nothing.
+PYTHONPATH="${CA_PYTHONPATH:-$CA_SRC/libcommon/python}" "${CUDA_AGENT_PYTHON:-python3}" - <<'PY' || fails=$((fails + 1))
+import torch
+import torch.nn as nn
+from cuda_agent_worker.peak import measure_peak
+
+
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 64, 3, padding=1)
+        self.bn = nn.BatchNorm2d(64)
+        self.c2 = nn.Conv2d(64, 64, 3, padding=1)
+
+    def forward(self, x):
+        a = torch.relu(self.c1(x))
+        return self.c2(a + self.bn(a))
+
+
+torch.manual_seed(0)
+net, x = ConvNet(), torch.randn(8, 3, 128, 128)
+with torch.no_grad():
+    counted, _ = measure_peak(lambda: net(x), "cpu")
+    net_gpu, x_gpu = net.to("cuda"), x.to("cuda")
+    net_gpu(x_gpu)  # the one-time allocations (cuDNN's handle and workspace) before measuring
+    measured, _ = measure_peak(lambda: net_gpu(x_gpu), "cuda")
+ok = abs(measured - counted) <= 0.10 * counted
+print(("ok   " if ok else "FAIL ") + "CUDA peak %d vs the counter's %d (%.1f%%)" % (measured, counted, 100.0 * (measured - counted) / counted))
+raise SystemExit(0 if ok else 1)
+PY
+PEAK_CODE='"import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n    def forward(self, a, b):\n        wide = torch.cat([a] * 64)\n        out = a * 2.0 + b\n        del wide\n        return out\n\nN = 1 << 20\n\ndef get_inputs():\n    return [torch.randn(N), torch.randn(N)]\n\ndef get_init_inputs():\n    return []\n"'
+codeonly() { python3 -c 'import json,sys; r=json.loads(sys.stdin.readline()); r["task"]={k: r["task"][k] for k in ("task_id", "code")}; print(json.dumps(r))'; }
+{
+  $MK "$CA_SRC/datasets/skill/bundles/scale_add" --task-set task_id '"test-peak-temporary"' --task-set code "$PEAK_CODE" \
+    --plan-replace "forward:" "scratch:
+  big: {dtype: float32, shape: [75, N]}
+forward:" | codeonly
+  $MK "$CA_SRC/datasets/skill/bundles/scale_add" --task-set task_id '"test-peak-temporary"' --task-set code "$PEAK_CODE" \
+    --plan-replace "forward:" "scratch:
+  big: {dtype: float32, shape: [150, N]}
+forward:" | codeonly
+  $MK "$CA_SRC/datasets/skill/bundles/scale_add" --task-set task_id '"test-peak-temporary-claim"' --task-set code "$PEAK_CODE" \
+    --task-set reference '{"mode": "train", "peak_bytes": 1099511627776}' --plan-replace "forward:" "scratch:
+  big: {dtype: float32, shape: [150, N]}
+forward:"
+} > "$T/peak_in.jsonl"
+"$CA_BIN/kernel-check" --no-store < "$T/peak_in.jsonl" > "$T/peak.jsonl" 2> "$T/peak.err" || true
+python3 - "$T/peak.jsonl" <<'PY' || { fails=$((fails + 1)); tail -5 "$T/peak.err"; }
+import json, sys
+fits, over, claim = [json.loads(l)["check"] for l in open(sys.argv[1])]
+bad = 0
+def expect(cond, what, c):
+    global bad
+    print(("ok   " if cond else "FAIL ") + what + ": " + c["status"] + " | " + c["reason"][:300] + " | " + json.dumps(c.get("scratch_cap")))
+    bad += not cond
+peak = 64 * 4 * (1 << 20) + 2 * 4 * (1 << 20)  # the 256 MiB temporary, a * 2.0 and the output
+cap = fits.get("scratch_cap") or {}
+expect(cap.get("from") == "reference_peak" and abs(cap.get("peak_bytes", 0) - peak) <= 0.10 * peak,
+       "the judge's cap follows its worker's peak (~%d)" % peak, fits)
+expect(fits["status"] == "passed", "300 MiB of scratch under 2x the peak (over the 64 MiB floor) passes", fits)
+expect(over["status"] == "policy_violation" and over.get("violation", {}).get("rule") == "scratch_peak_factor",
+       "600 MiB of scratch over 2x the peak is refused naming scratch_peak_factor", over)
+expect(claim["status"] == "policy_violation" and (claim.get("scratch_cap") or {}).get("from") == "reference_peak"
+       and claim["scratch_cap"]["bytes"] == over["scratch_cap"]["bytes"],
+       "a record claiming a terabyte of peak raises nothing: the worker's measurement sizes the cap", claim)
+sys.exit(1 if bad else 0)
 PY
 [ $fails -eq 0 ] && echo "tolerance_gpu: all passed" || echo "tolerance_gpu: $fails failed"
 exit $((fails > 0))

@@ -68,10 +68,11 @@ TEST_CASE("verdicts: the CPU stage's check section, compiled and bound, refused 
   Prepared p = cpu_stage(record(scale_add()), &task, options(rules));
   CHECK_FALSE(p.final);
   CHECK(keys(p.check) == std::vector<std::string>{"compiled", "correct", "arch", "compile_ms", "cached", "flags", "nvrtc",
-                                                  "resources", "precision", "kernel_precision", "scratch_bytes"});
+                                                  "resources", "precision", "kernel_precision", "scratch_bytes", "scratch_cap"});
   CHECK(p.check["compiled"] == true);
   CHECK(p.check["precision"] == "fp32");
   CHECK(p.check["scratch_bytes"] == 0);
+  CHECK(p.check["scratch_cap"] == ca::Json::parse(R"({"bytes": 67108864, "from": "io_ratio"})"));
   CHECK(p.candidate.binding.bound);
   // Without the task: compiled, nothing bound.
   Prepared q = cpu_stage(record(scale_add()), nullptr, options(rules));

@@ -203,7 +203,7 @@ struct GpuStage::Judgment {
       it = lane.loaded.emplace(key, ans).first;
     }
     lap("task_load");
-    io = ca::bundle::IoSpec::from_json(it->second);
+    io = ca::bundle::IoSpec::from_load(it->second);  // its own peak_bytes sizes the scratch cap, never the record's
     const ca::bundle::Binding binding = ca::bundle::bind_candidate(p.candidate, io, lane.limits, &rules_);
     binding_fields(check, p.candidate, binding);
     if (binding.refused) {

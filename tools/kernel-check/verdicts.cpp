@@ -43,6 +43,7 @@ void binding_fields(ca::Json& check, const ca::bundle::Candidate& c, const ca::b
   if (!binding.bound) return;
   check["precision"] = c.precision(&*binding.bound);
   if (binding.scratch_bytes) check["scratch_bytes"] = *binding.scratch_bytes;
+  if (binding.scratch_cap) check["scratch_cap"] = binding.scratch_cap->to_json();
 }
 
 ca::Json reference_check(const ca::Json& task, const ca::Json* load, bool allow_stochastic) {
