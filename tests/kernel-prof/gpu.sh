@@ -3,7 +3,8 @@
 # compile baselines (positive, cached on the second run) and validates against the schema; a
 # bundle that would skip its work after the first call cannot (its call counter is restored before
 # every call): it is timed as the honest kernel; a failed check passes through;
-# a tf32 candidate gets precision-matched baselines; a candidate that kills the GPU context fails
+# a tf32 candidate (read from its code) gets precision-matched baselines, an fp32 one whose record
+# claims tf32 does not; a candidate that kills the GPU context fails
 # alone (the records after it are timed by a fresh process). Prints the wall time with cached baselines.
 set -euo pipefail
 KP="$CA_BIN/kernel-prof"
@@ -50,6 +51,13 @@ t = recs["kp-tf32"]["prof"]
 assert t["matched_precision"] == "tf32"
 assert t["baselines"]["compile_precision_matched"]["precision"] == "tf32"
 assert t["baselines"]["compile_precision_matched"]["time_us"]["median"] > 0
+assert t["precision"] == "tf32" and "check_precision_said" not in t, t
+# The precision is read from the compiled candidate: a record's claim of tf32 for an fp32 kernel
+# gets no precision-matched (faster) baselines, and the claim is kept as what the check said.
+f = recs["kp-claims-tf32"]["prof"]
+assert f["status"] == "timed" and f["precision"] == "fp32" and f["check_precision_said"] == "tf32", f
+assert "matched_precision" not in f and "compile_precision_matched" not in f["baselines"], f["baselines"].keys()
+assert g["precision"] == "fp32" and "check_precision_said" not in g, g
 print("run 1: candidate %.2f us (device), eager %.2f us, compile %.2f us, speedups %.2fx / %.2fx; calls %d, stop %s"
       % (g["time_us"]["median"], g["baselines"]["eager"]["time_us"]["median"],
          g["baselines"]["compile"]["time_us"]["median"], g["speedup_vs_eager"], g["speedup_vs_compile"],

@@ -38,6 +38,7 @@ CandidateBench::CandidateBench(bundle::BundleSources sources, const Json& loaded
   const bundle::Binding binding =
       bundle::bind_candidate(c, bundle::IoSpec::from_json(loaded), bundle::LaunchLimits::for_arch(arch), copt.rules);
   if (binding.refused) throw std::runtime_error(binding.refused->status + ": " + binding.refused->reason);
+  precision_ = c.precision(&*binding.bound);
   auto& drv = cuda::Driver::get();
   executor_ = std::make_unique<bundle::Executor>(*binding.bound, c.compiled->cubin);
   auto& ex = *executor_;
@@ -184,18 +185,20 @@ void inject_fault_if_asked(const std::string& candidate_id, CUstream stream) {
 // the very tensors the call read, then compared with its outputs where they are.
 class FreshInputs : public CallInputs {
  public:
-  // `check` is the record's kernel-check section: its claimed precision and tolerance mode, and the
-  // calibration of its warm call (the bound of an output this call could not calibrate).
+  // `check` is the record's kernel-check section: its tolerance mode (calibrated unless it says
+  // published) and the calibration of its warm call (the bound of an output this call could not
+  // calibrate). The precision the calls are held to is the candidate's own (judge_as), never the
+  // record's claim.
   FreshInputs(GpuSession& gpu, std::string task_id, uint64_t seed_base, const Json& check, CandidateTiming& result)
       : gpu_(gpu), task_id_(std::move(task_id)), seed_base_(seed_base), check_(check), result_(result) {
-    const std::string mode = check_.value("tolerance", std::string("published"));
-    if (mode == "calibrated") {
-      const std::string precision = check_.value("precision", std::string("fp32"));
-      const bundle::CalibrationRule rule = bundle::calibration_rule(precision);
-      calibrate_ = worker::request::Calibrate{precision, rule.k, rule.floor};
-    }
     static std::atomic<int64_t> timings{0};
     stem_ = "kpf-" + std::to_string(++timings) + "-";
+  }
+  // Before the first call: the precision read from the compiled candidate.
+  void judge_as(const std::string& precision) {
+    if (mode() != "calibrated") return;
+    const bundle::CalibrationRule rule = bundle::calibration_rule(precision);
+    calibrate_ = worker::request::Calibrate{precision, rule.k, rule.floor};
   }
   ~FreshInputs() override {
     release();
@@ -255,8 +258,13 @@ class FreshInputs : public CallInputs {
   // the reference mapped there, compared there.
   // The bound of this call: calibrated on its own inputs like kernel-check's trials (an output it
   // could not calibrate bounded by the check's warm call), or the check's mode.
+  // The check's tolerance mode; a record that names none is held to the calibrated bound, the
+  // default of kernel-check, never to a looser one.
+  std::string mode() const {
+    return check_.contains("tolerance") && check_["tolerance"].is_string() ? check_["tolerance"].get<std::string>() : "calibrated";
+  }
   bundle::Tolerances tolerances_for(Json& answer) const {
-    if (!calibrate_) return bundle::Tolerances::from_check(check_);
+    if (!calibrate_) return bundle::Tolerances::by_mode(mode());
     Json cal = answer.contains("calibration") && answer["calibration"].is_object() ? answer["calibration"] : Json::object();
     std::string err = answer.value("calibration_error", std::string());
     if (check_.contains("calibration")) bundle::Tolerances::fill_calibration(cal, err, check_["calibration"]);
@@ -363,6 +371,8 @@ void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, con
   } catch (const std::exception& e) {
     return fail(std::string("setup: ") + e.what());
   }
+  result.precision = bench->precision();
+  fresh.judge_as(result.precision);
   measure::LoopOptions lo;
   lo.stop = options.stop;
   lo.warmup_calls = options.warmup;

@@ -70,6 +70,9 @@ class CandidateBench : public measure::TimedTarget {
   bundle::Executor& executor() { return *executor_; }
   int64_t calls() const { return calls_; }
   int64_t checked_calls() const { return checked_; }
+  // The candidate's precision as the GPU will execute it: the lowest of the kernels its plan launches
+  // and its library steps, read from the compiled code (never from a record's claim).
+  const std::string& precision() const { return precision_; }
   // What any call left where no call may write (guard zones, params, init's scratch), or "".
   std::string state_violation();
 
@@ -90,6 +93,7 @@ class CandidateBench : public measure::TimedTarget {
   std::vector<std::pair<CUdeviceptr, size_t>> outputs_;
   int64_t calls_ = 0, checked_ = 0;
   bool pending_ = false, pending_check_ = false;
+  std::string precision_;
 };
 
 struct CandidateTiming {
@@ -99,6 +103,7 @@ struct CandidateTiming {
   std::string failure;  // what was wrong when timed
   Json outputs_check = Json::array();  // per checked call: {call, seed, ok, max_abs_err, ...}
   double draw_ms_per_call = 0;         // the untimed fresh draw + copy + fingerprint, per call
+  std::string precision;               // read from the compiled candidate (empty: its setup failed)
   Json params;                         // the worker's device params (kept for --metrics' replay)
   std::vector<InputSet> sets;          // the set drawn with the params (kept for --metrics' replay)
   std::vector<std::string> keys;       // what the worker keeps for this timing, released by the caller

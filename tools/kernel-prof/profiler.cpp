@@ -321,7 +321,9 @@ Outcome Profiler::profile(Json& record) {
   // under it, and the baselines are cached under it, so an id reused for other code never shares them.
   task["task_id"] = worker::request::task_key(task, task_id);
   const std::string task_key = task["task_id"].get<std::string>();
-  const std::string precision = record["check"].value("precision", std::string("fp32"));
+  // The precision the record's check claims; the timing goes by the one read from the compiled
+  // candidate (the baselines it is compared with follow it), and says so when they differ.
+  const std::string claimed = record["check"].value("precision", std::string("fp32"));
 
   const auto started = std::chrono::steady_clock::now();
   measure::StageClock stages;  // where this record's time goes: prof.stage_s, and -v
@@ -340,6 +342,9 @@ Outcome Profiler::profile(Json& record) {
 
   CandidateTiming cand = time_candidate(g, record, task, loaded, options_);
   stages.lap("candidate");
+  const std::string precision = cand.precision.empty() ? claimed : cand.precision;
+  prof["precision"] = precision;
+  if (!cand.precision.empty() && cand.precision != claimed) prof["check_precision_said"] = claimed;
   struct Cleanup {
     GpuSession& g;
     const CandidateTiming& t;
