@@ -132,7 +132,7 @@ Binding bind_candidate(const Candidate& c, const IoSpec& io, const LaunchLimits&
   try {
     out.bound = bind_plan(c.plan, c.signatures, io, limits);
     out.scratch_bytes = out.bound->scratch_bytes();  // PlanError when the sizes add up past 2^63
-    if (rules) out.scratch_cap = rules->scratch_cap_for(io);
+    if (rules && !rules->scratch_cap_by_judge) out.scratch_cap = rules->scratch_cap_for(io);
     if (rules)
       if (auto v = rules->check_bound(*out.bound, io)) out.refused = policy_violation(*v);
   } catch (const PlanError& e) {

@@ -53,6 +53,9 @@ struct Rules {
   // reference_peak) and the floor max_scratch_ratio x inputs+outputs; + the slack (rules.yaml).
   std::string scratch_cap = "reference_peak";  // or "io_ratio": the floor alone
   double scratch_peak_factor = 2.0;
+  // Not a rules key: the scratch cap is a GPU judge's, from its own worker's measurement, so a
+  // check before it (kernel-check's CPU stage on the record's shapes) leaves it out.
+  bool scratch_cap_by_judge = false;
   double max_scratch_ratio = 4.0;
   int64_t max_scratch_slack_bytes = 16 << 20;
   int max_forward_steps = 16384, max_init_steps = 4096;  // per call, repeats unrolled

@@ -272,6 +272,27 @@ s1=$(sed -n 1p "$T/nodev.jsonl" | python3 -c "import json,sys; print(json.loads(
 s2=$(sed -n 2p "$T/nodev.jsonl" | python3 -c "import json,sys; print(json.loads(sys.stdin.read())['check']['status'])")
 [ $rc -eq 3 ] && [ "$s1" = no_device ] && [ "$s2" = compile_error ] && pass "no_device, exit 3" || fail "no_device" "rc=$rc $s1 $s2: $(tail -2 "$T/err.txt")"
 grep -q "no GPU" "$T/err.txt" && pass "no_device message" || fail "no_device message" "$(cat "$T/err.txt")"
+# A GPU judge's scratch cap is its own worker's: the CPU stage before it binds the record's shapes for
+# the other rules and leaves the cap alone (the VGG-sized scratch over the io floor, a record without
+# a peak: no_device here, not a policy_violation decided by the record), while an over-long repeat
+# is still refused before any GPU.
+printf 'max_forward_steps: 3\n' > "$T/threesteps.yaml"
+( $MK "$B/scale_add" --plan-replace "forward:" "$vgg"
+  $MK "$B/scale_add" --plan-replace "forward:" "forward:
+  - repeat: 3
+    steps:
+      - launch: scale_add
+        grid: [cdiv(N, 256)]
+        block: [256]
+        args: [inputs.0, inputs.1, outputs.0, N, 2.0]" ) \
+  | "$KC" --arch sm_90 --no-store --policy "$T/threesteps.yaml" > "$T/nodev.jsonl" 2> "$T/err.txt"
+python3 - "$T/nodev.jsonl" <<'PY' && pass "without --compile-only the scratch cap waits for the judge's worker; other rules do not" \
+  || fail "scratch cap left to the judge" "$(cut -c1-300 "$T/nodev.jsonl")"
+import json, sys
+a, b = [json.loads(l)["check"] for l in open(sys.argv[1])]
+assert a["status"] == "no_device" and "scratch_cap" not in a and a["scratch_bytes"] == 256901120, a
+assert b["status"] == "policy_violation" and b["violation"]["rule"] == "max_forward_steps", b
+PY
 
 # 9. Bad input: a non-JSON line is fatal (exit 2); a record without a bundle gets an error section.
 printf '{"task_id":"t"}\nnot json\n' | "$KC" --compile-only --no-store > "$T/bad.jsonl" 2> "$T/err.txt"

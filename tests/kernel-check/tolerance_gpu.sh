@@ -102,7 +102,8 @@ PY
 # a conv net whose activations dwarf its inputs. (2) On the judge's path the cap is 2x the peak its
 # own worker measured: a task whose forward holds a 256 MiB temporary (peak ~264 MiB) against 12 MiB
 # of inputs and outputs lets a plan keep 300 MiB of scratch (over the 64 MiB io floor) and refuses
-# 600 MiB naming scratch_peak_factor; a record claiming a terabyte of peak raises nothing.
+# 600 MiB naming scratch_peak_factor; a record claiming a terabyte of peak raises nothing, and a
+# record with shapes but no peak is not held to the io floor before the worker measures.
 PYTHONPATH="${CA_PYTHONPATH:-$CA_SRC/libcommon/python}" "${CUDA_AGENT_PYTHON:-python3}" - <<'PY' || fails=$((fails + 1))
 import torch
 import torch.nn as nn
@@ -147,11 +148,15 @@ forward:" | codeonly
     --task-set reference '{"mode": "train", "peak_bytes": 1099511627776}' --plan-replace "forward:" "scratch:
   big: {dtype: float32, shape: [150, N]}
 forward:"
+  $MK "$CA_SRC/datasets/skill/bundles/scale_add" --task-set task_id '"test-peak-temporary-shapes"' --task-set code "$PEAK_CODE" \
+    --plan-replace "forward:" "scratch:
+  big: {dtype: float32, shape: [75, N]}
+forward:"
 } > "$T/peak_in.jsonl"
 "$CA_BIN/kernel-check" --no-store < "$T/peak_in.jsonl" > "$T/peak.jsonl" 2> "$T/peak.err" || true
 python3 - "$T/peak.jsonl" <<'PY' || { fails=$((fails + 1)); tail -5 "$T/peak.err"; }
 import json, sys
-fits, over, claim = [json.loads(l)["check"] for l in open(sys.argv[1])]
+fits, over, claim, shapes = [json.loads(l)["check"] for l in open(sys.argv[1])]
 bad = 0
 def expect(cond, what, c):
     global bad
@@ -167,6 +172,8 @@ expect(over["status"] == "policy_violation" and over.get("violation", {}).get("r
 expect(claim["status"] == "policy_violation" and (claim.get("scratch_cap") or {}).get("from") == "reference_peak"
        and claim["scratch_cap"]["bytes"] == over["scratch_cap"]["bytes"],
        "a record claiming a terabyte of peak raises nothing: the worker's measurement sizes the cap", claim)
+expect(shapes["status"] == "passed" and (shapes.get("scratch_cap") or {}).get("from") == "reference_peak",
+       "a record with shapes and no peak: the CPU stage leaves the cap to the worker, whose peak lets 300 MiB through", shapes)
 sys.exit(1 if bad else 0)
 PY
 [ $fails -eq 0 ] && echo "tolerance_gpu: all passed" || echo "tolerance_gpu: $fails failed"

@@ -43,7 +43,11 @@ Checker::Checker(CheckOptions& options, const ca::CommonOptions& common)
   candidate_.arch = options_.arch;
   candidate_.cache_dir = options_.cache_dir;
   candidate_.use_cache = !options_.no_cache;
-  candidate_.rules = &rules_;
+  // A GPU judge holds scratch to the cap from its own worker's measurement (gpu_stage): the CPU stage
+  // before it, on the record's shapes, leaves that cap to it; compile-only applies it there.
+  cpu_rules_ = rules_;
+  cpu_rules_.scratch_cap_by_judge = !options_.compile_only;
+  candidate_.rules = &cpu_rules_;
   uint64_t base_seed = common_.run_seed();
 
   store_ = ca::open_store_for(common_);

@@ -65,6 +65,7 @@ class Checker {
   CheckOptions& options_;
   const ca::CommonOptions& common_;
   ca::bundle::Rules rules_;
+  ca::bundle::Rules cpu_rules_;  // the CPU stage's: rules_, the scratch cap left to a GPU judge's worker
   ca::TaskLookup tasks_;  // the record's task, --tasks, the store
   bool serving_ = false;
   std::string no_device_why_;

@@ -121,3 +121,16 @@ TEST_CASE("scratch cap: a task record's claim sizes it only where no worker meas
   // And a task record's top-level peak_bytes (the load answer's spelling) is not the worker's word.
   CHECK_FALSE(IoSpec::from_json(json(",\"peak_bytes\":1099511627776")).reference_peak);
 }
+
+TEST_CASE("scratch cap: left to the judge (scratch_cap_by_judge) before its worker measured") {
+  Rules r = Rules::load("");
+  r.scratch_cap_by_judge = true;
+  // Any scratch passes the check before the judge's (the record's shapes, no peak: the floor would refuse).
+  CHECK_FALSE(r.check_bound(with_scratch(int64_t(1) << 30), IoSpec::from_json(json(""))));
+  // The step counts still apply.
+  ca::bundle::BoundPlan many = with_scratch(0);
+  many.forward.resize(r.max_forward_steps + 1);
+  auto v = r.check_bound(many, IoSpec::from_json(json("")));
+  REQUIRE(v);
+  CHECK(v->rule == "max_forward_steps");
+}
