@@ -731,19 +731,32 @@ def canonical_dtype(t):
     return normalize_dtype(str(t.dtype))
 
 
-_BUF_RE = re.compile(r"\s*(inputs|outputs|params|scratch)\.([A-Za-z0-9_][A-Za-z0-9_.]*)\s*")
-_VIEW_RE = re.compile(r"\s*((?:inputs|outputs|params|scratch)\.[A-Za-z0-9_][A-Za-z0-9_.]*)\s*\[(.*)\]\s*")
+_NAME = r"(?:[A-Za-z0-9_]|\{[^{}\[\]]*\})(?:[A-Za-z0-9_.]|\{[^{}\[\]]*\})*"    # plan.cpp CA_BUFFER_NAME
+_BUF_RE = re.compile(r"\s*(inputs|outputs|params|scratch)\.(" + _NAME + r")\s*")
+_VIEW_RE = re.compile(r"\s*((?:inputs|outputs|params|scratch)\." + _NAME + r")\s*\[(.*)\]\s*")
+_PART_RE = re.compile(r"\{([^{}]*)\}")
 _RESERVED = ("inputs", "outputs", "params", "scratch", "init", "cdiv", "min", "max")
 MAX_LOOP_DEPTH = 8
 MAX_BOUND_STEPS = 100000     # bind.hpp kMaxBoundSteps: steps per call once repeats are unrolled
 
 
 def buffer_ref(text):
-    """'inputs.0' -> ('inputs', '0'); None when the text is not a buffer reference."""
+    """'inputs.0' -> ('inputs', '0'); None when the text is not a buffer reference. A params name may
+    hold {expression} parts (plan.cpp BufferRef::parse), resolved per iteration when bound."""
     m = _BUF_RE.fullmatch(text)
     if not m or m.group(2).endswith(".numel"):
         return None
-    return (m.group(1), m.group(2))
+    space, key = m.group(1), m.group(2)
+    if "{" in key:
+        if space != "params":
+            raise plan_error("'%s.%s': only a params name may hold {expression} parts (inputs and outputs are numbered, "
+                             "scratch is yours to name)" % (space, key))
+        for part in _PART_RE.findall(key):
+            try:
+                parse_expr(part)
+            except ExprError as err:
+                raise plan_error("'%s.%s': %s" % (space, key, err))
+    return (space, key)
 
 
 def view_ref(text):
@@ -823,14 +836,22 @@ def parse_dim3(v, where):
     return [check_expr(v, where)]
 
 
+def _placed(where, fn, text):
+    """A buffer reference's own refusal (braces outside a params name) with the place it was written."""
+    try:
+        return fn(text)
+    except Verdict as err:
+        raise plan_error("%s: %s" % (where, err.reason))
+
+
 def parse_buffer(v, where, view_ok=True):
     """A buffer operand: (ref, offset expression text or None)."""
     text = scalar_text(v, where)
     if view_ok:
-        vw = view_ref(text)
+        vw = _placed(where, view_ref, text)
         if vw is not None:
             return vw[0], check_expr(vw[1], where + " offset")
-    r = buffer_ref(text)
+    r = _placed(where, buffer_ref, text)
     if r is None:
         raise plan_error("%s: '%s' is not a buffer (inputs.N, outputs.N, params.NAME, scratch.NAME%s" % (
             where, text, ", or a view such as scratch.NAME[offset in elements])" if view_ok else ")"))
@@ -882,9 +903,9 @@ def parse_launch(s, where):
         for i, a in enumerate(s["args"], 1):
             at = "%s argument %d" % (where, i)
             text = scalar_text(a, at)
-            ref, off = buffer_ref(text), None
+            ref, off = _placed(at, buffer_ref, text), None
             if ref is None:
-                vw = view_ref(text)
+                vw = _placed(at, view_ref, text)
                 if vw is not None:
                     ref, off = vw[0], check_expr(vw[1], at + " offset")
             f["args"].append({"text": text, "ref": ref, "offset": off,
@@ -1447,7 +1468,7 @@ class Program(object):
         self.init_steps, self.forward_steps = [], []
         for section, out in ((self.spec.init, self.init_steps), (self.spec.forward, self.forward_steps)):
             self.unroll(section, 0, len(section), 0, out, "")
-        named_by_init = {self.buffer_key(r) for st in self.spec.init for r in self.refs_of(st)}
+        named_by_init = {self.buffer_key(r, resolve=False) for st in self.spec.init for r in self.refs_of(st)}
         # scratch that only forward steps use is poisoned before every call; what init names is read-only
         self.forward_scratch = [k for k in self.bufs if k[0] == "scratch" and k not in named_by_init]
 
@@ -1466,8 +1487,12 @@ class Program(object):
             return (space, self.task.input_names.index(key)) if count else None
         return None
 
-    def buffer_key(self, ref):
+    def buffer_key(self, ref, where="", resolve=True):
         space, key = ref
+        if "{" in key:
+            if not resolve:                 # checked before unrolling: which param it names is known per iteration
+                return ("params", None)
+            key = self.concrete_name(ref, where)
         k = self._find(space, key)
         if k is not None:
             return k
@@ -1475,6 +1500,25 @@ class Program(object):
             raise plan_error("scratch.%s is not declared (declare it under scratch:)" % key)
         have = ", ".join("%s.%s" % b for b in self.bufs if b[0] == space)
         raise plan_error("%s.%s does not exist (the task has %s)" % (space, key, have or "none"))
+
+    def concrete_name(self, ref, where):
+        """A params name's {expression} parts evaluated for this iteration (bind.cpp concrete)."""
+        space, key = ref
+        out, at = "", 0
+        for m in _PART_RE.finditer(key):
+            v = self.eval(m.group(1), "%s %s.%s" % (where, space, key))
+            if isinstance(v, float) or v < 0:
+                raise plan_error("%s: %s.%s: {%s} = %s is not a name part (an integer, 0 or more)" % (
+                    where, space, key, m.group(1), ("%g" % v) if isinstance(v, float) else v))
+            out += key[at:m.start()] + str(v)
+            at = m.end()
+        out += key[at:]
+        if ("params", out) not in self.bufs:
+            first = key[:key.index("{")]
+            near = ", ".join(b[1] for b in self.bufs if b[0] == "params" and str(b[1]).startswith(first))
+            raise plan_error("%s: %s.%s is params.%s here, which the task does not have%s" % (
+                where, space, key, out, (" (it has %s)" % (near[:300] + "..." if len(near) > 300 else near)) if near else ""))
+        return out
 
     def lookup(self, ref):
         if ref in self.env:
@@ -1561,7 +1605,7 @@ class Program(object):
                 for i, (a, p) in enumerate(zip(f["args"], params)):
                     if a["ref"] is None:
                         continue
-                    key = self.buffer_key(a["ref"])
+                    key = self.buffer_key(a["ref"], resolve=False)
                     if step.section == "init" and key[0] in ("inputs", "outputs"):
                         raise plan_error("%s: argument %d is %s: init steps read params and write scratch, never inputs or outputs"
                                          % (where, i + 1, ref_text(a["ref"])))
@@ -1570,11 +1614,11 @@ class Program(object):
                 continue
             reads = [step.f[n] for n in (("a", "b", "bias") if step.kind == "gemm" else ("x", "w", "bias")) if step.f[n]]
             for r, _ in reads:
-                key = self.buffer_key(r)
+                key = self.buffer_key(r, resolve=False)
                 if step.section == "init" and key[0] in ("inputs", "outputs"):
                     raise plan_error("%s: reads %s: init steps read params and write scratch, never inputs or outputs" % (where, ref_text(r)))
             out = f["out"][0]
-            key = self.buffer_key(out)
+            key = self.buffer_key(out, resolve=False)
             if step.section == "init" and key[0] in ("inputs", "outputs"):
                 raise plan_error("%s: writes %s: init steps write scratch only" % (where, ref_text(out)))
             if key[0] in ("inputs", "params"):
@@ -1652,13 +1696,14 @@ class Program(object):
         for i, (a, p) in enumerate(zip(f["args"], params)):
             at = "%s: argument %d" % (where, i + 1)
             if a["ref"] is not None:
-                key = self.buffer_key(a["ref"])
+                key = self.buffer_key(a["ref"], at)
+                named = "%s.%s" % key if "{" in a["ref"][1] else ref_text(a["ref"])
                 if not p["pointer"]:
-                    raise plan_error("%s is the buffer %s, kernel expects %s" % (at, ref_text(a["ref"]), p["base"]))
+                    raise plan_error("%s is the buffer %s, kernel expects %s" % (at, named, p["base"]))
                 allowed = _PTR_DTYPES.get(p["base"], ())
                 dt = _dtype_str(self.bufs[key])
                 if allowed is not None and dt not in allowed:
-                    raise plan_error("%s is %s (%s), kernel expects %s" % (at, ref_text(a["ref"]), canonical_dtype(self.bufs[key]), _ptext(p)))
+                    raise plan_error("%s is %s (%s), kernel expects %s" % (at, named, canonical_dtype(self.bufs[key]), _ptext(p)))
                 off = self.view_offset(a["offset"], key, 0 if a["offset"] is None else 1, at,
                                        "%s: the offset of %s ('%%s') is not an integer" % (at, ref_text(a["ref"])))
                 args.append(("buf", key, off * self.bufs[key].element_size()))
@@ -1693,8 +1738,8 @@ class Program(object):
 
     def bind_gemm(self, step, bs):
         f, where = step.f, bs["where"]
-        a, b, out = self.buffer_key(f["a"][0]), self.buffer_key(f["b"][0]), self.buffer_key(f["out"][0])
-        bias = self.buffer_key(f["bias"][0]) if f["bias"] else None
+        a, b, out = (self.buffer_key(f[n][0], where) for n in ("a", "b", "out"))
+        bias = self.buffer_key(f["bias"][0], where) if f["bias"] else None
         A, B, O = self.bufs[a], self.bufs[b], self.bufs[out]
         da, db, do = canonical_dtype(A), canonical_dtype(B), canonical_dtype(O)
         if not da == db == do:
@@ -1777,8 +1822,8 @@ class Program(object):
 
     def bind_conv(self, step, bs):
         f, where = step.f, bs["where"]
-        x, w, out = self.buffer_key(f["x"][0]), self.buffer_key(f["w"][0]), self.buffer_key(f["out"][0])
-        bias = self.buffer_key(f["bias"][0]) if f["bias"] else None
+        x, w, out = (self.buffer_key(f[n][0], where) for n in ("x", "w", "out"))
+        bias = self.buffer_key(f["bias"][0], where) if f["bias"] else None
         X, W, O = self.bufs[x], self.bufs[w], self.bufs[out]
         c = {"transposed": f["transposed"], "groups": self.conv_size(f["groups"], where, "groups")}
         kind = "conv (transposed)" if c["transposed"] else "conv"

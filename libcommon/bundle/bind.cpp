@@ -114,6 +114,7 @@ int arch_number(const std::string& arch) {  // "sm_90" -> 90; 0 when not of that
 // Does the buffer exist (as far as we can tell)? Returns its dtype when known.
 std::optional<std::string> buffer_dtype(const BufferRef& ref, const Plan& plan, const IoSpec* io, const std::string& where,
                                         const std::string& kernel) {
+  if (ref.templated()) return std::nullopt;  // which param it names is known per iteration: the binder checks it
   if (ref.space == Space::scratch) {
     for (auto& s : plan.scratch)
       if (s.name == ref.key) return s.dtype;
@@ -480,8 +481,32 @@ class Binder {
     bp.buffers.push_back(b);
   }
 
-  int index_of(const BufferRef& ref) {
+  // A params name with {expression} parts, named for this iteration: `params.layers.{i}.weight` at
+  // i = 3 is params.layers.3.weight, which the task must have.
+  BufferRef concrete(const BufferRef& ref, const std::string& where) {
+    if (!ref.templated()) return ref;
+    BufferRef c;
+    c.space = ref.space;
+    c.key = ref.literal[0];
+    for (size_t i = 0; i < ref.parts.size(); ++i) {
+      const Value v = eval_in(ref.parts[i], r, where + " " + ref.text(), plan);
+      if (v.is_float || v.i < 0)
+        throw PlanError(where + ": " + ref.text() + ": {" + ref.parts[i].text() + "} = " + v.text() + " is not a name part (an integer, 0 or more)");
+      c.key += std::to_string(v.i) + ref.literal[i + 1];
+    }
+    if (!io.find(c)) {
+      std::string near;
+      for (const auto& t : io.params)
+        if (t.name.compare(0, ref.literal[0].size(), ref.literal[0]) == 0) near += (near.empty() ? "" : ", ") + t.name;
+      throw PlanError(where + ": " + ref.text() + " is " + c.text() + " here, which the task does not have" +
+                      (near.empty() ? std::string() : " (it has " + (near.size() > 300 ? near.substr(0, 300) + "..." : near) + ")"));
+    }
+    return c;
+  }
+
+  int index_of(const BufferRef& templ, const std::string& where = "") {
     int idx = -1;
+    const BufferRef ref = concrete(templ, where);
     if (ref.space == Space::scratch) return bp.buffer_index(ref.text());
     io.find(ref, &idx);
     std::string key = ref.space == Space::param ? io.params[idx].name : std::to_string(idx);
@@ -538,7 +563,11 @@ class Binder {
       BoundArg a;
       a.text = L.args[i].text;
       if (L.args[i].buffer) {
-        a.buffer = index_of(*L.args[i].buffer);
+        a.buffer = index_of(*L.args[i].buffer, bs.label + ": " + ordinal_arg(i));
+        if (L.args[i].buffer->templated() && sig.from_mangled && !dtype_fits(sig.params[i], bp.buffers[a.buffer].dtype))
+          throw PlanError(bs.label + ": " + ordinal_arg(i) + " is " + bp.buffers[a.buffer].ref + " (" + bp.buffers[a.buffer].dtype +
+                              "), kernel expects " + sig.params[i].text,
+                          L.kernel);
         // A launch's view must start at an element of its buffer (its extent is the kernel's
         // business: the guard zones catch writes past the buffer).
         a.offset = view_offset(L.args[i].offset, a.buffer, L.args[i].offset.empty() ? 0 : 1, bs.label + ": " + ordinal_arg(i));
@@ -569,10 +598,10 @@ class Binder {
   void bind_gemm(const Step& step, BoundStep& bs) {
     const GemmStep& G = step.gemm;
     BoundGemm& g = bs.gemm;
-    g.a = index_of(G.a);
-    g.b = index_of(G.b);
-    g.out = index_of(G.out);
-    if (G.bias) g.bias = index_of(*G.bias);
+    g.a = index_of(G.a, bs.label);
+    g.b = index_of(G.b, bs.label);
+    g.out = index_of(G.out, bs.label);
+    if (G.bias) g.bias = index_of(*G.bias, bs.label);
     const auto &A = bp.buffers[g.a], &B = bp.buffers[g.b], &O = bp.buffers[g.out];
     if (A.dtype != B.dtype || A.dtype != O.dtype)
       throw PlanError(bs.label + ": a, b and out must have one dtype (" + A.dtype + ", " + B.dtype + ", " + O.dtype + ")");
@@ -686,10 +715,10 @@ class Binder {
   void bind_conv(const Step& step, BoundStep& bs) {
     const ConvStep& C = step.conv;
     BoundConv& c = bs.conv;
-    c.x = index_of(C.x);
-    c.w = index_of(C.w);
-    c.out = index_of(C.out);
-    if (C.bias) c.bias = index_of(*C.bias);
+    c.x = index_of(C.x, bs.label);
+    c.w = index_of(C.w, bs.label);
+    c.out = index_of(C.out, bs.label);
+    if (C.bias) c.bias = index_of(*C.bias, bs.label);
     const auto &X = bp.buffers[c.x], &W = bp.buffers[c.w], &O = bp.buffers[c.out];
     c.transposed = C.transposed;
     c.groups = conv_size(C.groups, bs, "groups");

@@ -21,10 +21,12 @@ const char* space_name(Space s) {
   }
 }
 
+// A buffer name: letters, digits, '_' and '.', and `{expression}` parts (no braces or brackets inside).
+#define CA_BUFFER_NAME R"((?:[A-Za-z0-9_]|\{[^{}\[\]]*\})(?:[A-Za-z0-9_.]|\{[^{}\[\]]*\})*)"
+
 std::optional<BufferRef> BufferRef::parse(const std::string& text) {
   // RE2 (linear, no recursion): the text is the policy's.
-  static const re2::RE2 re(R"(\s*(inputs|outputs|params|scratch)\.([A-Za-z0-9_][A-Za-z0-9_.]*)\s*)",
-      ca::byte_regex_options());
+  static const re2::RE2 re(R"(\s*(inputs|outputs|params|scratch)\.()" CA_BUFFER_NAME R"()\s*)", ca::byte_regex_options());
   std::string space, key;
   if (!re2::RE2::FullMatch(text, re, &space, &key)) return std::nullopt;
   if (key.size() >= 6 && key.compare(key.size() - 6, 6, ".numel") == 0) return std::nullopt;
@@ -32,6 +34,22 @@ std::optional<BufferRef> BufferRef::parse(const std::string& text) {
   const std::string& s = space;
   r.space = s == "inputs" ? Space::input : s == "outputs" ? Space::output : s == "params" ? Space::param : Space::scratch;
   r.key = key;
+  if (key.find('{') == std::string::npos) return r;
+  if (r.space != Space::param)
+    throw PlanError("'" + r.text() + "': only a params name may hold {expression} parts (inputs and outputs are numbered, "
+                    "scratch is yours to name)");
+  size_t at = 0;
+  for (size_t open; (open = key.find('{', at)) != std::string::npos;) {
+    const size_t close = key.find('}', open);
+    r.literal.push_back(key.substr(at, open - at));
+    try {
+      r.parts.push_back(Expr::parse(key.substr(open + 1, close - open - 1)));
+    } catch (const ExprError& e) {
+      throw PlanError("'" + r.text() + "': " + e.what());
+    }
+    at = close + 1;
+  }
+  r.literal.push_back(key.substr(at));
   return r;
 }
 
@@ -98,8 +116,8 @@ Expr parse_expr(const Json& v, const std::string& where) {
 // `scratch.h[t * H]`: a buffer and an element offset; nullopt when `text` is not of that form.
 // (`inputs.0.shape[1]` is an expression, not a view.)
 std::optional<std::pair<BufferRef, std::string>> parse_view_text(const std::string& text) {
-  static const re2::RE2 re(R"(\s*((?:inputs|outputs|params|scratch)\.[A-Za-z0-9_][A-Za-z0-9_.]*)\s*\[(.*)\]\s*)",
-      ca::byte_regex_options());
+  static const re2::RE2 re(R"(\s*((?:inputs|outputs|params|scratch)\.)" CA_BUFFER_NAME R"()\s*\[(.*)\]\s*)",
+                           ca::byte_regex_options());
   std::string ref, offset;
   if (!re2::RE2::FullMatch(text, re, &ref, &offset)) return std::nullopt;
   if (ref.size() >= 6 && ref.compare(ref.size() - 6, 6, ".shape") == 0) return std::nullopt;
@@ -108,15 +126,24 @@ std::optional<std::pair<BufferRef, std::string>> parse_view_text(const std::stri
   return std::make_pair(*r, offset);
 }
 
+// A buffer reference's own refusal (braces outside a params name) with the place it was written.
+template <class F> auto placed(const std::string& where, F&& f) {
+  try {
+    return f();
+  } catch (const PlanError& e) {
+    throw PlanError(where + ": " + e.what(), e.kernel);
+  }
+}
+
 BufferRef parse_buffer(const Json& v, const std::string& where, Expr* offset = nullptr) {
   std::string text = scalar_text(v, where);
   if (offset) {
-    if (auto view = parse_view_text(text)) {
+    if (auto view = placed(where, [&] { return parse_view_text(text); })) {
       *offset = parse_expr(Json(view->second), where + " offset");
       return view->first;
     }
   }
-  auto r = BufferRef::parse(text);
+  auto r = placed(where, [&] { return BufferRef::parse(text); });
   if (!r)
     throw PlanError(where + ": '" + text + "' is not a buffer (inputs.N, outputs.N, params.NAME, scratch.NAME" +
                     (offset ? ", or a view such as scratch.NAME[offset in elements])" : ")"));
@@ -199,9 +226,9 @@ LaunchStep parse_launch(const Json& s, std::string where) {
       ++i;
       Arg arg;
       arg.text = scalar_text(a, where + " argument " + std::to_string(i));
-      arg.buffer = BufferRef::parse(arg.text);
+      arg.buffer = placed(where + " argument " + std::to_string(i), [&] { return BufferRef::parse(arg.text); });
       if (!arg.buffer) {
-        if (auto view = parse_view_text(arg.text)) {
+        if (auto view = placed(where + " argument " + std::to_string(i), [&] { return parse_view_text(arg.text); })) {
           arg.buffer = view->first;
           arg.offset = parse_expr(Json(view->second), where + " argument " + std::to_string(i) + " offset");
         }

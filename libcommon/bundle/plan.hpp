@@ -33,9 +33,16 @@ const char* space_name(Space s);  // "inputs", "outputs", "params", "scratch"
 
 struct BufferRef {
   Space space = Space::input;
-  std::string key;  // "0", "x", "weight" (params names may contain dots)
+  std::string key;  // "0", "x", "weight" (params names may contain dots), as written
+  // A params name may hold expressions in braces, so a repeat steps through numbered layers:
+  // `params.layers.{i}.weight`, `params.features.{2 * i + 1}.bias`. `literal` is the text around
+  // them (one more than `parts`); the binder evaluates them per iteration and names the param.
+  std::vector<std::string> literal;
+  std::vector<Expr> parts;
+  bool templated() const { return !parts.empty(); }
   std::string text() const { return std::string(space_name(space)) + "." + key; }
-  // "inputs.0" -> BufferRef; nullopt when `text` is not a buffer reference (an expression).
+  // "inputs.0" -> BufferRef; nullopt when `text` is not a buffer reference (an expression). Throws
+  // PlanError for braces outside a params name or an expression in them that does not parse.
   static std::optional<BufferRef> parse(const std::string& text);
 };
 

@@ -371,3 +371,57 @@ TEST_CASE("strided views for library steps: gemm row and batch strides, conv ten
                    io("[2,3,4,4]", "[4,3,1,1]", "[2,4,4,4]"))
             .find("x_strides has 3 values, the tensor 4 dimensions") != std::string::npos);
 }
+
+TEST_CASE("a repeat steps through numbered params: {expression} parts in a params name") {
+  // Three Linear layers layers.0 .. layers.2 of [8, 8], then one more named differently.
+  std::string params;
+  for (int l = 0; l < 3; ++l)
+    params += std::string(l ? "," : "") + R"j({"name":"layers.)j" + std::to_string(l) + R"j(.weight","shape":[8,8],"dtype":"F32"},)j" +
+              R"j({"name":"layers.)j" + std::to_string(l) + R"j(.bias","shape":[8],"dtype":"F32"})j";
+  const IoSpec io = IoSpec::from_json(ca::Json::parse(R"j({"inputs":[{"shape":[4,8],"dtype":"F32"}],"params":[)j" + params +
+                                                      R"j(],"outputs":[{"shape":[4,8],"dtype":"F32"}]})j"));
+  const std::string plan = "scratch:\n  h: {dtype: float32, shape: [4, 4, 8]}\nforward:\n"
+                           "  - gemm: {a: inputs.0, b: params.layers.0.weight, out: \"scratch.h[0]\", m: 4, n: 8, k: 8, trans_b: true}\n"
+                           "  - repeat: 2\n    index: l\n    steps:\n"
+                           "      - gemm: {a: \"scratch.h[l * 32]\", b: \"params.layers.{l + 1}.weight\", bias: \"params.layers.{l + 1}.bias\",\n"
+                           "               out: \"scratch.h[(l + 1) * 32]\", m: 4, n: 8, k: 8, trans_b: true, activation: relu}\n"
+                           "  - gemm: {a: \"scratch.h[64]\", b: params.layers.2.weight, out: outputs.0, trans_b: true, m: 4, n: 8, k: 8}\n";
+  BoundPlan b = bind_plan(Plan::parse_text(plan), {}, io);
+  REQUIRE(b.forward.size() == 4);
+  CHECK(b.buffers[b.forward[1].gemm.b].ref == "params.layers.1.weight");
+  CHECK(b.buffers[b.forward[2].gemm.b].ref == "params.layers.2.weight");
+  CHECK(b.buffers[b.forward[2].gemm.bias].ref == "params.layers.2.bias");
+  // One step too many: layers.3 does not exist; the message names the template and what it became.
+  std::string over = plan;
+  over.replace(over.find("repeat: 2"), 9, "repeat: 3");
+  over.replace(over.find("shape: [4, 4, 8]"), 16, "shape: [5, 4, 8]");
+  const std::string missing = bind_error(over, {}, io);
+  CHECK_MESSAGE(missing.find("params.layers.{l + 1}.weight is params.layers.3.weight here, which the task does not have") !=
+                    std::string::npos,
+                missing);
+  // Braces outside a params name, a bad expression in them, a negative part.
+  CHECK_THROWS_WITH_AS(Plan::parse_text("forward:\n  - gemm: {a: inputs.0, b: params.layers.0.weight, out: \"scratch.h{0}\"}\n"),
+                       doctest::Contains("only a params name may hold {expression} parts"), PlanError);
+  CHECK_THROWS_AS(Plan::parse_text("forward:\n  - gemm: {a: inputs.0, b: \"params.layers.{l +}.weight\", out: outputs.0}\n"), PlanError);
+  std::string neg = plan;
+  neg.replace(neg.find("{l + 1}.weight"), 14, "{l - 1}.weight");
+  CHECK(bind_error(neg, {}, io).find("= -1 is not a name part") != std::string::npos);
+}
+
+TEST_CASE("numbered params in launch arguments: resolved per iteration, dtype checked against the kernel") {
+  // cell(const float* x, const float* h_prev, float* h_next, int n) with h_prev = params.w.{t}
+  const IoSpec io = IoSpec::from_json(ca::Json::parse(
+      R"j({"inputs":[{"shape":[2,16],"dtype":"F32"}],"params":[{"name":"w.0","shape":[16],"dtype":"F32"},)j"
+      R"j({"name":"w.1","shape":[16],"dtype":"F32"},{"name":"w.2","shape":[16],"dtype":"I32"}],"outputs":[{"shape":[16],"dtype":"F32"}]})j"));
+  const std::string plan = "forward:\n  - repeat: 2\n    index: t\n    steps:\n"
+                           "      - launch: cell\n        grid: [1]\n        block: [16]\n"
+                           "        args: [\"inputs.0[t * 16]\", \"params.w.{t}\", outputs.0, 16]\n";
+  BoundPlan b = bind_plan(Plan::parse_text(plan), cell_sigs(), io);
+  REQUIRE(b.forward.size() == 2);
+  CHECK(b.buffers[b.forward[1].launch.args[1].buffer].ref == "params.w.1");
+  // params.w.2 is int32: a const float* parameter does not take it.
+  std::string three = plan;
+  three.replace(three.find("{t}"), 3, "{t + 1}");
+  const std::string why = bind_error(three, cell_sigs(), io);
+  CHECK_MESSAGE(why.find("is params.w.2 (I32), kernel expects") != std::string::npos, why);
+}
