@@ -582,10 +582,12 @@ def parse_expr(s):
             depth[0] -= 1
             if nm == "cdiv" and len(args) != 2:
                 fail("cdiv takes 2 arguments")
+            elif nm == "sqrt" and len(args) != 1:
+                fail("sqrt takes 1 argument")
             elif nm in ("min", "max") and len(args) < 2:
                 fail(nm + " takes 2 or more arguments")
-            elif nm not in ("cdiv", "min", "max"):
-                fail("unknown function '%s' (cdiv, min, max)" % nm)
+            elif nm not in ("cdiv", "min", "max", "sqrt"):
+                fail("unknown function '%s' (cdiv, min, max, sqrt)" % nm)
             return ("call", nm, tuple(args))
         ref = nm
         while pos[0] < len(s) and s[pos[0]] == ".":
@@ -657,6 +659,11 @@ def _eval_node(n, lookup, text):
         return q if op == "/" else a - b * q
     args = [_eval_node(x, lookup, text) for x in n[2]]
     any_float = any(isinstance(x, float) for x in args)
+    if n[1] == "sqrt":
+        x = float(args[0])
+        if not x >= 0:
+            raise ExprError("sqrt of a negative number in '%s'" % text)
+        return math.sqrt(x)
     if n[1] == "cdiv":
         if any_float:
             raise ExprError("cdiv needs integers in '%s'" % text)
@@ -735,7 +742,7 @@ _NAME = r"(?:[A-Za-z0-9_]|\{[^{}\[\]]*\})(?:[A-Za-z0-9_.]|\{[^{}\[\]]*\})*"    #
 _BUF_RE = re.compile(r"\s*(inputs|outputs|params|scratch)\.(" + _NAME + r")\s*")
 _VIEW_RE = re.compile(r"\s*((?:inputs|outputs|params|scratch)\." + _NAME + r")\s*\[(.*)\]\s*")
 _PART_RE = re.compile(r"\{([^{}]*)\}")
-_RESERVED = ("inputs", "outputs", "params", "scratch", "init", "cdiv", "min", "max")
+_RESERVED = ("inputs", "outputs", "params", "scratch", "init", "cdiv", "min", "max", "sqrt")
 MAX_LOOP_DEPTH = 8
 MAX_BOUND_STEPS = 100000     # bind.hpp kMaxBoundSteps: steps per call once repeats are unrolled
 

@@ -169,9 +169,10 @@ class Parser {
         if (!accept(')')) fail("expected ')' or ','");
       }
       if (name == "cdiv" && args.size() != 2) fail("cdiv takes 2 arguments");
+      else if (name == "sqrt" && args.size() != 1) fail("sqrt takes 1 argument");
       else if ((name == "min" || name == "max") && args.size() < 2) fail(name + " takes 2 or more arguments");
-      else if (name != "cdiv" && name != "min" && name != "max")
-        fail("unknown function '" + name + "' (cdiv, min, max)");
+      else if (name != "cdiv" && name != "min" && name != "max" && name != "sqrt")
+        fail("unknown function '" + name + "' (cdiv, min, max, sqrt)");
       n->kids = std::move(args);
       return n;
     }
@@ -263,6 +264,11 @@ Value eval_node(const ExprNode& n, const ExprContext& ctx, const std::string& te
       for (auto& k : n.kids) {
         args.push_back(eval_node(*k, ctx, text));
         any_float |= args.back().is_float;
+      }
+      if (n.name == "sqrt") {  // a float, e.g. the 1 / sqrt(D) of attention as a scalar argument
+        const double x = args[0].as_double();
+        if (!(x >= 0)) throw ExprError("sqrt of a negative number in '" + text + "'");
+        return Value::real(std::sqrt(x));
       }
       if (n.name == "cdiv") {
         if (any_float) throw ExprError("cdiv needs integers in '" + text + "'");

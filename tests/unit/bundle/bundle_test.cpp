@@ -31,6 +31,11 @@ TEST_CASE("expressions: arithmetic, functions, references") {
   CHECK(Expr::parse("-(N - 1) / 3 * 2 % 7").eval_int(c) == (-(999) / 3 * 2 % 7));
   CHECK(Expr::parse("inputs.0.shape[1] * 2").eval_int(c) == 128);
   CHECK(Expr::parse("N / 3").eval_int(c) == 333);  // C division
+  // sqrt is a float (attention's 1 / sqrt(D) as a scale argument); a negative argument is an error.
+  CHECK(Expr::parse("sqrt(64)").eval(c).is_float);
+  CHECK(Expr::parse("1.0 / sqrt(64)").eval(c).f == doctest::Approx(0.125));
+  CHECK_THROWS_WITH_AS(Expr::parse("sqrt(1 - N)").eval(c), doctest::Contains("sqrt of a negative number"), ExprError);
+  CHECK_THROWS_WITH_AS(Expr::parse("sqrt(1, 2)"), doctest::Contains("sqrt takes 1 argument"), ExprError);
   Value f = Expr::parse("N * 0.5").eval(c);
   CHECK(f.is_float);
   CHECK(f.f == doctest::Approx(500.0));
