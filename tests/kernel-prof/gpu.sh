@@ -58,6 +58,7 @@ f = recs["kp-claims-tf32"]["prof"]
 assert f["status"] == "timed" and f["precision"] == "fp32" and f["check_precision_said"] == "tf32", f
 assert "matched_precision" not in f and "compile_precision_matched" not in f["baselines"], f["baselines"].keys()
 assert g["precision"] == "fp32" and "check_precision_said" not in g, g
+assert g["reference"] == {"mode": "train"}, g.get("reference")
 print("run 1: candidate %.2f us (device), eager %.2f us, compile %.2f us, speedups %.2fx / %.2fx; calls %d, stop %s"
       % (g["time_us"]["median"], g["baselines"]["eager"]["time_us"]["median"],
          g["baselines"]["compile"]["time_us"]["median"], g["speedup_vs_eager"], g["speedup_vs_compile"],

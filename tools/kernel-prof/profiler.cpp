@@ -339,6 +339,8 @@ Outcome Profiler::profile(Json& record) {
   BaselineTimer baselines(g, store_, options_);
   Json loaded = baselines.load_task(task);
   stages.lap("task_load");
+  // The mode the reference ran in for this timing (the worker's word), as every verdict repeats it.
+  prof["reference"] = Json{{"mode", worker::request::reference_section(loaded, worker::request::task_mode(task))["mode"]}};
 
   CandidateTiming cand = time_candidate(g, record, task, loaded, options_);
   stages.lap("candidate");
