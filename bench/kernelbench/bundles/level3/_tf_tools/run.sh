@@ -33,6 +33,8 @@ fi
 # seq-first encoder mixes the two images at each position, never the positions, so only the cls
 # row reaches the head; a mutation of its patch embedding changes nothing.)
 run "43 without the causal mask" fail env PLAN_SUB="T, T, 1]|||T, T, 0]" $E 43_MinGPTCausalAttention batch_size=4 seq_len=16 n_embd=192 n_head=2 max_seqlen=32
+run "43 every head reads head 0's v" fail env PLAN_SUB="scratch.qkv[2 * C + h * D]|||scratch.qkv[2 * C]" $E 43_MinGPTCausalAttention batch_size=4 seq_len=16 n_embd=192 n_head=2 max_seqlen=32
+run "44 every head writes head 0's columns" fail env PLAN_SUB="scratch.h[hd * D]|||scratch.h[0]" $E 44_MiniGPTBlock batch_size=8 seq_len=16 n_embd=192 n_head=2 max_seqlen=32
 run "47 unbiased BN variance" fail env PLAN_SUB="GB: 128|||GB: 4" SRC_SUB="tf_netvlad.cu|||t / (float)R + eps|||t / (float)(R - 1) + eps" $E 47_NetVladNoGhostClusters batch_size=4 num_features=10 feature_size=64 num_clusters=8
 run "48 without the incoming chunk state" fail env SRC_SUB="tf_mamba2.cu|||for (int k = 1; k <= c; ++k)|||for (int k = 1; k < c; ++k)" $E 48_Mamba2ReturnY batch_size=2 n_heads=2 d_head=16 d_state=8
 run "45 encoder written to the wrong half" fail env PLAN_SUB='"scratch.cat1[F * H * W]", N, F, H, W, 2 * F * H * W]|||"scratch.cat1[0]", N, F, H, W, 2 * F * H * W]' $E 45_UNetSoftmax batch_size=2 in_channels=3 out_channels=2 height=16 width=32 features=4
