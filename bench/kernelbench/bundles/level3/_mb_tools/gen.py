@@ -74,7 +74,7 @@ class G:
         env = {"N": self.N}
         for H, W, HW, S, h, w in self.levels:
             env[H], env[W], env[HW] = h, w, h * w
-        return eval(expr.replace("/", "//"), {"max": max, "min": min}, env)
+        return eval(expr.replace("/", "//"), {"max": max, "min": min, "cdiv": lambda a, b: -(-a // b)}, env)
 
     def alloc(self, elems, live):
         """Best fit among the buffers not live: the smallest that already holds elems, else the
@@ -110,14 +110,17 @@ class G:
         self.emit("# " + text)
 
     # ---- steps
-    def conv(self, a, wname, bname, k, s, p, groups, out=None, out_view=None, live=(), n_img=None, x_view=None, K=None):
+    def conv(self, a, wname, bname, k, s, p, groups, out=None, out_view=None, live=(), n_img=None, x_view=None, K=None,
+             out_strides=None):
         w = self.shapes[wname]
         K = w[0]
         assert w[1] * groups == a.C and w[2] == k, (wname, w, a.C, groups, k)
         lvl = self.level(a.lvl, k, s, p)
         H, W, HW, _, _, _ = self.L(a.lvl)
         Ho, Wo, HWo, _, _, _ = self.L(lvl)
-        n = "N" if n_img is None else "1"
+        n = "N" if n_img is None else str(n_img)
+        if "," in n:
+            n = '"%s"' % n           # a flow mapping's value with commas is quoted
         if out is None and out_view is None:
             out = self.alloc("N * %d * %s" % (K, HWo), list(live) + [a.buf])
         o = out_view if out_view is not None else out
@@ -127,8 +130,9 @@ class G:
         if s != 1: extra += ", stride: %d" % s
         if p != 0: extra += ", padding: %d" % p
         if groups != 1: extra += ", groups: %d" % groups
-        self.emit('- conv: {x: "%s", w: params.%s%s, out: "%s"%s,\n         shape: {n: %s, c: %d, h: %s, w: %s, k: %d, r: %d, s: %d}}'
-                  % (xs, wname, bias, o, extra, n, a.C, H, W, K, k, k))
+        ost = (", out_strides: [%s]" % ", ".join(out_strides)) if out_strides else ""
+        self.emit('- conv: {x: "%s", w: params.%s%s, out: "%s"%s,\n         shape: {n: %s, c: %d, h: %s, w: %s, k: %d, r: %d, s: %d}%s}'
+                  % (xs, wname, bias, o, extra, n, a.C, H, W, K, k, k, ost))
         self.maxC = max(self.maxC, K)
         return Act(out, K, lvl)
 
@@ -174,7 +178,7 @@ class G:
         lvl = self.level(a.lvl, k, s, p, ceil) if not (s == 1 and 2 * p == k - 1) else a.lvl
         H, W, HW, _, _, _ = self.L(a.lvl)
         Ho, Wo, HWo, _, _, _ = self.L(lvl)
-        nn = "N * " if n_img is None else ""
+        nn = "N * " if n_img is None else "" if n_img == 1 else "%s * " % n_img
         if out is None:
             out = self.alloc("N * %d * %s" % (a.C, HWo), list(live) + [a.buf])
         self.emit('- launch: mb_maxpool2d<%d>\n  grid: [min(cdiv(%s%d * %s, 256), 132 * 32)]\n  block: [256]\n'
@@ -229,8 +233,15 @@ class G:
         open(path, "w").write(self.text())
 
 
+def concat_strides(g, KT, lvl):
+    """out_strides of a channel slice of a concatenation [N, KT, H, W] (elements)."""
+    H, W, HW = g.L(lvl)[:3]
+    return ["%d * %s" % (KT, HW), HW, W, "1"]
+
+
 def fire(g, x, pre, live=()):
-    """SqueezeNet fire module: relu(squeeze) then cat([relu(e1), relu(e3)]) through views, per image."""
+    """SqueezeNet fire module on the whole batch: relu(squeeze), then both expand convs write their
+    channel slices of cat([e1, e3]) for every image through out_strides, then one ReLU pass."""
     sq = g.conv(x, pre + ".squeeze.weight", pre + ".squeeze.bias", 1, 1, 0, 1, live=live)
     g.act_inplace(sq, 1)
     e1 = g.shapes[pre + ".expand1x1.weight"][0]
@@ -238,19 +249,19 @@ def fire(g, x, pre, live=()):
     HW = g.L(x.lvl)[2]
     KT = e1 + e3
     out = g.alloc("N * %d * %s" % (KT, HW), list(live) + [sq.buf, x.buf])
-    g.repeat("N", "n")
-    g.conv(sq, pre + ".expand1x1.weight", pre + ".expand1x1.bias", 1, 1, 0, 1, n_img=1,
-           x_view="%s[n * %d * %s]" % (sq.buf, sq.C, HW), out_view="%s[n * %d * %s]" % (out, KT, HW))
-    g.conv(sq, pre + ".expand3x3.weight", pre + ".expand3x3.bias", 3, 1, 1, 1, n_img=1,
-           x_view="%s[n * %d * %s]" % (sq.buf, sq.C, HW), out_view="%s[n * %d * %s + %d * %s]" % (out, KT, HW, e1, HW))
-    g.act_inplace(None, 1, elems="%d * %s" % (KT, HW), buf="%s[n * %d * %s]" % (out, KT, HW))
-    g.end_repeat()
-    return Act(out, KT, x.lvl)
+    ost = concat_strides(g, KT, x.lvl)
+    g.conv(sq, pre + ".expand1x1.weight", pre + ".expand1x1.bias", 1, 1, 0, 1, out_view="%s[0]" % out, out_strides=ost)
+    g.conv(sq, pre + ".expand3x3.weight", pre + ".expand3x3.bias", 3, 1, 1, 1, out_view="%s[%d * %s]" % (out, e1, HW),
+           out_strides=ost)
+    y = Act(out, KT, x.lvl)
+    g.act_inplace(y, 1)
+    return y
 
 
 def inception(g, x, pre, live=()):
-    """GoogLeNet inception module through views, per image: every branch's last conv writes its
-    channel slice of the module's output; the reductions and the pooled image are one-image scratch."""
+    """GoogLeNet inception module on the whole batch: every branch's last conv writes its channel slice
+    of the module's output for every image through out_strides; the 3x3/5x5 reductions and the pooled
+    input are batch-sized scratch."""
     sh = g.shapes
     k1 = sh[pre + ".branch1x1.weight"][0]
     r3, k3 = sh[pre + ".branch3x3.0.weight"][0], sh[pre + ".branch3x3.1.weight"][0]
@@ -260,34 +271,41 @@ def inception(g, x, pre, live=()):
     C = x.C
     HW = g.L(x.lvl)[2]
     out = g.alloc("N * %d * %s" % (KT, HW), list(live) + [x.buf])
-    pool = g.fixed_buf("pool1", "var", "%d * %s" % (C, HW))
-    rb3 = g.fixed_buf("red3", "var", "%d * %s" % (r3, HW))
-    rb5 = g.fixed_buf("red5", "var", "%d * %s" % (r5, HW))
-    xv = "%s[n * %d * %s]" % (x.buf, C, HW)
-    ov = lambda off: "%s[n * %d * %s + %d * %s]" % (out, KT, HW, off, HW) if off else "%s[n * %d * %s]" % (out, KT, HW)
-    g.repeat("N", "n")
-    g.maxpool(x, 3, 1, 1, out=pool, n_img=1, x_view=xv)
-    g.conv(x, pre + ".branch1x1.weight", pre + ".branch1x1.bias", 1, 1, 0, 1, n_img=1, x_view=xv, out_view=ov(0))
-    g.conv(x, pre + ".branch3x3.0.weight", pre + ".branch3x3.0.bias", 1, 1, 0, 1, n_img=1, x_view=xv, out_view=rb3)
-    g.conv(Act(rb3, r3, x.lvl), pre + ".branch3x3.1.weight", pre + ".branch3x3.1.bias", 3, 1, 1, 1, n_img=1, out_view=ov(k1))
-    g.conv(x, pre + ".branch5x5.0.weight", pre + ".branch5x5.0.bias", 1, 1, 0, 1, n_img=1, x_view=xv, out_view=rb5)
-    g.conv(Act(rb5, r5, x.lvl), pre + ".branch5x5.1.weight", pre + ".branch5x5.1.bias", 5, 1, 2, 1, n_img=1, out_view=ov(k1 + k3))
-    g.conv(Act(pool, C, x.lvl), pre + ".branch_pool.1.weight", pre + ".branch_pool.1.bias", 1, 1, 0, 1, n_img=1,
-           out_view=ov(k1 + k3 + k5))
-    g.end_repeat()
+    pool = g.fixed_buf("pool1", "var", "N * %d * %s" % (C, HW))
+    rb3 = g.fixed_buf("red3", "var", "N * %d * %s" % (r3, HW))
+    rb5 = g.fixed_buf("red5", "var", "N * %d * %s" % (r5, HW))
+    ost = concat_strides(g, KT, x.lvl)
+    ov = lambda off: "%s[%d * %s]" % (out, off, HW) if off else "%s[0]" % out
+    g.maxpool(x, 3, 1, 1, out=pool)
+    g.conv(x, pre + ".branch1x1.weight", pre + ".branch1x1.bias", 1, 1, 0, 1, out_view=ov(0), out_strides=ost)
+    g.conv(x, pre + ".branch3x3.0.weight", pre + ".branch3x3.0.bias", 1, 1, 0, 1, out_view=rb3)
+    g.conv(Act(rb3, r3, x.lvl), pre + ".branch3x3.1.weight", pre + ".branch3x3.1.bias", 3, 1, 1, 1, out_view=ov(k1), out_strides=ost)
+    g.conv(x, pre + ".branch5x5.0.weight", pre + ".branch5x5.0.bias", 1, 1, 0, 1, out_view=rb5)
+    g.conv(Act(rb5, r5, x.lvl), pre + ".branch5x5.1.weight", pre + ".branch5x5.1.bias", 5, 1, 2, 1, out_view=ov(k1 + k3),
+           out_strides=ost)
+    g.conv(Act(pool, C, x.lvl), pre + ".branch_pool.1.weight", pre + ".branch_pool.1.bias", 1, 1, 0, 1,
+           out_view=ov(k1 + k3 + k5), out_strides=ost)
     return Act(out, KT, x.lvl)
 
 
-def conv_pool_per_image(g, x, wname, bname, k, s, p, pk, ps, pp, act, ceil=False, live=(), name="stem"):
-    """conv -> (act) -> maxpool, one image at a time: the conv's output (the largest tensor) lives in a
-    one-image buffer, the pooled image goes to its slice of the batch buffer."""
+def conv_pool(g, x, wname, bname, k, s, p, pk, ps, pp, act, ceil=False, live=(), name="stem", chunks=1):
+    """conv -> (act) -> maxpool on the whole batch (chunks == 1), or in a repeat over chunks of
+    B = cdiv(N, chunks) images (the last one min(B, N - c * B)) so that the conv's output, the largest
+    tensor, lives in a B-image ping-pong buffer; the pooled images go to their slice of the batch."""
     K = g.shapes[wname][0]
     l1 = g.level(x.lvl, k, s, p)
     l2 = g.level(l1, pk, ps, pp, ceil=ceil)
-    stem = g.fixed_buf(name, "var", "%d * %s" % (K, g.L(l1)[2]))
     out = g.alloc("N * %d * %s" % (K, g.L(l2)[2]), list(live) + [x.buf])
-    g.repeat("N", "n")
-    g.conv(x, wname, bname, k, s, p, 1, n_img=1, x_view="%s[n * %d * %s]" % (x.buf, x.C, g.L(x.lvl)[2]), out_view=stem)
-    g.maxpool(Act(stem, K, l1), pk, ps, pp, act=act, ceil=ceil, out="%s[n * %d * %s]" % (out, K, g.L(l2)[2]), n_img=1)
+    if chunks == 1:
+        stem = g.fixed_buf(name, "var", "N * %d * %s" % (K, g.L(l1)[2]))
+        g.conv(x, wname, bname, k, s, p, 1, out_view=stem)
+        g.maxpool(Act(stem, K, l1), pk, ps, pp, act=act, ceil=ceil, out=out)
+        return Act(out, K, l2)
+    B = "cdiv(N, %d)" % chunks                 # images per chunk; the last chunk takes what is left
+    nb = "min(%s, N - c * %s)" % (B, B)
+    stem = g.alloc("%s * %d * %s" % (B, K, g.L(l1)[2]), list(live) + [x.buf, out])
+    g.repeat("cdiv(N, %s)" % B, "c")
+    g.conv(x, wname, bname, k, s, p, 1, n_img=nb, x_view="%s[c * %s * %d * %s]" % (x.buf, B, x.C, g.L(x.lvl)[2]), out_view=stem)
+    g.maxpool(Act(stem, K, l1), pk, ps, pp, act=act, ceil=ceil, out="%s[c * %s * %d * %s]" % (out, B, K, g.L(l2)[2]), n_img=nb)
     g.end_repeat()
     return Act(out, K, l2)
