@@ -27,6 +27,15 @@ Json reference_section(const Json& load_answer, const std::string& asked) {
     r["stochastic"] = load_answer["stochastic"];
     if (load_answer.contains("stochastic_evidence")) r["evidence"] = load_answer["stochastic_evidence"];
   }
+  // References no verdict can use (the load's numerics): a constant answer would match it
+  // (insensitive), or its own fp32 error against float64 is over the cap of every bound
+  // (ill_conditioned); null where the worker could not measure it. Records say them; judges measure.
+  for (const char* key : {"insensitive", "ill_conditioned"}) {
+    if (!load_answer.contains(key) || !(load_answer[key].is_boolean() || load_answer[key].is_null())) continue;
+    r[key] = load_answer[key];
+    const std::string ev = std::string(key) + "_evidence";
+    if (load_answer.contains(ev) && load_answer[ev].is_object()) r[ev] = load_answer[ev];
+  }
   // The reference's peak memory (the worker's peak.py): compile-only's scratch cap follows it.
   if (load_answer.contains("peak_bytes") && load_answer["peak_bytes"].is_number_integer())
     r["peak_bytes"] = load_answer["peak_bytes"];

@@ -17,7 +17,9 @@ namespace ca::worker::request {
 std::string task_mode(const Json& task);
 // A task record's `reference` section from the worker's load answer: the mode the reference ran in
 // (the worker's word; `asked` when an older worker does not say), whether it is stochastic (the load
-// ran it from two RNG states) and the evidence for that, and its peak memory (`peak_bytes`, the
+// ran it from two RNG states) and the evidence for that, whether it is insensitive (a constant answer
+// would pass under the published bound) or ill_conditioned (its fp32 error against float64 is over
+// the cap of every bound), each with its `<flag>_evidence`, and its peak memory (`peak_bytes`, the
 // most one forward held beyond its inputs and params). Written by ops-synth import and filter.
 Json reference_section(const Json& load_answer, const std::string& asked);
 // `load`: the task's code, init_inputs, init seed (task_init_seed) and mode (task_mode). FieldError

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # CPU: a check of status task_stochastic (the task's reference is a random draw: kernel-check's rule
-# for it) is not a verdict against the candidate: reward-calc gives it no -1 and passes it on with
-# an error section, while an incorrect check of the same candidate gets -1. The check schema
-# accepts the record. ops-synth import flags a dropout task stochastic and a linear one not.
+# for it), task_insensitive (a constant answer would pass) or task_ill_conditioned (the reference's
+# own fp32 error is over every bound) is not a verdict against the candidate: reward-calc gives it
+# no reward and no -1 and passes it on with an error section, while an incorrect check of the same
+# candidate gets -1. The check schema accepts those records (correct null, not false). ops-synth
+# import flags a dropout task stochastic, a big-bias task insensitive, a cancellation
+# ill-conditioned, and a linear one none of these.
 set -u
 RC="$CA_BIN/reward-calc"
 T=$(mktemp -d)
@@ -12,6 +15,8 @@ base='"task_id": "t-drop", "candidate_id": "c1", "schema": "cuda-agent/candidate
 cat > "$T/in.jsonl" <<JSON
 {$base, "check": {"compiled": true, "correct": null, "status": "task_stochastic", "reason": "the task's reference is stochastic", "arch": "sm_90", "task_stochastic": true, "precision": "fp32", "tolerance": "calibrated"}}
 {$base, "check": {"compiled": true, "correct": false, "status": "incorrect", "reason": "warm call: outputs.0: relative error norm over the calibrated bound", "arch": "sm_90", "precision": "fp32", "tolerance": "calibrated"}}
+{$base, "check": {"compiled": true, "correct": null, "status": "task_insensitive", "reason": "the task's reference hardly depends on its inputs", "arch": "sm_90", "task_insensitive": true, "precision": "fp32", "tolerance": "calibrated", "reference": {"mode": "train", "stochastic": false, "from": "worker", "insensitive": true, "ill_conditioned": false, "insensitive_evidence": {"checks": [{"against": "seed 1", "rel_l2": 7e-8, "within": true}]}, "task_record_said": {"insensitive": false}}}, "prof": {"time_us": 1.0}}
+{$base, "check": {"compiled": true, "correct": null, "status": "task_ill_conditioned", "reason": "the task's fp32 reference is 0.79 from its float64 run", "arch": "sm_90", "task_ill_conditioned": true, "precision": "fp32", "tolerance": "calibrated", "reference": {"mode": "train", "stochastic": false, "from": "worker", "insensitive": false, "ill_conditioned": true, "ill_conditioned_evidence": {"cap_rel_l2": 0.05, "fp32_err_rel_l2": 0.79}}}}
 JSON
 "$RC" --no-store < "$T/in.jsonl" > "$T/out.jsonl" 2> "$T/err.txt"
 rc=$?
@@ -19,8 +24,14 @@ echo "reward-calc exit $rc"
 python3 - "$T/out.jsonl" <<'PY' || fails=$((fails + 1))
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
-assert len(recs) == 2, recs
-stoch, incorrect = recs
+assert len(recs) == 4, recs
+stoch, incorrect, insensitive, ill = recs
+for name, rec in (("task_insensitive", insensitive), ("task_ill_conditioned", ill)):
+    v = (rec.get("reward") or {}).get("value")
+    # A constant-output kernel timed at 1 us on an insensitive task: still nothing.
+    assert v is None, "%s scored %r" % (name, v)
+    assert "error" in rec and name in json.dumps(rec["error"]), rec
+    print("ok   %s: no reward, no -1, error %s" % (name, json.dumps(rec["error"])[:160]))
 v = (stoch.get("reward") or {}).get("value")
 assert v not in (-1, -1.0), "task_stochastic scored %r" % (v,)
 assert "error" in stoch and "task_stochastic" in json.dumps(stoch["error"]), stoch
@@ -50,16 +61,52 @@ try:
 except jsonschema.ValidationError:
     pass
 print("ok   check schema: task_stochastic with correct null, not false")
+lines = open(sys.argv[2]).read().splitlines()
+for i in (2, 3):
+    bad = json.loads(lines[i])["check"]
+    bad["correct"] = False
+    try:
+        jsonschema.validate(bad, schema)
+        print("FAIL a %s check with correct false validated" % bad["status"])
+        sys.exit(1)
+    except jsonschema.ValidationError:
+        pass
+    bad = json.loads(lines[i])["check"]
+    del bad[bad["status"]]
+    try:
+        jsonschema.validate(bad, schema)
+        print("FAIL a %s check without its flag validated" % bad["status"])
+        sys.exit(1)
+    except jsonschema.ValidationError:
+        pass
+print("ok   check schema: task_insensitive and task_ill_conditioned with correct null and their flag")
 PY
 # Where the flag comes from: ops-synth import runs the reference from two RNG states (the CPU worker).
-cp "$CA_SRC/tests/worker/fixtures/stochastic_dropout.py" "$CA_SRC/tests/worker/fixtures/linear_relu.py" "$T/"
+# The same load measures whether a constant would pass (insensitive) and whether the fp32 reference
+# is over every bound from float64 (ill_conditioned), with the evidence.
+for f in stochastic_dropout linear_relu insensitive_bias ill_conditioned; do cp "$CA_SRC/tests/worker/fixtures/$f.py" "$T/"; done
 "$CA_BIN/ops-synth" import --no-store --device cpu "$T/stochastic_dropout.py" "$T/linear_relu.py" \
+  "$T/insensitive_bias.py" "$T/ill_conditioned.py" \
   > "$T/tasks.jsonl" 2> "$T/import.err" || { echo "FAIL ops-synth import: $(tail -3 "$T/import.err")"; fails=$((fails + 1)); }
 python3 - "$T/tasks.jsonl" <<'PY' || fails=$((fails + 1))
 import json, sys
-flags = {json.loads(l)["name"]: json.loads(l).get("stochastic") for l in open(sys.argv[1])}
-assert flags == {"stochastic_dropout": True, "linear_relu": False}, flags
+recs = {json.loads(l)["name"]: json.loads(l) for l in open(sys.argv[1])}
+flags = {n: r.get("stochastic") for n, r in recs.items()}
+assert flags == {"stochastic_dropout": True, "linear_relu": False, "insensitive_bias": False,
+                 "ill_conditioned": False}, flags
 print("ok   ops-synth import: stochastic %s" % flags)
+got = {n: (r["reference"].get("insensitive"), r["reference"].get("ill_conditioned")) for n, r in recs.items()}
+assert got == {"stochastic_dropout": (False, None), "linear_relu": (False, False), "insensitive_bias": (True, False),
+               "ill_conditioned": (False, True)}, got
+assert recs["insensitive_bias"]["reference"]["insensitive_evidence"]["checks"][0]["within"] is True
+assert recs["ill_conditioned"]["reference"]["ill_conditioned_evidence"]["fp32_err_rel_l2"] > 0.05
+assert "stochastic" in recs["stochastic_dropout"]["reference"]["ill_conditioned_evidence"]["error"]
+print("ok   ops-synth import: (insensitive, ill_conditioned) %s" % got)
 PY
+SPY2=python3
+for py in python3 /usr/bin/python3; do "$py" -c "import jsonschema" 2>/dev/null && { SPY2=$py; break; }; done
+if "$SPY2" -c "import jsonschema" 2>/dev/null; then
+  CA_SRC="$CA_SRC" "$SPY2" "$CA_SRC/tests/validate_schema.py" task "$T/tasks.jsonl" || { echo "FAIL imported records: task schema"; fails=$((fails + 1)); }
+fi
 [ $fails -eq 0 ] && echo "stochastic_reward: all passed" || echo "stochastic_reward: $fails failed"
 exit $((fails > 0))

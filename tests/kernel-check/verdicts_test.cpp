@@ -108,8 +108,70 @@ TEST_CASE("verdicts: the reference section: the worker's measurement decides ove
   ca::Json measured = reference_check(task, &load, false);
   CHECK(measured["stochastic"] == false);
   CHECK(measured["from"] == "worker");
-  CHECK(measured["task_record_said"] == true);
+  CHECK(measured["task_record_said"] == ca::Json{{"stochastic", true}});
   CHECK_FALSE(measured.contains("rule"));
+  CHECK_FALSE(task_verdict(measured, false));
   ca::Json bad = ca::Json::parse(R"({"task_id":"t","reference":{"mode":"sideways"}})");
   CHECK_THROWS_WITH_AS(reference_check(bad, nullptr, false), doctest::Contains("task.reference.mode"), ca::FieldError);
+}
+
+TEST_CASE("verdicts: insensitive and ill-conditioned references: the worker's load decides, a record's claim never") {
+  // A record claiming every flag for a task its worker measured as usable: judged, the claims kept aside.
+  ca::Json claims = ca::Json::parse(
+      R"({"task_id":"t","reference":{"mode":"train","stochastic":true,"insensitive":true,"ill_conditioned":true}})");
+  ca::Json usable = ca::Json::parse(R"({"ok":true,"mode":"train","stochastic":false,"insensitive":false,
+      "insensitive_evidence":{"checks":[{"against":"seed 1","rel_l2":1.2,"within":false}]},
+      "ill_conditioned":false,"ill_conditioned_evidence":{"cap_rel_l2":0.05,"fp32_err_rel_l2":1e-7}})");
+  ca::Json r = reference_check(claims, &usable, false);
+  CHECK(r["insensitive"] == false);
+  CHECK(r["ill_conditioned"] == false);
+  CHECK(r["task_record_said"] == ca::Json::parse(R"({"stochastic":true,"insensitive":true,"ill_conditioned":true})"));
+  CHECK(r["insensitive_evidence"]["checks"][0]["rel_l2"] == 1.2);
+  CHECK_FALSE(task_verdict(r, false));
+  CHECK_FALSE(task_verdict(r, true));
+  // The CPU path shows the record's flags (from: task_record) and decides nothing with them.
+  ca::Json shown = reference_check(claims, nullptr, false);
+  CHECK(shown["insensitive"] == true);
+  CHECK(shown["ill_conditioned"] == true);
+  CHECK(shown["from"] == "task_record");
+  CHECK_FALSE(task_verdict(shown, false));
+  // A record without the flags reads as before (no new keys on the CPU path).
+  ca::Json plain = ca::Json::parse(R"({"task_id":"t"})");
+  CHECK(reference_check(plain, nullptr, false) == ca::Json::parse(R"({"mode":"train","stochastic":null,"from":null})"));
+
+  // The worker measured an insensitive reference: task_insensitive, with the evidence in the reason,
+  // whatever the record says (here: nothing, and then a claim of sensitive).
+  ca::Json insensitive = ca::Json::parse(R"({"ok":true,"mode":"train","stochastic":false,"insensitive":true,
+      "insensitive_evidence":{"checks":[{"against":"seed 1","rel_l2":5.9e-8,"within":true},
+                                        {"against":"variant shift_scale","rel_l2":3.7e-8,"within":true}]},
+      "ill_conditioned":false})");
+  for (const ca::Json& t : {plain, ca::Json::parse(R"({"task_id":"t","reference":{"insensitive":false}})")}) {
+    ca::Json ri = reference_check(t, &insensitive, false);
+    auto v = task_verdict(ri, false);
+    REQUIRE(v);
+    CHECK(v->status == "task_insensitive");
+    CHECK(v->reason.find("variant shift_scale: relative L2 3.7e-08") != std::string::npos);
+  }
+  // Ill-conditioned: task_ill_conditioned naming the measured error and the cap.
+  ca::Json ill = ca::Json::parse(R"({"ok":true,"mode":"train","stochastic":false,"insensitive":false,"ill_conditioned":true,
+      "ill_conditioned_evidence":{"cap_rel_l2":0.05,"fp32_err_rel_l2":0.79}})");
+  auto vi = task_verdict(reference_check(plain, &ill, false), false);
+  REQUIRE(vi);
+  CHECK(vi->status == "task_ill_conditioned");
+  CHECK(vi->reason.find("0.79") != std::string::npos);
+  // Stochastic first; --allow-stochastic judges a stochastic task unless it is also unusable otherwise.
+  ca::Json stoch = ca::Json::parse(R"({"ok":true,"mode":"train","stochastic":true,"insensitive":false,"ill_conditioned":null})");
+  CHECK(task_verdict(reference_check(plain, &stoch, false), false)->status == "task_stochastic");
+  CHECK_FALSE(task_verdict(reference_check(plain, &stoch, true), true));
+  // null (not measured: no float64 run, an older worker): judged.
+  ca::Json unknown = ca::Json::parse(R"({"ok":true,"mode":"train","stochastic":false})");
+  ca::Json ru = reference_check(claims, &unknown, false);
+  CHECK(ru["insensitive"].is_null());
+  CHECK_FALSE(task_verdict(ru, false));
+  // set_verdict: nothing judged, correct null.
+  for (const char* status : {"task_stochastic", "task_insensitive", "task_ill_conditioned"}) {
+    ca::Json check = ca::Json::object();
+    set_verdict(check, status, "why");
+    CHECK(check["correct"].is_null());
+  }
 }

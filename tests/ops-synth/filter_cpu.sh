@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ops-synth filter on the CPU worker: verdicts on planted bad tasks (stochastic, constant output,
-# raising, NaN, input-independent, near copy of a fixture problem), generated tiny tasks mostly
+# raising, NaN, input-independent, insensitive (a constant passes the published bound), ill-conditioned
+# (fp32 reference far from float64), near copy of a fixture problem), generated tiny tasks mostly
 # kept, -j 2 keeps input order, --keep-rejected, the store's filter rows; then import of the
 # fixture KernelBench directories and of Ops-6K-style JSONL rows.
 source "$(dirname "$0")/lib.sh"
@@ -25,26 +26,39 @@ for p, o in zip(planted, out):
     print("%-22s expect %-16s got %-16s sim %.3f" % (p["name"], p["expect"], got, f.get("similarity", {}).get("max", -1)))
     if got != p["expect"]:
         bad += 1
+# The drops the load measured say why, with the evidence.
+by = {p["name"]: o["filter"] for p, o in zip(planted, out)}
+ins = by["insensitive_bias"]["verdicts"]["input_sensitive"]
+assert ins["pass"] is False and "constant answer" in ins["detail"] and len(ins["checks"]) == 2, ins
+ill = by["ill_conditioned"]["verdicts"]["well_conditioned"]
+assert ill["pass"] is False and ill["fp32_err_rel_l2"] > 0.05, ill
+assert by["good_gelu_scale"]["verdicts"]["input_sensitive"]["pass"] is True
+assert by["good_gelu_scale"]["verdicts"]["well_conditioned"]["pass"] is True
+# The record's reference section keeps the measurement (kernel-check shows it; its own worker decides).
+recs = {p["name"]: o for p, o in zip(planted, out)}
+assert recs["insensitive_bias"]["reference"]["insensitive"] is True, recs["insensitive_bias"]["reference"]
+assert recs["ill_conditioned"]["reference"]["ill_conditioned"] is True, recs["ill_conditioned"]["reference"]
+assert recs["good_gelu_scale"]["reference"]["insensitive"] is False
 sys.exit(1 if bad else 0)
 PY
 rows=$("$CA_BIN/run-store" query --store "$T/f.db" "SELECT COUNT(*) AS n FROM filter_results" 2>/dev/null || echo '{}')
-echo "$rows" | grep -q '"n":7' || fail "store filter rows: $rows"
+echo "$rows" | grep -q '"n":9' || fail "store filter rows: $rows"
 
 # --resume reuses the stored verdicts made with the same options (no worker call: the same verdicts,
 # counted as reused); other options (--max-ms) are judged again.
 "$OS" filter --device cpu -j 2 --keep-rejected --decontaminate "$FIX" --store "$T/f.db" --resume \
   -i "$T/planted.jsonl" > "$T/out_resumed.jsonl" 2> "$T/err_r" || fail "filter --resume: $(tail -5 "$T/err_r")"
-grep -q "7 verdicts reused" "$T/err_r" || fail "--resume should reuse 7 verdicts: $(tail -2 "$T/err_r")"
+grep -q "9 verdicts reused" "$T/err_r" || fail "--resume should reuse 9 verdicts: $(tail -2 "$T/err_r")"
 python3 - "$T/out.jsonl" "$T/out_resumed.jsonl" <<'PY' || fail "--resume changed the verdicts"
 import json, sys
 a = [json.loads(l)["filter"] for l in open(sys.argv[1])]
 b = [json.loads(l)["filter"] for l in open(sys.argv[2])]
-assert len(a) == len(b) == 7
+assert len(a) == len(b) == 9
 for x, y in zip(a, b):
     assert x["reason"] == y["reason"] and x["verdicts"] == y["verdicts"] and x["options"] == y["options"], (x, y)
 PY
 rows=$("$CA_BIN/run-store" query --store "$T/f.db" "SELECT COUNT(*) AS n FROM filter_results" 2>/dev/null || echo '{}')
-echo "$rows" | grep -q '"n":7' || fail "a resumed run must not add filter rows: $rows"
+echo "$rows" | grep -q '"n":9' || fail "a resumed run must not add filter rows: $rows"
 "$OS" filter --device cpu -j 2 --keep-rejected --decontaminate "$FIX" --store "$T/f.db" --resume --max-ms 50 \
   -i "$T/planted.jsonl" > /dev/null 2> "$T/err_r2" || fail "filter --resume --max-ms: $(tail -5 "$T/err_r2")"
 grep -q "verdicts reused" "$T/err_r2" && fail "other options must be judged again: $(tail -2 "$T/err_r2")"

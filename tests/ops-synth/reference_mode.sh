@@ -89,7 +89,8 @@ assert 4608 <= out[1]["reference"]["peak_bytes"] <= 4608 + 32, out[1]["reference
 PY
 pass "filter: reference sections from the worker's load"
 # 5. End to end: kernel-check's verdict on a candidate for the imported dropout task says its mode
-# and the rule that judges it (compile-only: the task record's word).
+# and the rule that judges it (compile-only: the task record's word, with its insensitive flag; its
+# ill_conditioned is null, not measured for a stochastic reference, and not shown).
 "$PY" - "$T/kb.jsonl" "$CA_SRC/datasets/skill/bundles/scale_add" > "$T/cand.jsonl" <<'PY'
 import json, os, sys
 task = [r for r in map(json.loads, open(sys.argv[1])) if r["name"] == "1_Dropout"][0]
@@ -100,7 +101,7 @@ print(json.dumps({"task_id": task["task_id"], "task": task,
 PY
 CUDA_AGENT_CACHE="$T/cache" "$CA_BIN/kernel-check" --compile-only --arch sm_90 --no-store < "$T/cand.jsonl" > "$T/check.jsonl" 2> "$T/err" \
   || true  # the scale_add bundle does not fit the dropout task's shapes: any verdict, the reference is what counts
-"$PY" -c 'import json,sys; c=json.loads(open(sys.argv[1]).readline())["check"]; assert c["reference"] == {"mode": "train", "stochastic": True, "from": "task_record", "rule": "task_stochastic"}, c' "$T/check.jsonl" \
+"$PY" -c 'import json,sys; c=json.loads(open(sys.argv[1]).readline())["check"]; assert c["reference"] == {"mode": "train", "stochastic": True, "from": "task_record", "insensitive": False, "rule": "task_stochastic"}, c' "$T/check.jsonl" \
   || fail "kernel-check on the imported dropout task: $(cut -c1-600 "$T/check.jsonl") $(tail -2 "$T/err")"
 pass "kernel-check's verdict on the imported dropout task: mode train, stochastic, rule task_stochastic"
 echo "ops-synth reference mode: ok"

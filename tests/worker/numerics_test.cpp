@@ -365,3 +365,58 @@ TEST_CASE("numerics: the reference runs in the mode its task states (train by de
   CHECK(self_eval["stochastic"] == false);
   for (const char* t : {"bn_train", "bn_eval", "drop_eval", "x", "self_eval"}) c.request(worker::request::unload(t));
 }
+
+TEST_CASE("numerics: insensitive and ill-conditioned references are measured at load, with their evidence") {
+  auto& c = shared();
+  // A big bias plus 1e-7 * x: the seed-0 outputs pass as the reference's for seed 1 and for a
+  // shift_scale variant under the published bound (a constant answer would pass every check).
+  Json ins = c.request({{"op", "load"}, {"task_id", "ins"}, {"code", source("fixtures", "insensitive_bias")}});
+  REQUIRE_MESSAGE(ins.value("ok", false), str(ins));
+  CHECK(ins["insensitive"] == true);
+  CHECK(ins["ill_conditioned"] == false);
+  const Json& checks = ins["insensitive_evidence"]["checks"];
+  REQUIRE(checks.size() == 2);
+  CHECK(checks[0]["against"] == "seed 1");
+  CHECK(checks[0]["bit_equal"] == false);  // not bit-equal: the filter's input_dependent passes it
+  CHECK(checks[1]["against"] == "variant shift_scale");
+  for (const auto& ch : checks) {
+    CHECK(ch["within"] == true);
+    CHECK(ch["rel_l2"].get<double>() < 1e-6);
+    CHECK(ch["elements_over"] == 0);
+  }
+  CHECK(ins["insensitive_evidence"]["bound"]["rel_l2"].get<double>() == doctest::Approx(5e-2));
+  // (x + 1e8) - 1e8: fp32 rounds x to a multiple of 8, far from float64; sensitive to its input.
+  Json ill = c.request({{"op", "load"}, {"task_id", "ill"}, {"code", source("fixtures", "ill_conditioned")}});
+  REQUIRE_MESSAGE(ill.value("ok", false), str(ill));
+  CHECK(ill["ill_conditioned"] == true);
+  CHECK(ill["insensitive"] == false);
+  CHECK(ill["ill_conditioned_evidence"]["fp32_err_rel_l2"].get<double>() > 0.05);
+  CHECK(ill["ill_conditioned_evidence"]["cap_rel_l2"].get<double>() == doctest::Approx(5e-2));
+  CHECK(ill["ill_conditioned_evidence"]["outputs"]["outputs.0"]["fp32_err_rel_l2"].get<double>() > 0.05);
+  // Usable references: both flags false, the evidence saying how far other inputs move the outputs.
+  for (const char* name : {"linear_relu", "softmax", "conv_bn", "two_outputs"}) {
+    Json a = c.request({{"op", "load"}, {"task_id", name}, {"code", source("fixtures", name)}});
+    REQUIRE_MESSAGE(a.value("ok", false), str(a));
+    CHECK_MESSAGE(a["insensitive"] == false, name, " ", str(a["insensitive_evidence"]));
+    CHECK_MESSAGE(a["ill_conditioned"] == false, name, " ", str(a["ill_conditioned_evidence"]));
+    CHECK(a["ill_conditioned_evidence"]["fp32_err_rel_l2"].get<double>() < 1e-5);
+    CHECK(a["insensitive_evidence"]["checks"][0]["rel_l2"].get<double>() > 0.05);
+  }
+  // An output independent of the input is insensitive (bit-equal); a stochastic reference has no
+  // float64 run (ill_conditioned null, with why).
+  Json indep = c.request({{"op", "load"}, {"task_id", "indep"}, {"code", source("fixtures", "input_independent")}});
+  REQUIRE(indep.value("ok", false));
+  CHECK(indep["insensitive"] == true);
+  CHECK(indep["insensitive_evidence"]["checks"][0]["bit_equal"] == true);
+  Json drop = c.request({{"op", "load"}, {"task_id", "drop2"}, {"code", source("fixtures", "stochastic_dropout")}});
+  REQUIRE(drop.value("ok", false));
+  CHECK(drop["ill_conditioned"].is_null());
+  CHECK(drop["ill_conditioned_evidence"]["error"].get<std::string>().find("stochastic") != std::string::npos);
+  CHECK(drop["insensitive"] == false);
+  // A task record's reference section carries both flags and their evidence.
+  Json section = worker::request::reference_section(ins, "train");
+  CHECK(section["insensitive"] == true);
+  CHECK(section["ill_conditioned"] == false);
+  CHECK(section["insensitive_evidence"]["checks"].size() == 2);
+  CHECK(worker::request::reference_section(drop, "train")["ill_conditioned"].is_null());
+}

@@ -307,7 +307,8 @@ TEST_CASE("worker: each filter verdict on its fixture") {
                  Case{"two_outputs", true, ""}, Case{"raises", false, "runs_eager"},
                  Case{"stochastic_dropout", false, "deterministic"}, Case{"stochastic_rand", false, "deterministic"},
                  Case{"nan_output", false, "no_nan_inf"}, Case{"constant", false, "not_constant"},
-                 Case{"input_independent", false, "input_dependent"}}) {
+                 Case{"input_independent", false, "input_dependent"},
+                 Case{"insensitive_bias", false, "input_sensitive"}, Case{"ill_conditioned", false, "well_conditioned"}}) {
     std::string name = k.fixture;
     CAPTURE(name);
     auto a = c.request({{"op", "filters"}, {"code", fixture(k.fixture)}, {"check_compile", true}});
@@ -333,6 +334,19 @@ TEST_CASE("worker: each filter verdict on its fixture") {
     if (std::string(k.fixture) == "constant") CHECK(v["input_dependent"]["pass"] == false);
     if (std::string(k.fixture) == "input_independent") CHECK(v["not_constant"]["pass"] == true);
     if (std::string(k.fixture) == "stochastic_rand") CHECK(v["no_nan_inf"]["pass"] == true);
+    // The load's measurements: a constant answer would match insensitive_bias (not bit-equal across
+    // draws, so input_dependent passes it); ill_conditioned's fp32 reference is far from float64.
+    if (std::string(k.fixture) == "insensitive_bias") {
+      CHECK(v["input_dependent"]["pass"] == true);
+      CHECK(v["input_sensitive"]["detail"].get<std::string>().find("constant answer") != std::string::npos);
+      CHECK(v["input_sensitive"]["checks"].size() == 2);
+    }
+    if (std::string(k.fixture) == "ill_conditioned") {
+      CHECK(v["input_sensitive"]["pass"] == true);
+      CHECK(v["well_conditioned"]["fp32_err_rel_l2"].get<double>() > 0.05);
+    }
+    if (k.kept) CHECK(v["input_sensitive"]["pass"] == true);
+    if (k.kept) CHECK(v["well_conditioned"]["pass"] == true);
   }
 }
 

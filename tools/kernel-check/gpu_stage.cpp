@@ -210,20 +210,17 @@ struct GpuStage::Judgment {
       refuse(check, *binding.refused);
       return false;
     }
-    // A stochastic reference (live dropout: the worker runs it twice from two RNG states at load, and
-    // the task record may say so from import) is one random draw: matching it is luck, missing it is
-    // not the candidate's fault. Its own verdict, with correct null: reward-calc gives no -1 for it.
+    // A reference no verdict can use, as this worker's load measured it (a record's flags decide
+    // nothing): a stochastic one is one random draw (matching it is luck, missing it is not the
+    // candidate's fault); an insensitive one is matched by a constant answer (reward for no work); an
+    // ill-conditioned one fails every fp32 candidate (its own fp32 error is over every bound). Each
+    // its own status, with correct null: reward-calc gives it neither a reward nor a -1.
     check["reference"] = reference_check(task, &it->second, options_.allow_stochastic);
-    if (check["reference"]["stochastic"] == true) {
-      check["task_stochastic"] = true;
-      if (!options_.allow_stochastic) {
-        set_verdict(check, "task_stochastic",
-                    "the task's reference is stochastic (two RNG states give two outputs on the same inputs: a live "
-                    "dropout or random op in forward, as KernelBench runs models in training mode): no candidate can be "
-                    "judged against one random draw (--allow-stochastic judges it anyway)");
-        check["correct"] = nullptr;
-        return false;
-      }
+    if (check["reference"]["stochastic"] == true) check["task_stochastic"] = true;
+    if (auto v = task_verdict(check["reference"], options_.allow_stochastic)) {
+      check[v->status] = true;
+      set_verdict(check, v->status, v->reason);
+      return false;
     }
     return true;
   }

@@ -2,6 +2,7 @@
 #include "tools/kernel-check/verdicts.hpp"
 
 #include <cmath>
+#include <sstream>
 
 #include "libcommon/errors.hpp"
 #include "libcommon/worker/requests.hpp"
@@ -12,7 +13,10 @@ void set_verdict(ca::Json& check, const std::string& status, const std::string& 
   check["status"] = status;
   check["reason"] = reason;
   if (status == "passed") check["correct"] = true;
-  else if (status == "no_device") check["correct"] = nullptr;
+  // Nothing judged: no GPU, or a task whose reference no verdict can use (task_verdict).
+  else if (status == "no_device" || status == "task_stochastic" || status == "task_insensitive" ||
+           status == "task_ill_conditioned")
+    check["correct"] = nullptr;
   else check["correct"] = false;
 }
 
@@ -46,6 +50,28 @@ void binding_fields(ca::Json& check, const ca::bundle::Candidate& c, const ca::b
   if (binding.scratch_cap) check["scratch_cap"] = binding.scratch_cap->to_json();
 }
 
+namespace {
+
+// A flag the task record states: its reference section's, else (stochastic) the older top-level one.
+ca::Json record_flag(const ca::Json& task, const char* key) {
+  if (task.contains("reference") && task["reference"].is_object() && task["reference"].contains(key) &&
+      task["reference"][key].is_boolean())
+    return task["reference"][key];
+  if (std::string(key) == "stochastic" && task.contains("stochastic") && task["stochastic"].is_boolean())
+    return task["stochastic"];
+  return nullptr;
+}
+
+std::string num(const ca::Json& v) {
+  if (!v.is_number()) return "inf";
+  std::ostringstream s;
+  s.precision(3);
+  s << v.get<double>();
+  return s.str();
+}
+
+}  // namespace
+
 ca::Json reference_check(const ca::Json& task, const ca::Json* load, bool allow_stochastic) {
   std::string mode;
   try {
@@ -54,25 +80,72 @@ ca::Json reference_check(const ca::Json& task, const ca::Json* load, bool allow_
     throw ca::FieldError("task." + e.field, e.reason);
   }
   // What the task record says: its reference section, else the top-level flag of older records.
-  ca::Json said = nullptr;
-  if (task.contains("reference") && task["reference"].is_object() && task["reference"].contains("stochastic") &&
-      task["reference"]["stochastic"].is_boolean())
-    said = task["reference"]["stochastic"];
-  else if (task.contains("stochastic") && task["stochastic"].is_boolean())
-    said = task["stochastic"];
+  const ca::Json said = record_flag(task, "stochastic");
   ca::Json r{{"mode", mode}, {"stochastic", said}, {"from", said.is_null() ? ca::Json(nullptr) : ca::Json("task_record")}};
-  if (load) {
+  static const char* const kUnusable[] = {"insensitive", "ill_conditioned"};
+  if (!load) {
+    // The CPU path judges nothing: a record's flags are shown where it states them (absent otherwise,
+    // so a record without them reads as before).
+    for (const char* key : kUnusable) {
+      const ca::Json f = record_flag(task, key);
+      if (f.is_null()) continue;
+      r[key] = f;
+      r["from"] = "task_record";
+    }
+  } else {
     if (load->contains("mode") && (*load)["mode"].is_string()) r["mode"] = (*load)["mode"];  // what ran
     // The judge's own measurement decides, never the record's word: a record is client input, and a
-    // claim of stochastic would turn a wrong kernel's verdict into task_stochastic (no penalty). A
-    // record that disagrees is kept beside it for the reader.
+    // claim of stochastic (insensitive, ill_conditioned) would turn a wrong kernel's verdict into no
+    // verdict (no penalty). A record that disagrees is kept beside it for the reader.
+    ca::Json record_said = ca::Json::object();
     const bool measured = load->value("stochastic", false);
     r["stochastic"] = measured;
     r["from"] = "worker";
-    if (!said.is_null() && said != measured) r["task_record_said"] = said;
+    if (!said.is_null() && said != measured) record_said["stochastic"] = said;
+    for (const char* key : kUnusable) {
+      // null: the worker could not measure it (no float64 run; an older worker says nothing): judged.
+      const ca::Json m = load->contains(key) && (*load)[key].is_boolean() ? (*load)[key] : ca::Json(nullptr);
+      r[key] = m;
+      const std::string ev = std::string(key) + "_evidence";
+      if (load->contains(ev) && (*load)[ev].is_object()) r[ev] = (*load)[ev];
+      const ca::Json f = record_flag(task, key);
+      if (!f.is_null() && f != m) record_said[key] = f;
+    }
+    if (!record_said.empty()) r["task_record_said"] = record_said;
   }
   if (r["stochastic"] == true) r["rule"] = allow_stochastic ? "allow_stochastic" : "task_stochastic";
   return r;
+}
+
+std::optional<TaskVerdict> task_verdict(const ca::Json& reference, bool allow_stochastic) {
+  if (!reference.is_object() || reference.value("from", ca::Json()) != "worker") return std::nullopt;
+  if (reference.value("stochastic", false) == true && !allow_stochastic)
+    return TaskVerdict{"task_stochastic",
+                       "the task's reference is stochastic (two RNG states give two outputs on the same inputs: a live "
+                       "dropout or random op in forward, as KernelBench runs models in training mode): no candidate can be "
+                       "judged against one random draw (--allow-stochastic judges it anyway)"};
+  if (reference.value("insensitive", ca::Json()) == true) {
+    std::string against;
+    const ca::Json ev = reference.value("insensitive_evidence", ca::Json::object());
+    if (ev.contains("checks") && ev["checks"].is_array())
+      for (const auto& c : ev["checks"])
+        if (c.is_object())
+          against += std::string(against.empty() ? "" : ", ") + c.value("against", std::string("?")) + ": relative L2 " +
+                     num(c.value("rel_l2", ca::Json())) + " from the seed-0 outputs";
+    return TaskVerdict{"task_insensitive",
+                       "the task's reference hardly depends on its inputs (" + against +
+                           ", within the published bound atol = rtol = 1e-2 and relative L2 5e-2): a constant answer "
+                           "computed once at init would pass every check, so no verdict here means anything"};
+  }
+  if (reference.value("ill_conditioned", ca::Json()) == true) {
+    const ca::Json ev = reference.value("ill_conditioned_evidence", ca::Json::object());
+    return TaskVerdict{"task_ill_conditioned",
+                       "the task's fp32 reference is " + num(ev.value("fp32_err_rel_l2", ca::Json())) +
+                           " (relative L2) from its float64 run, over the cap " + num(ev.value("cap_rel_l2", ca::Json(5e-2))) +
+                           " of every bound: the reference itself would fail, and so does every fp32 candidate, by the "
+                           "task's fault"};
+  }
+  return std::nullopt;
 }
 
 }  // namespace ca::kernel_check

@@ -11,8 +11,11 @@ from .tasks import TaskError, reference_mode
 
 # torch.compile costs seconds of CPU per task, the other checks milliseconds: it runs last, and only
 # on tasks that passed every other check (a task dropped earlier says "not run" for it).
-ORDER = ["runs_eager", "deterministic", "no_nan_inf", "not_constant", "input_dependent", "eager_time_ms",
-         "runs_compile"]
+# input_sensitive and well_conditioned are the load's measurements (numerics: detect_insensitive,
+# detect_ill_conditioned): a reference a constant answer would match under the published bound, or
+# one whose own fp32 error against float64 is over the cap of every bound, can judge no candidate.
+ORDER = ["runs_eager", "deterministic", "no_nan_inf", "not_constant", "input_dependent", "input_sensitive",
+         "well_conditioned", "eager_time_ms", "runs_compile"]
 
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -148,8 +151,13 @@ def _run_once(worker, req):
             ok = not all(judged)
             v["not_constant"] = _verdict(ok, "some output varies" if ok else "every output is one constant value")
 
-        inputs1 = task.make_inputs(1, stats=False, on_device=True)[0]
-        out_1 = task.forward(inputs1)
+        seed1 = getattr(task, "load_seed1", None)  # the load's seed-1 draw and outputs (detect_insensitive)
+        task.load_seed1 = None
+        if seed1 is not None:
+            inputs1, out_1 = seed1
+        else:
+            inputs1 = task.make_inputs(1, stats=False, on_device=True)[0]
+            out_1 = task.forward(inputs1)
         same_inputs = all(torch.equal(_bits(x), _bits(y)) for x, y in zip(inputs0, inputs1)
                           if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
                           and x.dtype == y.dtype)
@@ -157,6 +165,9 @@ def _run_once(worker, req):
         v["input_dependent"] = _verdict(dep, "outputs differ for seeds 0 and 1" if dep else
                                         "outputs equal for seeds 0 and 1" +
                                         (" (get_inputs gave the same inputs)" if same_inputs else ""))
+
+        v["input_sensitive"] = _sensitivity_verdict(task.sensitivity)
+        v["well_conditioned"] = _conditioning_verdict(task.conditioning)
 
         if not on_gpu:
             v["eager_time_ms"] = _skipped("skipped on CPU: eager time is measured on a GPU only")
@@ -204,6 +215,37 @@ def _run_once(worker, req):
             if compiled:
                 torch._dynamo.reset()  # its caches hold the compiled model and its guards
             release_gpu_memory()
+
+
+def _num(x):
+    return "%.3g" % x if x is not None else "inf"
+
+
+def _sensitivity_verdict(rec):
+    """input_sensitive from the load's detect_insensitive record."""
+    checks = rec.get("checks", [])
+    if rec.get("insensitive") is None:
+        return _skipped("not measured: %s" % rec.get("error", "?"))
+    against = ", ".join("%s: rel L2 %s, %d element(s) over" % (c["against"], _num(c["rel_l2"]), c["elements_over"])
+                        for c in checks)
+    if rec["insensitive"]:
+        return _verdict(False, "the seed-0 outputs pass as the reference's for other inputs under the published bound "
+                               "(atol = rtol = 1e-2, relative L2 5e-2): a constant answer would pass every check (%s)"
+                        % against, checks=checks)
+    return _verdict(True, "other inputs move the outputs past the published bound (%s)" % against)
+
+
+def _conditioning_verdict(rec):
+    """well_conditioned from the load's detect_ill_conditioned record."""
+    if rec.get("ill_conditioned") is None:
+        return _skipped("not measured: %s" % rec.get("error", "?"))
+    worst = rec.get("fp32_err_rel_l2")
+    if rec["ill_conditioned"]:
+        return _verdict(False, "the fp32 reference is %s (relative L2) from float64, over the cap %g of every bound: "
+                               "the reference itself would fail, and so would every fp32 candidate"
+                        % (_num(worst), rec["cap_rel_l2"]), fp32_err_rel_l2=worst)
+    return _verdict(True, "the fp32 reference is %s (relative L2) from float64, under the cap %g"
+                    % (_num(worst), rec["cap_rel_l2"]), fp32_err_rel_l2=worst)
 
 
 def _answer(v, load):

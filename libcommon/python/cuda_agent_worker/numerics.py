@@ -216,6 +216,14 @@ def vary(task, values, asked, seed, redraw):
     bool and index tensors and Python scalars unchanged), kept only if the reference on them stays
     finite wherever the reference on the plain draw is (and does not raise); else the next milder
     variant of CHAINS. `redraw()` gives the seed_stream draw. Returns (values, record)."""
+    values, record, _ = _vary(task, values, asked, seed, redraw)
+    return values, record
+
+
+def _vary(task, values, asked, seed, redraw, plain_outs=None):
+    """vary, given the plain draw's outputs when the caller has them (`plain_outs`: one forward
+    less), and also returning the reference's outputs on the varied values (None for seed_stream,
+    whose values were not run)."""
     if asked not in CHAINS:
         raise ValueError("variant must be one of %s, not %r" % (", ".join(VARIANTS), asked))
     record = {"asked": asked}
@@ -224,9 +232,10 @@ def vary(task, values, asked, seed, redraw):
     for kind in CHAINS[asked]:
         if kind == "seed_stream":
             record.update(applied="seed_stream", tried=tried)
-            return redraw(), record
+            return redraw(), record, None
         if plain_masks is None:
-            plain_masks = _finite_masks(task.forward(task.to_device(_clone_inputs(values))))
+            plain_masks = _finite_masks(plain_outs if plain_outs is not None
+                                        else task.forward(task.to_device(_clone_inputs(values))))
         params = []
         varied = []
         for i, v in enumerate(values):
@@ -241,10 +250,10 @@ def vary(task, values, asked, seed, redraw):
             tried.append({"variant": kind, "rejected": "no floating inputs"})
             continue
         why = None
+        outs = None
         try:
             outs = task.forward(task.to_device(_clone_inputs(varied)))
             masks = _finite_masks(outs)
-            del outs
             for j, (pm, vm) in enumerate(zip(plain_masks, masks)):
                 if pm is None or vm is None:
                     continue
@@ -259,9 +268,9 @@ def vary(task, values, asked, seed, redraw):
             why = "%s: %s" % (e.stage, e.detail)
         if why is None:
             record.update(applied=kind, params=params, tried=tried)
-            return varied, record
+            return varied, record, outs
         tried.append({"variant": kind, "rejected": why[:300]})
-        del varied
+        del varied, outs
     raise AssertionError("unreachable: every chain ends with seed_stream")
 
 
@@ -316,3 +325,120 @@ def detect_stochastic(task, inputs):
         stochastic = d_other > 1e-3 and d_other > 100.0 * d_same
     return a, {"stochastic": stochastic, "same_rng_bit_equal": same, "rel_diff_same_rng": d_same,
                "rel_diff_other_rng": d_other}
+
+
+# ---- references a judge cannot use ------------------------------------------------------------------
+#
+# Two kinds of task on which no verdict means anything, measured at load (PROTOCOL.md, "load"):
+# - insensitive: the reference's outputs for other inputs (an independent draw, a variant) are within
+#   the loosest bound a judge may apply (the published one) of the seed-0 outputs. A constant answer,
+#   computed once from the params at init and copied in every forward, would then pass every check:
+#   reward for no work. (18_SqueezeNet at default init: 7e-8 relative spread across images.)
+# - ill_conditioned: the reference's own fp32 error against float64 (the calibration's fp32_err_rel_l2)
+#   exceeds the cap of every bound (5e-2): the reference itself would fail, and so does every fp32
+#   candidate, by the task's fault. (24_EfficientNetB2: BatchNorm over batches of 2 on 1x1 maps, 0.79.)
+
+PUBLISHED_ATOL = PUBLISHED_RTOL = 1e-2  # compare.hpp's kPublishedTolerance (elementwise, floats)
+STOCHASTIC_RNG = 0x5EED0001  # detect_stochastic's first state: its outputs are the seed-0 outputs here
+
+
+def published_close(got, want):
+    """Whether `got` passes as a candidate's outputs against the reference `want` under the published
+    bound, by compare.cpp's rule: per element |got - want| <= 1e-2 + 1e-2 |want| (floats; exact for
+    integer and bool outputs), NaN and Inf where the reference has them, and per floating output
+    ||got - want|| / ||want|| <= 5e-2 over the reference's finite elements (when that norm is not 0).
+    Returns (close, {"rel_l2", "max_abs", "elements_over"}): the worst output's numbers."""
+    worst = {"rel_l2": 0.0, "max_abs": 0.0, "elements_over": 0}
+    if len(got) != len(want):
+        return False, dict(worst, mismatch="%d outputs against %d" % (len(got), len(want)))
+    close = True
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return False, dict(worst, mismatch="outputs.%d: shape or dtype differs" % i)
+        if g.numel() == 0:
+            continue
+        if not (w.is_floating_point() or w.is_complex()):
+            over = int((g != w).sum())
+            worst["elements_over"] += over
+            close = close and over == 0
+            continue
+        a, b = g.double(), w.double()
+        fb = torch.isfinite(b)
+        nan_b, inf_b = torch.isnan(b), torch.isinf(b)
+        bad_nonfinite = (nan_b & ~torch.isnan(a)) | (inf_b & (a != b))
+        fa = torch.isfinite(a)
+        d = torch.where(fb & fa, (a - b).abs(), torch.zeros_like(a))
+        elem_bad = (fb & ~fa) | (fb & (d > PUBLISHED_ATOL + PUBLISHED_RTOL * b.abs())) | bad_nonfinite
+        over = int(elem_bad.sum())
+        worst["elements_over"] += over
+        worst["max_abs"] = max(worst["max_abs"], float("inf") if bool((fb & ~fa).any()) else float(d.max()))
+        ref = torch.where(fb, b, torch.zeros_like(b))
+        ref2 = float((ref * ref).sum())
+        diff2 = float("inf") if bool((fb & ~fa).any()) else float((d * d).sum())
+        rel = math.sqrt(diff2 / ref2) if ref2 > 0 else 0.0
+        worst["rel_l2"] = max(worst["rel_l2"], rel)
+        close = close and over == 0 and not (ref2 > 0 and rel > PUBLISHED_REL_L2)
+    return close, worst
+
+
+def _forward_fixed(task, inputs):
+    """The reference on copies of `inputs` from detect_stochastic's first RNG state (a stochastic
+    reference then draws what the seed-0 outputs drew)."""
+    _set_rng(STOCHASTIC_RNG)
+    return task.forward(_clone_inputs(inputs))
+
+
+def detect_insensitive(task, inputs, outs, keep_seed1=False):
+    """Whether the seed-0 outputs `outs` (of `inputs`) pass, under the published bound, as the
+    reference's outputs for an independent draw (seed 1) and for the shift_scale variant of the seed-0
+    draw (when that variant fell back to seed_stream, outliers too): a constant answer would pass every
+    check. Two (at most three) more forwards. Returns (record, seed-1 inputs when keep_seed1 else None,
+    seed-1 outputs when keep_seed1 else None)."""
+    checks = []
+    inputs1, _ = task.make_inputs(1, stats=False, on_device=True)
+    out1 = _forward_fixed(task, inputs1)
+    ok1, ev1 = published_close(outs, out1)
+    from .filters import bit_equal
+    checks.append(dict(ev1, against="seed 1", within=ok1, bit_equal=bit_equal(outs, out1)))
+    if not keep_seed1:
+        inputs1 = out1 = None
+    for asked in ("shift_scale", "outliers"):
+        def redraw():
+            return task.make_inputs(0, stats=False, on_device=True, stream=1)[0]
+        _set_rng(STOCHASTIC_RNG)
+        varied, record, vouts = _vary(task, inputs, asked, 0, redraw, plain_outs=outs)
+        if vouts is None:
+            vouts = _forward_fixed(task, varied)
+        del varied
+        okv, evv = published_close(outs, vouts)
+        del vouts
+        checks.append(dict(evv, against="variant " + record["applied"], within=okv))
+        if record["applied"] != "seed_stream":
+            break  # the variant the judge's trials apply first changed the values: enough
+    insensitive = all(c["within"] for c in checks)
+    return ({"insensitive": insensitive, "checks": checks,
+             "bound": {"atol": PUBLISHED_ATOL, "rtol": PUBLISHED_RTOL, "rel_l2": PUBLISHED_REL_L2}},
+            inputs1, out1)
+
+
+def detect_ill_conditioned(task, inputs, outs, stochastic):
+    """Whether the reference's own fp32 error against float64 on `inputs` (calibrate's fp32_err_rel_l2,
+    one float64 forward) exceeds the cap of every bound (PUBLISHED_REL_L2) for some floating output:
+    the reference itself would fail. None when it cannot be measured (a stochastic reference, code that
+    cannot run in float64), with the reason."""
+    cap = PUBLISHED_REL_L2
+    if stochastic:
+        return {"ill_conditioned": None, "cap_rel_l2": cap,
+                "error": "the reference is stochastic (another RNG state gives other outputs): no float64 run"}
+    try:
+        cal = calibrate(task, inputs, outs, "fp32")
+    except TaskError as e:
+        return {"ill_conditioned": None, "cap_rel_l2": cap, "error": "%s: %s" % (e.stage, e.detail)}
+    except RuntimeError as e:  # out of memory for the float64 copy, an op without a float64 kernel
+        text = str(e).splitlines()[0][:300] if str(e) else ""
+        return {"ill_conditioned": None, "cap_rel_l2": cap, "error": "calibrate: %s: %s" % (type(e).__name__, text)}
+    per = {name: {"fp32_err_rel_l2": c["fp32_err_rel_l2"], "fp32_err_max_abs_rel": c["fp32_err_max_abs_rel"]}
+           for name, c in cal.items()}
+    worst = max([c["fp32_err_rel_l2"] for c in cal.values()] or [0.0])
+    return {"ill_conditioned": bool(worst > cap) or not math.isfinite(worst), "cap_rel_l2": cap,
+            "fp32_err_rel_l2": worst, "outputs": per}

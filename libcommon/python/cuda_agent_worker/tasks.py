@@ -354,9 +354,20 @@ class Task(object):
         outs, self.stochastic = numerics.detect_stochastic(self, inputs)
         self.peak_bytes = self._peak_bytes(inputs)
         self._model64 = self._state64 = None  # the float64 copy, made when a calibration asks
-        # keep_inputs: the seed-0 draw stays on the device for one taker (the filters op), which saves
-        # drawing gigabytes again on the CPU. It has been through one forward already.
+        # References no verdict can use (numerics): outputs a constant would match (another draw and a
+        # variant within the published bound), and a reference whose own fp32 error against float64 is
+        # over the cap of every bound. Judges have a rule for each (kernel-check: task_insensitive,
+        # task_ill_conditioned; ops-synth filter drops them).
+        try:
+            self.sensitivity, inputs1, outs1 = numerics.detect_insensitive(self, inputs, outs, keep_seed1=keep_inputs)
+        except TaskError as e:
+            self.sensitivity, inputs1, outs1 = {"insensitive": None, "error": "%s: %s" % (e.stage, e.detail)}, None, None
+        self.conditioning = numerics.detect_ill_conditioned(self, inputs, outs, self.stochastic["stochastic"])
+        # keep_inputs: the seed-0 draw (and seed 1's, with its outputs) stays on the device for one
+        # taker (the filters op), which saves drawing gigabytes again on the CPU. It has been through
+        # one forward already.
         self.load_inputs = inputs if keep_inputs else None
+        self.load_seed1 = (inputs1, outs1) if keep_inputs and inputs1 is not None else None
         self.output_specs = [dict(index=i, **tensor_spec(o)) for i, o in enumerate(outs)]
 
     def _peak_bytes(self, inputs):
@@ -481,6 +492,10 @@ class Task(object):
             "outputs": self.output_specs,
             "stochastic": self.stochastic["stochastic"],
             "stochastic_evidence": {k: v for k, v in self.stochastic.items() if k != "stochastic"},
+            "insensitive": self.sensitivity["insensitive"],
+            "insensitive_evidence": {k: v for k, v in self.sensitivity.items() if k != "insensitive"},
+            "ill_conditioned": self.conditioning["ill_conditioned"],
+            "ill_conditioned_evidence": {k: v for k, v in self.conditioning.items() if k != "ill_conditioned"},
             "peak_bytes": self.peak_bytes,
         }
 

@@ -26,6 +26,12 @@ def main():
         task("nan_output", "        return torch.log(x - 1000.0)\n", "no_nan_inf"),
         task("input_independent", "        return torch.arange(x.numel(), dtype=x.dtype).reshape(x.shape) * 1.0\n",
              "input_dependent"),
+        # A constant computed once would pass every check under the published bound (not bit-equal across
+        # draws: input_dependent passes it); the judge calls it task_insensitive.
+        task("insensitive_bias", "        return x * 1e-5 + 100.0 + torch.arange(x.shape[-1], dtype=x.dtype)\n",
+             "input_sensitive"),
+        # Catastrophic cancellation: the fp32 reference is ~0.14 (relative L2) from float64, over every bound.
+        task("ill_conditioned", "        return (x * 16.0 + 1e8) - 1e8\n", "well_conditioned"),
     ]
     # A near copy of a fixture problem: identifiers and sizes changed, the structure kept.
     with open(os.path.join(fixtures, "level2", "10_Conv2d_GroupNorm_Tanh_HardSwish.py")) as f:
