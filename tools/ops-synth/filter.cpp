@@ -137,6 +137,9 @@ std::string judge(ca::worker::WorkerClient& worker, ca::Json& rec, const FilterO
     }
   }
   section["options"] = verdict_options(opt);
+  // What --resume gives back with the verdict: the reference as measured (its mode decides whether a
+  // stored verdict fits a record at all).
+  if (rec.contains("reference")) section["reference"] = rec["reference"];
   section["worker_confinement"] = worker.confinement();  // what confined the task's code when it ran
   rec["filter"] = std::move(section);
   return reason;
@@ -144,9 +147,14 @@ std::string judge(ca::worker::WorkerClient& worker, ca::Json& rec, const FilterO
 
 // --resume: the stored verdict for this task when it was made with the same options and the worker
 // answered (a timeout, a dead worker or a verdict lost to GPU memory is judged again).
-std::optional<ca::Json> stored_verdict(ca::Store& store, const std::string& task_id, const FilterOptions& opt) {
+std::optional<ca::Json> stored_verdict(ca::Store& store, const std::string& task_id, const FilterOptions& opt,
+                                      const std::string& mode) {
   auto prev = store.latest("filter_results", task_id);
   if (!prev || !prev->is_object() || !prev->contains("verdicts") || !prev->contains("options")) return std::nullopt;
+  // A verdict on the reference in another mode (train vs eval) is another task's: judged again. One
+  // stored before verdicts said their mode was made in train.
+  const ca::Json* ref = prev->contains("reference") && (*prev)["reference"].is_object() ? &(*prev)["reference"] : nullptr;
+  if ((ref && ref->contains("mode") ? (*ref)["mode"] : ca::Json("train")) != ca::Json(mode)) return std::nullopt;
   // Compared as canonical text: ordered JSON objects are equal only with their keys in the same order.
   if (ca::canonical_json((*prev)["options"]) != ca::canonical_json(verdict_options(opt))) return std::nullopt;
   if ((*prev).value("reason", ca::Json()) == "gpu_memory") return std::nullopt;  // the GPU's state, not the task's
@@ -196,8 +204,15 @@ int run_filter(const ca::CommonOptions& common, const FilterOptions& opt) {
   job.admit = [&](FilterItem& item) {  // --resume: a verdict made with the same options is reused
     if (!common.resume || !store) return;
     std::lock_guard<std::mutex> lock(path.store_mutex());
-    if (auto prev = stored_verdict(*store, item.record.value("task_id", ca::task_id_for(item.record)), opt)) {
+    std::string mode;
+    try {
+      mode = ca::worker::request::task_mode(item.record);
+    } catch (const ca::FieldError&) {
+      return;  // a bad mode is judged (and reported) as a bad record, never resumed
+    }
+    if (auto prev = stored_verdict(*store, item.record.value("task_id", ca::task_id_for(item.record)), opt, mode)) {
       item.reason = (*prev)["reason"].is_string() ? (*prev)["reason"].get<std::string>() : "";
+      if (prev->contains("reference") && (*prev)["reference"].is_object()) set_reference(item.record, (*prev)["reference"]);
       item.record["filter"] = *prev;
       item.resumed = true;
     }
