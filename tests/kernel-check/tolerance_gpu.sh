@@ -6,6 +6,8 @@
 # names it; a task whose reference is a dropout gets task_stochastic, and reward-calc gives it no -1;
 # check.reference says the mode the worker ran (train) and the rule; the same dropout task stated
 # in eval mode (issue 33) runs with dropout off, is not stochastic, and the honest bundle passes it;
+# an insensitive task's honest and constant-output bundles both get task_insensitive (never passed),
+# an ill-conditioned one's task_ill_conditioned, and a record's claim of either changes nothing;
 # the scratch cap follows the reference's peak memory as the judge's own worker measures it (last).
 set -u
 KC="$CA_BIN/kernel-check"
@@ -64,11 +66,20 @@ expect(half["status"] == "incorrect" and "calibrated bound" in half["reason"], "
 expect(const["status"] == "incorrect", "every mean 0.5 fails", const)
 expect(drop["status"] == "task_stochastic" and drop["correct"] is None and drop.get("task_stochastic") is True,
        "a dropout reference: task_stochastic, correct null", drop)
-expect(honest.get("reference") == {"mode": "train", "stochastic": False, "from": "worker"},
+def ref(c):  # check.reference without the insensitive/ill-conditioned measurements (asserted below)
+    return {k: v for k, v in (c.get("reference") or {}).items() if k in ("mode", "stochastic", "from", "rule")}
+expect(ref(honest) == {"mode": "train", "stochastic": False, "from": "worker"},
        "check.reference: train, not stochastic, measured by the worker: %s" % honest.get("reference"), honest)
-expect(drop.get("reference") == {"mode": "train", "stochastic": True, "from": "worker", "rule": "task_stochastic"},
+# The row mean is usable: seed 1's means are within the published bound of seed 0's, but the
+# shift_scale variant's are not (a constant 0.5 fails there, as p_const shows below).
+r = honest.get("reference") or {}
+checks = (r.get("insensitive_evidence") or {}).get("checks") or [{}, {}]
+expect(r.get("insensitive") is False and r.get("ill_conditioned") is False and checks[0].get("within") is True
+       and checks[-1].get("within") is False,
+       "the row mean: not insensitive (seed 1 within, the variant not), not ill-conditioned: %s" % json.dumps(r)[:400], honest)
+expect(ref(drop) == {"mode": "train", "stochastic": True, "from": "worker", "rule": "task_stochastic"},
        "check.reference of the dropout task: train, stochastic, rule task_stochastic: %s" % drop.get("reference"), drop)
-expect(drop_eval["status"] == "passed" and drop_eval.get("reference") == {"mode": "eval", "stochastic": False, "from": "worker"},
+expect(drop_eval["status"] == "passed" and ref(drop_eval) == {"mode": "eval", "stochastic": False, "from": "worker"},
        "the dropout task in eval mode: dropout off, not stochastic, the honest bundle passes: %s" % drop_eval.get("reference"),
        drop_eval)
 
@@ -94,6 +105,66 @@ r = json.loads(open(sys.argv[1]).readline())
 v = (r.get("reward") or {}).get("value")
 ok = v != -1 and v != -1.0
 print(("ok   " if ok else "FAIL ") + "reward-calc on task_stochastic: reward %r, error %r" % (v, r.get("error")))
+sys.exit(0 if ok else 1)
+PY
+
+# References no verdict can use (issue 31), measured by the judge's own worker at load. A big bias plus
+# 1e-7 * x (18_SqueezeNet's kind): the honest kernel and the constant answer (computed once at init
+# from the params, copied in forward: it would pass every check) both get task_insensitive, never
+# passed, and reward-calc pays neither (no reward, no -1). A cancellation, (x * 16 + 1e8) - 1e8
+# (24_EfficientNetB2's kind): the honest fp32 kernel gets task_ill_conditioned. A sensitive task
+# (the row mean) whose record claims both flags is judged as ever: the honest bundle passes, the
+# constant 0.5 fails, the claims kept in check.reference.task_record_said.
+CLAIM=(--task-set reference '{"mode": "train", "insensitive": true, "ill_conditioned": true, "stochastic": true}')
+{
+  $MK "$HERE/bundles/big_bias"
+  $MK "$HERE/bundles/big_bias_const"
+  $MK "$HERE/bundles/ill_conditioned"
+  $MK "$M" "${CLAIM[@]}"
+  $MK "$M" "${CONST[@]}" "${CLAIM[@]}"
+} > "$T/unusable_in.jsonl"
+for tol in calibrated published; do
+  "$CA_BIN/kernel-check" --no-store --tolerance "$tol" < "$T/unusable_in.jsonl" > "$T/unusable_$tol.jsonl" 2> "$T/unusable_$tol.err" || true
+done
+python3 - "$T" <<'PY' || { fails=$((fails + 1)); tail -5 "$T/unusable_calibrated.err"; }
+import json, sys
+T = sys.argv[1]
+bad = 0
+def expect(cond, what, c):
+    global bad
+    print(("ok   " if cond else "FAIL ") + what + ": " + c["status"] + " | " + c["reason"][:300])
+    bad += not cond
+for tol in ("calibrated", "published"):
+    honest, const, ill, claimed, claimed_const = [json.loads(l)["check"] for l in open("%s/unusable_%s.jsonl" % (T, tol))]
+    for name, c in (("honest", honest), ("constant-output", const)):
+        r = c.get("reference") or {}
+        expect(c["status"] == "task_insensitive" and c["correct"] is None and c.get("task_insensitive") is True
+               and r.get("insensitive") is True and r.get("from") == "worker"
+               and all(x.get("within") for x in (r.get("insensitive_evidence") or {}).get("checks", [{}])),
+               "--tolerance %s: big bias, %s bundle: task_insensitive, correct null, with the evidence" % (tol, name), c)
+    r = ill.get("reference") or {}
+    expect(ill["status"] == "task_ill_conditioned" and ill["correct"] is None and ill.get("task_ill_conditioned") is True
+           and r.get("ill_conditioned") is True and (r.get("ill_conditioned_evidence") or {}).get("fp32_err_rel_l2", 0) > 0.05,
+           "--tolerance %s: cancellation: task_ill_conditioned (fp32 %s from float64)"
+           % (tol, (r.get("ill_conditioned_evidence") or {}).get("fp32_err_rel_l2")), ill)
+    r = claimed.get("reference") or {}
+    expect(claimed["status"] == "passed" and r.get("insensitive") is False and r.get("ill_conditioned") is False
+           and r.get("stochastic") is False
+           and r.get("task_record_said") == {"stochastic": True, "insensitive": True, "ill_conditioned": True},
+           "--tolerance %s: a sensitive task whose record claims every flag is judged: honest passes, claims kept aside" % tol,
+           claimed)
+    expect(claimed_const["status"] == "incorrect",
+           "--tolerance %s: ... and its constant 0.5 fails (a claim is no way out)" % tol, claimed_const)
+sys.exit(1 if bad else 0)
+PY
+"$CA_BIN/reward-calc" --no-store < "$T/unusable_calibrated.jsonl" > "$T/unusable_reward.jsonl" 2> /dev/null
+python3 - "$T/unusable_reward.jsonl" <<'PY' || fails=$((fails + 1))
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+values = [(r.get("reward") or {}).get("value") for r in recs]
+ok = values[:3] == [None, None, None] and all("error" in r for r in recs[:3]) and values[4] == -1
+print(("ok   " if ok else "FAIL ") + "reward-calc: no reward and no -1 for task_insensitive (honest, constant) and "
+      "task_ill_conditioned; the claimed task's constant -1: %s" % values)
 sys.exit(0 if ok else 1)
 PY
 

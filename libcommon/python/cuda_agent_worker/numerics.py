@@ -347,7 +347,8 @@ def published_close(got, want):
     bound, by compare.cpp's rule: per element |got - want| <= 1e-2 + 1e-2 |want| (floats; exact for
     integer and bool outputs), NaN and Inf where the reference has them, and per floating output
     ||got - want|| / ||want|| <= 5e-2 over the reference's finite elements (when that norm is not 0).
-    Returns (close, {"rel_l2", "max_abs", "elements_over"}): the worst output's numbers."""
+    In chunks (outputs reach gigabytes). Returns (close, {"rel_l2", "max_abs", "elements_over"}): the
+    worst output's numbers."""
     worst = {"rel_l2": 0.0, "max_abs": 0.0, "elements_over": 0}
     if len(got) != len(want):
         return False, dict(worst, mismatch="%d outputs against %d" % (len(got), len(want)))
@@ -362,23 +363,34 @@ def published_close(got, want):
             worst["elements_over"] += over
             close = close and over == 0
             continue
-        a, b = g.double(), w.double()
-        fb = torch.isfinite(b)
-        nan_b, inf_b = torch.isnan(b), torch.isinf(b)
-        bad_nonfinite = (nan_b & ~torch.isnan(a)) | (inf_b & (a != b))
-        fa = torch.isfinite(a)
-        d = torch.where(fb & fa, (a - b).abs(), torch.zeros_like(a))
-        elem_bad = (fb & ~fa) | (fb & (d > PUBLISHED_ATOL + PUBLISHED_RTOL * b.abs())) | bad_nonfinite
-        over = int(elem_bad.sum())
-        worst["elements_over"] += over
-        worst["max_abs"] = max(worst["max_abs"], float("inf") if bool((fb & ~fa).any()) else float(d.max()))
-        ref = torch.where(fb, b, torch.zeros_like(b))
-        ref2 = float((ref * ref).sum())
-        diff2 = float("inf") if bool((fb & ~fa).any()) else float((d * d).sum())
+        gf, wf = g.reshape(-1), w.reshape(-1)
+        over, max_abs, diff2, ref2 = 0, 0.0, 0.0, 0.0
+        for lo in range(0, wf.numel(), _CHUNK):
+            a, b = gf[lo:lo + _CHUNK].double(), wf[lo:lo + _CHUNK].double()
+            fb, fa = torch.isfinite(b), torch.isfinite(a)
+            lost = fb & ~fa  # finite in the reference, not here
+            d = torch.where(fb & fa, (a - b).abs(), torch.zeros_like(a))
+            bad = lost | (d > PUBLISHED_ATOL + PUBLISHED_RTOL * b.abs())
+            bad |= torch.isnan(b) & ~torch.isnan(a)
+            bad |= torch.isinf(b) & (a != b)
+            over += int(bad.sum())
+            if bool(lost.any()):
+                max_abs, diff2 = float("inf"), float("inf")
+            else:
+                max_abs = max(max_abs, float(d.max()))
+                diff2 += float((d * d).sum())
+            ref = torch.where(fb, b, torch.zeros_like(b))
+            ref2 += float((ref * ref).sum())
+            del a, b, fb, fa, lost, d, bad, ref
         rel = math.sqrt(diff2 / ref2) if ref2 > 0 else 0.0
+        worst["elements_over"] += over
+        worst["max_abs"] = max(worst["max_abs"], max_abs)
         worst["rel_l2"] = max(worst["rel_l2"], rel)
         close = close and over == 0 and not (ref2 > 0 and rel > PUBLISHED_REL_L2)
     return close, worst
+
+
+_CHUNK = 1 << 24  # elements per pass of published_close (128 MiB of float64 per temporary)
 
 
 def _forward_fixed(task, inputs):
