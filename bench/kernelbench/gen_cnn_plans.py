@@ -2,10 +2,11 @@
 """Writes plan.yaml of the deep-CNN bundles of bench/kernelbench/bundles/level3 (ResNet, VGG, DenseNet,
 AlexNet) from their architectures, so that hundreds of unrolled steps stay consistent.
 
-Why unrolled: a plan's `repeat` can vary offsets and sizes by its index, but not which parameter a
-step reads (`params.layer3.<i>.conv1.weight` cannot be indexed), and every block of these networks has
-its own weights; so each block's steps are written out (each network stays far below the 16,384-step
-limit). The kernels are the shared _lib/cnn_*.cu files (uses.txt).
+Repeats: a params name may hold {expression} parts, so a run of identical layers is one `repeat` whose
+steps name their layer's params by the index (DenseNet's dense layers: params.<block>.layers.{l}...,
+their input channel count an expression of l; ResNet's identical bottlenecks of a stage). What differs
+in shape from one part to the next (stems, transitions, a stage's first block) is written out. The
+kernels are the shared _lib/cnn_*.cu files (uses.txt).
 
 Spatial sizes are dims computed from the input (inputs.0.shape[2], [3]) with the conv and pool
 formulas; channel counts are the architecture's; buffer sizes are N times the largest per-image size
@@ -25,7 +26,7 @@ EPS = "1e-5"
 def q(v):
     """A flow-list argument: views are quoted (their brackets), the rest plain."""
     v = str(v)
-    return '"%s"' % v if "[" in v else v
+    return '"%s"' % v if "[" in v or "{" in v else v
 
 
 class Sp:
@@ -46,6 +47,17 @@ class Plan:
         self.cmax = 1
         self.parts = set()
         self.hwval = {}
+        self.ind = ""           # the indentation of a repeat's steps
+
+    def add(self, text):
+        self.steps.append("\n".join(self.ind + ln for ln in text.split("\n")))
+
+    def repeat(self, count, index):
+        self.add("  - repeat: %s\n    index: %s\n    steps:" % (count, index))
+        self.ind += "    "
+
+    def end_repeat(self):
+        self.ind = self.ind[:-4]
 
     def plane(self, hw):
         """grid x and block of a plane kernel (float4 per thread) over hw pixels: 256 threads, or 64 when
@@ -80,14 +92,14 @@ class Plan:
         self.bufs[buf] = max(self.bufs[buf], per_image)
 
     def comment(self, text):
-        self.steps.append("  # " + text)
+        self.add("  # " + text)
 
     def launch(self, kernel, grid, block, args):
-        self.steps.append("  - launch: %s\n    grid: [%s]\n    block: [%s]\n    args: [%s]" %
+        self.add("  - launch: %s\n    grid: [%s]\n    block: [%s]\n    args: [%s]" %
                           (kernel, ", ".join(map(str, grid)), ", ".join(map(str, block)), ", ".join(q(a) for a in args)))
 
-    def conv(self, x, w, out, n, c, h, wd, k, r, s, stride=1, pad=0, bias=None):
-        f = ['x: %s' % q(x), 'w: %s' % w]
+    def conv(self, x, w, out, n, c, h, wd, k, r, s, stride=1, pad=0, bias=None, out_strides=None):
+        f = ['x: %s' % q(x), 'w: %s' % q(w)]
         if bias:
             f.append('bias: %s' % bias)
         f.append('out: %s' % q(out))
@@ -95,8 +107,10 @@ class Plan:
             f.append('stride: %d' % stride)
         if pad:
             f.append('padding: %d' % pad)
-        f.append('shape: {n: %s, c: %d, h: %s, w: %s, k: %d, r: %d, s: %d}' % (n, c, h, wd, k, r, s))
-        self.steps.append("  - conv: {%s}" % ", ".join(f))
+        f.append('shape: {n: %s, c: %s, h: %s, w: %s, k: %d, r: %d, s: %d}' % (n, c, h, wd, k, r, s))
+        if out_strides:
+            f.append('out_strides: [%s]' % ", ".join(map(str, out_strides)))
+        self.add("  - conv: {%s}" % ", ".join(f))
 
     def gemm(self, a, b, out, m, n, k, bias=None, relu=False):
         f = ["a: %s" % q(a), "b: %s" % b, "trans_b: true", "m: %s" % m, "n: %s" % n, "k: %s" % k]
@@ -105,7 +119,7 @@ class Plan:
         if relu:
             f.append("activation: relu")
         f.append("out: %s" % q(out))
-        self.steps.append("  - gemm: {%s}" % ", ".join(f))
+        self.add("  - gemm: {%s}" % ", ".join(f))
 
     # ---- composite steps -------------------------------------------------------------------------
     def bn_stats(self, x, x_nstride, C, hw, mv, copy_to=None, copy_nstride=None):
@@ -170,7 +184,7 @@ def start(header, in_c, size):
 # ---- ResNet -----------------------------------------------------------------------------------------
 def resnet(stem, blocks, bottleneck, num_classes_fc_in):
     p, H, W = start("""
-# ResNet (%s) in training mode, every block written out (each has its own weights; see below).
+# ResNet (%s) in training mode.
 # cuDNN conv steps (fp32, no bias), and for every BatchNorm the batch's statistics: cnn_bn_partial
 # (per block, a share of the channel's N*H*W values summed in double around a shift) + cnn_bn_finalize
 # (mean and biased variance in double); BN+ReLU in place on the conv output; the block's last BN, the
@@ -178,7 +192,9 @@ def resnet(stem, blocks, bottleneck, num_classes_fc_in):
 # cnn_bn_bn_add_relu) in place.
 # Stem: conv7x7/2 -> BN+ReLU -> maxpool 3/2/1; head: global average pool, then the fc as a gemm.
 # Activations ping-pong between scratch.m0 and m1; a, b (and d) hold a block's inner and shortcut tensors.
-# Generated by bench/kernelbench/gen_cnn_plans.py (a repeat cannot pick a block's params by its index).
+# A stage's blocks after its first are alike: where there are 4 or more, pairs of them are one repeat
+# over j (blocks 1 + 2j and 2 + 2j, params named by the index: params.layer3.{1 + 2 * j}.conv1.weight;
+# a pair brings the activations back to the same buffer). Generated by bench/kernelbench/gen_cnn_plans.py.
 """ % stem, 3, 224)
     mv, mvd = "scratch.mv", "scratch.mvd"
     # stem
@@ -197,64 +213,83 @@ def resnet(stem, blocks, bottleneck, num_classes_fc_in):
     cur, other = "m0", "m1"
     h, w, cin = H2, W2, 64
     exp = 4 if bottleneck else 1
+    def block(li, bi, idx, cur, other, h, w, cin, width, stride0):
+        """One residual block; bi: its index in the stage (0: the stage's first), idx: its name part
+        (the number, or an {expression} of a repeat's index)."""
+        stride = stride0 if bi == 0 else 1
+        pre = "layer%d.%s" % (li, idx)
+        cout = width * exp
+        ds = bi == 0 and (stride != 1 or cin != cout)
+        h2, w2 = p.out_size(h, 3, stride, 1), p.out_size(w, 3, stride, 1)
+        hwi, hwo = hw(p, h, w), hw(p, h2, w2)
+        X = "scratch.%s" % cur
+        p.comment("%s: %d -> %d channels, stride %d%s" % (pre, cin, cout, stride, ", downsample" if ds else ""))
+        if bottleneck:
+            # conv1 1x1 -> a (bn1 relu), conv2 3x3/s -> b (bn2 relu), conv3 1x1 -> other (bn3)
+            p.need("a", width * h.val * w.val)
+            p.conv(X + "[0]", "params.%s.conv1.weight" % pre, "scratch.a[0]", "N", cin, h.name, w.name, width, 1, 1)
+            p.bn_stats("scratch.a", "%d * %s" % (width, hwi), width, hwi, mv)
+            p.bn_apply("scratch.a", "%d * %s" % (width, hwi), "scratch.a", "%d * %s" % (width, hwi), width, hwi, mv,
+                       pre + ".bn1", True)
+            p.need("b", width * h2.val * w2.val)
+            p.conv("scratch.a[0]", "params.%s.conv2.weight" % pre, "scratch.b[0]", "N", width, h.name, w.name, width,
+                   3, 3, stride, 1)
+            p.bn_stats("scratch.b", "%d * %s" % (width, hwo), width, hwo, mv)
+            p.bn_apply("scratch.b", "%d * %s" % (width, hwo), "scratch.b", "%d * %s" % (width, hwo), width, hwo, mv,
+                       pre + ".bn2", True)
+            p.need(other, cout * h2.val * w2.val)
+            p.conv("scratch.b[0]", "params.%s.conv3.weight" % pre, "scratch.%s[0]" % other, "N", width, h2.name,
+                   w2.name, cout, 1, 1)
+            last_bn = pre + ".bn3"
+        else:
+            p.need("a", width * h2.val * w2.val)
+            p.conv(X + "[0]", "params.%s.conv1.weight" % pre, "scratch.a[0]", "N", cin, h.name, w.name, width, 3, 3,
+                   stride, 1)
+            p.bn_stats("scratch.a", "%d * %s" % (width, hwo), width, hwo, mv)
+            p.bn_apply("scratch.a", "%d * %s" % (width, hwo), "scratch.a", "%d * %s" % (width, hwo), width, hwo, mv,
+                       pre + ".bn1", True)
+            p.need(other, cout * h2.val * w2.val)
+            p.conv("scratch.a[0]", "params.%s.conv2.weight" % pre, "scratch.%s[0]" % other, "N", width, h2.name,
+                   w2.name, cout, 3, 3, 1, 1)
+            last_bn = pre + ".bn2"
+        Y = "scratch.%s" % other
+        ns = "%d * %s" % (cout, hwo)
+        p.bn_stats(Y, ns, cout, hwo, mv)
+        if ds:
+            # the shortcut's conv output: in the bottleneck, scratch.a is free again once conv2 has
+            # read it (and it is as large as the shortcut for a stride-2 block); else its own buffer
+            D = "a" if bottleneck else "d"
+            p.need(D, cout * h2.val * w2.val)
+            p.conv(X + "[0]", "params.%s.downsample.0.weight" % pre, "scratch.%s[0]" % D, "N", cin, h.name, w.name,
+                   cout, 1, 1, stride, 0)
+            p.bn_stats("scratch." + D, ns, cout, hwo, mvd)
+            p.launch("cnn_bn_bn_add_relu", [p.plane(hwo)[0], cout, "N"], [p.plane(hwo)[1]],
+                     [Y, ns, "scratch." + D, ns, Y, ns, mv, "params.%s.weight" % last_bn, "params.%s.bias" % last_bn,
+                      mvd, "params.%s.downsample.1.weight" % pre, "params.%s.downsample.1.bias" % pre, EPS, cout, hwo])
+        else:
+            p.launch("cnn_bn_add_relu", [p.plane(hwo)[0], cout, "N"], [p.plane(hwo)[1]],
+                     [Y, ns, X, ns, Y, ns, mv, "params.%s.weight" % last_bn, "params.%s.bias" % last_bn, EPS, cout,
+                      hwo])
+        return h2, w2, cout
+
     for li, (width, nblocks, stride0) in enumerate(blocks, 1):
-        for bi in range(nblocks):
-            stride = stride0 if bi == 0 else 1
-            pre = "layer%d.%d" % (li, bi)
-            cout = width * exp
-            ds = bi == 0 and (stride != 1 or cin != cout)
-            h2, w2 = p.out_size(h, 3, stride, 1), p.out_size(w, 3, stride, 1)
-            hwi, hwo = hw(p, h, w), hw(p, h2, w2)
-            X = "scratch.%s" % cur
-            p.comment("%s: %d -> %d channels, stride %d%s" % (pre, cin, cout, stride, ", downsample" if ds else ""))
-            if bottleneck:
-                # conv1 1x1 -> a (bn1 relu), conv2 3x3/s -> b (bn2 relu), conv3 1x1 -> other (bn3)
-                p.need("a", width * h.val * w.val)
-                p.conv(X + "[0]", "params.%s.conv1.weight" % pre, "scratch.a[0]", "N", cin, h.name, w.name, width, 1, 1)
-                p.bn_stats("scratch.a", "%d * %s" % (width, hwi), width, hwi, mv)
-                p.bn_apply("scratch.a", "%d * %s" % (width, hwi), "scratch.a", "%d * %s" % (width, hwi), width, hwi, mv,
-                           pre + ".bn1", True)
-                p.need("b", width * h2.val * w2.val)
-                p.conv("scratch.a[0]", "params.%s.conv2.weight" % pre, "scratch.b[0]", "N", width, h.name, w.name, width,
-                       3, 3, stride, 1)
-                p.bn_stats("scratch.b", "%d * %s" % (width, hwo), width, hwo, mv)
-                p.bn_apply("scratch.b", "%d * %s" % (width, hwo), "scratch.b", "%d * %s" % (width, hwo), width, hwo, mv,
-                           pre + ".bn2", True)
-                p.need(other, cout * h2.val * w2.val)
-                p.conv("scratch.b[0]", "params.%s.conv3.weight" % pre, "scratch.%s[0]" % other, "N", width, h2.name,
-                       w2.name, cout, 1, 1)
-                last_bn = pre + ".bn3"
-            else:
-                p.need("a", width * h2.val * w2.val)
-                p.conv(X + "[0]", "params.%s.conv1.weight" % pre, "scratch.a[0]", "N", cin, h.name, w.name, width, 3, 3,
-                       stride, 1)
-                p.bn_stats("scratch.a", "%d * %s" % (width, hwo), width, hwo, mv)
-                p.bn_apply("scratch.a", "%d * %s" % (width, hwo), "scratch.a", "%d * %s" % (width, hwo), width, hwo, mv,
-                           pre + ".bn1", True)
-                p.need(other, cout * h2.val * w2.val)
-                p.conv("scratch.a[0]", "params.%s.conv2.weight" % pre, "scratch.%s[0]" % other, "N", width, h2.name,
-                       w2.name, cout, 3, 3, 1, 1)
-                last_bn = pre + ".bn2"
-            Y = "scratch.%s" % other
-            ns = "%d * %s" % (cout, hwo)
-            p.bn_stats(Y, ns, cout, hwo, mv)
-            if ds:
-                # the shortcut's conv output: in the bottleneck, scratch.a is free again once conv2 has
-                # read it (and it is as large as the shortcut for a stride-2 block); else its own buffer
-                D = "a" if bottleneck else "d"
-                p.need(D, cout * h2.val * w2.val)
-                p.conv(X + "[0]", "params.%s.downsample.0.weight" % pre, "scratch.%s[0]" % D, "N", cin, h.name, w.name,
-                       cout, 1, 1, stride, 0)
-                p.bn_stats("scratch." + D, ns, cout, hwo, mvd)
-                p.launch("cnn_bn_bn_add_relu", [p.plane(hwo)[0], cout, "N"], [p.plane(hwo)[1]],
-                         [Y, ns, "scratch." + D, ns, Y, ns, mv, "params.%s.weight" % last_bn, "params.%s.bias" % last_bn,
-                          mvd, "params.%s.downsample.1.weight" % pre, "params.%s.downsample.1.bias" % pre, EPS, cout, hwo])
-            else:
-                p.launch("cnn_bn_add_relu", [p.plane(hwo)[0], cout, "N"], [p.plane(hwo)[1]],
-                         [Y, ns, X, ns, Y, ns, mv, "params.%s.weight" % last_bn, "params.%s.bias" % last_bn, EPS, cout,
-                          hwo])
+        h, w, cin = block(li, 0, 0, cur, other, h, w, cin, width, stride0)
+        cur, other = other, cur
+        # blocks 1.. of a stage are alike (stride 1, identity shortcut): pairs of them are one repeat
+        # over j (a pair brings the activations back to the same ping-pong buffer), params by index
+        pairs = (nblocks - 1) // 2
+        if pairs >= 2:
+            p.comment("layer%d.1-%d: %d pairs of identical blocks, one repeat" % (li, 2 * pairs, pairs))
+            p.repeat(pairs, "j")
+            h, w, cin = block(li, 1, "{1 + 2 * j}", cur, other, h, w, cin, width, stride0)
+            h, w, cin = block(li, 2, "{2 + 2 * j}", other, cur, h, w, cin, width, stride0)
+            p.end_repeat()
+            done = 1 + 2 * pairs
+        else:
+            done = 1
+        for bi in range(done, nblocks):
+            h, w, cin = block(li, bi, bi, cur, other, h, w, cin, width, stride0)
             cur, other = other, cur
-            h, w, cin = h2, w2, cout
     hwf = hw(p, h, w)
     p.need("g", cin)
     p.comment("head: adaptive average pool to 1x1, flatten, fc")
@@ -266,50 +301,61 @@ def resnet(stem, blocks, bottleneck, num_classes_fc_in):
 
 
 # ---- DenseNet -------------------------------------------------------------------------------------
+def dense_layer(p, cat, CT, cin, G, h, w, hwn, lp, stats):
+    """One dense layer (cin: its input channel count, a number or an expression of the repeat's index):
+    BN+ReLU of channels [0, cin) of cat into scratch.z, then the 3x3 conv (pad 1, no bias) writes its G
+    new channels straight into channels [cin, cin + G) of cat for every image (out_strides: cat's), and
+    with stats, their batch statistics into scratch.mv at channel cin (they serve every later BN of
+    those channels: the batch statistics of a channel do not depend on which layer normalizes it)."""
+    ns = "%d * %s" % (CT, hwn)
+    c = "(%s)" % cin if not isinstance(cin, int) else cin
+    p.bn_apply(cat, ns, "scratch.z", "%s * %s" % (c, hwn), cin, hwn, "scratch.mv", lp + ".0", True)
+    p.conv("scratch.z[0]", "params.%s.2.weight" % lp, "%s[%s * %s]" % (cat, c, hwn), "N", cin, h.name, w.name, G, 3, 3,
+           1, 1, out_strides=[ns, hwn, w.name, 1])
+    if stats:
+        p.bn_stats("%s[%s * %s]" % (cat, c, hwn), ns, G, hwn, "scratch.mv[2 * %s]" % c)
+
+
 def dense_block(p, cat, CT, C0, L, G, h, w, pre, stats_last=True):
     """Layers l = 0..L-1 of a dense block whose concatenation is `cat` (a buffer [N, CT, h, w], its first
-    C0 channels and their statistics in scratch.mv already there): BN+ReLU of the Cin = C0 + l*G channels
-    so far into scratch.z, a 3x3 conv (pad 1, no bias) into scratch.f, then f copied into its channel
-    slice of cat with its statistics computed on the way (they serve every later BN of those channels:
-    the batch statistics of a channel do not depend on which layer normalizes it)."""
+    C0 channels and their statistics in scratch.mv already there), as one repeat over l with the layer's
+    params named by its index (params.<pre>.{l}...); without stats_last the last layer is written after
+    the repeat, without the statistics no later BN reads."""
     hwn = hw(p, h, w)
-    ns = "%d * %s" % (CT, hwn)
-    for l in range(L):
-        cin = C0 + l * G
-        lp = "%s.%d" % (pre, l)
-        p.comment("%s: BN+ReLU of %d channels, conv3x3 -> %d new channels at channel %d" % (lp, cin, G, cin))
-        p.need("z", cin * h.val * w.val)
-        p.bn_apply(cat, ns, "scratch.z", "%d * %s" % (cin, hwn), cin, hwn, "scratch.mv", lp + ".0", True)
-        p.need("f", G * h.val * w.val)
-        p.conv("scratch.z[0]", "params.%s.2.weight" % lp, "scratch.f[0]", "N", cin, h.name, w.name, G, 3, 3, 1, 1)
-        dst = "%s[%d * %s]" % (cat, cin, hwn)
-        if stats_last or l < L - 1:
-            p.bn_stats("scratch.f", "%d * %s" % (G, hwn), G, hwn, "scratch.mv[%d]" % (2 * cin), copy_to=dst, copy_nstride=ns)
-        else:
-            p.comment("(the last layer's statistics serve no later BN: copy only, statistics left unused)")
-            p.launch_partial_copy_only("scratch.f", "%d * %s" % (G, hwn), dst, ns, G, hwn)
+    p.need("z", (C0 + (L - 1) * G) * h.val * w.val)
+    Lr = L if stats_last else L - 1
+    p.comment("%s.0-%d: BN+ReLU of %d + 32 l channels, conv3x3 -> %d new channels at channel %d + 32 l"
+              % (pre, Lr - 1, C0, G, C0) if G == 32 else "%s.0-%d" % (pre, Lr - 1))
+    p.repeat(Lr, "l")
+    dense_layer(p, cat, CT, "%d + l * %d" % (C0, G), G, h, w, hwn, pre + ".{l}", True)
+    p.end_repeat()
+    if not stats_last:
+        lp = "%s.%d" % (pre, L - 1)
+        p.comment("%s: the last layer (its statistics serve no later BN)" % lp)
+        dense_layer(p, cat, CT, C0 + (L - 1) * G, G, h, w, hwn, lp, False)
     p.cmax = max(p.cmax, CT)
 
 
 DENSE_HEADER = """
 # %s in training mode.
-# Each dense block keeps its concatenation in one buffer [N, C_total, H, W]:
-# a layer's 3x3 conv (cuDNN, fp32, no bias) writes a dense scratch.f, and cnn_bn_partial_copy copies it
-# into its channel slice while computing the batch statistics of those channels (partial sums in double,
-# then cnn_bn_finalize into scratch.mv at that channel). Those statistics serve every later BatchNorm of the
+# Each dense block keeps its concatenation in one buffer [N, C_total, H, W], and the batch statistics of
+# each channel (partial sums in double, then mean and biased variance) in scratch.mv at that channel
+# once it is written. Those statistics serve every later BatchNorm of the
 # channel (batch statistics do not depend on which layer normalizes), so each layer's BN is only an
 # apply pass (cnn_bn_apply with ReLU) of its input channels into scratch.z, which the conv reads.
-# Dropout(0.0) is the identity. A conv on a view needs its operands dense, so the conv of a slice of a
-# concatenation with N > 1 images cannot write it in place: hence f and the copy (fused with the stats).
+# Dropout(0.0) is the identity. Each layer's 3x3 conv (cuDNN, fp32, no bias) writes its new channels
+# straight into their slice of the concatenation for every image (out_strides [C_total * H * W, H * W,
+# W, 1]: no copy), then cnn_bn_partial + cnn_bn_finalize put their statistics into scratch.mv. A block's
+# layers are one repeat over l, each layer's params named by its index (params.<block>.layers.{l}...).
 """
 
 
 def densenet(name, block_layers, G=32):
     p, H, W = start(DENSE_HEADER % name + """# Transition: BN+ReLU+avgpool2x2 in one pass (cnn_bn_relu_avgpool2; the pool commutes with the
 # bias-free 1x1 conv), then the conv on a quarter of the pixels. Head: final BN+ReLU+global average pool
-# in one pass (cnn_bn_relu_gap), then the classifier as a gemm. Concatenations ping-pong between
-# scratch.c0 and c1. Generated by bench/kernelbench/gen_cnn_plans.py (a repeat cannot pick a layer's
-# params by its index, and every layer has its own).
+# in one pass (cnn_bn_relu_gap), then the classifier as a gemm. The transition's conv writes the first
+# channels of the next concatenation directly (out_strides). Concatenations ping-pong between
+# scratch.c0 and c1. Generated by bench/kernelbench/gen_cnn_plans.py.
 """, 3, 224)
     H1, W1 = p.out_size(H, 7, 2, 3), p.out_size(W, 7, 2, 3)
     hw1 = hw(p, H1, W1)
@@ -347,11 +393,10 @@ def densenet(name, block_layers, G=32):
         p.launch("cnn_bn_relu_avgpool2", [p.pool(hw2)[0], c, "N"], [p.pool(hw2)[1]],
                  [cat, "%d * %s" % (c, hwn), "scratch.z", "scratch.mv", "params.%s.0.weight" % t, "params.%s.0.bias" % t,
                   EPS, c, h.name, w.name])
-        p.need("f", cout * h2.val * w2.val)
-        p.conv("scratch.z[0]", "params.%s.2.weight" % t, "scratch.f[0]", "N", c, h2.name, w2.name, cout, 1, 1)
         p.need(bufs[(b + 1) % 2], CTn * h2.val * w2.val)
-        p.bn_stats("scratch.f", "%d * %s" % (cout, hw2), cout, hw2, "scratch.mv", copy_to=nxt + "[0]",
-                   copy_nstride="%d * %s" % (CTn, hw2))
+        p.conv("scratch.z[0]", "params.%s.2.weight" % t, nxt + "[0]", "N", c, h2.name, w2.name, cout, 1, 1,
+               out_strides=["%d * %s" % (CTn, hw2), hw2, w2.name, 1])
+        p.bn_stats(nxt, "%d * %s" % (CTn, hw2), cout, hw2, "scratch.mv")
         c, h, w = cout, h2, w2
     last = "scratch." + bufs[(len(block_layers) - 1) % 2]
     p.need("g", c)
@@ -366,8 +411,7 @@ def densenet(name, block_layers, G=32):
 def densenet_block_task():
     """14_DenseNet121DenseBlock: one dense block; the output is the concatenation itself."""
     p, H, W = start(DENSE_HEADER % "DenseNet121 dense block (6 layers, 32 -> 224 channels)" + """# Here the concatenation is the output: the input is copied into its first 32 channels by the same
-# fused copy+statistics kernel. Generated by bench/kernelbench/gen_cnn_plans.py (a repeat cannot
-# pick a layer's params by its index, and every layer has its own).
+# fused copy+statistics kernel. Generated by bench/kernelbench/gen_cnn_plans.py.
 """, 32, 224)
     C0, L, G = 32, 6, 32
     CT = C0 + L * G

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """CPU simulation of the level-3 CNN bundles' plans (bench/kernelbench/bundles/level3/<stem>/plan.yaml),
 to check their wiring where no GPU is: every step runs on flat float32 CPU buffers exactly as the plan
-addresses them (views at element offsets, image strides, repeats with their index, conv `shape`s, gemm
-m/n/k), conv and gemm steps through torch, and each launch of a _lib/cnn_* kernel through a torch model
+addresses them (views at element offsets, image strides, repeats with their index, `{expression}` parts of
+params names, conv `shape`s, fields as expressions and `x_strides`/`out_strides` (an out that writes an
+element twice or meets its input fails), gemm m/n/k), conv and gemm steps through torch, and each launch of a _lib/cnn_* kernel through a torch model
 of what that kernel computes from its arguments and grid (cnn_lib_emu/test.cpp checks the kernels' own
 source against the same definitions). The output is compared with the task's Model in training mode on a
 smaller input than the task's (the plans' sizes follow the input), as the checker would: error norm
@@ -108,6 +109,8 @@ class Sim:
     def buf(self, a, env):
         """(flat tensor, element offset) of a buffer or view argument."""
         s = str(a).strip()
+        if "{" in s:             # a params name's {expression} parts, evaluated for this iteration
+            s = re.sub(r"\{([^{}]*)\}", lambda mm: str(self.ev(mm.group(1), env)), s)
         m = re.match(r"^((?:inputs|outputs|scratch|params)\.[A-Za-z0-9_.]+?)(?:\[(.*)\])?$", s)
         if not m or m.group(1) not in self.bufs:
             return None
@@ -154,11 +157,16 @@ class Sim:
         E = lambda k, d=None: self.ev(f[k], env) if k in f else d
         sh = {k: self.ev(v, env) for k, v in f["shape"].items()} if "shape" in f else None
         xb, wb, ob = self.buf(f["x"], env), self.buf(f["w"], env), self.buf(f["out"], env)
-        stride, pad = E("stride", 1), E("padding", 0)
+        stride, pad, groups = E("stride", 1), E("padding", 0), E("groups", 1)
+        xst = [self.ev(v, env) for v in f["x_strides"]] if "x_strides" in f else None
+        ost = [self.ev(v, env) for v in f["out_strides"]] if "out_strides" in f else None
         if sh:
-            X = self.dense(xb, [sh["n"], sh["c"], sh["h"], sh["w"]])
-            Wt = self.dense(wb, [sh["k"], sh["c"], sh["r"], sh["s"]])
+            xshape = [sh["n"], sh["c"], sh["h"], sh["w"]]
+            X = self.strided(xb, xshape, xst) if xst else self.dense(xb, xshape)
+            Wt = self.dense(wb, [sh["k"], sh["c"] // groups, sh["r"], sh["s"]])
         else:
+            if xst or ost:
+                raise SimError("conv strides without shape")
             X = self.dense(xb, self.shapes[xb[2]])
             Wt = self.dense(wb, self.shapes[wb[2]])
         bias = self.buf(f["bias"], env)[0] if "bias" in f else None
@@ -166,9 +174,25 @@ class Sim:
             raise SimError("conv bias shape")
         if wb[1] != 0 or wb[0].numel() != Wt.numel():
             raise SimError("conv w %s does not match the shape %s" % (f["w"], list(Wt.shape)))
-        Y = F.conv2d(X, Wt, bias, stride, pad)
-        O = self.dense(ob, list(Y.shape))
+        Y = F.conv2d(X, Wt, bias, stride, pad, 1, groups)
+        O = self.strided(ob, list(Y.shape), ost) if ost else self.dense(ob, list(Y.shape))
+        # out may share a buffer with x only where their elements never meet, and writes each element once
+        oi = self.index_of(ob, list(Y.shape), ost) if ost or ob[2] == xb[2] else None
+        if ost and oi.unique().numel() != oi.numel():
+            raise SimError("conv out %s writes an element twice" % f["out"])
+        if ob[2] == xb[2] and bool(torch.isin(oi, self.index_of(xb, list(X.shape), xst)).any()):
+            raise SimError("conv out %s overlaps its input %s" % (f["out"], f["x"]))
         O.copy_(Y)
+
+    def index_of(self, b, size, stride):
+        """The flat element indices a view covers."""
+        if stride is None:
+            stride, acc = [], 1
+            for n in reversed(size):
+                stride.insert(0, acc)
+                acc *= n
+        idx = torch.arange(b[0].numel())
+        return torch.as_strided(idx, size, stride, b[1]).reshape(-1)
 
     def gemm(self, f, env):
         a, b, o = self.buf(f["a"], env), self.buf(f["b"], env), self.buf(f["out"], env)
