@@ -330,6 +330,14 @@ def simulate(stem, shape):
     init = mod.get_init_inputs()
     model = mod.Model(*init)
     model.train()
+    # BatchNorm affine params away from their default (1, 0), each layer its own, so a plan that reads
+    # another layer's gamma or beta fails
+    g = torch.Generator().manual_seed(7)
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d) and m.affine:
+            with torch.no_grad():
+                m.weight.copy_(torch.rand(m.weight.shape, generator=g) + 0.5)
+                m.bias.copy_(torch.rand(m.bias.shape, generator=g) * 0.4 - 0.2)
     x = torch.rand(*shape)
     with open(os.path.join(L3, stem, "plan.yaml")) as f:
         sim = Sim(f.read(), model, x, init)

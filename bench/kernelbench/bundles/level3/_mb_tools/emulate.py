@@ -61,6 +61,14 @@ class Emu:
                     torch.nn.init.kaiming_normal_(mod.weight)
                     if mod.bias is not None:
                         torch.nn.init.uniform_(mod.bias, -0.1, 0.1)
+        # BatchNorm affine params away from their default (1, 0), each layer its own, so a plan that
+        # reads another layer's gamma or beta fails
+        g = torch.Generator().manual_seed(seed + 7)
+        for mod in self.model.modules():
+            if isinstance(mod, torch.nn.BatchNorm2d) and mod.affine:
+                with torch.no_grad():
+                    mod.weight.copy_(torch.rand(mod.weight.shape, generator=g) + 0.5)
+                    mod.bias.copy_(torch.rand(mod.bias.shape, generator=g) * 0.4 - 0.2)
         torch.manual_seed(seed + 1)
         self.inputs = m.get_inputs()
         if DT == torch.float64:

@@ -6,7 +6,7 @@ statistics launch and an apply launch, and repeats over the images for views int
 Channel counts are read from the task's own parameters (the model is built on the CPU).
 
 usage: python3 net_19.py [PLAN]   (default: ../<task stem>/plan.yaml); KB=<KernelBench checkout>"""
-import os, sys, types, torch
+import os, re, sys, types, torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", "..", "..", ".."))
@@ -44,6 +44,69 @@ class G:
         self.indent = "  "
         self.maxC = 1
         self.x = Act("inputs.0", xs[1], 0)
+        self.blocks = []        # [first line, end line, params prefix, index]: candidates for folding
+
+    # ---- blocks that repeat
+    def block(self, prefix, idx):
+        """Marks the steps emitted from here to the next block()/end_block() as block idx of the params
+        prefix (its params are params.<prefix><idx>.*). text() folds runs of blocks whose steps are the
+        same but for that index (period 1, or 2 where the ping-pong buffers alternate) into one repeat
+        whose params names carry the index as an {expression}: the unrolled plan is the same text."""
+        self.end_block()
+        self.blocks.append([len(self.lines), None, prefix, idx])
+
+    def end_block(self):
+        if self.blocks and self.blocks[-1][1] is None:
+            self.blocks[-1][1] = len(self.lines)
+
+    def _template(self, b):
+        first, end, prefix, idx = b
+        out = []
+        for ln in self.lines[first:end]:
+            for tail in (".", ":"):
+                ln = ln.replace(prefix + str(idx) + tail, prefix + "{IDX}" + tail)
+            if not ln.lstrip().startswith("#"):   # a name with {..} is quoted (YAML flow syntax)
+                ln = re.sub(r'(?<!")(params\.[\w.]*\{IDX\}[\w.]*)', r'"\1"', ln)
+            out.append(ln)
+        return out
+
+    def _folded(self):
+        self.end_block()
+        lines, pos, out = self.lines, 0, []
+        bl = sorted(self.blocks)
+        k = 0
+        while k < len(bl):
+            best = None
+            for P in (1, 2):
+                m = 0
+                while k + P * (m + 1) <= len(bl):
+                    grp = bl[k + P * m:k + P * (m + 1)]
+                    ok = all(grp[q][2] == bl[k][2] and grp[q][3] == bl[k][3] + P * m + q for q in range(P))
+                    ok = ok and all(grp[q][0] == (grp[q - 1][1] if q else (bl[k + P * m - 1][1] if m else grp[q][0]))
+                                    for q in range(P))
+                    ok = ok and all(self._template(grp[q]) == self._template(bl[k + q]) for q in range(P))
+                    if not ok:
+                        break
+                    m += 1
+                if m >= 2 and (best is None or P * m > best[0] * best[1]):
+                    best = (P, m)
+            if best is None:
+                k += 1
+                continue
+            P, m = best
+            first, prefix, i0 = bl[k][0], bl[k][2], bl[k][3]
+            out += lines[pos:first]
+            ind = lines[first][:len(lines[first]) - len(lines[first].lstrip())]
+            name = prefix + "%d-%d" % (i0, i0 + P * m - 1)
+            out.append(ind + "# %s: %d%s identical blocks, one repeat" % (name, m, " pairs of" if P == 2 else ""))
+            out += [ind + "- repeat: %d" % m, ind + "  index: b", ind + "  steps:"]
+            for q in range(P):
+                e = "b + %d" % (i0 + q) if P == 1 else "%d * b + %d" % (P, i0 + q)
+                out += ["    " + ln.replace("{IDX}", "{%s}" % e) for ln in self._template(bl[k + q])]
+            pos = bl[k + P * m - 1][1]
+            k += P * m
+        out += lines[pos:]
+        return out
 
     # ---- dims and buffers
     def level(self, lvl, k, s, p, ceil=False):
@@ -225,7 +288,7 @@ class G:
             else:
                 out.append("  %s: {dtype: %s, shape: [%s]}" % (name, dtype, shape))
         out.append("forward:")
-        out += self.lines
+        out += self._folded()
         return "\n".join(out) + "\n"
 
     def write(self, path=None):

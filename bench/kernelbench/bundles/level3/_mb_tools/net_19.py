@@ -13,11 +13,13 @@ x = g.conv(x, "model.0.0.weight", None, 3, 2, 1, 1)
 x = g.bn(x, "model.0.1", 1)
 strides = [1, 2, 1, 2, 1, 2, 1, 1, 1, 1, 1, 2, 1]
 for i, s in enumerate(strides, 1):
+    g.block("model.", i)
     g.comment("model.%d: conv_dw(stride %d)" % (i, s))
     x = g.conv(x, "model.%d.0.weight" % i, None, 3, s, 1, x.C)
     x = g.bn(x, "model.%d.1" % i, 1)
     x = g.conv(x, "model.%d.3.weight" % i, None, 1, 1, 0, 1)
     x = g.bn(x, "model.%d.4" % i, 1)
+g.end_block()
 assert g.L(x.lvl)[4:] == (7, 7), g.L(x.lvl)
 g.comment("AvgPool2d(7) on 7x7 = the mean of each plane, then fc")
 p = g.mean(x)

@@ -20,6 +20,7 @@ for t, c, n, s in setting:
     for j in range(n):
         st = s if j == 0 else 1
         p = "features.%d" % i
+        g.block("features.", i)
         g.comment("%s: inverted residual block (expand %d, stride %d), no residual" % (p, t, st))
         if t != 1:
             x = g.conv(x, p + ".0.weight", None, 1, 1, 0, 1)
@@ -32,6 +33,7 @@ for t, c, n, s in setting:
         x = g.conv(x, p + ".%d.weight" % (d + 3), None, 1, 1, 0, 1)
         x = g.bn(x, p + ".%d" % (d + 4), 0)
         i += 1
+g.end_block()
 assert i == 20
 g.comment("features.20-23: 1x1 conv to 1280, BN, ReLU6, adaptive avg pool; classifier")
 x = g.conv(x, "features.20.weight", None, 1, 1, 0, 1)

@@ -16,6 +16,7 @@ cfg = [(32, 16, 3, 1, 1), (16, 24, 3, 2, 6), (24, 24, 3, 1, 6), (24, 40, 5, 2, 6
        (192, 192, 5, 1, 6), (192, 320, 3, 1, 6)]
 for i, (cin, cout, k, s, e) in enumerate(cfg):
     p = "blocks.%d" % i
+    g.block("blocks.", i)
     res = s == 1 and cin == cout
     g.comment("%s: MBConv(%d -> %d, k %d, stride %d, expand %d)%s" % (p, cin, cout, k, s, e, ", residual" if res else ""))
     assert x.C == cin
@@ -27,6 +28,7 @@ for i, (cin, cout, k, s, e) in enumerate(cfg):
     x = g.bn(x, p + ".depthwise_conv.1", 2)
     x = g.conv(x, p + ".project_conv.0.weight", None, 1, 1, 0, 1, live=[inp.buf])
     x = g.bn(x, p + ".project_conv.1", 0, res=inp if res else None)
+g.end_block()
 g.comment("conv2 1x1 -> bn2 -> relu -> adaptive avg pool -> fc")
 x = g.conv(x, "conv2.weight", None, 1, 1, 0, 1)
 x = g.bn(x, "bn2", 1)

@@ -16,6 +16,7 @@ x = g.maxpool(x, 3, 2, 1)
 for st, reps in ((2, 3), (3, 7), (4, 3)):
     for u in range(reps):
         p = "stage%d.%d" % (st, u)
+        g.block("stage%d." % st, u)
         has_sc = (p + ".shortcut.0.weight") in g.shapes
         g.comment("%s: ShuffleNet unit%s" % (p, ", conv shortcut" if has_sc else ", identity shortcut"))
         inp = x
@@ -31,6 +32,7 @@ for st, reps in ((2, 3), (3, 7), (4, 3)):
             x = g.bn_add_bn(o, p + ".bn3", sc, p + ".shortcut.1", 1)
         else:
             x = g.bn(o, p + ".bn3", 1, res=inp)
+g.end_block()
 g.comment("conv5 1x1 -> bn5 -> relu -> adaptive avg pool -> fc")
 x = g.conv(x, "conv5.weight", None, 1, 1, 0, 1)
 x = g.bn(x, "bn5", 1)
