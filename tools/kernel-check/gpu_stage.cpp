@@ -99,12 +99,16 @@ GpuStage::GpuStage(const CheckOptions& options, const ca::bundle::Rules& rules, 
   // The lanes' reference workers start side by side: each start is seconds of importing torch, and
   // `serve -j 8` would otherwise wait for eight in a row. The driver's queries follow, lane by lane.
   std::vector<std::future<std::unique_ptr<Lane>>> starting;
+  // Each lane's worker gets its share of --worker-memory (all of them together), never 16 GiB each
+  // times the lanes.
+  const std::size_t memory_mb = ca::worker::worker_memory_share_mb(options_.worker_memory_mb, static_cast<int>(gpus.size()));
   for (int g : gpus)
-    starting.push_back(std::async(std::launch::async, [g] {
+    starting.push_back(std::async(std::launch::async, [g, memory_mb] {
       auto lane = std::make_unique<Lane>();
       lane->gpu = g;
       ca::worker::WorkerOptions wo;
       wo.device = "cuda:" + std::to_string(g);
+      wo.memory_limit_mb = memory_mb;
       lane->worker = std::make_unique<ca::worker::WorkerClient>(wo);  // EnvironmentError without torch/GPU
       return lane;
     }));

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   app.add_option("--rtol", opt.rtol, "Relative tolerance (overrides --tolerance)");
   app.add_option("--trials", opt.trials, "Trials on fresh inputs after the warm call (at least 5)")->check(CLI::Range(5, 1000));
   app.add_option("--gpus", opt.gpus, "GPUs to use, e.g. 0,1 (default: all visible)");
+  app.add_option("--worker-memory", opt.worker_memory_mb, "Memory in MiB all reference workers together may hold (one per GPU; each gets its share: resident sets of its processes and the files it writes); 0: three quarters of this host's, at most 16 GiB each")->capture_default_str();
   app.add_option("--timeout", opt.timeout_s, "Watchdog per call in seconds (default: 50x the task's eager time, at least 2 s)");
   app.add_option("-j,--jobs", opt.jobs, "Compile threads")->check(CLI::Range(1, 256));
   app.add_flag("--graph,!--no-graph", opt.graph,

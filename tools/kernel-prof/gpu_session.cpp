@@ -53,6 +53,7 @@ worker::WorkerClient& GpuSession::worker() {
     worker::WorkerOptions w;
     w.device = "cuda:" + std::to_string(id_.ordinal);
     w.request_timeout = std::chrono::milliseconds(600000);  // torch.compile with max-autotune is slow
+    w.memory_limit_mb = worker_memory_mb_;
     worker_ = std::make_unique<worker::WorkerClient>(w);
   }
   return *worker_;

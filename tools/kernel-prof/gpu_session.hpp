@@ -17,6 +17,8 @@ class GpuSession {
   // Throws EnvironmentError (exit 3) without a driver or that GPU.
   // `trace`: open CUPTI (not under ncu, which owns it in --replay-once).
   explicit GpuSession(int ordinal, bool trace = true);
+  // The reference worker's memory limit in MiB (0: worker_memory_share_mb(0, 1)); before worker().
+  void set_worker_memory_mb(std::size_t mb) { worker_memory_mb_ = mb; }
   ~GpuSession();
   const measure::GpuIdentity& identity() const { return id_; }
   CUstream stream() const { return stream_; }
@@ -51,6 +53,7 @@ class GpuSession {
   CUstream stream_ = nullptr;
   std::unique_ptr<measure::L2Flusher> flusher_;
   std::unique_ptr<worker::WorkerClient> worker_;
+  std::size_t worker_memory_mb_ = 0;
 };
 
 }  // namespace ca::kernel_prof

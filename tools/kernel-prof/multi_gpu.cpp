@@ -11,15 +11,17 @@
 #include "libcommon/jsonl.hpp"
 #include "libcommon/log.hpp"
 #include "libcommon/paths.hpp"
+#include "libcommon/worker/worker_client.hpp"
 #include "libcommon/process.hpp"
 #include "libcommon/record_path.hpp"
 
 namespace ca::kernel_prof {
 
-std::vector<std::string> child_argv(const std::vector<std::string>& argv, int ordinal) {
+std::vector<std::string> child_argv(const std::vector<std::string>& argv, int ordinal, std::size_t worker_memory_mb) {
   std::vector<std::string> out{argv.empty() ? "kernel-prof" : argv[0]};
   auto takes_value = [](const std::string& a) {
-    return a == "--gpus" || a == "-i" || a == "--input" || a == "-o" || a == "--output" || a == "--shard";
+    return a == "--gpus" || a == "-i" || a == "--input" || a == "-o" || a == "--output" || a == "--shard" ||
+           a == "--worker-memory";
   };
   for (std::size_t i = 1; i < argv.size(); ++i) {
     const std::string& a = argv[i];
@@ -31,13 +33,14 @@ std::vector<std::string> child_argv(const std::vector<std::string>& argv, int or
       continue;
     }
     bool joined = false;
-    for (const char* p : {"--gpus=", "--input=", "--output=", "--shard="})
+    for (const char* p : {"--gpus=", "--input=", "--output=", "--shard=", "--worker-memory="})
       joined |= a.rfind(p, 0) == 0;
     if (joined) continue;
     out.push_back(a);
   }
   for (const std::string& s : {std::string("--gpus"), std::to_string(ordinal), std::string("-i"), std::string("-"),
-                              std::string("-o"), std::string("-"), std::string("--shard"), std::string("0/1")})
+                              std::string("-o"), std::string("-"), std::string("--shard"), std::string("0/1"),
+                              std::string("--worker-memory"), std::to_string(worker_memory_mb)})
     out.push_back(s);
   return out;
 }
@@ -47,8 +50,8 @@ bool is_child() {
   return v && *v;
 }
 
-GpuChild::GpuChild(const CommonOptions& common, int gpu, bool own_store) : gpu_(gpu) {
-  std::vector<std::string> argv = child_argv(common.argv, gpu);
+GpuChild::GpuChild(const CommonOptions& common, int gpu, bool own_store, std::size_t worker_memory_mb) : gpu_(gpu) {
+  std::vector<std::string> argv = child_argv(common.argv, gpu, worker_memory_mb);
   if (!own_store) {
     std::vector<std::string> kept;
     for (std::size_t i = 0; i < argv.size(); ++i) {
@@ -98,7 +101,8 @@ std::optional<int> GpuChild::wait(std::chrono::milliseconds timeout) { return ch
 
 int run_on_gpus(const ProfOptions& options, const CommonOptions& common, int argc, char** argv) {
   std::vector<std::unique_ptr<GpuChild>> children;
-  for (int g : options.gpus) children.push_back(std::make_unique<GpuChild>(common, g, /*own_store=*/true));
+  const std::size_t share = worker::worker_memory_share_mb(options.worker_memory_mb, static_cast<int>(options.gpus.size()));
+  for (int g : options.gpus) children.push_back(std::make_unique<GpuChild>(common, g, /*own_store=*/true, share));
   // The record path, a lane per child: this shard's records, a free GPU takes the next one, and the
   // answers are written in input order (the children time and store them).
   struct Item : RecordItem {

@@ -14,8 +14,9 @@
 
 namespace ca::kernel_prof {
 
-// The child's argv: ours without --gpus, -i/-o and --shard, plus --gpus <ordinal> -i - -o - --shard 0/1.
-std::vector<std::string> child_argv(const std::vector<std::string>& argv, int ordinal);
+// The child's argv: ours without --gpus, -i/-o, --shard and --worker-memory, plus --gpus <ordinal>
+// -i - -o - --shard 0/1 --worker-memory <its worker's share in MiB>.
+std::vector<std::string> child_argv(const std::vector<std::string>& argv, int ordinal, std::size_t worker_memory_mb);
 int run_on_gpus(const ProfOptions& options, const CommonOptions& common, int argc, char** argv);
 
 // How a child says "a candidate killed my GPU context; every record I was given before this one is
@@ -33,7 +34,8 @@ class GpuChild {
  public:
   // `own_store`: the child opens the run store (the --gpus lanes); otherwise --no-store (and no
   // --resume, --serve): the caller stores what it answers.
-  GpuChild(const CommonOptions& common, int gpu, bool own_store);
+  // `worker_memory_mb`: the child's reference worker's share of --worker-memory.
+  GpuChild(const CommonOptions& common, int gpu, bool own_store, std::size_t worker_memory_mb);
   ~GpuChild();
   // The child's answer line to `record`. InternalError when it ended early otherwise (ended_status()
   // is then its exit status).

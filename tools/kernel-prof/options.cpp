@@ -25,6 +25,7 @@ void ProfOptions::register_with(CLI::App& app) {
                  "output in input order); each GPU is locked while timed (CUDA_AGENT_LOCK_DIR)")
       ->delimiter(',')
       ->capture_default_str();
+  app.add_option("--worker-memory", worker_memory_mb, "Memory in MiB all reference workers together may hold (one per GPU; each gets its share: resident sets of its processes and the files it writes); 0: three quarters of this host's, at most 16 GiB each")->capture_default_str();
   app.add_option("--tasks", tasks_path, "Tasks (JSON Lines) to find each record's task by task_id; else the record's "
                                         "`task` object, else the store");
   app.add_flag("--refresh", refresh, "Measure baselines again even when the store has them");

@@ -12,6 +12,7 @@ struct ProfOptions {
   std::string metric = "device";                          // device | wall
   std::vector<std::string> baselines{"eager", "compile"};  // eager, compile, compile-max-autotune
   std::vector<int> gpus{0};
+  std::size_t worker_memory_mb = 0;  // all reference workers together (one per GPU); 0: 3/4 of RAM, <= 16 GiB each
   std::string tasks_path;                                 // --tasks FILE
   bool refresh = false;                                   // re-measure cached baselines
   bool metrics = false;                                   // --metrics: ncu counters and roofline

@@ -41,6 +41,9 @@ Json Profiler::find_task(const Json& record, const std::string& task_id) {
 GpuSession& Profiler::gpu() {
   if (!gpu_) {
     gpu_ = std::make_unique<GpuSession>(options_.gpus.front(), !options_.no_cupti);
+    // One reference worker per GPU: each its share of --worker-memory (a --gpus lane's child is
+    // handed its share already, and has one GPU).
+    gpu_->set_worker_memory_mb(worker::worker_memory_share_mb(options_.worker_memory_mb, static_cast<int>(options_.gpus.size())));
     if (store_) store_->set_run_gpu(gpu_->identity().name + " " + gpu_->identity().uuid);
   }
   return *gpu_;
@@ -105,7 +108,8 @@ Outcome Profiler::profile_in_child(Json& record, const std::string& task_id) {
   if (!child_allowed_) throw EnvironmentError(why + ": nothing more can be timed in this process; restart the service");
   if (!child_) {
     log::warn(why, ": the records after it are timed by a fresh kernel-prof process");
-    child_ = std::make_unique<GpuChild>(common_, options_.gpus.front(), /*own_store=*/false);
+    child_ = std::make_unique<GpuChild>(common_, options_.gpus.front(), /*own_store=*/false,
+                                        worker::worker_memory_share_mb(options_.worker_memory_mb, static_cast<int>(options_.gpus.size())));
   }
   // The child has no store: it gets the task this process found (a stream's tasks are its user's).
   Json sent = record;
