@@ -39,6 +39,8 @@ run "47 unbiased BN variance" fail env PLAN_SUB="GB: 128|||GB: 4" SRC_SUB="tf_ne
 run "48 without the incoming chunk state" fail env SRC_SUB="tf_mamba2.cu|||for (int k = 1; k <= c; ++k)|||for (int k = 1; k < c; ++k)" $E 48_Mamba2ReturnY batch_size=2 n_heads=2 d_head=16 d_state=8
 run "45 encoder written to the wrong half" fail env PLAN_SUB='"scratch.cat1[F * H * W]", N, F, H, W, 2 * F * H * W]|||"scratch.cat1[0]", N, F, H, W, 2 * F * H * W]' $E 45_UNetSoftmax batch_size=2 in_channels=3 out_channels=2 height=16 width=32 features=4
 run "32 cls and token swapped" fail env SRC_SUB="cvit.cu|||x[e] = s == 0 ?|||x[e] = s == 1 ?" $E 32_ConvolutionalVisionTransformer batch_size=2 embed_dim=64 num_heads=2 num_classes=10
+run "32 every layer with layer 0's linear2" fail env PLAN_SUB="transformer_layers.{l}.linear2.weight|||transformer_layers.0.linear2.weight" $E 32_ConvolutionalVisionTransformer batch_size=2 embed_dim=64 num_heads=2 num_classes=10
+run "28 head reading rows 0..B-1 instead of the cls rows" fail env PLAN_SUB="lda: S1 * E|||lda: E" $E 28_VisionTransformer image_size=32 dim=128 heads=2 mlp_dim=64 num_classes=10
 run "31 attention without its scale" fail env PLAN_SUB="alpha: 0.17677669529663687|||alpha: 1.0" $E 31_VisionAttention embed_dim=64 num_heads=2 batch_size=1 image_height=32 image_width=32
 # the generated plans
 L=$(cd "$HERE/.." && pwd)
