@@ -291,6 +291,9 @@ class Emu:
         m = u.amax((-1, -2))
         self.arr(y, NC * OH * OW).copy_(self.act(m, t[0]).reshape(-1))
 
+    def v1_copy(self, t, grid, src, dst, n):
+        self.arr(dst, n).copy_(self.arr(src, n))
+
     def mb_mean_hw(self, t, grid, x, y, NC, HW):
         assert grid[0] * 8 >= NC
         xv = self.arr(x, NC * HW).view(NC, HW)
@@ -299,6 +302,7 @@ class Emu:
 
 def check(stem, overrides):
     e = Emu(stem, overrides, dt=torch.float64 if overrides.get("fp64") else torch.float32)
+    e.run(e.plan.get("init") or [])
     e.run(e.plan["forward"])
     got = e.bufs["outputs.0"].view(e.ref.shape)
     want = e.ref
@@ -322,6 +326,7 @@ def check_feature(stem, overrides, module, k):
         e.model(*[t.clone() for t in e.inputs])
     want = acts["o"]
     steps = e.plan["forward"]
+    e.run(e.plan.get("init") or [])
     e.run(steps[:-k])
     st = steps[-k]
     src = st["conv"]["x"] if "conv" in st else st["args"][0]

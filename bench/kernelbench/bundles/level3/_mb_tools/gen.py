@@ -41,6 +41,7 @@ class G:
         self.bufs = []          # [name, [size exprs]]
         self.fixed = []         # (name, dtype, shape text)
         self.lines = []
+        self.init_lines = []    # init steps (untimed): params laid out in scratch
         self.indent = "  "
         self.maxC = 1
         self.x = Act("inputs.0", xs[1], 0)
@@ -174,7 +175,7 @@ class G:
 
     # ---- steps
     def conv(self, a, wname, bname, k, s, p, groups, out=None, out_view=None, live=(), n_img=None, x_view=None, K=None,
-             out_strides=None):
+             out_strides=None, x_strides=None):
         w = self.shapes[wname]
         K = w[0]
         assert w[1] * groups == a.C and w[2] == k, (wname, w, a.C, groups, k)
@@ -194,6 +195,8 @@ class G:
         if p != 0: extra += ", padding: %d" % p
         if groups != 1: extra += ", groups: %d" % groups
         ost = (", out_strides: [%s]" % ", ".join(out_strides)) if out_strides else ""
+        if x_strides:
+            ost = ", x_strides: [%s]" % ", ".join(x_strides) + ost
         self.emit('- conv: {x: "%s", w: params.%s%s, out: "%s"%s,\n         shape: {n: %s, c: %d, h: %s, w: %s, k: %d, r: %d, s: %d}%s}'
                   % (xs, wname, bias, o, extra, n, a.C, H, W, K, k, k, ost))
         self.maxC = max(self.maxC, K)
@@ -287,6 +290,9 @@ class G:
                 out.append("  %s: {dtype: float32, shape: [%s]}" % (name, e))
             else:
                 out.append("  %s: {dtype: %s, shape: [%s]}" % (name, dtype, shape))
+        if self.init_lines:
+            out.append("init:")
+            out += self.init_lines
         out.append("forward:")
         out += self._folded()
         return "\n".join(out) + "\n"
@@ -323,8 +329,9 @@ def fire(g, x, pre, live=()):
 
 def inception(g, x, pre, live=()):
     """GoogLeNet inception module on the whole batch: every branch's last conv writes its channel slice
-    of the module's output for every image through out_strides; the 3x3/5x5 reductions and the pooled
-    input are batch-sized scratch."""
+    of the module's output for every image through out_strides; the 3x3 and 5x5 reductions are one
+    conv (their weights concatenated in init) into batch-sized scratch.red, read back by the 3x3 and
+    5x5 convs through x_strides; the pooled input is batch-sized scratch too."""
     sh = g.shapes
     k1 = sh[pre + ".branch1x1.weight"][0]
     r3, k3 = sh[pre + ".branch3x3.0.weight"][0], sh[pre + ".branch3x3.1.weight"][0]
@@ -335,17 +342,29 @@ def inception(g, x, pre, live=()):
     HW = g.L(x.lvl)[2]
     out = g.alloc("N * %d * %s" % (KT, HW), list(live) + [x.buf])
     pool = g.fixed_buf("pool1", "var", "N * %d * %s" % (C, HW))
-    rb3 = g.fixed_buf("red3", "var", "N * %d * %s" % (r3, HW))
-    rb5 = g.fixed_buf("red5", "var", "N * %d * %s" % (r5, HW))
+    red = g.fixed_buf("red", "var", "N * %d * %s" % (r3 + r5, HW))
+    # the two reductions read the same input: one 1x1 conv with their weights side by side (laid out
+    # in init) writes both, channels [0, r3) and [r3, r3 + r5) of scratch.red
+    tag = pre.replace("inception", "")
+    wred, bred = "scratch.wred_" + tag, "scratch.bred_" + tag
+    g.fixed.append(["wred_" + tag, "float32", "%d" % ((r3 + r5) * C)])
+    g.fixed.append(["bred_" + tag, "float32", "%d" % (r3 + r5)])
+    for src, dst, n in ((pre + ".branch3x3.0.weight", wred, r3 * C), (pre + ".branch5x5.0.weight", "%s[%d]" % (wred, r3 * C), r5 * C),
+                        (pre + ".branch3x3.0.bias", bred, r3), (pre + ".branch5x5.0.bias", "%s[%d]" % (bred, r3), r5)):
+        g.init_lines.append('  - launch: v1_copy\n    grid: [%d]\n    block: [256]\n    args: [params.%s, "%s", %d]'
+                            % (-(-n // 256), src, dst, n))
     ost = concat_strides(g, KT, x.lvl)
+    rst = concat_strides(g, r3 + r5, x.lvl)
     ov = lambda off: "%s[%d * %s]" % (out, off, HW) if off else "%s[0]" % out
+    H, W = g.L(x.lvl)[:2]
     g.maxpool(x, 3, 1, 1, out=pool)
     g.conv(x, pre + ".branch1x1.weight", pre + ".branch1x1.bias", 1, 1, 0, 1, out_view=ov(0), out_strides=ost)
-    g.conv(x, pre + ".branch3x3.0.weight", pre + ".branch3x3.0.bias", 1, 1, 0, 1, out_view=rb3)
-    g.conv(Act(rb3, r3, x.lvl), pre + ".branch3x3.1.weight", pre + ".branch3x3.1.bias", 3, 1, 1, 1, out_view=ov(k1), out_strides=ost)
-    g.conv(x, pre + ".branch5x5.0.weight", pre + ".branch5x5.0.bias", 1, 1, 0, 1, out_view=rb5)
-    g.conv(Act(rb5, r5, x.lvl), pre + ".branch5x5.1.weight", pre + ".branch5x5.1.bias", 5, 1, 2, 1, out_view=ov(k1 + k3),
-           out_strides=ost)
+    g.emit('- conv: {x: "%s", w: %s, bias: %s, out: "%s",\n         shape: {n: N, c: %d, h: %s, w: %s, k: %d, r: 1, s: 1}}'
+           % (x.buf, wred, bred, red, C, H, W, r3 + r5))
+    g.conv(Act(red, r3, x.lvl), pre + ".branch3x3.1.weight", pre + ".branch3x3.1.bias", 3, 1, 1, 1, out_view=ov(k1), out_strides=ost,
+           x_strides=rst)
+    g.conv(Act(red, r5, x.lvl), pre + ".branch5x5.1.weight", pre + ".branch5x5.1.bias", 5, 1, 2, 1,
+           x_view="%s[%d * %s]" % (red, r3, HW), out_view=ov(k1 + k3), out_strides=ost, x_strides=rst)
     g.conv(Act(pool, C, x.lvl), pre + ".branch_pool.1.weight", pre + ".branch_pool.1.bias", 1, 1, 0, 1,
            out_view=ov(k1 + k3 + k5), out_strides=ost)
     return Act(out, KT, x.lvl)
