@@ -308,7 +308,7 @@ def concat_strides(g, KT, lvl):
     return ["%d * %s" % (KT, HW), HW, W, "1"]
 
 
-def fire(g, x, pre, live=()):
+def fire(g, x, pre, live=(), relu=True):
     """SqueezeNet fire module on the whole batch: relu(squeeze), then both expand convs write their
     channel slices of cat([e1, e3]) for every image through out_strides, then one ReLU pass."""
     sq = g.conv(x, pre + ".squeeze.weight", pre + ".squeeze.bias", 1, 1, 0, 1, live=live)
@@ -323,7 +323,8 @@ def fire(g, x, pre, live=()):
     g.conv(sq, pre + ".expand3x3.weight", pre + ".expand3x3.bias", 3, 1, 1, 1, out_view="%s[%d * %s]" % (out, e1, HW),
            out_strides=ost)
     y = Act(out, KT, x.lvl)
-    g.act_inplace(y, 1)
+    if relu:        # else the caller fuses the ReLU into what reads the output next (a max pool)
+        g.act_inplace(y, 1)
     return y
 
 
