@@ -420,3 +420,31 @@ TEST_CASE("numerics: insensitive and ill-conditioned references are measured at 
   CHECK(section["insensitive_evidence"]["checks"].size() == 2);
   CHECK(worker::request::reference_section(drop, "train")["ill_conditioned"].is_null());
 }
+
+TEST_CASE("numerics: the load's insensitive comparison is kernel-check's published compare (compare.cpp), verdict for verdict") {
+  // The seed-0 outputs judged as a candidate's against the reference on seed 1, by compare_outputs
+  // under the published bound, agree with the load's evidence (within, rel_l2, elements over): the
+  // worker's rule is the judge's, so "a constant answer would pass" is what the judge would say.
+  auto& c = shared();
+  for (const char* name : {"insensitive_bias", "linear_relu", "softmax", "ill_conditioned"}) {
+    CAPTURE(name);
+    Json a = c.request({{"op", "load"}, {"task_id", std::string("pc_") + name}, {"code", source("fixtures", name)}});
+    REQUIRE_MESSAGE(a.value("ok", false), str(a));
+    const Json& seed1 = a["insensitive_evidence"]["checks"][0];
+    REQUIRE(seed1["against"] == "seed 1");
+    TensorMap outs[2];
+    for (int s = 0; s < 2; ++s) {
+      auto in = c.temp_path("in"), out = c.temp_path("out");
+      draw(std::string("pc_") + name, static_cast<uint64_t>(s), in);
+      Json r = c.request({{"op", "reference"}, {"task_id", std::string("pc_") + name}, {"inputs", in}, {"out", out}});
+      REQUIRE_MESSAGE(r.value("ok", false), str(r));
+      outs[s] = read_safetensors(out).tensors;
+    }
+    auto cmp = bundle::compare_outputs(outs[0], outs[1], "published", -1, -1);
+    CHECK(cmp.ok == seed1["within"].get<bool>());
+    CHECK(cmp.rel_l2_err == doctest::Approx(seed1["rel_l2"].get<double>()).epsilon(1e-6));
+    int64_t n = 0;
+    for (const auto& [k, t] : outs[1]) n += t.numel();
+    CHECK(static_cast<int64_t>(std::llround(cmp.mismatch_fraction * static_cast<double>(n))) == seed1["elements_over"].get<int64_t>());
+  }
+}
