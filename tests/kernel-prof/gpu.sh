@@ -103,6 +103,8 @@ if "kernels" in n:
         print("ncu: %s dram %.1f%% sm %.1f%% occupancy %.1f%% time %.2f us" % (k["name"][:40], k["dram_throughput_pct"],
               k["sm_throughput_pct"], k["achieved_occupancy_pct"], k["gpu_time_duration_ns"] / 1e3))
     assert any(k["dram_throughput_pct"] > 0 for k in n["kernels"])
+    # Only the candidate's kernels (ncu is told the replay's NVTX range): none of the tool's own.
+    assert [k["name"] for k in n["kernels"] if "relu2" not in k["name"]] == [], [k["name"] for k in n["kernels"]]
 else:
     print("ncu UNAVAILABLE here: " + json.dumps(n)[:600])
 PY

@@ -1,6 +1,8 @@
 // One untimed replay of a candidate, as ncu's target.
 #include "tools/kernel-prof/replay.hpp"
 
+#include <nvtx3/nvToolsExt.h>
+
 #include "libcommon/cuda/driver.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/paths.hpp"
@@ -27,7 +29,9 @@ int replay_once(const std::string& file, int gpu_ordinal) {
   for (size_t k = 0; k < kept.sets.size(); ++k) {
     bench.prepare(0, gpu.stream());
     gpu.flusher().flush(gpu.stream());
+    nvtxRangePushA(kCandidateRange);
     bench.enqueue(0, gpu.stream());
+    nvtxRangePop();
   }
   drv.check(drv.cuStreamSynchronize(gpu.stream()), "replay");
   return kExitOk;

@@ -1,5 +1,6 @@
 // --metrics: ncu counters per kernel and the roofline position.
 #include "tools/kernel-prof/roofline.hpp"
+#include "tools/kernel-prof/replay.hpp"
 
 #include <chrono>
 #include <sstream>
@@ -156,7 +157,9 @@ Json kernel_metrics(GpuSession& gpu, const Json& record, const Json& task, const
   std::string metrics;
   for (const auto& m : ncu_metric_names()) metrics += (metrics.empty() ? "" : ",") + m;
   SpawnOptions so;
+  // Only the kernels launched inside the replay's candidate range (replay.hpp): the candidate's.
   so.argv = {ncu, "--csv", "--clock-control", "none", "--metrics", metrics, "--target-processes", "application-only",
+             "--nvtx", "--nvtx-include", std::string(kCandidateRange) + "/",
              executable_dir() + "/kernel-prof", "--replay-once", tmp.path() + "/record.json", "--gpus",
              std::to_string(gpu.identity().ordinal), "--no-store"};
   so.capture_stderr = true;
