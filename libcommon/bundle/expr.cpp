@@ -210,6 +210,35 @@ ExprError overflow(const std::string& text) {
   return ExprError("integer overflow in '" + text + "' (integers are 64-bit)");
 }
 
+// A function call's value: sqrt (a float), cdiv (integers, rounding up), min and max (a float when
+// any argument is one).
+Value eval_call(const std::string& name, const std::vector<Value>& args, const std::string& text) {
+  bool any_float = false;
+  for (const auto& a : args) any_float |= a.is_float;
+  if (name == "sqrt") {  // a float, e.g. the 1 / sqrt(D) of attention as a scalar argument
+    const double x = args[0].as_double();
+    if (!(x >= 0)) throw ExprError("sqrt of a negative number in '" + text + "'");
+    return Value::real(std::sqrt(x));
+  }
+  if (name == "cdiv") {
+    if (any_float) throw ExprError("cdiv needs integers in '" + text + "'");
+    if (args[1].i == 0) throw ExprError("cdiv by zero in '" + text + "'");
+    int64_t a = args[0].i, b = args[1].i, b1 = 0, sum = 0;
+    if (a >= 0 && b > 0) return Value::integer(a / b + (a % b != 0));  // (a + b - 1) / b without the sum
+    if (__builtin_sub_overflow(b, 1, &b1) || __builtin_add_overflow(a, b1, &sum) ||
+        (sum == std::numeric_limits<int64_t>::min() && b == -1))
+      throw overflow(text);
+    return Value::integer(sum / b);
+  }
+  Value best = args[0];
+  for (size_t i = 1; i < args.size(); ++i) {
+    bool less = args[i].as_double() < best.as_double();
+    if ((name == "min") == less) best = args[i];
+  }
+  if (any_float) best = Value::real(best.as_double());
+  return best;
+}
+
 Value eval_node(const ExprNode& n, const ExprContext& ctx, const std::string& text) {
   switch (n.kind) {
     case ExprNode::kNumber:
@@ -260,33 +289,8 @@ Value eval_node(const ExprNode& n, const ExprContext& ctx, const std::string& te
     }
     case ExprNode::kCall: {
       std::vector<Value> args;
-      bool any_float = false;
-      for (auto& k : n.kids) {
-        args.push_back(eval_node(*k, ctx, text));
-        any_float |= args.back().is_float;
-      }
-      if (n.name == "sqrt") {  // a float, e.g. the 1 / sqrt(D) of attention as a scalar argument
-        const double x = args[0].as_double();
-        if (!(x >= 0)) throw ExprError("sqrt of a negative number in '" + text + "'");
-        return Value::real(std::sqrt(x));
-      }
-      if (n.name == "cdiv") {
-        if (any_float) throw ExprError("cdiv needs integers in '" + text + "'");
-        if (args[1].i == 0) throw ExprError("cdiv by zero in '" + text + "'");
-        int64_t a = args[0].i, b = args[1].i, b1 = 0, sum = 0;
-        if (a >= 0 && b > 0) return Value::integer(a / b + (a % b != 0));  // (a + b - 1) / b without the sum
-        if (__builtin_sub_overflow(b, 1, &b1) || __builtin_add_overflow(a, b1, &sum) ||
-            (sum == std::numeric_limits<int64_t>::min() && b == -1))
-          throw overflow(text);
-        return Value::integer(sum / b);
-      }
-      Value best = args[0];
-      for (size_t i = 1; i < args.size(); ++i) {
-        bool less = args[i].as_double() < best.as_double();
-        if ((n.name == "min") == less) best = args[i];
-      }
-      if (any_float) best = Value::real(best.as_double());
-      return best;
+      for (auto& k : n.kids) args.push_back(eval_node(*k, ctx, text));
+      return eval_call(n.name, args, text);
     }
   }
   throw ExprError("bad expression");

@@ -298,6 +298,16 @@ struct ProfileRun {
 
 }  // namespace
 
+GpuSession& Profiler::timing_gpu() {
+  try {
+    return gpu();
+  } catch (const EnvironmentError& e) {
+    throw EnvironmentError(std::string(e.what()) +
+                           ": a record passed its check and needs a GPU to be timed (records whose check failed "
+                           "pass through without one)");
+  }
+}
+
 Outcome Profiler::profile(Json& record) {
   if (!check_passed(record)) return Outcome::passed;
   const std::string task_id = get_required<std::string>(record, "/task_id");
@@ -310,15 +320,7 @@ Outcome Profiler::profile(Json& record) {
     return Outcome::skipped;
   }
   if (gpu_ && gpu_->dead()) return profile_in_child(record, task_id);
-  GpuSession* gp = nullptr;  // first: without a GPU no passing record can be timed (exit 3)
-  try {
-    gp = &gpu();
-  } catch (const EnvironmentError& e) {
-    throw EnvironmentError(std::string(e.what()) +
-                           ": a record passed its check and needs a GPU to be timed (records whose check failed "
-                           "pass through without one)");
-  }
-  GpuSession& g = *gp;
+  GpuSession& g = timing_gpu();  // first: without a GPU no passing record can be timed (exit 3)
   g.make_current();
   Json task = find_task(record, task_id);
   // From here the task is named by its content key (worker::request::task_key): the worker loads it

@@ -41,6 +41,8 @@ class Profiler {
   Json find_task(const Json& record, const std::string& task_id);
   std::optional<Json> stored_profile(const std::string& candidate_id);  // --resume
   GpuSession& gpu();
+  // gpu(), or an EnvironmentError (exit 3) saying a record that passed its check needs one.
+  GpuSession& timing_gpu();
   Outcome profile_in_child(Json& record, const std::string& task_id);
 
   const ProfOptions& options_;
