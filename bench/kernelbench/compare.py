@@ -4,7 +4,9 @@ judge's, joined by candidate_id. Prints a table, then one JSON line with the cou
 
 usage: compare.py TOOLCHAIN.jsonl JUDGE.jsonl [--toolchain-wall S] [--judge-wall S] [--cands FILE]
 
-Verdicts agree when both passed, or both failed (the reasons are shown, the statuses may differ:
+Verdicts agree when both passed, or both failed. A toolchain verdict about the task itself
+(task_stochastic, task_insensitive, task_ill_conditioned: no candidate's reward can be trusted on it,
+by kernel-check's own measurement) is counted apart as `task_unusable`, neither agreeing nor not (the reasons are shown, the statuses may differ:
 a timeout in one is a runtime_error in the other). Rewards agree when equal; a difference where
 either side marked the margin decision within its measurement noise (reward-calc's within_noise,
 the judge's p10-p90 test) is counted apart as `noise`, not as a disagreement.
@@ -15,6 +17,10 @@ launch of the steps (Python and launch overhead included); on millisecond kernel
 import argparse
 import json
 import sys
+
+
+# kernel-check's statuses about the task, not the candidate (check.reference says why).
+TASK_STATUSES = ("task_stochastic", "task_insensitive", "task_ill_conditioned")
 
 
 def load(path):
@@ -56,7 +62,7 @@ def main():
                 order.append(r["candidate_id"])
                 names[r["candidate_id"]] = r.get("name", r["task_id"])
     rows, n = [], {"candidates": len(order), "verdicts_agree": 0, "rewards_agree": 0, "rewards_noise": 0,
-                   "rewards_differ": 0, "missing": 0, "toolchain_passed": 0, "judge_passed": 0}
+                   "rewards_differ": 0, "missing": 0, "toolchain_passed": 0, "judge_passed": 0, "task_unusable": 0}
     head = ("candidate", "tc status", "ref status", "verdict", "tc R", "ref R", "reward", "tc us", "ref us",
             "tc eager", "ref eager", "tc compile", "ref compile")
     for cid in order:
@@ -71,6 +77,10 @@ def main():
         ts, rs = ck.get("status"), j["status"]
         if pf and pf.get("correct") is False:
             ts = "prof_failed"
+        if ts in TASK_STATUSES:
+            n["task_unusable"] += 1
+            rows.append((name, ts, rs, "task", "-", fmt(j.get("reward")), "task") + ("-",) * 6)
+            continue
         tpass, rpass = ts == "passed", rs == "passed"
         n["toolchain_passed"] += tpass
         n["judge_passed"] += rpass
