@@ -28,6 +28,9 @@ S=$B/scale_add
   echo "passed|cluster of 8, DSMEM";     $MK $B/row_sum_cluster
   echo "passed|conv views (concat)";     $MK $B/inception_concat_views
   echo "passed|conv strided views";      $MK $B/concat_strided
+  echo "passed|gemm on a column slice (lda)"; $MK $TB/gemm_slice
+  echo "passed|gemm with a shared b (stride_b 0)"; $MK $TB/gemm_shared_batch
+  echo "incorrect|column slice read with the wrong lda"; $MK $TB/gemm_slice --plan-replace "lda: 2 * F" "lda: F"
   echo "incorrect|strided view, wrong channel offset"; $MK $B/concat_strided --plan-replace "outputs.0[K1 * H * W]" "outputs.0[(K1 - 1) * H * W]"
   echo "incorrect|repeat one step short"; $MK $B/rnn_recurrence --plan-replace "repeat: T - 1" "repeat: T - 2"
   echo "incorrect|writes zeros";        $MK $S --replace fused.cu "out[i] = a[i] * alpha + b[i];" "out[i] = 0.0f;"
