@@ -584,10 +584,12 @@ def parse_expr(s):
                 fail("cdiv takes 2 arguments")
             elif nm == "sqrt" and len(args) != 1:
                 fail("sqrt takes 1 argument")
+            elif nm == "pick" and len(args) < 2:
+                fail("pick takes an index and at least one value")
             elif nm in ("min", "max") and len(args) < 2:
                 fail(nm + " takes 2 or more arguments")
-            elif nm not in ("cdiv", "min", "max", "sqrt"):
-                fail("unknown function '%s' (cdiv, min, max, sqrt)" % nm)
+            elif nm not in ("cdiv", "min", "max", "sqrt", "pick"):
+                fail("unknown function '%s' (cdiv, min, max, sqrt, pick)" % nm)
             return ("call", nm, tuple(args))
         ref = nm
         while pos[0] < len(s) and s[pos[0]] == ".":
@@ -659,6 +661,13 @@ def _eval_node(n, lookup, text):
         return q if op == "/" else a - b * q
     args = [_eval_node(x, lookup, text) for x in n[2]]
     any_float = any(isinstance(x, float) for x in args)
+    if n[1] == "pick":
+        i = args[0]
+        if isinstance(i, float):
+            raise ExprError("pick needs an integer index in '%s'" % text)
+        if not 0 <= i < len(args) - 1:
+            raise ExprError("pick index %d is not one of 0..%d in '%s'" % (i, len(args) - 2, text))
+        return args[i + 1]
     if n[1] == "sqrt":
         x = float(args[0])
         if not x >= 0:
@@ -742,7 +751,7 @@ _NAME = r"(?:[A-Za-z0-9_]|\{[^{}\[\]]*\})(?:[A-Za-z0-9_.]|\{[^{}\[\]]*\})*"    #
 _BUF_RE = re.compile(r"\s*(inputs|outputs|params|scratch)\.(" + _NAME + r")\s*")
 _VIEW_RE = re.compile(r"\s*((?:inputs|outputs|params|scratch)\." + _NAME + r")\s*\[(.*)\]\s*")
 _PART_RE = re.compile(r"\{([^{}]*)\}")
-_RESERVED = ("inputs", "outputs", "params", "scratch", "init", "cdiv", "min", "max", "sqrt")
+_RESERVED = ("inputs", "outputs", "params", "scratch", "init", "cdiv", "min", "max", "sqrt", "pick")
 MAX_LOOP_DEPTH = 8
 MAX_BOUND_STEPS = 100000     # bind.hpp kMaxBoundSteps: steps per call once repeats are unrolled
 

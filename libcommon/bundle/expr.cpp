@@ -170,9 +170,10 @@ class Parser {
       }
       if (name == "cdiv" && args.size() != 2) fail("cdiv takes 2 arguments");
       else if (name == "sqrt" && args.size() != 1) fail("sqrt takes 1 argument");
+      else if (name == "pick" && args.size() < 2) fail("pick takes an index and at least one value");
       else if ((name == "min" || name == "max") && args.size() < 2) fail(name + " takes 2 or more arguments");
-      else if (name != "cdiv" && name != "min" && name != "max" && name != "sqrt")
-        fail("unknown function '" + name + "' (cdiv, min, max, sqrt)");
+      else if (name != "cdiv" && name != "min" && name != "max" && name != "sqrt" && name != "pick")
+        fail("unknown function '" + name + "' (cdiv, min, max, sqrt, pick)");
       n->kids = std::move(args);
       return n;
     }
@@ -210,9 +211,17 @@ ExprError overflow(const std::string& text) {
   return ExprError("integer overflow in '" + text + "' (integers are 64-bit)");
 }
 
-// A function call's value: sqrt (a float), cdiv (integers, rounding up), min and max (a float when
-// any argument is one).
+// A function call's value: sqrt (a float), cdiv (integers, rounding up), pick(i, v0, v1, ...) (the
+// i-th value: a per-iteration size, DenseNet's 6/12/24/16 layers per block), min and max (a float
+// when any argument is one).
 Value eval_call(const std::string& name, const std::vector<Value>& args, const std::string& text) {
+  if (name == "pick") {
+    if (args[0].is_float) throw ExprError("pick needs an integer index in '" + text + "'");
+    if (args[0].i < 0 || args[0].i >= static_cast<int64_t>(args.size()) - 1)
+      throw ExprError("pick index " + std::to_string(args[0].i) + " is not one of 0.." + std::to_string(args.size() - 2) +
+                      " in '" + text + "'");
+    return args[static_cast<size_t>(args[0].i) + 1];
+  }
   bool any_float = false;
   for (const auto& a : args) any_float |= a.is_float;
   if (name == "sqrt") {  // a float, e.g. the 1 / sqrt(D) of attention as a scalar argument

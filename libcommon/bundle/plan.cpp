@@ -384,7 +384,7 @@ bool is_identifier(const std::string& name) {
 
 bool reserved_name(const std::string& name) {
   return name == "inputs" || name == "outputs" || name == "params" || name == "scratch" || name == "init" || name == "cdiv" ||
-         name == "min" || name == "max" || name == "sqrt";
+         name == "min" || name == "max" || name == "sqrt" || name == "pick";
 }
 
 // A section's steps, `repeat` blocks flattened into their steps (each marked with its loops).

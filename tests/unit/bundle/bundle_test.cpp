@@ -36,6 +36,12 @@ TEST_CASE("expressions: arithmetic, functions, references") {
   CHECK(Expr::parse("1.0 / sqrt(64)").eval(c).f == doctest::Approx(0.125));
   CHECK_THROWS_WITH_AS(Expr::parse("sqrt(1 - N)").eval(c), doctest::Contains("sqrt of a negative number"), ExprError);
   CHECK_THROWS_WITH_AS(Expr::parse("sqrt(1, 2)"), doctest::Contains("sqrt takes 1 argument"), ExprError);
+  // pick(i, v0, v1, ...): the i-th value, its own type; an index out of range names the range.
+  CHECK(Expr::parse("pick(2, 6, 12, 24, 16)").eval_int(c) == 24);
+  CHECK(Expr::parse("pick(N - 999, 6, 2.5)").eval(c).f == doctest::Approx(2.5));
+  CHECK_THROWS_WITH_AS(Expr::parse("pick(4, 6, 12, 24, 16)").eval(c), doctest::Contains("pick index 4 is not one of 0..3"), ExprError);
+  CHECK_THROWS_WITH_AS(Expr::parse("pick(0.5, 1, 2)").eval(c), doctest::Contains("integer index"), ExprError);
+  CHECK_THROWS_WITH_AS(Expr::parse("pick(1)"), doctest::Contains("pick takes an index"), ExprError);
   Value f = Expr::parse("N * 0.5").eval(c);
   CHECK(f.is_float);
   CHECK(f.f == doctest::Approx(500.0));

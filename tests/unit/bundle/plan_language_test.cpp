@@ -425,3 +425,25 @@ TEST_CASE("numbered params in launch arguments: resolved per iteration, dtype ch
   const std::string why = bind_error(three, cell_sigs(), io);
   CHECK_MESSAGE(why.find("is params.w.2 (I32), kernel expects") != std::string::npos, why);
 }
+
+TEST_CASE("pick: a repeat's count and names per iteration of an outer repeat (DenseNet-like blocks)") {
+  // Block 0 has 1 layer, block 1 has 2: params blocks.{b}.{l}.weight, [8, 8] each.
+  std::string params;
+  for (auto [b, l] : {std::pair{0, 0}, std::pair{1, 0}, std::pair{1, 1}})
+    params += std::string(params.empty() ? "" : ",") + R"j({"name":"blocks.)j" + std::to_string(b) + "." + std::to_string(l) +
+              R"j(.weight","shape":[8,8],"dtype":"F32"})j";
+  const IoSpec io = IoSpec::from_json(ca::Json::parse(R"j({"inputs":[{"shape":[4,8],"dtype":"F32"}],"params":[)j" + params +
+                                                      R"j(],"outputs":[{"shape":[4,8],"dtype":"F32"}]})j"));
+  const std::string plan = "scratch:\n  h: {dtype: float32, shape: [4, 8]}\nforward:\n"
+                           "  - repeat: 2\n    index: b\n    steps:\n"
+                           "      - repeat: pick(b, 1, 2)\n        index: l\n        steps:\n"
+                           "          - gemm: {a: inputs.0, b: \"params.blocks.{b}.{l}.weight\", out: scratch.h, trans_b: true}\n"
+                           "  - gemm: {a: scratch.h, b: params.blocks.1.1.weight, out: outputs.0, trans_b: true}\n";
+  BoundPlan bp = bind_plan(Plan::parse_text(plan), {}, io);
+  REQUIRE(bp.forward.size() == 4);
+  CHECK(bp.buffers[bp.forward[0].gemm.b].ref == "params.blocks.0.0.weight");
+  CHECK(bp.buffers[bp.forward[2].gemm.b].ref == "params.blocks.1.1.weight");
+  std::string over = plan;
+  over.replace(over.find("pick(b, 1, 2)"), 13, "pick(b, 1, 3)");
+  CHECK(bind_error(over, {}, io).find("params.blocks.1.2.weight here, which the task does not have") != std::string::npos);
+}
