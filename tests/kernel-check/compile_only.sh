@@ -183,7 +183,7 @@ $MK "$B/scale_add" --plan-replace "forward:" "forward:
     args: [inputs.0, inputs.1, outputs.0, N, 2.0]" | expect "max_forward_steps" policy_violation "forward has 2 steps" --policy "$T/onestep.yaml"
 # Issue 33's worked bundles bind against their tasks' shapes: repeat with views, cooperative,
 # cluster, conv views.
-for b in rnn_recurrence global_l1_norm_coop row_sum_cluster inception_concat_views concat_strided; do
+for b in rnn_recurrence global_l1_norm_coop row_sum_cluster inception_concat_views concat_strided mlp_layers_repeat; do
   $MK "$B/$b" | expect "worked bundle $b" compiled "compile-only"
 done
 $MK "$B/row_sum_cluster" --plan-replace "cluster: [8]" "cluster: [32]" | expect "a cluster of 32 blocks" plan_error "at most 16"

@@ -28,6 +28,8 @@ S=$B/scale_add
   echo "passed|cluster of 8, DSMEM";     $MK $B/row_sum_cluster
   echo "passed|conv views (concat)";     $MK $B/inception_concat_views
   echo "passed|conv strided views";      $MK $B/concat_strided
+  echo "passed|repeat over numbered layers";  $MK $B/mlp_layers_repeat
+  echo "incorrect|repeat reads the wrong layer"; $MK $B/mlp_layers_repeat --plan-replace "params.network.{2 * l + 2}.weight" "params.network.{2 * l}.weight"
   echo "passed|gemm on a column slice (lda)"; $MK $TB/gemm_slice
   echo "passed|gemm with a shared b (stride_b 0)"; $MK $TB/gemm_shared_batch
   echo "incorrect|column slice read with the wrong lda"; $MK $TB/gemm_slice --plan-replace "lda: 2 * F" "lda: F"
