@@ -188,7 +188,7 @@ struct GpuStage::Judgment {
 
   void lap(const char* stage) { stages.lap(stage); }
   void reference_failed(const std::string& what, const ca::Json& ans) {
-    set_verdict(check, "runtime_error", "reference worker: " + what + ": " + ans.value("error", "?") + ": " + ans.value("detail", ""));
+    set_verdict(check, "reference_error", "reference worker: " + what + ": " + ans.value("error", "?") + ": " + ans.value("detail", ""));
     check["reference_error"] = true;
   }
 
