@@ -5,6 +5,8 @@
 
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "libcommon/bundle/plan.hpp"
 #include "libcommon/bundle/signature.hpp"
@@ -40,6 +42,21 @@ forward:
     block: [256]
     args: ["inputs.0[(T - 1) * B * H]", "scratch.hs[(T - 1) * B * H]", outputs.0, B * H]
 )y";
+
+// One F32 input x, one param w and one output, shapes as JSON lists ("[2,3,16]").
+IoSpec io_xwo(const std::string& x, const std::string& w, const std::string& out) {
+  return IoSpec::from_json(ca::Json::parse(R"j({"inputs":[{"shape":)j" + x + R"j(,"dtype":"F32"}],"params":[{"name":"w","shape":)j" + w +
+                                           R"j(,"dtype":"F32"}],"outputs":[{"shape":)j" + out + R"j(,"dtype":"F32"}]})j"));
+}
+
+// x [4, 8] in, [4, 8] out, and these F32 params (name, shape as a JSON list).
+IoSpec io_params(const std::vector<std::pair<std::string, std::string>>& params) {
+  std::string list;
+  for (const auto& [name, shape] : params)
+    list += std::string(list.empty() ? "" : ",") + R"j({"name":")j" + name + R"j(","shape":)j" + shape + R"j(,"dtype":"F32"})j";
+  return IoSpec::from_json(ca::Json::parse(R"j({"inputs":[{"shape":[4,8],"dtype":"F32"}],"params":[)j" + list +
+                                           R"j(],"outputs":[{"shape":[4,8],"dtype":"F32"}]})j"));
+}
 
 std::string bind_error(const std::string& plan, const Signatures& sigs, const IoSpec& io) {
   try {
@@ -239,10 +256,7 @@ TEST_CASE("cooperative and cluster launches") {
 }
 
 TEST_CASE("conv 1-d, 3-d and transposed: shapes from the buffers, PyTorch's output sizes") {
-  auto io = [](const std::string& x, const std::string& w, const std::string& out) {
-    return IoSpec::from_json(ca::Json::parse(R"j({"inputs":[{"shape":)j" + x + R"j(,"dtype":"F32"}],"params":[{"name":"w","shape":)j" + w +
-                                             R"j(,"dtype":"F32"}],"outputs":[{"shape":)j" + out + R"j(,"dtype":"F32"}]})j"));
-  };
+  const auto io = io_xwo;
   // Conv1d(16 -> 32, k=3, stride 2, padding 1) on [4, 16, 100]: L_out = (100 + 2 - 2 - 1) / 2 + 1 = 50.
   BoundPlan c1 = bind_plan(Plan::parse_text("forward:\n  - conv: {x: inputs.0, w: params.w, out: outputs.0, stride: 2, padding: 1}\n"), {},
                            io("[4,16,100]", "[32,16,3]", "[4,32,50]"));
@@ -283,10 +297,7 @@ TEST_CASE("conv 1-d, 3-d and transposed: shapes from the buffers, PyTorch's outp
 }
 
 TEST_CASE("conv fields are expressions: stride, padding, dilation, groups from dims and init values") {
-  auto io = [](const std::string& x, const std::string& w, const std::string& out) {
-    return IoSpec::from_json(ca::Json::parse(R"j({"inputs":[{"shape":)j" + x + R"j(,"dtype":"F32"}],"params":[{"name":"w","shape":)j" + w +
-                                             R"j(,"dtype":"F32"}],"outputs":[{"shape":)j" + out + R"j(,"dtype":"F32"}]})j"));
-  };
+  const auto io = io_xwo;
   // A depthwise 5x5 conv, stride 2 (EfficientNet's MBConv): groups = the channels, padding = k / 2.
   const std::string dw = "dims: {E: inputs.0.shape[1], K: params.w.shape[2], ST: 2}\nforward:\n"
                          "  - conv: {x: inputs.0, w: params.w, out: outputs.0, stride: ST, padding: K / 2, groups: E}\n";
@@ -314,10 +325,7 @@ TEST_CASE("conv fields are expressions: stride, padding, dilation, groups from d
 }
 
 TEST_CASE("strided views for library steps: gemm row and batch strides, conv tensor strides") {
-  auto io = [](const std::string& x, const std::string& w, const std::string& out) {
-    return IoSpec::from_json(ca::Json::parse(R"j({"inputs":[{"shape":)j" + x + R"j(,"dtype":"F32"}],"params":[{"name":"w","shape":)j" + w +
-                                             R"j(,"dtype":"F32"}],"outputs":[{"shape":)j" + out + R"j(,"dtype":"F32"}]})j"));
-  };
+  const auto io = io_xwo;
   // A Linear on the two column halves of x = cat(x1, x2) [8, 2 * 16]: out = x[:, 16:] @ w^T, a view
   // of x with its row stride.
   const std::string half = "forward:\n  - gemm: {a: \"inputs.0[16]\", b: params.w, out: outputs.0, trans_b: true, m: 8, n: 4, k: 16, lda: 32}\n";
@@ -374,12 +382,10 @@ TEST_CASE("strided views for library steps: gemm row and batch strides, conv ten
 
 TEST_CASE("a repeat steps through numbered params: {expression} parts in a params name") {
   // Three Linear layers layers.0 .. layers.2 of [8, 8], then one more named differently.
-  std::string params;
+  std::vector<std::pair<std::string, std::string>> params;
   for (int l = 0; l < 3; ++l)
-    params += std::string(l ? "," : "") + R"j({"name":"layers.)j" + std::to_string(l) + R"j(.weight","shape":[8,8],"dtype":"F32"},)j" +
-              R"j({"name":"layers.)j" + std::to_string(l) + R"j(.bias","shape":[8],"dtype":"F32"})j";
-  const IoSpec io = IoSpec::from_json(ca::Json::parse(R"j({"inputs":[{"shape":[4,8],"dtype":"F32"}],"params":[)j" + params +
-                                                      R"j(],"outputs":[{"shape":[4,8],"dtype":"F32"}]})j"));
+    params.insert(params.end(), {{"layers." + std::to_string(l) + ".weight", "[8,8]"}, {"layers." + std::to_string(l) + ".bias", "[8]"}});
+  const IoSpec io = io_params(params);
   const std::string plan = "scratch:\n  h: {dtype: float32, shape: [4, 4, 8]}\nforward:\n"
                            "  - gemm: {a: inputs.0, b: params.layers.0.weight, out: \"scratch.h[0]\", m: 4, n: 8, k: 8, trans_b: true}\n"
                            "  - repeat: 2\n    index: l\n    steps:\n"
@@ -428,12 +434,7 @@ TEST_CASE("numbered params in launch arguments: resolved per iteration, dtype ch
 
 TEST_CASE("pick: a repeat's count and names per iteration of an outer repeat (DenseNet-like blocks)") {
   // Block 0 has 1 layer, block 1 has 2: params blocks.{b}.{l}.weight, [8, 8] each.
-  std::string params;
-  for (auto [b, l] : {std::pair{0, 0}, std::pair{1, 0}, std::pair{1, 1}})
-    params += std::string(params.empty() ? "" : ",") + R"j({"name":"blocks.)j" + std::to_string(b) + "." + std::to_string(l) +
-              R"j(.weight","shape":[8,8],"dtype":"F32"})j";
-  const IoSpec io = IoSpec::from_json(ca::Json::parse(R"j({"inputs":[{"shape":[4,8],"dtype":"F32"}],"params":[)j" + params +
-                                                      R"j(],"outputs":[{"shape":[4,8],"dtype":"F32"}]})j"));
+  const IoSpec io = io_params({{"blocks.0.0.weight", "[8,8]"}, {"blocks.1.0.weight", "[8,8]"}, {"blocks.1.1.weight", "[8,8]"}});
   const std::string plan = "scratch:\n  h: {dtype: float32, shape: [4, 8]}\nforward:\n"
                            "  - repeat: 2\n    index: b\n    steps:\n"
                            "      - repeat: pick(b, 1, 2)\n        index: l\n        steps:\n"
