@@ -203,3 +203,110 @@ TEST_CASE("probe: does a kernel write into another context's memory of the same 
   std::printf("isolation: the other context's bytes %s\n", unchanged ? "unchanged" : "CHANGED");
 }
 
+
+// Issue 31: the tool's own kernels (compare, fingerprint, scrub) share the process's GPU address
+// space with a candidate's (the probe above: contexts are no wall). Their buffers are kept out of a
+// candidate's reach by order (written after its last kernel of a call completed); their code is out
+// of reach only if a kernel's stores cannot change code. This asserts that: a kernel takes the
+// address of a device function of its own module (the nearest code a candidate can name) and stores
+// zeros over its first 128 bytes. The store must fault, or land nowhere that runs: the bytes read
+// back through the same address unchanged and the function still computing what it did. A failure
+// here means the trusted kernels must be loaded fresh after every candidate call (or run in another
+// process). Run in a ctest entry of its own (kernel_prof_gpu_code_pages): a fault ends the context.
+TEST_CASE("code pages: a kernel's stores cannot change the code a kernel runs" * doctest::skip()) {
+  auto& drv = cuda::Driver::get();
+  CUcontext primary = drv.primary_context(0);
+  CUdevice dev;
+  drv.check(drv.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+  int major = 0, minor = 0;
+  drv.check(drv.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cc");
+  drv.check(drv.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cc");
+  const char* src = R"(
+extern "C" __device__ __noinline__ int ca_probe_victim_fn(int x) { return 3 * x + 1; }
+extern "C" __global__ void ca_probe_victim(int* v) { v[threadIdx.x] = ca_probe_victim_fn(v[threadIdx.x]); }
+__device__ __forceinline__ unsigned long long ca_probe_address() {  // the function's address, as PTX gives it
+  unsigned long long a;
+  asm volatile("mov.u64 %0, ca_probe_victim_fn;" : "=l"(a));
+  return a;
+}
+extern "C" __global__ void ca_probe_code_read(unsigned long long* info) {
+  const unsigned long long a = ca_probe_address();
+  const volatile unsigned long long* p = (const volatile unsigned long long*)a;
+  info[0] = a;
+  for (int i = 0; i < 16; ++i) info[1 + i] = p[i];
+}
+extern "C" __global__ void ca_probe_code_store() {
+  volatile unsigned long long* p = (volatile unsigned long long*)ca_probe_address();
+  for (int i = 0; i < 16; ++i) p[i] = 0ull;
+}
+)";
+  bundle::CompileOptions opt;
+  opt.arch = "sm_" + std::to_string(major * 10 + minor);
+  opt.confined = false;
+  bundle::CompileResult r =
+      bundle::compile_bundle({{"code_pages.cu", src}}, {"ca_probe_victim", "ca_probe_code_read", "ca_probe_code_store"}, opt);
+  REQUIRE_MESSAGE(r.ok, r.first_error);
+  CUcontext own = nullptr;
+  drv.check(drv.cuCtxCreate(&own, nullptr, 0, dev), "cuCtxCreate");
+  CUmodule mod;
+  drv.check(drv.cuModuleLoadData(&mod, r.cubin.data()), "cuModuleLoadData");
+  CUfunction victim, read, store;
+  drv.check(drv.cuModuleGetFunction(&victim, mod, "ca_probe_victim"), "victim");
+  drv.check(drv.cuModuleGetFunction(&read, mod, "ca_probe_code_read"), "read");
+  drv.check(drv.cuModuleGetFunction(&store, mod, "ca_probe_code_store"), "store");
+  CUdeviceptr v = 0, info = 0;
+  drv.check(drv.cuMemAlloc(&v, 32 * sizeof(int)), "cuMemAlloc");
+  drv.check(drv.cuMemAlloc(&info, 17 * 8), "cuMemAlloc");
+  auto run_victim = [&](CUresult& res) {
+    std::vector<int> h(32);
+    for (int i = 0; i < 32; ++i) h[size_t(i)] = i - 7;
+    drv.check(drv.cuMemcpyHtoD(v, h.data(), h.size() * sizeof(int)), "victim in");
+    void* args[] = {&v};
+    res = drv.cuLaunchKernel(victim, 1, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr);
+    if (res == CUDA_SUCCESS) res = drv.cuCtxSynchronize();
+    if (res == CUDA_SUCCESS) drv.check(drv.cuMemcpyDtoH(h.data(), v, h.size() * sizeof(int)), "victim out");
+    bool right = res == CUDA_SUCCESS;
+    for (int i = 0; i < 32 && right; ++i) right = h[size_t(i)] == 3 * (i - 7) + 1;
+    return right;
+  };
+  auto read_code = [&](CUresult& res) {
+    std::vector<unsigned long long> h(17, 0);
+    void* args[] = {&info};
+    res = drv.cuLaunchKernel(read, 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr);
+    if (res == CUDA_SUCCESS) res = drv.cuCtxSynchronize();
+    if (res == CUDA_SUCCESS) drv.check(drv.cuMemcpyDtoH(h.data(), info, h.size() * 8), "code bytes");
+    return h;
+  };
+  CUresult res = CUDA_SUCCESS;
+  REQUIRE_MESSAGE(run_victim(res), "the victim computes 3x+1 before any store: ", drv.error_text(res));
+  std::vector<unsigned long long> before = read_code(res);
+  std::printf("code pages: the function pointer is %#llx; reading through it ended with %s\n", before[0],
+              drv.error_text(res).c_str());
+  if (res != CUDA_SUCCESS) {
+    MESSAGE("a function's address is no readable data address: a store cannot reach code this way");
+    drv.cuCtxDestroy(own);
+    drv.cuCtxSetCurrent(primary);
+    return;
+  }
+  std::printf("code pages: first bytes %016llx %016llx\n", before[1], before[2]);
+  res = drv.cuLaunchKernel(store, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr);
+  if (res == CUDA_SUCCESS) res = drv.cuCtxSynchronize();
+  std::printf("code pages: the store ended with %s\n", drv.error_text(res).c_str());
+  if (res != CUDA_SUCCESS) {
+    MESSAGE("a store to code faults: code pages are not writable by a kernel");
+    drv.cuCtxDestroy(own);
+    drv.cuCtxSetCurrent(primary);
+    return;
+  }
+  std::vector<unsigned long long> after = read_code(res);
+  const bool bytes_same = res == CUDA_SUCCESS && std::equal(before.begin() + 1, before.end(), after.begin() + 1);
+  std::printf("code pages: after the store, reading ended with %s; the bytes are %s\n", drv.error_text(res).c_str(),
+              bytes_same ? "unchanged" : "CHANGED");
+  CUresult vres = CUDA_SUCCESS;
+  const bool still_right = run_victim(vres);
+  std::printf("code pages: the victim afterwards: %s (%s)\n", still_right ? "right" : "WRONG", drv.error_text(vres).c_str());
+  CHECK_MESSAGE(bytes_same, "a kernel's store changed the bytes at a function's address");
+  CHECK_MESSAGE(still_right, "a kernel's store changed what a function computes");
+  drv.cuCtxDestroy(own);
+  drv.cuCtxSetCurrent(primary);
+}
