@@ -188,6 +188,51 @@ constexpr size_t kFingerprintChunk = size_t(64) << 20;  // bytes copied into the
 
 namespace {
 
+// The alignment in bytes of a gemm's operands as the plan names them (a, b, out).
+struct GemmAlignment {
+  uint32_t a = 256, b = 256, out = 256;
+};
+
+// cuBLASLt's best algorithm for gp's descriptors, told the operands' alignment and the workspace;
+// CudaError naming them when it has none.
+void choose_gemm_algorithm(const cuda::CublasLt& lt, cublasLtHandle_t handle, GemmPlan& gp, const GemmAlignment& align,
+                           size_t workspace_bytes, const std::string& label) {
+  cublasLtMatmulPreference_t pref;
+  lt.check(lt.preferenceCreate(&pref), "preferenceCreate");
+  cublasStatus_t st = lt.preferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+                                                sizeof workspace_bytes);
+  // cuBLASLt's A is the plan's b (row-major out = a b is column-major out^T = b^T a^T), its B the plan's a.
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> prefs[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align.b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align.a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align.out},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align.out}};
+  for (const auto& [attr, bytes] : prefs)
+    if (st == CUBLAS_STATUS_SUCCESS) st = lt.preferenceSetAttribute(pref, attr, &bytes, sizeof bytes);
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) st = lt.algoGetHeuristic(handle, gp.desc, gp.a, gp.b, gp.c, gp.c, pref, 1, &heur, &found);
+  lt.preferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+    throw CudaError(CUDA_ERROR_NOT_SUPPORTED, label + ": cuBLASLt has no algorithm for this gemm (status " +
+                                                  std::to_string(static_cast<int>(st)) + "; operands aligned to " +
+                                                  std::to_string(align.a) + " (a), " + std::to_string(align.b) + " (b), " +
+                                                  std::to_string(align.out) + " (out) bytes)");
+  gp.algo = heur.algo;
+}
+
+// cudnnSetTensorNdDescriptor answers NOT_SUPPORTED when "the total size of the tensor descriptor
+// exceeds the maximum limit of 2 Giga-elements" (cuDNN API reference): said plainly, with what to do,
+// instead of the bare status. The reach is the span (sum (size - 1) * stride + 1), as PyTorch's
+// 32-bit index check counts it (PyTorch splits such a batch itself; a plan must).
+void check_cudnn_reach(const std::vector<int>& dims, const std::vector<int>& strides, const std::string& label, const char* what) {
+  __int128 reach = 1;
+  for (size_t i = 0; i < dims.size(); ++i) reach += __int128(dims[i] - 1) * strides[i];
+  if (reach > INT32_MAX)
+    throw PlanError(label + ": conv " + what + " spans " + std::to_string(int64_t(reach)) +
+                    " elements; cuDNN's tensors hold at most 2^31 - 1 (split the batch over several conv steps)");
+}
+
 // cuDNN's first working algorithm for cp's convolution (forward, or backward-data for a transposed
 // one) and its workspace size; false when it has none.
 bool choose_conv_algorithm(const cuda::Cudnn& dnn, cudnnHandle_t handle, ConvPlan& cp, const std::string& label) {
@@ -239,28 +284,37 @@ struct Executor::Impl {
 
 Executor::Executor(const BoundPlan& plan, const std::string& cubin, ExecutorOptions options)
     : plan_(plan), options_(options), impl_(std::make_unique<Impl>()) {
-  auto& d = Driver::get();
-  d.check(d.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  allocate_buffers();
-  load_module(cubin);
-  size_t step_count = plan_.init.size() + plan_.forward.size();
-  impl_->arg_storage.resize(step_count);
-  impl_->arg_ptrs.resize(step_count);
-  impl_->gemms.resize(step_count);
-  impl_->convs.resize(step_count);
-  size_t si = 0;
-  for (auto* steps : {&plan_.init, &plan_.forward})
-    for (const auto& s : *steps) {
-      CUfunction f = nullptr;
-      if (s.kind == Step::kLaunch)
-        f = prepare_launch(s, si);
-      else if (s.kind == Step::kGemm)
-        prepare_gemm(s, si);
-      else
-        prepare_conv(s, si);
-      functions_.push_back(f);
-      ++si;
-    }
+  // A constructor that throws runs no destructor: what it made so far (the buffers, gigabytes at
+  // level 1, the module, the libraries' handles) is freed here, or a long-lived process (kernel-check's
+  // runner, which answers the next candidate's load) would keep it for good: a plan refused here
+  // (a cooperative grid too large, no cuBLASLt/cuDNN algorithm) would leak its buffers every time.
+  try {
+    auto& d = Driver::get();
+    d.check(d.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    allocate_buffers();
+    load_module(cubin);
+    size_t step_count = plan_.init.size() + plan_.forward.size();
+    impl_->arg_storage.resize(step_count);
+    impl_->arg_ptrs.resize(step_count);
+    impl_->gemms.resize(step_count);
+    impl_->convs.resize(step_count);
+    size_t si = 0;
+    for (auto* steps : {&plan_.init, &plan_.forward})
+      for (const auto& s : *steps) {
+        CUfunction f = nullptr;
+        if (s.kind == Step::kLaunch)
+          f = prepare_launch(s, si);
+        else if (s.kind == Step::kGemm)
+          prepare_gemm(s, si);
+        else
+          prepare_conv(s, si);
+        functions_.push_back(f);
+        ++si;
+      }
+  } catch (...) {
+    free_resources();
+    throw;
+  }
 }
 
 // Every buffer with its guard zones (zeroed), and which scratch is init's and which forward's.
@@ -372,7 +426,8 @@ void Executor::prepare_gemm(const BoundStep& s, size_t si) {
     d.check(d.cuMemAlloc(&impl_->workspace, impl_->workspace_bytes), "cuMemAlloc(cuBLASLt workspace)");
   }
   const BoundGemm& g = s.gemm;
-  GemmPlan gp;
+  // In place from the start: what a failing step created is destroyed with the rest (free_resources).
+  GemmPlan& gp = impl_->gemms[si];
   gp.g = &g;
   cudaDataType_t dt = data_type(g.dtype);
   cublasComputeType_t ct = g.compute == "tf32" && g.dtype == "F32" ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -405,6 +460,8 @@ void Executor::prepare_gemm(const BoundStep& s, size_t si) {
   lt.check(lt.matrixLayoutCreate(&gp.b, dt, sr, sc, int64_t(g.lda)), "layout second");
   lt.check(lt.matrixLayoutCreate(&gp.c, dt, m, n, int64_t(g.ldc)), "layout out");
   if (g.batch > 1) {
+    if (g.batch > INT32_MAX)  // CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT is an int32_t
+      throw PlanError(s.label + ": batch = " + std::to_string(g.batch) + ": cuBLASLt's batch count is at most 2^31 - 1");
     int32_t bc = static_cast<int32_t>(g.batch);
     int64_t sa = g.stride_b, sb = g.stride_a, scc = g.stride_c;
     for (auto [layout, stride] : {std::pair{gp.a, sa}, std::pair{gp.b, sb}, std::pair{gp.c, scc}}) {
@@ -413,20 +470,13 @@ void Executor::prepare_gemm(const BoundStep& s, size_t si) {
                "BATCH_OFFSET");
     }
   }
-  cublasLtMatmulPreference_t pref;
-  lt.check(lt.preferenceCreate(&pref), "preferenceCreate");
-  lt.check(lt.preferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &impl_->workspace_bytes,
-                                     sizeof impl_->workspace_bytes),
-           "MAX_WORKSPACE");
-  cublasLtMatmulHeuristicResult_t heur{};
-  int found = 0;
-  cublasStatus_t st = lt.algoGetHeuristic(impl_->lt, gp.desc, gp.a, gp.b, gp.c, gp.c, pref, 1, &heur, &found);
-  lt.preferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0)
-    throw CudaError(CUDA_ERROR_NOT_SUPPORTED, s.label + ": cuBLASLt has no algorithm for this gemm (status " +
-                                                  std::to_string(static_cast<int>(st)) + ")");
-  gp.algo = heur.algo;
-  impl_->gemms[si] = gp;
+  // The operands' real alignment (cuBLASLt's A is our b, its B our a, C and D our out): a view at an
+  // element offset is only element-aligned, and the heuristic assumes 256 bytes unless told
+  // (pointer_alignment, cublaslt.hpp). The bias pointer, set above, the heuristic reads itself.
+  auto address = [&](int b, int64_t offset) { return uint64_t(base_[b] + options_.guard_bytes + static_cast<CUdeviceptr>(offset)); };
+  const GemmAlignment align{cuda::pointer_alignment(address(g.a, g.a_offset)), cuda::pointer_alignment(address(g.b, g.b_offset)),
+                            cuda::pointer_alignment(address(g.out, g.out_offset))};
+  choose_gemm_algorithm(lt, impl_->lt, gp, align, impl_->workspace_bytes, s.label);
 }
 
 // A conv step: its cuDNN descriptors, algorithm and workspace.
@@ -435,7 +485,8 @@ void Executor::prepare_conv(const BoundStep& s, size_t si) {
   const auto& dnn = cuda::Cudnn::get();
   if (!impl_->dnn) dnn.check(dnn.create(&impl_->dnn), "cudnnCreate");
   const BoundConv& c = s.conv;
-  ConvPlan cp;
+  // In place from the start: what a failing step created is destroyed with the rest (free_resources).
+  ConvPlan& cp = impl_->convs[si];
   cp.c = &c;
   cudnnDataType_t dt = dnn_type(c.dtype);
   // N-d descriptors: [N, C, spatial...], packed; a 1-d convolution is a 2-d one of height 1
@@ -464,6 +515,7 @@ void Executor::prepare_conv(const BoundStep& s, size_t si) {
   auto tensor = [&](cudnnTensorDescriptor_t& t, const std::vector<int>& d, const std::vector<int64_t>& given, const char* what) {
     dnn.check(dnn.createTensorDescriptor(&t), "cudnnCreateTensorDescriptor");
     auto st = strides_of(d, given);
+    check_cudnn_reach(d, st, s.label, what);
     dnn.check(dnn.setTensorNdDescriptor(t, dt, int(d.size()), d.data(), st.data()), s.label + ": " + what);
   };
   // x is what the step reads, y what it writes; for a transposed conv cuDNN's dy is x and dx is y.
@@ -497,13 +549,25 @@ void Executor::prepare_conv(const BoundStep& s, size_t si) {
   if (!ok) throw CudaError(CUDA_ERROR_NOT_SUPPORTED, s.label + ": cuDNN has no algorithm for this convolution");
   if (cp.workspace_bytes > impl_->conv_workspace_bytes) {
     if (impl_->conv_workspace) d.cuMemFree(impl_->conv_workspace);
-    impl_->conv_workspace_bytes = cp.workspace_bytes;
+    impl_->conv_workspace = 0;
+    impl_->conv_workspace_bytes = 0;
     d.check(d.cuMemAlloc(&impl_->conv_workspace, cp.workspace_bytes), "cuMemAlloc(cuDNN workspace)");
+    impl_->conv_workspace_bytes = cp.workspace_bytes;
   }
-  impl_->convs[si] = cp;
 }
 
-Executor::~Executor() {
+Executor::~Executor() { free_resources(); }
+
+// Everything the executor made, each only if it was made (the constructor calls this when it throws
+// half-way). Errors are ignored: after a sticky fault the context is gone, and nothing can be freed.
+void Executor::free_resources() noexcept {
+  try {
+    free_resources_or_throw();
+  } catch (...) {  // no driver or library to free with: nothing was made with it either
+  }
+}
+
+void Executor::free_resources_or_throw() {
   auto& d = Driver::get();
   if (impl_->lt) {
     const auto& lt = cuda::CublasLt::get();
@@ -531,14 +595,28 @@ Executor::~Executor() {
   if (module_) d.cuModuleUnload(module_);
   if (impl_->call_ready) d.cuEventDestroy(impl_->call_ready);
   if (impl_->fingerprint_out || impl_->fingerprint_chunk || impl_->scrubbed) {
-    InContext in(trusted_lane().ctx);
-    if (impl_->fingerprint_out) d.cuMemFree(impl_->fingerprint_out);
-    if (impl_->fingerprint_chunk) d.cuMemFree(impl_->fingerprint_chunk);
-    if (impl_->scrubbed) d.cuEventDestroy(impl_->scrubbed);
+    try {
+      InContext in(trusted_lane().ctx);
+      if (impl_->fingerprint_out) d.cuMemFree(impl_->fingerprint_out);
+      if (impl_->fingerprint_chunk) d.cuMemFree(impl_->fingerprint_chunk);
+      if (impl_->scrubbed) d.cuEventDestroy(impl_->scrubbed);
+    } catch (const std::exception&) {  // the tool's context could not be made current
+    }
   }
   for (auto& g : globals_) d.cuMemFree(g.image);
   for (auto p : base_) d.cuMemFree(p);
   if (stream_) d.cuStreamDestroy(stream_);
+  // Nothing is freed twice.
+  impl_->lt = nullptr;
+  impl_->dnn = nullptr;
+  impl_->workspace = impl_->conv_workspace = impl_->fingerprint_out = impl_->fingerprint_chunk = 0;
+  impl_->call_ready = impl_->scrubbed = nullptr;
+  impl_->gemms.clear();
+  impl_->convs.clear();
+  globals_.clear();
+  base_.clear();
+  module_ = nullptr;
+  stream_ = nullptr;
 }
 
 CUdeviceptr Executor::device_pointer(const std::string& ref) const {

@@ -111,6 +111,8 @@ class Executor {
   void prepare_gemm(const BoundStep& s, size_t si);
   void prepare_conv(const BoundStep& s, size_t si);
   void run_steps(const std::vector<BoundStep>& steps, CUstream stream);
+  void free_resources() noexcept;  // what the executor made, so far (a constructor that throws calls it)
+  void free_resources_or_throw();
   const BoundPlan plan_;
   ExecutorOptions options_;
   CUmodule module_ = nullptr;

@@ -33,6 +33,10 @@ S=$B/scale_add
   echo "passed|gemm on a column slice (lda)"; $MK $TB/gemm_slice
   echo "passed|gemm with a shared b (stride_b 0)"; $MK $TB/gemm_shared_batch
   echo "incorrect|column slice read with the wrong lda"; $MK $TB/gemm_slice --plan-replace "lda: 2 * F" "lda: F"
+  # A view one element in (4-byte aligned) with an odd row stride: cuBLASLt's heuristic is told the
+  # operands' real alignment (it assumes 256 bytes unless told); reading from x[:, 0] must be wrong.
+  echo "passed|gemm on x[:, 1:] (a 4-byte-aligned view)"; $MK $TB/gemm_odd_offset
+  echo "incorrect|x[:, 1:] read one element early"; $MK $TB/gemm_odd_offset --plan-replace '"inputs.0[1]"' '"inputs.0[0]"'
   echo "incorrect|strided view, wrong channel offset"; $MK $B/concat_strided --plan-replace "outputs.0[K1 * H * W]" "outputs.0[(K1 - 1) * H * W]"
   echo "incorrect|repeat one step short"; $MK $B/rnn_recurrence --plan-replace "repeat: T - 1" "repeat: T - 2"
   echo "incorrect|writes zeros";        $MK $S --replace fused.cu "out[i] = a[i] * alpha + b[i];" "out[i] = 0.0f;"
