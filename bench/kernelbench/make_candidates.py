@@ -156,6 +156,7 @@ def task_specs(code, path):
         for name, fn in saved.items():
             setattr(torch, name, fn)
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    buffers = {k for k, _ in model.named_buffers()}  # said as "buffer": true (the worker says it too)
     try:
         names = [p.name for p in inspect.signature(model.forward).parameters.values()]
     except (TypeError, ValueError):
@@ -170,7 +171,7 @@ def task_specs(code, path):
     return {
         "inputs": ins,
         "outputs": [dict(index=i, **_spec(o)) for i, o in enumerate(outs)],
-        "params": [_spec(v, k) for k, v in model.state_dict().items()],
+        "params": [dict(_spec(v, k), **({"buffer": True} if k in buffers else {})) for k, v in model.state_dict().items()],
         "init_inputs": _jsonable(list(init)),
         "reference": {"mode": "train" if model.training else "eval", "peak_bytes": peak},
     }

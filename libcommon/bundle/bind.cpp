@@ -361,6 +361,31 @@ int BoundPlan::buffer_index(const std::string& ref) const {
   return -1;
 }
 
+std::vector<int> BoundStep::buffers() const {
+  std::vector<int> out;
+  if (kind == Step::kLaunch) {
+    for (const auto& a : launch.args)
+      if (a.buffer >= 0) out.push_back(a.buffer);
+  } else if (kind == Step::kGemm) {
+    out = {gemm.a, gemm.b, gemm.out, gemm.bias};
+  } else {
+    out = {conv.x, conv.w, conv.out, conv.bias};
+  }
+  out.erase(std::remove(out.begin(), out.end(), -1), out.end());
+  return out;
+}
+
+std::vector<std::string> BoundPlan::unread_params() const {
+  std::vector<bool> named(buffers.size(), false);
+  for (const auto* steps : {&init, &forward})
+    for (const auto& s : *steps)
+      for (int b : s.buffers()) named[size_t(b)] = true;
+  std::vector<std::string> out;
+  for (size_t i = 0; i < buffers.size(); ++i)
+    if (buffers[i].space == Space::param && !buffers[i].module_buffer && !named[i]) out.push_back(buffers[i].ref);
+  return out;
+}
+
 int64_t BoundPlan::scratch_bytes() const {
   int64_t n = 0;
   for (auto& b : buffers)
@@ -478,6 +503,7 @@ class Binder {
     b.dtype = t.dtype;
     b.shape = t.shape;
     b.bytes = t.bytes();
+    b.module_buffer = t.module_buffer;
     bp.buffers.push_back(b);
   }
 

@@ -29,6 +29,7 @@ struct BoundBuffer {
   std::string dtype;
   std::vector<int64_t> shape;
   int64_t bytes = 0;
+  bool module_buffer = false;  // a params buffer that is a module buffer, not a Parameter (TensorSpec)
 };
 
 struct BoundArg {
@@ -86,6 +87,8 @@ struct BoundStep {
   BoundLaunch launch;
   BoundGemm gemm;
   BoundConv conv;
+  // The buffers it names (launch arguments, gemm and conv operands), as indices into the plan's.
+  std::vector<int> buffers() const;
 };
 
 struct BoundPlan {
@@ -94,6 +97,10 @@ struct BoundPlan {
   std::map<std::string, int64_t> dims;  // the integer dims, evaluated
   int buffer_index(const std::string& ref) const;  // -1 when absent
   int64_t scratch_bytes() const;
+  // The task's Parameters (module buffers left out: running statistics a training-mode forward never
+  // reads) that no init or forward step names, in spec order ("params.layers.5.weight"): a plan whose
+  // layer count is short of the task's binds, and this says so before any call fails.
+  std::vector<std::string> unread_params() const;
 };
 
 // Evaluates dims, scratch sizes, grids and scalars for the task's shapes. Throws PlanError.

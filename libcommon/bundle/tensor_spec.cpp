@@ -51,6 +51,7 @@ static TensorSpec tensor_spec(const Json& j, const std::string& fallback_name) {
       if (d.is_number_integer()) t.shape.push_back(d.get<int64_t>());
     t.known = !t.dtype.empty() && t.shape.size() == j["shape"].size();
   }
+  t.module_buffer = j.contains("buffer") && j["buffer"].is_boolean() && j["buffer"].get<bool>();
   return t;
 }
 
@@ -107,7 +108,10 @@ const TensorSpec* IoSpec::find(const BufferRef& ref, int* index) const {
 Json IoSpec::to_json() const {
   auto list = [](const std::vector<TensorSpec>& v) {
     Json a = Json::array();
-    for (auto& t : v) a.push_back(Json{{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}});
+    for (auto& t : v) {
+      a.push_back(Json{{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}});
+      if (t.module_buffer) a.back()["buffer"] = true;
+    }
     return a;
   };
   return Json{{"inputs", list(inputs)}, {"outputs", list(outputs)}, {"params", list(params)}, {"init_inputs", init_values}};

@@ -21,6 +21,9 @@ struct TensorSpec {
   std::string dtype;  // safetensors name ("" when the task did not give one the dtype table knows)
   std::vector<int64_t> shape;
   bool known = false;  // shape and dtype given
+  // A params entry that is a module buffer (BatchNorm's running statistics, a registered mask), not
+  // an nn.Parameter: "buffer": true in the worker's load answer and in task records.
+  bool module_buffer = false;
   int64_t numel() const;
   int64_t bytes() const;  // PlanError when the dtype is unknown
 };

@@ -107,5 +107,10 @@ assert lr["peak_bytes"] == 2 * 16 * 64 * 4, lr["peak_bytes"]
 # conv (4x8x16x16) then batchnorm's output, both live at the end of batch_norm.
 act = 4 * 8 * 16 * 16 * 4
 assert abs(cb["peak_bytes"] - 2 * act) <= 0.01 * act, cb["peak_bytes"]
+# Its params say which are module buffers (BatchNorm's running statistics, kernel-check's
+# params_unread leaves them out) and which are Parameters.
+flag = {p["name"]: p.get("buffer", False) for p in cb["params"]}
+assert flag == {"conv.weight": False, "conv.bias": False, "bn.weight": False, "bn.bias": False,
+                "bn.running_mean": True, "bn.running_var": True, "bn.num_batches_tracked": True}, flag
 PY
-pass "the worker's load answers peak_bytes"
+pass "the worker's load answers peak_bytes and which params are module buffers"

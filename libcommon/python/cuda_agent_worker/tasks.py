@@ -346,6 +346,9 @@ class Task(object):
         # asked.
         self.mode = "train" if self.model.training else "eval"
         self.initial_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        # Module buffers (running statistics, registered masks) as opposed to Parameters: said in the
+        # load answer's params ("buffer": true), so a plan that never reads them is not told it forgot them.
+        self.buffer_names = {k for k, _ in self.model.named_buffers()}
         self.input_names = self._forward_names()
         inputs, self.input_specs = self.make_inputs(0, on_device=True)
         # Stochastic (live dropout: KernelBench runs models in training mode) when another RNG state
@@ -488,7 +491,8 @@ class Task(object):
             "mode": self.mode,
             "inputs": self.input_specs,
             "init_inputs": _jsonable(self.init_inputs),
-            "params": [dict(name=k, **tensor_spec(v)) for k, v in self.initial_state.items()],
+            "params": [dict(name=k, **tensor_spec(v), **({"buffer": True} if k in self.buffer_names else {}))
+                       for k, v in self.initial_state.items()],
             "outputs": self.output_specs,
             "stochastic": self.stochastic["stochastic"],
             "stochastic_evidence": {k: v for k, v in self.stochastic.items() if k != "stochastic"},

@@ -414,6 +414,32 @@ TEST_CASE("a repeat steps through numbered params: {expression} parts in a param
   CHECK(bind_error(neg, {}, io).find("= -1 is not a name part") != std::string::npos);
 }
 
+TEST_CASE("unread params: the Parameters no step names, module buffers left out (a layer count short of the task's)") {
+  // Three layers and a BatchNorm-like module buffer; the plan's repeat stops one layer short.
+  const IoSpec io = IoSpec::from_json(ca::Json::parse(
+      R"j({"inputs":[{"shape":[4,8],"dtype":"F32"}],"outputs":[{"shape":[4,8],"dtype":"F32"}],"params":[
+        {"name":"layers.0.weight","shape":[8,8],"dtype":"F32"},{"name":"layers.1.weight","shape":[8,8],"dtype":"F32"},
+        {"name":"layers.2.weight","shape":[8,8],"dtype":"F32"},{"name":"bn.running_mean","shape":[8],"dtype":"F32","buffer":true}]})j"));
+  const std::string plan = "scratch:\n  h: {dtype: float32, shape: [2, 4, 8]}\nforward:\n"
+                           "  - gemm: {a: inputs.0, b: params.layers.0.weight, out: \"scratch.h[0]\", m: 4, n: 8, k: 8, trans_b: true}\n"
+                           "  - repeat: N\n    index: l\n    steps:\n"
+                           "      - gemm: {a: \"scratch.h[(l % 2) * 32]\", b: \"params.layers.{l + 1}.weight\", out: \"scratch.h[((l + 1) % 2) * 32]\", "
+                           "m: 4, n: 8, k: 8, trans_b: true}\n"
+                           "  - gemm: {a: \"scratch.h[0]\", b: params.layers.0.weight, out: outputs.0, m: 4, n: 8, k: 8, trans_b: true}\n";
+  auto with_n = [&](int n) {
+    std::string p = plan;
+    p.replace(p.find("repeat: N"), 9, "repeat: " + std::to_string(n));
+    return bind_plan(Plan::parse_text(p), {}, io);
+  };
+  CHECK(with_n(2).unread_params().empty());  // the module buffer is no Parameter: not listed
+  CHECK(with_n(1).unread_params() == std::vector<std::string>{"params.layers.2.weight"});
+  CHECK(with_n(0).unread_params() == std::vector<std::string>{"params.layers.1.weight", "params.layers.2.weight"});
+  // The flag survives the IoSpec's round trip (the runner gets the io as JSON).
+  const IoSpec back = IoSpec::from_json(io.to_json());
+  CHECK(back.params[3].module_buffer);
+  CHECK_FALSE(back.params[0].module_buffer);
+}
+
 TEST_CASE("numbered params in launch arguments: resolved per iteration, dtype checked against the kernel") {
   // cell(const float* x, const float* h_prev, float* h_next, int n) with h_prev = params.w.{t}
   const IoSpec io = IoSpec::from_json(ca::Json::parse(
