@@ -103,12 +103,13 @@ GpuStage::GpuStage(const CheckOptions& options, const ca::bundle::Rules& rules, 
   // times the lanes.
   const std::size_t memory_mb = ca::worker::worker_memory_share_mb(options_.worker_memory_mb, static_cast<int>(gpus.size()));
   for (int g : gpus)
-    starting.push_back(std::async(std::launch::async, [g, memory_mb] {
+    starting.push_back(std::async(std::launch::async, [g, memory_mb, one_task = options_.one_task_per_worker] {
       auto lane = std::make_unique<Lane>();
       lane->gpu = g;
       ca::worker::WorkerOptions wo;
       wo.device = "cuda:" + std::to_string(g);
       wo.memory_limit_mb = memory_mb;
+      wo.one_task_per_process = one_task;  // --accept-tasks: clients' tasks share no interpreter
       lane->worker = std::make_unique<ca::worker::WorkerClient>(wo);  // EnvironmentError without torch/GPU
       return lane;
     }));
@@ -425,6 +426,23 @@ void GpuStage::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
                    {"plan", p.candidate.sources.plan}, {"io", j.io.to_json()},  {"params_ipc", j.params_tensors}, {"graph", options_.graph}};
   if (options_.timeout_s <= 0 && j.reference_ms > 0) j.watchdog_s = j.watchdog_for(j.reference_ms);
   check["watchdog_s"] = j.watchdog_s;
+  // The candidate leaves the runner however its judging ends (a verdict, a load or a trial that
+  // failed, a reference that failed mid-way, an exception): a runner that kept it would hold its
+  // buffers (gigabytes at level 1) while this lane's worker loads and draws for the next candidate,
+  // whose reference could then run out of GPU memory. Declared before the output mappings below, so
+  // they are closed first (the runner frees those buffers on unload). A runner that is gone (killed
+  // by the watchdog, crashed) is not started again just to unload.
+  struct Unload {
+    GpuStage::Lane& lane;
+    Judgment& j;
+    ~Unload() {
+      try {
+        if (lane.runner->alive()) lane.runner->request({{"op", "unload"}}, std::chrono::seconds(30));
+        j.lap("runner_unload");
+      } catch (const std::exception&) {
+      }
+    }
+  } unload{lane, j};
   ca::Json ans = lane.runner->request(load, j.one_time_bound());
   j.lap("runner_load");
   if (!ans.value("ok", false)) return j.runner_failed(ans, "init");
@@ -441,8 +459,6 @@ void GpuStage::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
   if (!j.run_trials(got)) return;
   out_maps.close();  // before the runner frees the buffers
   j.lap("calls");
-  lane.runner->request({{"op", "unload"}}, std::chrono::seconds(30));
-  j.lap("runner_unload");
 }
 
 }  // namespace ca::kernel_check

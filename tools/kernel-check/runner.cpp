@@ -189,14 +189,18 @@ int runner_main(int gpu) {
         send(error_answer("bad_request", "unknown op '" + op + "'", false));
       }
     } catch (const ca::cuda::CudaError& e) {
-      send(error_answer("runtime_error", e.what(), e.sticky()));
       if (e.sticky()) {
+        send(error_answer("runtime_error", e.what(), true));
         state.ex.release();  // the context is dead: freeing would fail; the process exits
         return 0;
       }
+      if (op == "load") state.drop();  // a load that failed half-way keeps nothing (its buffers)
+      send(error_answer("runtime_error", e.what(), false));
     } catch (const ca::bundle::PlanError& e) {
+      if (op == "load") state.drop();  // a load that failed half-way keeps nothing (its buffers)
       send(error_answer("plan_error", e.what(), false));
     } catch (const std::exception& e) {
+      if (op == "load") state.drop();
       send(error_answer("runtime_error", e.what(), false));
     }
   }

@@ -33,6 +33,7 @@ class RunnerClient {
   // {"ok":false,"error":"crashed","detail":"killed by signal 11 ..."}. Starts the child when needed.
   ca::Json request(const ca::Json& req, std::chrono::milliseconds timeout);
   void kill();
+  bool alive() { return child_ && child_->running(); }  // a child is up (a request would not start one)
   int restarts() const { return restarts_; }
 
  private:
