@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The worker's error measures over gigabyte outputs (cuda_agent_worker/numerics.py): _errors (every
+# calibration, the load's ill_conditioned) and _rel_diff (the load's stochastic check) work in chunks,
+# as published_close does, so their temporaries are bounded by the chunk, not by the output. Whole-
+# tensor float64 temporaries came to about 9 times an fp32 output's bytes beside the float64 outputs:
+# at level 1's 8.6 GB outputs, more than an 80 GB H100 has (the calibration then failed on every trial,
+# and the load's stochastic check failed the load). Checked on CPU torch with the storage counter of
+# peak.py (what ops return), against the whole-tensor formulas for the values (NaN and Inf included).
+set -euo pipefail
+. "$CA_SRC/tests/lib.sh"
+
+PYTHONPATH="$CA_SRC/libcommon/python" "$PY" - <<'PY' || fail "chunked error measures"
+import math
+
+import torch
+
+from cuda_agent_worker import numerics
+from cuda_agent_worker.peak import measure_peak
+
+
+def errors_whole(out, out64):
+    """The whole-tensor formulas _errors had (the values the chunks must give)."""
+    a, b = out.double(), out64.double()
+    fa, fb = torch.isfinite(a), torch.isfinite(b)
+    both = fa & fb
+    mismatched = int((fa != fb).sum())
+    n = int(both.sum())
+    if n == 0:
+        return 0.0, 0.0, mismatched
+    d = torch.where(both, a - b, torch.zeros_like(a))
+    ref = torch.where(both, b, torch.zeros_like(b))
+    ref2, diff2 = float((ref * ref).sum()), float((d * d).sum())
+    rms = math.sqrt(ref2 / n)
+    return math.sqrt(diff2 / ref2), float(d.abs().max()) / rms, mismatched
+
+
+def close(x, y):
+    return x == y or abs(x - y) <= 1e-12 * max(abs(x), abs(y))
+
+
+torch.manual_seed(0)
+n = 100003                       # not a multiple of the chunk: a short last chunk
+out64 = torch.randn(n, dtype=torch.float64) * 3
+out = (out64 + 1e-4 * torch.randn(n, dtype=torch.float64)).float()
+out[17] = float("nan")           # finite in float64, not here
+out64[99999] = float("inf")      # and the other way
+numerics._CHUNK = 1000
+got, want = numerics._errors(out, out64), errors_whole(out, out64)
+assert got[2] == want[2] == 2, (got, want)
+assert close(got[0], want[0]) and close(got[1], want[1]), (got, want)
+assert numerics._errors(out[:0], out64[:0]) == (0.0, 0.0, 0)
+# _rel_diff: equal to the whole-tensor value; inf where finiteness differs.
+a = torch.randn(n)
+b = a + 1e-3 * torch.randn(n)
+whole = math.sqrt(float((a.double() - b.double()).pow(2).sum()) / float(b.double().pow(2).sum()))
+assert close(numerics._rel_diff([a], [b]), whole), (numerics._rel_diff([a], [b]), whole)
+c = b.clone()
+c[n - 1] = float("nan")
+assert numerics._rel_diff([a], [c]) == float("inf")
+assert numerics._rel_diff([a], [b.reshape(1, n)]) == float("inf")
+
+# The temporaries: with 2^16-element chunks, what the ops make at once stays under a quarter of the
+# fp32 output (the whole-tensor formulas made about nine times it).
+numerics._CHUNK = 1 << 16
+big = 1 << 22                    # 16 MiB of fp32
+o64 = torch.randn(big, dtype=torch.float64)
+o32 = o64.float()
+for what, fn in (("_errors", lambda: numerics._errors(o32, o64)),
+                 ("_rel_diff", lambda: numerics._rel_diff([o32], [o32 * 1.001]))):
+    peak, _ = measure_peak(fn, "cpu")
+    assert peak is not None, what
+    limit = o32.numel() * 4 // 4 + (o32.numel() * 4 if what == "_rel_diff" else 0)  # + the o32 * 1.001 argument
+    assert peak < limit, (what, peak, limit)
+    print("%s: peak %.1f MiB of temporaries for a %.0f MiB output" % (what, peak / 2**20, o32.numel() * 4 / 2**20))
+PY
+pass "numerics: _errors and _rel_diff in chunks (values as whole; temporaries bounded by the chunk)"
