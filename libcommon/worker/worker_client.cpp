@@ -21,6 +21,7 @@
 
 #include "libcommon/confine.hpp"
 #include "libcommon/errors.hpp"
+#include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/process.hpp"
@@ -301,6 +302,7 @@ struct WorkerClient::Impl {
   int64_t file_counter = 0;
   int polls = 0;
   std::map<std::string, Json> loads;  // task_id -> the last successful load request
+  std::string code_key;               // one_task_per_process: the task code this process has run
 
   // One request with the load replay of a restarted worker (WorkerClient::request adds admission).
   Json send(const Json& req, milliseconds timeout);
@@ -325,8 +327,33 @@ struct WorkerClient::Impl {
     add_confinement(so, pythonpath, cache_dirs, prepared);
     child = std::make_unique<ChildProcess>(so);
     child->set_stderr_sink([this](const char* data, std::size_t n) { log.write(data, n); });
-    if (spawns++ > 0) ++restarts;
+    if (spawns++ > 0 && !fresh_start) ++restarts;
+    fresh_start = false;
+    code_key.clear();
     read_hello(prepared);
+  }
+  bool fresh_start = false;  // the next start() is one_task_per_process's, not a restart after a failure
+
+  // one_task_per_process: the key of the task code `req` carries ("" when none), and a fresh worker
+  // when this one has run other task code. What a task's code runs with is its code and init_inputs.
+  void isolate(const Json& req) {
+    if (!opt.one_task_per_process) return;
+    std::string key;
+    for (const char* field : {"code", "code_file", "init_inputs"})
+      if (req.contains(field)) key += std::string(field) + "=" + req[field].dump() + "\n";
+    if (key.empty()) return;
+    key = sha256_hex(key);
+    if (child && !code_key.empty() && code_key != key) {
+      stop();
+      std::error_code ec;
+      fs::remove(log_path, ec);  // its log: read by nobody now (a fresh one per task would pile up)
+      fresh_start = true;  // the tasks it had loaded are loaded again when asked for (send's replay)
+    }
+    if (!child || !child->running()) {
+      if (child) died(req, "worker_died", "the worker had exited");
+      start();
+    }
+    code_key = key;
   }
 
   // The worker's command line and environment; `cache_dirs` gets the cache folders the user named.
@@ -422,6 +449,7 @@ struct WorkerClient::Impl {
     // What the client itself holds the worker to.
     if (!h.contains("confinement") || !h["confinement"].is_array()) h["confinement"] = Json::array();
     for (const char* piece : {"pgroup", "output-cap", "memory-watch"}) h["confinement"].push_back(piece);
+    if (opt.one_task_per_process) h["confinement"].push_back("one-task-per-process");
     for (const auto& w : prepared.warnings) h["confinement_warnings"].push_back(w);
     if (h.contains("confinement_warnings") && spawns == 1)
       for (const auto& w : h["confinement_warnings"])
@@ -472,6 +500,7 @@ struct WorkerClient::Impl {
   }
 
   Json exchange(Json req, milliseconds timeout) {
+    isolate(req);
     if (!child || !child->running()) {
       if (child) died(req, "worker_died", "the worker had exited");  // logs; the answer is for a later caller
       start();

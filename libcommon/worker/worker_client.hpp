@@ -37,6 +37,13 @@ struct WorkerOptions {
   std::vector<std::string> write_dirs;                 // more folders it may write (requests' own "out" paths)
   std::size_t output_cap_bytes = 4 << 20;              // of its log; the rest is dropped and the cut marked
   bool confine = true;                                 // false (or CUDA_AGENT_WORKER_CONFINE=off): none, warned
+  // One task's code per worker process: a request carrying task code (load, filters) other than the
+  // code this process has already run is sent to a fresh worker. Task code shares the interpreter
+  // with every task loaded after it (torch, its modules and classes, global flags), so one task that
+  // patches torch would change every later task's reference; no check of what it changed can be
+  // complete, a new process is. For tasks nobody vouched for (ops-synth filter and import, a service's
+  // --accept-tasks). Fresh starts are not counted in restarts().
+  bool one_task_per_process = false;
 };
 
 // Each worker's memory limit when `workers` of them share `total_mb` (0: three quarters of this

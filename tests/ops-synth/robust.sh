@@ -114,4 +114,47 @@ for sig in TERM INT; do
   [ "$row" = "{\"s\":$want,\"ended\":1}" ] || fail "SIG$sig: run row $row, expected exit $want and closed"
   grep -q "interrupted by SIG$sig" "$T/sig.err" || fail "SIG$sig: no note on stderr: $(tail -2 "$T/sig.err")"
 done
+# 4. One task's code changes nothing for another's (issue 32: one hostile task ahead of three benign
+# ones got all three dropped): a task that patches torch (nn.Module.__call__ answers zeros,
+# torch.randn draws zeros) goes first; the three behind it keep the verdicts they get alone, at -j 1
+# (one worker for all four) and -j 2. The filter's records name the per-task worker.
+"$OS" generate -n 3 --seed 11 --sizes tiny --no-store > "$T/benign.jsonl" 2>/dev/null
+"$PY" - > "$T/hostile.jsonl" <<'PY'
+import json
+code = """import torch
+import torch.nn as nn
+_call = torch.nn.Module.__call__
+def _zero(self, *a, **k):
+    out = _call(self, *a, **k)
+    return out * 0 if isinstance(out, torch.Tensor) else out
+torch.nn.Module.__call__ = _zero
+torch.randn = lambda *a, **k: torch.zeros(*a)
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2.0 + 1.0
+def get_inputs():
+    return [torch.rand(8, 16)]
+def get_init_inputs():
+    return []
+"""
+print(json.dumps({"task_id": "00000000000bad01", "code": code}))
+PY
+"$OS" filter --device cpu -j 1 --no-compile --keep-rejected --no-store -i "$T/benign.jsonl" > "$T/alone.jsonl" 2> "$T/err" \
+  || fail "filter of the benign tasks alone: $(tail -2 "$T/err")"
+cat "$T/hostile.jsonl" "$T/benign.jsonl" > "$T/mixed.jsonl"
+for j in 1 2; do
+  "$OS" filter --device cpu -j "$j" --no-compile --keep-rejected --no-store -i "$T/mixed.jsonl" > "$T/mixed$j.jsonl" 2> "$T/err" \
+    || fail "filter -j $j of a hostile task and three benign ones: $(tail -2 "$T/err")"
+  "$PY" - "$T/alone.jsonl" "$T/mixed$j.jsonl" <<'PY' || fail "filter -j $j: the hostile task changed the verdicts of the tasks behind it"
+import json, sys
+alone = {r["task_id"]: r["filter"] for r in map(json.loads, open(sys.argv[1]))}
+mixed = {r["task_id"]: r["filter"] for r in map(json.loads, open(sys.argv[2]))}
+assert len(alone) == 3 and all(f["kept"] for f in alone.values()), alone
+for tid, f in alone.items():
+    assert mixed[tid]["kept"] == f["kept"] and mixed[tid]["reason"] == f["reason"], (tid, mixed[tid], f)
+    assert "one-task-per-process" in mixed[tid]["worker_confinement"]["applied"], mixed[tid]["worker_confinement"]
+assert mixed["00000000000bad01"]["kept"] is False, mixed["00000000000bad01"]
+PY
+done
+echo "ok   a torch-patching task first: the three benign tasks behind it keep their verdicts (-j 1, -j 2)"
 echo "ops-synth robust: ok"

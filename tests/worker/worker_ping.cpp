@@ -13,7 +13,8 @@
 
 static const char* kUsage =
     "usage: worker-ping [--device cpu|cuda:N] [--timeout-ms N] [--cpu-seconds S] [--memory-mb M]\n"
-    "                   [--read-dir DIR]... [--write-dir DIR]... [--output-cap BYTES] [--unconfined] < requests.jsonl\n"
+    "                   [--read-dir DIR]... [--write-dir DIR]... [--output-cap BYTES] [--unconfined]\n"
+    "                   [--one-task-per-process] < requests.jsonl\n"
     "Sends each JSON request line to the reference worker (python3 -m cuda_agent_worker) and prints\n"
     "each answer line. Example:\n"
     "  echo '{\"op\":\"ping\"}' | worker-ping --device cpu\n"
@@ -52,6 +53,8 @@ int main(int argc, char** argv) {
       opt.output_cap_bytes = std::stoull(value());
     } else if (a == "--unconfined") {
       opt.confine = false;
+    } else if (a == "--one-task-per-process") {
+      opt.one_task_per_process = true;
     } else if (a == "-v") {
       ca::log::set_level(ca::log::kVerbose);
     } else {

@@ -57,6 +57,9 @@ int main(int argc, char** argv) {
     if (opt.runner) return ca::kernel_check::runner_main(opt.runner_gpu);
     if (opt.tolerance == "default") opt.tolerance = "published";  // its name before calibration
     service.validate(common);
+    // Tasks that clients send share no interpreter: one client's task that patches torch would
+    // change every later task's reference in a shared worker.
+    opt.one_task_per_worker = service.client_tasks() == ca::ClientTasks::verified;
     ca::kernel_check::Checker checker(opt, common);
 
     if (service.enabled()) {

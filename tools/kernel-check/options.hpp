@@ -20,6 +20,7 @@ struct CheckOptions {
   int trials = 5;                     // fresh-input trials after the warm call (>= 5)
   std::string gpus;                   // "0,1"; empty: all visible
   std::size_t worker_memory_mb = 0;   // all reference workers together (one per GPU); 0: 3/4 of RAM, <= 16 GiB each
+  bool one_task_per_worker = false;   // a service's --accept-tasks: a fresh worker process per task (clients' code)
   double timeout_s = 0;               // per call; 0: scaled from the task's eager time, >= 2 s
   int jobs = 2;                       // compile threads
   bool graph = true;                  // forward calls as CUDA graph replays, as kernel-prof times them

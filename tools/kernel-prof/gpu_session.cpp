@@ -54,6 +54,7 @@ worker::WorkerClient& GpuSession::worker() {
     w.device = "cuda:" + std::to_string(id_.ordinal);
     w.request_timeout = std::chrono::milliseconds(600000);  // torch.compile with max-autotune is slow
     w.memory_limit_mb = worker_memory_mb_;
+    w.one_task_per_process = one_task_per_worker_;
     worker_ = std::make_unique<worker::WorkerClient>(w);
   }
   return *worker_;

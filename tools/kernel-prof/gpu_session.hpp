@@ -19,6 +19,7 @@ class GpuSession {
   explicit GpuSession(int ordinal, bool trace = true);
   // The reference worker's memory limit in MiB (0: worker_memory_share_mb(0, 1)); before worker().
   void set_worker_memory_mb(std::size_t mb) { worker_memory_mb_ = mb; }
+  void set_one_task_per_worker(bool on) { one_task_per_worker_ = on; }
   ~GpuSession();
   const measure::GpuIdentity& identity() const { return id_; }
   CUstream stream() const { return stream_; }
@@ -54,6 +55,7 @@ class GpuSession {
   std::unique_ptr<measure::L2Flusher> flusher_;
   std::unique_ptr<worker::WorkerClient> worker_;
   std::size_t worker_memory_mb_ = 0;
+  bool one_task_per_worker_ = false;
 };
 
 }  // namespace ca::kernel_prof

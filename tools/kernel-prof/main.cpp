@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
     opt.seed = common.run_seed();
     if (!opt.replay_once.empty()) return ca::kernel_prof::replay_once(opt.replay_once, opt.gpus.front());
     service.validate(common);
+    // Tasks that clients send share no interpreter (one that patches torch would change the others').
+    opt.one_task_per_worker = service.client_tasks() == ca::ClientTasks::verified;
     if (service.enabled() && opt.gpus.size() > 1)
       throw ca::UsageError("--serve times on one GPU: start one service per GPU (--gpus N each)");
     if (opt.gpus.size() > 1) return ca::kernel_prof::run_on_gpus(opt, common, argc, argv);

@@ -13,6 +13,7 @@ struct ProfOptions {
   std::vector<std::string> baselines{"eager", "compile"};  // eager, compile, compile-max-autotune
   std::vector<int> gpus{0};
   std::size_t worker_memory_mb = 0;  // all reference workers together (one per GPU); 0: 3/4 of RAM, <= 16 GiB each
+  bool one_task_per_worker = false;  // a service's --accept-tasks: a fresh worker process per task (clients' code)
   std::string tasks_path;                                 // --tasks FILE
   bool refresh = false;                                   // re-measure cached baselines
   bool metrics = false;                                   // --metrics: ncu counters and roofline

@@ -44,6 +44,7 @@ GpuSession& Profiler::gpu() {
     // One reference worker per GPU: each its share of --worker-memory (a --gpus lane's child is
     // handed its share already, and has one GPU).
     gpu_->set_worker_memory_mb(worker::worker_memory_share_mb(options_.worker_memory_mb, static_cast<int>(options_.gpus.size())));
+    gpu_->set_one_task_per_worker(options_.one_task_per_worker);
     if (store_) store_->set_run_gpu(gpu_->identity().name + " " + gpu_->identity().uuid);
   }
   return *gpu_;

@@ -190,6 +190,7 @@ int run_filter(const ca::CommonOptions& common, const FilterOptions& opt) {
   worker.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.timeout_s * 1000));
   worker.memory_limit_mb = worker_memory_mb(opt.worker_memory_mb, opt.jobs);
   worker.read_dirs = opt.decontaminate;  // the similarity request reads the problems there
+  worker.one_task_per_process = true;  // its tasks are what is being vetted: none may change another's
   auto workers = start_workers(opt.jobs, devices, worker);
   const auto started = std::chrono::steady_clock::now();
 

@@ -171,6 +171,7 @@ int run_import(const ca::CommonOptions& common, const ImportOptions& opt) {
     ca::worker::WorkerOptions worker;
     worker.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.timeout_s * 1000));
     worker.memory_limit_mb = worker_memory_mb(opt.worker_memory_mb, opt.jobs);
+    worker.one_task_per_process = true;  // its tasks are what is being vetted: none may change another's
     workers = start_workers(opt.jobs, std::vector<std::string>(static_cast<std::size_t>(opt.jobs), opt.device), worker);
   }
   ca::RecordPathOptions path_options;
