@@ -23,6 +23,8 @@ left() { echo $((BUDGET_S - ($(date +%s) - t0))); }
 bash scripts/unpack-on-device.sh
 export CUDA_AGENT_CACHE=${CUDA_AGENT_CACHE:-$PWD/build/cache}
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+# HMM: can a kernel reach the process's ordinary host memory? (recorded in kernel-prof's gpu section)
+nvidia-smi -q 2>/dev/null | grep -i 'addressing mode' || true
 for part in "$@"; do
   l=$(left)
   [ "$l" -gt 30 ] || { echo "== $part skipped: $l s left"; continue; }

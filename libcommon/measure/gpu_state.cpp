@@ -67,7 +67,8 @@ std::string uuid_text(const CUuuid& u) {
 
 Json GpuIdentity::to_json() const {
   return Json{{"ordinal", ordinal}, {"name", name},         {"uuid", uuid},         {"arch", arch},
-              {"driver", driver},   {"l2_bytes", l2_bytes}, {"sm_count", sm_count}, {"pci_bus_id", pci_bus_id}};
+              {"driver", driver},   {"l2_bytes", l2_bytes}, {"sm_count", sm_count}, {"pci_bus_id", pci_bus_id},
+              {"pageable_memory_access", pageable_memory_access}};
 }
 
 GpuIdentity identify_gpu(int ordinal) {
@@ -87,6 +88,9 @@ GpuIdentity identify_gpu(int ordinal) {
   drv.cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, dev);
   drv.cuDeviceGetAttribute(&device, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, dev);
   drv.cuDeviceGetAttribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, dev);
+  int pageable = 0;
+  drv.cuDeviceGetAttribute(&pageable, CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, dev);
+  g.pageable_memory_access = pageable != 0;
   g.l2_bytes = std::size_t(l2);
   g.persisting_l2_max_bytes = std::size_t(persisting);
   char pci[32];

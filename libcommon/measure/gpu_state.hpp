@@ -20,6 +20,11 @@ struct GpuIdentity {
   std::size_t persisting_l2_max_bytes = 0;
   int sm_count = 0;
   std::string pci_bus_id;        // "0000:3b:00.0"
+  // The GPU reads and writes the process's ordinary (pageable) host memory through plain pointers
+  // (HMM, or ATS on Grace): a kernel could then reach the host memory of the process it runs in.
+  // kernel-check's verdict is made in a process that runs no candidate code; kernel-prof's timing
+  // is not, so its records say which kind of node measured them.
+  bool pageable_memory_access = false;
   Json to_json() const;
 };
 
