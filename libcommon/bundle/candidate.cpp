@@ -45,6 +45,13 @@ std::string Candidate::precision(const BoundPlan* bound) const {
   for (auto* section : {&plan.init, &plan.forward})
     for (auto& s : *section)
       if (s.kind == Step::kGemm && s.gemm.compute == "tf32") prec = lower_precision(prec, "tf32");
+  // Scratch declared in a narrow float type holds values of that precision, whatever writes them
+  // (integer stores of rounded bits included). Integer scratch (flags, indices, masks) says nothing.
+  for (const auto& d : plan.scratch) {
+    if (d.dtype == "F16") prec = lower_precision(prec, "fp16");
+    if (d.dtype == "BF16") prec = lower_precision(prec, "bf16");
+    if (d.dtype.rfind("F8", 0) == 0) prec = lower_precision(prec, "fp8");
+  }
   if (bound)
     for (auto* section : {&bound->init, &bound->forward})
       for (auto& s : *section) {
@@ -72,7 +79,9 @@ std::string base_name(const std::string& expr) {
 }
 
 // Every kernel the plan launches is named in the sources, or the plan_error naming the first that
-// is not (a kernel the sources never mention is a plan error, not a compile error).
+// is not. Asked only once a compile has failed (a kernel the sources never mention is a plan error,
+// not a compile error): a name a macro makes (`#define K(n) my_##n`) is not in the text, yet it
+// names a kernel the compiled code defines, and that code's rules judge it.
 std::optional<Refusal> undefined_kernel(const Candidate& c) {
   std::string all_code;
   for (auto& [f, s] : c.sources.kernels) all_code += strip_comments(s) + "\n";
@@ -108,8 +117,8 @@ Refusal compile_failure(const CompileResult& r) {
   return out;
 }
 
-// The steps before the compiler: the plan parsed, sources present, the rules on plan and sources,
-// every launched kernel defined. Nothing, or the refusal.
+// The steps before the compiler: the plan parsed, sources present, the rules on plan and sources.
+// Nothing, or the refusal.
 std::optional<Refusal> before_compile(Candidate& c, const CandidateOptions& options) {
   try {
     c.plan = Plan::parse(c.sources.plan);
@@ -122,7 +131,7 @@ std::optional<Refusal> before_compile(Candidate& c, const CandidateOptions& opti
     if (auto v = options.rules->check_plan(c.plan)) return policy_violation(*v);
     if (auto v = options.rules->check_sources(c.sources.kernels)) return policy_violation(*v);
   }
-  return undefined_kernel(c);
+  return std::nullopt;
 }
 
 }  // namespace
@@ -161,6 +170,13 @@ Candidate prepare_candidate(BundleSources sources, const IoSpec* io, const Candi
   copt.extra_flags = options.extra_flags;
   c.compiled = std::make_shared<const CompileResult>(compile_bundle(c.sources.kernels, c.plan.kernel_names(), copt));
   if (!c.compiled->ok) {
+    // A launched kernel the sources never name: the plan's fault, said as such (the compile, which
+    // failed on it, is not reported).
+    if (auto undefined = undefined_kernel(c)) {
+      c.refused = undefined;
+      c.compiled.reset();
+      return c;
+    }
     c.refused = compile_failure(*c.compiled);
     return c;
   }

@@ -80,12 +80,13 @@ struct Candidate {
   // ptxas reads it), by the plan's name expression; empty without compiled kernels.
   std::map<std::string, std::string> kernel_precisions() const;
   // The candidate's precision: the lowest of the kernels the plan launches (a kernel never launched
-  // does not count) and of its library steps (tf32 gemm; fp16/bf16 buffers, known once bound).
+  // does not count), of its library steps (tf32 gemm; fp16/bf16 buffers, known once bound) and of
+  // its scratch declared in a narrow float type (float16, bfloat16, float8_*).
   std::string precision(const BoundPlan* bound) const;
 };
 
-// The way up to binding: parse, rules on plan and sources, kernels defined, compile, rules on the
-// compiled code, the plan checked against the signatures (with `io`'s tensors when given: a task
+// The way up to binding: parse, rules on plan and sources, compile (failed: a launched kernel the
+// sources never name is a plan_error, else compile_error), rules on the compiled code, the plan checked against the signatures (with `io`'s tensors when given: a task
 // is known), and bound to `io` when its shapes are known (options.arch's launch limits).
 // A candidate's fault is c.refused, never an exception; EnvironmentError without NVRTC.
 Candidate prepare_candidate(BundleSources sources, const IoSpec* io, const CandidateOptions& options);

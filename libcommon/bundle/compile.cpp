@@ -4,10 +4,13 @@
 // compile_cache.cpp, compile_report.cpp, cubin.cpp.
 #include "libcommon/bundle/compile.hpp"
 
+#include <cxxabi.h>
+
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 
 #include "libcommon/bundle/compile_detail.hpp"
@@ -117,25 +120,59 @@ std::map<std::string, KernelSignature> signatures_of(const CompileResult& r) {
   return out;
 }
 
+namespace {
+
+// The identifiers of a demangled name's qualified name, scopes and templates' own names alike, not
+// its template arguments, parameters or return type: "void a::b::ca_k<2>(float*)" -> a, b, ca_k;
+// "std::ca_k(int)" -> std, ca_k; "(anonymous namespace)::ca_k()" -> ca_k.
+std::vector<std::string> qualified_name_parts(std::string d) {
+  const std::string anonymous = "(anonymous namespace)";
+  for (size_t at = d.find(anonymous); at != std::string::npos; at = d.find(anonymous, at)) d.replace(at, anonymous.size(), "anon");
+  std::vector<std::string> parts;
+  std::string word;
+  int angle = 0;
+  for (char ch : d) {
+    const bool ident = std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '$';
+    if (ident && angle == 0) {
+      word += ch;
+      continue;
+    }
+    if (!word.empty()) parts.push_back(word);
+    word.clear();
+    if (ch == '<') ++angle;
+    else if (ch == '>' && angle > 0) --angle;
+    else if (ch == '(' && angle == 0) return parts;  // the parameter list
+    else if (ch == ' ' && angle == 0) parts.clear();  // what came before was the return type
+  }
+  if (!word.empty()) parts.push_back(word);
+  return parts;
+}
+
+}  // namespace
+
 bool reserved_kernel_name(const std::string& name) {
   const std::string prefix = kReservedKernelPrefix;
-  if (name.rfind(prefix, 0) == 0) return true;
-  // A mangled name: each <length><identifier> of its qualified name (_Z15ca_scrub_sharedj,
-  // _ZN2ns6ca_fooEv, _ZL6ca_barv), not its parameter types.
+  auto reserved = [&](const std::string& id) { return id.rfind(prefix, 0) == 0; };
+  if (reserved(name)) return true;
   if (name.rfind("_Z", 0) != 0) return false;
-  size_t i = 2;
-  if (i < name.size() && name[i] == 'L') ++i;
-  const bool nested = i < name.size() && name[i] == 'N';
-  if (nested) ++i;
-  while (i < name.size() && (name[i] == 'r' || name[i] == 'V' || name[i] == 'K')) ++i;
-  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) {
-    size_t len = 0;
-    while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])) && len < (size_t(1) << 20))
-      len = len * 10 + size_t(name[i++] - '0');
-    if (len == 0 || i + len > name.size()) return false;
-    if (name.compare(i, prefix.size(), prefix) == 0) return true;
-    i += len;
-    if (!nested) break;
+  // A mangled name, read by the C++ runtime's own demangler, so that every way of qualifying it
+  // counts (_Z15ca_scrub_sharedj, _ZN2ns6ca_fooEv, _ZSt5ca_kv in namespace std, templates,
+  // anonymous namespaces): any part of its qualified name in the namespace.
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> d(abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status), std::free);
+  if (status == 0 && d) {
+    for (const auto& part : qualified_name_parts(d.get()))
+      if (reserved(part)) return true;
+    return false;
+  }
+  // Not a name the demangler reads (ptxas would not accept it as a kernel's either): each
+  // <length><identifier> of it.
+  for (size_t i = 2; i < name.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(name[i])) || std::isdigit(static_cast<unsigned char>(name[i - 1]))) continue;
+    size_t len = 0, k = i;
+    while (k < name.size() && std::isdigit(static_cast<unsigned char>(name[k])) && len < (size_t(1) << 20))
+      len = len * 10 + size_t(name[k++] - '0');
+    if (len > 0 && k + len <= name.size() && name.compare(k, prefix.size(), prefix) == 0) return true;
   }
   return false;
 }

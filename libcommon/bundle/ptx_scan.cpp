@@ -451,11 +451,13 @@ std::set<std::string> reachable_functions(const PtxModule& m, const std::string&
     if (auto v = m.variables.find(n); v != m.variables.end())
       for (const auto& r : v->second)
         if (seen.insert(r).second) todo.push_back(r);
-    // A call through a register can reach any .func of the module (an address can be computed).
+    // A call through a register can reach any code of the module: an address can be computed
+    // (a function's plus an offset lands anywhere in the module's code, a kernel never launched
+    // included), so every function and kernel counts.
     if (todo.empty() && indirect) {
       indirect = false;
       for (const auto& [name, f] : m.functions)
-        if (!f.entry && seen.insert(name).second) todo.push_back(name);
+        if (seen.insert(name).second) todo.push_back(name);
     }
   }
   return functions;

@@ -8,8 +8,9 @@
 //
 // Precision is the lowest class of any instruction a kernel can execute: its own body, and every
 // .func it can reach (calls, addresses taken, function pointers in module variables, .alias; a
-// reachable indirect call reaches every .func of the module). Instructions in a kernel that is never launched
-// do not count. Integer emulation of narrow formats (bf16 kept in integers, widened with a shift)
+// reachable indirect call reaches every function and kernel of the module: a computed address
+// can land anywhere in its code). Instructions in a kernel that is never launched, and that no
+// launched one can reach, do not count. Integer emulation of narrow formats (bf16 kept in integers, widened with a shift)
 // has no opcode to find: the calibrated tolerance judges it, not this scan.
 #pragma once
 #include <map>

@@ -144,6 +144,44 @@ TEST_CASE("ptx scan: functions, the call graph, and kernels never launched") {
   CHECK(ptx_precision(kHandPtx) == "fp16");  // the whole text
 }
 
+TEST_CASE("ptx scan: an indirect call reaches every kernel's code, launched or not") {
+  // A function's address plus an offset can land in any code of the module, a kernel's the plan
+  // never launches included: a kernel that calls through a register counts the whole module.
+  const std::string ptx = R"ptx(
+.func (.param .b32 r) exact(.param .b32 a)
+{
+  ret;
+}
+.visible .entry half_never_launched()
+{
+  .reg .b32 %r<4>;
+  fma.rn.f16x2 %r1, %r2, %r3, %r1;
+  ret;
+}
+.visible .entry plain()
+{
+  ret;
+}
+.visible .entry jumps()
+{
+  .reg .b64 %rd<3>;
+  mov.u64 %rd1, exact;
+  add.u64 %rd2, %rd1, 4096;
+  {
+  .param .b32 param0;
+  .param .b32 retval0;
+  prototype_0 : .callprototype (.param .b32 _) _ (.param .b32 _);
+  call (retval0), %rd2, (param0), prototype_0;
+  }
+  ret;
+}
+)ptx";
+  auto k = kernel_precisions(scan_ptx(ptx), {"plain", "jumps"});
+  CHECK(k["plain"] == "fp32");
+  CHECK(k["jumps"] == "fp16");
+  CHECK(reachable_functions(scan_ptx(ptx), "jumps").count("half_never_launched"));
+}
+
 TEST_CASE("ptx scan: strings and comments cannot hide an instruction") {
   // Under every reading of the string (escapes or not), the instruction after it is seen.
   for (const std::string hide : {R"(.pragma "//";)", R"(.pragma "a\"; //";)", R"(.pragma "/*"; )", "// \"\n", "/* \" */"}) {
@@ -243,7 +281,10 @@ TEST_CASE("ptx scan: every spelling compiled by NVRTC reports its true precision
       {"k_fp32", "fp32"},       {"k_mma_newline", "fp16"}, {"k_mma_comment", "bf16"}, {"k_imma", "int8"},
       {"k_wmma", "fp16"},       {"k_wmma_tf32", "tf32"},   {"k_half2", "fp16"},       {"k_float2half", "fp16"},
       {"k_bf16", "bf16"},       {"k_dp4a", "int8"},        {"k_fp8", "fp8"},          {"k_calls", "fp16"},
-      {"k_pointer", "fp16"},    {"k_tf32_cvt", "tf32"},    {"k_cvt_s8", "int8"},
+      {"k_tf32_cvt", "tf32"},   {"k_cvt_s8", "int8"},
+      // Through a function pointer: a call through a register can land anywhere in the module's
+      // code, so the whole module counts (k_fp8's conversion the lowest).
+      {"k_pointer", "fp8"},
       // A float rounded to an integer and stored in a char: integer work; the calibrated tolerance,
       // not the opcode scan, judges such emulation.
       {"k_quant", "fp32"}};

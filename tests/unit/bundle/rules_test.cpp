@@ -122,6 +122,16 @@ TEST_CASE("rules: a kernel named in the checker's namespace is refused") {
   CHECK(ca::bundle::reserved_kernel_name("_ZN2ns10ca_compareEPf"));
   CHECK_FALSE(ca::bundle::reserved_kernel_name("_Z1kP4ca_t"));
   CHECK_FALSE(ca::bundle::reserved_kernel_name("scale_ca_x"));
+  // Every way a mangled name qualifies it (the demangler reads them): namespace std (St, which a
+  // scan of <length><identifier> pairs missed), std's nested, an anonymous namespace, a template
+  // with its return type, a ca_ namespace; a template argument or parameter type is not the name.
+  CHECK(ca::bundle::reserved_kernel_name("_ZSt8ca_probePKfPfi"));
+  CHECK(ca::bundle::reserved_kernel_name("_ZNSt5inner8ca_probeEv"));
+  CHECK(ca::bundle::reserved_kernel_name("_ZN12_GLOBAL__N_18ca_probeEPKfPfi"));
+  CHECK(ca::bundle::reserved_kernel_name("_ZN1a1b8ca_probeILi2EEEvPKfPfi"));
+  CHECK(ca::bundle::reserved_kernel_name("_ZN4ca_x4workEv"));
+  CHECK_FALSE(ca::bundle::reserved_kernel_name("_Z4workI4ca_tEvPT_"));
+  CHECK_FALSE(ca::bundle::reserved_kernel_name("_ZN2ns4workEP4ca_t"));
 }
 
 TEST_CASE("rules: __constant__ memory counts toward the module cap") {
