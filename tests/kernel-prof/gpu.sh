@@ -107,6 +107,11 @@ if "kernels" in n:
     assert [k["name"] for k in n["kernels"] if "relu2" not in k["name"]] == [], [k["name"] for k in n["kernels"]]
 else:
     print("ncu UNAVAILABLE here: " + json.dumps(n)[:600])
+    # ncu ran the replay but profiled nothing: the NVTX range (replay.hpp) matched no launch. That is
+    # the filter's fault, not the machine's (which says ERR_NVGPUCTRPERM when counters are closed).
+    said = n.get("stderr", "") + n.get("stdout_tail", "")
+    assert not ("No kernels were profiled" in said and "ERR_NVGPUCTRPERM" not in said), \
+        "ncu profiled no kernel inside the candidate's NVTX range: " + said[-400:]
 PY
 # A candidate whose kernels kill the GPU context (an illegal address, a trap) costs its own record,
 # never the records after it: CA_KERNEL_PROF_INJECT_FAULT makes kp-good's timing start with a trap in
