@@ -355,6 +355,22 @@ case("computed-call-into-unlaunched", {"probe.cu": JUMP},
      "forward:\n  - launch: probe\n    grid: [cdiv(R * C, 256)]\n    block: [256]\n    args: [inputs.0, outputs.0, R * C, scratch.offset]\n",
      cpu="compiled", precision="fp16")
 
+# Inside a repeat (one iteration, or none): the step is in the plan's steps, it counts.
+for name, count in [("repeat-launch-half", "1"), ("repeat-zero-launch-half", "0")]:
+    case(name, {"probe.cu": UNLAUNCHED.replace("@HEAD@", "") + r"""
+#include <cuda_fp16.h>
+__global__ void halve_round(float* y, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = __half2float(__float2half_rn(y[i]));
+}
+"""}, PLAN + "  - repeat: " + count + "\n    steps:\n      - launch: halve_round\n        grid: [cdiv(R * C, 256)]\n"
+         "        block: [256]\n        args: [outputs.0, R * C]\n", cpu="compiled", precision="fp16")
+# A cooperative launch of the fp16 kernel: the same.
+case("cooperative-launch-half", {"probe.cu": PROBE.replace("@HEAD@", "#include <cuda_fp16.h>").replace(
+    "@BODY@", "  r = __half2float(__float2half_rn(v)) * 2.0f;")},
+     PLAN.replace("    grid: [cdiv(R * C, 256)]", "    cooperative: true\n    grid: [cdiv(R * C, 256)]"),
+     cpu="compiled", precision="fp16")
+
 # --- Library steps: their declared precision counts -----------------------------------------------
 GEMM_PLAN = open(os.path.join(SKILL, "linear_relu_gemm", "plan.yaml")).read()
 case("gemm-fp32", {}, GEMM_PLAN, task=LINEAR, cpu="compiled", precision="fp32")
