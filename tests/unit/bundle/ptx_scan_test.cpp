@@ -305,6 +305,47 @@ TEST_CASE("ptx scan: every spelling compiled by NVRTC reports its true precision
   CHECK(ptx_precision(r.ptx) == "fp8");
 }
 
+// wgmma (sm_90a only: NVRTC's sm_90 target refuses it, so a bundle judged for sm_90 cannot use it)
+// by its operand types, a line break inside its modifiers too.
+const char* const kWgmma = R"cu(#define WG_F(name, op, extra)                                                                         \
+  __global__ void name(const unsigned long long* desc, float* y) {                                     \
+    float d0 = 0.f, d1 = 0.f, d2 = 0.f, d3 = 0.f;                                                      \
+    asm volatile("wgmma.fence.sync.aligned;\n" op " {%0, %1, %2, %3}, %4, %5, 1" extra ";\n"           \
+                 "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;"                  \
+                 : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3) : "l"(desc[0]), "l"(desc[1]));               \
+    y[threadIdx.x] = d0 + d1 + d2 + d3;                                                                \
+  }
+WG_F(k_wgmma_f16, "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16", ", 1, 1, 0, 0")
+WG_F(k_wgmma_bf16, "wgmma.mma_async.sync.aligned.m64n8k16.f32\n .bf16.bf16", ", 1, 1, 0, 0")
+WG_F(k_wgmma_tf32, "wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32", ", 1, 1")
+WG_F(k_wgmma_fp8, "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e5m2", ", 1, 1")
+__global__ void k_wgmma_s8(const unsigned long long* desc, float* y) {
+  int d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+  asm volatile("wgmma.fence.sync.aligned;\nwgmma.mma_async.sync.aligned.m64n8k32.s32.s8.u8 {%0, %1, %2, %3}, %4, %5, 1;\n"
+               "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;"
+               : "+r"(d0), "+r"(d1), "+r"(d2), "+r"(d3) : "l"(desc[0]), "l"(desc[1]));
+  y[threadIdx.x] = (float)(d0 + d1 + d2 + d3);
+}
+)cu";
+
+TEST_CASE("ptx scan: wgmma compiled for sm_90a reads by its operand types") {
+  REQUIRE_MESSAGE(ca::cuda::Nvrtc::available(), "NVRTC (the CUDA toolkit the build uses) is needed");
+  const std::map<std::string, std::string> want = {{"k_wgmma_f16", "fp16"}, {"k_wgmma_bf16", "bf16"}, {"k_wgmma_tf32", "tf32"},
+                                                   {"k_wgmma_fp8", "fp8"},  {"k_wgmma_s8", "int8"}};
+  std::vector<std::string> names;
+  for (const auto& [n, p] : want) names.push_back(n);
+  CompileOptions opt;
+  opt.arch = "sm_90a";
+  opt.use_cache = false;
+  CompileResult r = compile_bundle({{"k.cu", kWgmma}}, names, opt);
+  REQUIRE_MESSAGE(r.ok, r.log);
+  PtxModule m = scan_ptx(r.ptx);
+  for (const auto& [n, p] : want) {
+    REQUIRE(r.lowered.count(n));
+    CHECK_MESSAGE(kernel_precisions(m, {r.lowered.at(n)}).at(r.lowered.at(n)) == p, n);
+  }
+}
+
 TEST_CASE("ptx scan: an .alias injected by inline asm leads to the function it names") {
   REQUIRE_MESSAGE(ca::cuda::Nvrtc::available(), "NVRTC (the CUDA toolkit the build uses) is needed");
   // inj's asm closes its body and declares `al` as an alias of the fp16 function; k calls `al`.
