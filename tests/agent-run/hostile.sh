@@ -237,4 +237,27 @@ print("judge 509 deep: the record nests", depth(r), "levels, cut marked")
 ' "$TMP/judge-509.out"
 "$CA_BIN/run-store" import --store "$TMP/s2.db" -i "$TMP/judge-509.out" > /dev/null 2> "$TMP/import2.err" ||
   fail "run-store import of the deep-cut record: $(cat "$TMP/import2.err")"
+
+# 6. A tool call's argument longer than exec allows (one argument of 128 KiB; the kernel says E2BIG): a
+# bash command and a grep pattern of 200,000 bytes are answered as not run, telling why; the episode goes
+# on to its end (it ended as error, exit 4, with no turn in the record).
+"$PY" -c '
+import json, sys
+n = 200000
+calls = [{"name": "bash", "arguments": {"command": "echo " + "y" * n}}, {"name": "grep", "arguments": {"pattern": "z" * n}},
+         {"name": "bash", "arguments": {"command": "echo still here"}}]
+open(sys.argv[1], "w").write(json.dumps({"content": "", "tool_calls": calls}) + "\n" + json.dumps({"content": "Done."}) + "\n")
+' "$TMP/long-args.jsonl"
+"$CA_BIN/agent-run" --policy "replay:$TMP/long-args.jsonl" --no-store --tasks "$TMP/task.jsonl" \
+  > "$TMP/long-args.out" 2> "$TMP/long-args.err" || fail "arguments over the exec limit: exit $?: $(tail -3 "$TMP/long-args.err")"
+py '
+e = recs[0]["episode"]
+assert e["stop_reason"] == "done", (e["stop_reason"], e.get("error"))
+res = e["turns"][0]["tool_results"]
+for r in res[:2]:
+    assert "[not run: the command (or pattern) is 200005 bytes" in r["content"] or "is 200000 bytes" in r["content"], r["content"][-300:]
+    assert "one argument may be" in r["content"], r["content"][-300:]
+assert "still here" in res[2]["content"], res[2]
+print("200,000-byte command and pattern: not run, told why; the episode went on")
+' "$TMP/long-args.out"
 echo "hostile: ok"

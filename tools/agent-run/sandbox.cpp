@@ -27,6 +27,7 @@ Json SandboxLimits::to_json() const {
 }
 
 std::string SandboxResult::report(const SandboxLimits& limits) const {
+  if (!refused.empty()) return "[not run: " + refused + "]";
   if (sandbox_failed) return "[sandbox error: the sandbox could not start; the command did not run]";
   std::string r;
   if (!stopped.empty())
@@ -90,7 +91,33 @@ static void hand_over(const std::string& root, int uid) {
     (void)!lchown(it->path().c_str(), uid, uid);
 }
 
+// Why ARGV cannot be exec'd ("" when it can): the kernel refuses one argument of 32 pages or more
+// (MAX_ARG_STRLEN, with its NUL) and an argument list past ARG_MAX with E2BIG, which would end the
+// whole episode as an error. A model's command or pattern is bounded here instead, and told why.
+static std::string too_long_to_exec(const std::vector<std::string>& argv) {
+  const std::size_t max_arg = 32 * static_cast<std::size_t>(sysconf(_SC_PAGESIZE)) - 1;
+  const long arg_max = sysconf(_SC_ARG_MAX);
+  // Half of ARG_MAX: the environment and bwrap's own arguments share it.
+  const std::size_t max_total = arg_max > 0 ? static_cast<std::size_t>(arg_max) / 2 : 128 * 1024;
+  std::size_t total = 0;
+  for (const auto& a : argv) {
+    if (a.size() > max_arg)
+      return "the command (or pattern) is " + std::to_string(a.size()) + " bytes, more than the " +
+             std::to_string(max_arg) + " one argument may be; write it to a file with write_file and run the file";
+    total += a.size() + 1 + sizeof(char*);
+  }
+  if (total > max_total)
+    return "the command's arguments are " + std::to_string(total) + " bytes, more than the " + std::to_string(max_total) +
+           " allowed; write them to a file with write_file and run the file";
+  return "";
+}
+
 SandboxResult Sandbox::run(const std::vector<std::string>& inner_argv, const SandboxWatch& watch) const {
+  if (std::string why = too_long_to_exec(inner_argv); !why.empty()) {
+    SandboxResult res;
+    res.refused = why;
+    return res;
+  }
   hand_over(workspace_, uid_);
   hand_over(tmp_, uid_);
   // Limits are set by the shell inside the sandbox (hard limits, so the command cannot raise them);

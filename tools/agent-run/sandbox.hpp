@@ -17,6 +17,7 @@ struct SandboxResult {
   bool output_truncated = false;
   bool sandbox_failed = false;  // bwrap itself could not start the sandbox
   std::string stopped;          // why the watch ended it ("" when it did not)
+  std::string refused;          // why the command was not started ("" when it was): too long to exec
   std::string output;         // stdout and stderr together, at most limits.output_bytes
   double elapsed_ms = 0;
   // One line for the model and the record: what ended the command and which limit, if any.

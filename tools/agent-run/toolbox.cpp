@@ -222,7 +222,7 @@ ToolOutcome Toolbox::sandboxed(const std::string& n, const Json& args, std::chro
   };
   r = sandbox_.run_shell(a, watch);
   ToolOutcome o;
-  o.ok = !r.sandbox_failed && r.stopped.empty();
+  o.ok = !r.sandbox_failed && r.stopped.empty() && r.refused.empty();
   // Only the head of the output: the rest is the model's to cut, but a note must survive it.
   o.text = cut(r.output, settings_.tool_output_chars);
   if (!o.text.empty() && o.text.back() != '\n') o.text += "\n";
