@@ -233,32 +233,70 @@ void check_cudnn_reach(const std::vector<int>& dims, const std::vector<int>& str
                     " elements; cuDNN's tensors hold at most 2^31 - 1 (split the batch over several conv steps)");
 }
 
-// cuDNN's first working algorithm for cp's convolution (forward, or backward-data for a transposed
-// one) and its workspace size; false when it has none.
-bool choose_conv_algorithm(const cuda::Cudnn& dnn, cudnnHandle_t handle, ConvPlan& cp, const std::string& label) {
-  bool ok = false;
-  const BoundConv& c = *cp.c;
+// cuDNN's working algorithms for cp's convolution (forward, or backward-data for a transposed one),
+// in its heuristic's order, each with its workspace size; empty when it has none.
+struct ConvAlgorithm {
+  int algo = 0;  // a cudnnConvolutionFwdAlgo_t, or a cudnnConvolutionBwdDataAlgo_t for a transposed one
+  size_t workspace_bytes = 0;
+};
+std::vector<ConvAlgorithm> conv_algorithms(const cuda::Cudnn& dnn, cudnnHandle_t handle, const ConvPlan& cp,
+                                           const std::string& label) {
+  std::vector<ConvAlgorithm> out;
   int found = 0;
-  if (!c.transposed) {
+  if (!cp.c->transposed) {
     cudnnConvolutionFwdAlgoPerf_t perf[8];
     dnn.check(dnn.getConvolutionForwardAlgorithm_v7(handle, cp.x, cp.w, cp.conv, cp.y, 8, &found, perf), label + ": algorithm");
-    for (int a = 0; a < found && !ok; ++a)
-      if (perf[a].status == CUDNN_STATUS_SUCCESS) cp.algo = perf[a].algo, ok = true;
-    if (ok)
-      dnn.check(dnn.getConvolutionForwardWorkspaceSize(handle, cp.x, cp.w, cp.conv, cp.y, cp.algo, &cp.workspace_bytes),
-                label + ": workspace");
+    for (int a = 0; a < found; ++a) {
+      if (perf[a].status != CUDNN_STATUS_SUCCESS) continue;
+      ConvAlgorithm ca{int(perf[a].algo), 0};
+      if (dnn.getConvolutionForwardWorkspaceSize(handle, cp.x, cp.w, cp.conv, cp.y, perf[a].algo, &ca.workspace_bytes) ==
+          CUDNN_STATUS_SUCCESS)
+        out.push_back(ca);
+    }
   } else {
     cudnnConvolutionBwdDataAlgoPerf_t perf[8];
     dnn.check(dnn.getConvolutionBackwardDataAlgorithm_v7(handle, cp.w, cp.x, cp.conv, cp.y, 8, &found, perf),
               label + ": algorithm");
-    for (int a = 0; a < found && !ok; ++a)
-      if (perf[a].status == CUDNN_STATUS_SUCCESS) cp.transposed_algo = perf[a].algo, ok = true;
-    if (ok)
-      dnn.check(dnn.getConvolutionBackwardDataWorkspaceSize(handle, cp.w, cp.x, cp.conv, cp.y, cp.transposed_algo,
-                                                             &cp.workspace_bytes),
-                label + ": workspace");
+    for (int a = 0; a < found; ++a) {
+      if (perf[a].status != CUDNN_STATUS_SUCCESS) continue;
+      ConvAlgorithm ca{int(perf[a].algo), 0};
+      if (dnn.getConvolutionBackwardDataWorkspaceSize(handle, cp.w, cp.x, cp.conv, cp.y, perf[a].algo, &ca.workspace_bytes) ==
+          CUDNN_STATUS_SUCCESS)
+        out.push_back(ca);
+    }
   }
-  return ok;
+  return out;
+}
+
+// The first of cuDNN's working algorithms whose workspace can be had: the executor's one workspace
+// grows to the largest a conv step takes; an algorithm whose workspace does not fit in the GPU's free
+// memory gives way to the next (PyTorch's cuDNN path does the same), so a heuristic's favourite with a
+// gigabyte workspace never fails a plan on a GPU that also holds the task's gigabyte tensors.
+void choose_conv_algorithm(cudnnHandle_t handle, ConvPlan& cp, CUdeviceptr& workspace, size_t& workspace_bytes,
+                           const std::string& label) {
+  auto& d = Driver::get();
+  const auto algorithms = conv_algorithms(cuda::Cudnn::get(), handle, cp, label);
+  if (algorithms.empty()) throw CudaError(CUDA_ERROR_NOT_SUPPORTED, label + ": cuDNN has no algorithm for this convolution");
+  std::string refused;
+  for (const ConvAlgorithm& a : algorithms) {
+    if (a.workspace_bytes > workspace_bytes) {
+      CUdeviceptr p = 0;
+      const CUresult r = d.cuMemAlloc(&p, a.workspace_bytes);
+      if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+        refused += (refused.empty() ? "" : ", ") + std::to_string(a.workspace_bytes >> 20) + " MiB";
+        continue;
+      }
+      d.check(r, "cuMemAlloc(cuDNN workspace)");
+      if (workspace) d.cuMemFree(workspace);
+      workspace = p;
+      workspace_bytes = a.workspace_bytes;
+    }
+    if (cp.c->transposed) cp.transposed_algo = cudnnConvolutionBwdDataAlgo_t(a.algo);
+    else cp.algo = cudnnConvolutionFwdAlgo_t(a.algo);
+    cp.workspace_bytes = a.workspace_bytes;
+    return;
+  }
+  throw CudaError(CUDA_ERROR_OUT_OF_MEMORY, label + ": no cuDNN algorithm's workspace fits in the GPU's free memory (" + refused + ")");
 }
 
 }  // namespace
@@ -481,7 +519,6 @@ void Executor::prepare_gemm(const BoundStep& s, size_t si) {
 
 // A conv step: its cuDNN descriptors, algorithm and workspace.
 void Executor::prepare_conv(const BoundStep& s, size_t si) {
-  auto& d = Driver::get();
   const auto& dnn = cuda::Cudnn::get();
   if (!impl_->dnn) dnn.check(dnn.create(&impl_->dnn), "cudnnCreate");
   const BoundConv& c = s.conv;
@@ -545,15 +582,7 @@ void Executor::prepare_conv(const BoundStep& s, size_t si) {
     dnn.check(dnn.setTensorNdDescriptor(cp.bias, dnn_type(plan_.buffers[c.bias].dtype), int(bd.size()), bd.data(), bst.data()),
               s.label + ": bias");
   }
-  const bool ok = choose_conv_algorithm(dnn, impl_->dnn, cp, s.label);
-  if (!ok) throw CudaError(CUDA_ERROR_NOT_SUPPORTED, s.label + ": cuDNN has no algorithm for this convolution");
-  if (cp.workspace_bytes > impl_->conv_workspace_bytes) {
-    if (impl_->conv_workspace) d.cuMemFree(impl_->conv_workspace);
-    impl_->conv_workspace = 0;
-    impl_->conv_workspace_bytes = 0;
-    d.check(d.cuMemAlloc(&impl_->conv_workspace, cp.workspace_bytes), "cuMemAlloc(cuDNN workspace)");
-    impl_->conv_workspace_bytes = cp.workspace_bytes;
-  }
+  choose_conv_algorithm(impl_->dnn, cp, impl_->conv_workspace, impl_->conv_workspace_bytes, s.label);
 }
 
 Executor::~Executor() { free_resources(); }
