@@ -679,8 +679,15 @@ void Executor::upload_device(const std::string& ref, CUdeviceptr src, size_t byt
 
 void Executor::upload_shared(const Json& descriptions) {
   cuda::IpcMaps maps;
-  for (const auto& [name, t] : cuda::shared_tensors(descriptions))
-    if (plan_.buffer_index(name) >= 0) upload_device(name, maps.map(t), t.bytes);
+  try {
+    for (const auto& [name, t] : cuda::shared_tensors(descriptions))
+      if (plan_.buffer_index(name) >= 0) upload_device(name, maps.map(t), t.bytes);
+  } catch (...) {
+    // A later tensor refused (its size, its handle): the copies already enqueued from the mappings
+    // finish before the mappings close (the destructor's cuIpcCloseMemHandle).
+    Driver::get().cuStreamSynchronize(stream_);
+    throw;
+  }
   synchronize();
   maps.close();
 }
