@@ -144,4 +144,18 @@ ls -a | grep -q "staging" && fail "a staging folder was left behind: $(ls -a)"
 cp -r o7 o7.before
 expect 3 "File too large" bash -c "trap '' XFSZ; ulimit -f 4; exec $PPO --mode rft --policy policy --out o7 --no-store" < good.jsonl
 diff -r o7 o7.before > /dev/null || fail "a failed step changed the earlier checkpoint at --out"
+# --- A disk too small for the checkpoint init would write: exit 3 (the disk is short, not the config),
+# the sizes in units people read (it said "need 0 GiB, more than the 0 GiB free", exit 2). A real
+# small file system: a 64 KiB tmpfs in a private mount namespace, where the test may make one.
+if [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then
+  mkdir -p small
+  rc=0
+  unshare -m bash -c "mount -t tmpfs -o size=64k tmpfs small && exec $PPO init --model-config '$HERE/toy_model.json' --out small/o -q" \
+    > out.txt 2> err.txt || rc=$?
+  [ "$rc" = 3 ] || fail "init onto a 64 KiB disk exited $rc, expected 3: $(cat err.txt)"
+  grep -qE "toy_model.json': 19232 parameters need 75\.1 KiB in F32, more than the 6[0-9.]+ KiB free on the disk of 'small/o'" err.txt \
+    || fail "init onto a small disk: $(cat err.txt)"
+else
+  echo "note: no private tmpfs here (needs root and mount namespaces): init onto a small disk not tested"
+fi
 echo "ppo_step_hostile: ok"

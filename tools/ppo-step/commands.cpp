@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <filesystem>
 #include <optional>
@@ -203,7 +204,15 @@ uint64_t parse_shard_size(const std::string& text) {
   throw UsageError("--max-shard-size '" + text + "': expected a size such as 5GB or 500MB");
 }
 
-double gib(double bytes) { return bytes / double(1 << 30); }
+// A size as people read it: 1.5 GiB, 240.3 KiB, 512 bytes (never "0 GiB" for a small model).
+std::string size_text(double bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 6) bytes /= 1024, ++u;
+  char buf[48];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return buf;
+}
 }  // namespace
 
 void init_model(const InitSettings& s) {
@@ -232,17 +241,19 @@ void init_model(const InitSettings& s) {
       struct rlimit rl {};
       if (getrlimit(resource, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && double(rl.rlim_cur) < memory) memory = double(rl.rlim_cur);
     }
-    const std::string sizes = log::cat(config.parameter_count(), " parameters need ", int64_t(gib(bytes)), " GiB in ", options.dtype);
+    const std::string sizes = log::cat(config.parameter_count(), " parameters need ", size_text(bytes), " in ", options.dtype);
     const std::string shape = log::cat(" (hidden_size ", config.hidden_size, ", num_hidden_layers ", config.num_hidden_layers, ")");
     if (memory > 0 && bytes > memory)
-      throw InputError(log::cat(sizes, ", more than the ", int64_t(gib(memory)), " GiB of memory (or ulimit) here", shape));
+      throw InputError(log::cat(sizes, ", more than the ", size_text(memory), " of memory (or ulimit) here", shape));
     std::filesystem::path parent = std::filesystem::absolute(s.out).parent_path();
     while (!parent.empty() && !std::filesystem::exists(parent) && parent != parent.root_path()) parent = parent.parent_path();
     struct statvfs fsinfo {};
     if (::statvfs(parent.c_str(), &fsinfo) == 0) {
       const double free_bytes = double(fsinfo.f_bavail) * double(fsinfo.f_frsize);
+      // The disk, not the config, is what is short: exit 3, as a full disk met while writing is.
       if (bytes > free_bytes)
-        throw InputError(log::cat(sizes, ", more than the ", int64_t(gib(free_bytes)), " GiB free on the disk of '", s.out, "'", shape));
+        throw EnvironmentError(log::cat("'", s.config_path, "': ", sizes, ", more than the ", size_text(free_bytes),
+                                        " free on the disk of '", s.out, "'", shape));
     }
     nn::check_checkpoint_target(s.out);
   } catch (const InputError& e) {
