@@ -478,6 +478,9 @@ heap("heap-function-pointer", "    void* (*volatile alloc)(size_t) = malloc;\n  
 heap("heap-function-pointer-macro", "    void* (*alloc)(size_t) = &MAL;\n    float* p = (float*)alloc(64);\n    p[0] = r;",
      "#define MAL mal##loc")
 heap("heap-aligned-device-malloc", "    float* p = (float*)__nv_aligned_device_malloc(64, 16);\n    p[0] = r;")
+# The driver's own entry behind it, declared and called directly.
+heap("heap-syscall-direct", "    float* p = (float*)__cuda_syscall_aligned_malloc(64, 16);\n    p[0] = r;",
+     'extern "C" __device__ void* __cuda_syscall_aligned_malloc(size_t, size_t);')
 heap("heap-memalign", "    float* p = (float*)memalign(16, 64);\n    p[0] = r;",
      'extern "C" __device__ void* memalign(size_t, size_t);', rule=None, cpu="compile_error")
 heap("heap-calloc", "    float* p = (float*)calloc(4, 16);\n    p[0] = r;", 'extern "C" __device__ void* calloc(size_t, size_t);',
