@@ -37,6 +37,7 @@ S=$B/scale_add
   # operands' real alignment (it assumes 256 bytes unless told); reading from x[:, 0] must be wrong.
   echo "passed|gemm on x[:, 1:] (a 4-byte-aligned view)"; $MK $TB/gemm_odd_offset
   echo "incorrect|x[:, 1:] read one element early"; $MK $TB/gemm_odd_offset --plan-replace '"inputs.0[1]"' '"inputs.0[0]"'
+  echo "passed|gemm with the GELU_BIAS epilogue (fp32)"; $MK $TB/gemm_gelu
   echo "incorrect|strided view, wrong channel offset"; $MK $B/concat_strided --plan-replace "outputs.0[K1 * H * W]" "outputs.0[(K1 - 1) * H * W]"
   echo "incorrect|repeat one step short"; $MK $B/rnn_recurrence --plan-replace "repeat: T - 1" "repeat: T - 2"
   echo "incorrect|writes zeros";        $MK $S --replace fused.cu "out[i] = a[i] * alpha + b[i];" "out[i] = 0.0f;"
