@@ -6,6 +6,7 @@
 # bodies); `report --table` and `summary --table` escape control characters from task data.
 set -euo pipefail
 RS="$CA_BIN/run-store"
+export RS
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 cd "$T"
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -180,6 +181,30 @@ rm big.jsonl
 rss_kb=$(tail -1 rss.txt)
 [ "$rss_kb" -lt 80000 ] || fail "report held the bodies: max RSS ${rss_kb} kB for 120 MB of profiles"
 grep -q '"tasks":60' big.out || fail "big report: $(cat big.out)"
+
+# Bodies of a size that stays in the C heap (20 KB; the 2 MB ones above are mmap'd): 8,000 of them,
+# 160 MB. SQLite reads each body whole, and from the heap the rows the report keeps took the freed
+# buffers' holes, so report grew by what it read: about the store's size (1 GB for 50,000 such rows).
+python3 - big20k.db <<'PY'
+import json, sqlite3, subprocess, sys, os
+subprocess.run([os.environ["RS"], "init", "--store", sys.argv[1]], check=True, stderr=subprocess.DEVNULL)
+db = sqlite3.connect(sys.argv[1])
+db.execute("INSERT INTO runs (run_id, tool, version, argv, host, started_at) VALUES ('r1', 'kernel-prof', 'x', '[]', 'h', '2026-12-01T00:00:00Z')")
+samples = [0.123456789012345] * 1000
+for c in range(8000):
+    t = "t%d" % (c % 800)
+    if c < 800:
+        db.execute("INSERT INTO tasks VALUES (?, 'r1', ?)", (t, json.dumps({"task_id": t, "data_source": "kernelbench#level%d" % (c % 3 + 1), "code": "x"})))
+    s = 1 + (c % 7) / 3
+    db.execute("INSERT INTO profiles VALUES (?, 'r1', ?, 10.0, ?, ?, ?)", ("c%d" % c, t, s, s, json.dumps(
+        {"status": "timed", "correct": True, "time_us": 10.0, "speedup_vs_eager": s, "speedup_vs_compile": s, "samples": samples})))
+db.commit()
+PY
+/usr/bin/time -f "%M" -o rss.txt "$RS" report --store big20k.db --json > big20k.out 2>/dev/null || fail "report of 20 KB bodies failed"
+rss_kb=$(tail -1 rss.txt)
+[ "$rss_kb" -lt 60000 ] || fail "report grew with the bodies it read: max RSS ${rss_kb} kB for 160 MB of 20 KB profiles"
+grep -q '"level":"all".*"tasks":800' big20k.out || fail "20 KB report: $(tail -1 big20k.out)"
+rm -f big20k.db
 
 # --- Terminal output: control characters from task data are escaped.
 esc=$'\e'

@@ -323,7 +323,11 @@ StoreRows read_stores(const std::vector<std::string>& store_paths) {
         std::string key = table == "ppo_steps" ? text(r, "step_id") : text(r, "candidate_id");
         if (table != "candidates") key += "\x1f" + text(r, "run_id");
         if (!keep(table, key)) return;
-        Json data = r;
+        // A row keeps only what the report reads of it (its run, store and rowid are in Row): the
+        // profile's fields as one small body, not each besides as its JSON text.
+        Json data = Json::object();
+        for (const char* k : {"candidate_id", "task_id", "data_source", "correct", "value", "body", "step_id"})
+          if (r.contains(k) && !r[k].is_null()) data[k] = r[k];
         if (table == "profiles") data["body"] = profile_body(r);
         in.rows[table].push_back(Row{text(r, "run_id"), s, r.value("seq", int64_t(0)), std::move(data)});
       });
