@@ -6,6 +6,7 @@
 # at level 1's 8.6 GB outputs, more than an 80 GB H100 has (the calibration then failed on every trial,
 # and the load's stochastic check failed the load). Checked on CPU torch with the storage counter of
 # peak.py (what ops return), against the whole-tensor formulas for the values (NaN and Inf included).
+# And an out-of-memory error in the load's insensitivity measure leaves the load standing.
 set -euo pipefail
 . "$CA_SRC/tests/lib.sh"
 
@@ -74,3 +75,31 @@ for what, fn in (("_errors", lambda: numerics._errors(o32, o64)),
     print("%s: peak %.1f MiB of temporaries for a %.0f MiB output" % (what, peak / 2**20, o32.numel() * 4 / 2**20))
 PY
 pass "numerics: _errors and _rel_diff in chunks (values as whole; temporaries bounded by the chunk)"
+
+# Out of memory in the load's insensitivity measure, outside the task's code (the seed-1 draw's copy
+# to the device, a variant's temporaries, the comparison): the measure is missing (insensitive None,
+# with the error), the load is not lost with it. Simulated on the CPU by a comparison that raises
+# what torch raises when a GPU runs out (torch.cuda.OutOfMemoryError is a RuntimeError).
+PYTHONPATH="$CA_SRC/libcommon/python" "$PY" - "$T" <<'PY' || fail "load survives an out-of-memory insensitivity measure"
+import sys
+
+from cuda_agent_worker import numerics, tasks
+
+code = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+        "        return torch.relu(x) * 2\n\ndef get_inputs():\n    return [torch.randn(64, 32)]\n")
+
+
+def oom(*args, **kwargs):
+    raise RuntimeError("CUDA out of memory. Tried to allocate 8.00 GiB (simulated)")
+
+
+numerics.published_close = oom
+t = tasks.Task("oom-insensitive", code, "cpu", sys.argv[1])
+s = t.load_answer()
+assert s["insensitive"] is None, s["insensitive"]
+assert "RuntimeError: CUDA out of memory" in s["insensitive_evidence"]["error"], s["insensitive_evidence"]
+assert s["ill_conditioned"] is False, s["ill_conditioned"]  # the other measures still made
+assert s["stochastic"] is False and s["outputs"][0]["shape"] == [64, 32]
+print("load answer with insensitive None: %s" % s["insensitive_evidence"]["error"])
+PY
+pass "tasks: an out-of-memory insensitivity measure leaves the load standing (insensitive None)"

@@ -365,6 +365,13 @@ class Task(object):
             self.sensitivity, inputs1, outs1 = numerics.detect_insensitive(self, inputs, outs, keep_seed1=keep_inputs)
         except TaskError as e:
             self.sensitivity, inputs1, outs1 = {"insensitive": None, "error": "%s: %s" % (e.stage, e.detail)}, None, None
+        except (RuntimeError, MemoryError) as e:
+            # Out of memory outside the task's code (the seed-1 draw's copy to the device, a variant's
+            # temporaries, the comparison): the measure is missing, the load is not lost with it (as
+            # detect_ill_conditioned answers a float64 run that ran out of memory).
+            text = str(e).splitlines()[0][:300] if str(e) else ""
+            self.sensitivity, inputs1, outs1 = ({"insensitive": None, "error": "%s: %s" % (type(e).__name__, text)},
+                                                None, None)
         self.conditioning = numerics.detect_ill_conditioned(self, inputs, outs, self.stochastic["stochastic"])
         # keep_inputs: the seed-0 draw (and seed 1's, with its outputs) stays on the device for one
         # taker (the filters op), which saves drawing gigabytes again on the CPU. It has been through
