@@ -25,6 +25,7 @@
 #include "libcommon/log.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/process.hpp"
+#include "libcommon/worker/namespace_sandbox.hpp"
 #include "libcommon/worker/requests.hpp"
 
 extern char** environ;
@@ -233,7 +234,7 @@ TaskConfinement task_confinement(const WorkerOptions& opt, const std::string& py
     auto real = fs::canonical(d, ec);
     if (!ec && real.string() != d) c.read_exec_dirs.push_back(real.string());
   }
-  for (const char* f : {"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/passwd",
+  for (const char* f : {"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime", "/etc/passwd",
                         "/etc/group", "/etc/nsswitch.conf", "/etc/os-release", "/etc/lsb-release", "/etc/mime.types",
                         "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/filesystems", "/proc/loadavg",
                         "/proc/devices", "/proc/modules", "/proc/sys/kernel", "/proc/sys/vm", "/proc/driver/nvidia",
@@ -334,10 +335,12 @@ struct WorkerClient::Impl {
   }
   bool fresh_start = false;  // the next start() is one_task_per_process's, not a restart after a failure
 
-  // one_task_per_process: the key of the task code `req` carries ("" when none), and a fresh worker
-  // when this one has run other task code. What a task's code runs with is its code and init_inputs.
+  // one_task_per_process: a request that runs task code (load, filters) goes to a fresh worker when
+  // this one has run other task code. What a task's code runs with is its code and init_inputs.
   void isolate(const Json& req) {
     if (!opt.one_task_per_process) return;
+    const std::string op = req.value("op", std::string());
+    if (op != "load" && op != "filters") return;  // the ops that run task code (similarity only parses it)
     std::string key;
     for (const char* field : {"code", "code_file", "init_inputs"})
       if (req.contains(field)) key += std::string(field) + "=" + req[field].dump() + "\n";
@@ -403,21 +406,39 @@ struct WorkerClient::Impl {
   void add_confinement(SpawnOptions& so, const std::string& pythonpath, const std::vector<std::string>& cache_dirs,
                        PreparedTaskConfinement& prepared) {
     const char* env_confine = std::getenv("CUDA_AGENT_WORKER_CONFINE");
-    const bool confine = opt.confine && !(env_confine && std::string(env_confine) == "off");
-    if (confine) {
-      prepare_task_confinement(task_confinement(opt, python, pythonpath, io_dir, cache_dirs), &prepared);
-      so.argv.insert(so.argv.end(), {"--file-mb", std::to_string(opt.memory_limit_mb)});
-      if (prepared.landlock_fd >= 0) {
-        so.pass_fds.push_back({prepared.landlock_fd, 3});
-        so.argv.insert(so.argv.end(), {"--landlock-fd", "3"});
-      }
-      if (!prepared.seccomp_hex.empty()) so.argv.insert(so.argv.end(), {"--seccomp", prepared.seccomp_hex});
-      if (env_confine && *env_confine && std::string(env_confine) != "on")
-        so.argv.insert(so.argv.end(), {"--confine-skip", env_confine});  // e.g. "caps" or "landlock,seccomp"
-    } else {
+    const std::string skip = env_confine && *env_confine && std::string(env_confine) != "on" ? env_confine : "";
+    const bool confine = opt.confine && skip != "off";
+    namespaces = false;
+    if (!confine) {
       so.argv.push_back("--unconfined");
+      return;
     }
+    const TaskConfinement tc = task_confinement(opt, python, pythonpath, io_dir, cache_dirs);
+    prepare_task_confinement(tc, &prepared);
+    so.argv.insert(so.argv.end(), {"--file-mb", std::to_string(opt.memory_limit_mb)});
+    std::string skip_list = skip;
+    if (prepared.landlock_fd >= 0 && skip.find("landlock") == std::string::npos) {
+      so.pass_fds.push_back({prepared.landlock_fd, 3});
+      so.argv.insert(so.argv.end(), {"--landlock-fd", "3"});
+    } else if (skip.find("namespaces") == std::string::npos) {
+      // No Landlock (or told to do without): the filesystem through namespaces, where the node allows them.
+      std::string why;
+      if (namespace_sandbox_available(&why)) {
+        const std::string root = tmp.path() + "/root";
+        std::error_code ec;
+        fs::create_directories(root, ec);
+        so.argv = namespace_sandbox_argv(tc, root, tmp.path(), so.argv);
+        namespaces = true;
+        std::erase_if(prepared.warnings, [](const std::string& w) { return w.rfind("landlock", 0) == 0; });
+        if (skip_list.find("landlock") == std::string::npos) skip_list += skip_list.empty() ? "landlock" : ",landlock";
+      } else {
+        prepared.warnings.push_back("namespaces: " + why + ": task code can read and write every file the tool can");
+      }
+    }
+    if (!prepared.seccomp_hex.empty()) so.argv.insert(so.argv.end(), {"--seccomp", prepared.seccomp_hex});
+    if (!skip_list.empty()) so.argv.insert(so.argv.end(), {"--confine-skip", skip_list});  // e.g. "caps" or "landlock,seccomp"
   }
+  bool namespaces = false;  // the worker runs in the namespace sandbox (namespace_sandbox.hpp)
 
   // The worker's hello: it started, what confines it; an EnvironmentError (with its log's end) when not.
   void read_hello(const PreparedTaskConfinement& prepared) {
@@ -450,6 +471,7 @@ struct WorkerClient::Impl {
     if (!h.contains("confinement") || !h["confinement"].is_array()) h["confinement"] = Json::array();
     for (const char* piece : {"pgroup", "output-cap", "memory-watch"}) h["confinement"].push_back(piece);
     if (opt.one_task_per_process) h["confinement"].push_back("one-task-per-process");
+    if (namespaces) h["confinement"].push_back("namespaces");
     for (const auto& w : prepared.warnings) h["confinement_warnings"].push_back(w);
     if (h.contains("confinement_warnings") && spawns == 1)
       for (const auto& w : h["confinement_warnings"])

@@ -11,6 +11,8 @@
 #   output:  60 MB printed: the log holds the cap and a mark, the load still answers
 #   memory:  children holding memory count (group), files in its folder count
 #   env:     the tool's variables (a secret) are not inherited
+# confine_namespaces.sh runs the same cases without Landlock (a node whose kernel has none): the
+# filesystem then comes from the namespace sandbox (libcommon/worker/namespace_sandbox.hpp).
 set -u
 : "${CA_BIN:?}" "${CA_SRC:?}"
 export CUDA_AGENT_PYTHONPATH="${CA_PYTHONPATH:-$CA_SRC/libcommon/python}"
@@ -69,11 +71,12 @@ echo "$h" | py -c '
 import json, sys
 h = json.loads(sys.stdin.read())
 c = h["confinement"]
-need = ["seccomp", "rlimit", "pgroup", "output-cap", "memory-watch"] + (["landlock"] if int(sys.argv[1]) >= 1 else [])
+fs = "namespaces" if sys.argv[2] else "landlock" if int(sys.argv[1]) >= 1 else None
+need = ["seccomp", "rlimit", "pgroup", "output-cap", "memory-watch"] + ([fs] if fs else [])
 missing = [n for n in need if n not in c]
 assert not missing, ("missing", missing, h)
 print("confinement:", c, h.get("confinement_warnings", []))
-' "$abi" || fail "hello does not name the confinement: $h"
+' "$abi" "${CA_CONFINE_NAMESPACES:-}" || fail "hello does not name the confinement: $h"
 tmpdir=$(echo "$h" | py -c 'import json,sys; print(json.loads(sys.stdin.read())["temp_dir"])')
 
 # --- files -------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 
 #include "libcommon/errors.hpp"
 #include "libcommon/jsonl.hpp"
+#include "libcommon/child_main.hpp"
 #include "libcommon/log.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/worker/worker_client.hpp"
@@ -23,6 +24,8 @@ static const char* kUsage =
     "outside the client's own folder need --write-dir). \"hello\" as the op prints the worker's hello.\n";
 
 int main(int argc, char** argv) {
+  // The worker's sandbox launcher is this program again (libcommon/worker/namespace_sandbox.hpp).
+  if (ca::ChildMain child = ca::child_main_for(argc, argv)) return child();
   ca::log::set_tool("worker-ping");
   ca::worker::WorkerOptions opt;
   for (int i = 1; i < argc; ++i) {
