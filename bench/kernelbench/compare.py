@@ -6,7 +6,7 @@ usage: compare.py TOOLCHAIN.jsonl JUDGE.jsonl [--toolchain-wall S] [--judge-wall
 
 Verdicts agree when both passed, or both failed. A toolchain verdict about the task itself
 (task_stochastic, task_insensitive, task_ill_conditioned: no candidate's reward can be trusted on it,
-by kernel-check's own measurement; reference_error: its worker could not compute the reference) is counted apart as `task_unusable`, neither agreeing nor not (the reasons are shown, the statuses may differ:
+by kernel-check's own measurement; reference_error: its worker could not compute the reference; node_error: the node failed the candidate's run) is counted apart as `task_unusable`, neither agreeing nor not (the reasons are shown, the statuses may differ:
 a timeout in one is a runtime_error in the other). Rewards agree when equal; a difference where
 either side marked the margin decision within its measurement noise (reward-calc's within_noise,
 the judge's p10-p90 test) is counted apart as `noise`, not as a disagreement.
@@ -21,7 +21,7 @@ import sys
 
 # kernel-check's statuses about the task, not the candidate (check.reference says why), and a
 # reference the worker could not compute.
-TASK_STATUSES = ("task_stochastic", "task_insensitive", "task_ill_conditioned", "reference_error")
+TASK_STATUSES = ("task_stochastic", "task_insensitive", "task_ill_conditioned", "reference_error", "node_error")
 
 
 def load(path):

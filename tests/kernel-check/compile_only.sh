@@ -323,6 +323,22 @@ $MK "$B/scale_add" --replace fused.cu "b[i];" "b[i]" > "$T/bad_syntax.jsonl"
 rows=$("$CA_BIN/run-store" query "SELECT COUNT(*) AS n FROM checks" --store "$T/s.db" 2>/dev/null | python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['n'])" 2>/dev/null || echo "?")
 grep -q "1 skipped" "$T/err2.txt" && [ "$(field "$T/resumed.jsonl" status)" = compile_error ] \
   && pass "--resume reuses the stored verdict (checks rows: $rows)" || fail "--resume" "$(cat "$T/err2.txt")"
+# An environment failure stored as the latest row (the worker could not compute the reference, the
+# node could not hold the candidate's buffers) is no verdict: --resume judges the candidate again.
+for st in reference_error node_error; do
+  python3 - "$T/s.db" "$st" <<'PY'
+import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+for rowid, body in db.execute("SELECT rowid, body FROM checks").fetchall():
+    b = json.loads(body)
+    b.update({"status": sys.argv[2], "correct": None, sys.argv[2]: True})
+    db.execute("UPDATE checks SET status = ?, body = ? WHERE rowid = ?", (sys.argv[2], json.dumps(b), rowid))
+db.commit()
+PY
+  "$KC" --compile-only --store "$T/s.db" --resume < "$T/bad_syntax.jsonl" > "$T/again.jsonl" 2> "$T/err3.txt"
+  ! grep -q "1 skipped" "$T/err3.txt" && [ "$(field "$T/again.jsonl" status)" = compile_error ] \
+    && pass "--resume judges a stored $st again" || fail "--resume after $st" "$(cat "$T/err3.txt") $(cat "$T/again.jsonl")"
+done
 
 fails=$(wc -l < "$T/failures")
 echo "$fails failure(s)"

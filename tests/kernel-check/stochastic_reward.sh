@@ -19,6 +19,7 @@ cat > "$T/in.jsonl" <<JSON
 {$base, "check": {"compiled": true, "correct": null, "status": "task_insensitive", "reason": "the task's reference hardly depends on its inputs", "arch": "sm_90", "task_insensitive": true, "precision": "fp32", "tolerance": "calibrated", "reference": {"mode": "train", "stochastic": false, "from": "worker", "insensitive": true, "ill_conditioned": false, "insensitive_evidence": {"checks": [{"against": "seed 1", "rel_l2": 7e-8, "within": true}]}, "task_record_said": {"insensitive": false}}}, "prof": {"time_us": 1.0}}
 {$base, "check": {"compiled": true, "correct": null, "status": "task_ill_conditioned", "reason": "the task's fp32 reference is 0.79 from its float64 run", "arch": "sm_90", "task_ill_conditioned": true, "precision": "fp32", "tolerance": "calibrated", "reference": {"mode": "train", "stochastic": false, "from": "worker", "insensitive": false, "ill_conditioned": true, "ill_conditioned_evidence": {"cap_rel_l2": 0.05, "fp32_err_rel_l2": 0.79}}}}
 {$base, "check": {"compiled": true, "correct": null, "status": "reference_error", "reason": "reference worker: reference: worker_died: the worker process ended", "arch": "sm_90", "reference_error": true, "precision": "fp32", "tolerance": "calibrated"}}
+{$base, "check": {"compiled": true, "correct": null, "status": "node_error", "reason": "init: cuMemAlloc(scratch.h): out of memory", "arch": "sm_90", "node_error": true, "precision": "fp32", "tolerance": "calibrated"}}
 JSON
 "$RC" --no-store < "$T/in.jsonl" > "$T/out.jsonl" 2> "$T/err.txt"
 rc=$?
@@ -26,9 +27,10 @@ echo "reward-calc exit $rc"
 python3 - "$T/out.jsonl" <<'PY' || fails=$((fails + 1))
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
-assert len(recs) == 5, recs
-stoch, incorrect, insensitive, ill, referr = recs
-for name, rec in (("task_insensitive", insensitive), ("task_ill_conditioned", ill), ("reference_error", referr)):
+assert len(recs) == 6, recs
+stoch, incorrect, insensitive, ill, referr, nodeerr = recs
+for name, rec in (("task_insensitive", insensitive), ("task_ill_conditioned", ill), ("reference_error", referr),
+                  ("node_error", nodeerr)):
     v = (rec.get("reward") or {}).get("value")
     # A constant-output kernel timed at 1 us on an insensitive task: still nothing.
     assert v is None, "%s scored %r" % (name, v)
@@ -64,7 +66,7 @@ except jsonschema.ValidationError:
     pass
 print("ok   check schema: task_stochastic with correct null, not false")
 lines = open(sys.argv[2]).read().splitlines()
-for i in (2, 3, 4):
+for i in (2, 3, 4, 5):
     bad = json.loads(lines[i])["check"]
     bad["correct"] = False
     try:
@@ -81,7 +83,7 @@ for i in (2, 3, 4):
         sys.exit(1)
     except jsonschema.ValidationError:
         pass
-print("ok   check schema: task_insensitive, task_ill_conditioned and reference_error with correct null and their flag")
+print("ok   check schema: task_insensitive, task_ill_conditioned, reference_error and node_error with correct null and their flag")
 PY
 # Where the flag comes from: ops-synth import runs the reference from two RNG states (the CPU worker).
 # The same load measures whether a constant would pass (insensitive) and whether the fp32 reference

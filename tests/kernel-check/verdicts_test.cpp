@@ -169,7 +169,7 @@ TEST_CASE("verdicts: insensitive and ill-conditioned references: the worker's lo
   CHECK(ru["insensitive"].is_null());
   CHECK_FALSE(task_verdict(ru, false));
   // set_verdict: nothing judged, correct null.
-  for (const char* status : {"task_stochastic", "task_insensitive", "task_ill_conditioned", "reference_error"}) {
+  for (const char* status : {"task_stochastic", "task_insensitive", "task_ill_conditioned", "reference_error", "node_error"}) {
     ca::Json check = ca::Json::object();
     set_verdict(check, status, "why");
     CHECK(check["correct"].is_null());

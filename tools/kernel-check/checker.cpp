@@ -80,14 +80,15 @@ std::string Checker::unavailable() const {
   return "no GPU: " + no_device_why_;
 }
 
-// --resume: a verdict already in the store is reused (not a no_device or compile-only one).
+// --resume: a verdict already in the store is reused; not a no_device or compile-only one, nor an
+// environment failure (reference_error, node_error: the node's, judged again).
 bool Checker::resume(Item& item) {
   if (!common_.resume || !store_) return false;
   std::lock_guard<std::mutex> lock(path_->store_mutex());
   auto prev = store_->latest("checks", item.record["candidate_id"].get<std::string>());
   if (!prev) return false;
   std::string st = prev->value("status", "");
-  if (st == "no_device" || st == "compiled") return false;
+  if (st == "no_device" || st == "compiled" || st == "reference_error" || st == "node_error") return false;
   item.record["check"] = *prev;
   item.status = st;
   item.resumed = true;

@@ -297,13 +297,24 @@ struct GpuStage::Judgment {
     return true;
   }
 
+  static bool node_failed(const ca::Json& a) {
+    const std::string err = a.value("error", ""), detail = a.value("detail", "");
+    return err == "out_of_memory" || (err == "crashed" && detail.find("killed by signal 9 (") != std::string::npos);
+  }
+
   void runner_failed(const ca::Json& a, const std::string& during) {
     std::string err = a.value("error", "runtime_error");
     if (err == "timeout")
       set_verdict(check, "timeout", during + ": no answer within " + ca::log::cat(during == "init" || during == "first call" ? one_time_s() : watchdog_s) +
                                         " s (watchdog killed the runner)");
     else if (err == "plan_error") set_verdict(check, "plan_error", a.value("detail", ""));
-    else set_verdict(check, "runtime_error", during + ": " + a.value("detail", err));
+    else if (node_failed(a)) {
+      // The node, not the candidate (issue 32: environment failures are never verdicts): the GPU could
+      // not hold the candidate's buffers (within the scratch cap) beside the reference's, or the runner
+      // was killed from outside (SIGKILL that was not the watchdog's: the host's OOM killer, an operator).
+      set_verdict(check, "node_error", during + ": " + a.value("detail", err));
+      check["node_error"] = true;
+    } else set_verdict(check, "runtime_error", during + ": " + a.value("detail", err));
   }
 
   // 4. The warm call, then fresh inputs for every trial right after it; false when a trial ended

@@ -195,7 +195,10 @@ int runner_main(int gpu) {
         return 0;
       }
       if (op == "load") state.drop();  // a load that failed half-way keeps nothing (its buffers)
-      send(error_answer("runtime_error", e.what(), false));
+      // The load's buffers (the scratch within the cap) did not fit beside what the worker holds:
+      // the node's capacity, not the candidate's doing (no kernel of it can allocate).
+      const bool oom = op == "load" && e.result == CUDA_ERROR_OUT_OF_MEMORY;
+      send(error_answer(oom ? "out_of_memory" : "runtime_error", e.what(), false));
     } catch (const ca::bundle::PlanError& e) {
       if (op == "load") state.drop();  // a load that failed half-way keeps nothing (its buffers)
       send(error_answer("plan_error", e.what(), false));

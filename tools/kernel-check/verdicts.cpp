@@ -13,11 +13,12 @@ void set_verdict(ca::Json& check, const std::string& status, const std::string& 
   check["status"] = status;
   check["reason"] = reason;
   if (status == "passed") check["correct"] = true;
-  // Nothing judged: no GPU, a task whose reference no verdict can use (task_verdict), or a reference
+  // Nothing judged: no GPU, a task whose reference no verdict can use (task_verdict), a reference
   // the worker could not compute (reference_error: the task's or the node's failure, never the
-  // candidate's; no -1 for it).
+  // candidate's; no -1 for it), or a node that failed the candidate's run (node_error: no room for
+  // its buffers within the scratch cap, a runner killed from outside).
   else if (status == "no_device" || status == "task_stochastic" || status == "task_insensitive" ||
-           status == "task_ill_conditioned" || status == "reference_error")
+           status == "task_ill_conditioned" || status == "reference_error" || status == "node_error")
     check["correct"] = nullptr;
   else check["correct"] = false;
 }
