@@ -32,17 +32,14 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -n $urls_file ]] || { echo "judge-node.sh: --urls FILE is required" >&2; exit 1; }
 host=$(hostname -f 2>/dev/null || hostname)
-access=() auth=()
-if [[ -n $secret_file ]]; then
-  access+=(--secret-file "$secret_file")
-  auth=(-H "Authorization: Bearer $(head -n1 "$secret_file")")
-elif [[ -n ${CA_JUDGE_SECRET:-} ]]; then
-  auth=(-H "Authorization: Bearer $CA_JUDGE_SECRET")
-fi
+# The secret goes to the services by file or environment, never on a command line (any user of the
+# node reads those in /proc). The health checks below need none: health answers "up" to anyone.
+access=()
+[[ -n $secret_file ]] && access+=(--secret-file "$secret_file")
 case $bind in
   127.*|localhost|::1|'[::1]') host=127.0.0.1 ;;
   *)  # reachable from other nodes: on purpose, and only with the shared secret
-    [[ ${#auth[@]} -gt 0 ]] || { echo "judge-node.sh: --bind $bind needs --secret-file FILE (or CA_JUDGE_SECRET)" >&2; exit 1; }
+    [[ -n $secret_file || -n ${CA_JUDGE_SECRET:-} ]] || { echo "judge-node.sh: --bind $bind needs --secret-file FILE (or CA_JUDGE_SECRET)" >&2; exit 1; }
     access+=(--public) ;;
 esac
 local_dir=$(mktemp -d "${SLURM_TMPDIR:-${TMPDIR:-/tmp}}/ca-judge.XXXXXX")
@@ -67,8 +64,8 @@ done
 stop() { kill -TERM "${pids[@]}" 2>/dev/null || true; }
 trap stop TERM INT
 for u in "${urls[@]}"; do
-  for _ in $(seq 900); do curl -fsS -m 2 "${auth[@]}" "$u/v1/health" > /dev/null 2>&1 && break; sleep 1; done
-  curl -fsS -m 2 "${auth[@]}" "$u/v1/health" > /dev/null || { echo "judge-node.sh: $u does not answer; logs in $local_dir" >&2; stop; exit 3; }
+  for _ in $(seq 900); do curl -fsS -m 2 "$u/v1/health" > /dev/null 2>&1 && break; sleep 1; done
+  curl -fsS -m 2 "$u/v1/health" > /dev/null || { echo "judge-node.sh: $u does not answer; logs in $local_dir" >&2; stop; exit 3; }
 done
 printf '%s\n' "${urls[@]}" > "$urls_file.tmp" && mv "$urls_file.tmp" "$urls_file"
 echo "judge-node.sh: ${#urls[@]} services up on $host (${urls[*]}); logs in $local_dir" >&2

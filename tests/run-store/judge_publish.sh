@@ -68,4 +68,33 @@ rm -rf "$T"/tmp/ca-judge.*
 rc=$(FAKE_DAMAGE=1 run_node "$T/pub")
 [ "$rc" = 3 ] || fail "judge-node.sh exited $rc with a damaged store: $(cat "$T/node.err")"
 ls "$T"/tmp/ca-judge.*/check-gpu0.db > /dev/null || fail "the damaged store's folder was removed"
+rm -rf "$T"/tmp/ca-judge.*
+
+# Public on purpose only (issue 32: the example bound 0.0.0.0 with no secret): --bind 0.0.0.0 without
+# a secret is refused; with --secret-file the services get --public and the file, and the secret
+# itself is on no command line (any user of the node reads those in /proc): neither the services'
+# nor the health checks' (health needs none).
+set +e; bash "$CA_SRC/examples/judge-node.sh" --urls "$T/pub/open.urls" --bind 0.0.0.0 > /dev/null 2> "$T/node.err"; rc=$?; set -e
+[ "$rc" = 1 ] && grep -q "needs --secret-file" "$T/node.err" || fail "--bind 0.0.0.0 without a secret: exit $rc: $(cat "$T/node.err")"
+secret=$(python3 -c 'import secrets; print(secrets.token_hex(24))')
+printf '%s\n' "$secret" > "$T/secret" && chmod 600 "$T/secret"
+printf '#!/bin/sh\necho "$*" >> "%s/argv.log"\nexit 0\n' "$T" > "$T/bin/curl"
+rm -f "$T/bin/kernel-check" "$T/bin/kernel-prof"  # links to the stand-in: each becomes a script logging its argv
+cat > "$T/bin/kernel-check" <<SH
+#!/bin/sh
+echo "\$0 \$*" >> "$T/argv.log"
+exec "$T/bin/fake-service" "\$@"
+SH
+cp "$T/bin/kernel-check" "$T/bin/kernel-prof"
+chmod +x "$T/bin/kernel-check" "$T/bin/kernel-prof"
+rm -f "$T/pub/node.urls"
+bash "$CA_SRC/examples/judge-node.sh" --urls "$T/pub/node.urls" --store-dir "$T/pub" --bind 0.0.0.0 --secret-file "$T/secret" \
+  2> "$T/node.err" & pid=$!
+for _ in $(seq 100); do [ -s "$T/pub/node.urls" ] && break; sleep 0.1; done
+[ -s "$T/pub/node.urls" ] || fail "judge-node.sh --bind 0.0.0.0 --secret-file did not come up: $(cat "$T/node.err")"
+kill -TERM "$pid"; wait "$pid" || true
+grep -q "kernel-check --serve 0.0.0.0:7100 --secret-file $T/secret --public" "$T/argv.log" \
+  || fail "the service was not started public with the secret file: $(cat "$T/argv.log")"
+grep -q "health" "$T/argv.log" || fail "no health check seen: $(cat "$T/argv.log")"
+! grep -q "$secret" "$T/argv.log" || fail "the secret is on a command line: $(grep "$secret" "$T/argv.log" | head -2)"
 echo "run_store_judge_publish: ok"
