@@ -219,6 +219,11 @@ PY
 grep -q "$esc" table.txt && fail "report --table printed a raw escape: $(cat -v table.txt)"
 grep -q $'\a' table.txt && fail "report --table printed a raw BEL"
 grep -qF 'evil\x1b]0;pwned\x07\x1b[31m#1' table.txt || fail "the level is not shown escaped: $(cat -v table.txt)"
+# The HTML page too: a raw ESC or BEL is invalid HTML and reaches a terminal that prints the page.
+"$RS" report --store term.db --html page.html > /dev/null 2>&1 || fail "report --html of hostile task data"
+grep -q "$esc" page.html && fail "report --html wrote a raw escape"
+grep -q $'\a' page.html && fail "report --html wrote a raw BEL"
+grep -qF 'evil\x1b]0;pwned\x07\x1b[31m#1' page.html || fail "the level is not shown escaped in the page"
 python3 - term.db <<'PY'
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])

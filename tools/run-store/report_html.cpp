@@ -7,13 +7,16 @@
 
 #include "ca/version.hpp"
 #include "tools/run-store/report.hpp"
+#include "tools/run-store/summary_table.hpp"
 
 namespace ca::run_store {
 namespace {
 
+// HTML-escaped, control characters and invalid UTF-8 shown as the tables show them (\x1b): a raw ESC
+// or C1 byte from task data is invalid HTML and reaches a terminal that prints the page.
 std::string escape(const std::string& s) {
   std::string out;
-  for (char c : s) {
+  for (char c : terminal_safe(s)) {
     switch (c) {
       case '&': out += "&amp;"; break;
       case '<': out += "&lt;"; break;
