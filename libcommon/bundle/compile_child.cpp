@@ -75,9 +75,10 @@ CompileResult confined_compile(const std::map<std::string, std::string>& kernels
                                const std::vector<std::string>& flags, const std::vector<std::string>& include_dirs) {
   Json req = {{"kernels", kernels}, {"names", names}, {"flags", flags}, {"read_dirs", include_dirs}};
   SpawnOptions so;
-  std::error_code ec;
-  so.argv = {fs::read_symlink("/proc/self/exe", ec).string(), kCompileChildFlag};
-  if (ec) throw EnvironmentError("compile: cannot find this program (/proc/self/exe): " + ec.message());
+  // /proc/self/exe itself, not the path it names: the same file as the running tool even after the
+  // path is replaced (a rebuild or an upgrade under a running service), so the child is never another
+  // version, and never "(deleted)".
+  so.argv = {"/proc/self/exe", kCompileChildFlag};
   so.clear_env = true;  // nothing of ours for the compiler to quote (/proc/self/environ)
   for (const char* keep : {"LD_LIBRARY_PATH", "CUDA_HOME", "PATH", "CUDA_AGENT_CONFINE", "CUDA_AGENT_UNCONFINED_COMPILE"})
     if (const char* v = std::getenv(keep)) so.env_overrides[keep] = v;

@@ -206,10 +206,8 @@ int sandbox_main() {
 
 std::vector<std::string> namespace_sandbox_argv(const TaskConfinement& c, const std::string& root_dir,
                                                 const std::string& clean_dir, const std::vector<std::string>& argv) {
-  char self[4096];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  std::string exe = n > 0 ? std::string(self, static_cast<std::size_t>(n)) : "/proc/self/exe";
-  std::vector<std::string> out = {exe, kFlag, root_dir};
+  // /proc/self/exe itself: the running tool's own file even when its path was replaced meanwhile.
+  std::vector<std::string> out = {"/proc/self/exe", kFlag, root_dir};
   if (!clean_dir.empty()) out.push_back("clean=" + clean_dir);
   for (const auto& d : c.read_exec_dirs) out.push_back("ro=" + d);
   for (const auto& d : c.read_paths) out.push_back("ro=" + d);
@@ -222,13 +220,7 @@ std::vector<std::string> namespace_sandbox_argv(const TaskConfinement& c, const 
 
 bool namespace_sandbox_available(std::string* why) {
   // The launcher itself, probing: a fresh process (a fork of a threaded tool may not allocate).
-  char self[4096];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) {
-    if (why) *why = "cannot find this program (/proc/self/exe)";
-    return false;
-  }
-  self[n] = '\0';
+  char self[] = "/proc/self/exe";
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     if (why) *why = std::string("pipe: ") + std::strerror(errno);

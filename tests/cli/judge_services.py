@@ -2,7 +2,7 @@
 """The judge services under attack, on the CPU (issue 32): each case tries to get around one rule.
 Binding and the secret, client tasks and content ids, --resume planting, bodies, 100-continue,
 EMFILE, admission and the compile bound, a client that leaves, a service without a GPU, a compiler
-killed from outside. Standard library only. usage: judge_services.py (CA_BIN, CA_SRC set)."""
+killed from outside, the binary replaced under a running service. Standard library only. usage: judge_services.py (CA_BIN, CA_SRC set)."""
 import hashlib, http.client, json, os, resource, signal, socket, sqlite3, subprocess, sys, tempfile, threading, time
 
 BIN = os.environ["CA_BIN"]
@@ -379,6 +379,26 @@ db.close()
 ok("kill -9 of the compiler: exit 3, no compile_error written or stored",
    killed and p.returncode == 3 and "compile_error" not in out and "compile_error" not in stored and "killed from outside" in err,
    (killed, p.returncode, out[:300], stored, err[-300:]))
+
+# ---- 11. The binary replaced under a running service (a rebuild, an upgrade): its compiler child is ------------
+# still its own file (/proc/self/exe), never the new one at the path (another version) nor "(deleted)"
+# (503 for every request from then on, before).
+import shutil
+copy_dir = os.path.join(T, "copy")
+os.makedirs(copy_dir)
+KC_COPY = os.path.join(copy_dir, "kernel-check")
+shutil.copy2(KC, KC_COPY)
+KC, KC_ORIG = KC_COPY, KC
+svc, addr = start(["127.0.0.1:0", "--compile-only", "--arch", "sm_90", "--no-store", "--no-cache", "--tasks", tasks_file])
+KC = KC_ORIG
+os.unlink(KC_COPY)
+with open(KC_COPY, "w") as f:
+    f.write("#!/bin/sh\nhead -c 100000 /dev/urandom\n")
+os.chmod(KC_COPY, 0o755)
+st, text, _ = request(addr, "POST", "/v1/check", rec(good))
+ok("binary replaced under the service: the next compile still runs (200 compiled)",
+   st == 200 and lines(text)[0].get("check", {}).get("status") == "compiled", (st, text[:300]))
+stop(svc)
 
 for q in PROCS:
     if q.poll() is None:
