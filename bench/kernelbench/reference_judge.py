@@ -1760,6 +1760,8 @@ class Program(object):
         da, db, do = canonical_dtype(A), canonical_dtype(B), canonical_dtype(O)
         if not da == db == do:
             raise plan_error("%s: a, b and out must have one dtype (%s, %s, %s)" % (where, da, db, do))
+        if bias is not None and canonical_dtype(self.bufs[bias]) != do:   # the library reads it as out's type
+            raise plan_error("%s: bias must have out's dtype (bias %s, out %s)" % (where, canonical_dtype(self.bufs[bias]), do))
         views = any(f[n][1] is not None for n in ("a", "b", "out"))
         if views and (f["m"] is None or f["n"] is None or f["k"] is None):
             raise plan_error(where + ": a gemm on views needs m, n and k (a view's shape is not its buffer's)")
@@ -1814,6 +1816,7 @@ class Program(object):
         bso = self.view_offset(f["bias"][1], bias, n, where + " bias", where + ": offset '%s' is not an integer") if bias is not None else 0
         if (out == a and views_may_overlap(vo, va)) or (out == b and views_may_overlap(vo, vb)):
             raise plan_error("%s: out overlaps a or b (%s); cuBLASLt does not compute in place" % (where, ref_text(f["out"][0])))
+        self.bias_apart(bias, bso, n, out, vo, where, f)
         bs.update(a=a, b=b, out=out, bias=bias, ao=ao, bo=bo, oo=oo, bias_o=bso, act=f["activation"], ta=ta, tb=tb,
                   m=m, n=n, k=k, batch=batch, alpha=f["alpha"], beta=f["beta"], tf32=f["compute"] == "tf32",
                   va=va, vb=vb, vo=vo)
@@ -1926,6 +1929,8 @@ class Program(object):
         dx, dw, do = canonical_dtype(X), canonical_dtype(W), canonical_dtype(O)
         if not dx == dw == do:
             raise plan_error(where + ": x, w and out must have one dtype")
+        if bias is not None and canonical_dtype(self.bufs[bias]) != do:   # the library reads it as out's type
+            raise plan_error("%s: bias must have out's dtype (bias %s, out %s)" % (where, canonical_dtype(self.bufs[bias]), do))
         if dx not in ("F32", "F16", "BF16"):
             raise plan_error("%s: conv supports F32, F16, BF16 buffers, not %s" % (where, dx))
         vx = self.conv_view(f["x_strides"], [c["n"], c["c"]] + c["inp"], x, c["xo"], False, where, "x")
@@ -1933,9 +1938,16 @@ class Program(object):
         vw = (c["wo"], [w_el], [1])
         if (out == x and views_may_overlap(vo, vx)) or (out == w and views_may_overlap(vo, vw)):
             raise plan_error("%s: out overlaps x or w (%s); cuDNN does not convolve in place" % (where, ref_text(f["out"][0])))
+        self.bias_apart(bias, c["bias_o"], c["k"], out, vo, where, f)
         c.update(x=x, w=w, out=out, bias=bias, x_el=x_el, w_el=w_el, out_el=out_el, vx=vx, vo=vo,
                  x_strided=bool(f["x_strides"]), out_strided=bool(f["out_strides"]))
         bs.update(c)
+
+    @staticmethod
+    def bias_apart(bias, bias_o, count, out, vo, where, f):
+        """A library step's bias (count elements from bias_o) is read while out is written: apart."""
+        if bias is not None and bias == out and views_may_overlap(vo, (bias_o, [count], [1])):
+            raise plan_error("%s: bias overlaps out (%s); the library reads it while out is written" % (where, ref_text(f["out"][0])))
 
     def conv_view(self, given, sizes, key, off, output, where, label):
         """x's or out's layout (offset, sizes, strides): packed, or the plan's strides, checked as
@@ -3105,6 +3117,7 @@ _PARITY_MUTATIONS = {  # task: [(text, replacement)]; ('', '') is the plan as wr
                    ("    index: t\n", "    indx: t\n"), ("out: outputs.0", "c: outputs.0"), ("m: B, n: H, k: H}\n  - repeat", "m: B, n: H, k: H, batch: 2}\n  - repeat"),
                    ("bias: params.lin.bias,\n           activation: relu, out: outputs.0", "bias: 'params.lin.bias[4]',\n           activation: relu, out: outputs.0"),
                    ("bias: params.lin.bias,\n           activation: relu, out: outputs.0", "bias: 'params.lin.bias[1]',\n           activation: relu, out: outputs.0"),
+                   ("bias: params.lin.bias,\n           activation: relu, out: outputs.0", "bias: 'outputs.0[0]',\n           activation: relu, out: outputs.0"),
                    ("out: 'scratch.hs[0]'", "out: 'inputs.0[0]'"), ("a: \"scratch.hs[t * B * H]\"", "a: \"scratch.hs[(t + 1) * B * H]\"")],
  "concat_views": [("", ""), ("r: 1, s: 1}", "r: 1}"), ("+ K1 * H * W]", "+ K3 * H * W]"), ("k: K1, r: 1", "k: K1, q: 1, r: 1"),
                   ("padding: 1,", "padding: [1],"), ("padding: 1,", "padding: [1, 1],"), ("out: \"outputs.0[n * (K1 + K3) * H * W]\"", "out: \"inputs.0[0]\""),

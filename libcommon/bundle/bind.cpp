@@ -631,6 +631,8 @@ class Binder {
     const auto &A = bp.buffers[g.a], &B = bp.buffers[g.b], &O = bp.buffers[g.out];
     if (A.dtype != B.dtype || A.dtype != O.dtype)
       throw PlanError(bs.label + ": a, b and out must have one dtype (" + A.dtype + ", " + B.dtype + ", " + O.dtype + ")");
+    if (g.bias >= 0 && bp.buffers[g.bias].dtype != O.dtype)  // the library reads it as out's type
+      throw PlanError(bs.label + ": bias must have out's dtype (bias " + bp.buffers[g.bias].dtype + ", out " + O.dtype + ")");
     const bool views = !G.a_offset.empty() || !G.b_offset.empty() || !G.out_offset.empty();
     if (views && (G.m.empty() || G.n.empty() || G.k.empty()))
       throw PlanError(bs.label + ": a gemm on views needs m, n and k (a view's shape is not its buffer's)");
@@ -736,6 +738,7 @@ class Binder {
     // cuBLASLt reads a and b while it writes out: they may not overlap it.
     if ((g.out == g.a && may_overlap(vo, va)) || (g.out == g.b && may_overlap(vo, vb)))
       throw PlanError(bs.label + ": out overlaps a or b (" + bp.buffers[g.out].ref + "); cuBLASLt does not compute in place");
+    bias_apart(g.bias, g.bias_offset, g.n, g.out, vo, bs);
   }
 
   void bind_conv(const Step& step, BoundStep& bs) {
@@ -880,6 +883,8 @@ class Binder {
     c.out_offset = view_offset(C.out_offset, c.out, 0, bs.label + " out");
     if (c.bias >= 0) c.bias_offset = view_offset(C.bias_offset, c.bias, c.k, bs.label + " bias");
     if (X.dtype != W.dtype || X.dtype != O.dtype) throw PlanError(bs.label + ": x, w and out must have one dtype");
+    if (c.bias >= 0 && bp.buffers[c.bias].dtype != O.dtype)  // the library reads it as out's type
+      throw PlanError(bs.label + ": bias must have out's dtype (bias " + bp.buffers[c.bias].dtype + ", out " + O.dtype + ")");
     require_library_dtype(bs.label, "conv", X.dtype);
     c.dtype = X.dtype;
     std::vector<int64_t> x_sizes = {c.n, c.c}, out_sizes = {c.n, c.k};
@@ -893,6 +898,15 @@ class Binder {
     const StridedView vw = StridedView::packed(esz ? c.w_offset / esz : 0, {w_elems});
     if ((c.out == c.x && may_overlap(vo, vx)) || (c.out == c.w && may_overlap(vo, vw)))
       throw PlanError(bs.label + ": out overlaps x or w (" + O.ref + "); cuDNN does not convolve in place");
+    bias_apart(c.bias, c.bias_offset, c.k, c.out, vo, bs);
+  }
+
+  // A library step's bias (n or k elements from its offset) is read while out is written: apart.
+  void bias_apart(int bias, int64_t bias_offset, int64_t count, int out, const StridedView& vo, const BoundStep& bs) {
+    if (bias < 0 || bias != out) return;
+    const int64_t esz = element_bytes(bp.buffers[bias].dtype, bs.label);
+    if (may_overlap(vo, StridedView::packed(esz ? bias_offset / esz : 0, {count})))
+      throw PlanError(bs.label + ": bias overlaps out (" + bp.buffers[out].ref + "); the library reads it while out is written");
   }
 
   // x's or out's layout: packed, or the plan's strides (one per dimension, each at least 1), kept in

@@ -193,6 +193,18 @@ forward:
                             "  - gemm: {a: \"scratch.s[0]\", b: params.w, out: \"scratch.s[64]\", m: 8, n: 16, k: 16}\n"
                             "  - gemm: {a: inputs.0, b: params.w, out: outputs.0, m: 8, n: 16, k: 16}\n";
   CHECK(bind_error(alias, {}, io).find("out overlaps a or b") != std::string::npos);
+  // The bias is read (as out's type) while out is written: its dtype is out's, and it stays apart from out.
+  const std::string bias_in_out = "scratch:\n  s: {dtype: float32, shape: [512]}\nforward:\n"
+                                  "  - gemm: {a: inputs.0, b: params.w, bias: \"scratch.s[120]\", out: \"scratch.s[0]\", m: 8, n: 16, k: 16}\n"
+                                  "  - gemm: {a: inputs.0, b: params.w, out: outputs.0, m: 8, n: 16, k: 16}\n";
+  CHECK(bind_error(bias_in_out, {}, io).find("bias overlaps out (scratch.s)") != std::string::npos);
+  std::string bias_after = bias_in_out;
+  bias_after.replace(bias_after.find("scratch.s[120]"), 14, "scratch.s[128]");  // out is [0, 128): apart
+  CHECK(bind_error(bias_after, {}, io).empty());
+  std::string bias_half = bias_after;
+  bias_half.replace(bias_half.find("shape: [512]}"), 13, "shape: [512]}\n  h: {dtype: float16, shape: [16]}");
+  bias_half.replace(bias_half.find("\"scratch.s[128]\""), 16, "scratch.h");
+  CHECK(bind_error(bias_half, {}, io).find("bias must have out's dtype (bias F16, out F32)") != std::string::npos);
   // `c` was an undocumented alias of out that passed every check: refused now.
   CHECK_THROWS_WITH_AS(Plan::parse_text("forward:\n  - gemm: {a: inputs.0, b: params.w, c: outputs.0}\n"),
                        doctest::Contains("unknown key 'c'"), PlanError);
@@ -225,6 +237,15 @@ forward:
                               "  - conv: {x: inputs.0, w: params.w, out: \"outputs.0[0]\", padding: 1, "
                               "shape: {n: 2, c: 3, h: 8, w: 8, k: 4, r: 3, s: 3}}\n";
   CHECK(bind_error(inplace, {}, io).find("out overlaps x or w") != std::string::npos);
+  const std::string conv_bias_in_out = "scratch:\n  s: {dtype: float32, shape: [4096]}\nforward:\n"
+                                       "  - conv: {x: inputs.0, w: params.w, bias: \"scratch.s[200]\", out: \"scratch.s[0]\", padding: 1, "
+                                       "shape: {n: 1, c: 3, h: 8, w: 8, k: 4, r: 3, s: 3}}\n"
+                                       "  - conv: {x: inputs.0, w: params.w, out: \"outputs.0[0]\", padding: 1, "
+                                       "shape: {n: 2, c: 3, h: 8, w: 8, k: 4, r: 3, s: 3}}\n";
+  CHECK(bind_error(conv_bias_in_out, {}, io).find("bias overlaps out (scratch.s)") != std::string::npos);
+  std::string conv_bias_apart = conv_bias_in_out;
+  conv_bias_apart.replace(conv_bias_apart.find("scratch.s[200]"), 14, "scratch.s[256]");  // out is [0, 256)
+  CHECK(bind_error(conv_bias_apart, {}, io).empty());
   const std::string groups = "forward:\n  - conv: {x: inputs.0, w: params.w, out: outputs.0, groups: 2, padding: 1}\n";
   CHECK(bind_error(groups, {}, io).find("has 3 input channels per group; x has 3 channels in 2 groups") != std::string::npos);
   CHECK_THROWS_WITH_AS(Plan::parse_text("scratch:\n  s: {dtype: float32, shape: [1,2,3,4,5,6,7,8,9]}\nforward:\n  - launch: k\n"
