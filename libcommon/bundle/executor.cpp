@@ -52,21 +52,6 @@ cudnnDataType_t dnn_type(const std::string& dtype) {
   return CUDNN_DATA_FLOAT;
 }
 
-// Buffers a step names (launch arguments, gemm and conv operands), as indices into the plan's buffers.
-std::vector<int> buffers_of(const BoundStep& s) {
-  std::vector<int> out;
-  if (s.kind == Step::kLaunch) {
-    for (const auto& a : s.launch.args)
-      if (a.buffer >= 0) out.push_back(a.buffer);
-  } else if (s.kind == Step::kGemm) {
-    out = {s.gemm.a, s.gemm.b, s.gemm.out, s.gemm.bias};
-  } else {
-    out = {s.conv.x, s.conv.w, s.conv.out, s.conv.bias};
-  }
-  out.erase(std::remove(out.begin(), out.end(), -1), out.end());
-  return out;
-}
-
 // Allocations are handed out in 2 MiB granules: the bytes between a buffer's end and its granule's
 // end are reachable without a fault, so the guard after a buffer covers them all.
 constexpr size_t kAllocationGranule = size_t(2) << 20;
@@ -371,7 +356,7 @@ void Executor::allocate_buffers() {
   // forward's own (poisoned before every call).
   std::set<int> in_init;
   for (const auto& s : plan_.init)
-    for (int b : buffers_of(s)) in_init.insert(b);
+    for (int b : s.buffers()) in_init.insert(b);
   for (size_t i = 0; i < plan_.buffers.size(); ++i)
     if (plan_.buffers[i].space == Space::scratch && plan_.buffers[i].bytes > 0)
       (in_init.count(int(i)) ? init_scratch_ : forward_scratch_).push_back(int(i));
