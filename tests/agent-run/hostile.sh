@@ -260,4 +260,27 @@ for r in res[:2]:
 assert "still here" in res[2]["content"], res[2]
 print("200,000-byte command and pattern: not run, told why; the episode went on")
 ' "$TMP/long-args.out"
+
+# 7. File tools on paths the system cannot take: 200,000 bytes (ENAMETOOLONG from the path's resolution
+# ended the episode as error, exit 4) and a NUL byte: each a tool error, the episode goes on.
+"$PY" -c '
+import json, sys
+calls = [{"name": "write_file", "arguments": {"path": "a/" * 100000 + "x", "content": "x"}},
+         {"name": "read_file", "arguments": {"path": "b" * 200000}},
+         {"name": "write_file", "arguments": {"path": "kernels/a\u0000b.cu", "content": "x"}},
+         {"name": "bash", "arguments": {"command": "echo still here"}}]
+open(sys.argv[1], "w").write(json.dumps({"content": "", "tool_calls": calls}) + "\n" + json.dumps({"content": "Done."}) + "\n")
+' "$TMP/long-path.jsonl"
+"$CA_BIN/agent-run" --policy "replay:$TMP/long-path.jsonl" --no-store --tasks "$TMP/task.jsonl" \
+  > "$TMP/long-path.out" 2> "$TMP/long-path.err" || fail "paths the system refuses: exit $?: $(tail -3 "$TMP/long-path.err" | cut -c1-300)"
+py '
+e = recs[0]["episode"]
+assert e["stop_reason"] == "done", (e["stop_reason"], (e.get("error") or "")[:200])
+res = [r["content"] for r in e["turns"][0]["tool_results"]]
+assert res[0].startswith("error: the path is 200001 bytes; at most 4095"), res[0][:200]
+assert res[1].startswith("error: the path is 200000 bytes"), res[1][:200]
+assert res[2].startswith("error: the path holds a NUL byte"), res[2][:200]
+assert "still here" in res[3], res[3]
+print("paths of 200,000 bytes and with a NUL: tool errors; the episode went on")
+' "$TMP/long-path.out"
 echo "hostile: ok"

@@ -34,6 +34,13 @@ bool under(const fs::path& p, const fs::path& root) {
 }  // namespace
 
 std::string Workspace::resolve(const std::string& path, std::string* why) const {
+  // A path the system cannot take is the model's error, said before any file call (a 200,000-byte
+  // path made fs::weakly_canonical throw ENAMETOOLONG, which ended the episode).
+  if (path.size() >= 4096 || path.find('\0') != std::string::npos) {
+    *why = path.size() >= 4096 ? "the path is " + std::to_string(path.size()) + " bytes; at most 4095"
+                               : "the path holds a NUL byte";
+    return "";
+  }
   const fs::path root = fs::weakly_canonical(root_);
   std::string rel = path.empty() ? "." : path;
   if (rel == "/workspace" || rel.rfind("/workspace/", 0) == 0) rel = "." + rel.substr(10);

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 
 #include "libcommon/ids.hpp"
@@ -135,7 +136,6 @@ ToolOutcome answered(const ToolAnswer& ans, Clock::time_point start, int64_t max
 
 ToolOutcome Toolbox::call(const ToolCall& call) {
   auto start = std::chrono::steady_clock::now();
-  auto finish = [&](ToolOutcome o) { return finished(std::move(o), start, settings_.tool_output_chars); };
   auto malformed = [&](const std::string& why) { return malformed_call(why, start, settings_.tool_output_chars); };
   static const std::vector<std::string> names = {"read_file", "write_file", "edit_file", "list_files", "grep",
                                                  "bash",      "compile",    "verify",    "profile"};
@@ -153,9 +153,20 @@ ToolOutcome Toolbox::call(const ToolCall& call) {
   }
   if (!args.is_object()) return malformed("the arguments of " + call.name + " must be a JSON object");
 
+  // A file call the system refuses (a path too long or too deep to resolve) is the model's error, told
+  // to it; it must not end the episode. Only the head of the system's message: it may quote the path.
+  try {
+    return dispatch(call.name, args, start);
+  } catch (const std::filesystem::filesystem_error& e) {
+    return answered(ToolAnswer::error(std::string(e.what()).substr(0, 300)), start, settings_.tool_output_chars);
+  }
+}
+
+ToolOutcome Toolbox::dispatch(const std::string& n, const Json& args, std::chrono::steady_clock::time_point start) {
+  auto finish = [&](ToolOutcome o) { return finished(std::move(o), start, settings_.tool_output_chars); };
+  auto malformed = [&](const std::string& why) { return malformed_call(why, start, settings_.tool_output_chars); };
   std::string why, path, a, b;
   auto to_outcome = [&](const ToolAnswer& ans) { return answered(ans, start, settings_.tool_output_chars); };
-  const std::string& n = call.name;
   if (n == "read_file") {
     if (!arg(args, "path", path, why)) return malformed(why);
     return to_outcome(workspace_.read_file(path, settings_.tool_output_chars));

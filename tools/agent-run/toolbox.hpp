@@ -32,6 +32,8 @@ class Toolbox {
   void set_deadline(std::chrono::steady_clock::time_point deadline) { deadline_ = deadline; }
 
  private:
+  // The call by name, its arguments parsed (call() turns a file system error into the model's error).
+  ToolOutcome dispatch(const std::string& n, const Json& args, std::chrono::steady_clock::time_point start);
   ToolOutcome sandboxed(const std::string& n, const Json& args, std::chrono::steady_clock::time_point start);
   ToolOutcome locked(const std::string& which);
   struct LockedStep;  // one kernel-check or kernel-prof answer (toolbox.cpp)
