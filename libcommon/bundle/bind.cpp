@@ -375,14 +375,14 @@ std::vector<int> BoundStep::buffers() const {
   return out;
 }
 
-std::vector<std::string> BoundPlan::unread_params() const {
+std::vector<std::string> BoundPlan::unread(Space space) const {
   std::vector<bool> named(buffers.size(), false);
   for (const auto* steps : {&init, &forward})
     for (const auto& s : *steps)
       for (int b : s.buffers()) named[size_t(b)] = true;
   std::vector<std::string> out;
   for (size_t i = 0; i < buffers.size(); ++i)
-    if (buffers[i].space == Space::param && !buffers[i].module_buffer && !named[i]) out.push_back(buffers[i].ref);
+    if (buffers[i].space == space && !buffers[i].module_buffer && !named[i]) out.push_back(buffers[i].ref);
   return out;
 }
 

@@ -97,10 +97,10 @@ struct BoundPlan {
   std::map<std::string, int64_t> dims;  // the integer dims, evaluated
   int buffer_index(const std::string& ref) const;  // -1 when absent
   int64_t scratch_bytes() const;
-  // The task's Parameters (module buffers left out: running statistics a training-mode forward never
-  // reads) that no init or forward step names, in spec order ("params.layers.5.weight"): a plan whose
-  // layer count is short of the task's binds, and this says so before any call fails.
-  std::vector<std::string> unread_params() const;
+  // The task's inputs, or its Parameters (module buffers left out: running statistics a training-mode
+  // forward never reads), that no init or forward step names, in order ("params.layers.5.weight"): a
+  // plan whose layer count is short of the task's binds, and this says so before any call fails.
+  std::vector<std::string> unread(Space space) const;
 };
 
 // Evaluates dims, scratch sizes, grids and scalars for the task's shapes. Throws PlanError.

@@ -51,14 +51,16 @@ void binding_fields(ca::Json& check, const ca::bundle::Candidate& c, const ca::b
   check["precision"] = c.precision(&*binding.bound);
   if (binding.scratch_bytes) check["scratch_bytes"] = *binding.scratch_bytes;
   if (binding.scratch_cap) check["scratch_cap"] = binding.scratch_cap->to_json();
-  // Params no step names: a note, not a verdict (a task may hold params its forward never uses),
-  // but a plan one layer short of the task's binds and then fails every call; this says which.
-  if (const auto unread = binding.bound->unread_params(); !unread.empty()) {
+  // Inputs and params no step names: a note, not a verdict (a task may hold params its forward never
+  // uses), but a plan one layer short of the task's binds and then fails every call; this says which.
+  for (const auto& [space, key] : {std::pair{ca::bundle::Space::input, "inputs_unread"}, {ca::bundle::Space::param, "params_unread"}}) {
+    const auto unread = binding.bound->unread(space);
+    if (unread.empty()) continue;
     int64_t total = 0;
-    for (const auto& b : binding.bound->buffers) total += b.space == ca::bundle::Space::param;
+    for (const auto& b : binding.bound->buffers) total += b.space == space;
     ca::Json names = ca::Json::array();
     for (size_t i = 0; i < unread.size() && i < 8; ++i) names.push_back(unread[i]);
-    check["params_unread"] = {{"count", unread.size()}, {"of", total}, {"first", names}};
+    check[key] = {{"count", unread.size()}, {"of", total}, {"first", names}};
   }
 }
 

@@ -435,7 +435,7 @@ TEST_CASE("a repeat steps through numbered params: {expression} parts in a param
   CHECK(bind_error(neg, {}, io).find("= -1 is not a name part") != std::string::npos);
 }
 
-TEST_CASE("unread params: the Parameters no step names, module buffers left out (a layer count short of the task's)") {
+TEST_CASE("unread inputs and params: what no step names, module buffers left out (a layer count short of the task's)") {
   // Three layers and a BatchNorm-like module buffer; the plan's repeat stops one layer short.
   const IoSpec io = IoSpec::from_json(ca::Json::parse(
       R"j({"inputs":[{"shape":[4,8],"dtype":"F32"}],"outputs":[{"shape":[4,8],"dtype":"F32"}],"params":[
@@ -452,9 +452,15 @@ TEST_CASE("unread params: the Parameters no step names, module buffers left out 
     p.replace(p.find("repeat: N"), 9, "repeat: " + std::to_string(n));
     return bind_plan(Plan::parse_text(p), {}, io);
   };
-  CHECK(with_n(2).unread_params().empty());  // the module buffer is no Parameter: not listed
-  CHECK(with_n(1).unread_params() == std::vector<std::string>{"params.layers.2.weight"});
-  CHECK(with_n(0).unread_params() == std::vector<std::string>{"params.layers.1.weight", "params.layers.2.weight"});
+  CHECK(with_n(2).unread(Space::param).empty());  // the module buffer is no Parameter: not listed
+  CHECK(with_n(1).unread(Space::param) == std::vector<std::string>{"params.layers.2.weight"});
+  CHECK(with_n(0).unread(Space::param) == std::vector<std::string>{"params.layers.1.weight", "params.layers.2.weight"});
+  CHECK(with_n(0).unread(Space::input).empty());
+  // A plan that never reads its input (the first layer reading a scratch buffer instead).
+  std::string blind = plan;
+  blind.replace(blind.find("repeat: N"), 9, "repeat: 2");
+  blind.replace(blind.find("a: inputs.0"), 11, "a: \"scratch.h[32]\"");
+  CHECK(bind_plan(Plan::parse_text(blind), {}, io).unread(Space::input) == std::vector<std::string>{"inputs.0"});
   // The flag survives the IoSpec's round trip (the runner gets the io as JSON).
   const IoSpec back = IoSpec::from_json(io.to_json());
   CHECK(back.params[3].module_buffer);
