@@ -10,13 +10,30 @@ namespace fs = std::filesystem;
 
 namespace ca::bundle::detail {
 
+// <float.h>'s macros: libcu++'s <cuda/std/cfloat> is empty under NVRTC (FLT_MAX "is undefined"),
+// while its <cuda/std/climits> defines their __FLT_*__ / __DBL_*__ spellings there.
+#define CA_FLOAT_MACRO(name, builtin) "#ifndef " name "\n#define " name " " builtin "\n#endif\n"
+const char* const kFloatShim =
+    "#pragma once\n#include <cuda/std/climits>\n"
+    CA_FLOAT_MACRO("FLT_RADIX", "__FLT_RADIX__") CA_FLOAT_MACRO("FLT_MANT_DIG", "__FLT_MANT_DIG__")
+    CA_FLOAT_MACRO("DBL_MANT_DIG", "__DBL_MANT_DIG__") CA_FLOAT_MACRO("FLT_DIG", "__FLT_DIG__") CA_FLOAT_MACRO("DBL_DIG", "__DBL_DIG__")
+    CA_FLOAT_MACRO("FLT_MIN_EXP", "__FLT_MIN_EXP__") CA_FLOAT_MACRO("DBL_MIN_EXP", "__DBL_MIN_EXP__")
+    CA_FLOAT_MACRO("FLT_MIN_10_EXP", "__FLT_MIN_10_EXP__") CA_FLOAT_MACRO("DBL_MIN_10_EXP", "__DBL_MIN_10_EXP__")
+    CA_FLOAT_MACRO("FLT_MAX_EXP", "__FLT_MAX_EXP__") CA_FLOAT_MACRO("DBL_MAX_EXP", "__DBL_MAX_EXP__")
+    CA_FLOAT_MACRO("FLT_MAX_10_EXP", "__FLT_MAX_10_EXP__") CA_FLOAT_MACRO("DBL_MAX_10_EXP", "__DBL_MAX_10_EXP__")
+    CA_FLOAT_MACRO("FLT_MAX", "__FLT_MAX__") CA_FLOAT_MACRO("DBL_MAX", "__DBL_MAX__") CA_FLOAT_MACRO("FLT_MIN", "__FLT_MIN__")
+    CA_FLOAT_MACRO("DBL_MIN", "__DBL_MIN__") CA_FLOAT_MACRO("FLT_EPSILON", "__FLT_EPSILON__")
+    CA_FLOAT_MACRO("DBL_EPSILON", "__DBL_EPSILON__") CA_FLOAT_MACRO("FLT_TRUE_MIN", "__FLT_DENORM_MIN__")
+    CA_FLOAT_MACRO("DBL_TRUE_MIN", "__DBL_DENORM_MIN__");
+#undef CA_FLOAT_MACRO
+
 // The C library headers SKILL.md allows, which CUDA 13 no longer has beside cuda_runtime.h: each
-// becomes libcu++'s own (include/cccl/cuda/std), which NVRTC can compile. A bundle file of the same
-// name wins.
+// becomes libcu++'s own (include/cccl/cuda/std), which NVRTC can compile, or (float.h) the
+// compiler's predefined values. A bundle file of the same name wins.
 const std::map<std::string, std::string>& c_header_shims() {
   static const std::map<std::string, std::string> shims = {
       {"stdint.h", "#pragma once\n#include <cuda/std/cstdint>\n"}, {"cstdint", "#pragma once\n#include <cuda/std/cstdint>\n"},
-      {"float.h", "#pragma once\n#include <cuda/std/cfloat>\n"},   {"cfloat", "#pragma once\n#include <cuda/std/cfloat>\n"},
+      {"float.h", kFloatShim},                                     {"cfloat", kFloatShim},
       {"limits.h", "#pragma once\n#include <cuda/std/climits>\n"}, {"climits", "#pragma once\n#include <cuda/std/climits>\n"},
   };
   return shims;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every header the shipped bundle rules allow compiles (CUDA 13 keeps cooperative_groups, cuda/std and the
-# C headers under include/cccl): one candidate per header, compile-only, each must be `compiled`.
+# C headers under include/cccl): one candidate per header, compile-only, each must be `compiled`. And the
+# macros of <cfloat>/<float.h> are there (libcu++'s cfloat is empty under NVRTC: FLT_MAX "is undefined").
 set -u
 source "$(dirname "$0")/../lib.sh"
 KC="$CA_BIN/kernel-check"
@@ -15,6 +16,11 @@ body = "__global__ void scale_add(const float* a, const float* b, float* out, in
 plan = "dims: {N: inputs.0.shape[0]}\nforward:\n  - launch: scale_add\n    grid: [cdiv(N, 256)]\n    block: [256]\n    args: [inputs.0, inputs.1, outputs.0, N, 2.0]\n"
 for h in headers:
     print(json.dumps({"task_id": "hdr", "candidate_id": h, "bundle": {"kernels": {"fused.cu": "#include <%s>\n%s" % (h, body)}, "plan": plan}}))
+macros = ("float x = FLT_MAX * FLT_EPSILON + FLT_MIN + FLT_TRUE_MIN; double y = DBL_MAX * DBL_EPSILON + DBL_MIN;\n"
+          "static_assert(FLT_MANT_DIG == 24 && DBL_MANT_DIG == 53 && FLT_RADIX == 2 && FLT_MAX_EXP == 128, \"float.h\");\n")
+for h in ("cfloat", "float.h"):
+    src = "#include <%s>\n__device__ float ca_use() { %s return x + (float)y; }\n%s" % (h, macros, body)
+    print(json.dumps({"task_id": "hdr", "candidate_id": h + " macros", "bundle": {"kernels": {"fused.cu": src.replace("ca_use", "use_limits")}, "plan": plan}}))
 PY
 "$KC" --compile-only --arch sm_90 --no-store < "$T/in.jsonl" > "$T/out.jsonl" 2> "$T/err.txt" || { echo "FAIL kernel-check exit $?"; tail "$T/err.txt"; exit 1; }
 "$PY" - "$T/out.jsonl" <<'PY'
