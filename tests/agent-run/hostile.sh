@@ -283,4 +283,24 @@ assert res[2].startswith("error: the path holds a NUL byte"), res[2][:200]
 assert "still here" in res[3], res[3]
 print("paths of 200,000 bytes and with a NUL: tool errors; the episode went on")
 ' "$TMP/long-path.out"
+
+# 8. One answer of 300,000 tool calls (an unknown tool): the first 100 are run, the rest left out of the
+# conversation and the record (counted, the model told); the record was past any cut (92 MB of small
+# results), and the episode ended as error with nothing kept, exit 4.
+"$PY" -c '
+import json, sys
+calls = [{"name": "nosuchtool", "arguments": {}}] * 300000
+open(sys.argv[1], "w").write(json.dumps({"content": "", "tool_calls": calls}) + "\n" + json.dumps({"content": "Done."}) + "\n")
+' "$TMP/many-calls.jsonl"
+"$CA_BIN/agent-run" --policy "replay:$TMP/many-calls.jsonl" --no-store --tasks "$TMP/task.jsonl" \
+  > "$TMP/many-calls.out" 2> "$TMP/many-calls.err" || fail "300,000 calls in a turn: exit $?: $(tail -3 "$TMP/many-calls.err" | cut -c1-300)"
+py '
+e = recs[0]["episode"]
+assert e["stop_reason"] == "done", (e["stop_reason"], (e.get("error") or "")[:200])
+t = e["turns"][0]
+assert len(t["assistant"]["tool_calls"]) == 100 and len(t["tool_results"]) == 100, (len(t["assistant"]["tool_calls"]), len(t["tool_results"]))
+assert t["assistant"]["truncated"]["tool_calls"] == {"items": 300000, "kept_items": 100}, t["assistant"].get("truncated")
+assert "asked for 300000 tool calls; the first 100 were run" in t["tool_results"][-1]["content"], t["tool_results"][-1]["content"][-300:]
+print("300,000 calls in one turn: 100 run, the rest left out and counted")
+' "$TMP/many-calls.out"
 echo "hostile: ok"

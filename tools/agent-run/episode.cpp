@@ -75,6 +75,11 @@ void make_valid(AssistantTurn& t) {
 // says its usage is: a server that answers 60 MB and reports 1 token would otherwise grow the
 // conversation (and the requests, and the record) by 60 MB a turn. Real text is 3 to 5 bytes a token.
 constexpr int64_t kMaxBytesPerToken = 16;
+// Tool calls run in one turn; past them the rest are left out of the conversation and the record
+// (counted in the assistant's "truncated"), and the model is told. 300,000 calls of an unknown tool in one
+// answer made a record that no cut of its values could bring under the readers' line limit, and the
+// episode ended as error with nothing of it kept.
+constexpr std::size_t kMaxCallsPerTurn = 100;
 
 // A string of the episode cut for the record, and what it was.
 struct StringRef {
@@ -354,11 +359,15 @@ struct EpisodeRunner {
       return false;
     }
     make_valid(t);
+    const std::size_t calls_asked = t.tool_calls.size();
+    if (calls_asked > kMaxCallsPerTurn) t.tool_calls.resize(kMaxCallsPerTurn);
     for (std::size_t i = 0; i < t.tool_calls.size(); ++i)
       if (t.tool_calls[i].id.empty()) t.tool_calls[i].id = "call_" + std::to_string(turn) + "_" + std::to_string(i);
     add_message(assistant_message(t));
     bool estimated = count_usage(t);
     Json rec = turn_record(turn, t, context_now(), estimated);
+    if (calls_asked > kMaxCallsPerTurn)
+      rec["assistant"]["truncated"]["tool_calls"] = {{"items", calls_asked}, {"kept_items", kMaxCallsPerTurn}};
     log::verbose("task ", in.task_id, " turn ", turn, ": ", t.tool_calls.size(), " tool call(s), context ~",
                  context_now(), " tokens");
     if (t.tool_calls.empty()) {
@@ -367,6 +376,13 @@ struct EpisodeRunner {
       return false;
     }
     call_tools(t, rec, turn);
+    if (calls_asked > kMaxCallsPerTurn && !messages.back().value("content", std::string()).empty()) {
+      const std::string note = "\nnote: this turn asked for " + std::to_string(calls_asked) + " tool calls; the first " +
+                               std::to_string(kMaxCallsPerTurn) + " were run, the rest left out (at most " +
+                               std::to_string(kMaxCallsPerTurn) + " a turn)";
+      messages.back()["content"] = messages.back()["content"].get<std::string>() + note;
+      rec["tool_results"].back()["content"] = rec["tool_results"].back()["content"].get<std::string>() + note;
+    }
     rec["context_tokens"] = context_now();
     turns.push_back(std::move(rec));
     if (g_interrupted && stop_reason.empty()) stop_reason = "interrupted";
