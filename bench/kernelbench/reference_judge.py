@@ -1793,6 +1793,8 @@ class Program(object):
         dims = "m=%d n=%d k=%d batch=%d" % (m, n, k, batch)
         if m < 1 or n < 1 or k < 1 or batch < 1:
             raise plan_error("%s: %s: every size must be at least 1" % (where, dims))
+        if batch > 2 ** 31 - 1:                          # CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT is an int32_t
+            raise plan_error("%s: batch = %d: cuBLASLt's batch count is at most 2^31 - 1" % (where, batch))
         ao = self.view_offset(f["a"][1], a, 0, where + " a", where + ": offset '%s' is not an integer")
         bo = self.view_offset(f["b"][1], b, 0, where + " b", where + ": offset '%s' is not an integer")
         oo = self.view_offset(f["out"][1], out, 0, where + " out", where + ": offset '%s' is not an integer")
@@ -1938,6 +1940,11 @@ class Program(object):
         vw = (c["wo"], [w_el], [1])
         if (out == x and views_may_overlap(vo, vx)) or (out == w and views_may_overlap(vo, vw)):
             raise plan_error("%s: out overlaps x or w (%s); cuDNN does not convolve in place" % (where, ref_text(f["out"][0])))
+        for what, v in (("x", vx), ("out", vo)):       # cuDNN's tensors: at most 2^31 - 1 elements spanned
+            span = view_span(v[1], v[2])
+            if span > 2 ** 31 - 1:
+                raise plan_error("%s: conv %s spans %d elements; cuDNN's tensors hold at most 2^31 - 1 "
+                                 "(split the batch over several conv steps)" % (where, what, span))
         self.bias_apart(bias, c["bias_o"], c["k"], out, vo, where, f)
         c.update(x=x, w=w, out=out, bias=bias, x_el=x_el, w_el=w_el, out_el=out_el, vx=vx, vo=vo,
                  x_strided=bool(f["x_strides"]), out_strided=bool(f["out_strides"]))

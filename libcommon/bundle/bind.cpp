@@ -664,6 +664,8 @@ class Binder {
                              " batch=" + std::to_string(g.batch);
     if (g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1)
       throw PlanError(bs.label + ": " + dims + ": every size must be at least 1");
+    if (g.batch > INT32_MAX)  // CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT is an int32_t
+      throw PlanError(bs.label + ": batch = " + std::to_string(g.batch) + ": cuBLASLt's batch count is at most 2^31 - 1");
     gemm_views(G, bs, g, dims, views);
     g.trans_a = G.trans_a;
     g.trans_b = G.trans_b;
@@ -898,6 +900,13 @@ class Binder {
     const StridedView vw = StridedView::packed(esz ? c.w_offset / esz : 0, {w_elems});
     if ((c.out == c.x && may_overlap(vo, vx)) || (c.out == c.w && may_overlap(vo, vw)))
       throw PlanError(bs.label + ": out overlaps x or w (" + O.ref + "); cuDNN does not convolve in place");
+    // cudnnSetTensorNdDescriptor answers a bare NOT_SUPPORTED past "2 Giga-elements" (cuDNN API
+    // reference), counted as the span, as PyTorch's 32-bit index check does; PyTorch splits such a
+    // batch itself, a plan must. (The executor's int descriptors rely on it.)
+    for (const auto& [view, what] : {std::pair{&vx, "x"}, {&vo, "out"}})
+      if (*view->span() > INT32_MAX)
+        throw PlanError(bs.label + ": conv " + what + " spans " + std::to_string(*view->span()) +
+                        " elements; cuDNN's tensors hold at most 2^31 - 1 (split the batch over several conv steps)");
     bias_apart(c.bias, c.bias_offset, c.k, c.out, vo, bs);
   }
 

@@ -206,18 +206,6 @@ void choose_gemm_algorithm(const cuda::CublasLt& lt, cublasLtHandle_t handle, Ge
   gp.algo = heur.algo;
 }
 
-// cudnnSetTensorNdDescriptor answers NOT_SUPPORTED when "the total size of the tensor descriptor
-// exceeds the maximum limit of 2 Giga-elements" (cuDNN API reference): said plainly, with what to do,
-// instead of the bare status. The reach is the span (sum (size - 1) * stride + 1), as PyTorch's
-// 32-bit index check counts it (PyTorch splits such a batch itself; a plan must).
-void check_cudnn_reach(const std::vector<int>& dims, const std::vector<int>& strides, const std::string& label, const char* what) {
-  __int128 reach = 1;
-  for (size_t i = 0; i < dims.size(); ++i) reach += __int128(dims[i] - 1) * strides[i];
-  if (reach > INT32_MAX)
-    throw PlanError(label + ": conv " + what + " spans " + std::to_string(int64_t(reach)) +
-                    " elements; cuDNN's tensors hold at most 2^31 - 1 (split the batch over several conv steps)");
-}
-
 // cuDNN's working algorithms for cp's convolution (forward, or backward-data for a transposed one),
 // in its heuristic's order, each with its workspace size; empty when it has none.
 struct ConvAlgorithm {
@@ -483,9 +471,7 @@ void Executor::prepare_gemm(const BoundStep& s, size_t si) {
   lt.check(lt.matrixLayoutCreate(&gp.b, dt, sr, sc, int64_t(g.lda)), "layout second");
   lt.check(lt.matrixLayoutCreate(&gp.c, dt, m, n, int64_t(g.ldc)), "layout out");
   if (g.batch > 1) {
-    if (g.batch > INT32_MAX)  // CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT is an int32_t
-      throw PlanError(s.label + ": batch = " + std::to_string(g.batch) + ": cuBLASLt's batch count is at most 2^31 - 1");
-    int32_t bc = static_cast<int32_t>(g.batch);
+    int32_t bc = static_cast<int32_t>(g.batch);  // the binder kept it within CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT's int32_t
     int64_t sa = g.stride_b, sb = g.stride_a, scc = g.stride_c;
     for (auto [layout, stride] : {std::pair{gp.a, sa}, std::pair{gp.b, sb}, std::pair{gp.c, scc}}) {
       lt.check(lt.matrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc), "BATCH_COUNT");
@@ -537,7 +523,8 @@ void Executor::prepare_conv(const BoundStep& s, size_t si) {
   auto tensor = [&](cudnnTensorDescriptor_t& t, const std::vector<int>& d, const std::vector<int64_t>& given, const char* what) {
     dnn.check(dnn.createTensorDescriptor(&t), "cudnnCreateTensorDescriptor");
     auto st = strides_of(d, given);
-    check_cudnn_reach(d, st, s.label, what);
+    // The binder kept every x and out view within 2^31 - 1 elements (cuDNN's limit), so dims and
+    // the strides that matter fit an int.
     dnn.check(dnn.setTensorNdDescriptor(t, dt, int(d.size()), d.data(), st.data()), s.label + ": " + what);
   };
   // x is what the step reads, y what it writes; for a transposed conv cuDNN's dy is x and dx is y.

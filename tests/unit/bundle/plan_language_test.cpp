@@ -435,6 +435,26 @@ TEST_CASE("a repeat steps through numbered params: {expression} parts in a param
   CHECK(bind_error(neg, {}, io).find("= -1 is not a name part") != std::string::npos);
 }
 
+TEST_CASE("library limits at bind time: a conv view past 2^31 - 1 elements, a gemm batch past int32") {
+  // 3 images of 30000 x 30000: 2.7e9 elements, past cuDNN's 2 Giga-elements; one image binds.
+  const IoSpec big = IoSpec::from_json(ca::Json::parse(
+      R"j({"inputs":[{"shape":[3,1,30000,30000],"dtype":"F32"}],"params":[{"name":"w","shape":[1,1,3,3],"dtype":"F32"}],
+          "outputs":[{"shape":[3,1,30000,30000],"dtype":"F32"}]})j"));
+  const std::string whole = "forward:\n  - conv: {x: inputs.0, w: params.w, out: outputs.0, padding: 1}\n";
+  CHECK(bind_error(whole, {}, big).find("conv x spans 2700000000 elements; cuDNN's tensors hold at most 2^31 - 1 (split the batch") !=
+        std::string::npos);
+  const std::string split = "forward:\n  - repeat: 3\n    index: i\n    steps:\n"
+                            "      - conv: {x: \"inputs.0[i * 900000000]\", w: params.w, out: \"outputs.0[i * 900000000]\", padding: 1,\n"
+                            "               shape: {n: 1, c: 1, h: 30000, w: 30000, k: 1, r: 3, s: 3}}\n";
+  CHECK(bind_error(split, {}, big).empty());
+  const IoSpec many = IoSpec::from_json(ca::Json::parse(
+      R"j({"inputs":[{"shape":[2147483648,1,1],"dtype":"F32"}],"params":[{"name":"w","shape":[1,1],"dtype":"F32"}],
+          "outputs":[{"shape":[2147483648,1,1],"dtype":"F32"}]})j"));
+  CHECK(bind_error("forward:\n  - gemm: {a: inputs.0, b: params.w, out: outputs.0, batch: 2147483648, m: 1, n: 1, k: 1, stride_b: 0}\n", {},
+                   many)
+            .find("batch = 2147483648: cuBLASLt's batch count is at most 2^31 - 1") != std::string::npos);
+}
+
 TEST_CASE("unread inputs and params: what no step names, module buffers left out (a layer count short of the task's)") {
   // Three layers and a BatchNorm-like module buffer; the plan's repeat stops one layer short.
   const IoSpec io = IoSpec::from_json(ca::Json::parse(
