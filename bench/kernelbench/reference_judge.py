@@ -70,6 +70,13 @@ def plan_error(msg):
     return Verdict("plan_error", msg)
 
 
+def view_error(msg):
+    """A view outside its buffer: unroll adds the repeat iteration that made it (bind.cpp's ViewError)."""
+    e = plan_error(msg)
+    e.view = True
+    return e
+
+
 # ---- YAML: the subset plans use, scalars kept as strings (as kernel-check's reader keeps them) ----
 #
 # kernel-check (libcommon/yaml.cpp) quotes every scalar inside a flow collection, keeping commas and
@@ -1595,7 +1602,7 @@ class Program(object):
         numel = t.numel()
         if o < 0 or o > numel or need > numel - o:
             name = "%s.%s" % key
-            raise plan_error("%s: the view %s[%d]%s is outside %s (%d elements)" % (
+            raise view_error("%s: the view %s[%d]%s is outside %s (%d elements)" % (
                 where, name, o, " of %d elements" % need if need else "", name, numel))
         return o
 
@@ -1653,7 +1660,12 @@ class Program(object):
         while i < hi:
             st = steps[i]
             if len(st.loops) <= depth:
-                bs = self.bind_leaf(st)
+                try:
+                    bs = self.bind_leaf(st)
+                except Verdict as e:        # which iteration: a view that fits at t = 0 may not at t = 255
+                    if not at or not getattr(e, "view", False):
+                        raise
+                    raise view_error("%s (at%s)" % (e.reason, at))
                 bs["where"] += at
                 out.append(bs)
                 if len(out) > MAX_BOUND_STEPS:
@@ -1811,7 +1823,7 @@ class Program(object):
         for key, v, label, output in ((a, va, "a", False), (b, vb, "b", False), (out, vo, "out", True)):
             span, name = view_span(v[1], v[2]), "%s.%s" % key
             if span is None or span > self.bufs[key].numel() - v[0]:
-                raise plan_error("%s (%s %s: the view %s%s reaches past %s (%d elements))" % (
+                raise view_error("%s (%s %s: the view %s%s reaches past %s (%d elements))" % (
                     fit, where, label, name, view_text(*v), name, self.bufs[key].numel()))
             if output and view_aliases(v[1], v[2]):
                 raise plan_error("%s %s: the view %s%s writes some elements twice (its strides overlap)" % (where, label, name, view_text(*v)))
@@ -1975,7 +1987,7 @@ class Program(object):
         name, numel = "%s.%s" % key, self.bufs[key].numel()
         span = view_span(sizes, strides)
         if span is None or span > numel - off:
-            raise plan_error("%s %s: the view %s%s reaches past %s (%d elements)" % (where, label, name, view_text(off, sizes, strides), name, numel))
+            raise view_error("%s %s: the view %s%s reaches past %s (%d elements)" % (where, label, name, view_text(off, sizes, strides), name, numel))
         if output and view_aliases(sizes, strides):
             raise plan_error("%s %s: the view %s%s writes some elements twice (its strides overlap)" % (
                 where, label, name, view_text(off, sizes, strides)))

@@ -428,6 +428,11 @@ std::vector<uint8_t> pack_scalar(const Value& v, const ParamType& p) {
   return out;
 }
 
+// A view outside its buffer: its iteration is added to the message where a repeat made it.
+struct ViewError : PlanError {
+  using PlanError::PlanError;
+};
+
 // bind_plan's state and steps: the resolved dims (the loop indices bound as it unrolls) and the
 // buffers bound so far, with one method per kind of step.
 class Binder {
@@ -460,7 +465,13 @@ class Binder {
               const std::string& at) {
     for (size_t i = lo; i < hi;) {
       if (steps[i].loops.size() <= depth) {
-        BoundStep bs = bind_leaf(steps[i]);
+        BoundStep bs;
+        try {
+          bs = bind_leaf(steps[i]);
+        } catch (const ViewError& e) {  // which iteration: a view that fits at t = 0 may not at t = 255
+          if (at.empty()) throw;
+          throw ViewError(std::string(e.what()) + " (at" + at + ")");
+        }
         bs.label += at;
         out.push_back(std::move(bs));
         if (int64_t(out.size()) > kMaxBoundSteps)
@@ -547,7 +558,7 @@ class Binder {
     int64_t off = offset.empty() ? 0 : eval_in(offset, r, where + " offset", plan).i;
     const int64_t numel = esz ? b.bytes / esz : 0;
     if (off < 0 || off > numel || need > numel - off)
-      throw PlanError(where + ": the view " + b.ref + "[" + std::to_string(off) + "]" +
+      throw ViewError(where + ": the view " + b.ref + "[" + std::to_string(off) + "]" +
                       (need ? " of " + std::to_string(need) + " elements" : "") + " is outside " + b.ref + " (" +
                       std::to_string(numel) + " elements)");
     return off * esz;
@@ -693,7 +704,7 @@ class Binder {
     const auto span = v.span();
     const int64_t numel = esz ? b.bytes / esz : 0;
     if (!span || *span > numel - v.offset)
-      throw PlanError(where + ": the view " + b.ref + v.text() + " reaches past " + b.ref + " (" + std::to_string(numel) +
+      throw ViewError(where + ": the view " + b.ref + v.text() + " reaches past " + b.ref + " (" + std::to_string(numel) +
                       " elements)");
     if (output && v.aliases())
       throw PlanError(where + ": the view " + b.ref + v.text() + " writes some elements twice (its strides overlap)");
@@ -732,9 +743,8 @@ class Binder {
       va = checked_view(g.a, g.a_offset, view(ra, ca, g.lda, g.stride_a), false, bs.label + " a");
       vb = checked_view(g.b, g.b_offset, view(rb, cb, g.ldb, g.stride_b), false, bs.label + " b");
       vo = checked_view(g.out, g.out_offset, view(g.m, g.n, g.ldc, g.stride_c), true, bs.label + " out");
-    } catch (const PlanError& e) {
-      const std::string why = e.what();
-      throw PlanError(why.find("twice") != std::string::npos ? why : bs.label + fit + " (" + why + ")");
+    } catch (const ViewError& e) {
+      throw ViewError(bs.label + fit + " (" + e.what() + ")");
     }
     if (g.bias >= 0) g.bias_offset = view_offset(G.bias_offset, g.bias, g.n, bs.label + " bias");
     // cuBLASLt reads a and b while it writes out: they may not overlap it.

@@ -426,6 +426,12 @@ TEST_CASE("a repeat steps through numbered params: {expression} parts in a param
   CHECK_MESSAGE(missing.find("params.layers.{l + 1}.weight is params.layers.3.weight here, which the task does not have") !=
                     std::string::npos,
                 missing);
+  // A view that fits at l = 0 but not at l = 1 (h holds two layers' rows, not three): the message
+  // names the iteration.
+  std::string small = plan;
+  small.replace(small.find("shape: [4, 4, 8]"), 16, "shape: [2, 4, 8]");
+  const std::string outside = bind_error(small, {}, io);
+  CHECK_MESSAGE(outside.find("reaches past scratch.h (64 elements)) (at [l=1])") != std::string::npos, outside);
   // Braces outside a params name, a bad expression in them, a negative part.
   CHECK_THROWS_WITH_AS(Plan::parse_text("forward:\n  - gemm: {a: inputs.0, b: params.layers.0.weight, out: \"scratch.h{0}\"}\n"),
                        doctest::Contains("only a params name may hold {expression} parts"), PlanError);
