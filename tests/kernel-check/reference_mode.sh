@@ -61,6 +61,22 @@ n=$(CA_SRC="$CA_SRC" "$PY" "$CA_SRC/tests/validate_schema.py" check "$T/broken.j
 [ "$n" -ge 2 ] || fail "check schema takes a broken reference section ($n errors)"
 pass "check sections valid against check.schema.json; broken reference sections are not"
 
+# compile-only's reason says what the record says of an unusable task (a policy should not optimize
+# for a task no GPU verdict can use), and nothing for a usable one.
+{ $MK "$B" --task-set reference '{"mode": "train", "stochastic": false, "insensitive": true}'
+  $MK "$B" --task-set reference '{"mode": "train", "stochastic": true}'
+  $MK "$B" --task-set reference '{"mode": "train", "stochastic": false, "insensitive": false, "ill_conditioned": false}'; } > "$T/flags.jsonl"
+"$KC" --compile-only --arch sm_90 --no-store < "$T/flags.jsonl" > "$T/out.jsonl" 2> "$T/err" || fail "flags: exit $?"
+python3 - "$T/out.jsonl" <<'PY' || fail "compile-only reason on flagged tasks: $(cut -c1-600 "$T/out.jsonl")"
+import json, sys
+ins, sto, ok = [json.loads(l)["check"] for l in open(sys.argv[1])]
+assert ins["status"] == sto["status"] == ok["status"] == "compiled", (ins, sto, ok)
+assert "the task record says its reference is insensitive" in ins["reason"] and "task_insensitive" in ins["reason"], ins["reason"]
+assert "the task record says its reference is stochastic" in sto["reason"], sto["reason"]
+assert "task record says" not in ok["reason"], ok["reason"]
+PY
+pass "compile-only's reason names a task the record says is insensitive or stochastic"
+
 # A mode that is not one: a bad record naming task.reference.mode; the records around it are judged.
 { $MK "$B"; $MK "$B" --task-set reference '{"mode": "inference"}'; $MK "$B"; } > "$T/three.jsonl"
 "$KC" --compile-only --arch sm_90 --no-store < "$T/three.jsonl" > "$T/out.jsonl" 2> "$T/err" || fail "bad mode without --strict: exit $?"

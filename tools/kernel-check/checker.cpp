@@ -163,6 +163,13 @@ ca::Outcome Checker::process(Item& item) {
                           "shapes and the scratch cap were not checked";
       p.check["unchecked"] = ca::Json::array({"shapes", "buffer_fits", "views", "library_step_shapes", "scratch_cap"});
     }
+    // A task the record says no verdict can use: said here, so a policy does not optimize for it
+    // (a GPU judge decides from its own worker's measurement, never from this word).
+    if (reference)
+      for (const char* flag : {"stochastic", "insensitive", "ill_conditioned"})
+        if (reference->value(flag, ca::Json()) == true)
+          p.check["reason"] = p.check["reason"].get<std::string>() + "; the task record says its reference is " + flag +
+                              ": a GPU judge that measures so gives no verdict and no reward (task_" + flag + ")";
   }
   rec["check"] = p.check;
   item.status = p.check["status"].get<std::string>();
