@@ -83,6 +83,16 @@ expect 2 "step 1: .*(not finite|non-finite)" $PPO --mode rft --policy policy --o
 [ ! -e o6 ] || fail "a diverged step wrote a checkpoint"
 ls -a | grep -q "staging" && fail "a staging folder was left behind: $(ls -a)"
 
+# --- A coefficient that is not finite (YAML's .nan, .inf) is refused at load naming the key (exit 1,
+# as any bad --config value): a .nan gamma or lr passed every range check and failed only after a step.
+printf 'algorithm:\n  gamma: .nan\n' > nan_gamma.yaml
+expect 1 "nan_gamma.yaml: 'algorithm.gamma': bad value \(not a finite number\)" \
+  $PPO --mode rft --policy policy --out o6 --config nan_gamma.yaml --no-store < good.jsonl
+printf 'rft:\n  lr: .inf\n  betas: [0.9, .nan]\n' > inf_lr.yaml
+expect 1 "inf_lr.yaml: 'rft.lr': bad value \(not a finite number\)" \
+  $PPO --mode rft --policy policy --out o6 --config inf_lr.yaml --no-store < good.jsonl
+[ ! -e o6 ] || fail "a non-finite coefficient wrote a checkpoint"
+
 # --- A stale weight file in --out: the new checkpoint replaces the old folder whole.
 $PPO init --model-config "$HERE/toy_model.json" --out o7 --seed 9 -q
 cp o7/model.safetensors o7/zz-stale.safetensors

@@ -78,7 +78,14 @@ using Setter = std::function<void(const ca::Json&)>;
 
 // A field read by YAML's rules (ca::yaml_double, ...): a bad value throws ca::YamlError.
 template <class T> T yaml_as(const ca::Json& n);
-template <> double yaml_as<double>(const ca::Json& n) { return ca::yaml_double(n); }
+// Every coefficient is finite: YAML's .nan and .inf read as numbers, and a .nan gamma, lam or lr
+// passed every range check (a comparison with NaN is false) to fail only after a step's work.
+double finite_double(const ca::Json& n) {
+  const double v = ca::yaml_double(n);
+  if (!std::isfinite(v)) throw ca::YamlError("not a finite number", "not a finite number");
+  return v;
+}
+template <> double yaml_as<double>(const ca::Json& n) { return finite_double(n); }
 template <> int yaml_as<int>(const ca::Json& n) { return ca::yaml_int(n); }
 template <> bool yaml_as<bool>(const ca::Json& n) { return ca::yaml_bool(n); }
 template <> std::string yaml_as<std::string>(const ca::Json& n) { return ca::yaml_string(n); }
@@ -96,8 +103,8 @@ void add_model_keys(std::map<std::string, Setter>& keys, const std::string& sect
   keys[section + ".mini_batch_size"] = set(m.mini_batch_size);
   keys[section + ".betas"] = [&m](const ca::Json& n) {
     if (!n.is_array() || n.size() != 2) throw ca::YamlError("betas must be a list of two numbers", "betas must be a list of two numbers");
-    m.adamw.beta1 = ca::yaml_double(n[0]);
-    m.adamw.beta2 = ca::yaml_double(n[1]);
+    m.adamw.beta1 = finite_double(n[0]);
+    m.adamw.beta2 = finite_double(n[1]);
   };
 }
 }  // namespace
