@@ -2,8 +2,13 @@
 // Hugging Face checkpoint layout. Every op is a plain loop; the CUDA path (libcommon/nn_cuda) is tested against it.
 #include "libcommon/nn/model.hpp"
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +23,7 @@
 
 #include "libcommon/atomic_file.hpp"
 #include "libcommon/errors.hpp"
+#include "libcommon/log.hpp"
 #include "libcommon/nn/checkpoint.hpp"
 #include "libcommon/nn/lora.hpp"
 #include "libcommon/nn/ops.hpp"
@@ -606,6 +612,41 @@ std::string sibling(const std::string& dir, const char* what) {
 }
 }  // namespace
 
+namespace {
+// What a writer to `dir` that is gone left beside it (killed -9, OOM-killed or preempted mid-write):
+// its staging folder, a checkpoint's size each, is removed; an earlier checkpoint it had moved aside
+// (.NAME.old-PID-N) is put back when `dir` is missing (killed between the two renames of a replace
+// where the file system cannot swap), else removed. A writer still running (its PID alive) is left be.
+void remove_leftovers(const std::string& dir) {
+  namespace fs = std::filesystem;
+  fs::path target = fs::path(dir).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();
+  const std::string prefix = "." + target.filename().string() + ".";
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(parent, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = name.substr(prefix.size());  // staging-PID-N or old-PID-N
+    const bool old = rest.rfind("old-", 0) == 0;
+    if (!old && rest.rfind("staging-", 0) != 0) continue;
+    const std::string ids = rest.substr(old ? 4 : 8);
+    const std::size_t dash = ids.find('-');
+    if (dash == 0 || dash == std::string::npos || dash + 1 == ids.size() || dash > 9 ||
+        ids.find_first_not_of("0123456789-") != std::string::npos || ids.find('-', dash + 1) != std::string::npos)
+      continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(ids.substr(0, dash)));
+    if (pid <= 0 || pid == getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    std::error_code ec2;
+    if (old && !fs::exists(fs::symlink_status(target, ec2)) && ::rename(it->path().c_str(), target.c_str()) == 0) {
+      log::warn("put back the checkpoint '", target.string(), "' that a killed writer had moved aside to '", name, "'");
+      continue;
+    }
+    fs::remove_all(it->path(), ec2);
+  }
+}
+}  // namespace
+
 void check_checkpoint_target(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -625,6 +666,7 @@ void check_checkpoint_target(const std::string& dir) {
 
 CheckpointWriter::CheckpointWriter(std::string dir) : dir_(std::move(dir)) {
   namespace fs = std::filesystem;
+  remove_leftovers(dir_);
   check_checkpoint_target(dir_);
   stage_ = sibling(dir_, "staging");
   std::error_code ec;
@@ -649,6 +691,14 @@ void CheckpointWriter::commit() {
   std::string old;
   if (fs::exists(fs::symlink_status(dir_, ec))) {
     check_checkpoint_target(dir_);  // it may have changed while the step ran
+    // One atomic swap where the file system has it: `dir` holds the earlier or the new checkpoint at
+    // every moment, never neither; the staging path then holds the earlier one, removed after.
+    if (::renameat2(AT_FDCWD, stage_.c_str(), AT_FDCWD, dir_.c_str(), RENAME_EXCHANGE) == 0) {
+      committed_ = true;
+      fsync_dir(parent.empty() ? "." : parent);
+      fs::remove_all(stage_, ec);
+      return;
+    }
     old = sibling(dir_, "old");
     if (::rename(dir_.c_str(), old.c_str()) != 0)
       throw EnvironmentError("cannot move the earlier checkpoint '" + dir_ + "' aside: " + std::strerror(errno));

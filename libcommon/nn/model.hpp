@@ -151,7 +151,10 @@ template <class T> std::string first_non_finite(const Model<T>& model);
 // (.NAME.staging-PID-N), and commit() syncs it and renames it into place. An earlier checkpoint at
 // `dir` is replaced as a whole, so no weight file of it survives into the new one. A `dir` that
 // exists and is neither empty nor a checkpoint (no config.json, or adapter_config.json for a LoRA adapter) is a UsageError, before and at commit.
-// Not committed (an exception): the staging folder is removed and `dir` is as it was.
+// Not committed (an exception): the staging folder is removed and `dir` is as it was. An earlier
+// checkpoint is swapped out in one renameat2(RENAME_EXCHANGE) where the file system has it (else moved
+// aside, then replaced). What writers to `dir` killed mid-write left (their PID gone) is cleared at
+// construction: staging folders removed, a checkpoint moved aside put back if `dir` is missing.
 class CheckpointWriter {
  public:
   explicit CheckpointWriter(std::string dir);

@@ -145,6 +145,23 @@ expect 2 "huge_hidden.json': .*(GiB|2\^60 parameters)" bash -c "ulimit -v 300000
 expect 2 "many_layers.json': .*GiB" bash -c "ulimit -v 3000000; exec $PPO init --model-config many_layers.json --out o9 -q"
 [ ! -e o9 ] || fail "a refused size wrote a checkpoint"
 
+# --- What a writer killed mid-write left beside --out (kill -9, OOM, preemption: a staging folder the
+# size of a checkpoint, each time) is removed by the next writer; a live writer's is left be, and an
+# earlier checkpoint moved aside when --out is missing is put back.
+true & dead=$!; wait $dead
+mkdir -p ".o7.staging-$dead-0" ".o7.old-$dead-3" ".o7.staging-$$-0"
+echo junk > ".o7.staging-$dead-0/model.safetensors"
+$PPO --mode rft --policy policy --out o7 --no-store -q < good.jsonl > /dev/null || fail "a step beside leftovers"
+[ ! -e ".o7.staging-$dead-0" ] && [ ! -e ".o7.old-$dead-3" ] || fail "a dead writer's leftovers stay: $(ls -a)"
+[ -d ".o7.staging-$$-0" ] || fail "a live writer's staging folder was removed"
+rmdir ".o7.staging-$$-0"
+mv o7 ".o7.old-$dead-5"
+$PPO init --model-config "$HERE/toy_model.json" --out o7b -q  # another target: o7's leftovers are not its own
+[ -d ".o7.old-$dead-5" ] || fail "a writer to another folder touched o7's leftovers"
+$PPO --mode rft --policy policy --out o7 --no-store < good.jsonl > out.txt 2> err.txt || fail "a step over a moved-aside o7"
+grep -q "put back the checkpoint 'o7'" err.txt || fail "the moved-aside checkpoint was not put back: $(cat err.txt)"
+[ -f o7/config.json ] && [ ! -e ".o7.old-$dead-5" ] || fail "o7 not restored: $(ls -a)"
+
 # --- A full disk (EFBIG under ulimit -f, SIGXFSZ ignored as a full disk does not signal): exit 3,
 # no checkpoint at all, and an earlier checkpoint at --out left as it was.
 expect 3 "cannot write '.*': write failed: File too large" \
