@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <set>
 #include <tuple>
 
@@ -32,18 +33,27 @@ struct Seq {
   bool operator<(const Seq& o) const { return std::tie(started, store, rowid) < std::tie(o.started, o.store, o.rowid); }
 };
 
+// What the report shows of a profile, read once from its body (a few numbers, not the body's JSON:
+// 333,000 profiles held as JSON took 830 MB).
+struct ProfSummary {
+  std::string status, bound;
+  bool incorrect = false;  // "correct": false
+  std::optional<double> vs_eager, vs_compile, vs_eager_pm, vs_compile_pm, time_us, floor_us;
+};
+
 struct Row {
   std::string run_id;
   int store = 0;
   int64_t rowid = 0;
   Json data;
+  std::shared_ptr<const ProfSummary> prof;  // profiles only
 };
 
 struct CandidateState {
   std::string task_id, data_source;
   std::optional<Seq> candidate_seq, episode_seq, check_seq, prof_seq, reward_seq;
   std::optional<bool> check_correct;
-  Json prof;
+  std::shared_ptr<const ProfSummary> prof;
   std::optional<double> reward;
   Seq newest;  // of any of its rows
   bool any = false;
@@ -199,12 +209,10 @@ Json level_row(const std::string& level, const std::vector<const TaskResult*>& t
 // A candidate passed when its newest check did and its timed calls (if it was timed) were right too.
 // A store without the check (kernel-check ran with --no-store) still shows a timed, correct profile.
 bool passed(const CandidateState& c) {
-  const bool prof_failed = c.prof_seq && (text(c.prof, "status") == "failed" ||
-                                          (c.prof.contains("correct") && c.prof["correct"].is_boolean() &&
-                                           !c.prof["correct"].get<bool>()));
+  const bool prof_failed = c.prof && (c.prof->status == "failed" || c.prof->incorrect);
   if (prof_failed) return false;
   if (c.check_correct) return *c.check_correct;
-  return c.prof_seq && text(c.prof, "status") == "timed";
+  return c.prof && c.prof->status == "timed";
 }
 
 // Speedup against a precision-matched baseline: kernel-prof times one only when the kernel computes in
@@ -217,6 +225,23 @@ std::optional<double> matched_speedup(const Json& prof, const std::string& mode)
   if (prof.contains("baselines") && prof["baselines"].contains(mode + "_precision_matched") && t && *t > 0)
     if (auto b = number(prof["baselines"][mode + "_precision_matched"], "time_us")) return positive(*b / *t);
   return std::nullopt;
+}
+
+ProfSummary summarize_prof(const Json& prof) {
+  ProfSummary p;
+  p.status = text(prof, "status");
+  p.incorrect = prof.contains("correct") && prof["correct"].is_boolean() && !prof["correct"].get<bool>();
+  p.vs_eager = positive(number(prof, "speedup_vs_eager"));
+  p.vs_compile = positive(number(prof, "speedup_vs_compile"));
+  p.vs_eager_pm = matched_speedup(prof, "eager");
+  p.vs_compile_pm = matched_speedup(prof, "compile");
+  p.time_us = positive(number(prof, "time_us"));
+  if (prof.contains("metrics") && prof["metrics"].is_object() && prof["metrics"].contains("roofline") &&
+      prof["metrics"]["roofline"].is_object()) {
+    p.floor_us = positive(number(prof["metrics"]["roofline"], "floor_us"));
+    p.bound = text(prof["metrics"]["roofline"], "bound");
+  }
+  return p;
 }
 
 }  // namespace
@@ -328,8 +353,9 @@ StoreRows read_stores(const std::vector<std::string>& store_paths) {
         Json data = Json::object();
         for (const char* k : {"candidate_id", "task_id", "data_source", "correct", "value", "body", "step_id"})
           if (r.contains(k) && !r[k].is_null()) data[k] = r[k];
-        if (table == "profiles") data["body"] = profile_body(r);
-        in.rows[table].push_back(Row{text(r, "run_id"), s, r.value("seq", int64_t(0)), std::move(data)});
+        std::shared_ptr<const ProfSummary> prof;
+        if (table == "profiles") prof = std::make_shared<const ProfSummary>(summarize_prof(profile_body(r)));
+        in.rows[table].push_back(Row{text(r, "run_id"), s, r.value("seq", int64_t(0)), std::move(data), std::move(prof)});
       });
     }
   }
@@ -369,10 +395,12 @@ std::map<std::string, CandidateState> candidate_states(StoreRows& in) {
                                                       : std::nullopt;
     }
   }
-  for (const auto& r : rows["profiles"]) {
+  // Each table's rows are let go once folded (rewards are read again by add_iterations).
+  for (auto& r : rows["profiles"]) {
     CandidateState& c = touch(r);
-    if (Seq q = seq_of(r); newer(c.prof_seq, q)) c.prof_seq = q, c.prof = r.data["body"];
+    if (Seq q = seq_of(r); newer(c.prof_seq, q)) c.prof_seq = q, c.prof = r.prof;
   }
+  for (const char* table : {"candidates", "episodes", "checks", "profiles"}) std::vector<Row>().swap(rows[table]);
   for (const auto& r : rows["rewards"]) {
     CandidateState& c = touch(r);
     if (Seq q = seq_of(r); newer(c.reward_seq, q)) c.reward_seq = q, c.reward = number(r.data, "value");
@@ -395,8 +423,8 @@ TaskResult task_result(const std::string& task_id, const std::vector<std::pair<s
   if (select == Select::best) {
     const std::pair<std::string, const CandidateState*>* best = nullptr;
     auto best_key = [&](const CandidateState& c) {
-      return std::make_tuple(positive(number(c.prof, "speedup_vs_compile")).value_or(0.0),
-                             positive(number(c.prof, "speedup_vs_eager")).value_or(0.0), c.newest);
+      return std::make_tuple(c.prof ? c.prof->vs_compile.value_or(0.0) : 0.0,
+                             c.prof ? c.prof->vs_eager.value_or(0.0) : 0.0, c.newest);
     };
     for (const auto& e : list)
       if (passed(*e.second) && (!best || best_key(*best->second) < best_key(*e.second))) best = &e;
@@ -418,17 +446,14 @@ TaskResult task_result(const std::string& task_id, const std::vector<std::pair<s
     t.level = "torch#" + std::to_string(meta->second["n_ops"].get<int64_t>());
   if (t.level.empty()) t.level = "unknown";
   t.passed = passed(c);
-  if (t.passed && c.prof_seq && text(c.prof, "status") == "timed") {
-    t.vs_eager = positive(number(c.prof, "speedup_vs_eager"));
-    t.vs_compile = positive(number(c.prof, "speedup_vs_compile"));
-    t.vs_eager_pm = matched_speedup(c.prof, "eager");
-    t.vs_compile_pm = matched_speedup(c.prof, "compile");
-    t.time_us = positive(number(c.prof, "time_us"));
-    if (c.prof.contains("metrics") && c.prof["metrics"].is_object() && c.prof["metrics"].contains("roofline") &&
-        c.prof["metrics"]["roofline"].is_object()) {
-      t.floor_us = positive(number(c.prof["metrics"]["roofline"], "floor_us"));
-      t.bound = text(c.prof["metrics"]["roofline"], "bound");
-    }
+  if (t.passed && c.prof && c.prof->status == "timed") {
+    t.vs_eager = c.prof->vs_eager;
+    t.vs_compile = c.prof->vs_compile;
+    t.vs_eager_pm = c.prof->vs_eager_pm;
+    t.vs_compile_pm = c.prof->vs_compile_pm;
+    t.time_us = c.prof->time_us;
+    t.floor_us = c.prof->floor_us;
+    t.bound = c.prof->bound;
   }
   t.reward = c.reward;
   return t;
