@@ -4,7 +4,8 @@
 # loads, draws inputs and its reference kept on the GPU (CUDA IPC), is timed eager and under
 # torch.compile (inductor and Triton compile inside the worker's own folder), and judged by the
 # filters with the compile check; a hostile task on the same GPU worker gets no network and (with
-# Landlock) no /etc/shadow. Needs a GPU and a python3 with CUDA torch 2.x.
+# Landlock) no /etc/shadow. Needs a GPU and a python3 with CUDA torch 2.x. confine_gpu_namespaces.sh
+# runs it without Landlock: the worker (CUDA, IPC, inductor) inside the namespace sandbox.
 set -uo pipefail
 : "${CA_BIN:?}" "${CA_SRC:?}"
 export CUDA_AGENT_PYTHONPATH="${CA_PYTHONPATH:-$CA_SRC/libcommon/python}"
@@ -60,7 +61,7 @@ start=$(date +%s)
 rc=$?
 echo "worker_confine_gpu: answers in $(( $(date +%s) - start )) s (worker-ping exit $rc)"
 "$PY" - "$T/answers.jsonl" "$T/err" <<'PY'
-import ctypes, json, sys
+import ctypes, json, os, sys
 answers = [json.loads(l) for l in open(sys.argv[1])]
 err = open(sys.argv[2]).read()
 abi = max(0, ctypes.CDLL(None).syscall(444, None, 0, 1))
@@ -73,7 +74,8 @@ check(len(answers) == 10, "expected 10 answers, got %d; stderr: %s" % (len(answe
 if answers:
     h = answers[0]
     print("landlock ABI %d; confinement %s; warnings %s" % (abi, h.get("confinement"), h.get("confinement_warnings")))
-    need = ["seccomp", "pgroup", "output-cap", "memory-watch", "rlimit"] + (["landlock"] if abi >= 1 else [])
+    fs = "namespaces" if os.environ.get("CA_CONFINE_NAMESPACES") else "landlock" if abi >= 1 else None
+    need = ["seccomp", "pgroup", "output-cap", "memory-watch", "rlimit"] + ([fs] if fs else [])
     check(all(n in h.get("confinement", []) for n in need), "hello lacks %s: %s" % (need, h))
 names = ["hello", "warm", "load", "inputs", "reference", "time eager", "time compile", "filters", "hostile load", "release"]
 for name, a in zip(names[1:], answers[1:]):
