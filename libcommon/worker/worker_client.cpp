@@ -350,6 +350,10 @@ struct WorkerClient::Impl {
       stop();
       std::error_code ec;
       fs::remove(log_path, ec);  // its log: read by nobody now (a fresh one per task would pile up)
+      // Nothing the last task left in the folder (caches, temp files, files named for later) reaches
+      // the next: the folder is made anew.
+      fs::remove_all(io_dir, ec);
+      make_io_dir();
       fresh_start = true;  // the tasks it had loaded are loaded again when asked for (send's replay)
     }
     if (!child || !child->running()) {
@@ -374,7 +378,9 @@ struct WorkerClient::Impl {
                         {"TRITON_HOME", io_dir + "/cache"}, {"CUDA_CACHE_PATH", io_dir + "/cache/nv"},
                         {"MPLCONFIGDIR", io_dir + "/cache/mpl"}};
     for (const char* var : {"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"}) {
-      const char* v = std::getenv(var);
+      // One task per process: no cache another task wrote (a Triton or inductor entry keyed by a
+      // kernel another task also makes would be that task's code in this one's compile).
+      const char* v = opt.one_task_per_process ? nullptr : std::getenv(var);
       if (v && *v) {
         std::error_code ec;
         fs::create_directories(v, ec);

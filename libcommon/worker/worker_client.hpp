@@ -42,7 +42,9 @@ struct WorkerOptions {
   // with every task loaded after it (torch, its modules and classes, global flags), so one task that
   // patches torch would change every later task's reference; no check of what it changed can be
   // complete, a new process is. For tasks nobody vouched for (ops-synth filter and import, a service's
-  // --accept-tasks). Fresh starts are not counted in restarts().
+  // --accept-tasks). The fresh worker gets its folder anew (no cache or file the last task left) and
+  // no cache folder the user named (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR: other tasks write
+  // them). Fresh starts are not counted in restarts().
   bool one_task_per_process = false;
 };
 
