@@ -85,6 +85,38 @@ assert c['status']=='passed', c; assert dt < 2.0, dt
 print('%.3f' % dt)
 " "$T/warm.out" "$t0" "$t1" > "$T/warm.dt" && pass "a warm verify (new candidate, task loaded): $(cat "$T/warm.dt") s" || fail "warm verify" "$(cat "$T/warm.dt") $(head -c 300 "$T/warm.out")"
 
+# 1b. --accept-tasks: the same records, each carrying its task under its content id, tasks interleaved
+# (scale_add, row_softmax, linear_relu_gemm, scale_add, ...): each task runs in a worker process of its
+# own (one-task-per-process, issue 32), and the verdicts are the CLI's.
+$PY - "$T/in.jsonl" "$T/kc_tasks.jsonl" > "$T/accept.jsonl" <<'PY'
+import hashlib, json, sys
+tasks = {t["task_id"]: t for t in map(json.loads, open(sys.argv[2]))}
+def cid(v):
+    return hashlib.sha256(json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()[:16]
+for r in map(json.loads, open(sys.argv[1])):
+    t = dict(tasks[r["task_id"]])
+    t.pop("task_id", None)
+    tid = cid({k: t[k] for k in ("code", "init_inputs", "inputs") if k in t})
+    r.pop("candidate_id", None)
+    print(json.dumps(dict(r, task_id=tid, task=dict(t, task_id=tid))))
+PY
+"$KC" --serve 127.0.0.1:0 --port-file "$T/kca.port" --accept-tasks --seed 7 --timeout 2 --gpus 0 --no-store \
+  > /dev/null 2> "$T/kca.err" &
+PIDS+=($!)
+KCA_URL="http://$(wait_port "$T/kca.port" "$T/kca.err")"
+curl --max-time 400 -sS --data-binary @"$T/accept.jsonl" "$KCA_URL/v1/check" > "$T/accept.out"
+$PY - "$T/cli.jsonl" "$T/accept.out" <<'PY' && pass "--accept-tasks: clients' tasks, one worker process each, give the CLI's verdicts" || fail "accept-tasks" "see above"
+import json, sys
+a = [json.loads(l)["check"] for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(b) == 8, b[:1]
+for i, (x, r) in enumerate(zip(a, b)):
+    y = r.get("check", {})
+    assert x["status"] == y.get("status"), (i, x["status"], r.get("check", r.get("error")))
+    if y["status"] in ("passed", "incorrect"):
+        assert "one-task-per-process" in y["worker_confinement"]["applied"], y["worker_confinement"]
+PY
+
 # 2. kernel-prof.
 $PY "$CA_SRC/tests/kernel-prof/fixtures/make_records.py" "$T"
 ARGS=(--tasks "$T/tasks.jsonl" --baselines eager,compile --baseline-budget-s 2 --gpus 0)
