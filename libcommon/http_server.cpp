@@ -215,11 +215,16 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (server_.stopping) return reject(error_response(503, "the service is stopping", kExitEnvironment));
     // The body's memory is reserved before it is read: its length, or the limit when it is chunked.
-    std::size_t want = server_.options.max_body_bytes;
+    // A request with neither Content-Length nor chunked Transfer-Encoding has no body (RFC 9112 6.3)
+    // and reserves nothing: a health check (GET) held 256 MiB of the budget, so a few at once made
+    // the service answer 503 "busy" to everyone.
+    std::size_t want = 0;
     if (auto n = parser_->content_length()) {
       if (*n > server_.options.max_body_bytes)
         return reject(error_response(413, log::cat("request body over ", server_.options.max_body_bytes, " bytes"), kExitBadInput));
       want = static_cast<std::size_t>(*n);
+    } else if (parser_->chunked()) {
+      want = server_.options.max_body_bytes;
     }
     if (server_.buffered_bytes + want > server_.options.max_buffered_bytes)
       return reject(error_response(503, log::cat("busy: ", server_.buffered_bytes, " bytes of requests held; try again later"),

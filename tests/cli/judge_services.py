@@ -380,6 +380,31 @@ ok("kill -9 of the compiler: exit 3, no compile_error written or stored",
    killed and p.returncode == 3 and "compile_error" not in out and "compile_error" not in stored and "killed from outside" in err,
    (killed, p.returncode, out[:300], stored, err[-300:]))
 
+# ---- 10b. Requests without a body reserve none of the body budget ------------------------------------------------
+# A GET (health) has neither Content-Length nor chunked encoding: it reserved the 256 MiB limit, so four at
+# once (health checks while checks keep the service busy) filled the 1 GiB budget and the service answered
+# 503 "busy" to health and checks alike (6 and 7 of 300 in two runs before; 0 now).
+svc, addr = start(["127.0.0.1:0", "--compile-only", "--arch", "sm_90", "--no-store", "--tasks", tasks_file, "--max-queue", "256"])
+codes = []
+def mixed_once(i):
+    try:
+        if i % 2:
+            st, text, _ = request(addr, "GET", "/v1/health", timeout=60)
+        else:
+            st, text, _ = request(addr, "POST", "/v1/check", rec(good), timeout=300)
+    except Exception as e:
+        st, text = 0, repr(e)
+    codes.append((st, text[:120]))
+for _ in range(2):
+    hs = [threading.Thread(target=mixed_once, args=(i,)) for i in range(150)]
+    for t in hs:
+        t.start()
+    for t in hs:
+        t.join()
+bad = [c for c in codes if c[0] != 200]
+ok("300 requests, 150 at a time (half health, half checks): all 200 (%d not)" % len(bad), not bad, bad[:3])
+stop(svc)
+
 # ---- 11. The binary replaced under a running service (a rebuild, an upgrade): its compiler child is ------------
 # still its own file (/proc/self/exe), never the new one at the path (another version) nor "(deleted)"
 # (503 for every request from then on, before).
