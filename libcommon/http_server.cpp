@@ -131,6 +131,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void read() {
     parser_.emplace();
+    chunked_ = false;
     parser_->body_limit(server_.options.max_body_bytes);
     stream_.expires_after(ms(server_.options.read_timeout_s));
     bhttp::async_read_header(stream_, buffer_, *parser_,
@@ -224,7 +225,9 @@ class Session : public std::enable_shared_from_this<Session> {
         return reject(error_response(413, log::cat("request body over ", server_.options.max_body_bytes, " bytes"), kExitBadInput));
       want = static_cast<std::size_t>(*n);
     } else if (parser_->chunked()) {
-      want = server_.options.max_body_bytes;
+      // Unknown length: counted as it arrives (read_body), so slow clients hold only what they sent.
+      chunked_ = true;
+      want = std::min(kChunkedStep, server_.options.max_body_bytes);
     }
     if (server_.buffered_bytes + want > server_.options.max_buffered_bytes)
       return reject(error_response(503, log::cat("busy: ", server_.buffered_bytes, " bytes of requests held; try again later"),
@@ -248,7 +251,29 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void read_body() {
-    bhttp::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_body(ec); });
+    if (!chunked_) {
+      bhttp::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_body(ec); });
+      return;
+    }
+    bhttp::async_read_some(stream_, buffer_, *parser_,
+                           [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_body_some(ec); });
+  }
+
+  // A chunked body, piece by piece: the budget grows with what arrived (in steps), so the bodies of
+  // slow clients hold only what they sent, never the whole limit each (four at once held the 1 GiB).
+  void on_body_some(beast::error_code ec) {
+    if (ec) return on_read_error(ec);
+    const std::size_t have = parser_->get().body().capacity();  // what it holds, growth included
+    if (have > reserved_) {
+      const std::size_t more = std::max(have - reserved_, kChunkedStep);
+      if (server_.buffered_bytes + more > server_.options.max_buffered_bytes)
+        return reject(error_response(503, log::cat("busy: ", server_.buffered_bytes, " bytes of requests held; try again later"),
+                                     kExitEnvironment));
+      server_.buffered_bytes += more;
+      reserved_ += more;
+    }
+    if (parser_->is_done()) return on_body({});
+    read_body();
   }
 
   void on_read_error(beast::error_code ec) {
@@ -371,6 +396,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
   uint64_t generation_ = 0;
   std::size_t reserved_ = 0;
+  bool chunked_ = false;                                       // this request's body is chunked
+  static constexpr std::size_t kChunkedStep = std::size_t(1) << 20;  // its budget grows by at least this
   bool keep_alive_ = false, authenticated_ = false, unauthorized_ = false;
   unsigned version_ = 11;
   bool busy_ = false;

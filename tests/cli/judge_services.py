@@ -405,6 +405,57 @@ bad = [c for c in codes if c[0] != 200]
 ok("300 requests, 150 at a time (half health, half checks): all 200 (%d not)" % len(bad), not bad, bad[:3])
 stop(svc)
 
+# ---- 10c. Chunked bodies: counted as they arrive ---------------------------------------------------------------
+# A chunked body's length is unknown at its head: it reserved the whole 256 MiB limit, so four slow
+# chunked clients (a byte each) held the 1 GiB budget and every other POST got 503 "busy". Now it is
+# counted as it arrives: slow clients hold what they sent. A whole chunked body is judged as before, one
+# past the limit is 413, and bodies past the budget together are 503, not memory.
+svc, addr = start(["127.0.0.1:0", "--compile-only", "--arch", "sm_90", "--no-store", "--tasks", tasks_file])
+host, p_ = addr.split(":")
+slow = []
+for _ in range(6):
+    sk = socket.create_connection((host, int(p_)))
+    sk.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n{\r\n")
+    slow.append(sk)
+time.sleep(0.5)
+st, text, _ = request(addr, "POST", "/v1/check", rec(good))
+ok("six slow chunked bodies open: another client's check is judged (%s)" % st, st == 200, text[:200])
+for sk in slow:
+    sk.close()
+c = subprocess.run(["curl", "-sS", "-o", os.path.join(T, "chunked.out"), "-w", "%{http_code}", "-H", "Transfer-Encoding: chunked",
+                    "--data-binary", "@-", "http://%s/v1/check" % addr], input=(big + rec(good)).encode(), capture_output=True, timeout=60)
+out = lines(open(os.path.join(T, "chunked.out")).read()) if c.stdout == b"200" else []
+ok("a chunked body of two records (2 MB): both judged", c.stdout == b"200" and len(out) == 2 and
+   all(o["check"]["status"] == "compiled" for o in out), (c.stdout, c.stderr[-200:]))
+def chunked_post(n_mb, results):
+    try:
+        sk = socket.create_connection((host, int(p_)), timeout=120)
+        sk.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        piece = b"%x\r\n" % (1 << 20) + b" " * (1 << 20) + b"\r\n"
+        try:
+            for _ in range(n_mb):
+                sk.sendall(piece)
+            sk.sendall(b"0\r\n\r\n")
+        except OSError:
+            pass  # answered and closed before the body ended: the answer is in the socket
+        results.append(sk.recv(200).split(b"\r\n", 1)[0])
+    except OSError as e:
+        results.append(("no answer: " + str(e)).encode())
+res = []
+chunked_post(300, res)
+ok("a chunked body past 256 MiB: 413 (%s)" % res[0][:40], b"413" in res[0], res)
+res = []
+ts = [threading.Thread(target=chunked_post, args=(250, res)) for _ in range(5)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+rss = int([l for l in open("/proc/%d/status" % svc.pid) if l.startswith("VmHWM")][0].split()[1]) >> 10
+st, text, _ = request(addr, "GET", "/v1/health")
+ok("five 250 MB chunked bodies at once: the one past the 1 GiB budget 503, the service up, peak %d MiB (%s)" %
+   (rss, [r[:12] for r in res]), sum(b"503" in r for r in res) >= 1 and st == 200 and rss < 2500, (res, st))
+stop(svc)
+
 # ---- 11. The binary replaced under a running service (a rebuild, an upgrade): its compiler child is ------------
 # still its own file (/proc/self/exe), never the new one at the path (another version) nor "(deleted)"
 # (503 for every request from then on, before).
