@@ -146,7 +146,9 @@ void emit_in_order(LoopState& st, bool poll, const std::function<void(void*)>& e
 }
 
 // After the emitting: the lanes stopped and joined, the reader joined (or, blocked in `next` after a
-// stop, given 200 ms and then left to itself), what was read and not emitted discarded and counted.
+// stop or a failure, given 200 ms and then left to itself: a child answering its parent one record at
+// a time would otherwise wait for a line the parent sends only after that answer), what was read and
+// not emitted discarded and counted.
 void wind_down(const std::shared_ptr<LoopState>& st, std::vector<std::thread>& lanes, std::thread& reader,
                OrderedLoopEnd& end) {
   {
@@ -158,7 +160,7 @@ void wind_down(const std::shared_ptr<LoopState>& st, std::vector<std::thread>& l
   for (auto& t : lanes) t.join();
   {
     std::unique_lock<std::mutex> lock(st->mu);
-    if (end.stopped && st->in_next &&
+    if ((end.stopped || st->failure) && st->in_next &&
         !st->cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return !st->in_next; })) {
       st->abandoned = true;
       end.reader_blocked = true;
@@ -199,6 +201,10 @@ OrderedLoopEnd run_ordered_erased(const OrderedLoopOptions& options, std::functi
   OrderedLoopEnd end;
   wind_down(st, lanes, reader, end);
   std::lock_guard<std::mutex> lock(st->mu);
+  if (st->failure && end.reader_blocked) {  // not rethrown: the caller must end the process (below `next`'s frame)
+    end.failure = st->failure;
+    return end;
+  }
   if (st->failure) std::rethrow_exception(st->failure);
   if (st->input_failure) std::rethrow_exception(st->input_failure);
   return end;

@@ -9,7 +9,8 @@
 //   emitted, then it is rethrown (a bad line: exit 2 after everything before it is written).
 // - An exception from `work` or `emit` stops everything: no new item starts, the lanes finish the
 //   ones they hold, the items before the failed one (in input order) are still emitted and nothing
-//   from it on, and it is rethrown once the lanes have stopped.
+//   from it on, and it is rethrown once the lanes have stopped; unless `next` is then blocked (see
+//   below): the end then carries it (`failure`) instead, with `reader_blocked`.
 // - `stop` (an interrupt, an output that is gone; asked before an item is started or queued, and
 //   about every 20 ms) ends the loop early:
 //   nothing new is read or started, the items already started are finished and emitted in order,
@@ -18,6 +19,7 @@
 //   path calls its reader_blocked, which ends the process).
 #pragma once
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 
@@ -33,6 +35,9 @@ struct OrderedLoopEnd {
   int64_t read = 0, emitted = 0, dropped = 0;
   bool stopped = false;         // `stop` ended it
   bool reader_blocked = false;  // ... while `next` was blocked: its thread was left running
+  // A failure of `work` or `emit` while `next` was blocked: returned here, not rethrown (the caller
+  // must end the process before `next`'s frame goes; the record path does).
+  std::exception_ptr failure;
 };
 
 namespace detail {

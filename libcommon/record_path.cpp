@@ -2,9 +2,11 @@
 #include "libcommon/record_path.hpp"
 
 #include <cstdlib>
+#include <iostream>
 #include <memory>
 
 #include "libcommon/log.hpp"
+#include "libcommon/signals.hpp"
 #include "libcommon/store.hpp"
 
 namespace ca {
@@ -71,6 +73,24 @@ void RecordPath::copied(const RecordItem& item, Call& call) {
 void RecordPath::ended(const OrderedLoopEnd& end, Call& call) {
   if (!end.reader_blocked) return;
   close(call);
+  if (end.failure) {
+    // A record's work failed (a kernel-prof child whose GPU context is gone) while the reader waits
+    // for a line its writer sends only after this process answers: report it, close what is open
+    // (run rows get the true status), and end with its status.
+    int code = kExitInternal;
+    try {
+      std::rethrow_exception(end.failure);
+    } catch (const Error& e) {
+      report_error(e);
+      code = e.exit_code;
+    } catch (const std::exception& e) {
+      log::error("internal error: ", e.what());
+    }
+    signals::run_cleanups(code);
+    std::cout.flush();
+    std::cerr.flush();
+    std::_Exit(code);
+  }
   if (path_.reader_blocked) path_.reader_blocked();
   log::error("the input's reader is blocked after a stop: ending here");
   std::_Exit(kExitInternal);

@@ -119,9 +119,10 @@ PY
 # kp-cheat's too (that child: it exits when handed the next record, and a fresh child takes it).
 ids=$($PY -c 'import json,sys; r={j["name"]: j["candidate_id"] for j in map(json.loads, open(sys.argv[1]))}; print(r["kp-good"] + "," + r["kp-cheat"])' "$T/cands.jsonl")
 rc=0
-CA_KERNEL_PROF_INJECT_FAULT=$ids "$KP" --tasks "$T/tasks.jsonl" --baselines eager --budget-s 2 --baseline-budget-s 2 \
-  --no-store < "$T/cands.jsonl" > "$T/out4.jsonl" 2> "$T/err4" || rc=$?
-[ "$rc" = 0 ] || { cat "$T/err4"; fail "a context-killing candidate: exit $rc"; }
+# Bounded: a hang here (a child never answering) must fail the test with what it printed, not stall it.
+CA_KERNEL_PROF_INJECT_FAULT=$ids timeout "${KP_FAULT_TIMEOUT_S:-240}" "$KP" -v --tasks "$T/tasks.jsonl" --baselines eager --budget-s 2 \
+  --baseline-budget-s 2 --no-store < "$T/cands.jsonl" > "$T/out4.jsonl" 2> "$T/err4" || rc=$?
+[ "$rc" = 0 ] || { cat "$T/err4"; echo "records written: $(wc -l < "$T/out4.jsonl")"; fail "a context-killing candidate: exit $rc"; }
 grep -q "fresh kernel-prof process" "$T/err4" || { cat "$T/err4"; fail "no word of the fresh process"; }
 grep -q "a fresh child takes the next record" "$T/err4" || { cat "$T/err4"; fail "the child that lost its context was not replaced"; }
 $PY - "$T/out4.jsonl" <<'PY' || { cat "$T/err4"; fail "records after a context-killing candidate"; }

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <random>
 #include <stdexcept>
@@ -195,6 +196,47 @@ TEST_CASE("run_ordered: a stop finishes and emits what was started, drops the re
   CHECK(end.emitted + end.dropped == end.read);
   gate->store(true);  // the abandoned reader returns and ends by itself
   nap(50);
+}
+
+TEST_CASE("run_ordered: a failure while the reader is blocked returns with it, not a wait for more input") {
+  // A kernel-prof child answers its parent one record at a time: the parent sends the next line only
+  // after the answer, so after the first record the reader is blocked. When that record's work fails
+  // (its GPU context is gone), the loop must come back carrying the failure (the record path then
+  // ends the process with its status), not join a reader that waits for a line that never comes.
+  auto gate = std::make_shared<std::atomic<bool>>(false);
+  auto n = std::make_shared<std::atomic<int64_t>>(0);
+  std::vector<int64_t> out;
+  auto run = std::async(std::launch::async, [&, gate, n] {
+    return ca::run_ordered<Item>(
+        ca::OrderedLoopOptions{},
+        [gate, n](Item& it) {
+          if (n->load() == 1) {
+            while (!gate->load()) nap(5);  // the parent's next line: only after our answer
+            return false;
+          }
+          it.n = (*n)++;
+          return true;
+        },
+        [](int, Item&) {
+          nap(50);  // the reader is blocked by now
+          throw ca::Error(75, "a candidate killed this process's GPU context");
+        },
+        [&](Item& it) { out.push_back(it.n); });
+  });
+  const bool returned = run.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  CHECK_MESSAGE(returned, "the loop waited for the blocked reader");
+  if (!returned) gate->store(true);
+  ca::OrderedLoopEnd end = run.get();
+  gate->store(true);  // the abandoned reader returns and ends by itself
+  nap(50);
+  CHECK(end.reader_blocked);
+  REQUIRE(end.failure);
+  CHECK(out.empty());
+  try {
+    std::rethrow_exception(end.failure);
+  } catch (const ca::Error& e) {
+    CHECK(e.exit_code == 75);
+  }
 }
 
 TEST_CASE("run_ordered: no lanes is a usage error") {
