@@ -130,13 +130,17 @@ void start_cleaner(const std::string& folder) {
   const pid_t tool = getppid();
   pid_t pid = fork();
   if (pid != 0) return;  // the launcher goes on (a failed fork: no cleaner)
+  // Out of the worker's process group: the worker, told its tool is gone, ends its group, and would
+  // take the cleaner with it before the folder is removed (seen under load: the folder left behind).
+  const pid_t group = getpgrp();
+  setpgid(0, 0);
   int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
   for (int fd = 3; fd < 1024; ++fd) ::close(fd);
   while (kill(tool, 0) == 0 || errno == EPERM) usleep(500000);
   std::error_code ec;
   std::filesystem::remove_all(folder, ec);
-  kill(0, SIGKILL);
+  kill(-group, SIGKILL);  // what is left of the worker's group
   _exit(0);
 }
 
