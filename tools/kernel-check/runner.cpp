@@ -214,7 +214,9 @@ RunnerClient::RunnerClient(int gpu) : gpu_(gpu) {}
 
 void RunnerClient::start() {
   ca::SpawnOptions so;
-  so.argv = {ca::executable_dir() + "/kernel-check", "--runner", "--gpu", std::to_string(gpu_), "--no-store"};
+  // /proc/self/exe, not the path it names: the runner is this very file even when a rebuild or an
+  // upgrade replaced the path under a running service (never another version, never "(deleted)").
+  so.argv = {"/proc/self/exe", "--runner", "--gpu", std::to_string(gpu_), "--no-store"};
   child_ = std::make_unique<ca::ChildProcess>(so);
   ++restarts_;
   auto hello = child_->read_line(std::chrono::seconds(60));

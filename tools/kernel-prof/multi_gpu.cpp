@@ -10,7 +10,6 @@
 #include "libcommon/errors.hpp"
 #include "libcommon/jsonl.hpp"
 #include "libcommon/log.hpp"
-#include "libcommon/paths.hpp"
 #include "libcommon/worker/worker_client.hpp"
 #include "libcommon/process.hpp"
 #include "libcommon/record_path.hpp"
@@ -66,7 +65,7 @@ GpuChild::GpuChild(const CommonOptions& common, int gpu, bool own_store, std::si
     argv = std::move(kept);
     argv.push_back("--no-store");
   }
-  argv[0] = executable_dir() + "/kernel-prof";
+  argv[0] = "/proc/self/exe";  // this very file, even when its path was replaced under a running service
   spawn_.argv = std::move(argv);
   spawn_.env_overrides = {{"SLURM_ARRAY_TASK_ID", "0"}, {"SLURM_ARRAY_TASK_COUNT", "1"}, {"SLURM_ARRAY_TASK_MIN", "0"},
                           {kChildEnv, "1"}};
