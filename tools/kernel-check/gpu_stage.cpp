@@ -298,8 +298,8 @@ struct GpuStage::Judgment {
   }
 
   static bool node_failed(const ca::Json& a) {
-    const std::string err = a.value("error", ""), detail = a.value("detail", "");
-    return err == "out_of_memory" || (err == "crashed" && detail.find("killed by signal 9 (") != std::string::npos);
+    const std::string err = a.value("error", "");
+    return err == "out_of_memory" || (err == "crashed" && a.value("killed_from_outside", false));
   }
 
   void runner_failed(const ca::Json& a, const std::string& during) {

@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "libcommon/bundle/candidate.hpp"
@@ -247,10 +249,17 @@ ca::Json RunnerClient::request(const ca::Json& req, std::chrono::milliseconds ti
   auto line = child_->read_line(timeout);
   if (!line) {
     bool eof = child_->eof();
+    // A runner that died on its own is reaped before anything of ours could kill it, so its status
+    // says what ended it: a SIGKILL then came from outside (the host's OOM killer, an operator).
+    const std::optional<int> rc = eof ? child_->wait(std::chrono::milliseconds(2000)) : std::nullopt;
     child_->kill();
     std::string status = child_->status_text();
     child_.reset();
-    if (eof) return error_answer("crashed", "runner died: " + status, true);
+    if (eof) {
+      ca::Json ans = error_answer("crashed", "runner died: " + status, true);
+      ans["killed_from_outside"] = rc && *rc == 128 + SIGKILL;
+      return ans;
+    }
     return error_answer("timeout", "no answer within " + std::to_string(timeout.count()) + " ms: killed", true);
   }
   ca::Json ans = ca::parse_json(*line, "runner answer");
