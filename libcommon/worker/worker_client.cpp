@@ -435,6 +435,11 @@ struct WorkerClient::Impl {
         fs::create_directories(root, ec);
         so.argv = namespace_sandbox_argv(tc, root, tmp.path(), so.argv);
         namespaces = true;
+        if (log::level() >= log::kVerbose) {
+          std::string shown;
+          for (const auto& a : so.argv) shown += " " + a;
+          log::verbose("reference worker: namespace sandbox:", shown);
+        }
         std::erase_if(prepared.warnings, [](const std::string& w) { return w.rfind("landlock", 0) == 0; });
         if (skip_list.find("landlock") == std::string::npos) skip_list += skip_list.empty() ? "landlock" : ",landlock";
       } else {
