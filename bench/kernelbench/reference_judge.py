@@ -1917,8 +1917,8 @@ class Program(object):
             if c["stride"][i] < 1 or c["dilation"][i] < 1:
                 raise plan_error(where + ": stride and dilation must be at least 1")
             if c["transposed"]:
-                if c["output_padding"][i] >= max(c["stride"][i], c["dilation"][i]):
-                    raise plan_error(where + ": output_padding must be smaller than stride or dilation (as in PyTorch)")
+                if c["output_padding"][i] >= c["stride"][i]:
+                    raise plan_error(where + ": output_padding must be smaller than stride (cuDNN's transposed convolution)")
             elif c["output_padding"][i] != 0:
                 raise plan_error(where + ": output_padding is for transposed convolutions")
             o = conv_out_size(c["inp"][i], c["kernel"][i], c["stride"][i], c["padding"][i], c["dilation"][i],

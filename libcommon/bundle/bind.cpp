@@ -854,8 +854,11 @@ class Binder {
     for (int i = 0; i < c.spatial; ++i) {
       if (c.stride[i] < 1 || c.dilation[i] < 1) throw PlanError(bs.label + ": stride and dilation must be at least 1");
       if (c.transposed) {
-        if (c.output_padding[i] >= std::max(c.stride[i], c.dilation[i]))
-          throw PlanError(bs.label + ": output_padding must be smaller than stride or dilation (as in PyTorch)");
+        // PyTorch allows output_padding below stride or dilation; cuDNN computes the transposed
+        // convolution as the forward's backward-data, whose forward of out must give x's size: only
+        // output_padding < stride does (a value between stride and dilation would fail at run time).
+        if (c.output_padding[i] >= c.stride[i])
+          throw PlanError(bs.label + ": output_padding must be smaller than stride (cuDNN's transposed convolution)");
         c.out_size[i] = (c.in[i] - 1) * c.stride[i] - 2 * c.padding[i] + c.dilation[i] * (c.kernel[i] - 1) + c.output_padding[i] + 1;
       } else {
         if (c.output_padding[i] != 0) throw PlanError(bs.label + ": output_padding is for transposed convolutions");

@@ -307,6 +307,11 @@ TEST_CASE("conv 1-d, 3-d and transposed: shapes from the buffers, PyTorch's outp
   big_op.replace(big_op.find("output_padding: 1"), 17, "output_padding: 2");
   CHECK(bind_error(big_op, {}, io("[2,32,16,32,32]", "[32,16,3,3,3]", "[2,16,33,65,65]")).find("output_padding must be smaller") !=
         std::string::npos);
+  // Below dilation but not below stride: PyTorch takes it, cuDNN's backward-data cannot (refused at bind).
+  std::string dil_op = big_op;
+  dil_op.replace(dil_op.find("padding: 1, "), 12, "padding: 1, dilation: 3, ");
+  CHECK(bind_error(dil_op, {}, io("[2,32,16,32,32]", "[32,16,3,3,3]", "[2,16,37,69,69]")).find("smaller than stride") !=
+        std::string::npos);
   CHECK(bind_error("forward:\n  - conv: {x: inputs.0, w: params.w, out: outputs.0, padding: [1, 1]}\n", {},
                    io("[2,3,16,32,32]", "[8,3,3,5,5]", "[2,8,16,32,32]"))
             .find("padding has 2 values, the convolution 3 spatial dimensions") != std::string::npos);
