@@ -248,7 +248,11 @@ TaskConfinement task_confinement(const WorkerOptions& opt, const std::string& py
     if (glob("/dev/nvidia*", 0, nullptr, &g) == 0)
       for (std::size_t i = 0; i < g.gl_pathc; ++i) c.device_paths.push_back(g.gl_pathv[i]);
     globfree(&g);
-    c.write_dirs.push_back("/dev/shm");  // CUDA IPC's event handles live there
+    // The whole of /dev/shm (host memory, and every other worker's folder) only when asked:
+    // CUDA_AGENT_WORKER_SHM=own keeps task code to its own folder there (the worker shares tensors
+    // by cuIpcGetMemHandle, which needs no file).
+    const char* shm = std::getenv("CUDA_AGENT_WORKER_SHM");
+    if (!(shm && std::string(shm) == "own")) c.write_dirs.push_back("/dev/shm");
     c.allow_unix_sockets = true;         // the driver's own (MPS); Landlock scopes abstract ones
   }
   c.write_dirs.push_back(io_dir);
