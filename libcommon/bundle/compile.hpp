@@ -8,6 +8,7 @@
 #pragma once
 #include <cuda.h>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -60,6 +61,8 @@ struct CompileResult {
   int64_t module_global_bytes = 0;    // writable __device__ memory (.nv.global + .nv.global.init)
   int64_t module_constant_bytes = 0;  // __constant__ memory (the constant banks that hold variables,
                                       // .nv.constant3): writable too, through a symbol's generic address
+  // Per-thread local memory by function (cubin_local_bytes); nullopt: the cubin's could not be read.
+  std::optional<std::map<std::string, int64_t>> local_bytes;
   Json resources_json() const;
 };
 
@@ -93,5 +96,11 @@ std::map<std::string, int64_t> cubin_writable_globals(const std::string& cubin);
 std::map<std::string, std::string> cubin_object_sections(const std::string& cubin);
 // The functions a cubin calls but does not define (undefined FUNC symbols: malloc, free, vprintf, ...).
 std::set<std::string> cubin_undefined_functions(const std::string& cubin);
+// The local memory one thread of each function needs, by symbol (kernels, device functions and their
+// per-kernel clones), from the cubin's .nv.info: the larger of its frame (EIATTR_FRAME_SIZE) and, for
+// a kernel, its minimum stack (EIATTR_MIN_STACK_SIZE: its frame and its callees'). What the driver
+// sizes a launch's local memory by (for every thread the GPU can hold at once), read from what runs,
+// not from ptxas's log. nullopt when the section cannot be read that way.
+std::optional<std::map<std::string, int64_t>> cubin_local_bytes(const std::string& cubin);
 
 }  // namespace ca::bundle

@@ -1,5 +1,6 @@
 // What a compile reports: per-kernel resources (the ptxas -v lines, the cubin's sections), a failure's
 // first error (in the sources or in a plan's name expression), and the log quoting only the bundle.
+#include <algorithm>
 #include <cctype>
 
 #include "libcommon/bundle/compile.hpp"
@@ -97,6 +98,12 @@ void read_cubin_resources(CompileResult& r) {
       if (r.resources.count(fn)) r.resources[fn].static_shared_bytes = size;
     }
   }
+  // Local memory per thread from the cubin: ptxas's log gives a kernel the frame of the last function
+  // it lists after it (a callee's 0 hid a kernel's 512 KiB), and a message a bundle prints can add lines.
+  r.local_bytes = cubin_local_bytes(r.cubin);
+  if (r.local_bytes)
+    for (auto& [fn, k] : r.resources)
+      if (auto it = r.local_bytes->find(fn); it != r.local_bytes->end()) k.stack_bytes = std::max(k.stack_bytes, it->second);
 }
 
 // A failed compile's first error, and whether it is in a plan's kernel name expression.

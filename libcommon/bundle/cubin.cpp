@@ -1,6 +1,8 @@
 // Reading a cubin's ELF: section sizes, the module-scope objects a kernel can write (and their
 // sections), and the functions it calls but does not define.
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include "libcommon/bundle/compile.hpp"
@@ -116,6 +118,65 @@ std::map<std::string, int64_t> cubin_writable_globals(const std::string& elf) {
   std::map<std::string, int64_t> out;
   for (const auto& [name, o] : module_objects(elf)) out[name] = o.first;
   return out;
+}
+
+
+std::optional<std::map<std::string, int64_t>> cubin_local_bytes(const std::string& elf) {
+  try {
+    Elf64View v(elf);
+    std::optional<uint64_t> info;
+    bool code = false;
+    for (uint64_t i = 0; i < v.shnum; ++i) {
+      const std::string name = v.section_name(i);
+      if (name == ".nv.info") info = i;
+      if (name.rfind(".text.", 0) == 0) code = true;
+    }
+    std::map<std::string, int64_t> out;
+    if (!info) {
+      if (code) return std::nullopt;  // functions without their attributes: unreadable, not "none"
+      return out;
+    }
+    // The symbols the attributes name: the section's sh_link is its symbol table.
+    const uint64_t symtab = v.section(*info, 0x28, 4);
+    if (symtab >= v.shnum || v.section(symtab, 0x04, 4) != 2) return std::nullopt;
+    const uint64_t sym_off = v.section(symtab, 0x18, 8), sym_size = v.section(symtab, 0x20, 8), entsize = v.section(symtab, 0x38, 8);
+    const uint64_t strtab = v.section(v.section(symtab, 0x28, 4), 0x18, 8);
+    if (entsize < 24) return std::nullopt;
+    auto symbol = [&](uint64_t index) -> std::optional<std::string> {
+      if (index * entsize + 24 > sym_size) return std::nullopt;
+      return v.string_at(strtab + v.read(sym_off + index * entsize, 4));
+    };
+    // Attributes: a format byte, an attribute byte, then by format nothing (1), a 16-bit value (2, 3)
+    // or a 16-bit size and that many bytes (4). Any other format: the layout is not the one read here.
+    const uint64_t begin = v.section(*info, 0x18, 8), end = begin + v.section(*info, 0x20, 8);
+    if (end > elf.size() || end < begin) return std::nullopt;
+    for (uint64_t at = begin; at < end;) {
+      if (at + 2 > end) return std::nullopt;
+      const uint64_t format = v.read(at, 1), attribute = v.read(at + 1, 1);
+      if (format == 1) {
+        at += 2;
+        continue;
+      }
+      if (format == 2 || format == 3) {
+        at += 4;
+        continue;
+      }
+      if (format != 4 || at + 4 > end) return std::nullopt;
+      const uint64_t size = v.read(at + 2, 2);
+      if (at + 4 + size > end) return std::nullopt;
+      // EIATTR_FRAME_SIZE (0x11) and EIATTR_MIN_STACK_SIZE (0x12): {symbol index, bytes}.
+      if ((attribute == 0x11 || attribute == 0x12) && size == 8) {
+        const auto name = symbol(v.read(at + 4, 4));
+        if (!name) return std::nullopt;
+        int64_t& bytes = out[*name];
+        bytes = std::max<int64_t>(bytes, static_cast<int64_t>(v.read(at + 8, 4)));
+      }
+      at += 4 + size;
+    }
+    return out;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
 }  // namespace ca::bundle

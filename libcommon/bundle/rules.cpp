@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cctype>
+#include <cstdlib>
+#include <cxxabi.h>
+#include <memory>
 #include <set>
 #include <map>
 #include <sstream>
@@ -44,7 +47,7 @@ template <class F> auto setting(const std::string& name, const std::string& key,
 
 void apply(Rules& p, const ca::Json& n, const std::string& name) {
   if (!n.is_object()) throw ca::UsageError("rules " + name + ": expected a map");
-  static const std::vector<std::string> known = {"allowed_steps", "allowed_headers", "forbidden", "max_module_global_bytes",
+  static const std::vector<std::string> known = {"allowed_steps", "allowed_headers", "forbidden", "max_module_global_bytes", "max_stack_bytes",
                                                  "scratch_cap", "scratch_peak_factor", "max_scratch_ratio", "max_scratch_slack_bytes",
                                                  "max_forward_steps", "max_init_steps"};
   for (const auto& k : ca::yaml_keys(n))
@@ -81,6 +84,7 @@ void apply(Rules& p, const ca::Json& n, const std::string& name) {
   }
   if (n.contains("max_module_global_bytes"))
     p.max_module_global_bytes = setting(name, "max_module_global_bytes", n["max_module_global_bytes"], ca::yaml_int64);
+  if (n.contains("max_stack_bytes")) p.max_stack_bytes = setting(name, "max_stack_bytes", n["max_stack_bytes"], ca::yaml_int64);
   if (n.contains("scratch_cap")) {
     p.scratch_cap = setting(name, "scratch_cap", n["scratch_cap"], ca::yaml_string);
     if (p.scratch_cap != "reference_peak" && p.scratch_cap != "io_ratio")
@@ -252,6 +256,43 @@ std::pair<std::string, int> where_named(const std::string& ptx, const std::strin
   return {"", 0};
 }
 
+// A function symbol of the cubin as C++ reads it: "$kernel$callee" is the callee's copy for that
+// kernel.
+std::string function_text(const std::string& symbol) {
+  auto readable = [](const std::string& mangled) {
+    int status = 0;
+    std::unique_ptr<char, void (*)(void*)> d(abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status), std::free);
+    return status == 0 && d ? std::string(d.get()) : mangled;
+  };
+  if (symbol.size() > 1 && symbol[0] == '$') {
+    const size_t second = symbol.find('$', 1);
+    if (second != std::string::npos)
+      return "function " + readable(symbol.substr(second + 1)) + " (as kernel " + readable(symbol.substr(1, second - 1)) +
+             " calls it)";
+  }
+  return "function " + readable(symbol);
+}
+
+// Local memory per thread, read from the cubin (what the driver sizes a launch's by).
+std::optional<Violation> check_local_memory(const CompileResult& r, int64_t max_stack_bytes) {
+  if (!r.local_bytes)
+    return Violation{"max_stack_bytes", "the cubin's per-function local memory (.nv.info) could not be read, so its stack "
+                                        "sizes are unknown"};
+  // (ptxas's frames as its log gives them count too: a recursive callee's frame is in the log only.)
+  std::map<std::string, int64_t> frames = *r.local_bytes;
+  for (const auto& [fn, k] : r.resources) frames[fn] = std::max(frames[fn], k.stack_bytes);
+  for (const auto& [fn, bytes] : frames)
+    if (bytes > max_stack_bytes)
+      return Violation{"max_stack_bytes",
+                       function_text(fn) + " needs " + std::to_string(bytes) +
+                           " bytes of local memory per thread (its stack frame; a kernel's with its callees'), the rules "
+                           "allow " + std::to_string(max_stack_bytes) +
+                           ": the driver holds a launch's local memory for every thread the GPU can run at once (2048 per "
+                           "SM: " + std::to_string(bytes) + " x 270336 bytes on a 132-SM H100), beside the scratch cap, for "
+                           "the rest of the process (keep per-thread arrays small; use shared memory or a scratch buffer)"};
+  return std::nullopt;
+}
+
 Violation at_symbol(const std::string& rule, const std::string& ptx, const std::string& symbol, const std::string& what) {
   auto [file, line] = where_named(ptx, symbol);
   std::string where = file.empty() ? "PTX" : file + ":" + std::to_string(line);
@@ -323,7 +364,7 @@ std::optional<Violation> Rules::check_compiled(const CompileResult& r) const {
                          std::to_string(r.module_global_bytes) + " + " + std::to_string(r.module_constant_bytes) +
                          "), the rules allow " + std::to_string(max_module_global_bytes) +
                          " (state across calls must be a declared scratch buffer)"};
-  return std::nullopt;
+  return check_local_memory(r, max_stack_bytes);
 }
 
 std::optional<Violation> Rules::check_bound(const BoundPlan& bound, const IoSpec& io) const {

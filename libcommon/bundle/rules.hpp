@@ -49,6 +49,10 @@ struct Rules {
   std::vector<std::string> allowed_steps, allowed_headers;
   std::vector<ForbiddenRule> forbidden;
   int64_t max_module_global_bytes = 65536;
+  // Local memory one thread of any function may need (its stack frame, a kernel's with its callees'):
+  // the driver holds a launch's local memory for every thread the GPU can run at once, beside the
+  // scratch cap, for as long as the process lives (rules.yaml says why).
+  int64_t max_stack_bytes = 8192;
   // Scratch cap: the larger of scratch_peak_factor x the reference's peak memory (scratch_cap:
   // reference_peak) and the floor max_scratch_ratio x inputs+outputs; + the slack (rules.yaml).
   std::string scratch_cap = "reference_peak";  // or "io_ratio": the floor alone

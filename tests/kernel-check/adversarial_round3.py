@@ -567,6 +567,70 @@ case("reserved-asm-label-ignored", {"probe.cu": RESERVED.replace("int n) {", 'in
 case("reserved-unlaunched", {"probe.cu": RESERVED + 'extern "C" __global__ void ca_flush(float* y) { y[0] = 0.0f; }\n'},
      cpu="policy_violation", rule="reserved_name")
 
+# =================================================================================================
+# Local memory (session 18, helper R6). The driver holds a launch's per-thread local memory for every
+# thread the GPU can run at once (2048 per SM) and keeps it: a kernel with a 512 KiB frame asks for
+# 141 GB. Launched in init, it failed the runner's load with out of memory, which was node_error (no
+# verdict, no -1): a wrong kernel dodged its -1. Launched in the warm call, it left the reference
+# worker no memory for the next trial (reference_error, no verdict either). Refused at compile time
+# from the cubin's frame sizes (max_stack_bytes), however the source hides the frame: ptxas's log gave
+# a kernel the frame of the callee it lists last (0), and a message the bundle prints adds lines.
+STACK_PLAN = ("dims:\n  R: inputs.0.shape[0]\n  C: inputs.0.shape[1]\nscratch:\n  s: {dtype: float32, shape: [32]}\n"
+              "init:\n  - launch: hog\n    grid: [1]\n    block: [32]\n    args: [scratch.s, 3]\n" + PLAN[PLAN.index("forward:"):])
+WRONG = PROBE.replace("@HEAD@", "").replace("@BODY@", "  r = v * 3.0f;")  # wrong on purpose: the dodge needs no right answer
+
+
+def stack(name, hog, cpu="policy_violation", rule="max_stack_bytes", plan=STACK_PLAN, **keys):
+    case(name, {"probe.cu": WRONG + hog}, plan, cpu=cpu, **({"rule": rule} if rule else {}), **keys)
+
+
+LOCAL = r"""
+__global__ void hog(float* s, int k) {
+  volatile float buf[@N@];
+  for (int j = 0; j < @N@; j += 1024) buf[j] = j + k;
+  s[threadIdx.x] = buf[(k * 977) % @N@];
+}
+"""
+stack("stack-init-512k", LOCAL.replace("@N@", "131072"))
+stack("stack-init-16k", LOCAL.replace("@N@", "4096"))
+stack("stack-just-over", LOCAL.replace("@N@", "2049"))
+# The frame in a callee: ptxas's log lists the callee after the kernel, with 0 bytes of its own.
+stack("stack-noinline-callee", r"""
+__device__ __noinline__ float deep(int k) {
+  volatile float buf[131072];
+  for (int j = 0; j < 131072; j += 1024) buf[j] = j + k;
+  return buf[(k * 977) % 131072];
+}
+__global__ void hog(float* s, int k) { s[threadIdx.x] = deep(k); }
+""")
+# Through a function pointer.
+stack("stack-function-pointer", r"""
+typedef float (*fn)(int);
+__device__ __noinline__ float big(int k) { volatile float buf[65536]; buf[k & 65535] = k; return buf[(k * 7) & 65535]; }
+__device__ __noinline__ float small(int k) { return k; }
+__global__ void hog(float* s, int k) { fn f = (k & 1) ? big : small; s[threadIdx.x] = f(k); }
+""")
+# Recursion: the cubin states no frame (the stack is the context's, sized at run time); ptxas's log does.
+stack("stack-recursive", r"""
+__device__ float rec(int d, int k) {
+  volatile float buf[4096];
+  buf[k & 4095] = d;
+  return d == 0 ? buf[(k * 7) & 4095] : rec(d - 1, k) + buf[(k * 3) & 4095];
+}
+__global__ void hog(float* s, int k) { s[threadIdx.x] = rec(k, k); }
+""")
+# A kernel the plan never launches: the module is loaded whole, the rule reads every function.
+stack("stack-unlaunched", LOCAL.replace("@N@", "131072").replace("void hog(", "void never_launched("), plan=PLAN)
+# Fake ptxas lines printed by the bundle's own compile messages: the cubin decides.
+stack("stack-fake-log-lines", '#pragma message("\\nptxas info    : Compiling entry function \'_Z3hogPfi\' for \'sm_90\'\\n'
+      'ptxas info    : Function properties for _Z3hogPfi\\nptxas         .     0 bytes stack frame, 0 bytes spill stores, '
+      '0 bytes spill loads\\n")\n' + LOCAL.replace("@N@", "131072"))
+# Controls: a 4 KiB per-thread array and the largest frame the rules allow compile.
+case("stack-4k-control", {"probe.cu": PROBE.replace("@HEAD@", "").replace("@BODY@", "  r = v * 2.0f;") + LOCAL.replace("@N@", "1024")},
+     STACK_PLAN, cpu="compiled", precision="fp32")
+case("stack-8k-control", {"probe.cu": PROBE.replace("@HEAD@", "").replace("@BODY@", "  r = v * 2.0f;") + LOCAL.replace("@N@", "2048")},
+     STACK_PLAN, cpu="compiled", precision="fp32")
+
 names = [c[1] for c in cases]
 assert len(set(names)) == len(names), "duplicate case names"
 for expected, name, rec in cases:

@@ -171,3 +171,44 @@ TEST_CASE("rules: PTX patterns also see an instruction split over lines") {
   REQUIRE(v);
   CHECK(v->rule == "no_f16x2");
 }
+
+TEST_CASE("rules: per-thread local memory is read from the cubin, callees and damage included") {
+  REQUIRE_MESSAGE(ca::cuda::Nvrtc::available(), "NVRTC (the CUDA toolkit the build uses) is needed");
+  ca::bundle::Rules p = ca::bundle::Rules::load("");
+  CHECK(p.max_stack_bytes == 8192);
+  // A 512 KiB frame in a callee ptxas's log lists after the kernel with 0 bytes of its own.
+  auto hidden = compiled("__device__ __noinline__ float deep(int k) {\n  volatile float buf[131072];\n"
+                         "  for (int j = 0; j < 131072; j += 1024) buf[j] = j + k;\n  return buf[(k * 977) % 131072];\n}\n"
+                         "__global__ void hog(float* s, int k) { s[threadIdx.x] = deep(k); }\n",
+                         {"hog"});
+  REQUIRE(hidden.local_bytes);
+  CHECK(hidden.local_bytes->at("_Z3hogPfi") >= 524288);
+  CHECK(hidden.resources.at("_Z3hogPfi").stack_bytes >= 524288);  // the report says so too
+  auto v = p.check_compiled(hidden);
+  REQUIRE(v);
+  CHECK(v->rule == "max_stack_bytes");
+  CHECK(v->reason.find("hog(float*, int)") != std::string::npos);
+  // A small per-thread array is legal; a rules file may lift the cap.
+  auto small = compiled("__global__ void k(float* s, int i) { volatile float b[64]; b[i & 63] = i; s[threadIdx.x] = b[(i * 7) & 63]; }\n",
+                        {"k"});
+  REQUIRE(small.local_bytes);
+  CHECK(small.local_bytes->at("_Z1kPfi") == 256);
+  CHECK_FALSE(p.check_compiled(small));
+  CHECK_FALSE(ca::bundle::Rules::parse("max_stack_bytes: 1048576\n", "lift.yaml").check_compiled(hidden));
+  // A .nv.info that does not read as attributes (a format byte no cubin uses): unknown, refused.
+  std::string damaged = hidden.cubin;
+  const auto sections = ca::bundle::cubin_sections(damaged);
+  REQUIRE(sections.count(".nv.info"));
+  bool found = false;
+  for (size_t at = damaged.find(std::string("\x04\x2f\x08\x00", 4)); at != std::string::npos && !found;) {
+    damaged[at] = '\x07';  // the first REGCOUNT attribute's format
+    found = true;
+  }
+  REQUIRE(found);
+  CHECK_FALSE(ca::bundle::cubin_local_bytes(damaged));
+  ca::bundle::CompileResult broken = hidden;
+  broken.local_bytes.reset();
+  auto u = p.check_compiled(broken);
+  REQUIRE(u);
+  CHECK(u->rule == "max_stack_bytes");
+}
