@@ -12,6 +12,7 @@
 #include "libcommon/errors.hpp"
 #include "libcommon/paths.hpp"
 #include "tools/kernel-check/cpu_stage.hpp"
+#include "tools/kernel-check/runner.hpp"
 #include "tools/kernel-check/verdicts.hpp"
 
 using namespace ca::kernel_check;
@@ -174,4 +175,15 @@ TEST_CASE("verdicts: insensitive and ill-conditioned references: the worker's lo
     set_verdict(check, status, "why");
     CHECK(check["correct"].is_null());
   }
+}
+
+TEST_CASE("verdicts: out of memory at load is the node's only before the candidate's code runs") {
+  // The judge's own allocations (the plan's buffers within the scratch cap, the module, the libraries'
+  // plans): the node could not serve them, no verdict. Once init's launches run, the memory is the
+  // candidate's demand (a launch holds its kernel's local memory for every thread the GPU can run): a
+  // wrong kernel that asked for more than the GPU has earned no verdict instead of its -1.
+  CHECK(ca::kernel_check::load_failure_error(false, CUDA_ERROR_OUT_OF_MEMORY) == "out_of_memory");
+  CHECK(ca::kernel_check::load_failure_error(true, CUDA_ERROR_OUT_OF_MEMORY) == "runtime_error");
+  CHECK(ca::kernel_check::load_failure_error(false, CUDA_ERROR_INVALID_VALUE) == "runtime_error");
+  CHECK(ca::kernel_check::load_failure_error(true, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) == "runtime_error");
 }

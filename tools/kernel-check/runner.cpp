@@ -62,6 +62,7 @@ struct RunnerState {
   std::unique_ptr<ca::bundle::Executor> ex;
   std::map<std::string, std::string> init_state;
   CUgraphExec graph = nullptr;
+  bool candidate_code_ran = false;  // this load has run the candidate's code (load_failure_error)
   void drop() {
     if (graph) ca::cuda::Driver::get().cuGraphExecDestroy(graph);
     graph = nullptr;
@@ -73,6 +74,7 @@ struct RunnerState {
 // carries its outputs for the parent to compare.
 ca::Json runner_load(RunnerState& state, const ca::Json& req, int gpu) {
   state.drop();
+  state.candidate_code_ran = false;
   auto& ex = state.ex;
   auto& init_state = state.init_state;
   auto& graph = state.graph;
@@ -94,6 +96,7 @@ ca::Json runner_load(RunnerState& state, const ca::Json& req, int gpu) {
   // code runs), or a safetensors file.
   if (req.contains("params_ipc")) ex->upload_shared(req["params_ipc"]);
   else if (req.contains("params") && req["params"].is_string()) ex->upload_tensors(ca::read_safetensors(req["params"]).tensors);
+  state.candidate_code_ran = true;  // from here, memory it cannot have is the candidate's failure
   ex->run_init();
   init_state = ex->init_scratch_hashes();
   // Capture is a one-time cost: paid here, outside the watchdog of the calls.
@@ -143,6 +146,10 @@ ca::Json runner_run(RunnerState& state, const ca::Json& req) {
 }
 
 }  // namespace
+
+std::string load_failure_error(bool candidate_code_ran, int result) {
+  return result == CUDA_ERROR_OUT_OF_MEMORY && !candidate_code_ran ? "out_of_memory" : "runtime_error";
+}
 
 int runner_main(int gpu) {
   // The protocol gets a private copy of stdout; fd 1 goes to stderr so nothing a kernel or a library
@@ -196,11 +203,17 @@ int runner_main(int gpu) {
         state.ex.release();  // the context is dead: freeing would fail; the process exits
         return 0;
       }
-      if (op == "load") state.drop();  // a load that failed half-way keeps nothing (its buffers)
       // The load's buffers (the scratch within the cap) did not fit beside what the worker holds:
-      // the node's capacity, not the candidate's doing (no kernel of it can allocate).
-      const bool oom = op == "load" && e.result == CUDA_ERROR_OUT_OF_MEMORY;
-      send(error_answer(oom ? "out_of_memory" : "runtime_error", e.what(), false));
+      // the node's capacity, not the candidate's doing. Out of memory once its code ran (a launch's
+      // local memory) is its own (load_failure_error); a run's is always its own.
+      const std::string error = op == "load" ? load_failure_error(state.candidate_code_ran, e.result) : "runtime_error";
+      const bool own_memory = op == "load" && error == "runtime_error" && e.result == CUDA_ERROR_OUT_OF_MEMORY;
+      if (op == "load") state.drop();  // a load that failed half-way keeps nothing (its buffers)
+      send(error_answer(error, own_memory ? std::string("the candidate's code asked for memory the GPU could not give "
+                                                        "(a launch holds its kernel's local memory for every thread the GPU "
+                                                        "can run): ") + e.what()
+                                          : std::string(e.what()),
+                        false));
     } catch (const ca::bundle::PlanError& e) {
       if (op == "load") state.drop();  // a load that failed half-way keeps nothing (its buffers)
       send(error_answer("plan_error", e.what(), false));

@@ -7,7 +7,8 @@
 //       -> {"ok":true,"init_ms":x}
 //   {"op":"run","inputs":F,"out":F,"guard_seed":N}
 //       -> {"ok":true,"forward_ms":x,"inputs_changed":["inputs.0"],"guards":["wrote past the end of outputs.0 ..."]}
-//   failures -> {"ok":false,"error":"runtime_error"|"plan_error"|"bad_request","detail":"...","sticky":bool}
+//   failures -> {"ok":false,"error":"runtime_error"|"plan_error"|"out_of_memory"|"bad_request","detail":"...","sticky":bool}
+//   out_of_memory: the load could not have the memory the judge serves (load_failure_error).
 //   after a sticky fault the runner answers and exits: its context is gone.
 #pragma once
 #include <chrono>
@@ -22,6 +23,14 @@
 namespace ca::kernel_check {
 
 int runner_main(int gpu);
+
+// The error a failed load answers for a CUDA error `result`: "out_of_memory" (the node's: no verdict)
+// only while the runner serves what the judge promised the plan (its buffers, within the scratch cap;
+// the module, its module memory capped; the libraries' plans and workspaces) before any of the
+// candidate's code has run; once its code runs (init's launches and library calls, the graph's
+// capture), memory it asks for and cannot have is its own failure, "runtime_error" (its kernels'
+// local memory is what a launch allocates).
+std::string load_failure_error(bool candidate_code_ran, int result);
 
 // "0,2" -> {0, 2}; empty -> all `count` devices. Throws UsageError.
 std::vector<int> parse_gpu_list(const std::string& text, int count);
