@@ -177,17 +177,46 @@ static std::string line_text(const std::string& text, size_t pos) {
   return l.size() > 80 ? l.substr(0, 80) + "..." : l;
 }
 
+// The source as the compiler's first phases read it: a backslash-newline joins two lines (the
+// newlines it removed follow the joined line, so later lines keep their numbers).
+static std::string splice_lines(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  size_t pending = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 1 < s.size() && (s[i + 1] == '\n' || (s[i + 1] == '\r' && i + 2 < s.size() && s[i + 2] == '\n'))) {
+      i += s[i + 1] == '\r' ? 2 : 1;
+      ++pending;
+      continue;
+    }
+    out += s[i];
+    if (s[i] == '\n') {
+      out.append(pending, '\n');
+      pending = 0;
+    }
+  }
+  out.append(pending, '\n');
+  return out;
+}
+
 std::optional<Violation> Rules::check_sources(const std::map<std::string, std::string>& kernels) const {
-  static const re2::RE2 include_re(R"(^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"])", ca::byte_regex_options());
+  // An include directive however it is spelled (# or the %: digraph, spaces), and what it names: a
+  // header the rules read only when named literally; one named through a macro is refused.
+  static const re2::RE2 directive_re(R"(^[ \t]*(?:#|%:)[ \t]*(?:include_next|include|import)\b(.*))", ca::byte_regex_options());
+  static const re2::RE2 literal_re(R"(^[ \t]*[<"]([^>"]+)[>"])", ca::byte_regex_options());
   for (const auto& [file, src] : kernels) {
-    std::string code = strip_comments(src);
+    std::string code = strip_comments(splice_lines(src));
     std::istringstream lines(code);
     std::string text;
     int line = 0;
     while (std::getline(lines, text)) {
       ++line;
-      std::string h;
-      if (!re2::RE2::PartialMatch(text, include_re, &h)) continue;
+      std::string rest, h;
+      if (!re2::RE2::PartialMatch(text, directive_re, &rest)) continue;
+      if (!re2::RE2::PartialMatch(rest, literal_re, &h))
+        return Violation{"allowed_headers", file + ":" + std::to_string(line) + ": " + line_text(text, 0) +
+                                                ": an #include must name its header literally (<name> or \"name\"); one "
+                                                "named through a macro is not one the rules can read", file, line};
       if (kernels.count(h)) continue;
       if (std::find(allowed_headers.begin(), allowed_headers.end(), h) != allowed_headers.end()) continue;
       return Violation{"allowed_headers", file + ":" + std::to_string(line) + ": #include <" + h + "> is not an allowed header", file, line};

@@ -631,6 +631,23 @@ case("stack-4k-control", {"probe.cu": PROBE.replace("@HEAD@", "").replace("@BODY
 case("stack-8k-control", {"probe.cu": PROBE.replace("@HEAD@", "").replace("@BODY@", "  r = v * 2.0f;") + LOCAL.replace("@N@", "2048")},
      STACK_PLAN, cpu="compiled", precision="fp32")
 
+# The header allowlist was read from how an #include is spelled: a header named through a macro, a
+# directive split by a backslash-newline or written with the %: digraph got past it (NVRTC reads them
+# all). An include must name its header literally, read after the compiler's line splicing.
+OK_BODY = PROBE.replace("@BODY@", "  r = v * 2.0f;")
+for name, head in [("include-through-macro", "#define H <cuda/std/chrono>\n#include H"),
+                   ("include-spliced", "#include \\\n<cuda/std/chrono>"),
+                   ("include-directive-spliced", "#\\\ninclude <cuda/std/chrono>"),
+                   ("include-digraph", "%:include <cuda/std/chrono>"),
+                   ("include-next-macro", "#define H <cuda/std/chrono>\n#include_next H")]:
+    case(name, {"probe.cu": OK_BODY.replace("@HEAD@", head)}, cpu="policy_violation/compile_error", rule="allowed_headers")
+# Controls: an allowed header named literally, also through the digraph and with spaces.
+case("include-literal-control", {"probe.cu": OK_BODY.replace("@HEAD@", "#include <cuda/std/limits>\n%:  include <cfloat>")},
+     cpu="compiled", precision="fp32")
+# A forbidden call split by a backslash-newline: the source rule reads the spliced line.
+case("clock-spliced", {"probe.cu": PROBE.replace("@HEAD@", "").replace("@BODY@", "  long long t = clo\\\nck64();\n  r = v * 2.0f + (t & 0);")},
+     cpu="policy_violation", rule="clock")
+
 names = [c[1] for c in cases]
 assert len(set(names)) == len(names), "duplicate case names"
 for expected, name, rec in cases:
