@@ -514,7 +514,7 @@ class Binder {
     b.dtype = t.dtype;
     b.shape = t.shape;
     b.bytes = t.bytes();
-    b.module_buffer = t.module_buffer;
+    b.module_buffer = space == Space::param && t.module_buffer;  // a module buffer is a param; an input is read
     bp.buffers.push_back(b);
   }
 

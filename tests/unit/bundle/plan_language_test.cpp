@@ -492,6 +492,11 @@ TEST_CASE("unread inputs and params: what no step names, module buffers left out
   blind.replace(blind.find("repeat: N"), 9, "repeat: 2");
   blind.replace(blind.find("a: inputs.0"), 11, "a: \"scratch.h[32]\"");
   CHECK(bind_plan(Plan::parse_text(blind), {}, io).unread(Space::input) == std::vector<std::string>{"inputs.0"});
+  // The worker's "buffer" flag says a param is a module buffer; on an input (a task record's word in
+  // compile-only) it hides nothing.
+  ca::Json flagged = io.to_json();
+  flagged["inputs"][0]["buffer"] = true;
+  CHECK(bind_plan(Plan::parse_text(blind), {}, IoSpec::from_json(flagged)).unread(Space::input) == std::vector<std::string>{"inputs.0"});
   // The flag survives the IoSpec's round trip (the runner gets the io as JSON).
   const IoSpec back = IoSpec::from_json(io.to_json());
   CHECK(back.params[3].module_buffer);
