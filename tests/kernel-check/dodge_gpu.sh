@@ -10,8 +10,8 @@
 #      holds 141 GB, its wrong answer) is the candidate's: runtime_error or incorrect, -1, never null;
 #   3. lifted: a right kernel whose forward launches a 64 KiB-frame kernel (17.8 GB kept by the
 #      runner): judged (passed on an 80 GB GPU), never reference_error;
-#   4. lifted, in the same runner after them: the honest control passes (the runner's context still
-#      holds the hogs' local memory: this says whether it costs a later candidate its verdict);
+#   4. lifted, in the same runner after them: the honest control passes (the runner sets the
+#      context's stack limit back after every candidate, so the hogs' local memory is not kept);
 #   5. default rules: an honest kernel with an 8 KiB frame (the most the rule allows: 2.3 GB) passes.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
