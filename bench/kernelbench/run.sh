@@ -91,14 +91,25 @@ for stage in "${stages[@]}"; do
     [ -s "$OUT/cands.jsonl" ] || die "no $OUT/cands.jsonl: run the cands stage first"
     fresh_compile_cache services
     rm -f "$OUT"/svc-*.port
+    # Started as the docs start a node's services: the tasks from --tasks (no client's task code is
+    # run), a shared secret every request carries; SVC_ADDR=0.0.0.0 adds --public.
+    "$PYTHON" -c 'import json, sys
+seen = set()
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get("task") and r["task_id"] not in seen:
+        seen.add(r["task_id"]); print(json.dumps(r["task"]))' "$OUT/cands.jsonl" > "$OUT/svc-tasks.jsonl" || die "writing svc-tasks.jsonl"
+    (umask 077; "$PYTHON" -c 'import secrets; print(secrets.token_hex(32))' > "$OUT/svc.secret")
+    addr=${SVC_ADDR:-127.0.0.1}
+    public=(); [ "$addr" = 127.0.0.1 ] || public=(--public)
     ts=$(now)
     # shellcheck disable=SC2086
-    "$BIN/kernel-check" --serve 127.0.0.1:0 --port-file "$OUT/svc-check.port" --no-store ${TC_CHECK_ARGS:-} \
-      > /dev/null 2> "$OUT/svc-check.err" &
+    "$BIN/kernel-check" --serve "$addr:0" "${public[@]}" --secret-file "$OUT/svc.secret" --tasks "$OUT/svc-tasks.jsonl" \
+      --port-file "$OUT/svc-check.port" --no-store ${TC_CHECK_ARGS:-} > /dev/null 2> "$OUT/svc-check.err" &
     pc=$!
     # shellcheck disable=SC2086
-    "$BIN/kernel-prof" --serve 127.0.0.1:0 --port-file "$OUT/svc-prof.port" --no-store ${TC_PROF_ARGS:-} \
-      > /dev/null 2> "$OUT/svc-prof.err" &
+    "$BIN/kernel-prof" --serve "$addr:0" "${public[@]}" --secret-file "$OUT/svc.secret" --tasks "$OUT/svc-tasks.jsonl" \
+      --port-file "$OUT/svc-prof.port" --no-store ${TC_PROF_ARGS:-} > /dev/null 2> "$OUT/svc-prof.err" &
     pp=$!
     for _ in $(seq 1200); do
       [ -s "$OUT/svc-check.port" ] && [ -s "$OUT/svc-prof.port" ] && break
@@ -112,7 +123,7 @@ for stage in "${stages[@]}"; do
     start=$("$PYTHON" -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 2))" "$ts" "$t0")
     echo "run.sh: services listening after ${start}s (check $(cat "$OUT/svc-check.port"), prof $(cat "$OUT/svc-prof.port"))"
     timeout "$STAGE_TIMEOUT" bash -c '
-      "$2" "$3/via_services.py" --check "http://$(cat "$1/svc-check.port")" --profile "http://$(cat "$1/svc-prof.port")" \
+      "$2" "$3/via_services.py" --check "http://$(cat "$1/svc-check.port")" --profile "http://$(cat "$1/svc-prof.port")" --secret-file "$1/svc.secret" \
         < "$1/cands.jsonl" 2> "$1/via.err" | "$0/reward-calc" --no-store ${TC_REWARD_ARGS:-} 2> "$1/svc-reward.err" > "$1/services.jsonl"
       echo "${PIPESTATUS[*]}" > "$1/services.rc"' "$BIN" "$OUT" "$PYTHON" "$HERE"
     t1=$(now)

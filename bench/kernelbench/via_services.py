@@ -5,7 +5,11 @@ request, the two stages overlapping as the processes of a pipe do (the next cand
 while the last is timed). Records come out on stdout in input order, as the pipe writes them, for
 reward-calc. Standard library only.
 
-  via_services.py --check http://127.0.0.1:P1 --profile http://127.0.0.1:P2 < cands.jsonl
+  via_services.py --check http://127.0.0.1:P1 --profile http://127.0.0.1:P2 [--secret-file F] < cands.jsonl
+
+Records go without their `task`: a service runs the tasks of its own --tasks (it refuses task code a
+client sends unless started --accept-tasks), as the docs start it. With --secret-file (the services
+started with one, as a public service must be), every request carries `Authorization: Bearer`.
 """
 import argparse
 import json
@@ -16,8 +20,25 @@ import urllib.error
 import urllib.request
 
 
+def without_task(body):
+    """The records of a JSON Lines body without their `task` (the service has it from --tasks)."""
+    out = []
+    for line in body.splitlines():
+        if line.strip():
+            r = json.loads(line)
+            r.pop("task", None)
+            out.append(json.dumps(r).encode() + b"\n")
+    return b"".join(out)
+
+
+SECRET = None
+
+
 def post(url, body, timeout):
-    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/x-ndjson"})
+    headers = {"Content-Type": "application/x-ndjson"}
+    if SECRET:
+        headers["Authorization"] = "Bearer " + SECRET
+    req = urllib.request.Request(url, data=without_task(body), headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.read()
@@ -25,13 +46,44 @@ def post(url, body, timeout):
         raise SystemExit(f"via_services: {url}: HTTP {e.code}: {e.read()[:400].decode(errors='replace')}")
 
 
+def probe(check_url, line, timeout):
+    """The documented refusals, on the live service: a request without the secret is answered 401
+    before its body is read, and a record carrying its own task code is refused (not run)."""
+    found = {}
+    req = urllib.request.Request(check_url, data=line + b"\n", headers={"Content-Type": "application/x-ndjson"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            found["unauthenticated"] = r.status
+    except urllib.error.HTTPError as e:
+        found["unauthenticated"] = e.code
+    headers = {"Content-Type": "application/x-ndjson", "Authorization": "Bearer " + SECRET}
+    req = urllib.request.Request(check_url, data=line + b"\n", headers=headers)  # with its task
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            body = r.read().decode(errors="replace")
+            found["client_task"] = "refused" if "--accept-tasks" in body else "ANSWERED: " + body[:300]
+    except urllib.error.HTTPError as e:
+        body = e.read().decode(errors="replace")
+        found["client_task"] = "refused" if "--accept-tasks" in body else "HTTP %d: %s" % (e.code, body[:300])
+    print(json.dumps({"probe": found}), file=sys.stderr)
+    if found.get("unauthenticated") != 401 or found.get("client_task") != "refused":
+        raise SystemExit("via_services: the service did not refuse as documented: %s" % found)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", required=True, help="kernel-check service, http://HOST:PORT")
     ap.add_argument("--profile", required=True, help="kernel-prof service, http://HOST:PORT")
     ap.add_argument("--timeout-s", type=float, default=600)
+    ap.add_argument("--secret-file", help="the services' shared secret (its first line)")
     a = ap.parse_args()
+    global SECRET
+    if a.secret_file:
+        with open(a.secret_file) as f:
+            SECRET = f.readline().strip()
     lines = [l for l in sys.stdin.buffer.read().splitlines() if l.strip()]
+    if SECRET and lines:
+        probe(a.check.rstrip("/") + "/v1/check", lines[0], a.timeout_s)
     checked = queue.Queue()
     failure = []
 
