@@ -339,6 +339,29 @@ PY
   ! grep -q "1 skipped" "$T/err3.txt" && [ "$(field "$T/again.jsonl" status)" = compile_error ] \
     && pass "--resume judges a stored $st again" || fail "--resume after $st" "$(cat "$T/err3.txt") $(cat "$T/again.jsonl")"
 done
+# A stored verdict is reused only when judged alike (check.judged_by: the rules' content, the judging
+# options, the release): a verdict stored under one rules file, or with another --arch, or a row from
+# before judged_by, is judged again, never taken by its candidate id alone.
+printf 'allowed_steps: [launch]\n' > "$T/launch_only.yaml"
+"$KC" --compile-only --store "$T/j.db" --rules "$T/launch_only.yaml" < "$T/bad_syntax.jsonl" > /dev/null 2> "$T/j1.txt"
+"$KC" --compile-only --store "$T/j.db" --rules "$T/launch_only.yaml" --resume < "$T/bad_syntax.jsonl" > "$T/j2.jsonl" 2> "$T/j2.txt"
+grep -q "1 skipped" "$T/j2.txt" && pass "--resume under the same rules file reuses its verdict" || fail "--resume, same rules" "$(cat "$T/j2.txt")"
+"$KC" --compile-only --store "$T/j.db" --resume < "$T/bad_syntax.jsonl" > "$T/j3.jsonl" 2> "$T/j3.txt"
+! grep -q "1 skipped" "$T/j3.txt" && [ "$(field "$T/j3.jsonl" status)" = compile_error ] \
+  && pass "--resume under other rules judges again" || fail "--resume, other rules" "$(cat "$T/j3.txt")"
+"$KC" --compile-only --store "$T/j.db" --resume --arch sm_80 < "$T/bad_syntax.jsonl" > "$T/j4.jsonl" 2> "$T/j4.txt"
+! grep -q "1 skipped" "$T/j4.txt" && pass "--resume with another --arch judges again" || fail "--resume, other arch" "$(cat "$T/j4.txt")"
+python3 - "$T/j.db" <<'PY'
+import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+for rowid, body in db.execute("SELECT rowid, body FROM checks").fetchall():
+    b = json.loads(body)
+    b.pop("judged_by", None)
+    db.execute("UPDATE checks SET body = ? WHERE rowid = ?", (json.dumps(b), rowid))
+db.commit()
+PY
+"$KC" --compile-only --store "$T/j.db" --resume --arch sm_80 < "$T/bad_syntax.jsonl" > "$T/j5.jsonl" 2> "$T/j5.txt"
+! grep -q "1 skipped" "$T/j5.txt" && pass "--resume judges a row without judged_by again" || fail "--resume, no judged_by" "$(cat "$T/j5.txt")"
 
 fails=$(wc -l < "$T/failures")
 echo "$fails failure(s)"

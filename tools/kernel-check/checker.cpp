@@ -9,6 +9,8 @@
 #include "libcommon/fields.hpp"
 #include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
+#include "libcommon/paths.hpp"
+#include "ca/version.hpp"
 #include "libcommon/measure/gpu_lock.hpp"
 #include "libcommon/measure/gpu_state.hpp"
 #include "tools/kernel-check/gpu_stage.hpp"
@@ -21,6 +23,32 @@ struct Checker::Item : ca::RecordItem {
   std::string status;
   bool id_verified = true;  // the candidate_id is the hash of the record's task_id and bundle
 };
+
+namespace {
+
+// What a verdict depends on besides the candidate and its task: the rules (their content, the shipped
+// default and the --rules file), the judging options and the release. A stored verdict is reused
+// (--resume) only when this is the same: one judged under a lenient rules file, with the published
+// tolerance, --allow-stochastic, another --arch or an older release is judged again, never taken for
+// one of this run by its candidate id alone.
+std::string judged_by(const CheckOptions& o) {
+  const ca::Json how = {{"tool", "kernel-check"},
+                        {"version", ca::kVersion},
+                        {"rules_default", ca::bundle::Rules::default_text()},
+                        {"rules_file", o.rules_path.empty() ? std::string() : ca::read_file(o.rules_path)},
+                        {"compile_only", o.compile_only},
+                        {"arch", o.arch},
+                        {"tolerance", o.tolerance},
+                        {"atol", o.atol},
+                        {"rtol", o.rtol},
+                        {"allow_stochastic", o.allow_stochastic},
+                        {"trials", o.trials},
+                        {"graph", o.graph},
+                        {"timeout_s", o.timeout_s}};
+  return ca::content_id(how);
+}
+
+}  // namespace
 
 Checker::Checker(CheckOptions& options, const ca::CommonOptions& common)
     : options_(options), common_(common), rules_(ca::bundle::Rules::load(options.rules_path)), tasks_(options.tasks_path) {
@@ -40,6 +68,7 @@ Checker::Checker(CheckOptions& options, const ca::CommonOptions& common)
     throw ca::UsageError(std::string("--arch: ") + e.what());
   }
 
+  judged_by_ = judged_by(options_);
   candidate_.arch = options_.arch;
   candidate_.cache_dir = options_.cache_dir;
   candidate_.use_cache = !options_.no_cache;
@@ -89,6 +118,10 @@ bool Checker::resume(Item& item) {
   if (!prev) return false;
   std::string st = prev->value("status", "");
   if (st == "no_device" || st == "compiled" || st == "reference_error" || st == "node_error") return false;
+  if (prev->value("judged_by", std::string()) != judged_by_) {
+    ca::log::verbose(item.where, ": the stored verdict (", st, ") was judged otherwise (rules, options or release): judged again");
+    return false;
+  }
   item.record["check"] = *prev;
   item.status = st;
   item.resumed = true;
@@ -171,6 +204,7 @@ ca::Outcome Checker::process(Item& item) {
           p.check["reason"] = p.check["reason"].get<std::string>() + "; the task record says its reference is " + flag +
                               ": a GPU judge that measures so gives no verdict and no reward (task_" + flag + ")";
   }
+  p.check["judged_by"] = judged_by_;
   rec["check"] = p.check;
   item.status = p.check["status"].get<std::string>();
   return item.status == "passed" || item.status == "compiled" ? ca::Outcome::done : ca::Outcome::failed;

@@ -69,6 +69,7 @@ class Checker {
   ca::TaskLookup tasks_;  // the record's task, --tasks, the store
   bool serving_ = false;
   std::string no_device_why_;
+  std::string judged_by_;  // how this run judges (judged_by): a stored verdict is reused only if judged alike
   std::vector<int> gpus_;
   ca::Json gpus_json_ = ca::Json::array();
   ca::bundle::CandidateOptions candidate_;  // the CPU stage's: arch, cache, the rules
