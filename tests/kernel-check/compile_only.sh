@@ -362,6 +362,31 @@ db.commit()
 PY
 "$KC" --compile-only --store "$T/j.db" --resume --arch sm_80 < "$T/bad_syntax.jsonl" > "$T/j5.jsonl" 2> "$T/j5.txt"
 ! grep -q "1 skipped" "$T/j5.txt" && pass "--resume judges a row without judged_by again" || fail "--resume, no judged_by" "$(cat "$T/j5.txt")"
+# A record carrying its own task is judged against that task whatever its task_id names, and stored
+# under that id: a later --resume of the named task (from --tasks) does not reuse it (judged_by holds
+# the judged task's content). Here the own task's 1000-element input makes a plan_error that the
+# named task's 1024 elements do not.
+python3 - "$T" <<'PY'
+import json, sys
+T = sys.argv[1]
+def task(n):
+    return {"code": "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2.0\n"
+            "def get_inputs():\n    return [torch.randn(%d)]\ndef get_init_inputs():\n    return []\n" % n,
+            "inputs": [{"name": "x", "shape": [n], "dtype": "F32"}], "outputs": [{"shape": [n], "dtype": "F32"}], "params": [], "init_inputs": []}
+bundle = {"kernels": {"k.cu": "__global__ void s(const float* x, float* y) { int i = blockIdx.x * 256 + threadIdx.x; y[i] = 2.0f * x[i]; }\n"},
+          "plan": "forward:\n  - launch: s\n    grid: [4]\n    block: [256]\n    args: [inputs.0, outputs.0]\n"
+                  "  - launch: s\n    grid: [1]\n    block: [1]\n    args: [\"inputs.0[1010]\", \"outputs.0[1010]\"]\n"}
+open(T + "/named_tasks.jsonl", "w").write(json.dumps(dict(task(1024), task_id="T-named")) + "\n")
+open(T + "/own_task.jsonl", "w").write(json.dumps({"task_id": "T-named", "task": task(1000), "bundle": bundle}) + "\n")
+open(T + "/named.jsonl", "w").write(json.dumps({"task_id": "T-named", "bundle": bundle}) + "\n")
+PY
+"$KC" --compile-only --store "$T/m.db" < "$T/own_task.jsonl" > "$T/m1.jsonl" 2> /dev/null
+"$KC" --compile-only --store "$T/m.db" --resume < "$T/own_task.jsonl" > /dev/null 2> "$T/m3.txt"
+grep -q "1 skipped" "$T/m3.txt" && pass "--resume reuses it for the same own task" || fail "--resume, same own task" "$(cat "$T/m3.txt")"
+"$KC" --compile-only --store "$T/m.db" --resume --tasks "$T/named_tasks.jsonl" < "$T/named.jsonl" > "$T/m2.jsonl" 2> "$T/m2.txt"
+[ "$(field "$T/m1.jsonl" status)" = plan_error ] && ! grep -q "1 skipped" "$T/m2.txt" && [ "$(field "$T/m2.jsonl" status)" = compiled ] \
+  && pass "--resume does not reuse a verdict judged against another task's content under the same task_id" \
+  || fail "--resume, other task content" "$(field "$T/m1.jsonl" status) then $(field "$T/m2.jsonl" status): $(cat "$T/m2.txt")"
 
 fails=$(wc -l < "$T/failures")
 echo "$fails failure(s)"

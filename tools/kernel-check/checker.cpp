@@ -110,16 +110,17 @@ std::string Checker::unavailable() const {
 }
 
 // --resume: a verdict already in the store is reused; not a no_device or compile-only one, nor an
-// environment failure (reference_error, node_error: the node's, judged again).
-bool Checker::resume(Item& item) {
+// environment failure (reference_error, node_error: the node's, judged again), nor one judged
+// otherwise (judged_by: the task's content, the rules, the options, the release).
+bool Checker::resume(Item& item, const std::string& judged_by) {
   if (!common_.resume || !store_) return false;
   std::lock_guard<std::mutex> lock(path_->store_mutex());
   auto prev = store_->latest("checks", item.record["candidate_id"].get<std::string>());
   if (!prev) return false;
   std::string st = prev->value("status", "");
   if (st == "no_device" || st == "compiled" || st == "reference_error" || st == "node_error") return false;
-  if (prev->value("judged_by", std::string()) != judged_by_) {
-    ca::log::verbose(item.where, ": the stored verdict (", st, ") was judged otherwise (rules, options or release): judged again");
+  if (prev->value("judged_by", std::string()) != judged_by) {
+    ca::log::verbose(item.where, ": the stored verdict (", st, ") was judged otherwise (the task's content, rules, options or release): judged again");
     return false;
   }
   item.record["check"] = *prev;
@@ -166,7 +167,11 @@ ca::Outcome Checker::process(Item& item) {
   // other records keep their ids, and are judged, but are not stored under an id of another bundle.
   if (serving_ || common_.resume) ca::verify_candidate_id(rec);
   else item.id_verified = rec["candidate_id"].get<std::string>() == ca::candidate_id_for(task_id, bundle);
-  if (resume(item)) return ca::Outcome::skipped;
+  // How this record is judged: this run's rules and options, and the task it is judged against by
+  // content (a record's own task object may not be the task its task_id names: its verdict is stored
+  // under that id, and is reused only for a record judged against the same content).
+  const std::string judged_by = task ? ca::content_id(ca::Json{{"judge", judged_by_}, {"task", *task}}) : judged_by_;
+  if (resume(item, judged_by)) return ca::Outcome::skipped;
   // The reference's mode and whether it is stochastic, as the task record says (a bad mode is a bad
   // record, before any compile); a GPU judge replaces it with what its worker's load measured.
   const std::optional<ca::Json> reference =
@@ -204,7 +209,7 @@ ca::Outcome Checker::process(Item& item) {
           p.check["reason"] = p.check["reason"].get<std::string>() + "; the task record says its reference is " + flag +
                               ": a GPU judge that measures so gives no verdict and no reward (task_" + flag + ")";
   }
-  p.check["judged_by"] = judged_by_;
+  p.check["judged_by"] = judged_by;
   rec["check"] = p.check;
   item.status = p.check["status"].get<std::string>();
   return item.status == "passed" || item.status == "compiled" ? ca::Outcome::done : ca::Outcome::failed;

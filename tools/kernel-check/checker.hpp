@@ -58,7 +58,7 @@ class Checker {
   struct Item;
   ca::RecordJob<Item> job();
   ca::Outcome process(Item& item);
-  bool resume(Item& item);
+  bool resume(Item& item, const std::string& judged_by);
   Prepared prepare(const ca::Json& rec, const std::optional<ca::Json>& task);
   void tally(Item& item);
 
