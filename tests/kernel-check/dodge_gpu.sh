@@ -12,7 +12,12 @@
 #      runner): judged (passed on an 80 GB GPU), never reference_error;
 #   4. lifted, in the same runner after them: the honest control passes (the runner sets the
 #      context's stack limit back after every candidate, so the hogs' local memory is not kept);
-#   5. default rules: an honest kernel with an 8 KiB frame (the most the rule allows: 2.3 GB) passes.
+#   5. default rules: an honest kernel with an 8 KiB frame (the most the rule allows: 2.3 GB) passes;
+#   6. lifted: a kernel right on the warm call's randn inputs and wrong on outliers past 10, whose
+#      forward also launches a hog, swept from 0 to 504 KiB per thread: one size leaves the reference
+#      worker too little memory for the next trial's draw, which was reference_error (no verdict).
+#      The draw is made again with the candidate's runner ended (check.redrawn_alone) and the
+#      candidate loaded again: every record of the sweep has a verdict (correct true or false).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 T=$(mktemp -d)
@@ -55,6 +60,17 @@ wrong_init = rec("wrong-init-512k", 131072, True, "3.0")
 with open(T + "/default.jsonl", "w") as f:
     for r in [wrong_init, rec("honest-8k", 2048, False, "2.0")]:
         f.write(json.dumps(r) + "\n")
+starve = r"""
+__global__ void scale(const float* x, float* y, int n, float a) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] > 10.0f ? 0.0f : x[i] * a;   // right on randn, wrong on outliers
+}
+"""
+with open(T + "/sweep.jsonl", "w") as f:
+    for kib in [0, 64, 128, 192, 224, 240, 248, 256, 264, 272, 280, 288, 320, 384, 448, 480, 496, 504]:
+        r = rec("sweep-%dk" % kib, max(1024, kib * 256), False, "2.0")
+        r["bundle"]["kernels"]["k.cu"] = starve + hog.replace("@N@", str(max(1024, kib * 256)))
+        f.write(json.dumps(r) + "\n")
 with open(T + "/lifted.jsonl", "w") as f:
     for r in [wrong_init, rec("right-forward-64k", 16384, False, "2.0"), rec("control-after", 16, False, "2.0")]:
         f.write(json.dumps(r) + "\n")
@@ -68,6 +84,22 @@ for run in default lifted; do
   [ $rc -eq 0 ] || [ $rc -eq 1 ] || { echo "FAIL kernel-check ($run) exit $rc"; tail -20 "$T/$run.err"; fails=$((fails + 1)); }
   "$CA_BIN/reward-calc" --no-store --allow-unprofiled < "$T/$run.checked.jsonl" > "$T/$run.rewarded.jsonl" 2> "$T/$run.reward.err"
 done
+"$CA_BIN/kernel-check" --no-store -v --rules "$T/lift.yaml" < "$T/sweep.jsonl" > "$T/sweep.checked.jsonl" 2> "$T/sweep.err"
+python3 - "$T/sweep.checked.jsonl" <<'PY' || fails=$((fails + 1))
+import json, sys
+bad = n = 0
+for line in open(sys.argv[1]):
+    r = json.loads(line); c = r.get("check") or {}
+    n += 1
+    ok = c.get("correct") in (True, False)
+    bad += not ok
+    print("%s sweep   %-22s %-16s correct=%-5s redrawn=%s %s" % ("ok  " if ok else "FAIL", r["candidate_id"], c.get("status"),
+                                                                 c.get("correct"), c.get("redrawn_alone", 0), c.get("reason", "")[:120]))
+if n != 18:
+    print("FAIL sweep: %d records of 18" % n)
+    bad += 1
+sys.exit(1 if bad else 0)
+PY
 python3 - "$T" <<'PY' || fails=$((fails + 1))
 import json, sys
 T = sys.argv[1]

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <future>
 #include <map>
 
@@ -186,6 +187,9 @@ struct GpuStage::Judgment {
   std::string claimed;
   std::optional<ca::worker::request::Calibrate> calibrate;
   ca::bundle::Tolerances trial_tolerances;
+  std::string failed_what;  // the last draw that failed: its request and the worker's answer
+  ca::Json failed_answer;
+  int redrawn_alone = 0;    // draws made again with the candidate's runner ended (draw_beside_candidate)
 
   void lap(const char* stage) { stages.lap(stage); }
   void reference_failed(const std::string& what, const ca::Json& ans) {
@@ -270,10 +274,12 @@ struct GpuStage::Judgment {
 
   // A trial's inputs, reference (and for the warm call, params), drawn by the worker; false with a
   // verdict when the reference fails.
-  bool make_trial(uint64_t seed, const std::string& variant, bool with_params) {
+  bool make_trial(uint64_t seed, const std::string& variant, bool with_params, bool report = true) {
     Draw d = draw(*lane.worker, key, seed, variant, with_params, calibrate);
     if (!d.failed.empty()) {
-      reference_failed(d.failed, d.answer);
+      failed_what = d.failed;
+      failed_answer = d.answer;
+      if (report) reference_failed(d.failed, d.answer);
       return false;
     }
     in_tensors = std::move(d.inputs);
@@ -317,9 +323,62 @@ struct GpuStage::Judgment {
     } else set_verdict(check, "runtime_error", during + ": " + a.value("detail", err));
   }
 
+  // The candidate's runner ended (free), or loaded again with its outputs mapped (load: false with
+  // the verdict when that load fails).
+  struct Reload {
+    std::function<void()> free;
+    std::function<bool()> load;
+  };
+
+  // The candidate loaded in the lane's runner (init run) with its outputs mapped into `got`, or ended
+  // with its runner (every byte it held freed).
+  Reload reload_for(const ca::Json& load, ca::cuda::IpcMaps& out_maps, ca::bundle::DeviceOutputs& got) {
+    Reload r;
+    r.load = [this, &load, &out_maps, &got]() -> bool {
+      ca::Json ans = lane.runner->request(load, one_time_bound());
+      lap("runner_load");
+      if (!ans.value("ok", false)) {
+        runner_failed(ans, "init");
+        return false;
+      }
+      auto& drv = ca::cuda::Driver::get();
+      drv.check(drv.cuCtxSetCurrent(lane.ctx), "cuCtxSetCurrent");
+      got.clear();
+      for (const auto& [name, t] : ca::cuda::shared_tensors(ans.at("outputs_ipc"), "outputs_ipc"))
+        got[name] = ca::bundle::DeviceOutput{t.dtype, t.shape, out_maps.map(t)};
+      return true;
+    };
+    r.free = [this, &out_maps, &got] {
+      out_maps.close();  // before the runner's buffers go
+      got.clear();
+      lane.runner->kill();
+    };
+    return r;
+  }
+
+  // A trial's draw while the runner holds the candidate: its buffers (within the scratch cap), its
+  // kernels' local memory, cuDNN's workspace. When the worker ran out of GPU memory beside them (the
+  // client's retry alone says so), the candidate is ended with its runner (every byte it held freed)
+  // and the trial drawn again: a reference that fails with none of the candidate's memory on the GPU
+  // is the node's or the task's (reference_error); one that succeeds is followed by the candidate
+  // loaded again beside it. So no memory a candidate holds turns its verdict into no verdict.
+  bool draw_beside_candidate(size_t t, const Reload& reload) {
+    if (make_trial(seeds[t], variant_for_trial(t), false, false)) return true;
+    if (failed_answer.value("memory_admission", std::string()) != "alone") {
+      reference_failed(failed_what, failed_answer);
+      return false;
+    }
+    ca::log::verbose("task ", task_id, ": trial ", t, ": the reference worker ran out of GPU memory beside the candidate; ",
+                     "drawing again with the candidate's runner ended");
+    reload.free();
+    check["redrawn_alone"] = ++redrawn_alone;
+    if (!make_trial(seeds[t], variant_for_trial(t), false)) return false;  // alone too: reference_error
+    return reload.load();
+  }
+
   // 4. The warm call, then fresh inputs for every trial right after it; false when a trial ended
   // the judging with a verdict of its own (reference or runner failed).
-  bool run_trials(const ca::bundle::DeviceOutputs& got) {
+  bool run_trials(const ca::bundle::DeviceOutputs& got, const Reload& reload) {
     // 4. The warm call, then fresh inputs for every trial right after it.
     ca::Json trials = ca::Json::array();
     bool all_ok = true;
@@ -327,7 +386,7 @@ struct GpuStage::Judgment {
     double forward_ms_sum = 0;
     for (size_t t = 0; t < seeds.size(); ++t) {
       lap("calls");
-      if (t > 0 && !make_trial(seeds[t], variant_for_trial(t), false)) return false;
+      if (t > 0 && !draw_beside_candidate(t, reload)) return false;
       lap("worker_draws");
       uint32_t guard_seed = static_cast<uint32_t>(splitmix64(seeds[t] ^ 0xabcdef));
       // The warm call pays the one-time costs (lazy module loading, first touch): the generous bound.
@@ -454,20 +513,14 @@ void GpuStage::judge_on(Lane& lane, Prepared& p, const ca::Json& task, const std
       }
     }
   } unload{lane, j};
-  ca::Json ans = lane.runner->request(load, j.one_time_bound());
-  j.lap("runner_load");
-  if (!ans.value("ok", false)) return j.runner_failed(ans, "init");
-
   // The runner's output buffers, mapped here for the whole load: outputs are compared on the GPU,
   // in this process, against the worker's references (which never enter the runner).
-  auto& drv = ca::cuda::Driver::get();
-  drv.check(drv.cuCtxSetCurrent(lane.ctx), "cuCtxSetCurrent");
   ca::cuda::IpcMaps out_maps;
   ca::bundle::DeviceOutputs got;
-  for (const auto& [name, t] : ca::cuda::shared_tensors(ans.at("outputs_ipc"), "outputs_ipc"))
-    got[name] = ca::bundle::DeviceOutput{t.dtype, t.shape, out_maps.map(t)};
+  const Judgment::Reload reload = j.reload_for(load, out_maps, got);
+  if (!reload.load()) return;
 
-  if (!j.run_trials(got)) return;
+  if (!j.run_trials(got, reload)) return;
   out_maps.close();  // before the runner frees the buffers
   j.lap("calls");
 }
