@@ -129,12 +129,13 @@ $PY - "$T/out4.jsonl" <<'PY' || { cat "$T/err4"; fail "records after a context-k
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 names = [r["name"] for r in recs]
-assert names == ["kp-good", "kp-cheat", "kp-failed", "kp-tf32"], names  # all of them, in input order
+assert names == ["kp-good", "kp-cheat", "kp-failed", "kp-tf32", "kp-claims-tf32"], names  # all of them, in input order
 for n in ("kp-good", "kp-cheat"):
     p = recs[names.index(n)]["prof"]
     assert p["status"] == "failed" and p["correct"] is False, p
     assert "killed the GPU context" in p["reason"], p["reason"]
 assert "prof" not in recs[2]
+assert recs[4]["prof"]["status"] == "timed", recs[4]["prof"].get("reason")
 t = recs[3]
 assert "task" not in t, "the task handed to the child stays out of the output"
 assert t["prof"]["status"] == "timed" and t["prof"]["correct"] is True, t["prof"].get("reason")
