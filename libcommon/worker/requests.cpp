@@ -80,7 +80,11 @@ Json reference(const std::string& task_id, const std::string& inputs_key, const 
   return req;
 }
 
-Json release(const std::vector<std::string>& keys) { return {{"op", "release"}, {"keys", keys}}; }
+Json release(const std::vector<std::string>& keys, bool empty_cache) {
+  Json r = {{"op", "release"}, {"keys", keys}};
+  if (empty_cache) r["empty_cache"] = true;
+  return r;
+}
 
 Json warm(bool compile) { return {{"op", "warm"}, {"compile", compile}}; }
 

@@ -49,8 +49,9 @@ struct Calibrate {
 Json reference(const std::string& task_id, const std::string& inputs_key, const std::string& keep,
                const std::optional<std::string>& params_keep = std::nullopt,
                const std::optional<Calibrate>& calibrate = std::nullopt);
-// `release`: the kept tensors of these keys are freed.
-Json release(const std::vector<std::string>& keys);
+// `release`: the kept tensors of these keys are freed; with `empty_cache`, torch's cached blocks go
+// back to the driver too (for the tool's own allocations when the device is full).
+Json release(const std::vector<std::string>& keys, bool empty_cache = false);
 // `warm`: pay the profiler's (and with `compile`, torch.compile's) first-use costs now.
 Json warm(bool compile);
 // `similarity`: the code's AST similarity to every *.py under `dir`.

@@ -672,7 +672,7 @@ Json WorkerClient::request(const Json& request, milliseconds timeout) {
   }
   log::verbose("reference worker: ", op, " ran out of GPU memory; waiting to run it alone on ", impl_->opt.device);
   std::unique_lock<MemoryGate> alone(gate);
-  impl_->exchange({{"op", "release"}, {"keys", Json::array()}, {"empty_cache", true}}, timeout);
+  impl_->exchange(request::release({}, /*empty_cache=*/true), timeout);
   Json a = impl_->send(req, timeout);
   a["memory_admission"] = "alone";  // it waited for the device to itself
   return a;

@@ -286,7 +286,7 @@ class FreshInputs : public CallInputs {
     for (const auto& buf : ex.plan().buffers) {
       if (buf.space != bundle::Space::output) continue;
       CUdeviceptr& copy = copies_[buf.ref];
-      if (!copy && buf.bytes > 0) drv.check(drv.cuMemAlloc(&copy, size_t(buf.bytes)), "cuMemAlloc(trusted copy of " + buf.ref + ")");
+      if (!copy && buf.bytes > 0) copy = alloc_trusted(size_t(buf.bytes), "trusted copy of " + buf.ref);
       if (buf.bytes > 0)
         drv.check(drv.cuMemcpyPeerAsync(copy, trusted, ex.device_pointer(buf.ref), cand, size_t(buf.bytes), ts),
                   "copy of " + buf.ref + " into the trusted context");
@@ -298,6 +298,24 @@ class FreshInputs : public CallInputs {
     ca::bundle::CompareResult cmp = ca::bundle::compare_outputs_device(got, want, tolerances, ts);
     maps.close();
     return cmp;
+  }
+  // The tool's own memory: when the device is full, the worker's cached blocks go back to the driver
+  // first (torch keeps what its last forward used); still no room is the node's limit, never the
+  // candidate's verdict (its buffers are declared and within the scratch cap, its stack bounded).
+  CUdeviceptr alloc_trusted(size_t bytes, const std::string& what) {
+    auto& drv = cuda::Driver::get();
+    CUdeviceptr p = 0;
+    CUresult r = drv.cuMemAlloc(&p, bytes);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+      gpu_.worker().request(worker::request::release({}, /*empty_cache=*/true));
+      r = drv.cuMemAlloc(&p, bytes);
+    }
+    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+      throw EnvironmentError(log::cat("GPU memory: no room for the ", what, " (", bytes >> 20, " MiB) beside the candidate's "
+                                      "buffers and the reference's inputs and outputs: this GPU is too small to time the "
+                                      "task, which is not the candidate's fault"));
+    drv.check(r, "cuMemAlloc(" + what + ")");
+    return p;
   }
   void free_copies() {
     if (copies_.empty()) return;
@@ -334,6 +352,16 @@ class FreshInputs : public CallInputs {
 // last call always.
 constexpr double kCheckFraction = 0.25;
 
+// Out of device memory while timing a candidate kernel-check passed: what it may use is declared
+// (buffers, scratch within the cap, library workspaces) and its stack is bounded by the rules, so
+// the GPU being full is the node's limit: an environment error (no verdict, the record retried on
+// a larger GPU), never "wrong when timed" (seen on an H100: level 1's 7.5 GB RMSNorm).
+void throw_if_out_of_memory(const cuda::CudaError& e, const char* where) {
+  if (e.result == CUDA_ERROR_OUT_OF_MEMORY)
+    throw EnvironmentError(std::string("GPU memory (") + where + "): " + e.what() +
+                           ": this GPU is too small to time the task, which is not the candidate's fault");
+}
+
 void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, const Json& task, const Json& loaded,
                const ProfOptions& options, int round) {
   const std::string task_id = task["task_id"].get<std::string>();
@@ -362,11 +390,14 @@ void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, con
                                              uint32_t(options.seed * 0x9e3779b9ULL >> 7), kCheckFraction, pick_seed);
   } catch (const FieldError&) {
     throw;
+  } catch (const EnvironmentError&) {
+    throw;  // the worker, the node: never the candidate's verdict
   } catch (const cuda::CudaError& e) {
     if (e.sticky()) {
       gpu.mark_dead(e.what());
       return fail(std::string("setup: the candidate's kernels killed the GPU context: ") + e.what());
     }
+    throw_if_out_of_memory(e, "setup");
     return fail(std::string("setup: ") + e.what());
   } catch (const std::exception& e) {
     return fail(std::string("setup: ") + e.what());
@@ -396,6 +427,7 @@ void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, con
       gpu.mark_dead(e.what());
       return fail(std::string("timed calls: the candidate's kernels killed the GPU context: ") + e.what());
     }
+    throw_if_out_of_memory(e, "timed calls");
     return fail(std::string("timed calls: ") + e.what());
   }
   // Nothing a call may not touch was touched (a cache kept in the guard zones, params or init's
