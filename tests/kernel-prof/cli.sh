@@ -65,15 +65,14 @@ if [ -e /dev/nvidiactl ] || ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; 
   echo "note: a CUDA driver is present here; the no-GPU exit-3 case is covered on GPU-less CI" >&2
 else
   # Candidate ids are content ids (libcommon/ids.cpp): --resume reuses a stored verdict only under
-  # the id of what was judged. C2 and C5 are two bundles' ids.
-  read -r C2 C5 < <($PY - <<'PY'
+  # the id of what was judged. C2 is the bundle's id.
+  read -r C2 < <($PY - <<'PY'
 import hashlib, json
 def cid(task_id, bundle):
     key = json.dumps({"task_id": task_id, "bundle": bundle}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 b = {"kernels": {"a.cu": "__global__ void k(){}"}, "plan": "forward: []"}
-b5 = {"kernels": {"a.cu": "__global__ void k(){} // 5"}, "plan": "forward: []"}
-print(cid("t2", b), cid("t2", b5))
+print(cid("t2", b))
 PY
 )
   cat > "$T/pass.jsonl" <<J
@@ -87,41 +86,71 @@ J
   [ "$(wc -l < "$T/out4")" = 1 ] || fail "the failed record before it should have been written"
   grep -q '"c1"' "$T/out4" || fail "wrong record written"
 
-  # --resume: a profile of the same candidate and method in the store is reused without a GPU; with
-  # --seed, one made with another seed is not (the record needs the GPU again: exit 3). Without
-  # --seed every run draws its own timing seed, so any seed's profile is the same method.
-  $PY - "$C2" "$C5" > "$T/profiled.jsonl" <<'PY'
+  # --resume reuses a stored profile only when it was timed as this run would time it: its
+  # prof.timed_by is the content id of the task's content, the candidate, the check's bound, the
+  # options that change the numbers or the verdict, the kind of GPU and the release. On a host
+  # without a GPU the stored profile's own GPU stands for it, and a reuse needs no GPU; anything else
+  # that differs needs the GPU again (exit 3 here).
+  profile_row() {  # candidate_id, timed_by ("" for a row from before timed_by)
+    $PY - "$1" "$2" <<'PY'
 import json, sys
 method = {"min_runs": 10, "max_runs": 10000, "rel_ci": 0.01, "budget_s": 10.0, "seed": 0, "warmup_calls": 3}
-for cid, seed in ((sys.argv[1], 0), (sys.argv[2], 7)):
-    m = dict(method, seed=seed)
-    print(json.dumps({"task_id": "t2", "candidate_id": cid, "prof": {
-        "status": "timed", "correct": True, "method": m, "time_us": {"median": 12.5},
+prof = {"status": "timed", "correct": True, "method": method, "time_us": {"median": 12.5},
         "baselines": {"eager": {"time_us": {"median": 30.0}}, "compile": {"time_us": {"median": 20.0}}},
-        "speedup_vs_eager": 2.4, "speedup_vs_compile": 1.6, "gpu": {"name": "NVIDIA H200"}}}))
+        "speedup_vs_eager": 2.4, "speedup_vs_compile": 1.6, "gpu": {"name": "NVIDIA H200", "arch": "sm_90"}}
+if sys.argv[2]:
+    prof["timed_by"] = sys.argv[2]
+print(json.dumps({"task_id": "t2", "candidate_id": sys.argv[1], "prof": prof}))
 PY
+  }
+  kp_resume() {  # input file, then kernel-prof's options; sets rc, output in $T/outr, log in $T/err
+    local in="$1"; shift
+    set +e; "$KP" --store "$T/s.db" --resume -v "$@" < "$in" > "$T/outr" 2> "$T/err"; rc=$?; set -e
+  }
   "$KP" --help | grep -q -- "--resume" || fail "--help does not mention --resume"
-  "$CA_BIN/run-store" import --store "$T/s.db" < "$T/profiled.jsonl" 2> "$T/err" || fail "import: $(cat "$T/err")"
-  set +e; "$KP" --store "$T/s.db" --resume --seed 0 < "$T/pass.jsonl" > "$T/out5" 2> "$T/err"; rc=$?; set -e
-  [ "$rc" = 0 ] || fail "--resume with the profile in the store should need no GPU, got $rc: $(cat "$T/err")"
-  $PY - "$T/out5" <<'PY' || fail "--resume did not reuse the stored profile"
+  # A profile stored before timed_by (the same candidate, seed and stop rule) is timed again.
+  profile_row "$C2" "" | "$CA_BIN/run-store" import --store "$T/s.db" 2> "$T/err" || fail "import: $(cat "$T/err")"
+  kp_resume "$T/pass.jsonl" --seed 0
+  [ "$rc" = 3 ] || fail "a stored profile without timed_by must be timed again (exit 3 without a GPU), got $rc: $(cat "$T/err")"
+  grep -q "timed otherwise (timed_by none" "$T/err" || fail "-v should say the stored profile was timed otherwise: $(cat "$T/err")"
+  H=$(grep -o "this run's [0-9a-f]\{16\}" "$T/err" | head -n 1 | awk '{print $3}')
+  [ -n "$H" ] || fail "-v should name this run's timed_by: $(cat "$T/err")"
+  # One stored under this run's timed_by is reused, without a GPU.
+  profile_row "$C2" "$H" | "$CA_BIN/run-store" import --store "$T/s.db" 2> "$T/err" || fail "import: $(cat "$T/err")"
+  kp_resume "$T/pass.jsonl" --seed 0
+  [ "$rc" = 0 ] || fail "--resume with the profile timed alike in the store should need no GPU, got $rc: $(cat "$T/err")"
+  $PY - "$T/outr" "$H" <<'PY' || fail "--resume did not reuse the stored profile"
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 assert len(recs) == 2 and recs[0]["candidate_id"] == "c1" and "prof" not in recs[0], recs[0]
 p = recs[1]["prof"]
 assert p["status"] == "timed" and p["speedup_vs_compile"] == 1.6 and p["time_us"]["median"] == 12.5, p
+assert p["timed_by"] == sys.argv[2], p
 PY
   grep -q "1 skipped" "$T/err" || fail "a reused profile counts as skipped: $(cat "$T/err")"
-  sed -e "s/\"$C2\"/\"$C5\"/" -e 's|void k(){}"|void k(){} // 5"|' "$T/pass.jsonl" > "$T/pass5.jsonl"
+  kp_resume "$T/pass.jsonl" --seed 0 --baselines compile,eager
+  [ "$rc" = 0 ] || fail "the baselines are a set (their order changes nothing): reused, got $rc: $(cat "$T/err")"
+  # Timed otherwise: another option (each one the old method comparison let through), no --seed
+  # (a run draws its own seeds: a profile timed under a known one is not one of those), another
+  # bound in the record's check, another task content under the same ids: timed again.
+  for opts in "--metric wall" "--margin 0.1" "--remeasure 0" "--no-cupti" "--input-sets 2" "--baseline-budget-s 5" \
+              "--baselines eager" "--metrics" ""; do
+    # shellcheck disable=SC2086
+    if [ -n "$opts" ]; then kp_resume "$T/pass.jsonl" --seed 0 $opts; else kp_resume "$T/pass.jsonl"; fi
+    [ "$rc" = 3 ] || fail "a profile timed otherwise must not be reused ('${opts:-no --seed}'; exit 3 without a GPU), got $rc: $(cat "$T/err")"
+  done
+  sed -e 's/"status":"passed","correct":true/"status":"passed","correct":true,"tolerance":"published"/' "$T/pass.jsonl" > "$T/pass_pub.jsonl"
+  grep -q '"tolerance":"published"' "$T/pass_pub.jsonl" || fail "test setup: no tolerance in the record"
+  kp_resume "$T/pass_pub.jsonl" --seed 0
+  [ "$rc" = 3 ] || fail "a profile timed under the calibrated bound must not be reused for a check that says published, got $rc"
+  sed -e 's/"code":"import torch"/"code":"import torch  # another task"/' "$T/pass.jsonl" > "$T/pass_task.jsonl"
+  kp_resume "$T/pass_task.jsonl" --seed 0
+  [ "$rc" = 3 ] || fail "a profile of another task content under the same ids must not be reused, got $rc"
   # A stored verdict is never reused under an id that is not the record's content id.
   sed -e "s/\"$C2\"/\"c2\"/" "$T/pass.jsonl" > "$T/forged.jsonl"
-  set +e; "$KP" --store "$T/s.db" --resume --seed 0 < "$T/forged.jsonl" > "$T/out6" 2> "$T/err"; rc=$?; set -e
-  grep -q '"field":"candidate_id"' "$T/out6" || fail "a forged candidate_id must be a bad record, not reuse: $(cat "$T/out6")"
-  set +e; "$KP" --store "$T/s.db" --resume --seed 0 < "$T/pass5.jsonl" > /dev/null 2> "$T/err"; rc=$?; set -e
-  [ "$rc" = 3 ] || fail "a profile made with another seed must not be reused (exit 3 without a GPU), got $rc"
-  set +e; "$KP" --store "$T/s.db" --resume < "$T/pass5.jsonl" > /dev/null 2> "$T/err"; rc=$?; set -e
-  [ "$rc" = 0 ] || fail "without --seed a stored profile of any seed is reused, got $rc: $(cat "$T/err")"
-  set +e; "$KP" --store "$T/s.db" < "$T/pass.jsonl" > /dev/null 2> "$T/err"; rc=$?; set -e
+  kp_resume "$T/forged.jsonl" --seed 0
+  grep -q '"field":"candidate_id"' "$T/outr" || fail "a forged candidate_id must be a bad record, not reuse: $(cat "$T/outr")"
+  set +e; "$KP" --store "$T/s.db" --seed 0 < "$T/pass.jsonl" > /dev/null 2> "$T/err"; rc=$?; set -e
   [ "$rc" = 3 ] || fail "without --resume the stored profile is not reused (exit 3 without a GPU), got $rc"
 fi
 

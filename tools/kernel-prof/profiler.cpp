@@ -1,12 +1,16 @@
 // The profiler: candidate, baselines, speedups (see profiler.hpp).
 #include "tools/kernel-prof/profiler.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+
+#include "ca/version.hpp"
 
 #include "libcommon/bundle/candidate.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/fields.hpp"
+#include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
 #include "libcommon/measure/gpu_lock.hpp"
 #include "libcommon/measure/stage_clock.hpp"
@@ -80,26 +84,77 @@ std::string underscored(std::string s) {
 }
 }  // namespace
 
-std::optional<Json> Profiler::stored_profile(const std::string& candidate_id) {
+Json gpu_kind_of(const Json& identity) {
+  auto text = [&](const char* key) {
+    return identity.is_object() && identity.contains(key) && identity[key].is_string() ? identity[key] : Json(nullptr);
+  };
+  return Json{{"name", text("name")}, {"arch", text("arch")}};
+}
+
+std::string timed_by(const ProfOptions& o, const std::string& task_key, const Json& record, const Json& gpu_kind) {
+  auto field = [](const Json& j, const char* key) { return j.is_object() && j.contains(key) ? j[key] : Json(nullptr); };
+  const Json check = field(record, "check");
+  std::vector<std::string> baselines = o.baselines;  // a set: the order they are asked in changes nothing
+  std::sort(baselines.begin(), baselines.end());
+  baselines.erase(std::unique(baselines.begin(), baselines.end()), baselines.end());
+  const Json how = {{"tool", "kernel-prof"},
+                    {"version", kVersion},
+                    {"task", task_key},
+                    {"candidate_id", field(record, "candidate_id")},
+                    {"bundle", content_id(field(record, "bundle"))},
+                    // What of the check the timed calls are judged by (candidate.cpp's FreshInputs).
+                    {"check", {{"tolerance", field(check, "tolerance")},
+                               {"calibration", field(check, "calibration")},
+                               {"precision", field(check, "precision")}}},
+                    {"metric", o.metric},
+                    {"baselines", baselines},
+                    {"stop", o.stop.to_json()},
+                    {"baseline_budget_s", o.baseline_budget_s},
+                    {"warmup", o.warmup},
+                    {"input_sets", o.input_sets},
+                    {"margin", o.margin},
+                    {"remeasure", o.remeasure},
+                    // A run without --seed draws its own: a profile timed under a known seed is not one of those.
+                    {"seed", o.seed_given ? Json(o.seed) : Json(nullptr)},
+                    {"cupti", !o.no_cupti},
+                    {"metrics", o.metrics},
+                    {"gpu", gpu_kind}};
+  return content_id(how);
+}
+
+Json Profiler::gpu_kind() {
+  if (gpu_) return gpu_kind_of(gpu_->identity().to_json());
+  if (!gpu_kind_) {
+    try {
+      gpu_kind_ = gpu_kind_of(measure::identify_gpu(options_.gpus.front()).to_json());  // no context: the driver's word
+    } catch (const std::exception& e) {
+      log::verbose("--resume: no GPU here to compare a stored profile's with (", e.what(), ")");
+      gpu_kind_ = Json(nullptr);
+    }
+  }
+  return *gpu_kind_;
+}
+
+std::optional<Json> Profiler::stored_profile(const Json& record, const std::string& task_key) {
+  const std::string candidate_id = record.value("candidate_id", std::string());
   if (!common_.resume || !store_ || candidate_id.empty()) return std::nullopt;
   auto prev = store_->latest("profiles", candidate_id);
   if (!prev || !prev->is_object()) return std::nullopt;
   const std::string status = prev->value("status", "");
   if (status != "timed" && status != "failed") return std::nullopt;
-  // The same method: seed, warm-up, stop rule and (for a timed one) every baseline asked for now.
-  const Json& m = (*prev)["method"];
-  auto same = [&](const std::string& key, double want) {
-    return m.contains(key) && m[key].is_number() && m[key].get<double>() == want;
-  };
-  // The seed matters only when one was given (--seed); otherwise each run draws its own.
-  if (!m.is_object() || (options_.seed_given && !same("seed", double(options_.seed))) || !same("warmup_calls", options_.warmup))
+  // Timed as this run would time it: the same task content, candidate, check's bound, options, kind
+  // of GPU and release. On a host without a GPU nothing could be timed again: the stored profile is
+  // reused for the GPU that timed it (its `gpu` says which) when everything else is the same.
+  Json kind = gpu_kind();
+  if (kind.is_null()) kind = gpu_kind_of(prev->value("gpu", Json(nullptr)));
+  const std::string want = timed_by(options_, task_key, record, kind);
+  const std::string had = prev->contains("timed_by") && (*prev)["timed_by"].is_string() ? (*prev)["timed_by"].get<std::string>() : "";
+  if (had != want) {
+    log::verbose(candidate_id, ": the stored profile (", status, ") was timed otherwise (timed_by ",
+                 had.empty() ? std::string("none") : had, ", this run's ", want,
+                 ": the task's content, the check's bound, options, GPU or release): timed again");
     return std::nullopt;
-  const Json stop = options_.stop.to_json();  // named: a temporary would die before the loop body
-  for (const auto& [key, value] : stop.items())
-    if (!same(key, value.get<double>())) return std::nullopt;
-  if (status == "timed")
-    for (const auto& mode : options_.baselines)
-      if (!prev->contains("baselines") || !(*prev)["baselines"].contains(mode)) return std::nullopt;
+  }
   return prev;
 }
 
@@ -313,9 +368,14 @@ Outcome Profiler::profile(Json& record) {
   if (!check_passed(record)) return Outcome::passed;
   const std::string task_id = get_required<std::string>(record, "/task_id");
   (void)bundle::read_bundle(record);  // a passing check needs its bundle to be timed: FieldError before the GPU
-  // --resume: a profile of this candidate already in the store, made the same way, is reused (no GPU
-  // needed). Which GPU made it is in its `gpu`; a store is meant for one kind of GPU.
-  if (auto prev = stored_profile(record.value("candidate_id", std::string()))) {
+  Json task = find_task(record, task_id);
+  // From here the task is named by its content key (worker::request::task_key): the worker loads it
+  // under it, and the baselines are cached under it, so an id reused for other code never shares them.
+  task["task_id"] = worker::request::task_key(task, task_id);
+  const std::string task_key = task["task_id"].get<std::string>();
+  // --resume: a profile of this candidate already in the store, timed as this run would time it
+  // (timed_by), is reused; on a host without a GPU, one timed on any GPU (its `gpu` says which).
+  if (auto prev = stored_profile(record, task_key)) {
     record["prof"] = *prev;
     log::verbose(record.value("candidate_id", task_id), ": profile reused from the store (--resume)");
     return Outcome::skipped;
@@ -323,11 +383,6 @@ Outcome Profiler::profile(Json& record) {
   if (gpu_ && gpu_->dead()) return profile_in_child(record, task_id);
   GpuSession& g = timing_gpu();  // first: without a GPU no passing record can be timed (exit 3)
   g.make_current();
-  Json task = find_task(record, task_id);
-  // From here the task is named by its content key (worker::request::task_key): the worker loads it
-  // under it, and the baselines are cached under it, so an id reused for other code never shares them.
-  task["task_id"] = worker::request::task_key(task, task_id);
-  const std::string task_key = task["task_id"].get<std::string>();
   // The precision the record's check claims; the timing goes by the one read from the compiled
   // candidate (the baselines it is compared with follow it), and says so when they differ.
   const std::string claimed = record["check"].value("precision", std::string("fp32"));
@@ -339,6 +394,7 @@ Outcome Profiler::profile(Json& record) {
 
   Json prof;
   prof["gpu"] = g.identity().to_json();
+  prof["timed_by"] = timed_by(options_, task_key, record, gpu_kind_of(prof["gpu"]));  // --resume reuses it only alike
   prof["worker_confinement"] = g.worker().confinement();  // what confined the task code of the reference
   prof["lock_wait_s"] = lock.waited_s();
   auto clock_start = measure::sm_clock_mhz(g.identity().pci_bus_id);

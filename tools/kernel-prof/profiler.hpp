@@ -39,7 +39,12 @@ class Profiler {
 
  private:
   Json find_task(const Json& record, const std::string& task_id);
-  std::optional<Json> stored_profile(const std::string& candidate_id);  // --resume
+  // --resume: the stored profile of this candidate when it was timed as this run would time it
+  // (its timed_by is this run's), else nullopt.
+  std::optional<Json> stored_profile(const Json& record, const std::string& task_key);
+  // The kind of GPU this run times on ({name, arch}, read without a context), or null on a host
+  // without one.
+  Json gpu_kind();
   GpuSession& gpu();
   // gpu(), or an EnvironmentError (exit 3) saying a record that passed its check needs one.
   GpuSession& timing_gpu();
@@ -52,10 +57,23 @@ class Profiler {
   std::unique_ptr<GpuSession> gpu_;
   std::unique_ptr<GpuChild> child_;
   bool child_allowed_ = false;
+  std::optional<Json> gpu_kind_;  // gpu_kind(), asked once
 };
 
 // Whether the record's check passed: false without a `check` section; FieldError when `check`
 // lacks a boolean `correct`.
 bool check_passed(const Json& record);
+
+// What timed a profile (its prof.timed_by): the content id of the task as the worker loads it
+// (`task_key`, worker::request::task_key), the candidate (its id and its bundle's content), what of
+// the record's check the timing reads (the tolerance mode, its calibration, the claimed precision),
+// every option that changes the numbers or the verdict (metric, baselines, the stop rule and
+// budgets, warm-up, input sets, margin and remeasure rounds, the seed when one is given, CUPTI off,
+// --metrics), the kind of GPU (`gpu_kind`: {name, arch}) and the release. --resume reuses a stored
+// profile only when its timed_by is this; a profile stored before timed_by has none and is timed again.
+std::string timed_by(const ProfOptions& options, const std::string& task_key, const Json& record, const Json& gpu_kind);
+
+// {name, arch} of a GPU's identity (what timed_by names of it).
+Json gpu_kind_of(const Json& identity);
 
 }  // namespace ca::kernel_prof
