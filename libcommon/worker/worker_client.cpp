@@ -248,11 +248,13 @@ TaskConfinement task_confinement(const WorkerOptions& opt, const std::string& py
     if (glob("/dev/nvidia*", 0, nullptr, &g) == 0)
       for (std::size_t i = 0; i < g.gl_pathc; ++i) c.device_paths.push_back(g.gl_pathv[i]);
     globfree(&g);
-    // The whole of /dev/shm (host memory, and every other worker's folder) only when asked:
-    // CUDA_AGENT_WORKER_SHM=own keeps task code to its own folder there (the worker shares tensors
-    // by cuIpcGetMemHandle, which needs no file).
+    // Task code writes only its own folder in /dev/shm, not the whole of it (host memory, and every
+    // other worker's folder, which another client's task could tamper with): the worker shares
+    // tensors by cuIpcGetMemHandle, which needs no file there (worker_confine_gpu passed so on the
+    // H100: CUDA's start, IPC-kept tensors, eager and torch.compile timing, the filters).
+    // CUDA_AGENT_WORKER_SHM=host gives back the whole folder, for a node whose driver needs it.
     const char* shm = std::getenv("CUDA_AGENT_WORKER_SHM");
-    if (!(shm && std::string(shm) == "own")) c.write_dirs.push_back("/dev/shm");
+    if (shm && std::string(shm) == "host") c.write_dirs.push_back("/dev/shm");
     c.allow_unix_sockets = true;         // the driver's own (MPS); Landlock scopes abstract ones
   }
   c.write_dirs.push_back(io_dir);
