@@ -187,6 +187,7 @@ ChildProcess& ChildProcess::operator=(ChildProcess&& o) noexcept {
     stderr_sink_ = std::move(o.stderr_sink_);
     end_group_on_exit_ = o.end_group_on_exit_;
     exit_status_ = o.exit_status_;
+    term_signal_ = o.term_signal_;
     status_text_ = std::move(o.status_text_);
     o.pid_ = -1;
     o.stdin_fd_ = o.stdout_fd_ = o.stderr_fd_ = -1;
@@ -205,6 +206,7 @@ void ChildProcess::reset() {
 void ChildProcess::record_exit(int wait_status) {
   signals::forget_child(pid_);
   exit_status_ = code_of(wait_status);
+  term_signal_ = WIFSIGNALED(wait_status) ? std::optional<int>(WTERMSIG(wait_status)) : std::nullopt;
   status_text_ = describe_status(wait_status);
   pid_ = -1;
 }
@@ -399,6 +401,7 @@ CommandResult run_command(const SpawnOptions& options, const std::string& stdin_
   feeder.join();
   auto st = child.wait(std::chrono::milliseconds(0));
   result.exit_status = st ? *st : -1;
+  result.term_signal = st ? child.term_signal().value_or(0) : 0;
   if (result.out.size() > output_cap) result.out.resize(output_cap);
   if (result.err.size() > output_cap) result.err.resize(output_cap);
   return result;

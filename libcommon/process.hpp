@@ -53,8 +53,12 @@ class ChildProcess {
   void set_stderr_sink(std::function<void(const char*, std::size_t)> sink) { stderr_sink_ = std::move(sink); }
   // SIGKILL to the process group, then reap. Returns the wait status description.
   void kill();
-  // Wait up to `timeout` for exit; returns the exit status (or 128+signal) or nullopt.
+  // Wait up to `timeout` for exit; returns the exit status (or 128+signal) or nullopt. The number
+  // alone does not say how it ended (an exit(137) and a SIGKILL both give 137): term_signal() does.
   std::optional<int> wait(std::chrono::milliseconds timeout);
+  // The signal that ended the reaped child, read from its wait status (WIFSIGNALED, WTERMSIG);
+  // nullopt when it exited by itself, whatever its code, or has not been reaped here.
+  std::optional<int> term_signal() const { return term_signal_; }
   // "exit 3", "killed by signal 9 (SIGKILL)"
   std::string status_text() const { return status_text_; }
 
@@ -70,11 +74,13 @@ class ChildProcess {
   std::string out_buffer_;
   bool eof_ = false;
   std::optional<int> exit_status_;
+  std::optional<int> term_signal_;
   std::string status_text_;
 };
 
 struct CommandResult {
   int exit_status = -1;  // 128+signal when killed
+  int term_signal = 0;   // the signal that ended it (its wait status), 0 when it exited by itself
   bool timed_out = false;
   bool stopped = false;  // `stop` asked for it to end
   std::string out, err;

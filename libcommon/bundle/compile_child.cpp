@@ -100,11 +100,12 @@ CompileResult confined_compile(const std::map<std::string, std::string>& kernels
     if (res.exit_status == kChildConfineFailed) throw EnvironmentError("compile: " + res.err.substr(0, 500));
     // Killed from outside (the OOM killer, kill -9, a stop's SIGTERM): the environment failed, not
     // the candidate; never its compile_error. (Its own CPU limit ends it with SIGXCPU, a verdict.)
-    if (const int sig = res.exit_status - 128; sig == SIGKILL || sig == SIGTERM || sig == SIGINT || sig == SIGHUP)
+    // The signal is read from the wait status (an exit(137) is not a SIGKILL).
+    if (const int sig = res.term_signal; sig == SIGKILL || sig == SIGTERM || sig == SIGINT || sig == SIGHUP)
       throw EnvironmentError("compile: the compiler was killed from outside (" + std::string(strsignal(sig)) +
                              "): not the candidate's verdict; judge it again");
-    r.log = res.exit_status > 128 ? "the compiler crashed (" + std::string(strsignal(res.exit_status - 128)) + ")"
-                                  : "the compiler stopped without an answer (exit " + std::to_string(res.exit_status) + ")";
+    r.log = res.term_signal ? "the compiler crashed (" + std::string(strsignal(res.term_signal)) + ")"
+                              : "the compiler stopped without an answer (exit " + std::to_string(res.exit_status) + ")";
     return r;
   }
   if (head.contains("confine_error"))

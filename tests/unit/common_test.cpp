@@ -1,5 +1,6 @@
 // Units of libcommon: records, ids, fields, shards, safetensors, processes.
 #include <doctest/doctest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -168,6 +169,38 @@ TEST_CASE("child processes: lines, timeouts and kill") {
   auto t = run_command({{"sleep", "10"}}, "", std::chrono::milliseconds(200));
   CHECK(t.timed_out);
   CHECK_THROWS_AS(ChildProcess(SpawnOptions{{"/nonexistent/binary"}}), EnvironmentError);
+}
+
+// How a child ended is read from its wait status, never from the number: an exit(137) and a SIGKILL
+// both give 137, and only the signal is "killed" (kernel-check's killed_from_outside, a compiler
+// killed from outside: environment failures, never verdicts).
+TEST_CASE("child processes: an exit(137) is not a SIGKILL") {
+  ChildProcess exited(SpawnOptions{{"sh", "-c", "exit 137"}});
+  auto rc = exited.wait(std::chrono::milliseconds(5000));
+  REQUIRE(rc.has_value());
+  CHECK(*rc == 137);
+  CHECK_FALSE(exited.term_signal().has_value());
+  CHECK(exited.status_text() == "exit 137");
+  ChildProcess killed(SpawnOptions{{"sh", "-c", "kill -9 $$"}});
+  rc = killed.wait(std::chrono::milliseconds(5000));
+  REQUIRE(rc.has_value());
+  CHECK(*rc == 137);
+  REQUIRE(killed.term_signal().has_value());
+  CHECK(*killed.term_signal() == SIGKILL);
+  // Moved, the status goes with it.
+  ChildProcess moved = std::move(killed);
+  CHECK(moved.term_signal() == std::optional<int>(SIGKILL));
+  // Ours: kill() ends it with SIGKILL, and the status says so.
+  ChildProcess ours(SpawnOptions{{"sleep", "30"}});
+  ours.kill();
+  CHECK(ours.term_signal() == std::optional<int>(SIGKILL));
+
+  auto a = run_command({{"sh", "-c", "exit 137"}}, "", std::chrono::milliseconds(5000));
+  CHECK(a.exit_status == 137);
+  CHECK(a.term_signal == 0);
+  auto b = run_command({{"sh", "-c", "kill -9 $$"}}, "", std::chrono::milliseconds(5000));
+  CHECK(b.exit_status == 137);
+  CHECK(b.term_signal == SIGKILL);
 }
 
 // A stop or a timeout ends what the child started even when it left the process group (setsid, as

@@ -272,15 +272,18 @@ ca::Json RunnerClient::request(const ca::Json& req, std::chrono::milliseconds ti
   auto line = child_->read_line(timeout);
   if (!line) {
     bool eof = child_->eof();
-    // A runner that died on its own is reaped before anything of ours could kill it, so its status
-    // says what ended it: a SIGKILL then came from outside (the host's OOM killer, an operator).
+    // A runner that died on its own is reaped before anything of ours could kill it, so its wait
+    // status says what ended it: a SIGKILL then came from outside (the host's OOM killer, an
+    // operator). Read from the status itself (WTERMSIG), never from the number 137, which an
+    // exit(137) gives as well.
     const std::optional<int> rc = eof ? child_->wait(std::chrono::milliseconds(2000)) : std::nullopt;
+    const bool killed_from_outside = rc && child_->term_signal() == SIGKILL;
     child_->kill();
     std::string status = child_->status_text();
     child_.reset();
     if (eof) {
       ca::Json ans = error_answer("crashed", "runner died: " + status, true);
-      ans["killed_from_outside"] = rc && *rc == 128 + SIGKILL;
+      ans["killed_from_outside"] = killed_from_outside;
       return ans;
     }
     return error_answer("timeout", "no answer within " + std::to_string(timeout.count()) + " ms: killed", true);
