@@ -21,4 +21,24 @@ print(json.dumps(r))
 PY
   if $PY "$V" prof "$T/bad.jsonl" 2>/dev/null; then fail "schema accepted a record with: $mutation"; fi
 done
+# prof.timed_by (kernel-prof --resume): a stored sample that carries it validates; mistyped, rejected.
+$PY - "$S" > "$T/timed_by.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "prof" in r:
+        r["prof"]["timed_by"] = "0123456789abcdef"
+    print(json.dumps(r))
+PY
+$PY "$V" prof "$T/timed_by.jsonl" || fail "stored records with prof.timed_by do not validate"
+for bad in 5 '"timed-by-me"' null; do
+  $PY -c 'import json,sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if "prof" in r: r["prof"]["timed_by"] = json.loads(sys.argv[2])
+    print(json.dumps(r))' "$T/timed_by.jsonl" "$bad" > "$T/bad.jsonl"
+  if $PY "$V" prof "$T/bad.jsonl" 2>/dev/null; then fail "schema accepted prof.timed_by = $bad"; fi
+done
+$PY -c 'import json,sys; p=json.load(open(sys.argv[1]))["properties"]["timed_by"]; assert p["type"] == "string" and p["description"]' \
+  "$CA_SRC/schemas/prof.schema.json" || fail "prof.schema.json does not describe timed_by"
 echo "kernel-prof schema: ok"
