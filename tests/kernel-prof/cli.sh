@@ -130,6 +130,13 @@ PY
   grep -q "1 skipped" "$T/err" || fail "a reused profile counts as skipped: $(cat "$T/err")"
   kp_resume "$T/pass.jsonl" --seed 0 --baselines compile,eager
   [ "$rc" = 0 ] || fail "the baselines are a set (their order changes nothing): reused, got $rc: $(cat "$T/err")"
+  # The kind of GPU is in timed_by: here the stored row's GPU stands for this run's, so the same
+  # timed_by on a row that says another GPU is not the hash of what timed it: timed again.
+  profile_row "$C2" "$H" | sed 's/"NVIDIA H200"/"NVIDIA H100 80GB HBM3"/' | "$CA_BIN/run-store" import --store "$T/s.db" 2> "$T/err" ||
+    fail "import: $(cat "$T/err")"
+  kp_resume "$T/pass.jsonl" --seed 0
+  [ "$rc" = 3 ] || fail "a profile whose timed_by is not that of its GPU must not be reused, got $rc: $(cat "$T/err")"
+  profile_row "$C2" "$H" | "$CA_BIN/run-store" import --store "$T/s.db" 2> "$T/err" || fail "import: $(cat "$T/err")"
   # Timed otherwise: another option (each one the old method comparison let through), no --seed
   # (a run draws its own seeds: a profile timed under a known one is not one of those), another
   # bound in the record's check, another task content under the same ids: timed again.

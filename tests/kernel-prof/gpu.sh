@@ -5,7 +5,8 @@
 # every call): it is timed as the honest kernel; a failed check passes through;
 # a tf32 candidate (read from its code) gets precision-matched baselines, an fp32 one whose record
 # claims tf32 does not; a candidate that kills the GPU context fails
-# alone (the records after it are timed by a fresh process). Prints the wall time with cached baselines.
+# alone (the records after it are timed by a fresh process); --resume reuses a profile timed alike
+# (prof.timed_by) and times again one timed under other options. Prints the wall time with cached baselines.
 set -euo pipefail
 KP="$CA_BIN/kernel-prof"
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -86,6 +87,22 @@ print("run 2 (cached baselines): profile_s %.2f s for the first candidate (refer
       "%.2f s for the second; whole process %.2f s; second candidate %.2f us vs first %.2f us"
       % (ps[0]["profile_s"], ps[1]["profile_s"], float(sys.argv[3]) - float(sys.argv[2]),
          ps[1]["time_us"]["median"], ps[0]["time_us"]["median"]))
+PY
+# --resume reuses a stored profile only when it was timed alike (prof.timed_by: the task's content,
+# the candidate, the check's bound, the options, this GPU's name and arch, the release): the same
+# options reuse run 2's two profiles without timing; another --margin times them again.
+"$KP" "${ARGS[@]}" --resume -v < "$T/good.jsonl" > "$T/out5.jsonl" 2> "$T/err5" || { cat "$T/err5"; fail "--resume run"; }
+grep -q "2 skipped" "$T/err5" || { cat "$T/err5"; fail "--resume: run 2's profiles, timed alike, should be reused"; }
+"$KP" "${ARGS[@]}" --resume -v --margin 0.2 < "$T/good.jsonl" > "$T/out6.jsonl" 2> "$T/err6" || { cat "$T/err6"; fail "--resume --margin 0.2 run"; }
+grep -q "timed otherwise" "$T/err6" || { cat "$T/err6"; fail "--resume --margin 0.2: run 2's profiles should be timed again"; }
+$PY - "$T/out2.jsonl" "$T/out5.jsonl" "$T/out6.jsonl" <<'PY' || fail "--resume and timed_by"
+import json, sys
+two, five, six = ([json.loads(l)["prof"] for l in open(f)] for f in sys.argv[1:4])
+assert all(len(p["timed_by"]) == 16 for p in two), [p.get("timed_by") for p in two]
+assert [p["timed_by"] for p in five] == [p["timed_by"] for p in two], "reused: run 2's very profiles"
+assert [p["profile_s"] for p in five] == [p["profile_s"] for p in two]
+assert all(p["status"] == "timed" for p in six) and all(a["timed_by"] != b["timed_by"] for a, b in zip(six, two)), six
+print("--resume: run 2's profiles reused under the same options; timed again under another --margin")
 PY
 # --metrics: the roofline from the task's estimates always; ncu's counters where ncu can read them
 # (on gVisor machines it cannot: then the error is reported in prof.metrics.ncu, and printed here).
