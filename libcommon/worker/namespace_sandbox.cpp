@@ -186,9 +186,14 @@ int sandbox_main() {
   std::stable_sort(binds.begin(), binds.end(), [](const auto& x, const auto& y) { return x.second.size() < y.second.size(); });
   for (const auto& [kind, path] : binds) bind(root, path, path, kind != "ro");
   // Its own /proc entry as /proc/self (the exec keeps the pid): no other process's, no host root.
+  // Its threads' entries writable: cuInit names its threads (/proc/<pid>/task/<tid>/comm) and fails
+  // with CUDA_ERROR_OPERATING_SYSTEM (304) when it cannot (seen on the H100: torch saw no CUDA in
+  // this sandbox, while with Landlock CUDA starts before the worker confines itself).
   const std::string self = "/proc/" + std::to_string(getpid());
   bind(root, self, "/proc/self", false);
   bind(root, self, self, false);
+  bind(root, self + "/task", "/proc/self/task", true);
+  bind(root, self + "/task", self + "/task", true);
   make_dirs(root + "/tmp");
   const std::string old = root + "/.old-root";
   make_dirs(old);

@@ -149,6 +149,17 @@ EOF
 assert open("/proc/self/status").read()
 EOF
   expect_ok read_self_proc "reading its own /proc/self"
+  if [ -n "${CA_CONFINE_NAMESPACES:-}" ]; then
+    # In the namespace sandbox the whole worker runs inside, CUDA's start included, and cuInit names
+    # its threads: without this write it fails with 304 and torch sees no GPU (found on the H100).
+    task own_thread_comm <<'EOF'
+import threading
+p = "/proc/self/task/%d/comm" % threading.get_native_id()
+open(p, "w").write("ca-named")
+assert open(p).read().strip() == "ca-named"
+EOF
+    expect_ok own_thread_comm "naming its own thread (/proc/self/task/TID/comm), as cuInit does"
+  fi
 else
   fail "this kernel has no Landlock: the file checks cannot run (the worker warns: $(grep -i landlock "$T/hello.err" | head -1))"
 fi
