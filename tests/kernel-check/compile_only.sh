@@ -362,6 +362,22 @@ db.commit()
 PY
 "$KC" --compile-only --store "$T/j.db" --resume --arch sm_80 < "$T/bad_syntax.jsonl" > "$T/j5.jsonl" 2> "$T/j5.txt"
 ! grep -q "1 skipped" "$T/j5.txt" && pass "--resume judges a row without judged_by again" || fail "--resume, no judged_by" "$(cat "$T/j5.txt")"
+# A stored row moved under another candidate's id (by hand, or by an older version that stored a
+# record under the id it claimed) keeps the judged_by of the bundle it judged (the bundle's content is
+# in it): it is never reused for the bundle that owns that id (R1's case 14b, before: reused).
+"$KC" --compile-only --store "$T/r.db" < "$T/bad_syntax.jsonl" > /dev/null 2> "$T/r1.txt"
+"$KC" --compile-only --no-store < "$T/good.jsonl" > "$T/good_out.jsonl" 2> /dev/null
+python3 - "$T/r.db" "$T/good_out.jsonl" <<'PY'
+import json, sqlite3, sys
+gid = json.loads(open(sys.argv[2]).readline())["candidate_id"]
+db = sqlite3.connect(sys.argv[1])
+assert db.execute("UPDATE checks SET candidate_id = ?", (gid,)).rowcount == 1
+db.commit()
+PY
+"$KC" --compile-only --store "$T/r.db" --resume < "$T/good.jsonl" > "$T/r2.jsonl" 2> "$T/r2.txt"
+! grep -q "1 skipped" "$T/r2.txt" && [ "$(field "$T/r2.jsonl" status)" = compiled ] \
+  && pass "--resume does not reuse a row moved under another bundle's id" \
+  || fail "--resume, moved row" "$(field "$T/r2.jsonl" status): $(cat "$T/r2.txt")"
 # A record carrying its own task is judged against that task whatever its task_id names, and stored
 # under that id: a later --resume of the named task (from --tasks) does not reuse it (judged_by holds
 # the judged task's content). Here the own task's 1000-element input makes a plan_error that the

@@ -167,10 +167,14 @@ ca::Outcome Checker::process(Item& item) {
   // other records keep their ids, and are judged, but are not stored under an id of another bundle.
   if (serving_ || common_.resume) ca::verify_candidate_id(rec);
   else item.id_verified = rec["candidate_id"].get<std::string>() == ca::candidate_id_for(task_id, bundle);
-  // How this record is judged: this run's rules and options, and the task it is judged against by
+  // How this record is judged: this run's rules and options, the task it is judged against by
   // content (a record's own task object may not be the task its task_id names: its verdict is stored
-  // under that id, and is reused only for a record judged against the same content).
-  const std::string judged_by = task ? ca::content_id(ca::Json{{"judge", judged_by_}, {"task", *task}}) : judged_by_;
+  // under that id, and is reused only for a record judged against the same content), and the bundle
+  // by content (a stored row moved under another candidate's id, by hand or by an older version,
+  // keeps the judged_by of the bundle it judged, so it is never reused for this one).
+  ca::Json judged = {{"judge", judged_by_}, {"bundle", ca::candidate_id_for(task_id, bundle)}};
+  if (task) judged["task"] = *task;
+  const std::string judged_by = ca::content_id(judged);
   if (resume(item, judged_by)) return ca::Outcome::skipped;
   // The reference's mode and whether it is stochastic, as the task record says (a bad mode is a bad
   // record, before any compile); a GPU judge replaces it with what its worker's load measured.
