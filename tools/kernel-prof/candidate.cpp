@@ -300,8 +300,8 @@ class FreshInputs : public CallInputs {
     return cmp;
   }
   // The tool's own memory: when the device is full, the worker's cached blocks go back to the driver
-  // first (torch keeps what its last forward used); still no room is the node's limit, never the
-  // candidate's verdict (its buffers are declared and within the scratch cap, its stack bounded).
+  // first (torch keeps what its last forward used); still no room is the node's limit (the CudaError
+  // reaches time_into, whose throw_if_out_of_memory makes it an environment error, never a verdict).
   CUdeviceptr alloc_trusted(size_t bytes, const std::string& what) {
     auto& drv = cuda::Driver::get();
     CUdeviceptr p = 0;
@@ -310,11 +310,7 @@ class FreshInputs : public CallInputs {
       gpu_.worker().request(worker::request::release({}, /*empty_cache=*/true));
       r = drv.cuMemAlloc(&p, bytes);
     }
-    if (r == CUDA_ERROR_OUT_OF_MEMORY)
-      throw EnvironmentError(log::cat("GPU memory: no room for the ", what, " (", bytes >> 20, " MiB) beside the candidate's "
-                                      "buffers and the reference's inputs and outputs: this GPU is too small to time the "
-                                      "task, which is not the candidate's fault"));
-    drv.check(r, "cuMemAlloc(" + what + ")");
+    drv.check(r, log::cat("cuMemAlloc(", what, ", ", bytes >> 20, " MiB)"));
     return p;
   }
   void free_copies() {
