@@ -33,6 +33,21 @@ struct Elf64View {
     return std::string(elf.data() + off, strnlen(elf.data() + off, elf.size() - off));
   }
   std::string section_name(uint64_t i) const { return string_at(section(shstrndx, 0x18, 8) + section(i, 0, 4)); }
+  bool is_symtab(uint64_t i) const { return section(i, 0x04, 4) == 2; }  // SHT_SYMTAB
+
+  // A symbol table (section i): its entries, each read where it lies, and their names.
+  struct Symbols {
+    const Elf64View& v;
+    uint64_t off = 0, size = 0, entsize = 0, strtab = 0;
+    Symbols(const Elf64View& view, uint64_t i) : v(view) {
+      off = v.section(i, 0x18, 8), size = v.section(i, 0x20, 8), entsize = v.section(i, 0x38, 8);
+      strtab = v.section(v.section(i, 0x28, 4), 0x18, 8);  // sh_link: its string table
+    }
+    bool readable() const { return entsize >= 24; }
+    uint64_t count() const { return readable() ? size / entsize : 0; }
+    uint64_t entry(uint64_t index) const { return off + index * entsize; }  // Elf64_Sym's offset
+    std::string name(uint64_t index) const { return v.string_at(strtab + v.read(entry(index), 4)); }
+  };
 };
 
 }  // namespace
@@ -64,14 +79,12 @@ std::set<std::string> cubin_undefined_functions(const std::string& elf) {
   try {
     Elf64View v(elf);
     for (uint64_t i = 0; i < v.shnum; ++i) {
-      if (v.section(i, 0x04, 4) != 2) continue;  // SHT_SYMTAB
-      const uint64_t off = v.section(i, 0x18, 8), size = v.section(i, 0x20, 8), entsize = v.section(i, 0x38, 8);
-      const uint64_t strtab = v.section(v.section(i, 0x28, 4), 0x18, 8);
-      if (entsize < 24) continue;
-      for (uint64_t sym = off; sym + 24 <= off + size; sym += entsize) {
-        const uint64_t shndx = v.read(sym + 6, 2), type = v.read(sym + 4, 1) & 0xf;
+      if (!v.is_symtab(i)) continue;
+      const Elf64View::Symbols syms(v, i);
+      for (uint64_t k = 0; k < syms.count(); ++k) {
+        const uint64_t sym = syms.entry(k), shndx = v.read(sym + 6, 2), type = v.read(sym + 4, 1) & 0xf;
         if (shndx != 0 || (type != 2 /* STT_FUNC */ && type != 0 /* STT_NOTYPE */)) continue;
-        std::string name = v.string_at(strtab + v.read(sym, 4));
+        std::string name = syms.name(k);
         if (!name.empty()) out.insert(name);
       }
     }
@@ -90,14 +103,12 @@ std::map<std::string, std::pair<int64_t, std::string>> module_objects(const std:
     std::vector<std::string> names(v.shnum);
     for (uint64_t i = 0; i < v.shnum; ++i) names[i] = v.section_name(i);
     for (uint64_t i = 0; i < v.shnum; ++i) {
-      if (v.section(i, 0x04, 4) != 2) continue;  // SHT_SYMTAB
-      const uint64_t off = v.section(i, 0x18, 8), size = v.section(i, 0x20, 8), entsize = v.section(i, 0x38, 8);
-      const uint64_t strtab = v.section(v.section(i, 0x28, 4), 0x18, 8);  // sh_link: its string table
-      if (entsize < 24) continue;
-      for (uint64_t sym = off; sym + 24 <= off + size; sym += entsize) {
-        const uint64_t shndx = v.read(sym + 6, 2), info = v.read(sym + 4, 1), sym_size = v.read(sym + 16, 8);
+      if (!v.is_symtab(i)) continue;
+      const Elf64View::Symbols syms(v, i);
+      for (uint64_t k = 0; k < syms.count(); ++k) {
+        const uint64_t sym = syms.entry(k), shndx = v.read(sym + 6, 2), info = v.read(sym + 4, 1), sym_size = v.read(sym + 16, 8);
         if ((info & 0xf) != 1 /* STT_OBJECT */ || shndx >= v.shnum || !module_data_section(names[shndx]) || sym_size == 0) continue;
-        std::string name = v.string_at(strtab + v.read(sym, 4));
+        std::string name = syms.name(k);
         if (!name.empty()) out[name] = {static_cast<int64_t>(sym_size), names[shndx]};
       }
     }
@@ -138,13 +149,12 @@ std::optional<std::map<std::string, int64_t>> cubin_local_bytes(const std::strin
     }
     // The symbols the attributes name: the section's sh_link is its symbol table.
     const uint64_t symtab = v.section(*info, 0x28, 4);
-    if (symtab >= v.shnum || v.section(symtab, 0x04, 4) != 2) return std::nullopt;
-    const uint64_t sym_off = v.section(symtab, 0x18, 8), sym_size = v.section(symtab, 0x20, 8), entsize = v.section(symtab, 0x38, 8);
-    const uint64_t strtab = v.section(v.section(symtab, 0x28, 4), 0x18, 8);
-    if (entsize < 24) return std::nullopt;
+    if (symtab >= v.shnum || !v.is_symtab(symtab)) return std::nullopt;
+    const Elf64View::Symbols syms(v, symtab);
+    if (!syms.readable()) return std::nullopt;
     auto symbol = [&](uint64_t index) -> std::optional<std::string> {
-      if (index * entsize + 24 > sym_size) return std::nullopt;
-      return v.string_at(strtab + v.read(sym_off + index * entsize, 4));
+      if (index >= syms.count()) return std::nullopt;
+      return syms.name(index);
     };
     // Attributes: a format byte, an attribute byte, then by format nothing (1), a 16-bit value (2, 3)
     // or a 16-bit size and that many bytes (4). Any other format: the layout is not the one read here.
