@@ -720,6 +720,7 @@ Json WorkerClient::confinement() const {
   return Json{{"applied", list("confinement")}, {"warnings", list("confinement_warnings")}};
 }
 int WorkerClient::restarts() const { return impl_->restarts; }
+int WorkerClient::spawns() const { return impl_->spawns; }
 pid_t WorkerClient::worker_pid() const { return impl_->child ? impl_->child->pid() : -1; }
 const WorkerOptions& WorkerClient::options() const { return impl_->opt; }
 

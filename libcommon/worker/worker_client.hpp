@@ -95,6 +95,10 @@ class WorkerClient {
   // from the hello (empty lists before the worker has started).
   Json confinement() const;
   int restarts() const;        // how many times the child was restarted after a death or timeout
+  // How many worker processes have started (fresh starts and restarts). A caller that keeps what a
+  // task's load answered keeps it with this number: under one_task_per_process a later process
+  // holds no earlier task, and making it load one empties the folder of temp_path() first.
+  int spawns() const;
   pid_t worker_pid() const;    // -1 when not running
   const WorkerOptions& options() const;
 

@@ -64,3 +64,14 @@ pass "one task per process: nothing the first task left (TMPDIR, inductor cache)
 h=$(echo '{"op":"hello"}' | "$P" --device cpu --one-task-per-process 2> /dev/null)
 echo "$h" | grep -q '"one-task-per-process"' || fail "the hello does not name one-task-per-process: $h"
 pass "the hello names one-task-per-process"
+# spawns(): what a caller that keeps a task's load answer checks (kernel-check's lanes): a fresh
+# process for another task's code, none for the same code again; the folder of temp_path() is emptied
+# by the fresh start, so a file written there before another task's load is gone (the failure seen on
+# the H100 in session 19: a cubin written before the load that started a fresh worker).
+printf '%s\n' '{"op":"hello"}' "{\"op\":\"load\",\"task_id\":\"a\",\"code_file\":\"$T/plain.py\"}" '{"op":"hello"}' \
+  "{\"op\":\"load\",\"task_id\":\"a\",\"code_file\":\"$T/plain.py\"}" '{"op":"hello"}' \
+  "{\"op\":\"load\",\"task_id\":\"p\",\"code_file\":\"$T/patch.py\"}" '{"op":"hello"}' |
+  "$P" --device cpu --one-task-per-process > "$T/spawns.jsonl" 2> "$T/err" || fail "worker-ping: $(tail -3 "$T/err")"
+s=$("$PY" -c 'import json,sys; print(" ".join(str(json.loads(l)["spawns"]) for l in open(sys.argv[1]) if "spawns" in json.loads(l)))' "$T/spawns.jsonl")
+[ "$s" = "1 1 1 2" ] || fail "spawns after hello, load a, load a again, load p: want 1 1 1 2, got '$s'"
+pass "spawns(): one process for a task's code loaded twice, a fresh one for another task's"

@@ -21,7 +21,8 @@ static const char* kUsage =
     "  echo '{\"op\":\"ping\"}' | worker-ping --device cpu\n"
     "A request {\"op\":\"load\",\"task_id\":\"t\",\"code_file\":\"model.py\"} reads its code from the file.\n"
     "Task code is confined: --read-dir and --write-dir open more folders to it (requests' \"out\" files\n"
-    "outside the client's own folder need --write-dir). \"hello\" as the op prints the worker's hello.\n";
+    "outside the client's own folder need --write-dir). \"hello\" as the op prints the worker's hello\n"
+    "with the client's temp_dir and spawns (worker processes started so far).\n";
 
 int main(int argc, char** argv) {
   // The worker's sandbox launcher is this program again (libcommon/worker/namespace_sandbox.hpp).
@@ -81,6 +82,7 @@ int main(int argc, char** argv) {
       if (req.value("op", "") == "hello") {
         ca::Json h = client.hello();
         h["temp_dir"] = client.temp_dir();
+        h["spawns"] = client.spawns();
         h["log_tail"] = client.log_tail(4000);
         std::cout << h.dump() << std::endl;
         continue;

@@ -31,7 +31,9 @@ struct GpuStage::Lane {
   CUcontext ctx = nullptr;  // this process's primary context on the GPU (for the comparisons)
   std::unique_ptr<ca::worker::WorkerClient> worker;
   std::unique_ptr<RunnerClient> runner;
-  std::map<std::string, ca::Json> loaded;  // task key (worker::request::task_key) -> the worker's load answer
+  // task key (worker::request::task_key) -> the worker's load answer, and the worker process that
+  // gave it (WorkerClient::spawns)
+  std::map<std::string, std::pair<ca::Json, int>> loaded;
   int64_t files = 0;
 };
 
@@ -176,7 +178,7 @@ struct GpuStage::Judgment {
   ca::Json& check;
   ca::measure::StageClock& stages;
   std::string key;
-  std::map<std::string, ca::Json>::iterator it;
+  decltype(Lane::loaded)::iterator it;
   ca::bundle::IoSpec io;
   std::vector<uint64_t> seeds;
   double watchdog_s = 0, transfer_s = 0;
@@ -202,17 +204,20 @@ struct GpuStage::Judgment {
   bool load_and_bind() {
     // 1. The task in this lane's worker, under its content key: its specs bind the plan.
     key = ca::worker::request::task_key(task, task_id);
+    // Loaded again when the worker process that loaded it is gone: a fresh one (one task per
+    // process) would otherwise load it only on the first draw, emptying the worker's folder, where
+    // the candidate's cubin is written below, after the write.
     it = lane.loaded.find(key);
-    if (it == lane.loaded.end()) {
+    if (it == lane.loaded.end() || it->second.second != lane.worker->spawns()) {
       ca::Json ans = lane.worker->request(ca::worker::request::load(key, task));
       if (!ans.value("ok", false)) {
         reference_failed("load", ans);
         return false;
       }
-      it = lane.loaded.emplace(key, ans).first;
+      it = lane.loaded.insert_or_assign(key, std::make_pair(ans, lane.worker->spawns())).first;
     }
     lap("task_load");
-    io = ca::bundle::IoSpec::from_load(it->second);  // its own peak_bytes sizes the scratch cap, never the record's
+    io = ca::bundle::IoSpec::from_load(it->second.first);  // its own peak_bytes sizes the scratch cap, never the record's
     const ca::bundle::Binding binding = ca::bundle::bind_candidate(p.candidate, io, lane.limits, &rules_);
     binding_fields(check, p.candidate, binding);
     if (binding.refused) {
@@ -224,7 +229,7 @@ struct GpuStage::Judgment {
     // candidate's fault); an insensitive one is matched by a constant answer (reward for no work); an
     // ill-conditioned one fails every fp32 candidate (its own fp32 error is over every bound). Each
     // its own status, with correct null: reward-calc gives it neither a reward nor a -1.
-    check["reference"] = reference_check(task, &it->second, options_.allow_stochastic);
+    check["reference"] = reference_check(task, &it->second.first, options_.allow_stochastic);
     if (check["reference"]["stochastic"] == true) check["task_stochastic"] = true;
     if (auto v = task_verdict(check["reference"], options_.allow_stochastic)) {
       check[v->status] = true;
