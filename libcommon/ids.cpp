@@ -1,7 +1,12 @@
 // Content ids through OpenSSL's SHA-256 (linked statically).
 #include "libcommon/ids.hpp"
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
 #include <random>
+#include <vector>
 
 #include <openssl/evp.h>
 
@@ -9,11 +14,8 @@
 
 namespace ca {
 
-std::string sha256_hex(std::string_view bytes) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  if (EVP_Digest(bytes.data(), bytes.size(), digest, &length, EVP_sha256(), nullptr) != 1)
-    throw InternalError("sha256 failed");
+namespace {
+std::string hex_of(const unsigned char* digest, unsigned length) {
   static const char* hex = "0123456789abcdef";
   std::string out;
   out.reserve(length * 2);
@@ -22,6 +24,33 @@ std::string sha256_hex(std::string_view bytes) {
     out += hex[digest[i] & 15];
   }
   return out;
+}
+}  // namespace
+
+std::string sha256_hex(std::string_view bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), digest, &length, EVP_sha256(), nullptr) != 1)
+    throw InternalError("sha256 failed");
+  return hex_of(digest, length);
+}
+
+std::string sha256_file_hex(const std::string& path) {
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!f) throw InputError("cannot read " + path + ": " + std::strerror(errno));
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) throw InternalError("sha256 failed");
+  std::vector<char> block(1 << 20);
+  for (;;) {
+    const std::size_t n = std::fread(block.data(), 1, block.size(), f.get());
+    if (n > 0 && EVP_DigestUpdate(ctx.get(), block.data(), n) != 1) throw InternalError("sha256 failed");
+    if (n < block.size()) break;
+  }
+  if (std::ferror(f.get())) throw InputError("cannot read " + path + ": read error");
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (EVP_DigestFinal_ex(ctx.get(), digest, &length) != 1) throw InternalError("sha256 failed");
+  return hex_of(digest, length);
 }
 
 // nlohmann::json keeps objects in sorted maps: converting to it sorts the keys of every object, at

@@ -9,6 +9,8 @@
 namespace ca {
 
 std::string sha256_hex(std::string_view bytes);
+// sha256 of a file's bytes, read in blocks; throws InputError when it cannot be read.
+std::string sha256_file_hex(const std::string& path);
 // Canonical text: keys sorted, compact separators, UTF-8 as is.
 std::string canonical_json(const Json& value);
 // 16 hex digits (64 bits) of sha256(canonical_json): short enough to read, far from collisions at

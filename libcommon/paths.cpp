@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -13,10 +14,13 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "libcommon/atomic_file.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/file_identity.hpp"
+#include "libcommon/ids.hpp"
+#include "libcommon/jsonl.hpp"
 #include "libcommon/signals.hpp"
 
 namespace fs = std::filesystem;
@@ -47,6 +51,25 @@ std::string python_dir() {
   std::string found = first_existing({executable_dir() + "/../share/cuda-agent/python", CA_PYTHON_DIR_BUILD});
   if (found.empty()) throw EnvironmentError("cannot find the cuda_agent_worker package (set CUDA_AGENT_PYTHONPATH)");
   return fs::weakly_canonical(found).string();
+}
+
+std::string build_identity() {
+  static const std::string id = [] {
+    Json worker = nullptr;
+    try {
+      const fs::path package = fs::path(python_dir()) / "cuda_agent_worker";
+      std::vector<std::string> files;
+      for (const auto& e : fs::directory_iterator(package))
+        if (e.path().extension() == ".py") files.push_back(e.path().filename().string());
+      std::sort(files.begin(), files.end());
+      worker = Json::object();
+      for (const auto& f : files) worker[f] = sha256_file_hex((package / f).string());
+    } catch (const std::exception&) {
+      worker = nullptr;  // no worker found: the tool says so when it needs one
+    }
+    return content_id(Json{{"executable", sha256_file_hex("/proc/self/exe")}, {"worker", worker}});
+  }();
+  return id;
 }
 
 PrivateTempDir::PrivateTempDir(const std::string& prefix) {

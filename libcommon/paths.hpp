@@ -11,6 +11,13 @@ std::string executable_dir();
 std::string data_dir();
 // The directory holding the Python package cuda_agent_worker ($CUDA_AGENT_PYTHONPATH overrides).
 std::string python_dir();
+// What this build judges with, by content: the sha256 of the running executable's bytes and of the
+// reference worker's Python sources (every *.py of the cuda_agent_worker package python_dir() finds),
+// as a content id. Any rebuild that changes the code, or any edit of the worker, changes it; a
+// version string or a git revision (fixed at configure time, blind to local edits) would not. The
+// judges' --resume keys (judged_by, timed_by) hold it. Computed once per process (about 70 ms for a
+// 36 MB binary).
+std::string build_identity();
 // A temp dir private to this process (mode 0700) under /dev/shm when present, else $TMPDIR or /tmp;
 // removed with everything in it when the returned object dies.
 class PrivateTempDir {

@@ -340,7 +340,7 @@ PY
     && pass "--resume judges a stored $st again" || fail "--resume after $st" "$(cat "$T/err3.txt") $(cat "$T/again.jsonl")"
 done
 # A stored verdict is reused only when judged alike (check.judged_by: the rules' content, the judging
-# options, the release): a verdict stored under one rules file, or with another --arch, or a row from
+# options, the build): a verdict stored under one rules file, or with another --arch, or a row from
 # before judged_by, is judged again, never taken by its candidate id alone.
 printf 'allowed_steps: [launch]\n' > "$T/launch_only.yaml"
 "$KC" --compile-only --store "$T/j.db" --rules "$T/launch_only.yaml" < "$T/bad_syntax.jsonl" > /dev/null 2> "$T/j1.txt"
@@ -362,6 +362,19 @@ db.commit()
 PY
 "$KC" --compile-only --store "$T/j.db" --resume --arch sm_80 < "$T/bad_syntax.jsonl" > "$T/j5.jsonl" 2> "$T/j5.txt"
 ! grep -q "1 skipped" "$T/j5.txt" && pass "--resume judges a row without judged_by again" || fail "--resume, no judged_by" "$(cat "$T/j5.txt")"
+# judged_by holds the build by content (build_identity: the executable's bytes, the worker's Python
+# sources), not a version string: a rebuilt binary (here the same one with a byte appended, which
+# still runs) or an edited worker judges again; the same binary and worker reuse the verdict.
+"$KC" --compile-only --store "$T/j.db" --resume --arch sm_80 < "$T/bad_syntax.jsonl" > /dev/null 2> "$T/j6.txt"
+grep -q "1 skipped" "$T/j6.txt" || fail "--resume, same build" "$(cat "$T/j6.txt")"
+cp "$KC" "$T/kc-rebuilt" && printf '\0' >> "$T/kc-rebuilt"
+"$T/kc-rebuilt" --compile-only --store "$T/j.db" --resume --arch sm_80 < "$T/bad_syntax.jsonl" > "$T/j7.jsonl" 2> "$T/j7.txt"
+! grep -q "1 skipped" "$T/j7.txt" && [ "$(field "$T/j7.jsonl" status)" = compile_error ] \
+  && pass "--resume by another build of kernel-check judges again (the same build reuses)" || fail "--resume, rebuilt" "$(cat "$T/j7.txt")"
+rm -f "$T/kc-rebuilt"
+cp -r "${CUDA_AGENT_PYTHONPATH:-$CA_SRC/libcommon/python}" "$T/py" && echo "# edited" >> "$T/py/cuda_agent_worker/numerics.py"
+CUDA_AGENT_PYTHONPATH="$T/py" "$KC" --compile-only --store "$T/j.db" --resume --arch sm_80 < "$T/bad_syntax.jsonl" > /dev/null 2> "$T/j8.txt"
+! grep -q "1 skipped" "$T/j8.txt" && pass "--resume with an edited reference worker judges again" || fail "--resume, edited worker" "$(cat "$T/j8.txt")"
 # A stored row moved under another candidate's id (by hand, or by an older version that stored a
 # record under the id it claimed) keeps the judged_by of the bundle it judged (the bundle's content is
 # in it): it is never reused for the bundle that owns that id (R1's case 14b, before: reused).

@@ -27,13 +27,15 @@ struct Checker::Item : ca::RecordItem {
 namespace {
 
 // What a verdict depends on besides the candidate and its task: the rules (their content, the shipped
-// default and the --rules file), the judging options and the release. A stored verdict is reused
+// default and the --rules file), the judging options and the build (build_identity: this binary and
+// the worker's sources, by content). A stored verdict is reused
 // (--resume) only when this is the same: one judged under a lenient rules file, with the published
 // tolerance, --allow-stochastic, another --arch or an older release is judged again, never taken for
 // one of this run by its candidate id alone.
 std::string judged_by(const CheckOptions& o) {
   const ca::Json how = {{"tool", "kernel-check"},
                         {"version", ca::kVersion},
+                        {"build", ca::build_identity()},
                         {"rules_default", ca::bundle::Rules::default_text()},
                         {"rules_file", o.rules_path.empty() ? std::string() : ca::read_file(o.rules_path)},
                         {"compile_only", o.compile_only},

@@ -12,6 +12,7 @@
 #include "libcommon/fields.hpp"
 #include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
+#include "libcommon/paths.hpp"
 #include "libcommon/measure/gpu_lock.hpp"
 #include "libcommon/measure/stage_clock.hpp"
 #include "libcommon/measure/gpu_state.hpp"
@@ -99,6 +100,7 @@ std::string timed_by(const ProfOptions& o, const std::string& task_key, const Js
   baselines.erase(std::unique(baselines.begin(), baselines.end()), baselines.end());
   const Json how = {{"tool", "kernel-prof"},
                     {"version", kVersion},
+                    {"build", build_identity()},
                     {"task", task_key},
                     {"candidate_id", field(record, "candidate_id")},
                     {"bundle", content_id(field(record, "bundle"))},
