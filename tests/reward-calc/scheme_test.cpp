@@ -171,6 +171,48 @@ TEST_CASE("baselines: precision-matched by default (plain when no matched one wa
   CHECK(score(tf32, d)["plain"]["value"] == 3);
 }
 
+TEST_CASE("a lower precision never lowers the bar: a matched baseline slower than the plain one is not the bar") {
+  // Red team R8: autocast's casts can make PyTorch at fp16 slower than at fp32 (a small GEMM between
+  // fp32-only ops: the input cast, then the cast back). A kernel read as fp16 (one live half
+  // instruction in a launched kernel) was compared with that slower baseline: reward 3 where the
+  // same kernel read as fp32 (the honest control, against the plain ones) earned 2.
+  const Json plain = {{"eager", {{"time_us", 100}}}, {"compile", {{"time_us", 90}}}};
+  Json control = passed({{"time_us", 88}, {"precision", "fp32"}, {"baselines", plain}});
+  Json lowered = passed({{"time_us", 88}, {"precision", "fp16"}, {"matched_precision", "fp16"},
+                           {"baselines", {{"eager", {{"time_us", 100}}}, {"compile", {{"time_us", 90}}},
+                                          {"eager_precision_matched", {{"time_us", 140}}},
+                                          {"compile_precision_matched", {{"time_us", 96}}}}}});
+  Config c;
+  CHECK(value(control, c) == 2);
+  CHECK(value(lowered, c) == 2);  // was 3: 8.3% faster than compile_precision_matched
+  Json s = score(lowered, c);
+  CHECK(s["compile_baseline"] == "compile");
+  CHECK_FALSE(s.contains("eager_baseline"));
+  CHECK(s["compile_time_us"].get<double>() == 90);
+  CHECK(s["matched_slower"] == Json::array({"eager", "compile"}));
+  CHECK_FALSE(s.contains("plain"));  // the plain ones decided
+  // Mode by mode: a faster matched compile is still the bar beside a slower matched eager.
+  lowered["prof"]["baselines"]["compile_precision_matched"]["time_us"] = 85;
+  s = score(lowered, c);
+  CHECK(s["value"] == 2);
+  CHECK(s["compile_baseline"] == "compile_precision_matched");
+  CHECK(s["matched_slower"] == Json::array({"eager"}));
+  // The speedup schemes read the same bar.
+  Config sp;
+  sp.scheme = Scheme::speedup;
+  lowered["prof"]["baselines"]["compile_precision_matched"]["time_us"] = 96;
+  CHECK(value(lowered, sp) == doctest::Approx(90.0 / 88));
+  // Both must have a time: a matched one without its plain one is not known to be the bar.
+  Json alone = passed({{"time_us", 88}, {"baselines", {{"eager", {{"time_us", 100}}}, {"compile_precision_matched", {{"time_us", 96}}}}}});
+  CHECK_THROWS_AS(score(alone, c), FieldError);
+  Json failed_plain = lowered;
+  failed_plain["prof"]["baselines"]["compile"] = {{"error", "compile_failed"}};
+  CHECK(score(failed_plain, c)["comparable"] == false);
+  // --compile-baseline plain is unchanged.
+  c.compile_baseline = CompileBaseline::plain;
+  CHECK(value(lowered, c) == 2);
+}
+
 TEST_CASE("one metric per speedup: kernel sums never against event times") {
   Json mixed = passed({{"time_us", {{"median", 50.0}}},
                          {"method", {{"metric", "device"}}},

@@ -17,7 +17,8 @@ void add_options(CLI::App& app, Options& o) {
                      ->capture_default_str();
   o.compile_opt = app.add_option("--compile-baseline", o.compile_baseline,
                                  "precision-matched: eager and compile timed with the kernel's precision allowed (TF32, "
-                                 "autocast), where kernel-prof timed them so; plain: the fp32 baselines (both are in the record)")
+                                 "autocast), where kernel-prof timed them so, or the fp32 ones where faster; plain: the fp32 "
+                                 "baselines (both are in the record)")
                       ->capture_default_str();
   o.speedup_opt = app.add_option("--speedup-baseline", o.speedup_baseline, "speedup schemes: compile | eager")
                       ->capture_default_str();
