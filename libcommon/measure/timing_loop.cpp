@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <tuple>
 
@@ -59,6 +60,22 @@ std::vector<KernelStat> aggregate_kernels(const std::vector<cuda::KernelActivity
     return a.time_us.mean * double(a.launches) > b.time_us.mean * double(b.launches);
   });
   return out;
+}
+
+std::string incomplete_call_records(const std::vector<cuda::KernelActivity>& records, int64_t calls) {
+  std::map<uint64_t, int64_t> per_call;
+  for (const auto& r : records) ++per_call[r.external_id];
+  if (int64_t(per_call.size()) != calls)
+    return log::cat("CUPTI saw kernels of ", per_call.size(), " of ", calls, " timed calls");
+  int64_t least = INT64_MAX, most = 0;
+  for (const auto& [id, n] : per_call) {
+    least = std::min(least, n);
+    most = std::max(most, n);
+  }
+  if (least != most)
+    return log::cat("CUPTI saw between ", least, " and ", most,
+                    " kernels per timed call of one graph (every replay runs the same kernels): records were lost");
+  return "";
 }
 
 namespace {
@@ -149,16 +166,18 @@ LoopResult time_target(TimedTarget& target, CUstream stream, L2Flusher& flusher,
     // The call's kernels, by identity: launched from inside enqueue().
     records.erase(std::remove_if(records.begin(), records.end(), [](const cuda::KernelActivity& a) { return a.external_id == 0; }),
                   records.end());
-    std::vector<double> per_call = cuda::device_time_per_call_us(records);
-    if (int64_t(per_call.size()) != call) {
-      result.cupti_note = log::cat("CUPTI saw ", per_call.size(), " calls with kernels for ", call, " timed calls",
-                                   cupti->dropped_records() ? log::cat(" (", cupti->dropped_records(), " records dropped)") : "");
+    result.kernels = aggregate_kernels(records);
+    // A sum over some of a call's kernels is no device time: none then (the profile compares nothing).
+    if (std::string why = incomplete_call_records(records, call); !why.empty()) {
+      result.cupti_note = why + (cupti->dropped_records() ? log::cat(" (", cupti->dropped_records(), " records dropped)") : "") +
+                          ": no device time";
+      return result;
     }
+    std::vector<double> per_call = cuda::device_time_per_call_us(records);
     // The device-time sample keeps the calls whose events were kept, so both describe the same calls.
     if (per_call.size() > result.event_us.size()) per_call.resize(result.event_us.size());
     result.device_us = per_call;
     result.device = summarize(per_call);
-    result.kernels = aggregate_kernels(records);
   }
   return result;
 }

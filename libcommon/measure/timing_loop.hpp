@@ -63,6 +63,13 @@ struct LoopResult {
 // Times `target` on `stream` (the current context must be the GPU's; the caller holds the GPU lock).
 LoopResult time_target(TimedTarget& target, CUstream stream, L2Flusher& flusher, const LoopOptions& options);
 
+// Whether the records (each marked with its call's external id) hold every kernel of every one of
+// `calls` timed calls: a graph replays the same kernel nodes every call, so every call has records
+// and all have the same count. A call without records, or with fewer than another, lost some (a full
+// activity buffer), and a sum over what is left would be a time smaller than the call's: "" when
+// complete, else why the device time is void (never reported, never compared).
+std::string incomplete_call_records(const std::vector<cuda::KernelActivity>& records, int64_t calls);
+
 // Aggregates kernel records by (name, grid, block) into per-kernel statistics, ordered by total time.
 std::vector<KernelStat> aggregate_kernels(const std::vector<cuda::KernelActivity>& records);
 

@@ -16,6 +16,7 @@
 #include "libcommon/measure/gpu_lock.hpp"
 #include "libcommon/measure/stats.hpp"
 #include "libcommon/measure/stop_rule.hpp"
+#include "libcommon/measure/timing_loop.hpp"
 
 using namespace ca::measure;
 
@@ -281,6 +282,32 @@ TEST_CASE("CUPTI records group into calls by correlation id, ordered by start") 
   CHECK(per_call[1] == doctest::Approx(3.0));
   CHECK(ca::cuda::demangle("_Z9scale_addPKfS0_Pfif") == "scale_add(float const*, float const*, float*, int, float)");
   CHECK(ca::cuda::demangle("copy_kernel") == "copy_kernel");
+}
+
+TEST_CASE("a device time sums every kernel of every call: lost records void it") {
+  // Red team R8: a call's time is the sum of its kernels' records; were some lost (a full activity
+  // buffer), the sum of the rest would be a time smaller than the call's (16,384 trivial launches
+  // first and the work last). The previous loop kept such sums (a note said only when whole calls
+  // were missing). A graph replays the same kernels every call, so the counts must all agree.
+  using ca::cuda::KernelActivity;
+  auto k = [](uint64_t call, uint64_t start, uint64_t end) {
+    KernelActivity a;
+    a.external_id = call;
+    a.correlation_id = uint32_t(100 + call);
+    a.start_ns = start;
+    a.end_ns = end;
+    return a;
+  };
+  // Three calls of two kernels each: complete.
+  std::vector<KernelActivity> recs{k(1, 0, 10), k(1, 10, 1000), k(2, 2000, 2010), k(2, 2010, 3000), k(3, 4000, 4010), k(3, 4010, 5000)};
+  CHECK(incomplete_call_records(recs, 3) == "");
+  // Call 2's long kernel lost: its sum would read 0.01 us.
+  std::vector<KernelActivity> lost = recs;
+  lost.erase(lost.begin() + 3);
+  CHECK(incomplete_call_records(lost, 3).find("between 1 and 2 kernels per timed call") != std::string::npos);
+  // A call with no records at all.
+  CHECK(incomplete_call_records(recs, 4) == "CUPTI saw kernels of 3 of 4 timed calls");
+  CHECK(incomplete_call_records({}, 2) == "CUPTI saw kernels of 0 of 2 timed calls");
 }
 
 TEST_CASE("margin decisions: the gain, its range from both CIs, and when it is open") {
