@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Red team R8 (session 19): two properties of the candidate's time that only a GPU can show (label gpu).
+#   cupti: a call's device time sums every kernel of it. A candidate makes the most launches a plan
+#     may (16,383 one-thread launches, then the real work: relu*2 on 4096x2048); its device time must
+#     not fall below the work's alone, and its relu2 must have one record per timed call, unless
+#     kernel-prof voided the time (prof.no_speedup: records lost, 0df9ac4). A loss alike in every
+#     call is what no count across calls can see: this looks for one.
+#   flush: the memset L2 flush leaves dirty lines that every call (and every baseline call) pays to
+#     write back; loads and stores marked evict-first (__ldcs/__stcs) recycle their own lines and may
+#     leave them in place, a cost torch's baselines keep paying. The same relu*2 with __ldcs/__stcs
+#     must not be faster than with plain loads and stores by more than max(1 us, 3%) (the
+#     __ldcg/__stcg kernel, L2-cached at normal priority, is printed as a control). Failing it means
+#     the flush must leave no dirty line, on both sides (tools/kernel-prof/NOTES.md).
+# Usage: timing_probes_gpu.sh cupti|flush
+set -euo pipefail
+: "${CA_BIN:?}" "${CA_SRC:?}"
+what=${1:?cupti or flush}
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+export CUDA_AGENT_PYTHONPATH="${CUDA_AGENT_PYTHONPATH:-$CA_SRC/libcommon/python}"
+export CUDA_AGENT_LOCK_DIR="$T/locks"
+PY=$(command -v python3)
+$PY "$CA_SRC/tests/kernel-prof/fixtures/make_records.py" "$T"
+$PY - "$T" "$what" <<'PY'
+import json, sys, hashlib
+T, what = sys.argv[1], sys.argv[2]
+good = json.loads(open(T + "/cands.jsonl").readline())
+def cid(task_id, bundle):
+    key = json.dumps({"task_id": task_id, "bundle": bundle}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+def rec(name, src, plan):
+    bundle = {"kernels": {"relu2.cu": src + "// " + name + "\n"}, "plan": plan}
+    return dict(good, name=name, bundle=bundle, candidate_id=cid("kp-relu2", bundle))
+def relu2(body):
+    return ("__global__ void relu2(const float* __restrict__ x, float* __restrict__ y, int n) {\n"
+            "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) " + body + "\n}\n")
+plan = good["bundle"]["plan"]
+plain = relu2("y[i] = fmaxf(x[i], 0.0f) * 2.0f;")
+if what == "cupti":
+    many = dict(plan, forward=[{"repeat": 16383, "index": "t", "steps": [{"launch": "tick", "grid": [1], "block": [1], "args": ["t"]}]}]
+                + plan["forward"])
+    recs = [rec("plain", plain, plan), rec("many", plain + "__global__ void tick(int unused) {}\n", many)]
+else:
+    recs = [rec("plain", plain, plan), rec("cs", relu2("__stcs(y + i, fmaxf(__ldcs(x + i), 0.0f) * 2.0f);"), plan),
+            rec("cg", relu2("__stcg(y + i, fmaxf(__ldcg(x + i), 0.0f) * 2.0f);"), plan)]
+with open(T + "/probe.jsonl", "w") as f:
+    for r in recs:
+        f.write(json.dumps(r) + "\n")
+PY
+rounds=1; [[ $what == flush ]] && rounds=3
+for r in $(seq 1 $rounds); do
+  "$CA_BIN/kernel-prof" --no-store --tasks "$T/tasks.jsonl" --baselines eager --budget-s 3 --baseline-budget-s 1 \
+    < "$T/probe.jsonl" > "$T/out$r.jsonl" 2> "$T/err$r" || { rc=$?; tail -20 "$T/err$r"; fail "kernel-prof exit $rc"; }
+done
+$PY - "$T" "$what" "$rounds" <<'PY' || fail "$what"
+import json, sys, statistics
+T, what, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+t, profs = {}, {}
+for r in range(1, rounds + 1):
+    for rec in map(json.loads, open("%s/out%d.jsonl" % (T, r))):
+        p = rec["prof"]
+        assert p["status"] == "timed", (rec["name"], p.get("reason"))
+        profs[rec["name"]] = p
+        if p.get("device_time_us"):
+            t.setdefault(rec["name"], []).append(p["device_time_us"]["median"])
+for k, v in t.items():
+    print("%-6s device us %s" % (k, ["%.2f" % x for x in v]))
+if what == "cupti":
+    m = profs["many"]
+    for k in m["kernels"]:
+        print("   ", k["name"][:30], "launches", k["launches"], "median us", k["time_us"]["median"])
+    if m.get("no_speedup"):
+        print("records were lost and the device time voided:", m["no_speedup"])
+        sys.exit(0)
+    relu = [k for k in m["kernels"] if "relu2" in k["name"]]
+    assert relu and relu[0]["launches"] == m["method"]["calls"], "relu2's records lost in every call alike"
+    assert t["many"][0] >= t["plain"][0], "the many-launch call reads faster than its work alone"
+    print("cupti: every kernel of every call counted at 16,384 launches")
+else:
+    plain, cs, cg = (statistics.median(t[k]) for k in ("plain", "cs", "cg"))
+    print("evict-first saves %.2f us (%.1f%%); L2-cached normal %.2f us (%.1f%%)" %
+          (plain - cs, 100 * (plain - cs) / plain, plain - cg, 100 * (plain - cg) / plain))
+    assert plain - cs <= max(1.0, 0.03 * plain), "evict-first loads and stores skip the dirty flush lines' write-back"
+PY
+echo "kernel-prof timing probe $what: ok"
