@@ -11,10 +11,17 @@
 #     must not be faster than with plain loads and stores by more than max(1 us, 3%) (the
 #     __ldcg/__stcg kernel, L2-cached at normal priority, is printed as a control). Failing it means
 #     the flush must leave no dirty line, on both sides (tools/kernel-prof/NOTES.md).
-# Usage: timing_probes_gpu.sh cupti|flush
+#   same: the same work as eager must not read faster than eager. A bundle whose forward is one
+#     cuBLASLt gemm (what torch.matmul runs: cuBLAS) on a 4096^3 fp32 matmul (~2 ms, compute-bound,
+#     power-hungry) must not be more than 5% faster than eager (reward 2 for no work of its own).
+#     The candidate's calls come one at a time after an untimed fresh draw (ms of an idle GPU), the
+#     baselines' back to back: a GPU at its power limit clocks down under the latter, not the
+#     former. Failing it (look at prof.sm_clock_mhz and the kernels) means the sides need the same
+#     duty cycle: the baselines' calls spaced like the candidate's (fresh inputs per call there too).
+# Usage: timing_probes_gpu.sh cupti|flush|same
 set -euo pipefail
 : "${CA_BIN:?}" "${CA_SRC:?}"
-what=${1:?cupti or flush}
+what=${1:?cupti, flush or same}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export CUDA_AGENT_PYTHONPATH="${CUDA_AGENT_PYTHONPATH:-$CA_SRC/libcommon/python}"
@@ -36,7 +43,16 @@ def relu2(body):
             "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) " + body + "\n}\n")
 plan = good["bundle"]["plan"]
 plain = relu2("y[i] = fmaxf(x[i], 0.0f) * 2.0f;")
-if what == "cupti":
+if what == "same":
+    code = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+            "        super().__init__()\n\n    def forward(self, a, b):\n        return torch.matmul(a, b)\n\n"
+            "def get_inputs():\n    return [torch.randn(4096, 4096), torch.randn(4096, 4096)]\n\n"
+            "def get_init_inputs():\n    return []\n")
+    with open(T + "/tasks.jsonl", "a") as f:
+        f.write(json.dumps({"task_id": "kp-matmul", "code": code}) + "\n")
+    bundle = {"kernels": {}, "plan": {"forward": [{"gemm": {"a": "inputs.0", "b": "inputs.1", "out": "outputs.0"}}]}}
+    recs = [dict(good, task_id="kp-matmul", name="same", bundle=bundle, candidate_id=cid("kp-matmul", bundle))]
+elif what == "cupti":
     many = dict(plan, forward=[{"repeat": 16383, "index": "t", "steps": [{"launch": "tick", "grid": [1], "block": [1], "args": ["t"]}]}]
                 + plan["forward"])
     recs = [rec("plain", plain, plan), rec("many", plain + "__global__ void tick(int unused) {}\n", many)]
@@ -65,7 +81,13 @@ for r in range(1, rounds + 1):
             t.setdefault(rec["name"], []).append(p["device_time_us"]["median"])
 for k, v in t.items():
     print("%-6s device us %s" % (k, ["%.2f" % x for x in v]))
-if what == "cupti":
+if what == "same":
+    m = profs["same"]
+    print("same gemm: %.1f us, eager %.1f us, speedup %.3f, sm clock %s, kernels %s" % (
+        m["device_time_us"]["median"], m["baselines"]["eager"]["time_us"]["median"], m["speedup_vs_eager"],
+        m["sm_clock_mhz"], [k["name"][:50] for k in m["kernels"]]))
+    assert m["speedup_vs_eager"] < 1.05, "the same cuBLAS work as eager reads more than 5% faster than eager"
+elif what == "cupti":
     m = profs["many"]
     for k in m["kernels"]:
         print("   ", k["name"][:30], "launches", k["launches"], "median us", k["time_us"]["median"])
