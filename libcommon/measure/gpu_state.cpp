@@ -119,66 +119,23 @@ std::optional<int> sm_clock_mhz(const std::string& pci_bus_id) {
   return int(mhz);
 }
 
-namespace {
-// The owner's context current for a scope (none given: nothing changes).
-struct InOwner {
-  CUcontext before = nullptr;
-  bool moved = false;
-  explicit InOwner(CUcontext ctx) {
-    if (!ctx) return;
-    auto& drv = cuda::Driver::get();
-    drv.check(drv.cuCtxGetCurrent(&before), "cuCtxGetCurrent");
-    drv.check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent(the L2 flush's context)");
-    moved = true;
-  }
-  ~InOwner() {
-    if (moved) cuda::Driver::get().cuCtxSetCurrent(before);
-  }
-};
-}  // namespace
-
-L2Flusher::L2Flusher(std::size_t l2_bytes, double factor, FlushOwner owner) : owner_(owner) {
+L2Flusher::L2Flusher(std::size_t l2_bytes, double factor) {
   auto& drv = cuda::Driver::get();
   bytes_ = std::size_t(double(l2_bytes) * factor);
   if (bytes_ < (1u << 20)) bytes_ = 1u << 20;
-  if (owner_.ctx) drv.check(drv.cuEventCreate(&ready_, CU_EVENT_DISABLE_TIMING), "cuEventCreate(before the L2 flush)");
-  {
-    InOwner in(owner_.ctx);
-    drv.check(drv.cuMemAlloc(&buffer_, bytes_), "cuMemAlloc(L2 flush buffer)");
-    if (owner_.ctx) drv.check(drv.cuEventCreate(&done_, CU_EVENT_DISABLE_TIMING), "cuEventCreate(after the L2 flush)");
-  }
+  drv.check(drv.cuMemAlloc(&buffer_, bytes_), "cuMemAlloc(L2 flush buffer)");
   reset_ = reinterpret_cast<CUresult (*)()>(driver_entry("cuCtxResetPersistingL2Cache", 11000));
 }
 
 L2Flusher::~L2Flusher() {
-  auto& drv = cuda::Driver::get();
-  if (ready_) drv.cuEventDestroy(ready_);
-  try {
-    InOwner in(owner_.ctx);
-    if (done_) drv.cuEventDestroy(done_);
-    if (buffer_) drv.cuMemFree(buffer_);
-  } catch (const std::exception&) {  // the owner's context is gone: so is what it held
-  }
+  if (buffer_) cuda::Driver::get().cuMemFree(buffer_);
 }
 
 void L2Flusher::flush(CUstream stream) {
   auto& drv = cuda::Driver::get();
   if (reset_) drv.check(reset_(), "cuCtxResetPersistingL2Cache");
   // A different byte each time, so no layer can skip a memset that changes nothing.
-  const auto byte = (unsigned char)(++counter_);
-  if (!owner_.ctx) {
-    drv.check(drv.cuMemsetD8Async(buffer_, byte, bytes_, stream), "cuMemsetD8Async(L2 flush)");
-    return;
-  }
-  // stream's work so far, then the memset on the owner's stream, then stream's next work.
-  drv.check(drv.cuEventRecord(ready_, stream), "cuEventRecord(before the L2 flush)");
-  {
-    InOwner in(owner_.ctx);
-    drv.check(drv.cuStreamWaitEvent(owner_.stream, ready_, 0), "cuStreamWaitEvent(before the L2 flush)");
-    drv.check(drv.cuMemsetD8Async(buffer_, byte, bytes_, owner_.stream), "cuMemsetD8Async(L2 flush)");
-    drv.check(drv.cuEventRecord(done_, owner_.stream), "cuEventRecord(after the L2 flush)");
-  }
-  drv.check(drv.cuStreamWaitEvent(stream, done_, 0), "cuStreamWaitEvent(after the L2 flush)");
+  drv.check(drv.cuMemsetD8Async(buffer_, (unsigned char)(++counter_), bytes_, stream), "cuMemsetD8Async(L2 flush)");
 }
 
 }  // namespace ca::measure

@@ -34,34 +34,20 @@ GpuIdentity identify_gpu(int ordinal);
 // Current SM clock in MHz through NVML (libnvidia-ml.so.1), or nullopt when NVML is absent.
 std::optional<int> sm_clock_mhz(const std::string& pci_bus_id);
 
-// Where the flush's buffer and memset live: by default the context current at construction; given
-// a context and a stream of it (the tool's own, beside a candidate's), there.
-struct FlushOwner {
-  CUcontext ctx = nullptr;
-  CUstream stream = nullptr;
-};
-
 // Evicts the L2 before a timed call: a memset of a buffer twice the L2 (every line of it is then
 // someone else's), and resets persisting-L2 lines to normal (cuCtxResetPersistingL2Cache).
-// The current context must be the GPU's (the timed stream's, as at construction). With an owner, the
-// buffer is allocated and set in the owner's context, ordered between the timed stream's work
-// before and after it by events: the timed context holds no byte of it, so a kernel there can
-// neither read the flush (its byte counts calls) nor discard its dirty lines (issue 31: the tool's
-// own work never lives in a context a candidate's kernels can reach).
+// The current context must be the GPU's.
 class L2Flusher {
  public:
-  L2Flusher(std::size_t l2_bytes, double factor = 2.0, FlushOwner owner = {});
+  L2Flusher(std::size_t l2_bytes, double factor = 2.0);
   ~L2Flusher();
   L2Flusher(const L2Flusher&) = delete;
   L2Flusher& operator=(const L2Flusher&) = delete;
   void flush(CUstream stream);
   std::size_t bytes() const { return bytes_; }
   bool resets_persisting() const { return reset_ != nullptr; }
-  bool in_own_context() const { return owner_.ctx != nullptr; }
 
  private:
-  FlushOwner owner_;
-  CUevent ready_ = nullptr, done_ = nullptr;  // of the timed stream's context, of the owner's
   CUdeviceptr buffer_ = 0;
   std::size_t bytes_ = 0;
   unsigned counter_ = 0;

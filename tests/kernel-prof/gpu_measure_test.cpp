@@ -1,8 +1,7 @@
 // GPU tests of kernel-prof's method on reference kernels (label gpu; run on the device):
 // a copy kernel's bandwidth against the device's own D2D copy rate, repeatability of one kernel
 // timed 5 times, proportionality (2x the work takes 1.8-2.2x), CUPTI's per-kernel breakdown, and
-// the shared-memory scrub every call starts with (a channel between calls without it), and the
-// flush made in the tool's own context evicting the L2 as one made in the timed context.
+// the shared-memory scrub every call starts with (a channel between calls without it).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -120,29 +119,6 @@ TEST_CASE("CUPTI: one kernel per call, breakdown with its launch shape, device t
               (long long)r.device.n, measure::stop_reason_name(r.stop));
   CHECK(r.device.median <= r.event.median * 1.01);
   CHECK(r.device.median >= r.event.median * 0.9);
-}
-
-// kernel-prof's flush lives in the tool's own context (red team R8: none of it in the candidate's):
-// made there and ordered between the timed stream's work by events, it must evict the L2 as one made
-// in the timed context does, before the timed call and not during it. A copy that fits in the L2
-// (16 MiB in, 16 MiB out, one set) is timed after each; after a 1 MiB "flush" it runs from the L2.
-TEST_CASE("a flush made in the tool's context evicts the L2 as one made in the timed context") {
-  Gpu& g = gpu();
-  const bundle::ToolContext& tool = bundle::tool_context();
-  measure::L2Flusher own(g.id.l2_bytes, 2.0, measure::FlushOwner{tool.ctx, tool.stream});
-  measure::L2Flusher none(0, 0.0);  // 1 MiB: the L2 stays warm
-  CHECK(own.in_own_context());
-  CHECK_FALSE(g.flusher->in_own_context());
-  kernel_prof::CopyKernelTarget copy(4u << 20, 1, g.id.arch);
-  double local = measure::time_target(copy, g.stream, *g.flusher, opts()).device.median;
-  double owned = measure::time_target(copy, g.stream, own, opts()).device.median;
-  double warm = measure::time_target(copy, g.stream, none, opts()).device.median;
-  CHECK(copy.verify(0));
-  std::printf("16 MiB copy after a flush in the timed context %.2f us, in the tool's %.2f us, none %.2f us\n", local, owned,
-              warm);
-  CHECK(owned / local > 0.9);
-  CHECK(owned / local < 1.1);
-  CHECK(warm < 0.9 * local);  // the flush is what made the difference
 }
 
 // What bench/smem_probe.py measured on the H200 (driver 580), with these kernels: a kernel's shared

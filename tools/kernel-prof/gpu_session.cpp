@@ -21,9 +21,7 @@ GpuSession::GpuSession(int ordinal, bool trace) {
   ctx_ = drv.primary_context(ordinal);
   id_ = measure::identify_gpu(ordinal);
   drv.check(drv.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  // The flush's buffer and memset in the tool's own context, never the candidate's (this one).
-  const bundle::ToolContext& tool = bundle::tool_context();
-  flusher_ = std::make_unique<measure::L2Flusher>(id_.l2_bytes, 2.0, measure::FlushOwner{tool.ctx, tool.stream});
+  flusher_ = std::make_unique<measure::L2Flusher>(id_.l2_bytes, 2.0);
   log::verbose("GPU ", ordinal, ": ", id_.name, " ", id_.uuid, ", driver ", id_.driver, ", L2 ", id_.l2_bytes >> 20,
                " MiB, flush buffer ", flusher_->bytes() >> 20, " MiB");
 }

@@ -233,7 +233,6 @@ struct ProfileRun {
     method["seed_given"] = options_.seed_given;
     method["flush_bytes"] = g.flusher().bytes();
     method["persisting_l2_reset"] = g.flusher().resets_persisting();
-    method["flush_in_tool_context"] = g.flusher().in_own_context();  // never in the candidate's
     method["call_state_reset"] = "fresh inputs, shared memory of every SM, forward scratch and library workspaces poisoned, module memory restored, before every call";
     method["timer"] = "cuda_events around cuGraphLaunch";
   }
