@@ -440,9 +440,11 @@ CandidateTiming time_candidate(GpuSession& gpu, const Json& record, const Json& 
   try {
     time_into(result, gpu, record, task, loaded, options, round);
   } catch (...) {
+    gpu.reset_stack_limit();
     release_sets(gpu, result);  // what the worker kept for a timing that throws
     throw;
   }
+  gpu.reset_stack_limit();  // the candidate's executor is gone: its kernels' stack goes too
   return result;
 }
 
