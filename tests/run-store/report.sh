@@ -174,4 +174,17 @@ import json, sys
 rows = [json.loads(l) for l in sys.stdin]
 assert len(rows) == 1 and rows[0]["level"] == "all" and rows[0]["tasks"] == 0 and rows[0]["pass_rate"] is None, rows
 ' || fail "empty store"
+# The precision-matched family reads the reward's bar: the faster of the matched baseline and the
+# plain one. An fp16 kernel 1.2x plain eager whose autocast baseline was slower (1.5x) counts 1.2x,
+# never the 1.5x (reward-calc's matched_slower); one whose matched baseline is faster counts that.
+printf '%s\n' \
+  '{"task_id":"m1","candidate_id":"cm1","data_source":"kernelbench","level":9,"check":{"status":"passed","correct":true,"precision":"fp16"},"prof":{"status":"timed","correct":true,"time_us":{"median":10.0},"speedup_vs_eager":1.2,"speedup_vs_compile":1.1,"matched_precision":"fp16","speedup_vs_eager_precision_matched":1.5,"speedup_vs_compile_precision_matched":0.9}}' \
+  > "$T/slower.jsonl"
+"$RS" import --store "$T/slower.db" -i "$T/slower.jsonl" 2> /dev/null || fail "import of the matched-slower record"
+"$RS" report --store "$T/slower.db" --json 2> /dev/null | python3 -c '
+import json, sys
+r = [json.loads(l) for l in sys.stdin][-1]
+assert abs(r["geomean_vs_eager_precision_matched"] - 1.2) < 1e-9, r
+assert abs(r["geomean_vs_compile_precision_matched"] - 0.9) < 1e-9, r
+' || fail "precision-matched speedups: the bar is the faster of the matched and the plain baseline"
 echo "run_store_report: ok"

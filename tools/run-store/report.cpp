@@ -215,16 +215,21 @@ bool passed(const CandidateState& c) {
   return c.prof && c.prof->status == "timed";
 }
 
-// Speedup against a precision-matched baseline: kernel-prof times one only when the kernel computes in
-// tf32/fp16/bf16 (then speedup_vs_<mode>_precision_matched); otherwise the plain baseline is the match.
+// Speedup against the precision-matched bar, as reward-calc reads it: kernel-prof times a matched
+// baseline only when the kernel computes in tf32/fp16/bf16, and then the bar is the faster of it and
+// the plain fp32 one (a lower precision never lowers the bar: autocast's casts can make PyTorch
+// slower); for an fp32 kernel the plain baseline is the match.
 std::optional<double> matched_speedup(const Json& prof, const std::string& mode) {
+  const std::optional<double> plain = positive(number(prof, ("speedup_vs_" + mode).c_str()));
+  std::optional<double> matched;
   const std::string key = "speedup_vs_" + mode + "_precision_matched";
-  if (prof.contains(key)) return positive(number(prof, key.c_str()));
-  if (!prof.contains("matched_precision")) return positive(number(prof, ("speedup_vs_" + mode).c_str()));
   auto t = number(prof, "time_us");
-  if (prof.contains("baselines") && prof["baselines"].contains(mode + "_precision_matched") && t && *t > 0)
-    if (auto b = number(prof["baselines"][mode + "_precision_matched"], "time_us")) return positive(*b / *t);
-  return std::nullopt;
+  if (prof.contains(key)) matched = positive(number(prof, key.c_str()));
+  else if (!prof.contains("matched_precision")) return plain;
+  else if (prof.contains("baselines") && prof["baselines"].contains(mode + "_precision_matched") && t && *t > 0)
+    if (auto b = number(prof["baselines"][mode + "_precision_matched"], "time_us")) matched = positive(*b / *t);
+  if (matched && plain) return std::min(*matched, *plain);
+  return matched;
 }
 
 ProfSummary summarize_prof(const Json& prof) {
