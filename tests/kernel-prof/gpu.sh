@@ -160,6 +160,30 @@ assert t["prof"]["time_us"]["median"] > 0 and t["prof"]["baselines"]["eager"]["t
 print("context lost twice (this process, then its child): kp-good and kp-cheat failed (%s); kp-tf32 timed %.2f us by a fresh child"
       % (recs[0]["prof"]["reason"][:90], t["prof"]["time_us"]["median"]))
 PY
+# A GPU too small for one candidate's timing (CA_KERNEL_PROF_INJECT_OOM: its setup ends as an
+# out-of-memory there would) costs that record a node_error (correct null: no verdict), never the run
+# (exit 0) nor the records after it; reward-calc gives it an error section, no reward and no -1.
+oom=$($PY -c 'import json,sys; print(next(j["candidate_id"] for j in map(json.loads, open(sys.argv[1])) if j["name"] == "kp-good"))' "$T/cands.jsonl")
+rc=0
+CA_KERNEL_PROF_INJECT_OOM=$oom timeout 240 "$KP" --tasks "$T/tasks.jsonl" --baselines eager --budget-s 2 \
+  --baseline-budget-s 2 --no-store < "$T/cands.jsonl" > "$T/out5.jsonl" 2> "$T/err5" || rc=$?
+[ "$rc" = 0 ] || { cat "$T/err5"; fail "a candidate too large for this GPU ended the run: exit $rc"; }
+"$CA_BIN/reward-calc" --no-store < "$T/out5.jsonl" > "$T/rew5.jsonl" 2> "$T/rerr5" || true
+$PY - "$T/out5.jsonl" "$T/rew5.jsonl" <<'PY' || { cat "$T/err5" "$T/rerr5"; fail "records after a node_error"; }
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+names = [r["name"] for r in recs]
+assert names == ["kp-good", "kp-cheat", "kp-failed", "kp-tf32", "kp-claims-tf32"], names
+p = recs[0]["prof"]
+assert p["status"] == "node_error" and p["correct"] is None and p["node_error"] is True, p
+assert "CA_KERNEL_PROF_INJECT_OOM" in p["reason"] and "time_us" not in p, p
+for r in recs[3:]:
+    assert r["prof"]["status"] == "timed", (r["name"], r["prof"].get("reason"))
+rew = [json.loads(l) for l in open(sys.argv[2])]
+assert "reward" not in rew[0] and rew[0]["error"]["field"] == "prof.status", rew[0]
+assert all("reward" in r for r in rew[3:]), [r.get("error") for r in rew[3:]]
+print("node_error: kp-good not timed (%s), the rest timed and rewarded" % p["reason"][:60])
+PY
 # KP_KEEP_DIR: keep the records (the stored sample for the CPU schema test came from here).
 if [ -n "${KP_KEEP_DIR:-}" ]; then cp "$T"/out*.jsonl "$KP_KEEP_DIR"/; fi
 echo "kernel-prof gpu e2e: ok"

@@ -41,4 +41,21 @@ for l in open(sys.argv[1]):
 done
 $PY -c 'import json,sys; p=json.load(open(sys.argv[1]))["properties"]["timed_by"]; assert p["type"] == "string" and p["description"]' \
   "$CA_SRC/schemas/prof.schema.json" || fail "prof.schema.json does not describe timed_by"
+# node_error (the GPU could not hold the timing): what profile() writes validates; correct must be
+# null beside it, node_error is required, and a timed or failed profile still needs its times.
+$PY - "$S" > "$T/node_error.jsonl" <<'PY'
+import json, sys
+r = next(json.loads(l) for l in open(sys.argv[1]) if json.loads(l).get("prof", {}).get("status") == "timed")
+p = r["prof"]
+r["prof"] = {"status": "node_error", "correct": None, "node_error": True, "notes": [], "profile_s": 1.5,
+             "reason": "GPU memory (setup): out of memory", "gpu": p["gpu"], "timed_by": "0123456789abcdef"}
+print(json.dumps(r))
+PY
+$PY "$V" prof "$T/node_error.jsonl" || fail "a node_error profile does not validate"
+for mutation in 'p["correct"] = True' 'del p["node_error"]' 'del p["reason"]' 'p["status"] = "failed"'; do
+  $PY -c 'import json,sys
+r = json.loads(open(sys.argv[1]).read()); p = r["prof"]
+exec(sys.argv[2]); print(json.dumps(r))' "$T/node_error.jsonl" "$mutation" > "$T/bad.jsonl"
+  if $PY "$V" prof "$T/bad.jsonl" 2>/dev/null; then fail "schema accepted a node_error profile with: $mutation"; fi
+done
 echo "kernel-prof schema: ok"

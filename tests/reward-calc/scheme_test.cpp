@@ -283,6 +283,23 @@ TEST_CASE("bad records: the field named") {
   CHECK(field_of_error(r) == "prof.baselines.compile.time_us");
 }
 
+TEST_CASE("a profile the node could not make (node_error) is no verdict: neither a reward nor -1") {
+  // kernel-prof's node_error: the GPU could not hold the timing. Whatever else the section holds (a
+  // stale time and baselines, or a correct flag), it is a bad record for every scheme, never scored.
+  Json r = passed({{"status", "node_error"}, {"correct", nullptr}, {"node_error", true}, {"reason", "GPU memory (setup)"}});
+  for (Scheme s : {Scheme::milestone, Scheme::speedup, Scheme::log_speedup}) {
+    Config c;
+    c.scheme = s;
+    CHECK(field_of_error(r, c) == "prof.status");
+  }
+  Json stale = timed(50, 100, 100);  // 2x faster, but node_error: not scored
+  stale["prof"]["status"] = "node_error";
+  CHECK(field_of_error(stale) == "prof.status");
+  Config lenient;
+  lenient.allow_unprofiled = true;  // --allow-unprofiled is for a missing prof, not one that failed
+  CHECK(field_of_error(r, lenient) == "prof.status");
+}
+
 TEST_CASE("settings from YAML, with checks") {
   PrivateTempDir dir("reward-unit");
   auto write = [&](const std::string& text) {

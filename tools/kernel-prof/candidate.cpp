@@ -120,16 +120,23 @@ std::string CandidateBench::finish_last(CUstream stream) {
   return finish_call(calls_ - 1, true);
 }
 
+namespace {
+// A worker request of a timing that failed: NodeMemoryError when the worker ran out of GPU memory
+// even alone (WorkerClient::request's retry), else EnvironmentError.
+[[noreturn]] void throw_worker_failure(const std::string& what, const std::string& task_id, const Json& a) {
+  const std::string text = "reference worker: " + what + " for task " + task_id + ": " + a.value("error", std::string("?")) + ": " +
+                           a.value("detail", std::string());
+  if (a.value("memory_admission", std::string()) == "alone") throw NodeMemoryError(text + " (out of GPU memory, even alone)");
+  throw EnvironmentError(text);
+}
+}  // namespace
+
 std::vector<InputSet> make_input_sets(GpuSession& gpu, const std::string& task_id, int count, uint64_t seed, Json* params,
                                       std::vector<std::string>& keys) {
   worker::WorkerClient& w = gpu.worker();
   static std::atomic<int64_t> timings{0};
   const std::string stem = "kp-" + std::to_string(++timings) + "-";
   std::vector<InputSet> sets;
-  auto failed = [&](const char* what, const Json& a) {
-    return EnvironmentError(std::string("reference worker: ") + what + " for task " + task_id + ": " +
-                            a.value("error", std::string("?")) + ": " + a.value("detail", std::string()));
-  };
   for (int k = 0; k < count; ++k) {
     InputSet set;
     set.seed = seed + uint64_t(k);
@@ -144,7 +151,7 @@ std::vector<InputSet> make_input_sets(GpuSession& gpu, const std::string& task_i
     worker::Trial d = worker::draw_trial(w, task_id, set.seed, {in_key, ref_key, params_key});
     if (!d.ok()) {
       w.request(worker::request::release(keys));
-      throw failed(d.failed.c_str(), d.answer);
+      throw_worker_failure(d.failed, task_id, d.answer);
     }
     set.inputs = std::move(d.inputs);
     set.reference = std::move(d.reference);
@@ -169,11 +176,18 @@ namespace {
 // candidate ids (comma-separated) whose timing starts with a kernel that traps in the candidate's
 // context, so the real sticky error and what follows it (the record failed, a fresh process for the
 // records after it) run on demand. The environment is the operator's, never a candidate's.
+// CA_KERNEL_PROF_INJECT_OOM does the same for a GPU too small for the candidate's timing: its
+// setup ends as a real out-of-memory there would (NodeMemoryError).
+bool named_in(const char* variable, const std::string& candidate_id) {
+  const char* ids = std::getenv(variable);
+  return ids && !candidate_id.empty() && (std::string(",") + ids + ",").find("," + candidate_id + ",") != std::string::npos;
+}
+
 void inject_fault_if_asked(const std::string& candidate_id, CUstream stream) {
-  const char* ids = std::getenv("CA_KERNEL_PROF_INJECT_FAULT");
-  if (!ids || candidate_id.empty()) return;
-  const std::string list = std::string(",") + ids + ",";
-  if (list.find("," + candidate_id + ",") == std::string::npos) return;
+  if (named_in("CA_KERNEL_PROF_INJECT_OOM", candidate_id))
+    throw NodeMemoryError("GPU memory (setup): injected (CA_KERNEL_PROF_INJECT_OOM): this GPU is too small to time the task, "
+                          "which is not the candidate's fault");
+  if (!named_in("CA_KERNEL_PROF_INJECT_FAULT", candidate_id)) return;
   auto& drv = cuda::Driver::get();
   CUfunction trap = bundle::trusted_kernel("inject_fault.cu", "extern \"C\" __global__ void ca_inject_trap() { asm volatile(\"trap;\"); }",
                                            "ca_inject_trap");
@@ -216,8 +230,7 @@ class FreshInputs : public CallInputs {
     Json a = gpu_.worker().request(req);
     if (!a.value("ok", false)) {
       key_.clear();
-      throw EnvironmentError("reference worker: inputs for task " + task_id_ + ": " + a.value("error", std::string("?")) + ": " +
-                             a.value("detail", std::string()));
+      throw_worker_failure("inputs", task_id_, a);
     }
     draw_ms_ += ms_since(t0);
     ++draws_;
@@ -233,8 +246,7 @@ class FreshInputs : public CallInputs {
     Json b = gpu_.worker().request(worker::request::reference(task_id_, key_, ref_key, std::nullopt, calibrate_));
     if (!b.value("ok", false)) {
       release();
-      throw EnvironmentError("reference worker: reference for task " + task_id_ + ": " + b.value("error", std::string("?")) +
-                             ": " + b.value("detail", std::string()));
+      throw_worker_failure("reference", task_id_, b);
     }
     // The compare runs in the trusted context, on copies of the outputs made after the candidate's
     // kernels of this call completed, against a reference mapped now: nothing it reads holds a value
@@ -301,7 +313,7 @@ class FreshInputs : public CallInputs {
   }
   // The tool's own memory: when the device is full, the worker's cached blocks go back to the driver
   // first (torch keeps what its last forward used); still no room is the node's limit (the CudaError
-  // reaches time_into, whose throw_if_out_of_memory makes it an environment error, never a verdict).
+  // reaches time_into, whose throw_if_out_of_memory makes it a NodeMemoryError, never a verdict).
   CUdeviceptr alloc_trusted(size_t bytes, const std::string& what) {
     auto& drv = cuda::Driver::get();
     CUdeviceptr p = 0;
@@ -350,12 +362,13 @@ constexpr double kCheckFraction = 0.25;
 
 // Out of device memory while timing a candidate kernel-check passed: what it may use is declared
 // (buffers, scratch within the cap, library workspaces) and its stack is bounded by the rules, so
-// the GPU being full is the node's limit: an environment error (no verdict, the record retried on
-// a larger GPU), never "wrong when timed" (seen on an H100: level 1's 7.5 GB RMSNorm).
+// the GPU being full is the node's limit: a NodeMemoryError (prof.status node_error: no verdict, the
+// record timed again by --resume, on a larger GPU), never "wrong when timed" (seen on an H100: level
+// 1's 7.5 GB RMSNorm).
 void throw_if_out_of_memory(const cuda::CudaError& e, const char* where) {
   if (e.result == CUDA_ERROR_OUT_OF_MEMORY)
-    throw EnvironmentError(std::string("GPU memory (") + where + "): " + e.what() +
-                           ": this GPU is too small to time the task, which is not the candidate's fault");
+    throw NodeMemoryError(std::string("GPU memory (") + where + "): " + e.what() +
+                          ": this GPU is too small to time the task, which is not the candidate's fault");
 }
 
 void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, const Json& task, const Json& loaded,

@@ -114,10 +114,21 @@ struct CandidateTiming {
 std::vector<InputSet> make_input_sets(GpuSession& gpu, const std::string& task_id, int count, uint64_t seed, Json* params,
                                       std::vector<std::string>& keys);
 
+// This GPU could not hold a candidate's timing: out of device memory in the tool's setup or timed
+// calls, or the reference worker out of memory for a draw or a reference even when retried alone
+// (its answer's memory_admission "alone", the signal kernel-check's redraw reads too). What a
+// candidate may use is declared (buffers, scratch within the cap, library workspaces) and its stack
+// is bounded by the rules, so it is the node's limit, not a verdict: Profiler::profile gives that
+// record prof.status node_error (correct null: no reward, no -1) and goes on with the next record;
+// --resume times it again. Any other worker or driver failure stays an EnvironmentError (exit 3).
+struct NodeMemoryError : EnvironmentError {
+  using EnvironmentError::EnvironmentError;
+};
+
 // `loaded` is the worker's load answer for the task (tensor specs). `round` numbers the timings of
 // one record (remeasure rounds): no two rounds, and no call within one, share an input seed.
 // Never throws for a candidate that goes wrong when timed: outputs_ok false and `failure` say what
-// happened.
+// happened. Throws NodeMemoryError when the GPU cannot hold the timing.
 CandidateTiming time_candidate(GpuSession& gpu, const Json& record, const Json& task, const Json& loaded,
                                const ProfOptions& options, int round = 0);
 

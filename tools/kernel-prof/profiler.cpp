@@ -356,6 +356,23 @@ struct ProfileRun {
 
 }  // namespace
 
+namespace {
+// The GPU could not hold this candidate's timing (NodeMemoryError): no verdict. prof keeps what says
+// where and how it was to be timed (the GPU, timed_by, the worker's confinement, the lock's wait)
+// and says node_error (correct null: reward-calc gives no reward and no -1); the record is counted
+// failed, stored (--resume times it again: only timed and failed profiles are reused) and the run
+// goes on with the next record.
+Outcome node_error(Json& record, const Json& prof, const std::string& why, std::chrono::steady_clock::time_point started) {
+  Json out = {{"status", "node_error"}, {"correct", nullptr}, {"node_error", true}, {"reason", why}, {"notes", Json::array()}};
+  for (const char* key : {"gpu", "timed_by", "worker_confinement", "lock_wait_s", "reference"})
+    if (prof.contains(key)) out[key] = prof[key];
+  out["profile_s"] = seconds_since(started);
+  record["prof"] = std::move(out);
+  log::warn(record.value("candidate_id", record.value("task_id", std::string("?"))), ": not timed (node_error): ", why);
+  return Outcome::failed;
+}
+}  // namespace
+
 GpuSession& Profiler::timing_gpu() {
   try {
     return gpu();
@@ -383,6 +400,10 @@ Outcome Profiler::profile(Json& record) {
     return Outcome::skipped;
   }
   if (gpu_ && gpu_->dead()) return profile_in_child(record, task_id);
+  return profile_here(record, task, task_id, task_key);
+}
+
+Outcome Profiler::profile_here(Json& record, const Json& task, const std::string& task_id, const std::string& task_key) {
   GpuSession& g = timing_gpu();  // first: without a GPU no passing record can be timed (exit 3)
   g.make_current();
   // The precision the record's check claims; the timing goes by the one read from the compiled
@@ -407,7 +428,12 @@ Outcome Profiler::profile(Json& record) {
   // The mode the reference ran in for this timing (the worker's word), as every verdict repeats it.
   prof["reference"] = Json{{"mode", worker::request::reference_section(loaded, worker::request::task_mode(task))["mode"]}};
 
-  CandidateTiming cand = time_candidate(g, record, task, loaded, options_);
+  CandidateTiming cand;
+  try {
+    cand = time_candidate(g, record, task, loaded, options_);
+  } catch (const NodeMemoryError& e) {
+    return node_error(record, prof, e.what(), started);
+  }
   stages.lap("candidate");
   const std::string precision = cand.precision.empty() ? claimed : cand.precision;
   prof["precision"] = precision;
@@ -434,7 +460,12 @@ Outcome Profiler::profile(Json& record) {
                          "): kernel sums are never compared with event times";
 
   run.time_baselines(baselines, task_key, precision, stages);
-  const std::optional<int> remeasured = run.remeasure();
+  std::optional<int> remeasured;
+  try {
+    remeasured = run.remeasure();
+  } catch (const NodeMemoryError& e) {
+    return node_error(record, prof, e.what(), started);
+  }
   if (!remeasured) return Outcome::failed;
   const int rounds = *remeasured;
   if (rounds > 0) stages.lap("remeasure");

@@ -49,6 +49,8 @@ class Profiler {
   // gpu(), or an EnvironmentError (exit 3) saying a record that passed its check needs one.
   GpuSession& timing_gpu();
   Outcome profile_in_child(Json& record, const std::string& task_id);
+  // Times the record's candidate on this process's GPU (profile's work once the task is known).
+  Outcome profile_here(Json& record, const Json& task, const std::string& task_id, const std::string& task_key);
 
   const ProfOptions& options_;
   const CommonOptions& common_;
@@ -69,7 +71,7 @@ bool check_passed(const Json& record);
 // the record's check the timing reads (the tolerance mode, its calibration, the claimed precision),
 // every option that changes the numbers or the verdict (metric, baselines, the stop rule and
 // budgets, warm-up, input sets, margin and remeasure rounds, the seed when one is given, CUPTI off,
-// --metrics), the kind of GPU (`gpu_kind`: {name, arch}) and the release. --resume reuses a stored
+// --metrics), the kind of GPU (`gpu_kind`: {name, arch}) and the build (build_identity). --resume reuses a stored
 // profile only when its timed_by is this; a profile stored before timed_by has none and is timed again.
 std::string timed_by(const ProfOptions& options, const std::string& task_key, const Json& record, const Json& gpu_kind);
 

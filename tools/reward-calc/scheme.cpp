@@ -207,8 +207,16 @@ bool score_profile_state(const Json& record, const Config& config, Json& r, Verd
     return true;
   }
   if (!record["prof"].is_object()) throw FieldError("prof", std::string("expected an object, got ") + record["prof"].type_name());
-  auto prof_correct = get_optional<bool>(record, "/prof/correct");
   auto prof_status = get_optional<std::string>(record, "/prof/status");
+  // The node could not time it (kernel-prof's node_error, correct null): no verdict, as a check's
+  // node_error: the record gets an error section, no reward and no -1.
+  if (prof_status && *prof_status == "node_error") {
+    auto prof_reason = get_optional<std::string>(record, "/prof/reason");
+    throw FieldError("prof.status", "node_error: the node could not time the candidate" +
+                                        (prof_reason ? " (" + *prof_reason + ")" : std::string()) +
+                                        "; no reward and no -1: time it again (kernel-prof --resume) on a GPU that holds it");
+  }
+  auto prof_correct = get_optional<bool>(record, "/prof/correct");
   if ((prof_correct && !*prof_correct) || (prof_status && *prof_status == "failed")) {
     auto prof_reason = get_optional<std::string>(record, "/prof/reason");
     r["value"] = number(config.failure_value);
