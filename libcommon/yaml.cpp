@@ -66,7 +66,13 @@ Json yaml_node_to_json(const YAML::Node& n, NodeBudget& budget, int depth) {
       Json o = Json::object();  // ordered: the file's key order is the object's
       for (const auto& kv : n) {
         if (!kv.first.IsScalar()) throw YamlError(budget.label + ": a map key is not a plain name", "a map key is not a plain name");
-        o[kv.first.as<std::string>()] = yaml_node_to_json(kv.second, budget, depth + 1);
+        // A key given twice would keep one value silently (a plan's second `grid:` or dim): refused.
+        const std::string key = kv.first.as<std::string>();
+        if (o.contains(key)) {
+          const std::string detail = "key '" + key + "' appears twice in one map (line " + std::to_string(kv.first.Mark().line + 1) + ")";
+          throw YamlError(budget.label + ": " + detail, detail);
+        }
+        o[key] = yaml_node_to_json(kv.second, budget, depth + 1);
       }
       return o;
     }

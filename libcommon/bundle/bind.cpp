@@ -3,6 +3,7 @@
 #include "libcommon/bundle/bind.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -222,7 +223,8 @@ void check_launch(const Step& step, const Plan& plan, const Signatures& sigs, co
       Value v = eval_in(e, typed, where + (dims == &L.grid ? " grid" : " block"), plan, L.kernel);
       if (v.is_float) throw PlanError(where + ": grid and block sizes must be integers ('" + e.text() + "')", L.kernel);
     }
-  eval_in(L.shared, typed, where + " shared", plan, L.kernel);
+  if (eval_in(L.shared, typed, where + " shared", plan, L.kernel).is_float)
+    throw PlanError(where + ": shared (dynamic shared memory bytes) must be an integer ('" + L.shared.text() + "')", L.kernel);
   for (auto& e : L.cluster)
     if (eval_in(e, typed, where + " cluster", plan, L.kernel).is_float)
       throw PlanError(where + ": cluster sizes must be integers ('" + e.text() + "')", L.kernel);
@@ -321,8 +323,13 @@ void check_plan(const Plan& plan, const Signatures& sigs, const IoSpec* io, cons
       } else if (step.kind == Step::kGemm) {
         std::vector<BufferRef> reads = {step.gemm.a, step.gemm.b};
         if (step.gemm.bias) reads.push_back(*step.gemm.bias);
-        for (auto* e : {&step.gemm.m, &step.gemm.n, &step.gemm.k, &step.gemm.batch})
-          if (!e->empty()) eval_in(*e, typed, step.label(), plan);
+        const std::pair<const char*, const Expr*> sizes[] = {
+            {"m", &step.gemm.m}, {"n", &step.gemm.n}, {"k", &step.gemm.k}, {"batch", &step.gemm.batch}};
+        for (const auto& [field, e] : sizes)
+          if (!e->empty() && eval_in(*e, typed, step.label() + " gemm " + field, plan).is_float)
+            throw PlanError(step.label() + ": gemm " + field + " '" + e->text() + "' is not an integer");
+        for (auto* e : {&step.gemm.alpha, &step.gemm.beta})
+          if (!e->empty()) eval_in(*e, typed, step.label() + " gemm " + (e == &step.gemm.alpha ? "alpha" : "beta"), plan);
         check_library_buffers(step, reads, step.gemm.out, plan, io, written);
       } else {
         std::vector<BufferRef> reads = {step.conv.x, step.conv.w};
@@ -410,6 +417,28 @@ int64_t element_bytes(const std::string& dtype, const std::string& where) {
   return static_cast<int64_t>(d->bytes);
 }
 
+// A scalar argument must be what its parameter can hold: 2^32 + 1 passed to an int would arrive as
+// 1, 1e300 to a float as inf. Integers: the type's range (an unsigned one also takes a negative
+// value of its signed twin, -1 as all ones, as C converts it); floats: finite in the type.
+void scalar_fits(const Value& v, const ParamType& p, const std::string& where, const std::string& kernel) {
+  if (p.kind == ParamType::kFloat) {
+    const double d = v.as_double();
+    if (p.size_bytes == 8 ? !std::isfinite(d) : !std::isfinite(static_cast<float>(d)))
+      throw PlanError(where + " = " + v.text() + ": not a finite " + p.text, kernel);
+    return;
+  }
+  if (p.kind != ParamType::kInteger || v.is_float || p.size_bytes <= 0 || p.size_bytes >= 8) return;
+  const int bits = 8 * p.size_bytes;
+  // An extern "C" kernel's PTX (.u32, .s32, .b32) does not always say the signedness: either range.
+  const bool is_unsigned = p.dtype.empty() || p.dtype[0] == 'U';
+  const int64_t lo = p.dtype == "BOOL" ? 0 : -(int64_t(1) << (bits - 1));
+  const int64_t hi = p.dtype == "BOOL" ? 1 : is_unsigned ? (int64_t(1) << bits) - 1 : (int64_t(1) << (bits - 1)) - 1;
+  if (v.i < lo || v.i > hi)
+    throw PlanError(where + " = " + v.text() + ": does not fit the kernel's " + p.text + " (" + std::to_string(lo) + " to " +
+                        std::to_string(hi) + ")",
+                    kernel);
+}
+
 std::vector<uint8_t> pack_scalar(const Value& v, const ParamType& p) {
   std::vector<uint8_t> out(p.size_bytes > 0 ? p.size_bytes : 4);
   auto put = [&](auto x) { std::memcpy(out.data(), &x, sizeof x); };
@@ -476,7 +505,8 @@ class Binder {
         out.push_back(std::move(bs));
         if (int64_t(out.size()) > kMaxBoundSteps)
           throw PlanError(steps[i].section + ": more than " + std::to_string(kMaxBoundSteps) +
-                          " steps per call once the repeats are unrolled");
+                          " steps per call once the repeats are unrolled (the binder's own bound; the rules allow fewer: "
+                          "max_forward_steps, max_init_steps)");
         ++i;
         continue;
       }
@@ -488,7 +518,8 @@ class Binder {
       if (count < 0) throw PlanError(loop.path + ": repeat count " + std::to_string(count) + " is negative");
       if (count > kMaxBoundSteps)
         throw PlanError(loop.path + ": repeat count " + std::to_string(count) + " is more than " +
-                        std::to_string(kMaxBoundSteps) + " steps per call");
+                        std::to_string(kMaxBoundSteps) + " steps per call (the binder's own bound; the rules allow fewer: "
+                        "max_forward_steps, max_init_steps)");
       for (int64_t t = 0; t < count; ++t) {
         r.dims[loop.index] = Value::integer(t);
         unroll(steps, i, j, depth + 1, out, at + " [" + loop.index + "=" + std::to_string(t) + "]");
@@ -609,7 +640,9 @@ class Binder {
         // business: the guard zones catch writes past the buffer).
         a.offset = view_offset(L.args[i].offset, a.buffer, L.args[i].offset.empty() ? 0 : 1, bs.label + ": " + ordinal_arg(i));
       } else {
-        a.scalar = pack_scalar(eval_in(L.args[i].expr, r, bs.label, plan, L.kernel), sig.params[i]);
+        const Value v = eval_in(L.args[i].expr, r, bs.label, plan, L.kernel);
+        scalar_fits(v, sig.params[i], bs.label + ": " + ordinal_arg(i) + " ('" + L.args[i].text + "')", L.kernel);
+        a.scalar = pack_scalar(v, sig.params[i]);
       }
       bs.launch.args.push_back(std::move(a));
     }
@@ -682,8 +715,17 @@ class Binder {
     g.trans_b = G.trans_b;
     g.activation = G.activation;
     g.compute = G.compute;
-    g.alpha = G.alpha;
-    g.beta = G.beta;
+    g.alpha = scale_field(G.alpha, 1.0, bs.label + " gemm alpha");
+    g.beta = scale_field(G.beta, 0.0, bs.label + " gemm beta");
+  }
+
+  // alpha or beta: empty gives `dflt`; else a finite number as the library takes it (a float).
+  double scale_field(const Expr& e, double dflt, const std::string& where) {
+    if (e.empty()) return dflt;
+    const Value v = eval_in(e, r, where, plan);
+    if (!std::isfinite(static_cast<float>(v.as_double())))
+      throw PlanError(where + " = " + v.text() + " ('" + e.text() + "'): not a finite float");
+    return v.as_double();
   }
 
   // A stride field's value: empty gives `dense`; else an integer at least `least` (elements).
@@ -785,7 +827,9 @@ class Binder {
   // The operands' shapes given (views into larger buffers).
   void conv_shape_given(const ConvStep& C, const BoundStep& bs, BoundConv& c) {
     auto has = [&](const char* key) { return C.shape.count(key) > 0; };
-    c.spatial = has("d") ? 3 : has("h") ? 2 : 1;
+    // The most spatial dimensions any key names: a `t` or an `r` without its `d` or `h` is missing
+    // that size, not ignored.
+    c.spatial = has("d") || has("t") ? 3 : has("h") || has("r") ? 2 : 1;
     std::vector<const char*> need = {"n", "c", "k", "w", "s"};
     if (c.spatial >= 2) need.insert(need.end(), {"h", "r"});
     if (c.spatial == 3) need.insert(need.end(), {"d", "t"});

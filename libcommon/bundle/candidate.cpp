@@ -134,12 +134,35 @@ std::optional<Refusal> before_compile(Candidate& c, const CandidateOptions& opti
   return std::nullopt;
 }
 
+// Static __shared__ and dynamic shared memory together: the target's opt-in limit is for both (a
+// kernel with 48 KiB of static shared memory asking 200 KiB more at launch fails on an H100).
+// ptxas's count of a kernel's static shared memory includes the 1 KiB per block that sm_80 and later
+// reserve for the system (a 4-byte __shared__ array counts 1028), which the opt-in limit leaves out:
+// that much is let through, so nothing the device would launch is refused here.
+void check_shared_total(const BoundPlan& bp, const CompileResult& compiled, const LaunchLimits& limits) {
+  constexpr int64_t kReserved = 1024;
+  for (const auto* steps : {&bp.init, &bp.forward})
+    for (const auto& s : *steps) {
+      if (s.kind != Step::kLaunch) continue;
+      const auto it = compiled.resources.find(s.launch.mangled);
+      if (it == compiled.resources.end()) continue;
+      const int64_t total = it->second.static_shared_bytes + int64_t(s.launch.shared);
+      if (total > limits.dynamic_shared + kReserved)
+        throw PlanError(s.label + ": shared = " + std::to_string(s.launch.shared) + " bytes of dynamic shared memory and the kernel's " +
+                            std::to_string(it->second.static_shared_bytes) + " bytes of static __shared__ (as ptxas counts it, with the " +
+                            "1 KiB the system reserves) are " + std::to_string(total) + " bytes (" + limits.arch + " allows at most " +
+                            std::to_string(limits.dynamic_shared) + " per block, both together, besides the reserved 1 KiB)",
+                        s.launch.kernel);
+    }
+}
+
 }  // namespace
 
 Binding bind_candidate(const Candidate& c, const IoSpec& io, const LaunchLimits& limits, const Rules* rules) {
   Binding out;
   try {
     out.bound = bind_plan(c.plan, c.signatures, io, limits);
+    if (c.compiled) check_shared_total(*out.bound, *c.compiled, limits);
     out.scratch_bytes = out.bound->scratch_bytes();  // PlanError when the sizes add up past 2^63
     if (rules && !rules->scratch_cap_by_judge) out.scratch_cap = rules->scratch_cap_for(io);
     if (rules)

@@ -150,23 +150,44 @@ BufferRef parse_buffer(const Json& v, const std::string& where, Expr* offset = n
   return *r;
 }
 
-bool truthy(const Json& v) {
+// A flag (cooperative, trans_a, trans_b, transposed): true or false as YAML and JSON spell them.
+// Anything else is refused: `trans_b: ture` or `cooperative: [1]` read as false would pass every
+// check and compute something else.
+bool truthy(const Json& v, const std::string& where) {
   if (v.is_boolean()) return v.get<bool>();
-  if (v.is_number()) return v.get<double>() != 0;
+  if (v.is_number_integer() && (v.get<int64_t>() == 0 || v.get<int64_t>() == 1)) return v.get<int64_t>() == 1;
   if (v.is_string()) {
-    std::string s = v.get<std::string>();
-    return s == "true" || s == "True" || s == "yes" || s == "1";
+    static const std::set<std::string> yes = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON", "1"};
+    static const std::set<std::string> no = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF", "0"};
+    const std::string s = v.get<std::string>();
+    if (yes.count(s)) return true;
+    if (no.count(s)) return false;
   }
-  return false;
+  throw PlanError(where + ": expected true or false, got " + v.dump());
 }
 
+// A whole number: `outputs: 2` (not "2 outputs", whose leading digits stod would take).
 double number(const Json& v, const std::string& where) {
   if (v.is_number()) return v.get<double>();
+  const std::string text = scalar_text(v, where);
   try {
-    return std::stod(scalar_text(v, where));
+    size_t used = 0;
+    const double d = std::stod(text, &used);
+    if (used == text.size()) return d;
   } catch (const std::exception&) {
-    throw PlanError(where + ": expected a number, got " + v.dump());
   }
+  throw PlanError(where + ": expected a number, got " + v.dump());
+}
+
+// One field under one spelling: `shared` and its old names `smem` and `shared_bytes`, or a gemm's
+// `activation` and `epilogue`, given together would leave one of them silently unused.
+void one_spelling(const Json& o, std::initializer_list<const char*> keys, const std::string& where) {
+  const char* seen = nullptr;
+  for (const char* k : keys)
+    if (o.contains(k) && !o[k].is_null()) {
+      if (seen) throw PlanError(where + ": '" + seen + "' and '" + k + "' are one field (give it once, as '" + *keys.begin() + "')");
+      seen = k;
+    }
 }
 
 std::vector<Expr> parse_dim3(const Json& v, const std::string& where) {
@@ -216,6 +237,7 @@ LaunchStep parse_launch(const Json& s, std::string where) {
   if (!s.contains("block")) throw PlanError(where + ": no block", L.kernel);
   L.grid = parse_dim3(s["grid"], where + " grid");
   L.block = parse_dim3(s["block"], where + " block");
+  one_spelling(s, {"shared", "smem", "shared_bytes"}, where);
   for (const char* key : {"shared", "smem", "shared_bytes"})
     if (s.contains(key)) L.shared = parse_expr(s[key], where + " shared");
   if (L.shared.empty()) L.shared = Expr::constant(0);
@@ -237,7 +259,7 @@ LaunchStep parse_launch(const Json& s, std::string where) {
       L.args.push_back(std::move(arg));
     }
   }
-  if (s.contains("cooperative")) L.cooperative = truthy(s["cooperative"]);
+  if (s.contains("cooperative") && !s["cooperative"].is_null()) L.cooperative = truthy(s["cooperative"], where + " cooperative");
   if (s.contains("cluster") && !s["cluster"].is_null()) L.cluster = parse_dim3(s["cluster"], where + " cluster");
   return L;
 }
@@ -255,13 +277,14 @@ GemmStep parse_gemm(const Json& fields, const std::string& where) {
   if (has(fields, "out")) G.out = parse_buffer(fields["out"], where + " gemm out", &G.out_offset);
   else throw PlanError(where + " 'gemm': needs 'out'");
   if (has(fields, "bias")) G.bias = parse_buffer(fields["bias"], where + " gemm bias", &G.bias_offset);
+  one_spelling(fields, {"activation", "epilogue"}, where + " 'gemm'");
   for (const char* key : {"activation", "epilogue"})
     if (has(fields, key)) G.activation = scalar_text(fields[key], where);
   if (G.activation == "bias") G.activation = "none";
   if (G.activation != "none" && G.activation != "relu" && G.activation != "gelu")
     throw PlanError(where + " 'gemm': activation '" + G.activation + "' (none, relu, gelu)");
-  if (has(fields, "trans_a")) G.trans_a = truthy(fields["trans_a"]);
-  if (has(fields, "trans_b")) G.trans_b = truthy(fields["trans_b"]);
+  if (has(fields, "trans_a")) G.trans_a = truthy(fields["trans_a"], where + " gemm trans_a");
+  if (has(fields, "trans_b")) G.trans_b = truthy(fields["trans_b"], where + " gemm trans_b");
   if (has(fields, "m")) G.m = parse_expr(fields["m"], where + " gemm m");
   if (has(fields, "n")) G.n = parse_expr(fields["n"], where + " gemm n");
   if (has(fields, "k")) G.k = parse_expr(fields["k"], where + " gemm k");
@@ -270,8 +293,9 @@ GemmStep parse_gemm(const Json& fields, const std::string& where) {
                                                    {"stride_a", &G.stride_a}, {"stride_b", &G.stride_b}, {"stride_c", &G.stride_c}};
   for (const auto& [key, dst] : strided)
     if (has(fields, key)) *dst = parse_expr(fields[key], where + " gemm " + key);
-  if (has(fields, "alpha")) G.alpha = number(fields["alpha"], where + " gemm alpha");
-  if (has(fields, "beta")) G.beta = number(fields["beta"], where + " gemm beta");
+  // Expressions like every other field (`alpha: 1.0 / sqrt(D)`), evaluated when the plan is bound.
+  if (has(fields, "alpha")) G.alpha = parse_expr(fields["alpha"], where + " gemm alpha");
+  if (has(fields, "beta")) G.beta = parse_expr(fields["beta"], where + " gemm beta");
   if (has(fields, "compute")) G.compute = scalar_text(fields["compute"], where);
   if (G.compute != "fp32" && G.compute != "tf32")
     throw PlanError(where + " 'gemm': compute '" + G.compute + "' (fp32, tf32)");
@@ -313,7 +337,7 @@ ConvStep parse_conv(const Json& fields, const std::string& where) {
   per_dim("dilation", C.dilation, C.given[2]);
   per_dim("output_padding", C.output_padding, C.given[3]);
   if (has(fields, "groups")) C.groups = parse_expr(fields["groups"], where + " conv groups");
-  if (has(fields, "transposed")) C.transposed = truthy(fields["transposed"]);
+  if (has(fields, "transposed")) C.transposed = truthy(fields["transposed"], where + " conv transposed");
   for (const auto& [key, dst] : {std::pair{"x_strides", &C.x_strides}, std::pair{"out_strides", &C.out_strides}}) {
     if (!has(fields, key)) continue;
     const Json& v = fields[key];
@@ -465,7 +489,12 @@ static Plan plan_from_json(const Json& p) {
     s.name = name;
     std::string dt = decl.contains("dtype") ? scalar_text(decl["dtype"], where) : "float32";
     s.dtype = normalize_dtype(dt);
-    if (s.dtype.empty()) throw PlanError(where + ": unknown dtype '" + dt + "'");
+    if (s.dtype.empty()) {
+      std::string known;
+      for (const auto& n : dtype_names()) known += (known.empty() ? "" : ", ") + n;
+      throw PlanError(where + ": unknown dtype '" + dt + "' (float32, float16, bfloat16, int32, int64, ... or their safetensors "
+                      "names: " + known + ")");
+    }
     // Any rank up to 8 (a 5-d activation of a 3-d conv, say); a single value is a 1-d shape.
     const Json& shape = decl["shape"];
     if (shape.is_array()) {
@@ -477,6 +506,11 @@ static Plan plan_from_json(const Json& p) {
     }
     plan.scratch.push_back(std::move(s));
   };
+  // A list (`- name: {...}`) would declare nothing: refused, not ignored.
+  for (const char* key : {"scratch", "buffers"})
+    if (p.contains(key) && !p[key].is_null() && !p[key].is_object())
+      throw PlanError(std::string("plan: ") + key + " must be a map of NAME: {dtype, shape} (got " +
+                      (p[key].is_array() ? "a list" : "a " + std::string(p[key].type_name())) + ")");
   if (p.contains("scratch") && p["scratch"].is_object())
     for (auto& k : yaml_keys(p["scratch"])) add_scratch(k, p["scratch"][k]);
   if (p.contains("buffers") && p["buffers"].is_object())

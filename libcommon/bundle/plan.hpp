@@ -87,7 +87,7 @@ struct GemmStep {
   // the stored matrix's columns) and their batch strides (empty: dense, rows x row stride). A column
   // slice of a wider matrix is a view with its row stride; stride 0 repeats a or b over the batch.
   Expr lda, ldb, ldc, stride_a, stride_b, stride_c;
-  double alpha = 1.0, beta = 0.0;
+  Expr alpha, beta;                  // expressions (`1.0 / sqrt(D)`); empty: 1 and 0
   std::string compute = "fp32";      // fp32 or tf32 (fp16/bf16 buffers use their own)
 };
 
