@@ -523,7 +523,12 @@ static Plan plan_from_json(const Json& p) {
   if (p.contains("outputs") && !p["outputs"].is_null()) {
     const Json& o = p["outputs"];
     if (o.is_array()) plan.outputs_declared = static_cast<int>(o.size());
-    else plan.outputs_declared = static_cast<int>(number(o, "plan outputs"));
+    else {
+      const double n = number(o, "plan outputs");
+      if (!(n >= 0 && n <= (1 << 20)) || n != static_cast<double>(static_cast<int>(n)))
+        throw PlanError("plan outputs: " + o.dump() + " is not a count of outputs (a whole number, 0 or more)");
+      plan.outputs_declared = static_cast<int>(n);
+    }
   }
   for (const char* section : {"init", "forward"}) {
     if (!p.contains(section) || p[section].is_null()) continue;

@@ -80,6 +80,9 @@ TEST_CASE("gemm alpha and beta are expressions, evaluated at bind; a non-finite 
   CHECK(bind_error(gemm(", alpha: 1e300"), {}).find("gemm alpha = ") != std::string::npos);
   CHECK(bind_error(gemm(", beta: Q"), {}).find("unbound name 'Q'") != std::string::npos);
   CHECK(parse_error("outputs: 2 outputs\n" + gemm("")).find("plan outputs: expected a number") != std::string::npos);
+  CHECK(parse_error("outputs: 2.5\n" + gemm("")).find("plan outputs: \"2.5\" is not a count of outputs") != std::string::npos);
+  CHECK(parse_error("outputs: 1e300\n" + gemm("")).find("is not a count of outputs") != std::string::npos);
+  CHECK(*Plan::parse_text("outputs: 1\n" + gemm("")).outputs_declared == 1);
 }
 
 TEST_CASE("sizes are integers: shared and gemm m, n, k, batch") {
