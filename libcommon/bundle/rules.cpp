@@ -53,7 +53,13 @@ void apply(Rules& p, const ca::Json& n, const std::string& name) {
   for (const auto& k : ca::yaml_keys(n))
     if (std::find(known.begin(), known.end(), k) == known.end())
       throw ca::UsageError("rules " + name + ": unknown key '" + k + "'");
-  if (n.contains("allowed_steps")) p.allowed_steps = setting(name, "allowed_steps", n["allowed_steps"], ca::yaml_strings);
+  if (n.contains("allowed_steps")) {
+    p.allowed_steps = setting(name, "allowed_steps", n["allowed_steps"], ca::yaml_strings);
+    // A kind the plan language lacks (a typo, `gem`, or `pool`) would allow nothing and say nothing.
+    for (const auto& k : p.allowed_steps)
+      if (k != "launch" && k != "gemm" && k != "conv")
+        throw ca::UsageError("rules " + name + ": allowed_steps: '" + k + "' is not a step kind (launch, gemm, conv)");
+  }
   if (n.contains("allowed_headers")) p.allowed_headers = setting(name, "allowed_headers", n["allowed_headers"], ca::yaml_strings);
   if (n.contains("forbidden")) {
     const ca::Json& list = n["forbidden"];

@@ -8,7 +8,9 @@
 #include <string>
 
 #include "libcommon/bundle/plan.hpp"
+#include "libcommon/bundle/rules.hpp"
 #include "libcommon/bundle/signature.hpp"
+#include "libcommon/errors.hpp"
 #include "libcommon/jsonl.hpp"
 
 using namespace ca::bundle;
@@ -146,4 +148,10 @@ TEST_CASE("the binder's own step bound names the rules' lower one") {
   CHECK_MESSAGE(m.find("repeat count 100001 is more than 100000 steps per call (the binder's own bound; the rules allow fewer: "
                        "max_forward_steps, max_init_steps)") != std::string::npos,
                 m);
+}
+
+TEST_CASE("rules: allowed_steps names step kinds the plan language has") {
+  CHECK(Rules::parse("allowed_steps: [launch, conv]\n", "r.yaml").allowed_steps == std::vector<std::string>{"launch", "conv"});
+  CHECK_THROWS_WITH_AS(Rules::parse("allowed_steps: [launch, gem]\n", "r.yaml"),
+                       doctest::Contains("allowed_steps: 'gem' is not a step kind (launch, gemm, conv)"), ca::UsageError);
 }
