@@ -184,6 +184,39 @@ assert "reward" not in rew[0] and rew[0]["error"]["field"] == "prof.status", rew
 assert all("reward" in r for r in rew[3:]), [r.get("error") for r in rew[3:]]
 print("node_error: kp-good not timed (%s), the rest timed and rewarded" % p["reason"][:60])
 PY
+# A checked call whose reference the worker cannot make beside the candidate (CA_KERNEL_PROF_INJECT_REF_OOM:
+# the first checked call's reference answers as out of GPU memory even alone): the candidate is ended and the
+# reference made without it. The honest kp-good is then not timed (node_error, no verdict); kp-wrong (doubles
+# without the ReLU, with a passing check in its record) is wrong on that call: -1, never no verdict.
+$PY - "$T/cands.jsonl" > "$T/refoom.jsonl" <<'PY'
+import hashlib, json, sys
+recs = {r["name"]: r for r in map(json.loads, open(sys.argv[1]))}
+good = recs["kp-good"]
+wrong = json.loads(json.dumps(good))
+src = next(iter(wrong["bundle"]["kernels"].values()))
+assert "fmaxf(x[i], 0.0f) * 2.0f" in src, src
+name = next(iter(wrong["bundle"]["kernels"]))
+wrong["bundle"]["kernels"][name] = src.replace("fmaxf(x[i], 0.0f) * 2.0f", "x[i] * 2.0f")
+wrong["name"] = "kp-wrong"
+canon = lambda v: json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+wrong["candidate_id"] = hashlib.sha256(canon({"task_id": wrong["task_id"], "bundle": wrong["bundle"]}).encode()).hexdigest()[:16]
+for r in (good, wrong):
+    print(json.dumps(r))
+PY
+ids=$($PY -c 'import json,sys; print(",".join(json.loads(l)["candidate_id"] for l in open(sys.argv[1])))' "$T/refoom.jsonl")
+rc=0
+CA_KERNEL_PROF_INJECT_REF_OOM=$ids timeout 240 "$KP" -v --tasks "$T/tasks.jsonl" --baselines eager --budget-s 2 \
+  --baseline-budget-s 2 --no-store < "$T/refoom.jsonl" > "$T/out6.jsonl" 2> "$T/err6" || rc=$?
+[ "$rc" = 0 ] || { cat "$T/err6"; fail "a reference that did not fit beside the candidate: exit $rc"; }
+$PY - "$T/out6.jsonl" <<'PY' || { cat "$T/err6"; fail "the reference made without the candidate"; }
+import json, sys
+recs = {r["name"]: r for r in map(json.loads, open(sys.argv[1]))}
+g, w = recs["kp-good"]["prof"], recs["kp-wrong"]["prof"]
+assert g["status"] == "node_error" and g["correct"] is None and "matched" in g["reason"], g
+assert w["status"] == "failed" and w["correct"] is False, w
+assert any(not c["ok"] for c in w["outputs_check"]) if "outputs_check" in w else True
+print("reference without the candidate: kp-good node_error; kp-wrong failed (%s)" % w["reason"][:80])
+PY
 # KP_KEEP_DIR: keep the records (the stored sample for the CPU schema test came from here).
 if [ -n "${KP_KEEP_DIR:-}" ]; then cp "$T"/out*.jsonl "$KP_KEEP_DIR"/; fi
 echo "kernel-prof gpu e2e: ok"

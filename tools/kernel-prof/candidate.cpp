@@ -242,25 +242,59 @@ class FreshInputs : public CallInputs {
       release();
       return "";
     }
-    const std::string ref_key = stem_ + "ref-" + std::to_string(call);
-    Json b = gpu_.worker().request(worker::request::reference(task_id_, key_, ref_key, std::nullopt, calibrate_));
+    // The outputs first, copied into the trusted context after the call's kernels completed: a
+    // reference the worker cannot make beside the candidate is then made without it (judge_alone).
+    call_ = call;
+    copy_outputs(ex);
+    Json b = reference_answer();
     if (!b.value("ok", false)) {
+      if (b.value("memory_admission", std::string()) == "alone") {
+        // The inputs stay with the worker (key_), the outputs' copies here.
+        throw ReferenceBesideCandidate("reference worker: reference for task " + task_id_ + ": out of GPU memory beside the candidate");
+      }
       release();
       throw_worker_failure("reference", task_id_, b);
     }
-    // The compare runs in the trusted context, on copies of the outputs made after the candidate's
-    // kernels of this call completed, against a reference mapped now: nothing it reads holds a value
-    // from while a candidate kernel ran (contexts share an address space; order is the guard).
-    ca::bundle::CompareResult cmp = compare_in_trusted_context(ex, b["tensors"], tolerances_for(b));
-    gpu_.worker().request(worker::request::release({ref_key}));
-    Json entry = cmp.to_json();
-    entry["call"] = call;
-    entry["seed"] = seed_;
-    entry["ok"] = cmp.ok;
-    result_.outputs_check.push_back(entry);
-    release();
-    if (!cmp.ok) return log::cat("call ", call, " (seed ", seed_, "): ", cmp.reason);
-    return "";
+    return compare_call(b);
+  }
+
+  // The worker could not make a checked call's reference beside the candidate (out of GPU memory
+  // even alone, as kernel-check's redraw reads it): what holds memory is the candidate's, within its
+  // declared buffers and cap, so time_into ends the candidate (every byte it held freed) and calls
+  // judge_alone. Never a way out of a -1: the call's outputs were copied before the reference was
+  // asked for, and they are compared with the reference made without the candidate.
+  struct ReferenceBesideCandidate : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
+  // After ReferenceBesideCandidate, with the candidate ended: that call's reference from the same
+  // inputs, compared with its copied outputs. "" when they match; NodeMemoryError when the worker
+  // runs out of GPU memory even now (the node's limit).
+  std::string judge_alone() {
+    Json b = reference_answer();
+    if (!b.value("ok", false)) {
+      release();
+      throw_worker_failure("reference (the candidate ended)", task_id_, b);
+    }
+    return compare_call(b);
+  }
+  // CA_KERNEL_PROF_INJECT_REF_OOM (tests): the first checked call's reference answers as a worker
+  // out of GPU memory even alone would.
+  void inject_reference_oom() { inject_ref_oom_ = true; }
+  // The trusted copies of the outputs, allocated at setup, before any call: a copy that does not fit
+  // is the node's limit found before anything was checked, never an out-of-memory in the middle of a
+  // checked call (which would leave its outputs unjudged).
+  void reserve_copies(bundle::Executor& ex) {
+    auto& drv = cuda::Driver::get();
+    CUcontext cand = nullptr;
+    drv.check(drv.cuCtxGetCurrent(&cand), "cuCtxGetCurrent");
+    drv.check(drv.cuCtxSetCurrent(gpu_.trusted_context()), "cuCtxSetCurrent(trusted)");
+    struct Back {
+      CUcontext c;
+      ~Back() { cuda::Driver::get().cuCtxSetCurrent(c); }
+    } back{cand};
+    for (const auto& buf : ex.plan().buffers)
+      if (buf.space == bundle::Space::output && buf.bytes > 0 && !copies_[buf.ref])
+        copies_[buf.ref] = alloc_trusted(size_t(buf.bytes), "trusted copy of " + buf.ref);
   }
 
   double draw_ms_per_call() const { return draws_ ? draw_ms_ / double(draws_) : 0; }
@@ -283,8 +317,18 @@ class FreshInputs : public CallInputs {
     return bundle::Tolerances::calibrated(calibrate_->precision, cal, err);
   }
 
-  ca::bundle::CompareResult compare_in_trusted_context(bundle::Executor& ex, const Json& reference,
-                                                       const bundle::Tolerances& tolerances) {
+  Json reference_answer() {
+    if (inject_ref_oom_) {
+      inject_ref_oom_ = false;
+      return Json{{"ok", false}, {"error", "out_of_memory"}, {"detail", "injected (CA_KERNEL_PROF_INJECT_REF_OOM)"},
+                  {"memory_admission", "alone"}};
+    }
+    return gpu_.worker().request(worker::request::reference(task_id_, key_, ref_key(), std::nullopt, calibrate_));
+  }
+  std::string ref_key() const { return stem_ + "ref-" + std::to_string(call_); }
+
+  // The candidate's outputs copied into the trusted context (cuMemcpyPeerAsync crosses contexts).
+  void copy_outputs(bundle::Executor& ex) {
     auto& drv = cuda::Driver::get();
     CUcontext trusted = gpu_.trusted_context(), cand = nullptr;
     drv.check(drv.cuCtxGetCurrent(&cand), "cuCtxGetCurrent");
@@ -294,7 +338,7 @@ class FreshInputs : public CallInputs {
       CUcontext c;
       ~Back() { cuda::Driver::get().cuCtxSetCurrent(c); }
     } back{cand};
-    ca::bundle::DeviceOutputs got, want;
+    got_.clear();
     for (const auto& buf : ex.plan().buffers) {
       if (buf.space != bundle::Space::output) continue;
       CUdeviceptr& copy = copies_[buf.ref];
@@ -302,14 +346,38 @@ class FreshInputs : public CallInputs {
       if (buf.bytes > 0)
         drv.check(drv.cuMemcpyPeerAsync(copy, trusted, ex.device_pointer(buf.ref), cand, size_t(buf.bytes), ts),
                   "copy of " + buf.ref + " into the trusted context");
-      got[buf.ref] = {buf.dtype, buf.shape, copy};
+      got_[buf.ref] = {buf.dtype, buf.shape, copy};
     }
     drv.check(drv.cuStreamSynchronize(ts), "copies into the trusted context");
+  }
+
+  // The compare runs in the trusted context, on the copies of the outputs made after the
+  // candidate's kernels of this call completed, against a reference mapped now: nothing it reads
+  // holds a value from while a candidate kernel ran (contexts share an address space; order is the
+  // guard). Records the call in outputs_check; "" or what was wrong.
+  std::string compare_call(Json& b) {
+    auto& drv = cuda::Driver::get();
+    CUcontext cur = nullptr;
+    drv.check(drv.cuCtxGetCurrent(&cur), "cuCtxGetCurrent");
+    drv.check(drv.cuCtxSetCurrent(gpu_.trusted_context()), "cuCtxSetCurrent(trusted)");
+    struct Back {
+      CUcontext c;
+      ~Back() { cuda::Driver::get().cuCtxSetCurrent(c); }
+    } back{cur};
+    ca::bundle::DeviceOutputs want;
     cuda::IpcMaps maps;
-    for (const auto& [name, t] : cuda::shared_tensors(reference, "reference")) want[name] = {t.dtype, t.shape, maps.map(t)};
-    ca::bundle::CompareResult cmp = ca::bundle::compare_outputs_device(got, want, tolerances, ts);
+    for (const auto& [name, t] : cuda::shared_tensors(b["tensors"], "reference")) want[name] = {t.dtype, t.shape, maps.map(t)};
+    ca::bundle::CompareResult cmp = ca::bundle::compare_outputs_device(got_, want, tolerances_for(b), gpu_.trusted_stream());
     maps.close();
-    return cmp;
+    gpu_.worker().request(worker::request::release({ref_key()}));
+    Json entry = cmp.to_json();
+    entry["call"] = call_;
+    entry["seed"] = seed_;
+    entry["ok"] = cmp.ok;
+    result_.outputs_check.push_back(entry);
+    release();
+    if (!cmp.ok) return log::cat("call ", call_, " (seed ", seed_, "): ", cmp.reason);
+    return "";
   }
   // The tool's own memory: when the device is full, the worker's cached blocks go back to the driver
   // first (torch keeps what its last forward used); still no room is the node's limit (the CudaError
@@ -354,6 +422,9 @@ class FreshInputs : public CallInputs {
   CandidateTiming& result_;
   double draw_ms_ = 0;
   int64_t draws_ = 0;
+  int64_t call_ = 0;                  // the checked call being finished
+  ca::bundle::DeviceOutputs got_;     // its outputs, copied into the trusted context
+  bool inject_ref_oom_ = false;
 };
 
 // The checked share of timed calls: each call with this chance, drawn after its inputs, plus the
@@ -369,6 +440,22 @@ void throw_if_out_of_memory(const cuda::CudaError& e, const char* where) {
   if (e.result == CUDA_ERROR_OUT_OF_MEMORY)
     throw NodeMemoryError(std::string("GPU memory (") + where + "): " + e.what() +
                           ": this GPU is too small to time the task, which is not the candidate's fault");
+}
+
+// A checked call whose reference the worker could not make beside the candidate: the candidate is
+// ended (its executor destroyed: every buffer, module and graph freed), then the call's reference is
+// made from the same inputs and compared with the outputs copied before. Wrong: what was wrong (a
+// -1, as any wrong call). Right: NodeMemoryError, as the candidate cannot be timed on this GPU
+// beside its references (prof.status node_error, no verdict). So no memory a candidate holds turns a
+// wrong call into no verdict (kernel-check's redraw with the runner ended, here).
+std::string judge_without_candidate(std::unique_ptr<CandidateBench>& bench, FreshInputs& fresh, const std::string& what) {
+  log::verbose(what, ": ending the candidate to make the reference without it");
+  bench.reset();
+  cuda::Driver::get().check(cuda::Driver::get().cuCtxSynchronize(), "the candidate ended");
+  const std::string why = fresh.judge_alone();
+  if (!why.empty()) return why;
+  throw NodeMemoryError(what + "; made without it, the reference matched the call's outputs, but the candidate cannot be timed "
+                        "beside its references on this GPU");
 }
 
 void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, const Json& task, const Json& loaded,
@@ -392,11 +479,13 @@ void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, con
   std::random_device rd;
   const uint64_t pick_seed = options.seed_given ? ca::splitmix64(seed_base ^ 0x636865636bULL) : (uint64_t(rd()) << 32 | rd());
   FreshInputs fresh(gpu, task_id, seed_base, record["check"], result);
+  if (named_in("CA_KERNEL_PROF_INJECT_REF_OOM", cand)) fresh.inject_reference_oom();
   std::unique_ptr<CandidateBench> bench;
   try {
     inject_fault_if_asked(cand, gpu.stream());
     bench = std::make_unique<CandidateBench>(std::move(sources), loaded, gpu.identity().arch, result.params, fresh,
                                              uint32_t(options.seed * 0x9e3779b9ULL >> 7), kCheckFraction, pick_seed);
+    fresh.reserve_copies(bench->executor());
   } catch (const FieldError&) {
     throw;
   } catch (const EnvironmentError&) {
@@ -430,6 +519,9 @@ void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, con
   } catch (const CandidateBench::CallFailed& e) {
     finish();
     return fail(e.what());
+  } catch (const FreshInputs::ReferenceBesideCandidate& e) {
+    finish();
+    return fail(judge_without_candidate(bench, fresh, e.what()));
   } catch (const cuda::CudaError& e) {
     if (e.sticky()) {  // the candidate's own fault (kernel-check ran it; this layout, these inputs differ)
       finish();

@@ -115,8 +115,9 @@ std::vector<InputSet> make_input_sets(GpuSession& gpu, const std::string& task_i
                                       std::vector<std::string>& keys);
 
 // This GPU could not hold a candidate's timing: out of device memory in the tool's setup or timed
-// calls, or the reference worker out of memory for a draw or a reference even when retried alone
-// (its answer's memory_admission "alone", the signal kernel-check's redraw reads too). What a
+// calls, or the reference worker out of memory for a draw even when retried alone (its answer's
+// memory_admission "alone", the signal kernel-check's redraw reads too), or a checked call's
+// reference that fit only with the candidate ended and then matched (a wrong call is failed, -1). What a
 // candidate may use is declared (buffers, scratch within the cap, library workspaces) and its stack
 // is bounded by the rules, so it is the node's limit, not a verdict: Profiler::profile gives that
 // record prof.status node_error (correct null: no reward, no -1) and goes on with the next record;
