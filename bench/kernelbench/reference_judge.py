@@ -130,6 +130,13 @@ def _block_scalar(s):
     return None if s in _BLOCK_NULLS else s
 
 
+class DuplicateKey(ValueError):
+    """A map key given twice (yaml.cpp refuses it, naming the line)."""
+    def __init__(self, key, line=None):
+        ValueError.__init__(self, key)
+        self.key, self.line = key, line
+
+
 def _flow(s, i=0):
     """A flow value at s[i:]: [..], {..} or a scalar ending at , ] } outside parentheses and index
     brackets (a key also ends at ': '). Returns (value, index after it)."""
@@ -156,6 +163,8 @@ def _flow(s, i=0):
                     v, i = _flow(s, i + 1)
                 else:
                     v = None
+                if k in out:
+                    raise DuplicateKey(k)
                 out[k] = v
             while i < len(s) and s[i] in " \t":
                 i += 1
@@ -259,6 +268,7 @@ def mini_yaml(text):
     n = 0
     while n < len(raw):
         body = _strip_comment(raw[n]).rstrip()
+        first = n + 1                                   # the line it starts on, from 1
         n += 1
         if not body.strip() or body.strip() in ("---", "..."):
             continue
@@ -270,7 +280,7 @@ def mini_yaml(text):
             depth += _flow_depth(more)
         if "\t" in body[:len(body) - len(body.lstrip())]:
             raise ValueError("plan line %r: tabs in indentation" % body)
-        lines.append([len(body) - len(body.lstrip(" ")), body.strip()])
+        lines.append([len(body) - len(body.lstrip(" ")), body.strip(), first])
 
     def is_item(t):
         return t == "-" or t.startswith("- ")
@@ -278,7 +288,10 @@ def mini_yaml(text):
     def value_of(rest, i, ind):
         """The value after 'key:' or '- ' (rest), continuing on deeper lines when empty."""
         if rest[:1] and rest[0] in "[{":
-            v, end = _flow(rest)
+            try:
+                v, end = _flow(rest)
+            except DuplicateKey as e:
+                raise DuplicateKey(e.key, e.line or lines[i - 1][2])
             if rest[end:].strip():
                 raise ValueError("plan line %r: text after a flow collection" % rest)
             return v, i
@@ -300,7 +313,7 @@ def mini_yaml(text):
                 if not rest:
                     v, i = value_of("", i + 1, ind)
                 elif _split_key(rest)[0] is not None:
-                    lines[i] = [sub, rest]          # "- key: v" opens a mapping at the key's column
+                    lines[i] = [sub, rest, lines[i][2]]  # "- key: v" opens a mapping at the key's column
                     v, i = block(i, sub)
                 else:
                     v, i = value_of(rest, i + 1, ind)
@@ -311,7 +324,9 @@ def mini_yaml(text):
             key, val = _split_key(lines[i][1])
             if key is None:
                 raise ValueError("plan line %r is not 'key: value'" % lines[i][1])
-            out[key], i = value_of(val, i + 1, ind)      # a key given twice: the last value, as yaml-cpp's map gives it
+            if key in out:                               # a key given twice: refused, as yaml.cpp refuses it
+                raise DuplicateKey(key, lines[i][2])
+            out[key], i = value_of(val, i + 1, ind)
         return out, i
     if not lines:
         return None
@@ -433,6 +448,8 @@ def load_plan(plan):
         raise plan_error("plan: %d bytes of text, over the 1048576 a plan may have (limit: plan size)" % len(plan.encode()))
     try:
         data = mini_yaml(plan)
+    except DuplicateKey as e:
+        raise plan_error("plan: key '%s' appears twice in one map (line %s)" % (e.key, e.line))
     except Exception as first:
         try:
             import yaml
@@ -795,25 +812,40 @@ def _has(fields, k):
     return k in fields and fields[k] is not None
 
 
-def truthy(v):
+_YES = ("true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON", "1")
+_NO = ("false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF", "0")
+
+
+def truthy(v, where):
+    """plan.cpp truthy(): true or false as YAML and JSON spell them; anything else is refused."""
     if isinstance(v, bool):
         return v
-    if isinstance(v, (int, float)):
-        return v != 0
-    if isinstance(v, str):
-        return v in ("true", "True", "yes", "1")
-    return False
+    if isinstance(v, int) and v in (0, 1):
+        return v == 1
+    if isinstance(v, str) and (v in _YES or v in _NO):
+        return v in _YES
+    raise plan_error("%s: expected true or false, got %s" % (where, json.dumps(v, separators=(",", ":"))))
 
 
 def number(v, where):
-    """plan.cpp number(): a JSON number, else std::stod of its text (a leading number)."""
+    """plan.cpp number(): a JSON number, else std::stod of its whole text."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return float(v)
     s = scalar_text(v, where)
-    m = re.match(r"\s*[-+]?(inf(inity)?|nan|(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?)", s, re.I)
+    m = re.fullmatch(r"\s*[-+]?(inf(inity)?|nan|(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?)", s, re.I)
     if not m:
         raise plan_error("%s: expected a number, got %s" % (where, json.dumps(v)))
     return float(m.group(0))
+
+
+def one_spelling(o, keys, where):
+    """plan.cpp one_spelling(): one field given under two of its names is refused."""
+    seen = None
+    for k in keys:
+        if _has(o, k):
+            if seen:
+                raise plan_error("%s: '%s' and '%s' are one field (give it once, as '%s')" % (where, seen, k, keys[0]))
+            seen = k
 
 
 def check_expr(v, where):
@@ -916,6 +948,7 @@ def parse_launch(s, where):
     f["grid"] = parse_dim3(s["grid"], where + " grid")
     f["block"] = parse_dim3(s["block"], where + " block")
     f["shared"] = "0"
+    one_spelling(s, ("shared", "smem", "shared_bytes"), where)
     for key in ("shared", "smem", "shared_bytes"):
         if key in s:
             f["shared"] = check_expr(s[key], where + " shared")
@@ -933,7 +966,7 @@ def parse_launch(s, where):
                     ref, off = vw[0], check_expr(vw[1], at + " offset")
             f["args"].append({"text": text, "ref": ref, "offset": off,
                               "expr": None if ref is not None else check_expr(a, at)})
-    f["cooperative"] = truthy(s["cooperative"]) if "cooperative" in s else False
+    f["cooperative"] = truthy(s["cooperative"], where + " cooperative") if _has(s, "cooperative") else False
     f["cluster"] = parse_dim3(s["cluster"], where + " cluster") if _has(s, "cluster") else []
     return f
 
@@ -948,6 +981,7 @@ def parse_gemm(fields, where):
     f["out"] = parse_buffer(fields["out"], where + " gemm out")
     f["bias"] = parse_buffer(fields["bias"], where + " gemm bias") if _has(fields, "bias") else None
     act = "none"
+    one_spelling(fields, ("activation", "epilogue"), where + " 'gemm'")
     for key in ("activation", "epilogue"):
         if _has(fields, key):
             act = scalar_text(fields[key], where)
@@ -955,12 +989,13 @@ def parse_gemm(fields, where):
     if act not in ("none", "relu", "gelu"):
         raise plan_error("%s 'gemm': activation '%s' (none, relu, gelu)" % (where, act))
     f["activation"] = act
-    f["trans_a"] = truthy(fields["trans_a"]) if _has(fields, "trans_a") else False
-    f["trans_b"] = truthy(fields["trans_b"]) if _has(fields, "trans_b") else False
+    f["trans_a"] = truthy(fields["trans_a"], where + " gemm trans_a") if _has(fields, "trans_a") else False
+    f["trans_b"] = truthy(fields["trans_b"], where + " gemm trans_b") if _has(fields, "trans_b") else False
     for key in ("m", "n", "k", "batch", "lda", "ldb", "ldc", "stride_a", "stride_b", "stride_c"):
         f[key] = check_expr(fields[key], "%s gemm %s" % (where, key)) if _has(fields, key) else None
-    f["alpha"] = number(fields["alpha"], where + " gemm alpha") if _has(fields, "alpha") else 1.0
-    f["beta"] = number(fields["beta"], where + " gemm beta") if _has(fields, "beta") else 0.0
+    # expressions (alpha: 1.0 / sqrt(D)), evaluated at bind; None: 1 and 0
+    f["alpha"] = check_expr(fields["alpha"], where + " gemm alpha") if _has(fields, "alpha") else None
+    f["beta"] = check_expr(fields["beta"], where + " gemm beta") if _has(fields, "beta") else None
     f["compute"] = scalar_text(fields["compute"], where) if _has(fields, "compute") else "fp32"
     if f["compute"] not in ("fp32", "tf32"):
         raise plan_error("%s 'gemm': compute '%s' (fp32, tf32)" % (where, f["compute"]))
@@ -997,7 +1032,7 @@ def parse_conv(fields, where):
     for key in ("stride", "padding", "dilation", "output_padding"):
         f[key] = per_dim(key)
     f["groups"] = check_expr(fields["groups"], where + " conv groups") if _has(fields, "groups") else "1"
-    f["transposed"] = truthy(fields["transposed"]) if _has(fields, "transposed") else False
+    f["transposed"] = truthy(fields["transposed"], where + " conv transposed") if _has(fields, "transposed") else False
     for key in ("x_strides", "out_strides"):
         f[key] = []
         if _has(fields, key):
@@ -1008,8 +1043,8 @@ def parse_conv(fields, where):
     return f
 
 
-def parse_step(s, section, index):
-    where = "%s step %d" % (section, index)
+def parse_step(s, section, index, path=None):
+    where = "%s step %s" % (section, path or index)      # its place in its repeats ("3.2"), as its label
     if not isinstance(s, dict):
         raise plan_error(where + ": expected a map with launch, gemm or conv")
     kind = None
@@ -1031,6 +1066,12 @@ def parse_step(s, section, index):
     step = Step(kind, section, index)
     step.f = parse_launch(s, where) if kind == "launch" else parse_gemm(fields, where) if kind == "gemm" else parse_conv(fields, where)
     return step
+
+
+def _json_type_name(v):
+    """nlohmann's type_name() of a plan value (its scalars are strings here, as YAML gives them)."""
+    return "null" if v is None else "boolean" if isinstance(v, bool) else "number" if isinstance(v, (int, float)) \
+        else "string" if isinstance(v, str) else "array" if isinstance(v, list) else "object"
 
 
 def _is_identifier(name):
@@ -1063,6 +1104,10 @@ class PlanSpec(object):
                     raise plan_error("plan: dim name '%s' is not an identifier" % name)
                 if name in _RESERVED:
                     raise plan_error("plan: dim name '%s' is reserved" % name)
+        for key in ("scratch", "buffers"):             # a list would declare nothing: refused
+            if _has(p, key) and not isinstance(p[key], dict):
+                raise plan_error("plan: %s must be a map of NAME: {dtype, shape} (got %s)" % (
+                    key, "a list" if isinstance(p[key], list) else "a " + _json_type_name(p[key])))
         if isinstance(p.get("scratch"), dict):
             for k, decl in p["scratch"].items():
                 self._add_scratch(k, decl)
@@ -1074,7 +1119,13 @@ class PlanSpec(object):
                 self._add_scratch(r[1], decl)
         if _has(p, "outputs"):
             o = p["outputs"]
-            self.outputs_declared = len(o) if isinstance(o, list) else int(number(o, "plan outputs"))
+            if isinstance(o, list):
+                self.outputs_declared = len(o)
+            else:
+                n = number(o, "plan outputs")
+                if not (0 <= n <= 1 << 20) or n != int(n):
+                    raise plan_error("plan outputs: %s is not a count of outputs (a whole number, 0 or more)" % json.dumps(o))
+                self.outputs_declared = int(n)
         for section in ("init", "forward"):
             if section not in p or p[section] is None:
                 continue
@@ -1092,7 +1143,8 @@ class PlanSpec(object):
         dt = scalar_text(decl["dtype"], where) if "dtype" in decl else "float32"
         canon = normalize_dtype(dt)
         if not canon:
-            raise plan_error("%s: unknown dtype '%s'" % (where, dt))
+            raise plan_error("%s: unknown dtype '%s' (float32, float16, bfloat16, int32, int64, ... or their safetensors names: %s)"
+                             % (where, dt, ", ".join(c for c, _, _ in _DTYPES)))
         shape = decl["shape"]
         if isinstance(shape, list):
             if not 1 <= len(shape) <= 8:
@@ -1125,7 +1177,7 @@ class PlanSpec(object):
                 self.loops.append(loop)
                 self._parse_steps(item["steps"], section, path + ".", open_ + [len(self.loops) - 1], out)
                 continue
-            step = parse_step(item, section, i)
+            step = parse_step(item, section, i, path)
             step.loops = list(open_)
             if prefix:
                 step.path = path
@@ -1380,6 +1432,30 @@ def _wrap_int(v, np_t):
     if info.min < 0 and v >= 1 << (bits - 1):
         v -= 1 << bits
     return np_t(v)
+
+
+def scalar_fits(v, np_t, where, ctype):
+    """bind.cpp scalar_fits(): a scalar argument its parameter can hold. Integers: the type's range (an
+    unsigned one also takes a negative value of its signed twin, as C converts it; a bool 0 or 1);
+    floats: finite in the type."""
+    if np.issubdtype(np_t, np.floating):
+        with np.errstate(over="ignore"):
+            finite = np.isfinite(np_t(v))
+        if not finite:
+            raise plan_error("%s = %s: not a finite %s" % (where, ("%g" % v) if isinstance(v, float) else v, ctype))
+        return
+    if isinstance(v, float):
+        return
+    if np_t is np.bool_:
+        lo, hi = 0, 1
+    else:
+        info = np.iinfo(np_t)
+        if info.bits >= 64:
+            return
+        lo = -(1 << (info.bits - 1))
+        hi = info.max
+    if not lo <= v <= hi:
+        raise plan_error("%s = %d: does not fit the kernel's %s (%d to %d)" % (where, v, ctype, lo, hi))
 
 
 def _ptext(p):
@@ -1669,7 +1745,8 @@ class Program(object):
                 bs["where"] += at
                 out.append(bs)
                 if len(out) > MAX_BOUND_STEPS:
-                    raise plan_error("%s: more than %d steps per call once the repeats are unrolled" % (st.section, MAX_BOUND_STEPS))
+                    raise plan_error("%s: more than %d steps per call once the repeats are unrolled (the binder's own bound; the rules "
+                                     "allow fewer: max_forward_steps, max_init_steps)" % (st.section, MAX_BOUND_STEPS))
                 i += 1
                 continue
             lid = st.loops[depth]
@@ -1683,7 +1760,8 @@ class Program(object):
             if count < 0:
                 raise plan_error("%s: repeat count %d is negative" % (loop["path"], count))
             if count > MAX_BOUND_STEPS:
-                raise plan_error("%s: repeat count %d is more than %d steps per call" % (loop["path"], count, MAX_BOUND_STEPS))
+                raise plan_error("%s: repeat count %d is more than %d steps per call (the binder's own bound; the rules allow fewer: "
+                                 "max_forward_steps, max_init_steps)" % (loop["path"], count, MAX_BOUND_STEPS))
             for t in range(count):
                 self.env[loop["index"]] = t
                 self.unroll(steps, i, j, depth + 1, out, "%s [%s=%d]" % (at, loop["index"], t))
@@ -1701,7 +1779,8 @@ class Program(object):
         sizes = where + ": grid and block sizes must be integers ('%s')"
         grid = [self.int_eval(g, where + " grid", sizes % g) for g in f["grid"]]
         block = [self.int_eval(b, where + " block", sizes % b) for b in f["block"]]
-        shared = int(self.eval(f["shared"], where + " shared"))     # eval_in(...).i: a float truncates
+        shared = self.int_eval(f["shared"], where + " shared",
+                               "%s: shared (dynamic shared memory bytes) must be an integer ('%s')" % (where, f["shared"]))
         arch = "sm_%d" % self.cc
         threads = 1
         for d, b in enumerate(block):
@@ -1748,6 +1827,7 @@ class Program(object):
                 raise plan_error("%s is int ('%s'), kernel expects %s (write a float, e.g. %d.0)" % (at, a["text"], p["base"], v))
             if not is_float and isinstance(v, float):
                 raise plan_error("%s is float ('%s'), kernel expects %s" % (at, a["text"], p["base"]))
+            scalar_fits(v, np_t, "%s ('%s')" % (at, a["text"]), p["base"])
             args.append(("val", np_t(v) if is_float else _wrap_int(v, np_t)))
         cluster = None
         if f["cluster"]:
@@ -1790,7 +1870,13 @@ class Program(object):
         m, k = (a1, a0) if ta else (a0, a1)
         n, kb = (b0, b1) if tb else (b1, b0)
         ev = lambda key: self.eval(f[key], "%s %s" % (where, key))
-        as_int = lambda v: int(v) if isinstance(v, float) else v     # eval_in(...).i: a float truncates
+        as_int = lambda v: v
+        for key in ("m", "n", "k", "batch"):                          # bind.cpp check_plan: sizes are integers
+            if f[key] is not None:
+                self.int_eval(f[key], "%s %s" % (where, key), "%s: gemm %s '%s' is not an integer" % (where, key, f[key]))
+        for key in ("alpha", "beta"):
+            if f[key] is not None:
+                ev(key)
         if f["m"] is not None:
             m = as_int(ev("m"))
         if f["n"] is not None:
@@ -1832,8 +1918,20 @@ class Program(object):
             raise plan_error("%s: out overlaps a or b (%s); cuBLASLt does not compute in place" % (where, ref_text(f["out"][0])))
         self.bias_apart(bias, bso, n, out, vo, where, f)
         bs.update(a=a, b=b, out=out, bias=bias, ao=ao, bo=bo, oo=oo, bias_o=bso, act=f["activation"], ta=ta, tb=tb,
-                  m=m, n=n, k=k, batch=batch, alpha=f["alpha"], beta=f["beta"], tf32=f["compute"] == "tf32",
+                  m=m, n=n, k=k, batch=batch, alpha=self.scale_field(f["alpha"], 1.0, where + " alpha"),
+                  beta=self.scale_field(f["beta"], 0.0, where + " beta"), tf32=f["compute"] == "tf32",
                   va=va, vb=vb, vo=vo)
+
+    def scale_field(self, e, dflt, where):
+        """bind.cpp scale_field(): alpha or beta, None gives `dflt`; else finite as the library's float."""
+        if e is None:
+            return dflt
+        v = self.eval(e, where)
+        with np.errstate(over="ignore"):
+            finite = np.isfinite(np.float32(v))
+        if not finite:
+            raise plan_error("%s = %s ('%s'): not a finite float" % (where, ("%g" % v) if isinstance(v, float) else v, e))
+        return float(v)
 
     def stride_field(self, e, dense, least, where):
         """A stride field's value: None gives `dense`; else an integer at least `least` (elements)."""
@@ -1863,7 +1961,7 @@ class Program(object):
         given = bool(f["shape"])
         if given:                       # the operands' shapes given (views into larger buffers)
             sh = f["shape"]
-            sp = 3 if "d" in sh else 2 if "h" in sh else 1
+            sp = 3 if "d" in sh or "t" in sh else 2 if "h" in sh or "r" in sh else 1   # a t or r without its d or h: missing
             need = ["n", "c", "k", "w", "s"] + (["h", "r"] if sp >= 2 else []) + (["d", "t"] if sp == 3 else [])
             for key in need:
                 if key not in sh:
@@ -2812,7 +2910,7 @@ def selftest(opt):
     ok([(n, d, len(s)) for n, d, s in sp.scratch] == [("s", "BF16", 8), ("u", "F32", 1)], "plan reader: 8-d scratch, dtype aliases, a 1-d shape")
     sp = PlanSpec({"forward": [{"repeat": 3, "index": "t", "steps": [{"gemm": {"a": "inputs.0[t]", "b": "inputs.1", "out": "outputs.0",
                                                                               "trans_b": True, "alpha": 2}}]}]})
-    ok(sp.forward[0].f["a"] == (("inputs", "0"), "t") and sp.forward[0].f["trans_b"] is True and sp.forward[0].f["alpha"] == 2.0
+    ok(sp.forward[0].f["a"] == (("inputs", "0"), "t") and sp.forward[0].f["trans_b"] is True and sp.forward[0].f["alpha"] == "2"
        and sp.loops[0]["count"] == "3" and sp.forward[0].path == "1.1", "plan reader: a JSON plan (typed values) reads as its YAML")
 
     # 4. binding: repeats unrolled (counts, nesting, index in offsets), view bounds, conv sizes
@@ -3145,7 +3243,14 @@ _PARITY_MUTATIONS = {  # task: [(text, replacement)]; ('', '') is the plan as wr
                    ("groups: 2}", "groups: 3}"), ("output_padding: [1, 1, 1]", "output_padding: 2"), ("shape: [N, 6, 2 * D, 2 * H, 2 * W]", "shape: [N, 6, 2 * D + 1, 2 * H, 2 * W]"),
                    ("transposed: true", "transposed: false"), ("stride: 2, padding: 1", "stride: [2, 2, 2], padding: [1, 1, 1], dilation: [1, 1, 1]")],
  "convT_views": [("", ""), ("(W + 2)]", "(W + 3)]"), ("stride: [2, 1]", "stride: [2, 1, 1]"), ("repeat: N", "repeat: N + 1")],
- "weight_split": [("", ""), ("params.w[H * K]", "params.w[H * K + 1]"), ("params.w[H * K]", "params.w[2 * H * K]"), ("alpha: 2.0, beta: 1.0,", "alpha: 2.0, beta: 1.0, compute: tf16,")],
+ "weight_split": [("", ""), ("params.w[H * K]", "params.w[H * K + 1]"), ("params.w[H * K]", "params.w[2 * H * K]"), ("alpha: 2.0, beta: 1.0,", "alpha: 2.0, beta: 1.0, compute: tf16,"),
+                  # the fields read strictly (R9's audit): alpha/beta expressions, flags, sizes, one spelling, a key twice
+                  ("alpha: 2.0,", "alpha: 4.0 / sqrt(K - 6),"), ("alpha: 2.0,", "alpha: 1e300,"), ("beta: 1.0,", "beta: Q,"),
+                  ("'params.w[0]', trans_b: true", "'params.w[0]', trans_b: ture"), ("'params.w[0]', trans_b: true", "'params.w[0]', trans_b: [1]"),
+                  ("out: outputs.0, m: B, n: H, k: K}\n", "out: outputs.0, m: B / 2.0, n: H, k: K}\n"),
+                  ("out: outputs.0, m: B, n: H, k: K}\n", "out: outputs.0, m: B, n: H, k: K, activation: none, epilogue: relu}\n"),
+                  ("dims: {B: 7, H: 12, K: 10}", "dims: {B: 7, H: 12, K: 10, B: 8}"), ("dims:", "outputs: 2.5\ndims:"),
+                  ("dims: {B: 7, H: 12, K: 10}", "dims: {B: 7, H: 12, K: 10}\nscratch:\n  - s: {shape: [1]}")],
  "trans_a": [("", ""), ("trans_a: true\n", "trans_a: false\n      trans_a: true\n"), ("trans_a: true\n", "trans_a: true\n      trans_a: false\n")],
  "conv1d_groups": [("", ""), ("groups: 2", "groups: 4"), ("padding: [1]", "padding: [1, 1]"), ("stride: 2", "stride: -1"),
                    ("stride: 2", "stride: 1 + 1"), ("groups: 2", "groups: inputs.0.shape[1] / 2"), ("padding: [1]", "padding: [0.5]")],
@@ -3154,7 +3259,16 @@ _PARITY_SKILL = (("rnn_recurrence", [("", ""), ("repeat: T - 1", "repeat: T + 1"
                                      ("block: [128]\n        args", "block: [128]\n        cooperative: true\n        args")]),
                  ("row_sum_cluster", [("", ""), ("cluster: [8]", "cluster: [16]"), ("cluster: [8]", "cluster: [32]"), ("cluster: [8]", "cluster: [3]"),
                                       ("cluster: [8]", "cluster: [8]\n    cooperative: true"), ("cluster: [8]", "cluster: [8, 1, 1]"), ("cluster: [8]", "cluster: 8.0")]),
-                 ("global_l1_norm_coop", [("", ""), ("cooperative: true", "cooperative: on"), ("cooperative: true", "cooperative: True")]))
+                 ("global_l1_norm_coop", [("", ""), ("cooperative: true", "cooperative: on"), ("cooperative: true", "cooperative: True"),
+                                          ("cooperative: true", "cooperative: ture"), ("cooperative: true", "cooperative: [1]"),
+                                          ("block: [512]", "block: [512]\n    shared: 2.5"), ("block: [512]", "block: [512]\n    shared: 8\n    smem: 8"),
+                                          ("block: [512]", "block: [512]\n    grid: [1]"), ("outputs.0, scratch.partials, N]", "outputs.0, scratch.partials, 4294967296]"),
+                                          ("outputs.0, scratch.partials, N]", "outputs.0, scratch.partials, -2147483648]"),
+                                          ("scratch:\n  partials: {dtype: float32", "scratch:\n  partials: {dtype: complex64"),
+                                          ("cooperative: true", "cooperative: true\n    cooperativ: true")]),
+                 ("inception_concat_views", [("", ""), ("h: H, w: W, k: K3, r: 3, s: 3}", "h: H, w: W, k: K3, r: 3, s: 3, t: 1}"),
+                                             ("w: W, k: K1, r: 1, s: 1}", "w: W, k: K1, s: 1}"), ("padding: 1,", "padding: 1, transposed: nope,"),
+                                             ("shape: {n: 1, c: C, h: H, w: W, k: K1", "shape: {n: 1, c: C, w: W, k: K1")]))
 
 
 def parity_records(repo, bundles=()):

@@ -326,10 +326,10 @@ void check_plan(const Plan& plan, const Signatures& sigs, const IoSpec* io, cons
         const std::pair<const char*, const Expr*> sizes[] = {
             {"m", &step.gemm.m}, {"n", &step.gemm.n}, {"k", &step.gemm.k}, {"batch", &step.gemm.batch}};
         for (const auto& [field, e] : sizes)
-          if (!e->empty() && eval_in(*e, typed, step.label() + " gemm " + field, plan).is_float)
+          if (!e->empty() && eval_in(*e, typed, step.label() + " " + field, plan).is_float)
             throw PlanError(step.label() + ": gemm " + field + " '" + e->text() + "' is not an integer");
         for (auto* e : {&step.gemm.alpha, &step.gemm.beta})
-          if (!e->empty()) eval_in(*e, typed, step.label() + " gemm " + (e == &step.gemm.alpha ? "alpha" : "beta"), plan);
+          if (!e->empty()) eval_in(*e, typed, step.label() + " " + (e == &step.gemm.alpha ? "alpha" : "beta"), plan);
         check_library_buffers(step, reads, step.gemm.out, plan, io, written);
       } else {
         std::vector<BufferRef> reads = {step.conv.x, step.conv.w};
@@ -715,8 +715,8 @@ class Binder {
     g.trans_b = G.trans_b;
     g.activation = G.activation;
     g.compute = G.compute;
-    g.alpha = scale_field(G.alpha, 1.0, bs.label + " gemm alpha");
-    g.beta = scale_field(G.beta, 0.0, bs.label + " gemm beta");
+    g.alpha = scale_field(G.alpha, 1.0, bs.label + " alpha");
+    g.beta = scale_field(G.beta, 0.0, bs.label + " beta");
   }
 
   // alpha or beta: empty gives `dflt`; else a finite number as the library takes it (a float).

@@ -348,11 +348,12 @@ ConvStep parse_conv(const Json& fields, const std::string& where) {
   return C;
 }
 
-Step parse_step(const Json& s, const std::string& section, int index) {
+// `path` is the step's place in its repeats ("3.2"), as its label names it once parsed.
+Step parse_step(const Json& s, const std::string& section, int index, const std::string& path) {
   Step step;
   step.section = section;
   step.index = index;
-  std::string where = section + " step " + std::to_string(index);
+  std::string where = section + " step " + path;
   if (!s.is_object()) throw PlanError(where + ": expected a map with launch, gemm or conv");
   static const std::set<std::string> kinds = {"launch", "gemm", "conv"};
   std::string kind;
@@ -443,7 +444,7 @@ void parse_steps(const Json& list, const std::string& section, const std::string
       open.pop_back();
       continue;
     }
-    Step step = parse_step(item, section, i);
+    Step step = parse_step(item, section, i, path);
     step.loops = open;
     if (!prefix.empty()) step.path = path;
     out.push_back(std::move(step));

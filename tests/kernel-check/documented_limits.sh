@@ -136,7 +136,7 @@ plan_error "a flag that is not true or false" "cooperative: expected true or fal
 ok "a flag spelled yes" global_l1_norm_coop --plan-replace "cooperative: true" "cooperative: yes"
 plan_error "trans_b misspelled" "gemm trans_b: expected true or false" linear_relu_gemm --plan-replace "trans_b: true" "trans_b: ture"
 ok "gemm alpha as an expression" linear_relu_gemm --plan-replace "activation: relu" "alpha: 1.0 / sqrt(inputs.0.shape[1])"
-plan_error "gemm alpha not finite" "gemm alpha = " linear_relu_gemm --plan-replace "activation: relu" "alpha: 1e300"
+plan_error "gemm alpha not finite" "alpha = 1e+300 ('1e300'): not a finite float" linear_relu_gemm --plan-replace "activation: relu" "alpha: 1e300"
 plan_error "gemm m of 2.5" "gemm m '2.5' is not an integer" linear_relu_gemm --plan-replace "activation: relu" "m: 2.5"
 plan_error "activation and epilogue" "'activation' and 'epilogue' are one field" linear_relu_gemm --plan-replace "activation: relu" $'activation: relu\n      epilogue: none'
 plan_error "shared and smem" "'shared' and 'smem' are one field" scale_add "${BL[@]}" $'block: [256]\n    shared: 16\n    smem: 999999'
@@ -145,6 +145,9 @@ plan_error "an int argument past int" "argument 4 ('4294967297') = 4294967297: d
 ok "an int argument at INT_MIN" scale_add "${ARGS[@]}" "outputs.0, -2147483648, 2.0]"
 plan_error "a float argument past float" "not a finite float" scale_add "${ARGS[@]}" "outputs.0, N, 1e300]"
 plan_error "a conv shape with t and no d" "d is missing" concat_strided --plan-replace "h: H, w: W, k: K3, r: 3, s: 3}" "h: H, w: W, k: K3, r: 3, s: 3, t: 1}"
+plan_error "a field's error inside a repeat names its path" "forward step 3.1: unknown key 'blocks' (did you mean 'block'?)" rnn_recurrence --plan-replace "block: [128]
+        args: [\"scratch.xw[t" "blocks: [128]
+        args: [\"scratch.xw[t"
 plan_error "conv transposed misspelled" "conv transposed: expected true or false" concat_strided --plan-replace "padding: 1, out" "padding: 1, transposed: nope, out"
 
 n=$(wc -l < "$T/failures")
