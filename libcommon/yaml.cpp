@@ -247,6 +247,30 @@ Json yaml_to_json(const std::string& text, const std::string& label, const YamlL
   }
 }
 
+namespace {
+Json line_mirror(const YAML::Node& n) {
+  Json o = Json::object();
+  o["@"] = n.Mark().line + 1;
+  if (n.IsMap())
+    for (const auto& kv : n)
+      if (kv.first.IsScalar()) o[kv.first.Scalar()] = line_mirror(kv.second);
+  if (n.IsSequence()) {
+    size_t i = 0;
+    for (const auto& x : n) o[std::to_string(i++)] = line_mirror(x);
+  }
+  return o;
+}
+}  // namespace
+
+Json yaml_lines(const std::string& text, const YamlLimits& limits) {
+  try {
+    yaml_to_json(text, "yaml", limits);  // its bounds first (size, values, depth): what it refuses is not walked
+    return line_mirror(YAML::Load(FlowQuoter(text).run()));
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
 const Json& bounded_json(const Json& v, const std::string& label, const YamlLimits& limits) {
   NodeBudget budget{label, limits};
   check_bounds(v, budget, 0);

@@ -40,6 +40,10 @@ Json yaml_to_json(const std::string& text, const std::string& label = "yaml", co
 // A JSON value given where YAML could be (a plan inline in a record), under the same node and depth
 // bounds as yaml_to_json: returns `v`, or throws YamlError at the first excess.
 const Json& bounded_json(const Json& v, const std::string& label = "json", const YamlLimits& limits = {});
+// Where each node of `text` starts (lines from 1), mirroring yaml_to_json's value: every node is an
+// object whose "@" is its line, with a map's children under their keys and a list's under "0", "1",
+// ... For messages (a plan error's step line); null for a text yaml_to_json refuses under `limits`.
+Json yaml_lines(const std::string& text, const YamlLimits& limits = {});
 // A map's keys in order; none for a value that is not a map.
 std::vector<std::string> yaml_keys(const Json& map);
 

@@ -260,6 +260,20 @@ def _split_key(text):
     return m.group(1).strip(), (m.group(2) or "").strip()
 
 
+class LineDict(dict):
+    """A map of the plan's YAML with the line it starts on (yaml-cpp's Mark: its first key, or its '{'),
+    for a step's label ("forward step 3.1 (line 12) 'launch cell'"); a JSON plan's maps have none."""
+    line = None
+
+
+def _at_line(v, line):
+    if isinstance(v, dict) and not isinstance(v, LineDict):
+        v = LineDict(v)
+    if isinstance(v, LineDict) and v.line is None:
+        v.line = line
+    return v
+
+
 def mini_yaml(text):
     """The plan subset of YAML (block maps and lists, flow collections over one or more lines,
     quoted scalars, comments) as JSON-like values with string scalars."""
@@ -292,6 +306,7 @@ def mini_yaml(text):
                 v, end = _flow(rest)
             except DuplicateKey as e:
                 raise DuplicateKey(e.key, e.line or lines[i - 1][2])
+            v = _at_line(v, lines[i - 1][2])
             if rest[end:].strip():
                 raise ValueError("plan line %r: text after a flow collection" % rest)
             return v, i
@@ -319,7 +334,8 @@ def mini_yaml(text):
                     v, i = value_of(rest, i + 1, ind)
                 seq.append(v)
             return seq, i
-        out = {}
+        out = LineDict()
+        out.line = lines[i][2]
         while i < len(lines) and lines[i][0] == ind and not is_item(lines[i][1]):
             key, val = _split_key(lines[i][1])
             if key is None:
@@ -922,12 +938,12 @@ class Step(object):
 
     def __init__(self, kind, section, index):
         self.kind, self.section, self.index = kind, section, index
-        self.loops, self.path, self.f = [], "", {}
+        self.loops, self.path, self.f, self.line = [], "", {}, None
 
     def label(self):
         f = self.f
         what = ("launch " + f["kernel"]) if self.kind == "launch" else "%s %s" % (self.kind, ref_text(f["out"][0]))
-        return "%s step %s '%s'" % (self.section, self.path or self.index, what)
+        return "%s step %s%s '%s'" % (self.section, self.path or self.index, _line_text(self.line), what)
 
 
 _LAUNCH_KEYS = ["launch", "grid", "block", "shared", "smem", "shared_bytes", "args", "cooperative", "cluster"]
@@ -1043,8 +1059,12 @@ def parse_conv(fields, where):
     return f
 
 
-def parse_step(s, section, index, path=None):
-    where = "%s step %s" % (section, path or index)      # its place in its repeats ("3.2"), as its label
+def _line_text(line):
+    return " (line %d)" % line if line else ""
+
+
+def parse_step(s, section, index, path=None, line=None):
+    where = "%s step %s%s" % (section, path or index, _line_text(line))   # its place in its repeats ("3.2") and line, as its label
     if not isinstance(s, dict):
         raise plan_error(where + ": expected a map with launch, gemm or conv")
     kind = None
@@ -1064,6 +1084,7 @@ def parse_step(s, section, index, path=None):
         if isinstance(s[kind], dict):
             refuse_unknown_keys(fields, keys, "%s '%s'" % (where, kind))
     step = Step(kind, section, index)
+    step.line = line
     step.f = parse_launch(s, where) if kind == "launch" else parse_gemm(fields, where) if kind == "gemm" else parse_conv(fields, where)
     return step
 
@@ -1157,7 +1178,8 @@ class PlanSpec(object):
     def _parse_steps(self, items, section, prefix, open_, out):
         for i, item in enumerate(items, 1):
             path = prefix + str(i)
-            where = "%s step %s" % (section, path)
+            line = getattr(item, "line", None)
+            where = "%s step %s%s" % (section, path, _line_text(line))
             if isinstance(item, dict) and "repeat" in item:
                 refuse_unknown_keys(item, ["repeat", "index", "steps"], where + " 'repeat'")
                 if len(open_) >= MAX_LOOP_DEPTH:
@@ -1177,7 +1199,7 @@ class PlanSpec(object):
                 self.loops.append(loop)
                 self._parse_steps(item["steps"], section, path + ".", open_ + [len(self.loops) - 1], out)
                 continue
-            step = parse_step(item, section, i, path)
+            step = parse_step(item, section, i, path, line)
             step.loops = list(open_)
             if prefix:
                 step.path = path

@@ -57,7 +57,8 @@ std::string Step::label() const {
   std::string what = kind == kLaunch ? "launch " + launch.kernel
                      : kind == kGemm ? "gemm " + gemm.out.text()
                                      : "conv " + conv.out.text();
-  return section + " step " + (path.empty() ? std::to_string(index) : path) + " '" + what + "'";
+  return section + " step " + (path.empty() ? std::to_string(index) : path) +
+         (source_line > 0 ? " (line " + std::to_string(source_line) + ")" : "") + " '" + what + "'";
 }
 
 // ---- YAML / JSON ----
@@ -74,6 +75,24 @@ const YamlLimits& plan_limits() {
   }();
   return limits;
 }
+
+// The line each step of a YAML plan starts on (yaml_lines' mirror), for its messages: 0 when the
+// plan is a JSON object or the line is not known.
+int line_at(const Json* lines, size_t i) {
+  if (!lines || !lines->is_object()) return 0;
+  const auto it = lines->find(std::to_string(i));
+  if (it == lines->end() || !it->is_object() || !it->contains("@")) return 0;
+  return (*it)["@"].get<int>();
+}
+
+const Json* child_lines(const Json* lines, size_t i, const char* key) {
+  if (!lines || !lines->is_object()) return nullptr;
+  const auto it = lines->find(std::to_string(i));
+  if (it == lines->end() || !it->is_object() || !it->contains(key)) return nullptr;
+  return &(*it)[key];
+}
+
+std::string line_text(int line) { return line > 0 ? " (line " + std::to_string(line) + ")" : ""; }
 
 Json plan_json_from_text(const std::string& text) {
   try {
@@ -348,12 +367,14 @@ ConvStep parse_conv(const Json& fields, const std::string& where) {
   return C;
 }
 
-// `path` is the step's place in its repeats ("3.2"), as its label names it once parsed.
-Step parse_step(const Json& s, const std::string& section, int index, const std::string& path) {
+// `path` is the step's place in its repeats ("3.2"), as its label names it once parsed, and `line`
+// the plan line it starts on (0: unknown).
+Step parse_step(const Json& s, const std::string& section, int index, const std::string& path, int line) {
   Step step;
   step.section = section;
   step.index = index;
-  std::string where = section + " step " + path;
+  step.source_line = line;
+  std::string where = section + " step " + path + line_text(line);
   if (!s.is_object()) throw PlanError(where + ": expected a map with launch, gemm or conv");
   static const std::set<std::string> kinds = {"launch", "gemm", "conv"};
   std::string kind;
@@ -414,12 +435,13 @@ bool reserved_name(const std::string& name) {
 
 // A section's steps, `repeat` blocks flattened into their steps (each marked with its loops).
 void parse_steps(const Json& list, const std::string& section, const std::string& prefix, std::vector<int>& open, Plan& plan,
-                 std::vector<Step>& out) {
+                 std::vector<Step>& out, const Json* lines) {
   int i = 0;
   for (auto& item : list) {
     ++i;
     const std::string path = prefix + std::to_string(i);
-    const std::string where = section + " step " + path;
+    const int line = line_at(lines, size_t(i - 1));
+    const std::string where = section + " step " + path + line_text(line);
     if (item.is_object() && item.contains("repeat")) {
       refuse_unknown_keys(item, {"repeat", "index", "steps"}, where + " 'repeat'");
       if (int(open.size()) >= kMaxLoopDepth)
@@ -440,11 +462,11 @@ void parse_steps(const Json& list, const std::string& section, const std::string
         throw PlanError(where + ": repeat needs a non-empty list under steps:");
       plan.loops.push_back(std::move(loop));
       open.push_back(int(plan.loops.size()) - 1);
-      parse_steps(item["steps"], section, path + ".", open, plan, out);
+      parse_steps(item["steps"], section, path + ".", open, plan, out, child_lines(lines, size_t(i - 1), "steps"));
       open.pop_back();
       continue;
     }
-    Step step = parse_step(item, section, i, path);
+    Step step = parse_step(item, section, i, path, line);
     step.loops = open;
     if (!prefix.empty()) step.path = path;
     out.push_back(std::move(step));
@@ -453,16 +475,20 @@ void parse_steps(const Json& list, const std::string& section, const std::string
 
 }  // namespace
 
-static Plan plan_from_json(const Json& p);
+static Plan plan_from_json(const Json& p, const Json& lines = nullptr);
 
-Plan Plan::parse_text(const std::string& text) { return plan_from_json(plan_json_from_text(text)); }
+// YAML text: its steps' lines go into their labels ("forward step 3.1 (line 12) 'launch cell'").
+Plan Plan::parse_text(const std::string& text) {
+  const Json p = plan_json_from_text(text);
+  return plan_from_json(p, yaml_lines(text, plan_limits()));
+}
 
 Plan Plan::parse(const Json& plan_in) {
-  if (plan_in.is_string()) return plan_from_json(plan_json_from_text(plan_in.get<std::string>()));
+  if (plan_in.is_string()) return parse_text(plan_in.get<std::string>());
   return plan_from_json(plan_json_from_record(plan_in));
 }
 
-static Plan plan_from_json(const Json& p) {
+static Plan plan_from_json(const Json& p, const Json& lines) {
   if (!p.is_object()) throw PlanError("plan: expected a map with forward (and dims, scratch, init)");
   refuse_unknown_keys(p, {"dims", "scratch", "buffers", "init", "forward", "outputs"}, "plan");
 
@@ -536,7 +562,7 @@ static Plan plan_from_json(const Json& p) {
     if (!p[section].is_array()) throw PlanError(std::string("plan: ") + section + " must be a list of steps");
     auto& steps = std::string(section) == "init" ? plan.init : plan.forward;
     std::vector<int> open;
-    parse_steps(p[section], section, "", open, plan, steps);
+    parse_steps(p[section], section, "", open, plan, steps, lines.is_object() && lines.contains(section) ? &lines[section] : nullptr);
   }
   if (plan.forward.empty()) throw PlanError("plan: no forward steps");
   return plan;

@@ -49,7 +49,7 @@ DIMS=(--plan-replace "dims: {N: inputs.0.shape[0]}")
 
 # --- launch sizes (SKILL.md Limits; kernel-check(1) launch) ---
 ok "block 1024" scale_add "${BL[@]}" "block: [1024]"
-plan_error "block 1025" "block[0] = 1025 (sm_90 allows 1 to 1024)" scale_add "${BL[@]}" "block: [1025]"
+plan_error "block 1025" "forward step 1 (line 3) 'launch scale_add': block[0] = 1025 (sm_90 allows 1 to 1024)" scale_add "${BL[@]}" "block: [1025]"
 ok "block z 64" scale_add "${BL[@]}" "block: [1, 1, 64]"
 plan_error "block z 65" "block[2] = 65 (sm_90 allows 1 to 64)" scale_add "${BL[@]}" "block: [1, 1, 65]"
 ok "1024 threads" scale_add "${BL[@]}" "block: [32, 32, 1]"
@@ -132,7 +132,7 @@ values_plan 99980; PLAN_FILE="$T/plan.yaml" plan_error "100,000 values" "scratch
 values_plan 99981; PLAN_FILE="$T/plan.yaml" plan_error "100,001 values" "more than 100000 values (YAML aliases are counted at every use): refused (limit: plan nodes)" scale_add
 
 # --- fields read strictly (each used to be read loosely, silently) ---
-plan_error "a flag that is not true or false" "cooperative: expected true or false, got \"ture\"" global_l1_norm_coop --plan-replace "cooperative: true" "cooperative: ture"
+plan_error "a flag that is not true or false" "forward step 1 (line 7) 'launch l1_normalize<512>' cooperative: expected true or false, got \"ture\"" global_l1_norm_coop --plan-replace "cooperative: true" "cooperative: ture"
 ok "a flag spelled yes" global_l1_norm_coop --plan-replace "cooperative: true" "cooperative: yes"
 plan_error "trans_b misspelled" "gemm trans_b: expected true or false" linear_relu_gemm --plan-replace "trans_b: true" "trans_b: ture"
 ok "gemm alpha as an expression" linear_relu_gemm --plan-replace "activation: relu" "alpha: 1.0 / sqrt(inputs.0.shape[1])"
@@ -145,7 +145,7 @@ plan_error "an int argument past int" "argument 4 ('4294967297') = 4294967297: d
 ok "an int argument at INT_MIN" scale_add "${ARGS[@]}" "outputs.0, -2147483648, 2.0]"
 plan_error "a float argument past float" "not a finite float" scale_add "${ARGS[@]}" "outputs.0, N, 1e300]"
 plan_error "a conv shape with t and no d" "d is missing" concat_strided --plan-replace "h: H, w: W, k: K3, r: 3, s: 3}" "h: H, w: W, k: K3, r: 3, s: 3, t: 1}"
-plan_error "a field's error inside a repeat names its path" "forward step 3.1: unknown key 'blocks' (did you mean 'block'?)" rnn_recurrence --plan-replace "block: [128]
+plan_error "a field's error inside a repeat names its path" "forward step 3.1 (line 20): unknown key 'blocks' (did you mean 'block'?)" rnn_recurrence --plan-replace "block: [128]
         args: [\"scratch.xw[t" "blocks: [128]
         args: [\"scratch.xw[t"
 plan_error "conv transposed misspelled" "conv transposed: expected true or false" concat_strided --plan-replace "padding: 1, out" "padding: 1, transposed: nope, out"

@@ -63,7 +63,7 @@ TEST_CASE("plan flags: true or false as YAML spells them, anything else refused 
     CHECK_FALSE(Plan::parse_text(launch("outputs.0, 1, 1, 4", std::string("    cooperative: ") + no + "\n")).forward[0].launch.cooperative);
   for (const char* bad : {"ture", "[1]", "2", "{a: 1}"}) {
     const std::string m = parse_error(launch("outputs.0, 1, 1, 4", std::string("    cooperative: ") + bad + "\n"));
-    CHECK_MESSAGE(m.find("forward step 1 'launch k' cooperative: expected true or false") != std::string::npos, m);
+    CHECK_MESSAGE(m.find("forward step 1 (line 2) 'launch k' cooperative: expected true or false") != std::string::npos, m);
   }
   CHECK(parse_error(gemm(", trans_a: nope")).find("gemm trans_a: expected true or false") != std::string::npos);
   CHECK(parse_error("forward:\n  - conv: {x: inputs.0, w: params.w, out: outputs.0, transposed: maybe}\n")
@@ -154,4 +154,19 @@ TEST_CASE("rules: allowed_steps names step kinds the plan language has") {
   CHECK(Rules::parse("allowed_steps: [launch, conv]\n", "r.yaml").allowed_steps == std::vector<std::string>{"launch", "conv"});
   CHECK_THROWS_WITH_AS(Rules::parse("allowed_steps: [launch, gem]\n", "r.yaml"),
                        doctest::Contains("allowed_steps: 'gem' is not a step kind (launch, gemm, conv)"), ca::UsageError);
+}
+
+TEST_CASE("a YAML plan's steps name their line; a JSON plan's do not") {
+  const std::string yaml = "dims: {N: 4}\nforward:\n  - repeat: 2\n    steps:\n      - launch: k\n        grid: [1]\n        block: [1]\n"
+                           "        args: [outputs.0, 1, 1, N]\n  -\n    launch: k\n    grid: [1]\n    block: [1]\n    args: [outputs.0, 1, 1, N]\n";
+  const Plan p = Plan::parse_text(yaml);
+  REQUIRE(p.forward.size() == 2);
+  CHECK(p.forward[0].label() == "forward step 1.1 (line 5) 'launch k'");
+  CHECK(p.forward[1].label() == "forward step 2 (line 10) 'launch k'");  // a map under a bare '-': its first key's line
+  CHECK(p.loops[0].path == "forward step 1 (line 3)");
+  const Plan j = Plan::parse(ca::Json::parse(R"({"forward": [{"launch": "k", "grid": [1], "block": [1], "args": ["outputs.0", 1, 1, 4]}]})"));
+  CHECK(j.forward[0].label() == "forward step 1 'launch k'");
+  // A field's error inside a repeat names the step's path and line.
+  const std::string m = parse_error("forward:\n  - repeat: 2\n    steps:\n      - {launch: k, grid: [1], blocks: [1]}\n");
+  CHECK_MESSAGE(m.find("forward step 1.1 (line 4): unknown key 'blocks'") != std::string::npos, m);
 }

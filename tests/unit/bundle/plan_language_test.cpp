@@ -75,7 +75,7 @@ TEST_CASE("repeat: a recurrence unrolled at bind time, the index in every offset
   CHECK(p.loops[0].index == "t");
   REQUIRE(p.forward.size() == 2);  // every step that runs is in the list, the loop's too
   CHECK(p.forward[0].loops == std::vector<int>{0});
-  CHECK(p.forward[0].label() == "forward step 1.1 'launch cell'");
+  CHECK(p.forward[0].label() == "forward step 1.1 (line 8) 'launch cell'");
   CHECK(p.kernel_names() == std::vector<std::string>{"cell"});
   BoundPlan b = bind_plan(p, cell_sigs(), rnn_io(512, 4, 64));
   REQUIRE(b.forward.size() == 513);
