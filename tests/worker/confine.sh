@@ -18,7 +18,10 @@ set -u
 export CUDA_AGENT_PYTHONPATH="${CA_PYTHONPATH:-$CA_SRC/libcommon/python}"
 P="$CA_BIN/worker-ping"
 T=$(mktemp -d)
-cleanup() { rm -rf "$T"; [ -n "${wp:-}" ] && kill -9 "$wp" 2>/dev/null; pkill -9 -f "sleep 9876543" 2>/dev/null; true; }
+# The sleepers' argument, this run's own: worker_confine and worker_confine_namespaces run this script
+# side by side under ctest -j, and a pgrep for a fixed one saw the other run's sleepers.
+SLEEP_S=$(( 9000000 + ($$ % 1000) * 997 + RANDOM % 997 ))
+cleanup() { rm -rf "$T"; [ -n "${wp:-}" ] && kill -9 "$wp" 2>/dev/null; pkill -9 -f "sleep ${SLEEP_S}" 2>/dev/null; true; }
 trap cleanup EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
@@ -245,7 +248,7 @@ EOF
 expect_denied setpgid "setpgid()"
 task new_session <<EOF
 try:
-    subprocess.Popen(["/bin/sleep", "9876543"], start_new_session=True)
+    subprocess.Popen(["/bin/sleep", "${SLEEP_S}"], start_new_session=True)
 except (OSError, subprocess.SubprocessError) as e:
 $D
 EOF
@@ -273,31 +276,31 @@ EOF
 expect_denied ptrace "ptrace of the tool"
 
 # A double fork: the grandchild is reparented away from the worker; it must still end with it.
-task double_fork <<'EOF'
+task double_fork <<EOF
 pid = os.fork()
 if pid == 0:
     if os.fork() == 0:
-        os.execv("/bin/sleep", ["/bin/sleep", "9876543"])
+        os.execv("/bin/sleep", ["/bin/sleep", "${SLEEP_S}"])
     os._exit(0)
 os.waitpid(pid, 0)
 time.sleep(0.5)
 EOF
 expect_ok double_fork "a double-forked sleeper"
 sleep 1
-if pgrep -f "sleep 9876543" > /dev/null; then
-  fail "the double-forked sleeper outlived its worker: $(pgrep -af 'sleep 9876543')"
-  pkill -9 -f "sleep 9876543"
+if pgrep -f "sleep ${SLEEP_S}" > /dev/null; then
+  fail "the double-forked sleeper outlived its worker: $(pgrep -af "sleep ${SLEEP_S}")"
+  pkill -9 -f "sleep ${SLEEP_S}"
 else
   ok "the double-forked sleeper ended with its worker"
 fi
 
 # The same, with the tool killed by SIGKILL while the task runs: the worker's reaper ends the group
 # and removes the tool's folder.
-task busy_fork <<'EOF'
+task busy_fork <<EOF
 pid = os.fork()
 if pid == 0:
     if os.fork() == 0:
-        os.execv("/bin/sleep", ["/bin/sleep", "9876543"])
+        os.execv("/bin/sleep", ["/bin/sleep", "${SLEEP_S}"])
     os._exit(0)
 os.waitpid(pid, 0)
 time.sleep(60)
@@ -307,18 +310,18 @@ HOME="$T/home" "$P" --device cpu --timeout-ms 120000 < "$T/in" > "$T/busy.out" 2
 wp=$!
 exec 3> "$T/in"
 echo "{\"op\":\"load\",\"task_id\":\"busy\",\"code_file\":\"$T/busy_fork.py\"}" >&3
-for _ in $(seq 200); do pgrep -f "sleep 9876543" > /dev/null && break; sleep 0.1; done
-pgrep -f "sleep 9876543" > /dev/null || fail "the busy task's sleeper never started: $(tail -3 "$T/busy.err")"
+for _ in $(seq 200); do pgrep -f "sleep ${SLEEP_S}" > /dev/null && break; sleep 0.1; done
+pgrep -f "sleep ${SLEEP_S}" > /dev/null || fail "the busy task's sleeper never started: $(tail -3 "$T/busy.err")"
 worker=$(pgrep -P "$wp" -f cuda_agent_worker | head -1)
 dir=$(tr '\0' '\n' < "/proc/$worker/cmdline" | grep -A1 -- '--work-dir' | tail -1)
 kill -9 "$wp"; wait "$wp" 2>/dev/null; exec 3>&-; wp=""
 gone=""
 for _ in $(seq 50); do
-  if ! pgrep -f "sleep 9876543" > /dev/null && ! kill -0 "$worker" 2>/dev/null; then gone=1; break; fi
+  if ! pgrep -f "sleep ${SLEEP_S}" > /dev/null && ! kill -0 "$worker" 2>/dev/null; then gone=1; break; fi
   sleep 0.1
 done
 if [ -n "$gone" ]; then ok "tool killed: worker and sleeper gone"; else
-  fail "tool killed: left running: $(pgrep -af 'sleep 9876543|cuda_agent_worker')"; pkill -9 -f "sleep 9876543"; fi
+  fail "tool killed: left running: $(pgrep -af "sleep ${SLEEP_S}|cuda_agent_worker")"; pkill -9 -f "sleep ${SLEEP_S}"; fi
 for _ in $(seq 20); do [ -d "$dir" ] || break; sleep 0.1; done
 [ ! -d "$dir" ] && ok "tool killed: its folder $dir removed" || fail "tool killed: $dir left behind"
 
@@ -389,6 +392,6 @@ a=$(load big_file --memory-mb 2500)
 echo "$a" | grep -q 'DENIED\|memory_limit' && ok "one file past the limit: refused ($(echo "$a" | grep -o 'File too large\|memory_limit' | head -1))" \
   || fail "a file past the limit was written: $a"
 
-if pgrep -f "sleep 9876543" > /dev/null; then fail "sleepers left: $(pgrep -af 'sleep 9876543')"; fi
+if pgrep -f "sleep ${SLEEP_S}" > /dev/null; then fail "sleepers left: $(pgrep -af "sleep ${SLEEP_S}")"; fi
 [ "$fails" = 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "all confinement checks passed"
