@@ -114,4 +114,18 @@ struct Driver {
   CUcontext primary_context(int ordinal) const;
 };
 
+// `ctx` current while this lives; the context current before it (`before`) made current again after.
+class ContextSwitch {
+ public:
+  explicit ContextSwitch(CUcontext ctx) {
+    const Driver& d = Driver::get();
+    d.check(d.cuCtxGetCurrent(&before), "cuCtxGetCurrent");
+    d.check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  }
+  ~ContextSwitch() { Driver::get().cuCtxSetCurrent(before); }
+  ContextSwitch(const ContextSwitch&) = delete;
+  ContextSwitch& operator=(const ContextSwitch&) = delete;
+  CUcontext before = nullptr;
+};
+
 }  // namespace ca::cuda

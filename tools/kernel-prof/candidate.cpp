@@ -284,14 +284,7 @@ class FreshInputs : public CallInputs {
   // is the node's limit found before anything was checked, never an out-of-memory in the middle of a
   // checked call (which would leave its outputs unjudged).
   void reserve_copies(bundle::Executor& ex) {
-    auto& drv = cuda::Driver::get();
-    CUcontext cand = nullptr;
-    drv.check(drv.cuCtxGetCurrent(&cand), "cuCtxGetCurrent");
-    drv.check(drv.cuCtxSetCurrent(gpu_.trusted_context()), "cuCtxSetCurrent(trusted)");
-    struct Back {
-      CUcontext c;
-      ~Back() { cuda::Driver::get().cuCtxSetCurrent(c); }
-    } back{cand};
+    cuda::ContextSwitch in_trusted(gpu_.trusted_context());
     for (const auto& buf : ex.plan().buffers)
       if (buf.space == bundle::Space::output && buf.bytes > 0 && !copies_[buf.ref])
         copies_[buf.ref] = alloc_trusted(size_t(buf.bytes), "trusted copy of " + buf.ref);
@@ -330,14 +323,10 @@ class FreshInputs : public CallInputs {
   // The candidate's outputs copied into the trusted context (cuMemcpyPeerAsync crosses contexts).
   void copy_outputs(bundle::Executor& ex) {
     auto& drv = cuda::Driver::get();
-    CUcontext trusted = gpu_.trusted_context(), cand = nullptr;
-    drv.check(drv.cuCtxGetCurrent(&cand), "cuCtxGetCurrent");
+    const CUcontext trusted = gpu_.trusted_context();
+    cuda::ContextSwitch in_trusted(trusted);
+    const CUcontext cand = in_trusted.before;
     CUstream ts = gpu_.trusted_stream();
-    drv.check(drv.cuCtxSetCurrent(trusted), "cuCtxSetCurrent(trusted)");
-    struct Back {
-      CUcontext c;
-      ~Back() { cuda::Driver::get().cuCtxSetCurrent(c); }
-    } back{cand};
     got_.clear();
     for (const auto& buf : ex.plan().buffers) {
       if (buf.space != bundle::Space::output) continue;
@@ -356,14 +345,7 @@ class FreshInputs : public CallInputs {
   // holds a value from while a candidate kernel ran (contexts share an address space; order is the
   // guard). Records the call in outputs_check; "" or what was wrong.
   std::string compare_call(Json& b) {
-    auto& drv = cuda::Driver::get();
-    CUcontext cur = nullptr;
-    drv.check(drv.cuCtxGetCurrent(&cur), "cuCtxGetCurrent");
-    drv.check(drv.cuCtxSetCurrent(gpu_.trusted_context()), "cuCtxSetCurrent(trusted)");
-    struct Back {
-      CUcontext c;
-      ~Back() { cuda::Driver::get().cuCtxSetCurrent(c); }
-    } back{cur};
+    cuda::ContextSwitch in_trusted(gpu_.trusted_context());
     ca::bundle::DeviceOutputs want;
     cuda::IpcMaps maps;
     for (const auto& [name, t] : cuda::shared_tensors(b["tensors"], "reference")) want[name] = {t.dtype, t.shape, maps.map(t)};
