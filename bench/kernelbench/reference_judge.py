@@ -1981,6 +1981,8 @@ class Program(object):
         c = {"transposed": f["transposed"], "groups": self.conv_size(f["groups"], where, "groups")}
         kind = "conv (transposed)" if c["transposed"] else "conv"
         given = bool(f["shape"])
+        if not given and any(f[n][1] is not None for n in ("x", "w", "out")):
+            raise plan_error(where + ": a conv on views needs its shape: {n, c, k, ...} (a view's shape is not its buffer's)")
         if given:                       # the operands' shapes given (views into larger buffers)
             sh = f["shape"]
             sp = 3 if "d" in sh or "t" in sh else 2 if "h" in sh or "r" in sh else 1   # a t or r without its d or h: missing
@@ -3290,7 +3292,8 @@ _PARITY_SKILL = (("rnn_recurrence", [("", ""), ("repeat: T - 1", "repeat: T + 1"
                                           ("cooperative: true", "cooperative: true\n    cooperativ: true")]),
                  ("inception_concat_views", [("", ""), ("h: H, w: W, k: K3, r: 3, s: 3}", "h: H, w: W, k: K3, r: 3, s: 3, t: 1}"),
                                              ("w: W, k: K1, r: 1, s: 1}", "w: W, k: K1, s: 1}"), ("padding: 1,", "padding: 1, transposed: nope,"),
-                                             ("shape: {n: 1, c: C, h: H, w: W, k: K1", "shape: {n: 1, c: C, w: W, k: K1")]))
+                                             ("shape: {n: 1, c: C, h: H, w: W, k: K1", "shape: {n: 1, c: C, w: W, k: K1"),
+                                             (", shape: {n: 1, c: C, h: H, w: W, k: K1, r: 1, s: 1}}", "}")]))
 
 
 def parity_records(repo, bundles=()):

@@ -807,6 +807,8 @@ class Binder {
     c.groups = conv_size(C.groups, bs, "groups");
     const char* kind = c.transposed ? "conv (transposed)" : "conv";
     const bool given = !C.shape.empty();
+    if (!given && (!C.x_offset.empty() || !C.w_offset.empty() || !C.out_offset.empty()))
+      throw PlanError(bs.label + ": a conv on views needs its shape: {n, c, k, ...} (a view's shape is not its buffer's)");
     if (given)
       conv_shape_given(C, bs, c);
     else

@@ -144,6 +144,8 @@ plan_error "a key given twice" "key 'grid' appears twice in one map (line 6)" sc
 plan_error "an int argument past int" "argument 4 ('4294967297') = 4294967297: does not fit the kernel's int" scale_add "${ARGS[@]}" "outputs.0, 4294967297, 2.0]"
 ok "an int argument at INT_MIN" scale_add "${ARGS[@]}" "outputs.0, -2147483648, 2.0]"
 plan_error "a float argument past float" "not a finite float" scale_add "${ARGS[@]}" "outputs.0, N, 1e300]"
+plan_error "a conv on views without its shape" "a conv on views needs its shape" inception_concat_views --plan-replace ", shape: {n: 1, c: C, h: H, w: W, k: K1, r: 1, s: 1}}" "}"
+ok "the same conv on views with its shape" inception_concat_views
 plan_error "a conv shape with t and no d" "d is missing" concat_strided --plan-replace "h: H, w: W, k: K3, r: 3, s: 3}" "h: H, w: W, k: K3, r: 3, s: 3, t: 1}"
 plan_error "a field's error inside a repeat names its path" "forward step 3.1 (line 20): unknown key 'blocks' (did you mean 'block'?)" rnn_recurrence --plan-replace "block: [128]
         args: [\"scratch.xw[t" "blocks: [128]
