@@ -454,6 +454,24 @@ def check_bounds(v, nodes=None, depth=0):
     return v
 
 
+def pyyaml_strict(text):
+    """PyYAML (BaseLoader: strings only) for YAML outside mini_yaml's subset, refusing a key given
+    twice as yaml.cpp does (PyYAML keeps the last value)."""
+    import yaml
+
+    class Strict(yaml.BaseLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise DuplicateKey(key, key_node.start_mark.line + 1)
+                seen.add(key)
+            return yaml.BaseLoader.construct_mapping(self, node, deep=deep)
+
+    return yaml.load(text, Loader=Strict)
+
+
 def load_plan(plan):
     """The plan as kernel-check reads it: a JSON object as it is, YAML text with string scalars."""
     if isinstance(plan, dict):
@@ -468,8 +486,9 @@ def load_plan(plan):
         raise plan_error("plan: key '%s' appears twice in one map (line %s)" % (e.key, e.line))
     except Exception as first:
         try:
-            import yaml
-            data = yaml.load(flow_quote(plan), Loader=yaml.BaseLoader)
+            data = pyyaml_strict(flow_quote(plan))
+        except DuplicateKey as e:
+            raise plan_error("plan: key '%s' appears twice in one map (line %s)" % (e.key, e.line))
         except Exception:
             raise plan_error("plan: not valid YAML: %s" % first)
     if not isinstance(data, dict):
@@ -2896,12 +2915,19 @@ def selftest(opt):
     try:
         import yaml
         by_pyyaml = yaml.load(flow_quote(text), Loader=yaml.BaseLoader)
+        ok(pyyaml_strict(flow_quote(text)) == by_pyyaml, "the strict PyYAML reader reads it as PyYAML does")
         by_pyyaml["forward"][1]["gemm"]["bias"] = None if by_pyyaml["forward"][1]["gemm"]["bias"] == "~" else "?"
         by_pyyaml["forward"][2]["steps"][0]["args"][3] = None if by_pyyaml["forward"][2]["steps"][0]["args"][3] in ("null", "") else "?"
         squash = lambda v: {k: squash(x) for k, x in v.items()} if isinstance(v, dict) else [squash(x) for x in v] \
             if isinstance(v, list) else " ".join(v.split()) if isinstance(v, str) else v
         ok(squash(by_pyyaml) == want, "flow_quote + PyYAML (BaseLoader) read it the same (up to the spaces a line break leaves): %r"
            % (by_pyyaml,))
+        try:
+            pyyaml_strict("forward:\n  - launch: k\n    grid: [1]\n    grid: [2]\n")
+            ok(False, "the PyYAML fallback refuses a key given twice")
+        except DuplicateKey as e:
+            ok(e.key == "grid" and e.line == 4, "the PyYAML fallback refuses a key given twice, naming it and its line (%s, %s)"
+               % (e.key, e.line))
     except ImportError:
         print("skip flow_quote + PyYAML (no PyYAML here)")
 
