@@ -31,8 +31,11 @@ for part in "$@"; do
   echo "== $part ($l s left)"
   case $part in
     gpu-tests)
+      # --stop-time: ctest itself ends a test that would run past the budget, and then still prints
+      # its output (--output-on-failure); the outer timeout, which kills ctest and leaves nothing of
+      # the running test, is only the backstop.
       timeout "$l" ctest --test-dir build -L gpu -E ops_synth_filter_gpu ${GPU_TESTS:+-R "$GPU_TESTS"} --output-on-failure ${GPU_TESTS_VERBOSE:+-V} \
-        > "$R/gpu-tests.log" 2>&1
+        --stop-time "$(date -d "+$(( l > 40 ? l - 20 : l / 2 )) seconds" +%H:%M:%S)" > "$R/gpu-tests.log" 2>&1
       echo "rc=$?"; grep -E "tests passed|Failed|Passed" "$R/gpu-tests.log" | tail -20 ;;
     nn-tests)
       BIN=build/bin OUT=$R/nn bash tests/nn_cuda/run_device.sh ops model hf 2>&1 | grep -E "^==|SUCCESS|FAIL|hf_parity" ;;
