@@ -291,6 +291,7 @@ struct Executor::Impl {
   CUdeviceptr fingerprint_out = 0, fingerprint_chunk = 0;  // in the tool's own context
   CUcontext ctx = nullptr;                                  // the candidate's
   CUevent call_ready = nullptr, scrubbed = nullptr;         // the candidate's context, the tool's
+  size_t stack_before = 0;  // the context's per-thread stack limit before this executor (0: unknown)
 };
 
 Executor::Executor(const BoundPlan& plan, const std::string& cubin, ExecutorOptions options)
@@ -301,6 +302,7 @@ Executor::Executor(const BoundPlan& plan, const std::string& cubin, ExecutorOpti
   // (a cooperative grid too large, no cuBLASLt/cuDNN algorithm) would leak its buffers every time.
   try {
     auto& d = Driver::get();
+    if (d.cuCtxGetLimit(&impl_->stack_before, CU_LIMIT_STACK_SIZE) != CUDA_SUCCESS) impl_->stack_before = 0;
     d.check(d.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     allocate_buffers();
     load_module(cubin);
@@ -565,6 +567,20 @@ void Executor::free_resources() noexcept {
   try {
     free_resources_or_throw();
   } catch (...) {  // no driver or library to free with: nothing was made with it either
+  }
+  // The driver grows the context's local memory for a launch whose kernel needs a larger stack (for
+  // every thread the GPU can run: 8 KiB, the rules' max_stack_bytes, is about 2 GiB on an H100) and
+  // keeps it after the kernel. Set back to what it was before this executor, so no candidate leaves
+  // the next one (or the reference worker beside it) less memory; best effort (a dead context
+  // cannot). The one place for kernel-check's runner and kernel-prof alike.
+  if (impl_->stack_before) {
+    try {
+      auto& d = Driver::get();
+      size_t now = 0;
+      if (d.cuCtxGetLimit(&now, CU_LIMIT_STACK_SIZE) == CUDA_SUCCESS && now != impl_->stack_before)
+        d.cuCtxSetLimit(CU_LIMIT_STACK_SIZE, impl_->stack_before);
+    } catch (...) {
+    }
   }
 }
 

@@ -659,6 +659,10 @@ bool out_of_memory(const Json& a) {
 
 }  // namespace
 
+bool out_of_memory_alone(const Json& answer) {
+  return answer.is_object() && answer.value("memory_admission", std::string()) == "alone" && out_of_memory(answer);
+}
+
 Json WorkerClient::request(const Json& request, milliseconds timeout) {
   if (!request.is_object() || !request.contains("op"))
     throw InternalError("WorkerClient::request: a request is an object with \"op\"");

@@ -48,6 +48,12 @@ struct WorkerOptions {
   bool one_task_per_process = false;
 };
 
+// A failed answer that failed for want of GPU memory even when sent again alone (request()'s
+// retry): the device could not hold the request beside what else holds memory there (a candidate's
+// buffers, for the judges, which then end the candidate and ask again). The one reading of
+// "memory_admission": "alone" for every caller.
+bool out_of_memory_alone(const Json& answer);
+
 // Each worker's memory limit when `workers` of them share `total_mb` (0: three quarters of this
 // host's memory, and at most 16 GiB each). At least 1 MiB.
 std::size_t worker_memory_share_mb(std::size_t total_mb, int workers);

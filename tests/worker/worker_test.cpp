@@ -395,6 +395,22 @@ TEST_CASE("worker: confined; a folder not opened to it is unreadable, so similar
   CHECK(a.value("detail", std::string()).find("Permission denied") != std::string::npos);
 }
 
+TEST_CASE("worker: out_of_memory_alone reads a failed answer that was retried alone for memory, nothing else") {
+  const Json oom_alone = {{"ok", false}, {"error", "task_error"}, {"detail", "torch.OutOfMemoryError: CUDA out of memory"},
+                          {"memory_admission", "alone"}};
+  CHECK(out_of_memory_alone(oom_alone));
+  Json other = oom_alone;  // retried alone, then failed for another reason: not the device's memory
+  other["detail"] = "the worker had exited";
+  CHECK_FALSE(out_of_memory_alone(other));
+  Json first = oom_alone;  // out of memory, not yet retried alone
+  first.erase("memory_admission");
+  CHECK_FALSE(out_of_memory_alone(first));
+  Json ok = oom_alone;  // the retry alone succeeded
+  ok["ok"] = true;
+  CHECK_FALSE(out_of_memory_alone(ok));
+  CHECK_FALSE(out_of_memory_alone(Json("alone")));
+}
+
 TEST_CASE("worker: memory shares divide a total among the workers") {
   CHECK(worker_memory_share_mb(8000, 4) == 2000);
   CHECK(worker_memory_share_mb(8000, 0) == 8000);

@@ -369,7 +369,7 @@ struct GpuStage::Judgment {
   // loaded again beside it. So no memory a candidate holds turns its verdict into no verdict.
   bool draw_beside_candidate(size_t t, const Reload& reload) {
     if (make_trial(seeds[t], variant_for_trial(t), false, false)) return true;
-    if (failed_answer.value("memory_admission", std::string()) != "alone") {
+    if (!ca::worker::out_of_memory_alone(failed_answer)) {
       reference_failed(failed_what, failed_answer);
       return false;
     }

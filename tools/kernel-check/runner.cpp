@@ -63,16 +63,10 @@ struct RunnerState {
   std::map<std::string, std::string> init_state;
   CUgraphExec graph = nullptr;
   bool candidate_code_ran = false;  // this load has run the candidate's code (load_failure_error)
-  size_t stack_default = 0;         // the context's per-thread stack limit before any candidate ran
   void drop() {
-    auto& d = ca::cuda::Driver::get();
-    if (graph) d.cuGraphExecDestroy(graph);
+    if (graph) ca::cuda::Driver::get().cuGraphExecDestroy(graph);
     graph = nullptr;
-    ex.reset();
-    // The driver grows the context's local memory for a launch whose kernel needs a larger stack
-    // (for every thread the GPU can run) and keeps it: set back, so no candidate leaves the next one
-    // less memory (best effort: a context that cannot is left as it is).
-    if (stack_default) d.cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack_default);
+    ex.reset();  // its stack growth set back too (Executor::free_resources)
   }
 };
 
@@ -179,10 +173,6 @@ int runner_main(int gpu) {
     return ca::kExitEnvironment;
   }
   RunnerState state;
-  {
-    auto& d = ca::cuda::Driver::get();
-    if (d.cuCtxGetLimit(&state.stack_default, CU_LIMIT_STACK_SIZE) != CUDA_SUCCESS) state.stack_default = 0;
-  }
   std::string line;
   while (std::getline(std::cin, line)) {
     if (line.empty()) continue;

@@ -126,7 +126,7 @@ namespace {
 [[noreturn]] void throw_worker_failure(const std::string& what, const std::string& task_id, const Json& a) {
   const std::string text = "reference worker: " + what + " for task " + task_id + ": " + a.value("error", std::string("?")) + ": " +
                            a.value("detail", std::string());
-  if (a.value("memory_admission", std::string()) == "alone") throw NodeMemoryError(text + " (out of GPU memory, even alone)");
+  if (worker::out_of_memory_alone(a)) throw NodeMemoryError(text + " (out of GPU memory, even alone)");
   throw EnvironmentError(text);
 }
 }  // namespace
@@ -248,7 +248,7 @@ class FreshInputs : public CallInputs {
     copy_outputs(ex);
     Json b = reference_answer();
     if (!b.value("ok", false)) {
-      if (b.value("memory_admission", std::string()) == "alone") {
+      if (worker::out_of_memory_alone(b)) {
         // The inputs stay with the worker (key_), the outputs' copies here.
         throw ReferenceBesideCandidate("reference worker: reference for task " + task_id_ + ": out of GPU memory beside the candidate");
       }
@@ -313,7 +313,7 @@ class FreshInputs : public CallInputs {
   Json reference_answer() {
     if (inject_ref_oom_) {
       inject_ref_oom_ = false;
-      return Json{{"ok", false}, {"error", "out_of_memory"}, {"detail", "injected (CA_KERNEL_PROF_INJECT_REF_OOM)"},
+      return Json{{"ok", false}, {"error", "out_of_memory"}, {"detail", "CUDA out of memory (injected: CA_KERNEL_PROF_INJECT_REF_OOM)"},
                   {"memory_admission", "alone"}};
     }
     return gpu_.worker().request(worker::request::reference(task_id_, key_, ref_key(), std::nullopt, calibrate_));
@@ -527,11 +527,9 @@ CandidateTiming time_candidate(GpuSession& gpu, const Json& record, const Json& 
   try {
     time_into(result, gpu, record, task, loaded, options, round);
   } catch (...) {
-    gpu.reset_stack_limit();
     release_sets(gpu, result);  // what the worker kept for a timing that throws
     throw;
   }
-  gpu.reset_stack_limit();  // the candidate's executor is gone: its kernels' stack goes too
   return result;
 }
 

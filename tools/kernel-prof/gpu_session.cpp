@@ -21,7 +21,6 @@ GpuSession::GpuSession(int ordinal, bool trace) {
   ctx_ = drv.primary_context(ordinal);
   id_ = measure::identify_gpu(ordinal);
   drv.check(drv.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  if (drv.cuCtxGetLimit(&stack_default_, CU_LIMIT_STACK_SIZE) != CUDA_SUCCESS) stack_default_ = 0;
   flusher_ = std::make_unique<measure::L2Flusher>(id_.l2_bytes, 2.0);
   log::verbose("GPU ", ordinal, ": ", id_.name, " ", id_.uuid, ", driver ", id_.driver, ", L2 ", id_.l2_bytes >> 20,
                " MiB, flush buffer ", flusher_->bytes() >> 20, " MiB");
@@ -32,10 +31,6 @@ GpuSession::~GpuSession() {
   flusher_.reset();
   auto& drv = cuda::Driver::get();
   if (stream_) drv.cuStreamDestroy(stream_);
-}
-
-void GpuSession::reset_stack_limit() {
-  if (stack_default_ && !dead()) cuda::Driver::get().cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack_default_);
 }
 
 void GpuSession::make_current() const {

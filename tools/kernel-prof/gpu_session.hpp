@@ -44,17 +44,11 @@ class GpuSession {
   // Nothing more runs on it: CUDA gives a process no way back, so the records after it are timed by a
   // fresh process (multi_gpu.hpp's GpuChild), and `why` says what ended it.
   void mark_dead(std::string why) { dead_ = std::move(why); }
-  // The driver grows the context's local memory for a kernel whose frame needs more stack (for
-  // every thread the GPU can run) and keeps it: after each candidate it is set back to what it was
-  // before any ran, so no candidate leaves the next one (or the worker) less memory (best effort,
-  // as kernel-check's runner does).
-  void reset_stack_limit();
   bool dead() const { return !dead_.empty(); }
   const std::string& why_dead() const { return dead_; }
 
  private:
   std::string dead_;
-  std::size_t stack_default_ = 0;  // the context's per-thread stack limit before any candidate ran
   measure::GpuIdentity id_;
   CUcontext ctx_ = nullptr;
   CUstream stream_ = nullptr;
