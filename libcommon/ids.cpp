@@ -1,6 +1,8 @@
 // Content ids through OpenSSL's SHA-256 (linked statically).
 #include "libcommon/ids.hpp"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -37,7 +39,9 @@ std::string sha256_hex(std::string_view bytes) {
 
 std::string sha256_file_hex(const std::string& path) {
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) throw InputError("cannot read " + path + ": " + std::strerror(errno));
+  if (!f) throw InputError("'" + path + "': cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(::fileno(f.get()), &st) != 0 || !S_ISREG(st.st_mode)) throw InputError("'" + path + "': not a regular file");
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
   if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) throw InternalError("sha256 failed");
   std::vector<char> block(1 << 20);
@@ -46,7 +50,7 @@ std::string sha256_file_hex(const std::string& path) {
     if (n > 0 && EVP_DigestUpdate(ctx.get(), block.data(), n) != 1) throw InternalError("sha256 failed");
     if (n < block.size()) break;
   }
-  if (std::ferror(f.get())) throw InputError("cannot read " + path + ": read error");
+  if (std::ferror(f.get())) throw InputError("'" + path + "': read error");
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   if (EVP_DigestFinal_ex(ctx.get(), digest, &length) != 1) throw InternalError("sha256 failed");

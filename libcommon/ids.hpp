@@ -9,7 +9,8 @@
 namespace ca {
 
 std::string sha256_hex(std::string_view bytes);
-// sha256 of a file's bytes, read in blocks; throws InputError when it cannot be read.
+// sha256 of a regular file's bytes, read in blocks; throws InputError naming the file when it cannot
+// be opened or read or is not a regular file (a FIFO would block).
 std::string sha256_file_hex(const std::string& path);
 // Canonical text: keys sorted, compact separators, UTF-8 as is.
 std::string canonical_json(const Json& value);

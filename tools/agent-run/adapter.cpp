@@ -1,13 +1,6 @@
 // Adapter folders: checked before any request, named by their content.
 #include "tools/agent-run/adapter.hpp"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 
 #include "libcommon/errors.hpp"
@@ -18,32 +11,6 @@
 namespace ca::agent_run {
 
 namespace fs = std::filesystem;
-
-std::string file_sha256(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw InputError("'" + path + "': cannot open: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw InputError("'" + path + "': not a regular file");
-  }
-  if (st.st_size == 0) {
-    ::close(fd);
-    return sha256_hex("");
-  }
-  void* p = ::mmap(nullptr, std::size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (p == MAP_FAILED) throw InputError("'" + path + "': cannot map: " + std::strerror(errno));
-  std::string hex;
-  try {
-    hex = sha256_hex(std::string_view(static_cast<const char*>(p), std::size_t(st.st_size)));
-  } catch (...) {
-    ::munmap(p, std::size_t(st.st_size));
-    throw;
-  }
-  ::munmap(p, std::size_t(st.st_size));
-  return hex;
-}
 
 AdapterRef read_adapter_ref(const std::string& dir) {
   std::error_code ec;
@@ -77,8 +44,8 @@ AdapterRef read_adapter_ref(const std::string& dir) {
   AdapterRef ref;
   ref.path = fs::absolute(fs::path(dir)).lexically_normal().string();
   while (ref.path.size() > 1 && ref.path.back() == '/') ref.path.pop_back();
-  ref.id = content_id(Json{{"adapter_config.json", file_sha256(config_path)},
-                           {"adapter_model.safetensors", file_sha256(weights_path)}});
+  ref.id = content_id(Json{{"adapter_config.json", sha256_file_hex(config_path)},
+                           {"adapter_model.safetensors", sha256_file_hex(weights_path)}});
   ref.name = kAdapterPrefix + ref.id;
   return ref;
 }

@@ -25,7 +25,4 @@ inline constexpr const char* kAdapterPrefix = "ca-lora-";
 // tensor; otherwise InputError (exit 2) naming the file and what is wrong with it.
 AdapterRef read_adapter_ref(const std::string& dir);
 
-// sha256 of a file's bytes (mapped, not read into memory: adapters of 32B models are gigabytes).
-std::string file_sha256(const std::string& path);
-
 }  // namespace ca::agent_run
