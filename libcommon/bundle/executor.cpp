@@ -132,16 +132,7 @@ const SharedScrub& shared_scrub() {
 // context's event) and by cuMemcpyPeerAsync (which copies between contexts).
 using TrustedLane = ToolContext;
 
-// Makes `ctx` current for a scope, then the one before it again.
-struct InContext {
-  CUcontext before = nullptr;
-  explicit InContext(CUcontext ctx) {
-    auto& d = Driver::get();
-    d.check(d.cuCtxGetCurrent(&before), "cuCtxGetCurrent");
-    d.check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
-  }
-  ~InContext() { Driver::get().cuCtxSetCurrent(before); }
-};
+using InContext = cuda::ContextSwitch;
 
 }  // namespace
 

@@ -323,9 +323,8 @@ class FreshInputs : public CallInputs {
   // The candidate's outputs copied into the trusted context (cuMemcpyPeerAsync crosses contexts).
   void copy_outputs(bundle::Executor& ex) {
     auto& drv = cuda::Driver::get();
-    const CUcontext trusted = gpu_.trusted_context();
+    const CUcontext trusted = gpu_.trusted_context(), cand = gpu_.context();
     cuda::ContextSwitch in_trusted(trusted);
-    const CUcontext cand = in_trusted.before;
     CUstream ts = gpu_.trusted_stream();
     got_.clear();
     for (const auto& buf : ex.plan().buffers) {

@@ -21,6 +21,8 @@ GpuSession::GpuSession(int ordinal, bool trace) {
   ctx_ = drv.primary_context(ordinal);
   id_ = measure::identify_gpu(ordinal);
   drv.check(drv.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  make_current();
+  trusted_ = bundle::tool_context();  // made now, for this device; leaves ctx_ current
   flusher_ = std::make_unique<measure::L2Flusher>(id_.l2_bytes, 2.0);
   log::verbose("GPU ", ordinal, ": ", id_.name, " ", id_.uuid, ", driver ", id_.driver, ", L2 ", id_.l2_bytes >> 20,
                " MiB, flush buffer ", flusher_->bytes() >> 20, " MiB");
@@ -36,16 +38,6 @@ GpuSession::~GpuSession() {
 void GpuSession::make_current() const {
   auto& drv = cuda::Driver::get();
   drv.check(drv.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
-}
-
-CUcontext GpuSession::trusted_context() {
-  make_current();  // the tool's context of this session's device
-  return bundle::tool_context().ctx;
-}
-
-CUstream GpuSession::trusted_stream() {
-  make_current();
-  return bundle::tool_context().stream;
 }
 
 worker::WorkerClient& GpuSession::worker() {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "libcommon/bundle/executor.hpp"
 #include "libcommon/measure/gpu_state.hpp"
 #include "libcommon/worker/worker_client.hpp"
 
@@ -23,12 +24,18 @@ class GpuSession {
   ~GpuSession();
   const measure::GpuIdentity& identity() const { return id_; }
   CUstream stream() const { return stream_; }
+  // The device's primary context: the candidate's (its executor, its buffers).
+  CUcontext context() const { return ctx_; }
   // The context the tool's own kernels that judge a candidate (the output compare) run in:
   // bundle::tool_context() of this device (the executor's scrub and fingerprint run there too),
   // never given to a candidate. Not a wall (contexts of one process share a GPU address space): its
   // buffers are written after the candidate's last kernel of a call and read before the next.
-  CUcontext trusted_context();
-  CUstream trusted_stream();
+  // Made with the session; reading them changes no current context (the callers switch to it with
+  // cuda::ContextSwitch, whose 'before' must be the candidate's context, and launch on its stream
+  // while it is current: session 19's 7c01437 read the stream inside the switch when the getter
+  // made the primary context current again, and every compare failed CUDA_ERROR_INVALID_HANDLE).
+  CUcontext trusted_context() const { return trusted_.ctx; }
+  CUstream trusted_stream() const { return trusted_.stream; }
   measure::L2Flusher& flusher() { return *flusher_; }
   void make_current() const;
   // The worker on cuda:<ordinal>; EnvironmentError when no python with torch and CUDA is found.
@@ -52,6 +59,7 @@ class GpuSession {
   measure::GpuIdentity id_;
   CUcontext ctx_ = nullptr;
   CUstream stream_ = nullptr;
+  bundle::ToolContext trusted_;
   std::unique_ptr<measure::L2Flusher> flusher_;
   std::unique_ptr<worker::WorkerClient> worker_;
   std::size_t worker_memory_mb_ = 0;
