@@ -19,7 +19,7 @@ plus that many elements of its dtype) on launch arguments and gemm/conv operands
 by bind.cpp's rules; unknown keys are refused as kernel-check refuses them.
 
 Checking: a warm call, then --trials calls, each on fresh inputs from get_inputs() under its own
-seed, outputs NaN-poisoned before the call, compared with the task's Model on the same inputs
+seed, outputs filled with random bytes before the call, compared with the task's Model on the same inputs
 (TF32 off): |got - want| <= atol + rtol * |want| everywhere, NaN/Inf only where the reference has
 them, ||got - want|| / ||want|| <= --max-rel-l2; inputs and params must not change.
 Timing: candidate, eager and torch.compile by one method: CUDA events around each call, the L2
@@ -499,6 +499,25 @@ def load_plan(plan):
 # ---- expressions: a port of libcommon/bundle/expr.cpp ------------------------------------------
 # Integers and floats, dims and loop indices, `inputs.N.shape[i]`, `.numel`, `.ndim`, `init.N`,
 # + - * / % (C semantics, 64-bit checked), unary signs, parentheses, cdiv(a, b), min(...), max(...).
+
+_FILL_GENERATORS = {}
+
+
+def fill_unpredictable(t):
+    """Bytes drawn afresh for this call over a buffer, as kernel-check's executor fills outputs and
+    forward scratch (0 or 1 per byte for a bool): no start value (NaN, -1, true) comes free. A
+    generator of its own, seeded from the OS, so the input draws' seeds are untouched."""
+    if not t.numel():
+        return
+    key = str(t.device)
+    if key not in _FILL_GENERATORS:
+        g = torch.Generator(device=t.device)
+        g.manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
+        _FILL_GENERATORS[key] = g
+    b = t.view(torch.uint8)
+    b.copy_(torch.randint(0, 2 if t.dtype == torch.bool else 256, b.shape, dtype=torch.uint8, device=t.device,
+                          generator=_FILL_GENERATORS[key]))
+
 
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -2302,10 +2321,9 @@ class Program(object):
             self.bufs[("inputs", i)] = v.contiguous() if isinstance(v, torch.Tensor) else v
         if poison:
             for i in range(self.n_outputs):
-                o = self.bufs[("outputs", i)]
-                o.fill_(float("nan")) if o.is_floating_point() else o.fill_(-1)
+                fill_unpredictable(self.bufs[("outputs", i)])
             for key in self.forward_scratch:
-                self.bufs[key].view(torch.uint8).fill_(0xFF) if self.bufs[key].numel() else None
+                fill_unpredictable(self.bufs[key])
         for st in self.forward_steps:
             self.run_step(st)
         return [self.bufs[("outputs", i)] for i in range(self.n_outputs)]
@@ -2680,10 +2698,9 @@ class Judge(object):
             # outputs and forward scratch poisoned: a step the graph does not run cannot hide behind the
             # warm-up's values
             for i in range(prog.n_outputs):
-                t = prog.bufs[("outputs", i)]
-                t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-1)
+                fill_unpredictable(prog.bufs[("outputs", i)])
             for key in prog.forward_scratch:
-                prog.bufs[key].view(torch.uint8).fill_(0xFF) if prog.bufs[key].numel() else None
+                fill_unpredictable(prog.bufs[key])
             g.replay()
             torch.cuda.synchronize()
             for i, w in enumerate(ref):

@@ -85,14 +85,46 @@ CUfunction fingerprint_function() { return trusted_kernel("fingerprint.cu", kFin
 // Shared memory is not cleared between the kernels of one context: a call could leave its results
 // in shared memory and a later call on the same inputs find them there (a cache across calls that
 // no buffer holds). Before every call, one block per SM takes all the shared memory an SM gives a
-// block and fills it with 0xFF. The stores are volatile: nothing reads them, and they must stay.
+// block and fills it with words drawn afresh for the call (a host seed, hashed with the block and
+// the word), so a kernel finds neither an earlier call's values nor a start it could rely on (the
+// 0xFF of before session 20 was a free -1 / NaN start of every shared array). The stores are
+// volatile: nothing reads them, and they must stay.
 const char* kScrubSharedSource = R"(
-extern "C" __global__ void ca_scrub_shared(unsigned words) {
+extern "C" __global__ void ca_scrub_shared(unsigned words, unsigned long long seed) {
   extern __shared__ unsigned smem[];
   volatile unsigned* v = smem;
-  for (unsigned i = threadIdx.x; i < words; i += blockDim.x) v[i] = 0xFFFFFFFFu;
+  for (unsigned i = threadIdx.x; i < words; i += blockDim.x) {
+    unsigned long long x = seed + ((unsigned long long)blockIdx.x * words + i + 1) * 0x9E3779B97F4A7C15ull;
+    x ^= x >> 30; x *= 0xBF58476D1CE4E5B9ull; x ^= x >> 27; x *= 0x94D049BB133111EBull; x ^= x >> 31;
+    v[i] = (unsigned)(x >> 32);
+  }
 }
 )";
+
+// What a call finds in its outputs, forward's scratch and the library workspaces: bytes drawn
+// afresh before every call (a seed from the host's generator, splitmix64 per 8-byte word), so no
+// kernel knows them before it reads them. A fixed fill (0xFF bytes, before session 20) was a free
+// start the same every call: NaN for the floats, -1 for the integers, true for a bool, so a kernel
+// could skip writing every element whose reference is NaN (log of a negative input), -1 or true,
+// work the PyTorch baselines do. A bool buffer gets 0 or 1 per byte (any non-zero byte reads true).
+const char* kFillSource = R"(
+__device__ __forceinline__ unsigned long long ca_fill_word(unsigned long long seed, unsigned long long i) {
+  unsigned long long x = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+  x ^= x >> 30; x *= 0xBF58476D1CE4E5B9ull; x ^= x >> 27; x *= 0x94D049BB133111EBull; x ^= x >> 31;
+  return x;
+}
+extern "C" __global__ void ca_fill_unpredictable(unsigned char* p, unsigned long long bytes, unsigned long long seed,
+                                                 unsigned long long mask) {
+  const unsigned long long words = bytes / 8;
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < words;
+       i += (unsigned long long)gridDim.x * blockDim.x)
+    ((unsigned long long*)p)[i] = ca_fill_word(seed, i) & mask;
+  if (blockIdx.x == 0 && threadIdx.x < (bytes & 7))  // the last bytes of a size no multiple of 8
+    p[words * 8 + threadIdx.x] = (unsigned char)(((ca_fill_word(seed, words) & mask) >> (8 * threadIdx.x)) & 0xff);
+}
+)";
+
+CUfunction fill_function() { return trusted_kernel("fill_unpredictable.cu", kFillSource, kFillKernel); }
 
 struct SharedScrub {
   CUfunction fn = nullptr;
@@ -283,6 +315,7 @@ struct Executor::Impl {
   CUcontext ctx = nullptr;                                  // the candidate's
   CUevent call_ready = nullptr, scrubbed = nullptr;         // the candidate's context, the tool's
   size_t stack_before = 0;  // the context's per-thread stack limit before this executor (0: unknown)
+  std::mt19937_64 fill_rng{(uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()};  // fill_unpredictable's seeds
 };
 
 Executor::Executor(const BoundPlan& plan, const std::string& cubin, ExecutorOptions options)
@@ -363,6 +396,7 @@ void Executor::load_module(const std::string& cubin) {
     fingerprint_function();
     d.check(d.cuEventCreate(&impl_->scrubbed, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
   }
+  fill_function();  // its one-time compile and load, in the candidate's context, where it runs
   // The load-time image of every writable module-scope variable, restored before each call.
   for (const auto& [name, bytes] : cubin_writable_globals(cubin)) {
     GlobalImage g;
@@ -760,21 +794,33 @@ std::string Executor::hash(const std::string& ref) {
   return text;
 }
 
-void Executor::poison_outputs() {
+// Fresh unpredictable bytes over [p, p + bytes) (kFillSource), enqueued on `stream` in the
+// candidate's context (its code cannot be written by a kernel: kernel_prof_gpu_code_pages).
+void Executor::fill_unpredictable(CUdeviceptr p, size_t bytes, bool boolean, CUstream stream) {
+  if (!bytes) return;
   auto& d = Driver::get();
+  InContext in(impl_->ctx);
+  if (p % 8) throw InternalError("fill: a buffer not 8-byte aligned");
+  unsigned long long n = bytes, seed = impl_->fill_rng(), mask = boolean ? 0x0101010101010101ull : ~0ull;
+  CUfunction fn = fill_function();
+  const unsigned blocks = unsigned(std::clamp<unsigned long long>((n / 8 + 255) / 256, 1, 4096));
+  void* args[] = {&p, &n, &seed, &mask};
+  d.check(d.cuLaunchKernel(fn, blocks, 1, 1, 256, 1, 1, 0, stream, args, nullptr), "fill");
+}
+
+void Executor::poison_outputs(CUstream stream) {
   for (size_t i = 0; i < plan_.buffers.size(); ++i)
     if (plan_.buffers[i].space == Space::output && plan_.buffers[i].bytes)
-      d.check(d.cuMemsetD8Async(base_[i] + options_.guard_bytes, 0xFF, plan_.buffers[i].bytes, stream_), "poison outputs");
+      fill_unpredictable(base_[i] + options_.guard_bytes, size_t(plan_.buffers[i].bytes), plan_.buffers[i].dtype == "BOOL", stream);
 }
 
 void Executor::reset_call_state(CUstream stream) {
   auto& d = Driver::get();
   scrub_shared_memory_between(stream, impl_->call_ready, impl_->scrubbed);
   for (int i : forward_scratch_)
-    d.check(d.cuMemsetD8Async(base_[i] + options_.guard_bytes, 0xFF, plan_.buffers[i].bytes, stream), "poison scratch");
-  if (impl_->workspace) d.check(d.cuMemsetD8Async(impl_->workspace, 0xFF, impl_->workspace_bytes, stream), "poison workspace");
-  if (impl_->conv_workspace)
-    d.check(d.cuMemsetD8Async(impl_->conv_workspace, 0xFF, impl_->conv_workspace_bytes, stream), "poison workspace");
+    fill_unpredictable(base_[i] + options_.guard_bytes, size_t(plan_.buffers[i].bytes), plan_.buffers[i].dtype == "BOOL", stream);
+  if (impl_->workspace) fill_unpredictable(impl_->workspace, impl_->workspace_bytes, false, stream);
+  if (impl_->conv_workspace) fill_unpredictable(impl_->conv_workspace, impl_->conv_workspace_bytes, false, stream);
   for (const auto& g : globals_) d.check(d.cuMemcpyDtoDAsync(g.ptr, g.image, g.bytes, stream), "restore " + g.name);
 }
 
@@ -810,7 +856,14 @@ void scrub_shared_memory(CUstream stream) {
   auto& d = Driver::get();
   const SharedScrub& s = shared_scrub();
   unsigned words = s.bytes / 4;
-  void* args[] = {&words};
+  static std::mutex mu;
+  static std::mt19937_64 rng{(uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()};
+  unsigned long long seed;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    seed = rng();
+  }
+  void* args[] = {&words, &seed};
   d.check(d.cuLaunchKernel(s.fn, s.blocks, 1, 1, 1024, 1, 1, s.bytes, stream, args, nullptr), "scrub shared memory");
 }
 

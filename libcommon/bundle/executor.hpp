@@ -10,15 +10,16 @@
 //   ex.upload("params.weight", bytes); ...          // or upload_tensors(read_safetensors(...))
 //   ex.run_init();                                  // once
 //   auto init_state = ex.init_scratch_hashes();      // what forward may never change
-//   ex.upload_tensors(inputs);  ex.reset_call_state(ex.stream());  ex.poison_outputs();
+//   ex.upload_tensors(inputs);  ex.reset_call_state(ex.stream());  ex.poison_outputs(ex.stream());
 //   ex.fill_guards(pattern_seed);
 //   ex.forward(ex.stream());  ex.synchronize();     // or: CUgraphExec g = ex.capture_forward();
 //   auto bad = ex.check_guards();                   // buffers written outside their bounds
 //   auto changed = ex.changed_init_scratch(init_state);  // a cache kept in init's scratch
 //
 // Calls are independent by construction (DESIGN.md §5): before every call reset_call_state()
-// fills every SM's shared memory with 0xFF (it is not cleared between kernels), poisons the
-// scratch that only forward writes and the library workspaces, and restores every writable
+// fills every SM's shared memory with words drawn for that call (it is not cleared between
+// kernels), fills the scratch that only forward writes and the library workspaces with bytes drawn
+// for that call too (poison_outputs does the outputs), and restores every writable
 // module-scope variable (__device__ and __constant__) to its load-time bytes; the scratch init
 // wrote is hashed and must not change; the device heap is set to its minimum. kernel-prof also
 // gives every call inputs no earlier call saw, so a cache anywhere never hits.
@@ -81,10 +82,11 @@ class Executor {
   // sha256 of a buffer's bytes (inputs are hashed before and after a call).
   std::string hash(const std::string& ref);
 
-  void poison_outputs();                  // every output byte 0xFF: NaN for fp32/fp16/bf16
+  // Every output filled with bytes drawn afresh for this call (fill_unpredictable), on `stream`.
+  void poison_outputs(CUstream stream);
   // Untimed, before every forward call, enqueued on `stream`: every SM's shared memory (the
-  // kernel kScrubSharedKernel), forward-only scratch and the cuBLASLt/cuDNN workspaces set to
-  // 0xFF, module globals copied back from their load-time image.
+  // kernel kScrubSharedKernel), forward-only scratch and the cuBLASLt/cuDNN workspaces filled with
+  // fresh unpredictable bytes, module globals copied back from their load-time image.
   void reset_call_state(CUstream stream);
   // The scratch buffers init steps touch ("scratch.wt" -> sha256), taken after run_init().
   std::map<std::string, std::string> init_scratch_hashes();
@@ -111,6 +113,8 @@ class Executor {
   void prepare_gemm(const BoundStep& s, size_t si);
   void prepare_conv(const BoundStep& s, size_t si);
   void run_steps(const std::vector<BoundStep>& steps, CUstream stream);
+  // Bytes drawn for this call over [p, p + bytes) (0 or 1 per byte for a bool buffer), on `stream`.
+  void fill_unpredictable(CUdeviceptr p, size_t bytes, bool boolean, CUstream stream);
   void free_resources() noexcept;  // what the executor made, so far (a constructor that throws calls it)
   void free_resources_or_throw();
   const BoundPlan plan_;
@@ -130,10 +134,12 @@ class Executor {
   std::unique_ptr<Impl> impl_;
 };
 
-// Fills the shared memory of every SM of the current context's device with 0xFF: one block per SM,
+// Fills the shared memory of every SM of the current context's device with words drawn afresh
+// (a host seed per scrub): one block per SM,
 // each taking the most a block may. (The executor launches it from the tool's own context; a
 // profiler tells it from a candidate's kernels by how it was launched, never by this name.)
 inline constexpr const char* kScrubSharedKernel = "ca_scrub_shared";
+inline constexpr const char* kFillKernel = "ca_fill_unpredictable";
 void scrub_shared_memory(CUstream stream);
 // The same scrub launched from the tool's own context (one per device in this process, never a
 // candidate's), ordered between `stream`'s work before and after it by events: `ready` (of

@@ -3,12 +3,15 @@
 //   resident, refused with a PlanError by prepare_launch) frees them: kernel-check's runner lives
 //   across candidates and answers the next load in the same process, so a leak would add up, one
 //   refused plan's buffers at a time, until honest candidates run out of memory.
+// - What a call finds before its kernels write (outputs, forward scratch, shared memory) is drawn
+//   afresh every call.
 // - A gemm on views at element offsets (4-byte aligned operands, odd leading dimensions) gets an
 //   algorithm and the right numbers: cuBLASLt's heuristic is told the real alignment.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "libcommon/bundle/candidate.hpp"
@@ -109,4 +112,88 @@ TEST_CASE("executor: a gemm on views at element offsets (4-byte aligned, odd lea
       worst = std::max(worst, std::abs(want - o[size_t(i) * N + j]));
     }
   CHECK(worst < 1e-3);
+}
+
+// What a call finds before its kernels write: outputs, forward's scratch and every SM's shared
+// memory hold bytes drawn for that call (session 20: they were 0xFF every call, a free NaN / -1 /
+// true start a kernel could skip writing). Two calls of a kernel that copies out what it finds
+// (its dynamic shared memory and the scratch) and leaves two outputs unwritten: nothing repeats
+// between the calls, nothing is the old 0xFF fill, a bool output holds 0 or 1 (about half each),
+// and the last bytes of sizes no multiple of 8 are drawn too.
+TEST_CASE("executor: outputs, forward scratch and shared memory start unpredictable every call") {
+  auto& d = ca::cuda::Driver::get();
+  d.primary_context(0);
+  const std::string kernel =
+      "__global__ void peek(const float* x, float* o0, unsigned char* o1, unsigned* o2, const unsigned* s) {\n"
+      "  extern __shared__ unsigned sm[];\n"
+      "  for (int i = threadIdx.x; i < 2048; i += blockDim.x) o2[i] = ((volatile unsigned*)sm)[i];\n"
+      "  for (int i = threadIdx.x; i < 333; i += blockDim.x) o2[2048 + i] = s[i];\n"
+      "}\n";
+  const std::string plan =
+      "scratch:\n  s: {dtype: int32, shape: [333]}\n"
+      "forward:\n  - launch: peek\n    grid: [1]\n    block: [256]\n    shared: 8192\n"
+      "    args: [inputs.0, outputs.0, outputs.1, outputs.2, scratch.s]\n";
+  const IoSpec io = IoSpec::from_json(ca::Json::parse(
+      R"({"inputs":[{"shape":[4],"dtype":"F32"}],"outputs":[{"shape":[1001],"dtype":"F32"},{"shape":[4099],"dtype":"BOOL"},)"
+      R"({"shape":[2381],"dtype":"I32"}]})"));
+  Candidate c = prepare_candidate(BundleSources{{{"k.cu", kernel}}, ca::Json(plan)}, nullptr, no_rules());
+  REQUIRE_MESSAGE(!c.refused, (c.refused ? c.refused->reason : ""));
+  const Binding b = bind_candidate(c, io, LaunchLimits::for_arch(d.device_info(0).arch()), nullptr);
+  REQUIRE_MESSAGE(!b.refused, (b.refused ? b.refused->reason : ""));
+  Executor ex(*b.bound, c.compiled->cubin);
+  std::vector<float> x(4, 1.0f);
+  ex.upload("inputs.0", x.data(), x.size() * 4);
+  ex.run_init();
+  std::vector<std::vector<uint8_t>> o0, o1, o2;
+  for (int call = 0; call < 2; ++call) {
+    ex.reset_call_state(ex.stream());
+    ex.poison_outputs(ex.stream());
+    ex.forward(ex.stream());
+    ex.synchronize();
+    o0.push_back(ex.download("outputs.0"));
+    o1.push_back(ex.download("outputs.1"));
+    o2.push_back(ex.download("outputs.2"));
+  }
+  REQUIRE(o0[0].size() == 4004);
+  REQUIRE(o1[0].size() == 4099);
+  REQUIRE(o2[0].size() == 2381 * 4);
+  // 4-byte words: the same in both calls, or the old fill, in [from, to).
+  auto words = [](const std::vector<uint8_t>& v, size_t i) {
+    uint32_t w;
+    std::memcpy(&w, v.data() + 4 * i, 4);
+    return w;
+  };
+  auto count = [&](const std::vector<std::vector<uint8_t>>& v, size_t from, size_t to, int& same, int& ff) {
+    same = ff = 0;
+    for (size_t i = from; i < to; ++i) {
+      same += words(v[0], i) == words(v[1], i);
+      ff += words(v[0], i) == 0xFFFFFFFFu || words(v[1], i) == 0xFFFFFFFFu;
+    }
+  };
+  int same = 0, ff = 0;
+  count(o0, 0, 1001, same, ff);
+  MESSAGE("outputs.0 (F32, never written): " << same << " of 1001 words the same in both calls, " << ff << " 0xFFFFFFFF");
+  CHECK(same <= 2);
+  CHECK(ff == 0);
+  CHECK(words(o0[0], 1000) != words(o0[1], 1000));  // bytes 4000..4003: the tail of a size no multiple of 8
+  count(o2, 0, 2048, same, ff);
+  MESSAGE("shared memory (8 KiB of block 0): " << same << " of 2048 words the same, " << ff << " 0xFFFFFFFF");
+  CHECK(same <= 2);
+  CHECK(ff == 0);
+  count(o2, 2048, 2381, same, ff);
+  MESSAGE("forward scratch: " << same << " of 333 words the same, " << ff << " 0xFFFFFFFF");
+  CHECK(same <= 2);
+  CHECK(ff == 0);
+  // The bool output: 0 or 1 in every byte, the tail too, about half each, and not the same twice.
+  int ones = 0, other = 0, bool_same = 0;
+  for (size_t i = 0; i < 4099; ++i) {
+    ones += o1[0][i] == 1;
+    other += o1[0][i] > 1 || o1[1][i] > 1;
+    bool_same += o1[0][i] == o1[1][i];
+  }
+  MESSAGE("outputs.1 (BOOL, never written): " << ones << " of 4099 true, " << bool_same << " the same in both calls, " << other << " not 0 or 1");
+  CHECK(other == 0);
+  CHECK(ones > 4099 * 0.4);
+  CHECK(ones < 4099 * 0.6);
+  CHECK(bool_same < 4099 * 0.6);
 }

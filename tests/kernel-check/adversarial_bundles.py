@@ -125,7 +125,7 @@ case("passed", "memo-call-count-global", LINEAR, {"linear.cu": TILED_SKIPPING + 
 # the output in slots of its (uninitialized) shared memory, tagged by a sample of x and its block
 # index; a later call on the same inputs that finds its tag copies the slot instead of computing.
 # One block per SM (149 KB each), 12 slots: room for every timed input set. The checker fills all
-# shared memory with 0xFF before every call, so no tag survives and the kernel always computes.
+# shared memory with words drawn for each call, so no tag survives and the kernel always computes.
 # Measured on the H200 with binaries built without that scrub, this bundle's cache did not hit
 # either (1660.7 us, the naive compute): kernel-prof's L2 flush, a memset, overwrites all but 1.6%
 # of shared memory (bench/smem_probe.py). The scrub itself is proved directly by the case in

@@ -121,7 +121,7 @@ ca::Json runner_run(RunnerState& state, const ca::Json& req) {
     if (b.space == ca::bundle::Space::input || b.space == ca::bundle::Space::param) before.emplace_back(b.ref, ex->hash(b.ref));
   // Every call starts from the same state: forward's scratch poisoned, module globals as loaded.
   ex->reset_call_state(ex->stream());
-  ex->poison_outputs();
+  ex->poison_outputs(ex->stream());
   ex->fill_guards(seed);
   ex->synchronize();
   auto t0 = std::chrono::steady_clock::now();

@@ -51,8 +51,6 @@ CandidateBench::CandidateBench(bundle::BundleSources sources, const Json& loaded
   for (const auto& b : ex.plan().buffers)
     if (b.space == bundle::Space::param && b.bytes > 0) read_only_[b.ref] = ex.hash(b.ref);
   graph_ = ex.capture_forward();
-  for (const auto& b : ex.plan().buffers)
-    if (b.space == bundle::Space::output && b.bytes > 0) outputs_.emplace_back(ex.device_pointer(b.ref), size_t(b.bytes));
   drv.check(drv.cuCtxSynchronize(), "candidate setup");
 }
 
@@ -103,8 +101,9 @@ void CandidateBench::prepare(int /*set*/, CUstream stream) {
   pending_ = true;
   ++calls_;
   ex.reset_call_state(stream);
-  // NaN in every output byte: a call that skips its work leaves NaN behind, which the check sees.
-  for (auto& [ptr, bytes] : outputs_) drv.check(drv.cuMemsetD8Async(ptr, 0xFF, bytes, stream), "poison outputs");
+  // Every output byte drawn afresh: a call that skips its work leaves bytes behind that no kernel
+  // could know before the call, which the check sees.
+  ex.poison_outputs(stream);
 }
 
 void CandidateBench::enqueue(int /*set*/, CUstream stream) {

@@ -90,7 +90,6 @@ class CandidateBench : public measure::TimedTarget {
   std::map<std::string, std::string> input_hashes_;  // the current call's inputs, hashed before it ran
   std::unique_ptr<bundle::Executor> executor_;
   CUgraphExec graph_ = nullptr;
-  std::vector<std::pair<CUdeviceptr, size_t>> outputs_;
   int64_t calls_ = 0, checked_ = 0;
   bool pending_ = false, pending_check_ = false;
   std::string precision_;
