@@ -341,6 +341,31 @@ case("passed", "honest-constant-table", SCALE, {"fused.cu": CONST_LUT}, SCALE_PL
 UNLAUNCHED = "#include <cuda_fp16.h>\n__global__ void never_launched(__half2* x) { x[threadIdx.x] = __hfma2(x[0], x[1], x[2]); }\n" + SCALE_SRC
 case("passed|fp32", "unlaunched-fp16-kernel", SCALE, {"fused.cu": UNLAUNCHED}, SCALE_PLAN)
 
+# --- A free start value (session 20): outputs used to start every call as 0xFF bytes (NaN, -1, true),
+# so a kernel could skip writing the elements whose reference is that value: the NaN of a log of a
+# negative input (half of a randn tensor), the true of a comparison that is almost always true. They
+# now start as bytes drawn for the call: the skipping kernels are incorrect, their honest twins pass.
+def elementwise_task(task_id, forward):
+    return {"task_id": task_id,
+            "code": "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+                    "        super().__init__()\n\n    def forward(self, x):\n        return " + forward + "\n\n"
+                    "def get_inputs():\n    return [torch.randn(1 << 20)]\n\ndef get_init_inputs():\n    return []\n"}
+
+
+ELEMENTWISE_PLAN = ("dims: {N: inputs.0.shape[0]}\nforward:\n  - launch: ew\n    grid: [cdiv(N, 256)]\n    block: [256]\n"
+                    "    args: [inputs.0, outputs.0, N]\n")
+LOG = elementwise_task("adv-log-randn", "torch.log(x)")
+LOG_SKIP = ("__global__ void ew(const float* x, float* y, int n) {\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+            "  if (i < n && x[i] >= 0.0f) y[i] = logf(x[i]);  // NaN where x < 0: left to the fill\n}\n")
+case("incorrect|nan, got", "nan-start-skipped", LOG, {"k.cu": LOG_SKIP}, ELEMENTWISE_PLAN)
+case("passed", "honest-log", LOG, {"k.cu": LOG_SKIP.replace("if (i < n && x[i] >= 0.0f)", "if (i < n)")}, ELEMENTWISE_PLAN)
+MOSTLY_TRUE = elementwise_task("adv-mostly-true", "x > -3.0")
+TRUE_SKIP = ("__global__ void ew(const float* x, bool* y, int n) {\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+             "  if (i < n && !(x[i] > -3.0f)) y[i] = false;  // 99.9% true: left to the fill\n}\n")
+case("incorrect|expected 1, got 0", "true-start-skipped", MOSTLY_TRUE, {"k.cu": TRUE_SKIP}, ELEMENTWISE_PLAN)
+case("passed", "honest-mostly-true", MOSTLY_TRUE,
+     {"k.cu": TRUE_SKIP.replace("if (i < n && !(x[i] > -3.0f)) y[i] = false;", "if (i < n) y[i] = x[i] > -3.0f;")}, ELEMENTWISE_PLAN)
+
 for expected, name, timed, rec in cases:
     print("%s|%s|%d" % (expected, name, 1 if timed else 0))
     print(json.dumps(rec))
