@@ -66,15 +66,19 @@ cudaDataType_t data_type(const std::string& dtype) {
 // level 1) are never copied to the host to learn whether a call changed them. Each 8-byte word is
 // mixed with a key drawn per executor (splitmix64's finalizer) and the results are summed; a kernel
 // that ran before the key existed cannot change words and keep the sum.
-const char* kFingerprintSource = R"(
+// splitmix64's finalizer: the one mixing of the tool's kernels here (fingerprint, scrub, fill).
+#define CA_MIX64_SOURCE                                                                              \
+  "__device__ __forceinline__ unsigned long long ca_mix64(unsigned long long x) {\n"                \
+  "  x ^= x >> 30; x *= 0xBF58476D1CE4E5B9ull; x ^= x >> 27; x *= 0x94D049BB133111EBull;\n"        \
+  "  return x ^ (x >> 31);\n}\n"
+
+const char* kFingerprintSource = CA_MIX64_SOURCE R"(
 extern "C" __global__ void ca_fingerprint(const unsigned long long* words, unsigned long long n, unsigned long long key,
                                           unsigned long long base, unsigned long long* out) {
   unsigned long long acc = 0;
   for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
        i += (unsigned long long)gridDim.x * blockDim.x) {
-    unsigned long long x = words[i] ^ (key + (base + i) * 0x9E3779B97F4A7C15ull);
-    x ^= x >> 30; x *= 0xBF58476D1CE4E5B9ull; x ^= x >> 27; x *= 0x94D049BB133111EBull; x ^= x >> 31;
-    acc += x;
+    acc += ca_mix64(words[i] ^ (key + (base + i) * 0x9E3779B97F4A7C15ull));
   }
   atomicAdd(out, acc);
 }
@@ -89,15 +93,12 @@ CUfunction fingerprint_function() { return trusted_kernel("fingerprint.cu", kFin
 // the word), so a kernel finds neither an earlier call's values nor a start it could rely on (the
 // 0xFF of before session 20 was a free -1 / NaN start of every shared array). The stores are
 // volatile: nothing reads them, and they must stay.
-const char* kScrubSharedSource = R"(
+const char* kScrubSharedSource = CA_MIX64_SOURCE R"(
 extern "C" __global__ void ca_scrub_shared(unsigned words, unsigned long long seed) {
   extern __shared__ unsigned smem[];
   volatile unsigned* v = smem;
-  for (unsigned i = threadIdx.x; i < words; i += blockDim.x) {
-    unsigned long long x = seed + ((unsigned long long)blockIdx.x * words + i + 1) * 0x9E3779B97F4A7C15ull;
-    x ^= x >> 30; x *= 0xBF58476D1CE4E5B9ull; x ^= x >> 27; x *= 0x94D049BB133111EBull; x ^= x >> 31;
-    v[i] = (unsigned)(x >> 32);
-  }
+  for (unsigned i = threadIdx.x; i < words; i += blockDim.x)
+    v[i] = (unsigned)(ca_mix64(seed + ((unsigned long long)blockIdx.x * words + i + 1) * 0x9E3779B97F4A7C15ull) >> 32);
 }
 )";
 
@@ -107,11 +108,9 @@ extern "C" __global__ void ca_scrub_shared(unsigned words, unsigned long long se
 // start the same every call: NaN for the floats, -1 for the integers, true for a bool, so a kernel
 // could skip writing every element whose reference is NaN (log of a negative input), -1 or true,
 // work the PyTorch baselines do. A bool buffer gets 0 or 1 per byte (any non-zero byte reads true).
-const char* kFillSource = R"(
+const char* kFillSource = CA_MIX64_SOURCE R"(
 __device__ __forceinline__ unsigned long long ca_fill_word(unsigned long long seed, unsigned long long i) {
-  unsigned long long x = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
-  x ^= x >> 30; x *= 0xBF58476D1CE4E5B9ull; x ^= x >> 27; x *= 0x94D049BB133111EBull; x ^= x >> 31;
-  return x;
+  return ca_mix64(seed + (i + 1) * 0x9E3779B97F4A7C15ull);
 }
 extern "C" __global__ void ca_fill_unpredictable(unsigned char* p, unsigned long long bytes, unsigned long long seed,
                                                  unsigned long long mask) {

@@ -62,7 +62,7 @@ class CandidateBench : public measure::TimedTarget {
   int input_sets() const override { return 1; }  // one set of buffers, fresh values every call
   // Untimed, before every call: the previous call finished (and checked when drawn so), fresh
   // inputs copied in and fingerprinted, the call state reset (Executor::reset_call_state), outputs
-  // poisoned (NaN bytes). Throws CallFailed when a checked call was wrong.
+  // filled with bytes drawn for the call. Throws CallFailed when a checked call was wrong.
   void prepare(int set, CUstream stream) override;
   void enqueue(int set, CUstream stream) override;  // replay the graph
   // After the loop: the last call is always checked. Returns "" or what was wrong.
