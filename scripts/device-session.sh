@@ -34,7 +34,9 @@ for part in "$@"; do
       # --stop-time: ctest itself ends a test that would run past the budget, and then still prints
       # its output (--output-on-failure); the outer timeout, which kills ctest and leaves nothing of
       # the running test, is only the backstop.
+      # --output-junit keeps every test's output, a passed one's too (its figures, for the note).
       timeout "$l" ctest --test-dir build -L gpu -E ops_synth_filter_gpu ${GPU_TESTS:+-R "$GPU_TESTS"} --output-on-failure ${GPU_TESTS_VERBOSE:+-V} \
+        --output-junit "$R/gpu-tests.junit.xml" \
         --stop-time "$(date -d "+$(( l > 40 ? l - 20 : l / 2 )) seconds" +%H:%M:%S)" > "$R/gpu-tests.log" 2>&1
       echo "rc=$?"; grep -E "tests passed|Failed|Passed" "$R/gpu-tests.log" | tail -20 ;;
     nn-tests)
