@@ -2912,6 +2912,21 @@ def selftest(opt):
         except Verdict as v:
             ok(want in v.reason, "expr %s: %s" % (e[:40], v.reason[:120]))
 
+    # 1b. what a call finds in its outputs: bytes drawn for it (no NaN, -1 or true start), a bool 0 or 1
+    f1, f2 = torch.empty(4099), torch.empty(4099)
+    fill_unpredictable(f1)
+    fill_unpredictable(f2)
+    same = int((f1.view(torch.int32) == f2.view(torch.int32)).sum())
+    ok(same <= 2 and not bool(torch.isnan(f1).all()), "fill: two fills of a float buffer share %d of 4099 words" % same)
+    b1 = torch.empty(4099, dtype=torch.bool)
+    fill_unpredictable(b1)
+    raw = b1.view(torch.uint8)
+    ones = int((raw == 1).sum())
+    ok(int((raw > 1).sum()) == 0 and 0.4 * 4099 < ones < 0.6 * 4099, "fill: a bool buffer holds 0 or 1, %d of 4099 true" % ones)
+    i1 = torch.empty(333, dtype=torch.int64)
+    fill_unpredictable(i1)
+    ok(int((i1 == -1).sum()) == 0, "fill: an int64 buffer holds no -1 start")
+
     # 2. the YAML subset: string scalars, flow collections over several lines, quotes, comments
     here = os.path.dirname(os.path.abspath(__file__))
     repo = os.path.dirname(os.path.dirname(here))
