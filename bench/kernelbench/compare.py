@@ -21,7 +21,8 @@ import sys
 
 # kernel-check's statuses about the task, not the candidate (check.reference says why), and a
 # reference the worker could not compute.
-TASK_STATUSES = ("task_stochastic", "task_insensitive", "task_ill_conditioned", "reference_error", "node_error")
+TASK_STATUSES = ("task_stochastic", "task_insensitive", "task_ill_conditioned", "task_uncalibrated", "reference_error",
+                 "node_error")
 
 
 def load(path):

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # CPU: a check of status task_stochastic (the task's reference is a random draw: kernel-check's rule
 # for it), task_insensitive (a constant answer would pass) or task_ill_conditioned (the reference's
-# own fp32 error is over every bound) is not a verdict against the candidate, nor is reference_error
+# own fp32 error is over every bound) or task_uncalibrated (no float64 run: no calibrated bound) is
+# not a verdict against the candidate, nor is reference_error
 # (the reference worker failed: the task's or the node's fault): reward-calc gives it
 # no reward and no -1 and passes it on with an error section, while an incorrect check of the same
 # candidate gets -1. The check schema accepts those records (correct null, not false). ops-synth
-# import flags a dropout task stochastic, a big-bias task insensitive, a cancellation
-# ill-conditioned, and a linear one none of these.
+# import flags a dropout task stochastic, a big-bias task insensitive, a task constant on its own
+# draws (not on a variant) insensitive, a cancellation ill-conditioned, code that cannot run in
+# float64 with ill_conditioned null and the error, and a linear one none of these.
 set -u
 RC="$CA_BIN/reward-calc"
 T=$(mktemp -d)
@@ -20,6 +22,7 @@ cat > "$T/in.jsonl" <<JSON
 {$base, "check": {"compiled": true, "correct": null, "status": "task_ill_conditioned", "reason": "the task's fp32 reference is 0.79 from its float64 run", "arch": "sm_90", "task_ill_conditioned": true, "precision": "fp32", "tolerance": "calibrated", "reference": {"mode": "train", "stochastic": false, "from": "worker", "insensitive": false, "ill_conditioned": true, "ill_conditioned_evidence": {"cap_rel_l2": 0.05, "fp32_err_rel_l2": 0.79}}}}
 {$base, "check": {"compiled": true, "correct": null, "status": "reference_error", "reason": "reference worker: reference: worker_died: the worker process ended", "arch": "sm_90", "reference_error": true, "precision": "fp32", "tolerance": "calibrated"}}
 {$base, "check": {"compiled": true, "correct": null, "status": "node_error", "reason": "init: cuMemAlloc(scratch.h): out of memory", "arch": "sm_90", "node_error": true, "precision": "fp32", "tolerance": "calibrated"}}
+{$base, "check": {"compiled": true, "correct": null, "status": "task_uncalibrated", "reason": "the task's reference could not run in float64", "arch": "sm_90", "task_uncalibrated": true, "precision": "fp32", "tolerance": "calibrated", "reference": {"mode": "train", "stochastic": false, "from": "worker", "insensitive": false, "ill_conditioned": null, "ill_conditioned_evidence": {"cap_rel_l2": 0.05, "error": "calibrate: RuntimeError: expected m1 and m2 to have the same dtype"}}}, "prof": {"time_us": 1.0}}
 JSON
 "$RC" --no-store < "$T/in.jsonl" > "$T/out.jsonl" 2> "$T/err.txt"
 rc=$?
@@ -27,10 +30,10 @@ echo "reward-calc exit $rc"
 python3 - "$T/out.jsonl" <<'PY' || fails=$((fails + 1))
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
-assert len(recs) == 6, recs
-stoch, incorrect, insensitive, ill, referr, nodeerr = recs
+assert len(recs) == 7, recs
+stoch, incorrect, insensitive, ill, referr, nodeerr, uncal = recs
 for name, rec in (("task_insensitive", insensitive), ("task_ill_conditioned", ill), ("reference_error", referr),
-                  ("node_error", nodeerr)):
+                  ("node_error", nodeerr), ("task_uncalibrated", uncal)):
     v = (rec.get("reward") or {}).get("value")
     # A constant-output kernel timed at 1 us on an insensitive task: still nothing.
     assert v is None, "%s scored %r" % (name, v)
@@ -66,7 +69,7 @@ except jsonschema.ValidationError:
     pass
 print("ok   check schema: task_stochastic with correct null, not false")
 lines = open(sys.argv[2]).read().splitlines()
-for i in (2, 3, 4, 5):
+for i in (2, 3, 4, 5, 6):
     bad = json.loads(lines[i])["check"]
     bad["correct"] = False
     try:
@@ -83,28 +86,34 @@ for i in (2, 3, 4, 5):
         sys.exit(1)
     except jsonschema.ValidationError:
         pass
-print("ok   check schema: task_insensitive, task_ill_conditioned, reference_error and node_error with correct null and their flag")
+print("ok   check schema: task_insensitive, task_ill_conditioned, reference_error, node_error and task_uncalibrated with correct null and their flag")
 PY
 # Where the flag comes from: ops-synth import runs the reference from two RNG states (the CPU worker).
 # The same load measures whether a constant would pass (insensitive) and whether the fp32 reference
 # is over every bound from float64 (ill_conditioned), with the evidence.
-for f in stochastic_dropout linear_relu insensitive_bias ill_conditioned; do cp "$CA_SRC/tests/worker/fixtures/$f.py" "$T/"; done
+for f in stochastic_dropout linear_relu insensitive_bias ill_conditioned constant_on_draws no_float64; do cp "$CA_SRC/tests/worker/fixtures/$f.py" "$T/"; done
 "$CA_BIN/ops-synth" import --no-store --device cpu "$T/stochastic_dropout.py" "$T/linear_relu.py" \
-  "$T/insensitive_bias.py" "$T/ill_conditioned.py" \
+  "$T/insensitive_bias.py" "$T/ill_conditioned.py" "$T/constant_on_draws.py" "$T/no_float64.py" \
   > "$T/tasks.jsonl" 2> "$T/import.err" || { echo "FAIL ops-synth import: $(tail -3 "$T/import.err")"; fails=$((fails + 1)); }
 python3 - "$T/tasks.jsonl" <<'PY' || fails=$((fails + 1))
 import json, sys
 recs = {json.loads(l)["name"]: json.loads(l) for l in open(sys.argv[1])}
 flags = {n: r.get("stochastic") for n, r in recs.items()}
 assert flags == {"stochastic_dropout": True, "linear_relu": False, "insensitive_bias": False,
-                 "ill_conditioned": False}, flags
+                 "ill_conditioned": False, "constant_on_draws": False, "no_float64": False}, flags
 print("ok   ops-synth import: stochastic %s" % flags)
 got = {n: (r["reference"].get("insensitive"), r["reference"].get("ill_conditioned")) for n, r in recs.items()}
 assert got == {"stochastic_dropout": (False, None), "linear_relu": (False, False), "insensitive_bias": (True, False),
-               "ill_conditioned": (False, True)}, got
+               "ill_conditioned": (False, True), "constant_on_draws": (True, False), "no_float64": (False, None)}, got
 assert recs["insensitive_bias"]["reference"]["insensitive_evidence"]["checks"][0]["within"] is True
 assert recs["ill_conditioned"]["reference"]["ill_conditioned_evidence"]["fp32_err_rel_l2"] > 0.05
 assert "stochastic" in recs["stochastic_dropout"]["reference"]["ill_conditioned_evidence"]["error"]
+# Constant on its own draws, moved by a variant: insensitive by the calibrated bound on seed 1 alone.
+ev = recs["constant_on_draws"]["reference"]["insensitive_evidence"]
+assert ev["own_draws"]["rel_l2"] <= ev["own_draws"]["calibrated_bound_rel_l2"] and not ev["checks"][1]["within"], ev
+assert "own_draws" not in recs["linear_relu"]["reference"]["insensitive_evidence"]
+# No float64 run: the error is the evidence kernel-check's task_uncalibrated names.
+assert "float64" in recs["no_float64"]["reference"]["ill_conditioned_evidence"]["error"], recs["no_float64"]["reference"]
 print("ok   ops-synth import: (insensitive, ill_conditioned) %s" % got)
 PY
 SPY2=python3

@@ -153,6 +153,18 @@ TEST_CASE("verdicts: insensitive and ill-conditioned references: the worker's lo
     CHECK(v->status == "task_insensitive");
     CHECK(v->reason.find("variant shift_scale: relative L2 3.7e-08") != std::string::npos);
   }
+  // Insensitive on its own draws only (a variant moves it: a kernel that tells the variant apart
+  // computes only then): task_insensitive naming the spread and the calibrated bound.
+  ca::Json own = ca::Json::parse(R"({"ok":true,"mode":"train","stochastic":false,"insensitive":true,
+      "insensitive_evidence":{"checks":[{"against":"seed 1","rel_l2":0.0,"within":true},
+                                        {"against":"variant shift_scale","rel_l2":0.8,"within":false}],
+                              "own_draws":{"rel_l2":0.0,"calibrated_bound_rel_l2":3.01e-05}},
+      "ill_conditioned":false})");
+  auto vo = task_verdict(reference_check(plain, &own, false), false);
+  REQUIRE(vo);
+  CHECK(vo->status == "task_insensitive");
+  CHECK(vo->reason.find("on its own draws") != std::string::npos);
+  CHECK(vo->reason.find("3.01e-05") != std::string::npos);
   // Ill-conditioned: task_ill_conditioned naming the measured error and the cap.
   ca::Json ill = ca::Json::parse(R"({"ok":true,"mode":"train","stochastic":false,"insensitive":false,"ill_conditioned":true,
       "ill_conditioned_evidence":{"cap_rel_l2":0.05,"fp32_err_rel_l2":0.79}})");
@@ -160,17 +172,30 @@ TEST_CASE("verdicts: insensitive and ill-conditioned references: the worker's lo
   REQUIRE(vi);
   CHECK(vi->status == "task_ill_conditioned");
   CHECK(vi->reason.find("0.79") != std::string::npos);
+  // No float64 run at load (an op without a float64 kernel, the copy out of memory): task_uncalibrated
+  // under the calibrated bound, naming the error; judged by the published or strict bound, which need
+  // no calibration.
+  ca::Json uncal = ca::Json::parse(R"({"ok":true,"mode":"train","stochastic":false,"insensitive":false,"ill_conditioned":null,
+      "ill_conditioned_evidence":{"cap_rel_l2":0.05,"error":"calibrate: RuntimeError: expected m1 and m2 to have the same dtype"}})");
+  ca::Json ruc = reference_check(plain, &uncal, false);
+  auto vu = task_verdict(ruc, false);
+  REQUIRE(vu);
+  CHECK(vu->status == "task_uncalibrated");
+  CHECK(vu->reason.find("expected m1 and m2 to have the same dtype") != std::string::npos);
+  CHECK_FALSE(task_verdict(ruc, false, /*calibrated=*/false));
   // Stochastic first; --allow-stochastic judges a stochastic task unless it is also unusable otherwise.
-  ca::Json stoch = ca::Json::parse(R"({"ok":true,"mode":"train","stochastic":true,"insensitive":false,"ill_conditioned":null})");
+  ca::Json stoch = ca::Json::parse(R"({"ok":true,"mode":"train","stochastic":true,"insensitive":false,"ill_conditioned":null,
+      "ill_conditioned_evidence":{"cap_rel_l2":0.05,"error":"the reference is stochastic (another RNG state gives other outputs): no float64 run"}})");
   CHECK(task_verdict(reference_check(plain, &stoch, false), false)->status == "task_stochastic");
-  CHECK_FALSE(task_verdict(reference_check(plain, &stoch, true), true));
+  CHECK_FALSE(task_verdict(reference_check(plain, &stoch, true), true));  // no float64 run by design: judged
   // null (not measured: no float64 run, an older worker): judged.
   ca::Json unknown = ca::Json::parse(R"({"ok":true,"mode":"train","stochastic":false})");
   ca::Json ru = reference_check(claims, &unknown, false);
   CHECK(ru["insensitive"].is_null());
   CHECK_FALSE(task_verdict(ru, false));
   // set_verdict: nothing judged, correct null.
-  for (const char* status : {"task_stochastic", "task_insensitive", "task_ill_conditioned", "reference_error", "node_error"}) {
+  for (const char* status :
+       {"task_stochastic", "task_insensitive", "task_ill_conditioned", "task_uncalibrated", "reference_error", "node_error"}) {
     ca::Json check = ca::Json::object();
     set_verdict(check, status, "why");
     CHECK(check["correct"].is_null());

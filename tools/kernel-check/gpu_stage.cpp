@@ -231,7 +231,7 @@ struct GpuStage::Judgment {
     // its own status, with correct null: reward-calc gives it neither a reward nor a -1.
     check["reference"] = reference_check(task, &it->second.first, options_.allow_stochastic);
     if (check["reference"]["stochastic"] == true) check["task_stochastic"] = true;
-    if (auto v = task_verdict(check["reference"], options_.allow_stochastic)) {
+    if (auto v = task_verdict(check["reference"], options_.allow_stochastic, options_.tolerance == "calibrated")) {
       check[v->status] = true;
       set_verdict(check, v->status, v->reason);
       return false;

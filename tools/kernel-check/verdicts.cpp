@@ -18,7 +18,8 @@ void set_verdict(ca::Json& check, const std::string& status, const std::string& 
   // candidate's; no -1 for it), or a node that failed the candidate's run (node_error: no room for
   // its buffers within the scratch cap, a runner killed from outside).
   else if (status == "no_device" || status == "task_stochastic" || status == "task_insensitive" ||
-           status == "task_ill_conditioned" || status == "reference_error" || status == "node_error")
+           status == "task_ill_conditioned" || status == "task_uncalibrated" || status == "reference_error" ||
+           status == "node_error")
     check["correct"] = nullptr;
   else check["correct"] = false;
 }
@@ -131,7 +132,7 @@ ca::Json reference_check(const ca::Json& task, const ca::Json* load, bool allow_
   return r;
 }
 
-std::optional<TaskVerdict> task_verdict(const ca::Json& reference, bool allow_stochastic) {
+std::optional<TaskVerdict> task_verdict(const ca::Json& reference, bool allow_stochastic, bool calibrated) {
   if (!reference.is_object() || reference.value("from", ca::Json()) != "worker") return std::nullopt;
   if (reference.value("stochastic", false) == true && !allow_stochastic)
     return TaskVerdict{"task_stochastic",
@@ -146,6 +147,14 @@ std::optional<TaskVerdict> task_verdict(const ca::Json& reference, bool allow_st
         if (c.is_object())
           against += std::string(against.empty() ? "" : ", ") + c.value("against", std::string("?")) + ": relative L2 " +
                      num(c.value("rel_l2", ca::Json())) + " from the seed-0 outputs";
+    if (ev.contains("own_draws") && ev["own_draws"].is_object())
+      return TaskVerdict{"task_insensitive",
+                         "on its own draws the task's reference hardly depends on its inputs (seed 1: relative L2 " +
+                             num(ev["own_draws"].value("rel_l2", ca::Json())) +
+                             " from the seed-0 outputs, within the calibrated fp32 bound " +
+                             num(ev["own_draws"].value("calibrated_bound_rel_l2", ca::Json())) +
+                             "): a constant answer passes every plain draw, and a kernel can tell the checks' variants "
+                             "apart and compute only on them, so no verdict here means anything"};
     return TaskVerdict{"task_insensitive",
                        "the task's reference hardly depends on its inputs (" + against +
                            ", within the published bound atol = rtol = 1e-2 and relative L2 5e-2): a constant answer "
@@ -159,6 +168,20 @@ std::optional<TaskVerdict> task_verdict(const ca::Json& reference, bool allow_st
                            " of every bound: the reference itself would fail, and so does every fp32 candidate, by the "
                            "task's fault"};
   }
+  // The float64 run the calibrated bound is made from failed at load (an op without a float64
+  // kernel, a dtype the code spells out, the float64 copy out of memory): how accurate fp32 is on
+  // this task is unknown. Judging with the published bound instead (what a missing calibration fell
+  // back to before session 20) paid half a reduction or 16-bit weights read as fp32 on exactly these
+  // tasks (red team R10), and the verdict told the policy which ones; so no verdict, as for the
+  // other tasks no verdict can use. A stochastic reference has no float64 run by design (its own rule).
+  const ca::Json ev = reference.value("ill_conditioned_evidence", ca::Json::object());
+  if (calibrated && reference.value("stochastic", false) != true && reference.contains("ill_conditioned") &&
+      reference["ill_conditioned"].is_null() && ev.is_object() && ev.contains("error") && ev["error"].is_string())
+    return TaskVerdict{"task_uncalibrated",
+                       "the task's reference could not run in float64 (" + ev["error"].get<std::string>() +
+                           "): how accurate fp32 is on this task is unknown, so the calibrated bound cannot be made, "
+                           "and the published one in its place would pass half-precision storage and sampled "
+                           "reductions; no verdict (--tolerance published or strict judges it by that bound)"};
   return std::nullopt;
 }
 

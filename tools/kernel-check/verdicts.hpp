@@ -38,13 +38,14 @@ void binding_fields(ca::Json& check, const ca::bundle::Candidate& c, const ca::b
 ca::Json reference_check(const ca::Json& task, const ca::Json* load, bool allow_stochastic);
 
 // A task whose reference no verdict can use: the status (task_stochastic, task_insensitive,
-// task_ill_conditioned) and reason for a check section's `reference` as reference_check wrote it
-// from the worker's load (from: worker), in that order; nullopt when the candidate is judged (a
-// record's flags, from: task_record, never decide). A stochastic reference is judged anyway under
-// --allow-stochastic (`allow_stochastic`).
+// task_ill_conditioned, task_uncalibrated) and reason for a check section's `reference` as
+// reference_check wrote it from the worker's load (from: worker), in that order; nullopt when the
+// candidate is judged (a record's flags, from: task_record, never decide). A stochastic reference is
+// judged anyway under --allow-stochastic (`allow_stochastic`); a task whose float64 run failed
+// (task_uncalibrated) only when the bound is not the calibrated one (`calibrated` false).
 struct TaskVerdict {
   std::string status, reason;
 };
-std::optional<TaskVerdict> task_verdict(const ca::Json& reference, bool allow_stochastic);
+std::optional<TaskVerdict> task_verdict(const ca::Json& reference, bool allow_stochastic, bool calibrated = true);
 
 }  // namespace ca::kernel_check

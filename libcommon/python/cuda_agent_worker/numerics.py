@@ -448,6 +448,30 @@ def detect_insensitive(task, inputs, outs, keep_seed1=False):
             inputs1, out1)
 
 
+def insensitive_on_own_draws(sensitivity, conditioning):
+    """detect_insensitive's record, made insensitive when a constant answer passes the calibrated fp32
+    bound on the task's own draws: the seed-1 outputs within every floating output's bound (K * its
+    fp32 error against float64 + floor, from detect_ill_conditioned's record) of the seed-0 outputs in
+    relative L2 (the worst output's), and within the published bound elementwise (integer outputs
+    exactly). The variants are not asked here: a kernel can tell a variant from a plain draw (their
+    statistics differ) and compute only on it, while the plain draws, all that timing sees, get the
+    constant (red team R10: clamp(x, max=-6.6) on randn). Nothing when the bound is unknown (no float64
+    run: kernel-check's task_uncalibrated). Returns the record."""
+    if sensitivity.get("insensitive") is not False or (conditioning or {}).get("error"):
+        return sensitivity
+    checks = sensitivity.get("checks") or []
+    if not checks or checks[0].get("against") != "seed 1" or not checks[0].get("within"):
+        return sensitivity
+    k, floor = CALIBRATE_DEFAULTS["fp32"]
+    outs = (conditioning or {}).get("outputs") or {}
+    bound = min([min(k * o["fp32_err_rel_l2"] + floor, PUBLISHED_REL_L2) for o in outs.values()] or [0.0])
+    spread = checks[0]["rel_l2"]
+    if spread <= bound:
+        sensitivity["insensitive"] = True
+        sensitivity["own_draws"] = {"rel_l2": spread, "calibrated_bound_rel_l2": bound}
+    return sensitivity
+
+
 def detect_ill_conditioned(task, inputs, outs, stochastic):
     """Whether the reference's own fp32 error against float64 on `inputs` (calibrate's fp32_err_rel_l2,
     one float64 forward) exceeds the cap of every bound (PUBLISHED_REL_L2) for some floating output:

@@ -373,6 +373,7 @@ class Task(object):
             self.sensitivity, inputs1, outs1 = ({"insensitive": None, "error": "%s: %s" % (type(e).__name__, text)},
                                                 None, None)
         self.conditioning = numerics.detect_ill_conditioned(self, inputs, outs, self.stochastic["stochastic"])
+        self.sensitivity = numerics.insensitive_on_own_draws(self.sensitivity, self.conditioning)
         # keep_inputs: the seed-0 draw (and seed 1's, with its outputs) stays on the device for one
         # taker (the filters op), which saves drawing gigabytes again on the CPU. It has been through
         # one forward already.
