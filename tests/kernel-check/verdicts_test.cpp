@@ -183,6 +183,13 @@ TEST_CASE("verdicts: insensitive and ill-conditioned references: the worker's lo
   CHECK(vu->status == "task_uncalibrated");
   CHECK(vu->reason.find("expected m1 and m2 to have the same dtype") != std::string::npos);
   CHECK_FALSE(task_verdict(ruc, false, /*calibrated=*/false));
+  // ... unless the float64 copy ran out of memory: the node's limit (node_error, judged again by --resume).
+  ca::Json oom = uncal;
+  oom["ill_conditioned_evidence"]["error"] = "calibrate: OutOfMemoryError: CUDA out of memory. Tried to allocate 16.00 GiB";
+  auto vn = task_verdict(reference_check(plain, &oom, false), false);
+  REQUIRE(vn);
+  CHECK(vn->status == "node_error");
+  CHECK(vn->reason.find("Tried to allocate 16.00 GiB") != std::string::npos);
   // Stochastic first; --allow-stochastic judges a stochastic task unless it is also unusable otherwise.
   ca::Json stoch = ca::Json::parse(R"({"ok":true,"mode":"train","stochastic":true,"insensitive":false,"ill_conditioned":null,
       "ill_conditioned_evidence":{"cap_rel_l2":0.05,"error":"the reference is stochastic (another RNG state gives other outputs): no float64 run"}})");

@@ -1,6 +1,7 @@
 // The check section's verdicts and findings (verdicts.hpp).
 #include "tools/kernel-check/verdicts.hpp"
 
+#include <cctype>
 #include <cmath>
 #include <sstream>
 
@@ -169,20 +170,28 @@ std::optional<TaskVerdict> task_verdict(const ca::Json& reference, bool allow_st
                            "task's fault"};
   }
   // The float64 run the calibrated bound is made from failed at load (an op without a float64
-  // kernel, a dtype the code spells out, the float64 copy out of memory): how accurate fp32 is on
+  // kernel, a dtype the code spells out; out of memory is the node's, below): how accurate fp32 is on
   // this task is unknown. Judging with the published bound instead (what a missing calibration fell
   // back to before session 20) paid half a reduction or 16-bit weights read as fp32 on exactly these
   // tasks (red team R10), and the verdict told the policy which ones; so no verdict, as for the
   // other tasks no verdict can use. A stochastic reference has no float64 run by design (its own rule).
   const ca::Json ev = reference.value("ill_conditioned_evidence", ca::Json::object());
-  if (calibrated && reference.value("stochastic", false) != true && reference.contains("ill_conditioned") &&
-      reference["ill_conditioned"].is_null() && ev.is_object() && ev.contains("error") && ev["error"].is_string())
-    return TaskVerdict{"task_uncalibrated",
+  if (!calibrated || reference.value("stochastic", false) == true || !reference.contains("ill_conditioned") ||
+      !reference["ill_conditioned"].is_null() || !ev.is_object() || !ev.contains("error") || !ev["error"].is_string())
+    return std::nullopt;
+  // The float64 copy did not fit beside the judge's own memory: the node's limit, not the task's
+  // (node_error: --resume judges it again, on a GPU that holds it).
+  std::string lower = ev["error"].get<std::string>();
+  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.find("out of memory") != std::string::npos)
+    return TaskVerdict{"node_error", "the node could not run the task's reference in float64 (" + ev["error"].get<std::string>() +
+                                         "), which the calibrated bound is made from: no verdict; --resume judges it "
+                                         "again, on a GPU that holds the float64 copy"};
+  return TaskVerdict{"task_uncalibrated",
                        "the task's reference could not run in float64 (" + ev["error"].get<std::string>() +
                            "): how accurate fp32 is on this task is unknown, so the calibrated bound cannot be made, "
                            "and the published one in its place would pass half-precision storage and sampled "
                            "reductions; no verdict (--tolerance published or strict judges it by that bound)"};
-  return std::nullopt;
 }
 
 }  // namespace ca::kernel_check
