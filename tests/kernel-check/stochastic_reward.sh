@@ -8,7 +8,8 @@
 # candidate gets -1. The check schema accepts those records (correct null, not false). ops-synth
 # import flags a dropout task stochastic, a big-bias task insensitive, a task constant on its own
 # draws (not on a variant) insensitive, a cancellation ill-conditioned, code that cannot run in
-# float64 with ill_conditioned null and the error, and a linear one none of these.
+# float64 with ill_conditioned null and the error, code that names float32 calibrated (its dtypes
+# lifted to float64), and a linear one none of these.
 set -u
 RC="$CA_BIN/reward-calc"
 T=$(mktemp -d)
@@ -91,20 +92,21 @@ PY
 # Where the flag comes from: ops-synth import runs the reference from two RNG states (the CPU worker).
 # The same load measures whether a constant would pass (insensitive) and whether the fp32 reference
 # is over every bound from float64 (ill_conditioned), with the evidence.
-for f in stochastic_dropout linear_relu insensitive_bias ill_conditioned constant_on_draws no_float64; do cp "$CA_SRC/tests/worker/fixtures/$f.py" "$T/"; done
+for f in stochastic_dropout linear_relu insensitive_bias ill_conditioned constant_on_draws no_float64 float32_spelled; do cp "$CA_SRC/tests/worker/fixtures/$f.py" "$T/"; done
 "$CA_BIN/ops-synth" import --no-store --device cpu "$T/stochastic_dropout.py" "$T/linear_relu.py" \
-  "$T/insensitive_bias.py" "$T/ill_conditioned.py" "$T/constant_on_draws.py" "$T/no_float64.py" \
+  "$T/insensitive_bias.py" "$T/ill_conditioned.py" "$T/constant_on_draws.py" "$T/no_float64.py" "$T/float32_spelled.py" \
   > "$T/tasks.jsonl" 2> "$T/import.err" || { echo "FAIL ops-synth import: $(tail -3 "$T/import.err")"; fails=$((fails + 1)); }
 python3 - "$T/tasks.jsonl" <<'PY' || fails=$((fails + 1))
 import json, sys
 recs = {json.loads(l)["name"]: json.loads(l) for l in open(sys.argv[1])}
 flags = {n: r.get("stochastic") for n, r in recs.items()}
 assert flags == {"stochastic_dropout": True, "linear_relu": False, "insensitive_bias": False,
-                 "ill_conditioned": False, "constant_on_draws": False, "no_float64": False}, flags
+                 "ill_conditioned": False, "constant_on_draws": False, "no_float64": False, "float32_spelled": False}, flags
 print("ok   ops-synth import: stochastic %s" % flags)
 got = {n: (r["reference"].get("insensitive"), r["reference"].get("ill_conditioned")) for n, r in recs.items()}
 assert got == {"stochastic_dropout": (False, None), "linear_relu": (False, False), "insensitive_bias": (True, False),
-               "ill_conditioned": (False, True), "constant_on_draws": (True, False), "no_float64": (False, None)}, got
+               "ill_conditioned": (False, True), "constant_on_draws": (True, False), "no_float64": (False, None),
+               "float32_spelled": (False, False)}, got
 assert recs["insensitive_bias"]["reference"]["insensitive_evidence"]["checks"][0]["within"] is True
 assert recs["ill_conditioned"]["reference"]["ill_conditioned_evidence"]["fp32_err_rel_l2"] > 0.05
 assert "stochastic" in recs["stochastic_dropout"]["reference"]["ill_conditioned_evidence"]["error"]
@@ -113,7 +115,10 @@ ev = recs["constant_on_draws"]["reference"]["insensitive_evidence"]
 assert ev["own_draws"]["rel_l2"] <= ev["own_draws"]["calibrated_bound_rel_l2"] and not ev["checks"][1]["within"], ev
 assert "own_draws" not in recs["linear_relu"]["reference"]["insensitive_evidence"]
 # No float64 run: the error is the evidence kernel-check's task_uncalibrated names.
-assert "float64" in recs["no_float64"]["reference"]["ill_conditioned_evidence"]["error"], recs["no_float64"]["reference"]
+err = recs["no_float64"]["reference"]["ill_conditioned_evidence"]["error"]
+assert "float64" in err and "float32 inputs only" in err and "lifted" in err, err
+# Code that names float32 is calibrated by the second run, with the dtypes it names lifted.
+assert recs["float32_spelled"]["reference"]["ill_conditioned_evidence"]["fp32_err_rel_l2"] >= 0
 print("ok   ops-synth import: (insensitive, ill_conditioned) %s" % got)
 PY
 SPY2=python3

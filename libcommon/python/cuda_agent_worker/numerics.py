@@ -4,6 +4,7 @@ distribution does not give (variants: shifted and scaled values, outliers, anoth
 and whether the reference is a random draw itself (stochastic). PROTOCOL.md, "reference",
 "inputs" and "load", says what the answers hold; libcommon/bundle/compare.hpp turns calibrations
 into bounds."""
+import contextlib
 import copy
 import hashlib
 import math
@@ -61,21 +62,56 @@ def _model64(task):
     return m
 
 
+_LOWER_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+class _Float64Everywhere(torch.overrides.TorchFunctionMode):
+    """Inside: every floating dtype the code names (`.float()`, `.half()`, `dtype=torch.float32`,
+    `.to(torch.float32)`) is float64, so code that spells out its dtype still runs in double (a
+    double input times a `.float()` weight raised, and the task had no calibrated bound)."""
+
+    _LIFT = {torch.Tensor.float: torch.Tensor.double, torch.Tensor.half: torch.Tensor.double,
+             torch.Tensor.bfloat16: torch.Tensor.double}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        func = self._LIFT.get(func, func)
+        lift = lambda v: torch.float64 if isinstance(v, torch.dtype) and v in _LOWER_FLOATS else v
+        args = tuple(lift(a) for a in args)
+        kwargs = {k: lift(v) for k, v in (kwargs or {}).items()}
+        return func(*args, **kwargs)
+
+
 def forward64(task, inputs):
     """The reference in float64: the model in double, floating inputs in double (integer inputs
     unchanged), torch's default dtype double while forward runs (tensors the code makes itself).
-    `inputs` are not changed: the run gets copies."""
+    Code that names a lower floating dtype and so cannot run that way is run again with every such
+    dtype lifted to float64 (_Float64Everywhere); out of memory is not retried. `inputs` are not
+    changed: each run gets copies."""
     model = _model64(task)
-    ins = [v.to(torch.float64, copy=True) if _is_float(v) else v.clone() if isinstance(v, torch.Tensor) else v
-           for v in inputs]
     saved = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
-    try:
-        with stage("calibrate: forward in float64"):
-            with precision("fp32", task.device), torch.no_grad():
+    from .tasks import flatten_outputs
+
+    def run(lifted):
+        ins = [v.to(torch.float64, copy=True) if _is_float(v) else v.clone() if isinstance(v, torch.Tensor) else v
+               for v in inputs]
+        name = "calibrate: forward in float64" + (" (the floating dtypes the code names lifted)" if lifted else "")
+        with stage(name):
+            with precision("fp32", task.device), torch.no_grad(), \
+                    (_Float64Everywhere() if lifted else contextlib.nullcontext()):
                 out = model(*ins)
-            from .tasks import flatten_outputs
             return [o.detach() for o in flatten_outputs(out)]
+    try:
+        try:
+            return run(False)
+        except TaskError as e:
+            if "out of memory" in str(e.detail).lower():
+                raise
+            first = e
+        try:
+            return run(True)
+        except TaskError as e:
+            raise TaskError(first.stage, "%s (and with the dtypes it names lifted: %s)" % (first.detail, e.detail), first.traceback)
     finally:
         torch.set_default_dtype(saved)
 
