@@ -117,6 +117,7 @@ assert "own_draws" not in recs["linear_relu"]["reference"]["insensitive_evidence
 # No float64 run: the error is the evidence kernel-check's task_uncalibrated names.
 err = recs["no_float64"]["reference"]["ill_conditioned_evidence"]["error"]
 assert "float64" in err and "float32 inputs only" in err and "lifted" in err, err
+assert recs["no_float64"]["reference"]["ill_conditioned_evidence"]["out_of_memory"] is False  # the task's, not the node's
 # Code that names float32 is calibrated by the second run, with the dtypes it names lifted.
 assert recs["float32_spelled"]["reference"]["ill_conditioned_evidence"]["fp32_err_rel_l2"] >= 0
 print("ok   ops-synth import: (insensitive, ill_conditioned) %s" % got)

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -160,36 +161,32 @@ TEST_CASE("verdicts: insensitive and ill-conditioned references: the worker's lo
                                         {"against":"variant shift_scale","rel_l2":0.8,"within":false}],
                               "own_draws":{"rel_l2":0.0,"calibrated_bound_rel_l2":3.01e-05}},
       "ill_conditioned":false})");
-  auto vo = task_verdict(reference_check(plain, &own, false), false);
-  REQUIRE(vo);
-  CHECK(vo->status == "task_insensitive");
-  CHECK(vo->reason.find("on its own draws") != std::string::npos);
-  CHECK(vo->reason.find("3.01e-05") != std::string::npos);
+  // The verdict a worker's load answer gives a task record without flags, and words its reason holds.
+  auto verdict = [&](const ca::Json& load, const std::string& status, std::initializer_list<std::string> words) {
+    auto v = task_verdict(reference_check(plain, &load, false), false);
+    REQUIRE(v);
+    CHECK(v->status == status);
+    for (const auto& w : words) CHECK_MESSAGE(v->reason.find(w) != std::string::npos, v->reason);
+  };
+  verdict(own, "task_insensitive", {"on its own draws", "3.01e-05"});
   // Ill-conditioned: task_ill_conditioned naming the measured error and the cap.
   ca::Json ill = ca::Json::parse(R"({"ok":true,"mode":"train","stochastic":false,"insensitive":false,"ill_conditioned":true,
       "ill_conditioned_evidence":{"cap_rel_l2":0.05,"fp32_err_rel_l2":0.79}})");
-  auto vi = task_verdict(reference_check(plain, &ill, false), false);
-  REQUIRE(vi);
-  CHECK(vi->status == "task_ill_conditioned");
-  CHECK(vi->reason.find("0.79") != std::string::npos);
+  verdict(ill, "task_ill_conditioned", {"0.79"});
   // No float64 run at load (an op without a float64 kernel, the copy out of memory): task_uncalibrated
   // under the calibrated bound, naming the error; judged by the published or strict bound, which need
   // no calibration.
   ca::Json uncal = ca::Json::parse(R"({"ok":true,"mode":"train","stochastic":false,"insensitive":false,"ill_conditioned":null,
       "ill_conditioned_evidence":{"cap_rel_l2":0.05,"error":"calibrate: RuntimeError: expected m1 and m2 to have the same dtype"}})");
-  ca::Json ruc = reference_check(plain, &uncal, false);
-  auto vu = task_verdict(ruc, false);
-  REQUIRE(vu);
-  CHECK(vu->status == "task_uncalibrated");
-  CHECK(vu->reason.find("expected m1 and m2 to have the same dtype") != std::string::npos);
-  CHECK_FALSE(task_verdict(ruc, false, /*calibrated=*/false));
-  // ... unless the float64 copy ran out of memory: the node's limit (node_error, judged again by --resume).
+  verdict(uncal, "task_uncalibrated", {"expected m1 and m2 to have the same dtype"});
+  CHECK_FALSE(task_verdict(reference_check(plain, &uncal, false), false, /*calibrated=*/false));
+  // ... unless the float64 copy ran out of memory (the worker's out_of_memory, never the error's
+  // wording): the node's limit (node_error, judged again by --resume).
   ca::Json oom = uncal;
   oom["ill_conditioned_evidence"]["error"] = "calibrate: OutOfMemoryError: CUDA out of memory. Tried to allocate 16.00 GiB";
-  auto vn = task_verdict(reference_check(plain, &oom, false), false);
-  REQUIRE(vn);
-  CHECK(vn->status == "node_error");
-  CHECK(vn->reason.find("Tried to allocate 16.00 GiB") != std::string::npos);
+  verdict(oom, "task_uncalibrated", {"Tried to allocate 16.00 GiB"});
+  oom["ill_conditioned_evidence"]["out_of_memory"] = true;
+  verdict(oom, "node_error", {"Tried to allocate 16.00 GiB"});
   // Stochastic first; --allow-stochastic judges a stochastic task unless it is also unusable otherwise.
   ca::Json stoch = ca::Json::parse(R"({"ok":true,"mode":"train","stochastic":true,"insensitive":false,"ill_conditioned":null,
       "ill_conditioned_evidence":{"cap_rel_l2":0.05,"error":"the reference is stochastic (another RNG state gives other outputs): no float64 run"}})");

@@ -1,7 +1,6 @@
 // The check section's verdicts and findings (verdicts.hpp).
 #include "tools/kernel-check/verdicts.hpp"
 
-#include <cctype>
 #include <cmath>
 #include <sstream>
 
@@ -179,11 +178,9 @@ std::optional<TaskVerdict> task_verdict(const ca::Json& reference, bool allow_st
   if (!calibrated || reference.value("stochastic", false) == true || !reference.contains("ill_conditioned") ||
       !reference["ill_conditioned"].is_null() || !ev.is_object() || !ev.contains("error") || !ev["error"].is_string())
     return std::nullopt;
-  // The float64 copy did not fit beside the judge's own memory: the node's limit, not the task's
-  // (node_error: --resume judges it again, on a GPU that holds it).
-  std::string lower = ev["error"].get<std::string>();
-  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
-  if (lower.find("out of memory") != std::string::npos)
+  // The float64 copy did not fit beside the judge's own memory (the worker's out_of_memory): the
+  // node's limit, not the task's (node_error: --resume judges it again, on a GPU that holds it).
+  if (ev.value("out_of_memory", false) == true)
     return TaskVerdict{"node_error", "the node could not run the task's reference in float64 (" + ev["error"].get<std::string>() +
                                          "), which the calibrated bound is made from: no verdict; --resume judges it "
                                          "again, on a GPU that holds the float64 copy"};

@@ -7,6 +7,7 @@ import time
 
 import torch
 
+from .numerics import is_oom
 from .tasks import TaskError, reference_mode
 
 # torch.compile costs seconds of CPU per task, the other checks milliseconds: it runs last, and only
@@ -60,12 +61,6 @@ def _constant(t):
     return bool((flat == flat[0]).all())
 
 
-def _is_oom(text):
-    """GPU memory ran out: torch's "CUDA out of memory" (torch.cuda.OutOfMemoryError, or a plain
-    RuntimeError in torch 1.x) or cuBLAS failing to allocate its workspace."""
-    return "out of memory" in text.lower() or "ALLOC_FAILED" in text
-
-
 def release_gpu_memory():
     gc.collect()
     if torch.cuda.is_available():
@@ -81,13 +76,13 @@ def run(worker, req):
         try:
             ans = _run_once(worker, req)
         except RuntimeError as e:  # outside the task's own stages (moving inputs, the timing buffers)
-            if not _is_oom(str(e)):
+            if not is_oom(str(e)):
                 raise
             v = {"runs_eager": _verdict(False, "out of GPU memory: %s" % str(e).splitlines()[0][:300])}
             for name in ORDER[1:]:
                 v[name] = _skipped("not run: out of GPU memory")
             ans = _answer(v, None)
-        lost_to_memory = any(v["pass"] is False and _is_oom(str(v.get("detail", ""))) for v in ans["verdicts"].values())
+        lost_to_memory = any(v["pass"] is False and is_oom(str(v.get("detail", ""))) for v in ans["verdicts"].values())
         if not lost_to_memory or attempt == 2:
             break
         release_gpu_memory()

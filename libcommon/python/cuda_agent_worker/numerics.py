@@ -62,6 +62,12 @@ def _model64(task):
     return m
 
 
+def is_oom(text):
+    """GPU memory ran out: torch's "CUDA out of memory" (torch.cuda.OutOfMemoryError, or a plain
+    RuntimeError in torch 1.x) or cuBLAS failing to allocate its workspace."""
+    return "out of memory" in text.lower() or "ALLOC_FAILED" in text
+
+
 _LOWER_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -105,7 +111,7 @@ def forward64(task, inputs):
         try:
             return run(False)
         except TaskError as e:
-            if "out of memory" in str(e.detail).lower():
+            if is_oom(str(e.detail)):
                 raise
             first = e
         try:
@@ -144,6 +150,12 @@ def _errors(out, out64):
     return math.sqrt(diff2 / ref2), max_abs / rms, mismatched
 
 
+def calibrated_bound(err, k, floor):
+    """compare.hpp's calibration_rule: K times the reference's error against float64, plus the floor,
+    at most the published relative L2."""
+    return min(k * err + floor, PUBLISHED_REL_L2)
+
+
 def calibrate(task, inputs, ref_outs, claim, k=None, floor=None):
     """Per floating output, the error of the reference at the claimed precision (and of the fp32
     reference) against float64 on these inputs, and the bound K * max(both) + floor (at most the
@@ -173,7 +185,7 @@ def calibrate(task, inputs, ref_outs, claim, k=None, floor=None):
                             % (i, ref_prec, list(o64.shape), list(op.shape), list(o32.shape)))
         e32, m32, n32 = _errors(o32, o64)
         ep, mp, np_ = (e32, m32, n32) if op is o32 else _errors(op, o64)
-        bound = min(k * max(ep, e32) + floor, PUBLISHED_REL_L2)
+        bound = calibrated_bound(max(ep, e32), k, floor)
         entry = {"precision": claim, "reference_precision": ref_prec,
                  "ref_err_rel_l2": ep, "ref_err_max_abs_rel": mp,
                  "fp32_err_rel_l2": e32, "fp32_err_max_abs_rel": m32,
@@ -500,7 +512,7 @@ def insensitive_on_own_draws(sensitivity, conditioning):
         return sensitivity
     k, floor = CALIBRATE_DEFAULTS["fp32"]
     outs = (conditioning or {}).get("outputs") or {}
-    bound = min([min(k * o["fp32_err_rel_l2"] + floor, PUBLISHED_REL_L2) for o in outs.values()] or [0.0])
+    bound = min([calibrated_bound(o["fp32_err_rel_l2"], k, floor) for o in outs.values()] or [0.0])
     spread = checks[0]["rel_l2"]
     if spread <= bound:
         sensitivity["insensitive"] = True
@@ -520,10 +532,15 @@ def detect_ill_conditioned(task, inputs, outs, stochastic):
     try:
         cal = calibrate(task, inputs, outs, "fp32")
     except TaskError as e:
-        return {"ill_conditioned": None, "cap_rel_l2": cap, "error": "%s: %s" % (e.stage, e.detail)}
+        error = "%s: %s" % (e.stage, e.detail)
     except RuntimeError as e:  # out of memory for the float64 copy, an op without a float64 kernel
         text = str(e).splitlines()[0][:300] if str(e) else ""
-        return {"ill_conditioned": None, "cap_rel_l2": cap, "error": "calibrate: %s: %s" % (type(e).__name__, text)}
+        error = "calibrate: %s: %s" % (type(e).__name__, text)
+    else:
+        error = None
+    if error is not None:
+        # out_of_memory: the node's limit, not the task's (kernel-check: node_error, not task_uncalibrated).
+        return {"ill_conditioned": None, "cap_rel_l2": cap, "error": error, "out_of_memory": is_oom(error)}
     per = {name: {"fp32_err_rel_l2": c["fp32_err_rel_l2"], "fp32_err_max_abs_rel": c["fp32_err_max_abs_rel"]}
            for name, c in cal.items()}
     worst = max([c["fp32_err_rel_l2"] for c in cal.values()] or [0.0])
