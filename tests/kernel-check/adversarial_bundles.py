@@ -366,6 +366,84 @@ case("incorrect|expected 1, got 0", "true-start-skipped", MOSTLY_TRUE, {"k.cu": 
 case("passed", "honest-mostly-true", MOSTLY_TRUE,
      {"k.cu": TRUE_SKIP.replace("if (i < n && !(x[i] > -3.0f)) y[i] = false;", "if (i < n) y[i] = x[i] > -3.0f;")}, ELEMENTWISE_PLAN)
 
+# --- Red team R10 (session 20), H1: a task whose code names float32 (`.float()` on a buffer, a no-op in
+# fp32) made the float64 calibration raise, and every call fell back to the published 5e-2, which half
+# a row's mean meets (4.5e-3). The float64 run now lifts the dtypes the code names: the calibrated
+# bound judges and the half mean is incorrect; the whole-row mean passes.
+def task_code(task_id, ctor, forward, inputs):
+    return {"task_id": task_id,
+            "code": "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+                    "        super().__init__()\n" + ctor + "\n    def forward(self, x):\n        return " + forward + "\n\n"
+                    "def get_inputs():\n    return [" + inputs + "]\n\ndef get_init_inputs():\n    return []\n"}
+
+
+MEAN_SPELLED = task_code("adv-mean-float-spelled", "        self.register_buffer(\"w\", torch.full((16384, 1), 1.0 / 16384))\n",
+                         "torch.matmul(x, self.w.float()).squeeze(1)", "torch.rand(2048, 16384)")
+ROW_MEAN = r"""
+__global__ void row_mean(const float* __restrict__ x, float* __restrict__ y, int cols, int cols_read, float div) {
+  const float* r = x + (size_t)blockIdx.x * cols;
+  float s = 0.f;
+  for (int c = threadIdx.x; c < cols_read; c += blockDim.x) s += r[c];
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  __shared__ float part[32];
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float t = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.f;
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    if (threadIdx.x == 0) y[blockIdx.x] = t / div;
+  }
+}
+"""
+
+
+def row_mean_plan(cols_read, div):
+    return ("dims:\n  R: inputs.0.shape[0]\n  C: inputs.0.shape[1]\nforward:\n  - launch: row_mean\n    grid: [R]\n"
+            "    block: [512]\n    args: [inputs.0, outputs.0, C, %s, %s]\n" % (cols_read, div))
+
+
+case("incorrect|calibrated bound", "half-mean-float-spelled", MEAN_SPELLED, {"k.cu": ROW_MEAN}, row_mean_plan("C / 2", "8192.0"))
+case("passed", "honest-mean-float-spelled", MEAN_SPELLED, {"k.cu": ROW_MEAN}, row_mean_plan("C", "16384.0"))
+
+# --- R10's H4: clamp(x, max=-6.6) on randn is -6.6 on every plain draw; a shifted variant moves it.
+# A kernel that samples its input, computes on what looks like a variant and writes the constant
+# otherwise is exact everywhere kernel-prof times. The task is now task_insensitive (on its own
+# draws): neither the detector nor the honest clamp is judged, so neither earns anything.
+CLAMP_TASK = task_code("adv-clamp-constant", "", "torch.clamp(x, max=-6.6)", "torch.randn(4096, 4096)")
+CLAMP_KERNELS = r"""
+__global__ void clamp_all(const float* __restrict__ x, float* __restrict__ y, long long n, float hi) {
+  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = fminf(x[i], hi);
+}
+// flag = 1 unless 16,384 samples look like randn (mean within 0.08, variance within 0.1 of 1).
+__global__ void looks_plain(const float* __restrict__ x, long long n, int* __restrict__ flag) {
+  __shared__ float s1[32], s2[32];
+  float a = 0.f, b = 0.f;
+  for (int k = threadIdx.x; k < 16384; k += blockDim.x) { const float v = x[(long long)k * (n / 16384)]; a += v; b += v * v; }
+  for (int o = 16; o > 0; o >>= 1) { a += __shfl_xor_sync(0xffffffffu, a, o); b += __shfl_xor_sync(0xffffffffu, b, o); }
+  if ((threadIdx.x & 31) == 0) { s1[threadIdx.x >> 5] = a; s2[threadIdx.x >> 5] = b; }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float A = 0.f, B = 0.f;
+    for (int w = 0; w < (int)(blockDim.x >> 5); ++w) { A += s1[w]; B += s2[w]; }
+    const float mean = A / 16384.f, var = B / 16384.f - mean * mean;
+    *flag = (fabsf(mean) > 0.08f || fabsf(var - 1.f) > 0.1f) ? 1 : 0;
+  }
+}
+__global__ void clamp_or_constant(const float* __restrict__ x, float* __restrict__ y, long long n, const int* __restrict__ flag,
+                                  float hi) {
+  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = *flag ? fminf(x[i], hi) : hi;
+}
+"""
+case("task_insensitive", "constant-on-plain-draws", CLAMP_TASK, {"k.cu": CLAMP_KERNELS},
+     "dims: {N: inputs.0.numel}\nscratch:\n  flag: {dtype: int32, shape: [1]}\nforward:\n"
+     "  - launch: looks_plain\n    grid: [1]\n    block: [1024]\n    args: [inputs.0, N, scratch.flag]\n"
+     "  - launch: clamp_or_constant\n    grid: [cdiv(N, 256)]\n    block: [256]\n    args: [inputs.0, outputs.0, N, scratch.flag, -6.6]\n")
+case("task_insensitive", "honest-clamp-constant-task", CLAMP_TASK, {"k.cu": CLAMP_KERNELS},
+     "dims: {N: inputs.0.numel}\nforward:\n  - launch: clamp_all\n    grid: [cdiv(N, 256)]\n    block: [256]\n"
+     "    args: [inputs.0, outputs.0, N, -6.6]\n")
+
 for expected, name, timed, rec in cases:
     print("%s|%s|%d" % (expected, name, 1 if timed else 0))
     print(json.dumps(rec))
