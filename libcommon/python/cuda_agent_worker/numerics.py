@@ -150,10 +150,25 @@ def _errors(out, out64):
     return math.sqrt(diff2 / ref2), max_abs / rms, mismatched
 
 
-def calibrated_bound(err, k, floor):
-    """compare.hpp's calibration_rule: K times the reference's error against float64, plus the floor,
-    at most the published relative L2."""
-    return min(k * err + floor, PUBLISHED_REL_L2)
+def calibrated_bound(err, k, floor, varying=1.0):
+    """compare.hpp's calibration_rule: K times the reference's error against float64, plus the floor
+    scaled by the output's varying fraction (varying_fractions), at most the published relative L2."""
+    return min(k * err + floor * varying, PUBLISHED_REL_L2)
+
+
+def varying_fractions(sensitivity):
+    """Per floating output ("outputs.i"), the part of its L2 norm that depends on the inputs, from the
+    load's two plain draws (detect_insensitive's seed-1 check): ||o0 - o1|| / sqrt(||o0||^2 + ||o1||^2),
+    at most 1. About 1 for an output that is mostly input-dependent (two independent zero-mean draws);
+    about ||v|| / ||c|| for c + v with c the same on every draw (a large bias, a block of constants
+    beside the computed values). The pooled floor of a calibrated bound is relative to this part, not
+    to the whole norm, which a constant part dilutes: else a block of 1000s beside 0.1 * g(x) passes
+    with g computed to 10% (red team R10's H3; compare.hpp has the rule's other way, the floor per
+    element). {} when the load has no seed-1 check (outputs then get 1)."""
+    checks = (sensitivity or {}).get("checks") or []
+    if not checks or checks[0].get("against") != "seed 1":
+        return {}
+    return dict(checks[0].get("varying_fraction") or {})
 
 
 def calibrate(task, inputs, ref_outs, claim, k=None, floor=None):
@@ -185,11 +200,12 @@ def calibrate(task, inputs, ref_outs, claim, k=None, floor=None):
                             % (i, ref_prec, list(o64.shape), list(op.shape), list(o32.shape)))
         e32, m32, n32 = _errors(o32, o64)
         ep, mp, np_ = (e32, m32, n32) if op is o32 else _errors(op, o64)
-        bound = calibrated_bound(max(ep, e32), k, floor)
+        varying = float((getattr(task, "varying", None) or {}).get("outputs.%d" % i, 1.0))
+        bound = calibrated_bound(max(ep, e32), k, floor, varying)
         entry = {"precision": claim, "reference_precision": ref_prec,
                  "ref_err_rel_l2": ep, "ref_err_max_abs_rel": mp,
                  "fp32_err_rel_l2": e32, "fp32_err_max_abs_rel": m32,
-                 "k": k, "floor": floor, "bound_rel_l2": bound}
+                 "k": k, "floor": floor, "varying_fraction": varying, "bound_rel_l2": bound}
         if n32 or np_:
             entry["finite_mismatch"] = max(n32, np_)  # elements finite in float64 and not here, or back
         if task.device.type == "cpu" and ref_prec == "fp16":
@@ -409,9 +425,11 @@ def published_close(got, want):
     bound, by compare.cpp's rule: per element |got - want| <= 1e-2 + 1e-2 |want| (floats; exact for
     integer and bool outputs), NaN and Inf where the reference has them, and per floating output
     ||got - want|| / ||want|| <= 5e-2 over the reference's finite elements (when that norm is not 0).
-    In chunks (outputs reach gigabytes). Returns (close, {"rel_l2", "max_abs", "elements_over"}): the
-    worst output's numbers."""
-    worst = {"rel_l2": 0.0, "max_abs": 0.0, "elements_over": 0}
+    In chunks (outputs reach gigabytes). Returns (close, {"rel_l2", "max_abs", "elements_over",
+    "varying_fraction"}): the worst output's numbers, and per floating output ("outputs.i")
+    min(1, ||got - want|| / sqrt(||got||^2 + ||want||^2)) over the reference's finite elements (1 where
+    an element finite there is not in `got`; varying_fractions reads it)."""
+    worst = {"rel_l2": 0.0, "max_abs": 0.0, "elements_over": 0, "varying_fraction": {}}
     if len(got) != len(want):
         return False, dict(worst, mismatch="%d outputs against %d" % (len(got), len(want)))
     close = True
@@ -426,7 +444,7 @@ def published_close(got, want):
             close = close and over == 0
             continue
         gf, wf = g.reshape(-1), w.reshape(-1)
-        over, max_abs, diff2, ref2 = 0, 0.0, 0.0, 0.0
+        over, max_abs, diff2, ref2, got2 = 0, 0.0, 0.0, 0.0, 0.0
         for lo in range(0, wf.numel(), _CHUNK):
             a, b = gf[lo:lo + _CHUNK].double(), wf[lo:lo + _CHUNK].double()
             fb, fa = torch.isfinite(b), torch.isfinite(a)
@@ -441,10 +459,16 @@ def published_close(got, want):
             else:
                 max_abs = max(max_abs, float(d.max()))
                 diff2 += float((d * d).sum())
+                kept = torch.where(fb, a, torch.zeros_like(a))
+                got2 += float((kept * kept).sum())
+                del kept
             ref = torch.where(fb, b, torch.zeros_like(b))
             ref2 += float((ref * ref).sum())
             del a, b, fb, fa, lost, d, bad, ref
         rel = math.sqrt(diff2 / ref2) if ref2 > 0 else 0.0
+        both = ref2 + got2
+        worst["varying_fraction"]["outputs.%d" % i] = (min(1.0, math.sqrt(diff2 / both))
+                                                        if both > 0 and math.isfinite(diff2) else 1.0)
         worst["elements_over"] += over
         worst["max_abs"] = max(worst["max_abs"], max_abs)
         worst["rel_l2"] = max(worst["rel_l2"], rel)
@@ -499,8 +523,8 @@ def detect_insensitive(task, inputs, outs, keep_seed1=False):
 def insensitive_on_own_draws(sensitivity, conditioning):
     """detect_insensitive's record, made insensitive when a constant answer passes the calibrated fp32
     bound on the task's own draws: the seed-1 outputs within every floating output's bound (K * its
-    fp32 error against float64 + floor, from detect_ill_conditioned's record) of the seed-0 outputs in
-    relative L2 (the worst output's), and within the published bound elementwise (integer outputs
+    fp32 error against float64 + floor, from detect_ill_conditioned's record) of the seed-0 outputs
+    in relative L2 (the worst output's), and within the published bound elementwise (integer outputs
     exactly). The variants are not asked here: a kernel can tell a variant from a plain draw (their
     statistics differ) and compute only on it, while the plain draws, all that timing sees, get the
     constant (red team R10: clamp(x, max=-6.6) on randn). Nothing when the bound is unknown (no float64
@@ -512,6 +536,9 @@ def insensitive_on_own_draws(sensitivity, conditioning):
         return sensitivity
     k, floor = CALIBRATE_DEFAULTS["fp32"]
     outs = (conditioning or {}).get("outputs") or {}
+    # The floor unscaled (varying fraction 1): a constant meeting a judge's bound either way
+    # (compare.hpp: the pooled floor scaled by the varying fraction, or the floor per element) is
+    # within this one, so this flags every such task.
     bound = min([calibrated_bound(o["fp32_err_rel_l2"], k, floor) for o in outs.values()] or [0.0])
     spread = checks[0]["rel_l2"]
     if spread <= bound:

@@ -372,6 +372,9 @@ class Task(object):
             text = str(e).splitlines()[0][:300] if str(e) else ""
             self.sensitivity, inputs1, outs1 = ({"insensitive": None, "error": "%s: %s" % (type(e).__name__, text)},
                                                 None, None)
+        # Per output, the part of its norm the inputs move (the floor of every calibrated bound is
+        # relative to it): from the two plain draws just compared, before the float64 run calibrates.
+        self.varying = numerics.varying_fractions(self.sensitivity)
         self.conditioning = numerics.detect_ill_conditioned(self, inputs, outs, self.stochastic["stochastic"])
         self.sensitivity = numerics.insensitive_on_own_draws(self.sensitivity, self.conditioning)
         # keep_inputs: the seed-0 draw (and seed 1's, with its outputs) stays on the device for one

@@ -113,6 +113,59 @@ TEST_CASE("calibrated: half a reduction fails where the published bound lets it 
   CHECK(half_published.to_json()["tolerance"]["bound_rel_l2"].get<double>() == doctest::Approx(5e-2));
 }
 
+TEST_CASE("calibrated: a large constant part cannot dilute the floor; honest per-element rounding still passes") {
+  // R10's H3: half the output a block of 1000s (a bias the task copies), half 0.1 * g(x). ||ref|| is
+  // the block's; the pooled floor 3e-5 of it is 0.03 per element of g's half, a third of g itself: a
+  // kernel 0.008 off on every computed element (8% of it) passed. The load measures the varying fraction on two draws
+  // (||g0 - g1|| * 0.1 / (sqrt(2) * 1000), ~1e-4) and the pooled floor is scaled by it.
+  std::mt19937 gen(11);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  const size_t half = 2048;
+  std::vector<float> ref(2 * half), rough(2 * half), honest(2 * half);
+  for (size_t i = 0; i < half; ++i) {
+    const float g = n(gen);
+    ref[i] = rough[i] = honest[i] = 1000.0f + static_cast<float>(i % 3);
+    ref[half + i] = 0.1f * g;
+    rough[half + i] = 0.1f * g + 0.008f;                        // ~8% off, within atol = 1e-2
+    honest[half + i] = ref[half + i] * (1.0f + 3.0f * 6e-8f);   // a few ulp, as fast-math is
+  }
+  ca::TensorMap want{{"outputs.0", f32(ref)}};
+  ca::Json undiluted = fp32_calibration(3e-8);  // fp32's own error on g's half, pooled over ||ref||: tiny
+  ca::Json measured = undiluted;
+  measured["outputs.0"]["varying_fraction"] = 1e-4;
+  auto before = compare_outputs({{"outputs.0", f32(rough)}}, want, Tolerances::calibrated("fp32", undiluted));
+  CHECK(before.ok);  // the hole: the floor pooled over the 1000s
+  auto r = compare_outputs({{"outputs.0", f32(rough)}}, want, Tolerances::calibrated("fp32", measured));
+  CHECK_FALSE(r.ok);
+  CHECK(r.reason.find("input-dependent fraction") != std::string::npos);
+  CHECK(r.reason.find("floor per element") != std::string::npos);  // the other way fails too
+  CHECK(compare_outputs({{"outputs.0", f32(honest)}}, want, Tolerances::calibrated("fp32", measured)).ok);
+  CHECK(Tolerances::calibrated("fp32", measured).for_output("outputs.0", "F32").rel_norm ==
+        doctest::Approx(8 * 3e-8 + 3e-5 * 1e-4));
+
+  // The other side: a row mean of 0.5 whose rows differ by ~0.002 (varying fraction ~5e-3). An
+  // honest serial fp32 sum is ~2e-6 off each row, relative to the row's value: over the scaled pooled
+  // floor, within the floor per element. Half the row stays out either way.
+  RowMeans m = row_means(32, 16384, 7);
+  ca::Json rows = fp32_calibration(6e-8);
+  rows["outputs.0"]["varying_fraction"] = 5e-3;
+  ca::TensorMap mean_want{{"outputs.0", f32(m.reference)}};
+  auto serial = compare_outputs({{"outputs.0", f32(m.honest_serial)}}, mean_want, Tolerances::calibrated("fp32", rows));
+  CHECK_MESSAGE(serial.ok, serial.reason);
+  CHECK(serial.rel_l2_err > 8 * 6e-8 + 3e-5 * 5e-3);  // passed by the per-element way, really
+  ca::Json j = serial.to_json();
+  CHECK(j["tolerance"]["remainder_rel_l2"].get<double>() <= j["tolerance"]["remainder_bound_rel_l2"].get<double>());
+  CHECK_FALSE(compare_outputs({{"outputs.0", f32(m.half_row)}}, mean_want, Tolerances::calibrated("fp32", rows)).ok);
+
+  // Absent: the whole norm (1). Out of [0, 1] or not a number: refused, never a looser bound.
+  CHECK(Tolerances::calibrated("fp32", undiluted).for_output("outputs.0", "F32").varying_fraction == 1);
+  for (ca::Json bad : {ca::Json(1.5), ca::Json(-0.1), ca::Json("0.5"), ca::Json(nullptr)}) {
+    ca::Json c = undiluted;
+    c["outputs.0"]["varying_fraction"] = bad;
+    CHECK_THROWS_AS(Tolerances::calibrated("fp32", c), ca::InputError);
+  }
+}
+
 TEST_CASE("calibrated: bf16-rounded values in an fp32 record fail; fp16 storage fails; fast-math-sized errors pass") {
   std::mt19937 gen(3);
   std::normal_distribution<float> n(0.0f, 1.0f);
