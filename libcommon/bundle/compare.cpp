@@ -105,8 +105,6 @@ Tolerances Tolerances::calibrated(const std::string& precision, const ca::Json& 
     const double bound =
         rule.k * std::max(tol.ref_err_rel_l2, tol.fp32_err_rel_l2) + rule.floor * tol.varying_fraction;
     tol.rel_norm = std::min(bound, kPublishedRelL2);  // never looser than published; inf -> published
-    tol.element_floor = rule.floor;
-    tol.remainder_bound = std::min(rule.k * std::max(tol.ref_err_rel_l2, tol.fp32_err_rel_l2), kPublishedRelL2);
     t.calibrated_[name] = tol;
   }
   return t;
@@ -149,8 +147,6 @@ Tolerance Tolerances::for_output(const std::string& name, const std::string& dty
     t.ref_err_rel_l2 = it->second.ref_err_rel_l2;
     t.fp32_err_rel_l2 = it->second.fp32_err_rel_l2;
     t.varying_fraction = it->second.varying_fraction;
-    t.element_floor = it->second.element_floor;
-    t.remainder_bound = it->second.remainder_bound;
   } else {
     t.mode = "published";
     t.fallback = calibration_error_.empty() ? "no calibration for " + name : calibration_error_;
@@ -167,22 +163,13 @@ ca::Json CompareResult::to_json() const {
   if (!precision.empty()) tol["precision"] = precision;
   // The output closest to its bound speaks for the comparison.
   const std::pair<const std::string, OutputJudgement>* worst = nullptr;
-  auto ratio = [](const OutputJudgement& o) {
-    const double pooled = o.bound_rel_l2 > 0 ? o.measured_rel_l2 / o.bound_rel_l2 : INFINITY;
-    const double per_element =
-        o.remainder_bound_rel_l2 > 0 && o.remainder_rel_l2 >= 0 ? o.remainder_rel_l2 / o.remainder_bound_rel_l2 : INFINITY;
-    return std::min(pooled, per_element);
-  };
+  auto ratio = [](const OutputJudgement& o) { return o.bound_rel_l2 > 0 ? o.measured_rel_l2 / o.bound_rel_l2 : INFINITY; };
   for (const auto& kv : outputs)
     if (!worst || ratio(kv.second) > ratio(worst->second)) worst = &kv;
   if (worst) {
     tol["output"] = worst->first;
     tol["bound_rel_l2"] = worst->second.bound_rel_l2;
     tol["measured_rel_l2"] = std::isfinite(worst->second.measured_rel_l2) ? worst->second.measured_rel_l2 : 1e308;
-    if (worst->second.remainder_rel_l2 >= 0) {
-      tol["remainder_bound_rel_l2"] = worst->second.remainder_bound_rel_l2;
-      tol["remainder_rel_l2"] = std::isfinite(worst->second.remainder_rel_l2) ? worst->second.remainder_rel_l2 : 1e308;
-    }
   }
   std::string fallback;
   for (const auto& [name, o] : outputs)
@@ -227,7 +214,6 @@ struct OutputStats {
   double first_got = 0, first_want = 0;  // the values there
   double max_abs = 0, max_rel = 0;
   double diff2 = 0, ref2 = 0;          // over finite reference elements, for the relative error norm
-  double rem2 = 0;                     // of max(0, |d| - element_floor * |ref|), same elements
 };
 
 // The element rule, shared in spirit with the device kernel's (kCompareSource): keep them equal.
@@ -246,9 +232,7 @@ OutputStats host_stats(const ca::Tensor& g, const ca::Tensor& w, const Tolerance
       double a = gv[j], b = wv[j];
       if (std::isfinite(b)) {
         const double d = std::isfinite(a) ? a - b : INFINITY;
-        const double rem = std::max(0.0, std::fabs(d) - tol.element_floor * std::fabs(b));
         st.diff2 += d * d;
-        st.rem2 += rem * rem;
         st.ref2 += b * b;
       }
       bool fail;
@@ -294,19 +278,9 @@ void judge_output(const std::string& name, const std::vector<int64_t>& shape, co
   if (st.ref2 > 0) {
     const double rel = std::sqrt(st.diff2 / st.ref2);
     r.rel_l2_err = std::max(r.rel_l2_err, std::isfinite(rel) ? rel : INFINITY);
-    // The per-element-floor way (compare.hpp): calibrated outputs only.
-    const bool per_element = tol.mode == "calibrated" && tol.remainder_bound >= 0;
-    const double rem = per_element ? std::sqrt(st.rem2 / st.ref2) : -1;
-    if (tol.mode != "exact") {
-      OutputJudgement o{tol.mode, tol.rel_norm, std::isfinite(rel) ? rel : INFINITY, tol.fallback};
-      if (per_element) {
-        o.remainder_bound_rel_l2 = tol.remainder_bound;
-        o.remainder_rel_l2 = std::isfinite(rem) ? rem : INFINITY;
-      }
-      r.outputs[name] = o;
-    }
-    const bool within = rel <= tol.rel_norm || (per_element && rem <= tol.remainder_bound);
-    if (!within && r.ok) {
+    if (tol.mode != "exact")
+      r.outputs[name] = OutputJudgement{tol.mode, tol.rel_norm, std::isfinite(rel) ? rel : INFINITY, tol.fallback};
+    if (rel > tol.rel_norm && r.ok) {
       r.ok = false;
       if (tol.mode == "calibrated") {
         const CalibrationRule rule = calibration_rule(tol.precision);
@@ -314,10 +288,9 @@ void judge_output(const std::string& name, const std::vector<int64_t>& shape, co
                    num(tol.rel_norm) + " for " + tol.precision + " (" + num(rule.k) + " x max(" +
                    rule.reference_precision + " reference's error against float64 " + num(tol.ref_err_rel_l2) +
                    ", fp32's " + num(tol.fp32_err_rel_l2) + ") + " + num(rule.floor) +
-                   (tol.varying_fraction < 1 ? " x the output's input-dependent fraction " + num(tol.varying_fraction)
+                   (tol.varying_fraction < 1 ? " x " + num(tol.varying_fraction) +
+                                                   " (the part of the output's norm the inputs move)"
                                              : std::string()) +
-                   "), nor with the floor per element (||max(0, |out - ref| - " + num(tol.element_floor) +
-                   " |ref|)|| / ||ref|| = " + num(rem) + " over " + num(tol.remainder_bound) +
                    "): a record read as " + tol.precision + " must be as accurate as " + rule.reference_precision +
                    " is on this task (half-precision storage, a partial or sampled reduction, an approximation?)";
       } else {
@@ -368,7 +341,7 @@ CompareResult compare_with(const Got& got, const Want& want, const Tolerances& t
 // The device kernel: the element rule of host_stats, one pass, warp-reduced, atomics per warp.
 // Non-negative doubles order as their bit patterns, so the maxima are integer atomicMax.
 const char* kCompareSource = R"(
-struct CaStats { double diff2, ref2; unsigned long long max_abs, max_rel, bad, first_bad; double rem2; };
+struct CaStats { double diff2, ref2; unsigned long long max_abs, max_rel, bad, first_bad; };
 __device__ __forceinline__ bool ca_nan(double x) {
   unsigned long long u = __double_as_longlong(x);
   return ((u >> 52) & 0x7ff) == 0x7ff && (u & 0xfffffffffffffull) != 0;
@@ -405,19 +378,16 @@ __device__ __forceinline__ double ca_load(int kind, const void* p, unsigned long
   }
 }
 extern "C" __global__ void ca_compare(const void* got, const void* want, unsigned long long n, int kind, double atol,
-                                      double rtol, double efloor, CaStats* out) {
+                                      double rtol, CaStats* out) {
   const double inf = __longlong_as_double(0x7ff0000000000000ll);
-  double diff2 = 0, ref2 = 0, rem2 = 0, max_abs = 0, max_rel = 0;
+  double diff2 = 0, ref2 = 0, max_abs = 0, max_rel = 0;
   unsigned long long bad = 0, first = ~0ull;
   for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
        i += (unsigned long long)gridDim.x * blockDim.x) {
     double a = ca_load(kind, got, i), b = ca_load(kind, want, i);
     bool fa = ca_finite(a), fb = ca_finite(b), fail;
     double ae, re;
-    if (fb) {
-      double d = fa ? a - b : inf, rem = fmax(0.0, fabs(d) - efloor * fabs(b));
-      diff2 += d * d; rem2 += rem * rem; ref2 += b * b;
-    }
+    if (fb) { double d = fa ? a - b : inf; diff2 += d * d; ref2 += b * b; }
     if (!fb) { fail = ca_nan(b) ? !ca_nan(a) : a != b; ae = re = fail ? inf : 0; }
     else if (!fa) { fail = true; ae = re = inf; }
     else { ae = fabs(a - b); re = ae / fmax(fabs(b), 1e-12); fail = ae > atol + rtol * fabs(b); }
@@ -428,7 +398,6 @@ extern "C" __global__ void ca_compare(const void* got, const void* want, unsigne
   for (int off = 16; off > 0; off >>= 1) {
     diff2 += __shfl_down_sync(0xffffffffu, diff2, off);
     ref2 += __shfl_down_sync(0xffffffffu, ref2, off);
-    rem2 += __shfl_down_sync(0xffffffffu, rem2, off);
     max_abs = fmax(max_abs, __shfl_down_sync(0xffffffffu, max_abs, off));
     max_rel = fmax(max_rel, __shfl_down_sync(0xffffffffu, max_rel, off));
     bad += __shfl_down_sync(0xffffffffu, bad, off);
@@ -438,7 +407,6 @@ extern "C" __global__ void ca_compare(const void* got, const void* want, unsigne
   if ((threadIdx.x & 31) == 0) {
     if (diff2 != 0) atomicAdd(&out->diff2, diff2);
     if (ref2 != 0) atomicAdd(&out->ref2, ref2);
-    if (rem2 != 0) atomicAdd(&out->rem2, rem2);
     atomicMax(&out->max_abs, (unsigned long long)__double_as_longlong(max_abs));
     atomicMax(&out->max_rel, (unsigned long long)__double_as_longlong(max_rel));
     if (bad) { atomicAdd(&out->bad, bad); atomicMin(&out->first_bad, first); }
@@ -449,7 +417,6 @@ extern "C" __global__ void ca_compare(const void* got, const void* want, unsigne
 struct DeviceStats {
   double diff2, ref2;
   uint64_t max_abs, max_rel, bad, first_bad;
-  double rem2;
 };
 
 int kind_of(const std::string& dtype) {
@@ -498,20 +465,19 @@ CompareResult compare_outputs_device(const DeviceOutputs& got, const DeviceOutpu
     OutputStats st;
     st.n = numel_of(w.shape);
     if (st.n == 0) return st;
-    DeviceStats init{0, 0, 0, 0, 0, ~uint64_t(0), 0};
+    DeviceStats init{0, 0, 0, 0, 0, ~uint64_t(0)};
     d.check(d.cuMemcpyHtoDAsync(stats, &init, sizeof init, stream), "compare stats");
     CUdeviceptr gp = g.ptr, wp = w.ptr;
     unsigned long long n = static_cast<unsigned long long>(st.n);
     int kind = kind_of(w.dtype);
-    double a = tol.atol, r = tol.rtol, efloor = tol.element_floor;
-    void* args[] = {&gp, &wp, &n, &kind, &a, &r, &efloor, &stats};
+    double a = tol.atol, r = tol.rtol;
+    void* args[] = {&gp, &wp, &n, &kind, &a, &r, &stats};
     d.check(d.cuLaunchKernel(fn, 1056, 1, 1, 256, 1, 1, 0, stream, args, nullptr), "compare kernel");
     DeviceStats out;
     d.check(d.cuMemcpyDtoHAsync(&out, stats, sizeof out, stream), "compare stats");
     d.check(d.cuStreamSynchronize(stream), "compare");
     st.diff2 = out.diff2;
     st.ref2 = out.ref2;
-    st.rem2 = out.rem2;
     std::memcpy(&st.max_abs, &out.max_abs, sizeof(double));
     std::memcpy(&st.max_rel, &out.max_rel, sizeof(double));
     st.bad = static_cast<int64_t>(out.bad);

@@ -28,15 +28,12 @@ namespace ca::bundle {
 //   The candidate, compared with the fp32 reference, must meet
 //       ||out - ref|| / ||ref|| <= min(K * max(ref_err_rel_l2, fp32_err_rel_l2) + floor * f, 5e-2)
 //   where f (varying_fraction, at most 1) is ||o0 - o1|| / sqrt(||o0||^2 + ||o1||^2) of two plain
-//   draws at load: the part of the norm the inputs move, about 1 for most outputs. A large constant
-//   part (a bias, a block of constants) would otherwise dilute the floor: a block of 1000s beside
-//   0.1 * g(x) would pass with g computed to 10% (red team R10). Scaled so, the floor no longer covers honest errors that
-//   scale with each element's magnitude (a serial fp32 sum over 16,384 positive values is ~2e-6 off
-//   a row mean of 0.5 whose rows differ by 0.002: f ~ 0.005). So an output also meets its bound when
-//   the floor is taken per element instead of pooled:
-//       ||max(0, |out - ref| - floor * |ref|)|| / ||ref|| <= min(K * max(ref_err_rel_l2, fp32_err_rel_l2), 5e-2)
-//   Neither way can be diluted: per element, the floor follows the element's own magnitude; pooled,
-//   it follows the part the inputs move. And, as a second gate, the published elementwise allclose (atol = rtol = 1e-2 for floats,
+//   draws at load: the part of the output's norm the inputs move, about 1 for most outputs. The
+//   floor is relative to that part, not to the whole norm, which a constant part would dilute: a
+//   Linear with a bias of 200 let int8 weights (3.5e-3 off the product) pass at 1.2e-5, and a block
+//   of 1000s beside computed values let those be 8% off (red team R10's H3). The K * error part needs
+//   no such scale: the reference's own error is measured on the same output.
+//   and, as a second gate, the published elementwise allclose (atol = rtol = 1e-2 for floats,
 //   exact for integers). Integer outputs are compared exactly and have no calibration.
 // - "published": atol = rtol = 1e-2 elementwise and the 5e-2 relative-norm bound, for every dtype
 //   (as the CUDA Agent paper published; "default", its old name, is read as this).
@@ -48,10 +45,14 @@ namespace ca::bundle {
 //   split-K partial sums and tree reductions land within 1-3x that error, and K = 8 leaves room
 //   for a draw's noise. The floor covers what the reference's error does not predict: fast-math
 //   intrinsics (__expf, __fdividef, rsqrtf: a few ulp, ~1e-6 relative for moderate arguments) and a
-//   naive serial accumulation (a mean over 16,384 uniform values summed left to right in fp32 is
-//   ~2e-6 off, ~1e-5 at a million terms) where the reference's tree summation has ~5e-8. Against
-//   it: storing values in fp16 costs ~2.5e-4 (10x the floor), bf16-rounded weights ~1e-3, a
-//   reduction over half the row ~5e-3, a sampled reduction of 15/16 of it ~1e-3: all fail.
+//   naive serial accumulation (a sum of 16,384 randn values left to right in fp32 is ~3e-6 off)
+//   where the reference's tree summation has ~1e-7. Against it: storing values in fp16 costs
+//   ~2.5e-4 (10x the floor), bf16-rounded weights ~1e-3, a reduction over half the row ~5e-3, a
+//   sampled reduction of 15/16 of it ~1e-3: all fail. Scaled by f, the floor is smaller where most
+//   of an output is the same on every draw: on the row means of torch.rand (0.5 give or take 0.002,
+//   f ~ 4e-3) a serial chain of 16,384 additions (1.7e-6 off) fails, while blocked reductions
+//   (chains of up to about a thousand additions, then a tree: 5e-8 to 1.2e-7) stay within K * the
+//   reference's error (pairwise: 5e-8), as numpy's float32 arithmetic shows.
 // - tf32: K = 4, floor = 3e-5. TF32's error is its 10-bit operand rounding, which an honest TF32
 //   kernel repeats (truncating instead of rounding doubles it at most); bf16 operands (8x TF32's
 //   unit roundoff) in a record read as tf32 fail.
@@ -82,9 +83,6 @@ struct Tolerance {
   std::string precision;           // calibrated: the claimed precision
   double ref_err_rel_l2 = 0, fp32_err_rel_l2 = 0;  // calibrated: the measured errors the bound is from
   double varying_fraction = 1;  // calibrated: the floor's scale (the part of ||ref|| the inputs move)
-  // calibrated: the other way to meet the bound (below): each element's error less floor * |ref|,
-  // then pooled, within K * max(errors). element_floor 0 and remainder_bound < 0: no such way.
-  double element_floor = 0, remainder_bound = -1;
   std::string fallback;            // calibrated mode, but no calibration for this output: why
   // "published" (or "default"): 1e-2 for every dtype, relative norm 5e-2; "strict": 1e-4 for
   // fp32/fp64 with relative norm 1e-3, 1e-2 for fp16/bf16; 0 for integers in every mode.
@@ -134,8 +132,6 @@ struct OutputJudgement {
   std::string mode;       // published, strict, calibrated
   double bound_rel_l2 = 0, measured_rel_l2 = 0;
   std::string fallback;   // calibrated mode, judged by the published bound: why
-  // calibrated: the per-element-floor way (Tolerance::remainder_bound); -1 when not measured
-  double remainder_bound_rel_l2 = -1, remainder_rel_l2 = -1;
 };
 
 struct CompareResult {

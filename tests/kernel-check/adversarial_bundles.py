@@ -444,6 +444,39 @@ case("task_insensitive", "honest-clamp-constant-task", CLAMP_TASK, {"k.cu": CLAM
      "dims: {N: inputs.0.numel}\nforward:\n  - launch: clamp_all\n    grid: [cdiv(N, 256)]\n    block: [256]\n"
      "    args: [inputs.0, outputs.0, N, -6.6]\n")
 
+# --- R10's H3: a Linear whose bias is 200 on every element. The fp32 floor (3e-5) was pooled over
+# ||out||, which the bias makes ~350x the product's: weights rounded to bf16 inside the kernel (by
+# integer masking: it reads as fp32) put the product ~1e-3 off and the output only ~3e-6 off, within
+# the floor. The floor is now scaled by the part of the output the inputs move (~3e-3 here): the
+# rounded kernel is incorrect, the same kernel without the rounding passes.
+BIASED = task_code("adv-linear-bias-200", "        self.linear = nn.Linear(1024, 1024)\n"
+                   "        with torch.no_grad():\n            self.linear.bias.fill_(200.0)\n",
+                   "self.linear(x)", "torch.randn(64, 1024)")
+BIASED_GEMV = r"""
+__device__ __forceinline__ float weight(float w) {
+#ifdef ROUND_TO_BF16
+  return __uint_as_float((__float_as_uint(w) + 0x8000u) & 0xffff0000u);  // bf16's 8 bits, as fp32
+#else
+  return w;
+#endif
+}
+__global__ void linear_rows(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
+                            float* __restrict__ y, int M, int N, int K) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x, m = blockIdx.y;
+  if (n >= N) return;
+  const float* xr = x + (size_t)m * K;
+  const float* wr = w + (size_t)n * K;
+  float s = 0.f;
+  for (int k = 0; k < K; ++k) s = fmaf(xr[k], weight(wr[k]), s);
+  y[(size_t)m * N + n] = s + b[n];
+}
+"""
+BIASED_PLAN = (LINEAR_DIMS + "forward:\n  - launch: linear_rows\n    grid: [cdiv(N, 128), M]\n    block: [128]\n"
+               "    args: [inputs.0, params.linear.weight, params.linear.bias, outputs.0, M, N, K]\n")
+case("incorrect|the part of the output's norm the inputs move", "bf16-weights-bias-diluted", BIASED,
+     {"k.cu": "#define ROUND_TO_BF16\n" + BIASED_GEMV}, BIASED_PLAN)
+case("passed", "honest-linear-bias-200", BIASED, {"k.cu": BIASED_GEMV}, BIASED_PLAN)
+
 for expected, name, timed, rec in cases:
     print("%s|%s|%d" % (expected, name, 1 if timed else 0))
     print(json.dumps(rec))

@@ -40,7 +40,12 @@ run_node() {
   bash "$CA_SRC/examples/judge-node.sh" --urls "$T/pub/node.urls" --store-dir "$1" 2> "$T/node.err" & local pid=$!
   for _ in $(seq 100); do [ -s "$T/pub/node.urls" ] && break; sleep 0.1; done
   [ -s "$T/pub/node.urls" ] || fail "judge-node.sh did not come up: $(cat "$T/node.err")"
-  sleep 0.5
+  # The health checks are stand-ins that answer at once: wait for both services to have written
+  # their stores (they say "serving"), however slowly the interpreter starts.
+  for _ in $(seq 200); do
+    [ "$(cat "$T"/tmp/ca-judge.*/*.out 2>/dev/null | grep -c serving)" = 2 ] && break
+    sleep 0.1
+  done
   kill -TERM "$pid"
   wait "$pid" || rc=$?
   echo "$rc"

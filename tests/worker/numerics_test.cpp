@@ -68,7 +68,7 @@ Tensor f32(const std::vector<float>& v, std::vector<int64_t> shape) {
 
 }  // namespace
 
-TEST_CASE("numerics: calibrate fp32 on a mean over 16,384 columns; half the row fails the bound, a serial sum passes") {
+TEST_CASE("numerics: calibrate fp32 on a mean over 16,384 columns; half the row fails the bound, a blocked sum passes") {
   auto& c = shared();
   load("numerics_fixtures", "row_mean");
   auto in = c.temp_path("in"), out = c.temp_path("out");
@@ -102,22 +102,32 @@ TEST_CASE("numerics: calibrate fp32 on a mean over 16,384 columns; half the row 
   TensorMap want = read_safetensors(out).tensors;
   const int rows = 32, cols = 16384;
   REQUIRE(x.size() == size_t(rows) * cols);
-  std::vector<float> half(rows), serial(rows);
+  std::vector<float> half(rows), serial(rows), blocked(rows);
   for (int r = 0; r < rows; ++r) {
     float h = 0, s = 0;
+    std::vector<float> chains(cols / 256, 0.0f);  // chains of 256 additions, then a pairwise tree
     for (int k = 0; k < cols; ++k) {
       s += x[size_t(r) * cols + k];
+      chains[size_t(k / 256)] += x[size_t(r) * cols + k];
       if (k < cols / 2) h += x[size_t(r) * cols + k];
     }
+    for (size_t w = chains.size(); w > 1; w /= 2)
+      for (size_t i = 0; i < w / 2; ++i) chains[i] = chains[2 * i] + chains[2 * i + 1];
     half[r] = h / (cols / 2);
     serial[r] = s / cols;
+    blocked[r] = chains[0] / cols;
   }
   auto half_cal = bundle::compare_outputs({{"outputs.0", f32(half, {rows})}}, want, tol);
   CHECK_FALSE(half_cal.ok);
   CHECK(half_cal.reason.find("calibrated bound") != std::string::npos);
   CHECK(bundle::compare_outputs({{"outputs.0", f32(half, {rows})}}, want, "published", -1, -1).ok);  // the old hole
-  auto honest = bundle::compare_outputs({{"outputs.0", f32(serial, {rows})}}, want, tol);
+  // A blocked reduction passes. One serial chain of 16,384 additions (~2e-6 off) does not: the
+  // floor is relative to the part of the output the inputs move (row means differ by ~0.002).
+  auto honest = bundle::compare_outputs({{"outputs.0", f32(blocked, {rows})}}, want, tol);
   CHECK_MESSAGE(honest.ok, honest.reason);
+  auto chain = bundle::compare_outputs({{"outputs.0", f32(serial, {rows})}}, want, tol);
+  CHECK_FALSE(chain.ok);
+  CHECK(chain.reason.find("the part of the output's norm the inputs move") != std::string::npos);
 }
 
 TEST_CASE("numerics: calibrate per precision on a Linear; defaults without k and floor; bad values refused") {

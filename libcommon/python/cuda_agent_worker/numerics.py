@@ -162,9 +162,8 @@ def varying_fractions(sensitivity):
     at most 1. About 1 for an output that is mostly input-dependent (two independent zero-mean draws);
     about ||v|| / ||c|| for c + v with c the same on every draw (a large bias, a block of constants
     beside the computed values). The pooled floor of a calibrated bound is relative to this part, not
-    to the whole norm, which a constant part dilutes: else a block of 1000s beside 0.1 * g(x) passes
-    with g computed to 10% (red team R10's H3; compare.hpp has the rule's other way, the floor per
-    element). {} when the load has no seed-1 check (outputs then get 1)."""
+    to the whole norm, which a constant part dilutes: else int8 weights pass on a Linear with a bias
+    of 200 (red team R10's H3). {} when the load has no seed-1 check (outputs then get 1)."""
     checks = (sensitivity or {}).get("checks") or []
     if not checks or checks[0].get("against") != "seed 1":
         return {}
@@ -536,9 +535,9 @@ def insensitive_on_own_draws(sensitivity, conditioning):
         return sensitivity
     k, floor = CALIBRATE_DEFAULTS["fp32"]
     outs = (conditioning or {}).get("outputs") or {}
-    # The floor unscaled (varying fraction 1): a constant meeting a judge's bound either way
-    # (compare.hpp: the pooled floor scaled by the varying fraction, or the floor per element) is
-    # within this one, so this flags every such task.
+    # The floor unscaled (varying fraction 1): the judge's bound (floor * f, f <= 1) is within this
+    # one, so every task a constant passes is flagged, and those whose draws differ by less than the
+    # floor with it (nearly constant outputs: nothing an honest kernel's reward should hang on).
     bound = min([calibrated_bound(o["fp32_err_rel_l2"], k, floor) for o in outs.values()] or [0.0])
     spread = checks[0]["rel_l2"]
     if spread <= bound:
