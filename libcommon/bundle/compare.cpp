@@ -103,7 +103,8 @@ Tolerances Tolerances::calibrated(const std::string& precision, const ca::Json& 
     tol.fp32_err_rel_l2 = calibration_error_of(entry, name, "fp32_err_rel_l2");
     tol.varying_fraction = varying_fraction_of(entry, name);
     const double bound =
-        rule.k * std::max(tol.ref_err_rel_l2, tol.fp32_err_rel_l2) + rule.floor * tol.varying_fraction;
+        rule.k * std::max(tol.ref_err_rel_l2, tol.fp32_err_rel_l2) +
+        rule.floor * std::max(tol.varying_fraction, kMinFloorScale);
     tol.rel_norm = std::min(bound, kPublishedRelL2);  // never looser than published; inf -> published
     t.calibrated_[name] = tol;
   }
@@ -288,9 +289,10 @@ void judge_output(const std::string& name, const std::vector<int64_t>& shape, co
                    num(tol.rel_norm) + " for " + tol.precision + " (" + num(rule.k) + " x max(" +
                    rule.reference_precision + " reference's error against float64 " + num(tol.ref_err_rel_l2) +
                    ", fp32's " + num(tol.fp32_err_rel_l2) + ") + " + num(rule.floor) +
-                   (tol.varying_fraction < 1 ? " x " + num(tol.varying_fraction) +
-                                                   " (the part of the output's norm the inputs move)"
-                                             : std::string()) +
+                   (tol.varying_fraction < 1
+                        ? " x " + num(std::max(tol.varying_fraction, kMinFloorScale)) + " (the part of the output's norm the inputs move, " +
+                              num(tol.varying_fraction) + ", at least " + num(kMinFloorScale) + ")"
+                        : std::string()) +
                    "): a record read as " + tol.precision + " must be as accurate as " + rule.reference_precision +
                    " is on this task (half-precision storage, a partial or sampled reduction, an approximation?)";
       } else {

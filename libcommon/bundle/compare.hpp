@@ -26,13 +26,17 @@ namespace ca::bundle {
 //   reference in float64 and the reference at that precision, and returns per output the error of
 //   that reference against float64 (ref_err_rel_l2) and of the fp32 reference (fp32_err_rel_l2).
 //   The candidate, compared with the fp32 reference, must meet
-//       ||out - ref|| / ||ref|| <= min(K * max(ref_err_rel_l2, fp32_err_rel_l2) + floor * f, 5e-2)
+//       ||out - ref|| / ||ref|| <= min(K * max(ref_err_rel_l2, fp32_err_rel_l2) + floor * max(f, 0.1), 5e-2)
 //   where f (varying_fraction, at most 1) is ||o0 - o1|| / sqrt(||o0||^2 + ||o1||^2) of two plain
-//   draws at load: the part of the output's norm the inputs move, about 1 for most outputs. The
-//   floor is relative to that part, not to the whole norm, which a constant part would dilute: a
-//   Linear with a bias of 200 let int8 weights (3.5e-3 off the product) pass at 1.2e-5, and a block
-//   of 1000s beside computed values let those be 8% off (red team R10's H3). The K * error part needs
-//   no such scale: the reference's own error is measured on the same output.
+//   draws at load: the part of the output's norm the inputs move, about 1 for most outputs. Most
+//   of the floor is relative to that part, not to the whole norm, which a constant part would
+//   dilute: a Linear with a bias of 200 (f = 3e-3) let int8 weights (3.5e-3 off the product) pass
+//   at 1.2e-5 and bf16 weights at 4e-6 to 9e-6; a block of 1000s beside computed values let those
+//   be 8% off (red team R10's H3). A tenth of it stays relative to the whole norm (kMinFloorScale):
+//   honest per-element rounding is relative to each value, whatever part of it the inputs move
+//   (below). So a constant part dilutes the floor at most tenfold: below f ~ 0.03 (a bias some 700
+//   times the rest) bf16-truncated weights would pass again; 8-bit formats need f < ~0.003. The
+//   K * error part needs no such scale: the reference's own error is measured on the same output.
 //   and, as a second gate, the published elementwise allclose (atol = rtol = 1e-2 for floats,
 //   exact for integers). Integer outputs are compared exactly and have no calibration.
 // - "published": atol = rtol = 1e-2 elementwise and the 5e-2 relative-norm bound, for every dtype
@@ -48,13 +52,13 @@ namespace ca::bundle {
 //   naive serial accumulation (a sum of 16,384 randn values left to right in fp32 is ~3e-6 off)
 //   where the reference's tree summation has ~1e-7. Against it: storing values in fp16 costs
 //   ~2.5e-4 (10x the floor), bf16-rounded weights ~1e-3, a reduction over half the row ~5e-3, a
-//   sampled reduction of 15/16 of it ~1e-3: all fail. Scaled by f, the floor is smaller where most
-//   of an output is the same on every draw: on the row means of torch.rand (0.5 give or take 0.002,
-//   f ~ 4e-3) a serial chain of 16,384 additions (1.7e-6 off) fails, while blocked reductions
-//   (chains of up to about a thousand additions, then a tree: 5e-8 to 1.2e-7) stay within K * the
-//   reference's error (pairwise: 5e-8), as numpy's float32 arithmetic shows. Likewise KernelBench's
-//   cumsums of torch.rand over 32,768 columns (f ~ 3e-3): a sequential scan per row is 2.4e-6 off,
-//   a blocked scan (chains of 32 to 1,024, then a tree over the chains) 5e-8 to 1e-7.
+//   sampled reduction of 15/16 of it ~1e-3: all fail. Where most of an output is the same on every
+//   draw the floor is at least a tenth (3e-6 for fp32), which honest per-element rounding needs:
+//   on the row means of torch.rand (0.5 give or take 0.002, f ~ 5e-3) a serial chain of 16,384
+//   additions is 1.7e-6 off (blocked reductions, chains of up to ~1,000 then a tree: 5e-8 to
+//   1.2e-7; pairwise, as the reference: 5e-8), and on KernelBench's cumsums of torch.rand over
+//   32,768 columns (f ~ 3e-3) a sequential scan per row is 2.4e-6 off (blocked: 5e-8 to 1e-7), in
+//   numpy's float32 arithmetic. With the floor scaled by f alone both would fail.
 // - tf32: K = 4, floor = 3e-5. TF32's error is its 10-bit operand rounding, which an honest TF32
 //   kernel repeats (truncating instead of rounding doubles it at most); bf16 operands (8x TF32's
 //   unit roundoff) in a record read as tf32 fail.
@@ -74,6 +78,7 @@ struct CalibrationRule {
 CalibrationRule calibration_rule(const std::string& precision);
 constexpr double kPublishedTolerance = 1e-2;  // atol = rtol, elementwise
 constexpr double kPublishedRelL2 = 5e-2;      // ||out - ref|| / ||ref||, and the cap of every calibrated bound
+constexpr double kMinFloorScale = 0.1;        // the floor's scale is max(varying fraction, this): see above
 
 struct Tolerance {
   double atol = kPublishedTolerance, rtol = kPublishedTolerance;

@@ -445,17 +445,17 @@ case("task_insensitive", "honest-clamp-constant-task", CLAMP_TASK, {"k.cu": CLAM
      "    args: [inputs.0, outputs.0, N, -6.6]\n")
 
 # --- R10's H3: a Linear whose bias is 200 on every element. The fp32 floor (3e-5) was pooled over
-# ||out||, which the bias makes ~350x the product's: weights rounded to bf16 inside the kernel (by
-# integer masking: it reads as fp32) put the product ~1e-3 off and the output only ~3e-6 off, within
-# the floor. The floor is now scaled by the part of the output the inputs move (~3e-3 here): the
-# rounded kernel is incorrect, the same kernel without the rounding passes.
+# ||out||, which the bias makes ~350x the product's: weights cut to bf16 inside the kernel (by integer
+# masking: it reads as fp32) put the product ~3e-3 off and the output only 8.5e-6 off, within the
+# floor. The floor is now scaled by the part of the output the inputs move (3e-3 here, at least a
+# tenth): 3.2e-6 on this task. The truncating kernel is incorrect, the same kernel without it passes.
 BIASED = task_code("adv-linear-bias-200", "        self.linear = nn.Linear(1024, 1024)\n"
                    "        with torch.no_grad():\n            self.linear.bias.fill_(200.0)\n",
                    "self.linear(x)", "torch.randn(64, 1024)")
 BIASED_GEMV = r"""
 __device__ __forceinline__ float weight(float w) {
-#ifdef ROUND_TO_BF16
-  return __uint_as_float((__float_as_uint(w) + 0x8000u) & 0xffff0000u);  // bf16's 8 bits, as fp32
+#ifdef TRUNCATE_TO_BF16
+  return __uint_as_float(__float_as_uint(w) & 0xffff0000u);  // bf16's 8 bits, as fp32
 #else
   return w;
 #endif
@@ -474,7 +474,7 @@ __global__ void linear_rows(const float* __restrict__ x, const float* __restrict
 BIASED_PLAN = (LINEAR_DIMS + "forward:\n  - launch: linear_rows\n    grid: [cdiv(N, 128), M]\n    block: [128]\n"
                "    args: [inputs.0, params.linear.weight, params.linear.bias, outputs.0, M, N, K]\n")
 case("incorrect|the part of the output's norm the inputs move", "bf16-weights-bias-diluted", BIASED,
-     {"k.cu": "#define ROUND_TO_BF16\n" + BIASED_GEMV}, BIASED_PLAN)
+     {"k.cu": "#define TRUNCATE_TO_BF16\n" + BIASED_GEMV}, BIASED_PLAN)
 case("passed", "honest-linear-bias-200", BIASED, {"k.cu": BIASED_GEMV}, BIASED_PLAN)
 
 for expected, name, timed, rec in cases:

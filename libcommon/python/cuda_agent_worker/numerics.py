@@ -150,10 +150,14 @@ def _errors(out, out64):
     return math.sqrt(diff2 / ref2), max_abs / rms, mismatched
 
 
+MIN_FLOOR_SCALE = 0.1  # compare.hpp's kMinFloorScale
+
+
 def calibrated_bound(err, k, floor, varying=1.0):
     """compare.hpp's calibration_rule: K times the reference's error against float64, plus the floor
-    scaled by the output's varying fraction (varying_fractions), at most the published relative L2."""
-    return min(k * err + floor * varying, PUBLISHED_REL_L2)
+    scaled by the output's varying fraction (varying_fractions; at least MIN_FLOOR_SCALE), at most
+    the published relative L2."""
+    return min(k * err + floor * max(varying, MIN_FLOOR_SCALE), PUBLISHED_REL_L2)
 
 
 def varying_fractions(sensitivity):
@@ -161,9 +165,10 @@ def varying_fractions(sensitivity):
     load's two plain draws (detect_insensitive's seed-1 check): ||o0 - o1|| / sqrt(||o0||^2 + ||o1||^2),
     at most 1. About 1 for an output that is mostly input-dependent (two independent zero-mean draws);
     about ||v|| / ||c|| for c + v with c the same on every draw (a large bias, a block of constants
-    beside the computed values). The pooled floor of a calibrated bound is relative to this part, not
-    to the whole norm, which a constant part dilutes: else int8 weights pass on a Linear with a bias
-    of 200 (red team R10's H3). {} when the load has no seed-1 check (outputs then get 1)."""
+    beside the computed values). Most of a calibrated bound's floor is relative to this part, not to
+    the whole norm, which a constant part dilutes: else int8 weights pass on a Linear with a bias of
+    200 (red team R10's H3); a tenth stays relative to the whole (MIN_FLOOR_SCALE). {} when the load
+    has no seed-1 check (outputs then get 1)."""
     checks = (sensitivity or {}).get("checks") or []
     if not checks or checks[0].get("against") != "seed 1":
         return {}
