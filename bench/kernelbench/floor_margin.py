@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How low could the calibrated bound's floor go? For each judged record of kernel-check (the
 toolchain stage's toolchain.jsonl, or any check records), the trial closest to its bound, and the
-floor that trial needs: (measured - K * max(errors)) / varying_fraction, the smallest floor with
+floor that trial needs: (measured - K * max(errors)) / max(varying_fraction, 0.1), the smallest floor with
 which it still passes (0 when K times the reference's error alone covers it). A floor is safe for
 honest bundles when it is above every passed record's need; an exploit fails once the floor is
 below its need (red team R10's H2: 16-bit fixed-point weights, ~1.5e-5 relative on a Linear, under
@@ -12,6 +12,8 @@ Standard library only.
 """
 import json
 import sys
+
+MIN_FLOOR_SCALE = 0.1  # compare.hpp's kMinFloorScale: the floor is scaled by max(varying_fraction, this)
 
 
 def worst_trial(check):
@@ -33,9 +35,8 @@ def need_of(check, output, measured):
     errs = [e for e in (entry.get("ref_err_rel_l2"), entry.get("fp32_err_rel_l2")) if e is not None]
     if not errs or "k" not in entry:
         return None, entry
-    f = entry.get("varying_fraction", 1.0)
-    rest = measured - entry["k"] * max(errs)
-    return (max(0.0, rest) / f if f > 0 else (0.0 if rest <= 0 else float("inf"))), entry
+    scale = max(entry.get("varying_fraction", 1.0), MIN_FLOOR_SCALE)
+    return max(0.0, measured - entry["k"] * max(errs)) / scale, entry
 
 
 def main(paths):

@@ -50,7 +50,7 @@ fi
 grep -q 'uses.txt:2: no file not_there.cu' "$T/o4.err" || fail "make_candidates' message: $(cat "$T/o4.err")"
 pass "a uses.txt line naming a missing file: make_candidates stops naming uses.txt:2"
 
-# 5. floor_margin.py: the floor each judged record needs, (measured - K * error) / varying_fraction,
+# 5. floor_margin.py: the floor each judged record needs, (measured - K * error) / max(f, 0.1),
 # from the trial closest to its bound; passed records only in the summary; a broken line skipped.
 "$PY" - "$T/fm.jsonl" <<'PY'
 import json, sys
@@ -61,6 +61,8 @@ def trial(seed, variant, m):
             "tolerance": {"mode": "calibrated", "output": "outputs.0", "measured_rel_l2": m, "bound_rel_l2": 1.58e-5}}
 recs = [{"name": "honest", "check": {"status": "passed", "calibration": cal, "trials": [trial(0, "plain", 2e-6), trial(1, "shift_scale", 5e-6)]}},
         {"name": "under-k", "check": {"status": "passed", "calibration": cal, "trials": [trial(0, "plain", 5e-7)]}},
+        {"name": "low-f", "check": {"status": "passed", "trials": [trial(0, "plain", 1.8e-6)],
+                                    "calibration": {"outputs.0": dict(cal["outputs.0"], varying_fraction=0.003)}}},
         {"name": "exploit", "check": {"status": "incorrect", "calibration": cal, "trials": [trial(0, "plain", 4e-5)]}}]
 with open(sys.argv[1], "w") as f:
     f.write("\n".join(json.dumps(r) for r in recs) + "\n{not json\n")
@@ -69,7 +71,8 @@ PY
 grep -q '^honest .*shift_scale .*floor needed 8.40e-06' "$T/fm.txt" || fail "floor_margin: the honest record's need: $(cat "$T/fm.txt")"
 grep -q '^under-k .*floor needed 0.00e+00' "$T/fm.txt" || fail "floor_margin: K * error alone: $(cat "$T/fm.txt")"
 grep -q '^exploit .*floor needed 7.84e-05' "$T/fm.txt" || fail "floor_margin: the exploit's need: $(cat "$T/fm.txt")"
-"$PY" -c 'import json,sys; s=json.loads(open(sys.argv[1]).read().splitlines()[-1])["floor_needed_by_passed"]["fp32"]; assert s["passed"] == 2 and s["of"] == "honest" and abs(s["largest_need"] - 8.4e-6) < 1e-12, s' "$T/fm.txt" ||
+grep -q '^low-f .*floor needed 1.00e-05' "$T/fm.txt" || fail "floor_margin: a varying fraction under 0.1 counts as 0.1: $(cat "$T/fm.txt")"
+"$PY" -c 'import json,sys; s=json.loads(open(sys.argv[1]).read().splitlines()[-1])["floor_needed_by_passed"]["fp32"]; assert s["passed"] == 3 and s["of"] == "low-f" and abs(s["largest_need"] - 1e-5) < 1e-12, s' "$T/fm.txt" ||
   fail "floor_margin: summary $(tail -1 "$T/fm.txt")"
-grep -q ':4: not JSON, skipped' "$T/fm.err" || fail "floor_margin: the broken line: $(cat "$T/fm.err")"
+grep -q ':5: not JSON, skipped' "$T/fm.err" || fail "floor_margin: the broken line: $(cat "$T/fm.err")"
 pass "floor_margin.py: each record's floor need, the passed records' largest in the summary, a broken line named and skipped"
