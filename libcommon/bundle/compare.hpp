@@ -27,8 +27,8 @@ namespace ca::bundle {
 //   that reference against float64 (ref_err_rel_l2) and of the fp32 reference (fp32_err_rel_l2).
 //   The candidate, compared with the fp32 reference, must meet
 //       ||out - ref|| / ||ref|| <= min(K * max(ref_err_rel_l2, fp32_err_rel_l2) + floor * max(f, 0.1), 5e-2)
-//   where f (varying_fraction, at most 1) is ||o0 - o1|| / sqrt(||o0||^2 + ||o1||^2) of two plain
-//   draws at load: the part of the output's norm the inputs move, about 1 for most outputs. Most
+//   where f (varying_fraction, at most 1) is ||o0 - o1|| / (sqrt(2) ||o1||) of two plain draws at
+//   load: the part of the output's norm the inputs move, about 1 for most outputs. Most
 //   of the floor is relative to that part, not to the whole norm, which a constant part would
 //   dilute: a Linear with a bias of 200 (f = 3e-3) let int8 weights (3.5e-3 off the product) pass
 //   at 1.2e-5 and bf16 weights at 4e-6 to 9e-6; a block of 1000s beside computed values let those

@@ -169,8 +169,8 @@ std::optional<TaskVerdict> task_verdict(const ca::Json& reference, bool allow_st
                            "task's fault"};
   }
   // The float64 run the calibrated bound is made from failed at load, even with the floating dtypes
-  // the code names lifted (an op without a float64 kernel; out of memory is the node's, below): how accurate fp32 is on
-  // this task is unknown. Judging with the published bound instead (what a missing calibration fell
+  // the code names lifted (an op without a float64 kernel; out of memory is the node's, below): how
+  // accurate fp32 is on this task is unknown. Judging with the published bound instead (what a missing calibration fell
   // back to before session 20) paid half a reduction or 16-bit weights read as fp32 on exactly these
   // tasks (red team R10), and the verdict told the policy which ones; so no verdict, as for the
   // other tasks no verdict can use. A stochastic reference has no float64 run by design (its own rule).
