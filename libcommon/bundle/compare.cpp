@@ -289,10 +289,10 @@ void judge_output(const std::string& name, const std::vector<int64_t>& shape, co
                    num(tol.rel_norm) + " for " + tol.precision + " (" + num(rule.k) + " x max(" +
                    rule.reference_precision + " reference's error against float64 " + num(tol.ref_err_rel_l2) +
                    ", fp32's " + num(tol.fp32_err_rel_l2) + ") + " + num(rule.floor) +
-                   (tol.varying_fraction < 1
-                        ? " x " + num(std::max(tol.varying_fraction, kMinFloorScale)) + " (the part of the output's norm the inputs move, " +
-                              num(tol.varying_fraction) + ", at least " + num(kMinFloorScale) + ")"
-                        : std::string()) +
+                   (tol.varying_fraction < 1 ? " x " + num(std::max(tol.varying_fraction, kMinFloorScale)) +
+                                                   " (the part of the output's norm the inputs move, " +
+                                                   num(tol.varying_fraction) + ", at least " + num(kMinFloorScale) + ")"
+                                             : std::string()) +
                    "): a record read as " + tol.precision + " must be as accurate as " + rule.reference_precision +
                    " is on this task (half-precision storage, a partial or sampled reduction, an approximation?)";
       } else {
