@@ -124,9 +124,9 @@ TEST_CASE("executor: outputs, forward scratch and shared memory start unpredicta
   auto& d = ca::cuda::Driver::get();
   d.primary_context(0);
   const std::string kernel =
-      "__global__ void peek(const float* x, float* o0, unsigned char* o1, unsigned* o2, const unsigned* s) {\n"
-      "  extern __shared__ unsigned sm[];\n"
-      "  for (int i = threadIdx.x; i < 2048; i += blockDim.x) o2[i] = ((volatile unsigned*)sm)[i];\n"
+      "__global__ void peek(const float* x, float* o0, bool* o1, int* o2, const int* s) {\n"
+      "  extern __shared__ int sm[];\n"
+      "  for (int i = threadIdx.x; i < 2048; i += blockDim.x) o2[i] = ((volatile int*)sm)[i];\n"
       "  for (int i = threadIdx.x; i < 333; i += blockDim.x) o2[2048 + i] = s[i];\n"
       "}\n";
   const std::string plan =
