@@ -312,7 +312,6 @@ struct Executor::Impl {
   uint64_t fingerprint_key = 0;
   CUdeviceptr fingerprint_out = 0, fingerprint_chunk = 0;  // in the tool's own context
   CUcontext ctx = nullptr;                                  // the candidate's
-  CUevent call_ready = nullptr, scrubbed = nullptr;         // the candidate's context, the tool's
   size_t stack_before = 0;  // the context's per-thread stack limit before this executor (0: unknown)
   std::mt19937_64 fill_rng{(uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()};  // fill_unpredictable's seeds
 };
@@ -386,16 +385,15 @@ void Executor::load_module(const std::string& cubin) {
   if (d.cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 0) != CUDA_SUCCESS) d.cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 4096);
   d.check(d.cuModuleLoadData(&module_, cubin.data()), "cuModuleLoadData");
   d.check(d.cuCtxGetCurrent(&impl_->ctx), "cuCtxGetCurrent");
-  d.check(d.cuEventCreate(&impl_->call_ready, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
   {
-    // The scrub's one-time compile and load here, with the module's, not in a call.
-    const TrustedLane& t = trusted_lane();
-    InContext in(t.ctx);
-    shared_scrub();
+    // The fingerprint's one-time compile and load here, with the module's, not in a call.
+    InContext in(trusted_lane().ctx);
     fingerprint_function();
-    d.check(d.cuEventCreate(&impl_->scrubbed, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
   }
-  fill_function();  // its one-time compile and load, in the candidate's context, where it runs
+  // The fill's and the scrub's one-time compile and load, in the candidate's context, where they
+  // run (reset_call_state says why there).
+  fill_function();
+  shared_scrub();
   // The load-time image of every writable module-scope variable, restored before each call.
   for (const auto& [name, bytes] : cubin_writable_globals(cubin)) {
     GlobalImage g;
@@ -634,13 +632,11 @@ void Executor::free_resources_or_throw() {
     if (impl_->conv_workspace) d.cuMemFree(impl_->conv_workspace);
   }
   if (module_) d.cuModuleUnload(module_);
-  if (impl_->call_ready) d.cuEventDestroy(impl_->call_ready);
-  if (impl_->fingerprint_out || impl_->fingerprint_chunk || impl_->scrubbed) {
+  if (impl_->fingerprint_out || impl_->fingerprint_chunk) {
     try {
       InContext in(trusted_lane().ctx);
       if (impl_->fingerprint_out) d.cuMemFree(impl_->fingerprint_out);
       if (impl_->fingerprint_chunk) d.cuMemFree(impl_->fingerprint_chunk);
-      if (impl_->scrubbed) d.cuEventDestroy(impl_->scrubbed);
     } catch (const std::exception&) {  // the tool's context could not be made current
     }
   }
@@ -651,7 +647,6 @@ void Executor::free_resources_or_throw() {
   impl_->lt = nullptr;
   impl_->dnn = nullptr;
   impl_->workspace = impl_->conv_workspace = impl_->fingerprint_out = impl_->fingerprint_chunk = 0;
-  impl_->call_ready = impl_->scrubbed = nullptr;
   impl_->gemms.clear();
   impl_->convs.clear();
   globals_.clear();
@@ -813,42 +808,25 @@ void Executor::poison_outputs(CUstream stream) {
       fill_unpredictable(base_[i] + options_.guard_bytes, size_t(plan_.buffers[i].bytes), plan_.buffers[i].dtype == "BOOL", stream);
 }
 
+// The shared-memory scrub runs in the candidate's own context, on its stream, as the fill does.
+// From another context it did not reach the candidate (H100, session 21: block 0's 2,048 words the
+// same in two calls, not the scrub's words: a switch of context leaves shared memory in a state of
+// its own), so only a scrub in the candidate's context gives its next kernel words drawn for the
+// call (tests/executor: executor_gpu). That puts no judging
+// in the candidate's reach: the scrub's and the fill's only product is the candidate's own start
+// state (nothing the tool reads), their code cannot be written by a kernel (kernel_prof_gpu_code_pages),
+// and their arguments are the launch's.
 void Executor::reset_call_state(CUstream stream) {
   auto& d = Driver::get();
-  scrub_shared_memory_between(stream, impl_->call_ready, impl_->scrubbed);
+  {
+    InContext in(impl_->ctx);
+    scrub_shared_memory(stream);
+  }
   for (int i : forward_scratch_)
     fill_unpredictable(base_[i] + options_.guard_bytes, size_t(plan_.buffers[i].bytes), plan_.buffers[i].dtype == "BOOL", stream);
   if (impl_->workspace) fill_unpredictable(impl_->workspace, impl_->workspace_bytes, false, stream);
   if (impl_->conv_workspace) fill_unpredictable(impl_->conv_workspace, impl_->conv_workspace_bytes, false, stream);
   for (const auto& g : globals_) d.check(d.cuMemcpyDtoDAsync(g.ptr, g.image, g.bytes, stream), "restore " + g.name);
-}
-
-void scrub_shared_memory_between(CUstream stream, CUevent ready, CUevent done) {
-  auto& d = Driver::get();
-  const TrustedLane& t = trusted_lane();
-  CUevent own_ready = nullptr, own_done = nullptr;
-  if (!ready) {
-    d.check(d.cuEventCreate(&own_ready, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-    ready = own_ready;
-  }
-  d.check(d.cuEventRecord(ready, stream), "cuEventRecord");
-  {
-    InContext in(t.ctx);
-    if (!done) {
-      d.check(d.cuEventCreate(&own_done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-      done = own_done;
-    }
-    d.check(d.cuStreamWaitEvent(t.stream, ready, 0), "cuStreamWaitEvent");
-    scrub_shared_memory(t.stream);
-    d.check(d.cuEventRecord(done, t.stream), "cuEventRecord");
-  }
-  d.check(d.cuStreamWaitEvent(stream, done, 0), "cuStreamWaitEvent");
-  // Events destroyed while pending are released once they complete.
-  if (own_ready) d.cuEventDestroy(own_ready);
-  if (own_done) {
-    InContext in(t.ctx);
-    d.cuEventDestroy(own_done);
-  }
 }
 
 void scrub_shared_memory(CUstream stream) {

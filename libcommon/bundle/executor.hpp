@@ -24,8 +24,10 @@
 // wrote is hashed and must not change; the device heap is set to its minimum. kernel-prof also
 // gives every call inputs no earlier call saw, so a cache anywhere never hits.
 //
-// The tool's own kernels used here (the scrub, the fingerprint behind hash()) run in a context of
-// their own, never the candidate's: the candidate's kernels cannot reach their code or buffers.
+// The tool's kernel that judges here (the fingerprint behind hash()) runs in a context of its own,
+// never the candidate's, its buffer written and read only between the candidate's calls. The
+// kernels that only set the candidate's start state (the shared-memory scrub, the fill) run in the
+// candidate's context: that state is theirs alone to set, and nothing the tool reads comes of them.
 //   ca::TensorMap out = ex.download_outputs();
 #pragma once
 #include <cuda.h>
@@ -135,18 +137,15 @@ class Executor {
 };
 
 // Fills the shared memory of every SM of the current context's device with words drawn afresh
-// (a host seed per scrub): one block per SM,
-// each taking the most a block may. (The executor launches it from the tool's own context; a
-// profiler tells it from a candidate's kernels by how it was launched, never by this name.)
+// (a host seed per scrub): one block per SM, each taking the most a block may. The executor
+// launches it in the candidate's context before every call (a scrub from another context does not
+// reach the candidate: a switch of context leaves shared memory in a state of its own); a
+// profiler tells it from a candidate's kernels by how it was launched, never by this name.
 inline constexpr const char* kScrubSharedKernel = "ca_scrub_shared";
 inline constexpr const char* kFillKernel = "ca_fill_unpredictable";
 void scrub_shared_memory(CUstream stream);
-// The same scrub launched from the tool's own context (one per device in this process, never a
-// candidate's), ordered between `stream`'s work before and after it by events: `ready` (of
-// `stream`'s context) and `done` (of the tool's), or made for the call when null.
-void scrub_shared_memory_between(CUstream stream, CUevent ready = nullptr, CUevent done = nullptr);
 
-// The context the tool's own kernels run in beside a candidate (the scrub, the fingerprint, and
+// The context the tool's own kernels that judge run in beside a candidate (the fingerprint and
 // kernel-prof's compare), one per device in this process, created on first use for the current
 // context's device, never given to a candidate; and a stream of it.
 struct ToolContext {

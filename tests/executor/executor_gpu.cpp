@@ -177,7 +177,14 @@ TEST_CASE("executor: outputs, forward scratch and shared memory start unpredicta
   CHECK(ff == 0);
   CHECK(words(o0[0], 1000) != words(o0[1], 1000));  // bytes 4000..4003: the tail of a size no multiple of 8
   count(o2, 0, 2048, same, ff);
-  MESSAGE("shared memory (8 KiB of block 0): " << same << " of 2048 words the same, " << ff << " 0xFFFFFFFF");
+  auto zeros = [&](const std::vector<uint8_t>& v) {
+    int z = 0;
+    for (size_t i = 0; i < 2048; ++i) z += words(v, i) == 0;
+    return z;
+  };
+  MESSAGE("shared memory (8 KiB of block 0): " << same << " of 2048 words the same, " << ff << " 0xFFFFFFFF, "
+          << zeros(o2[0]) << " and " << zeros(o2[1]) << " zero; first words 0x" << std::hex << words(o2[0], 0) << " 0x"
+          << words(o2[0], 1) << " 0x" << words(o2[1], 0) << std::dec);
   CHECK(same <= 2);
   CHECK(ff == 0);
   count(o2, 2048, 2381, same, ff);

@@ -152,7 +152,23 @@ TEST_CASE("shared memory outlives a kernel; scrub_shared_memory leaves none of i
     void* wargs[] = {&words, &tag};
     drv.check(drv.cuLaunchKernel(writer, sms, 1, 1, 1024, 1, 1, optin, g.stream, wargs, nullptr), "writer");
     if (scrub == 1) bundle::scrub_shared_memory(g.stream);
-    if (scrub == 2) bundle::scrub_shared_memory_between(g.stream);  // as the executor does it
+    if (scrub == 2) {  // from the tool's own context, ordered by events (the executor's way until session 22)
+      CUevent ready, done;
+      drv.check(drv.cuEventCreate(&ready, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+      drv.check(drv.cuEventRecord(ready, g.stream), "cuEventRecord");
+      {
+        cuda::ContextSwitch in(bundle::tool_context().ctx);
+        drv.check(drv.cuEventCreate(&done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+        drv.check(drv.cuStreamWaitEvent(bundle::tool_context().stream, ready, 0), "cuStreamWaitEvent");
+        bundle::scrub_shared_memory(bundle::tool_context().stream);
+        drv.check(drv.cuEventRecord(done, bundle::tool_context().stream), "cuEventRecord");
+      }
+      drv.check(drv.cuStreamWaitEvent(g.stream, done, 0), "cuStreamWaitEvent");
+      drv.check(drv.cuStreamSynchronize(g.stream), "scrub from the tool's context");
+      drv.cuEventDestroy(ready);
+      cuda::ContextSwitch in(bundle::tool_context().ctx);
+      drv.cuEventDestroy(done);
+    }
     void* rargs[] = {&words, &tag, &kept};
     drv.check(drv.cuLaunchKernel(reader, sms, 1, 1, 1024, 1, 1, optin, g.stream, rargs, nullptr), "reader");
     unsigned long long n = 0;

@@ -27,7 +27,7 @@ class GpuSession {
   // The device's primary context: the candidate's (its executor, its buffers).
   CUcontext context() const { return ctx_; }
   // The context the tool's own kernels that judge a candidate (the output compare) run in:
-  // bundle::tool_context() of this device (the executor's scrub and fingerprint run there too),
+  // bundle::tool_context() of this device (the executor's fingerprint runs there too),
   // never given to a candidate. Not a wall (contexts of one process share a GPU address space): its
   // buffers are written after the candidate's last kernel of a call and read before the next.
   // Made with the session; reading them changes no current context (the callers switch to it with
