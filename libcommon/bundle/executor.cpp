@@ -980,8 +980,14 @@ void Executor::run_steps(const std::vector<BoundStep>& steps, CUstream stream) {
 }
 
 void Executor::run_init() {
+  std::map<std::string, std::string> params;
+  if (!plan_.init.empty())
+    for (const auto& b : plan_.buffers)
+      if (b.space == Space::param && b.bytes > 0) params[b.ref] = hash(b.ref);
   run_steps(plan_.init, stream_);
   synchronize();
+  for (const auto& ref : changed_init_scratch(params))
+    throw InitChangedParams("init changed " + ref + " (init steps read params and write scratch; params are read-only)");
 }
 
 void Executor::forward(CUstream stream) { run_steps(plan_.forward, stream); }

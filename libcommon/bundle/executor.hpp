@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -101,7 +102,10 @@ class Executor {
   void fill_guards(uint32_t pattern);     // the guard zones of every buffer
   std::vector<GuardViolation> check_guards(uint32_t pattern);
 
-  void run_init();                        // init steps, then synchronize
+  // Init steps, then synchronize. Init reads params and writes scratch: every param is hashed
+  // before and after, and one init changed throws InitChangedParams (params written at init would be
+  // state of any size, outside the scratch cap, that no call's check compares with the task's).
+  void run_init();
   void forward(CUstream stream);          // forward steps, asynchronous
   void synchronize();                     // the stream; CudaError on a fault
   // Captures forward() into an executable graph (the caller destroys it with cuGraphExecDestroy).
@@ -134,6 +138,11 @@ class Executor {
   std::vector<GlobalImage> globals_;
   std::vector<CUfunction> functions_;  // per step, init then forward
   std::unique_ptr<Impl> impl_;
+};
+
+// run_init's refusal: init wrote into a param (the message names it).
+struct InitChangedParams : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 // Fills the shared memory of every SM of the current context's device with words drawn afresh

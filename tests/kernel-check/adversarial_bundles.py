@@ -477,6 +477,68 @@ case("incorrect|the part of the output's norm the inputs move", "bf16-weights-bi
      {"k.cu": "#define TRUNCATE_TO_BF16\n" + BIASED_GEMV}, BIASED_PLAN)
 case("passed", "honest-linear-bias-200", BIASED, {"k.cu": BIASED_GEMV}, BIASED_PLAN)
 
+# --- R11's paramstore: an init step that writes into a param. Params were hashed only after init,
+# so what init stored there (a collapsed W2 W1, any table of any size) was outside the scratch cap
+# and never compared with the task's. Params are now hashed before and after init: the in-place
+# transpose is incorrect; the same transpose into scratch (init's place for it) passes.
+SQUARE = task_code("adv-linear-1024-square", "        self.linear = nn.Linear(1024, 1024)\n", "self.linear(x)",
+                   "torch.randn(64, 1024)")
+TRANSPOSED = r"""
+__global__ void transpose_in_place(float* w, int n) {  // swaps (i, j) and (j, i) for i < j
+  const int i = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j <= i || j >= n) return;
+  const float a = w[(size_t)i * n + j];
+  w[(size_t)i * n + j] = w[(size_t)j * n + i];
+  w[(size_t)j * n + i] = a;
+}
+__global__ void transpose_to(const float* __restrict__ w, float* __restrict__ wt, int n) {
+  const int i = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j < n) wt[(size_t)j * n + i] = w[(size_t)i * n + j];
+}
+__global__ void linear_t(const float* __restrict__ x, const float* __restrict__ wt, const float* __restrict__ b,
+                         float* __restrict__ y, int M, int N, int K) {  // wt: [K, N]
+  const int n = blockIdx.x * blockDim.x + threadIdx.x, m = blockIdx.y;
+  if (n >= N) return;
+  float s = 0.f;
+  for (int k = 0; k < K; ++k) s = fmaf(x[(size_t)m * K + k], wt[(size_t)k * N + n], s);
+  y[(size_t)m * N + n] = s + b[n];
+}
+"""
+LINEAR_T = ("forward:\n  - launch: linear_t\n    grid: [cdiv(N, 128), M]\n    block: [128]\n"
+            "    args: [inputs.0, %s, params.linear.bias, outputs.0, M, N, K]\n")
+case("incorrect|init changed params.linear.weight", "init-writes-param", SQUARE, {"k.cu": TRANSPOSED},
+     LINEAR_DIMS + "init:\n  - launch: transpose_in_place\n    grid: [cdiv(K, 128), K]\n    block: [128]\n"
+     "    args: [params.linear.weight, K]\n" + LINEAR_T % "params.linear.weight")
+case("passed", "honest-init-transpose-to-scratch", SQUARE, {"k.cu": TRANSPOSED},
+     LINEAR_DIMS + "scratch:\n  wt: {dtype: float32, shape: [K, N]}\n"
+     "init:\n  - launch: transpose_to\n    grid: [cdiv(K, 128), N]\n    block: [128]\n"
+     "    args: [params.linear.weight, scratch.wt, K]\n" + LINEAR_T % "scratch.wt")
+
+# --- R11's rowidx: integer inputs were never varied, so a structure every draw of them has was never
+# challenged: gather(x, 1, idx) with one permutation repeated down the rows, where a kernel that reads
+# only idx's first row is exact on every plain draw. shift_scale and outliers now shuffle integer
+# tensors (the same values, other places): the first-row kernel is incorrect there, the honest
+# gather passes.
+GATHER_TASK = {"task_id": "adv-gather-repeated-permutation",
+               "code": "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+                       "        super().__init__()\n\n    def forward(self, x, idx):\n        return torch.gather(x, 1, idx)\n\n"
+                       "def get_inputs():\n    return [torch.randn(512, 2048), torch.randperm(2048).repeat(512, 1)]\n\n"
+                       "def get_init_inputs():\n    return []\n"}
+GATHER = r"""
+__global__ void gather_cols(const float* __restrict__ x, const long long* __restrict__ idx, float* __restrict__ y, int R, int C) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < (size_t)R * C) y[i] = x[(i / C) * C + idx[i]];
+}
+__global__ void gather_cols_row0(const float* __restrict__ x, const long long* __restrict__ idx, float* __restrict__ y, int R, int C) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;  // idx's first row for every row
+  if (i < (size_t)R * C) y[i] = x[(i / C) * C + idx[i % C]];
+}
+"""
+GATHER_PLAN = ("dims:\n  R: inputs.0.shape[0]\n  C: inputs.0.shape[1]\nforward:\n  - launch: %s\n    grid: [cdiv(R * C, 256)]\n"
+               "    block: [256]\n    args: [inputs.0, inputs.1, outputs.0, R, C]\n")
+case("incorrect|variant", "index-rows-alike", GATHER_TASK, {"k.cu": GATHER}, GATHER_PLAN % "gather_cols_row0")
+case("passed", "honest-gather", GATHER_TASK, {"k.cu": GATHER}, GATHER_PLAN % "gather_cols")
+
 for expected, name, timed, rec in cases:
     print("%s|%s|%d" % (expected, name, 1 if timed else 0))
     print(json.dumps(rec))

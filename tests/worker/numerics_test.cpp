@@ -1,6 +1,6 @@
 // Units of the worker's numerics (numerics.py) through ca::worker::WorkerClient on CPU torch: the reference's
 // calibration per claimed precision (and the half-reduction shortcut failing the bound built from
-// it), input variants (finite, different from the plain draw, index tensors untouched, milder ones
+// it), input variants (finite, different from the plain draw, index tensors shuffled, milder ones
 // where the reference would stop being finite), and stochastic references flagged at load.
 #include <doctest/doctest.h>
 
@@ -183,7 +183,7 @@ TEST_CASE("numerics: a forward that changes its input in place is calibrated fro
   CHECK(a["calibration"]["outputs.0"]["bound_rel_l2"].get<double>() < 1e-4);
 }
 
-TEST_CASE("numerics: variants change floating inputs only, stay finite, and are reproducible") {
+TEST_CASE("numerics: variants change floating inputs, shuffle index tensors, stay finite, and are reproducible") {
   auto& c = shared();
   load("numerics_fixtures", "log_gather");
   auto plain = c.temp_path("in");
@@ -219,8 +219,21 @@ TEST_CASE("numerics: variants change floating inputs only, stay finite, and are 
       // The task's own index tensor of the later draw: another draw of the distribution.
       CHECK(t.at("inputs.1").dtype == p.at("inputs.1").dtype);
     } else {
-      // Index tensors untouched.
-      CHECK(t.at("inputs.1").data == p.at("inputs.1").data);
+      // The index tensor shuffled (R11: a kernel that read one row of indices alike on every row
+      // passed): the same values, in other places, and the record says so.
+      const Tensor &i0 = p.at("inputs.1"), &i1 = t.at("inputs.1");
+      REQUIRE(i1.dtype == i0.dtype);
+      REQUIRE(i1.dtype == "I64");
+      std::vector<int64_t> before(16), after(16);
+      std::memcpy(before.data(), i0.data.data(), 16 * 8);
+      std::memcpy(after.data(), i1.data.data(), 16 * 8);
+      CHECK(before != after);
+      std::sort(before.begin(), before.end());
+      std::sort(after.begin(), after.end());
+      CHECK(before == after);
+      bool said = false;
+      for (const auto& q : a["variant"]["params"]) said |= q.value("input", -1) == 1 && q.value("shuffled", false);
+      CHECK(said);
     }
     // The same seed, the same variant: the same values.
     auto again = c.temp_path("in");

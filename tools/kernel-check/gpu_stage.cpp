@@ -319,6 +319,7 @@ struct GpuStage::Judgment {
       set_verdict(check, "timeout", during + ": no answer within " + ca::log::cat(during == "init" || during == "first call" ? one_time_s() : watchdog_s) +
                                         " s (watchdog killed the runner)");
     else if (err == "plan_error") set_verdict(check, "plan_error", a.value("detail", ""));
+    else if (err == "incorrect") set_verdict(check, "incorrect", during + ": " + a.value("detail", ""));
     else if (node_failed(a)) {
       // The node, not the candidate (issue 32: environment failures are never verdicts): the GPU could
       // not hold the candidate's buffers (within the scratch cap) beside the reference's, or the runner

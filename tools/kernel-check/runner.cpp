@@ -217,6 +217,9 @@ int runner_main(int gpu) {
     } catch (const ca::bundle::PlanError& e) {
       if (op == "load") state.drop();  // a load that failed half-way keeps nothing (its buffers)
       send(error_answer("plan_error", e.what(), false));
+    } catch (const ca::bundle::InitChangedParams& e) {  // the candidate's init broke a rule: its verdict
+      state.drop();
+      send(error_answer("incorrect", e.what(), false));
     } catch (const std::exception& e) {
       if (op == "load") state.drop();
       send(error_answer("runtime_error", e.what(), false));

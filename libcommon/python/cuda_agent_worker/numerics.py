@@ -283,13 +283,35 @@ def _transform(t, kind, g):
     return flat.reshape(t.shape), {"per_row": per_row, "magnitude": mag * spread}
 
 
+_SHUFFLE_BLOCK = 1 << 24  # elements per randperm (memory: 8 bytes an element on the host)
+
+
+def _shuffle(t, g):
+    """An integer or bool tensor with its elements shuffled (the same values, other places): a
+    structure the task's draws happen to have (rows alike, sorted indices, a mask's pattern) that a
+    kernel could rely on is gone, while every value stays one the task's code accepts. Blocks of
+    _SHUFFLE_BLOCK elements are shuffled apart, so a large tensor costs no more host memory."""
+    flat = t.reshape(-1).clone()
+    n = flat.numel()
+    for lo in range(0, n, _SHUFFLE_BLOCK):
+        m = min(_SHUFFLE_BLOCK, n - lo)
+        perm = torch.randperm(m, generator=g).to(t.device) + lo
+        flat[lo:lo + m] = flat[perm]
+    return flat.reshape(t.shape)
+
+
+# The first kind of each chain also shuffles integer and bool tensors (their milder fallbacks do not:
+# a task whose code needs its integers' order, offsets that must rise, still gets a variant).
+_SHUFFLES = ("shift_scale", "outliers")
+
+
 def _finite_masks(outs):
     return [torch.isfinite(o) if o.is_floating_point() else None for o in outs]
 
 
 def vary(task, values, asked, seed, redraw):
-    """The inputs of one draw under the variant `asked`: floating tensors transformed (integer,
-    bool and index tensors and Python scalars unchanged), kept only if the reference on them stays
+    """The inputs of one draw under the variant `asked`: floating tensors transformed, integer and
+    bool tensors shuffled by the first kind of a chain (Python scalars unchanged), kept only if the reference on them stays
     finite wherever the reference on the plain draw is (and does not raise); else the next milder
     variant of CHAINS. `redraw()` gives the seed_stream draw. Returns (values, record)."""
     values, record, _ = _vary(task, values, asked, seed, redraw)
@@ -320,10 +342,13 @@ def _vary(task, values, asked, seed, redraw, plain_outs=None):
                 p["input"] = i
                 params.append(p)
                 varied.append(nv)
+            elif kind in _SHUFFLES and isinstance(v, torch.Tensor) and v.numel() > 1:
+                params.append({"input": i, "shuffled": True})
+                varied.append(_shuffle(v, _generator(seed, kind + "/shuffle", i)))
             else:
                 varied.append(v)
-        if not params:  # nothing floating to vary: the task's own distribution, another stream
-            tried.append({"variant": kind, "rejected": "no floating inputs"})
+        if not params:  # nothing to vary: the task's own distribution, another stream
+            tried.append({"variant": kind, "rejected": "no floating inputs, no integer or bool tensors to shuffle"})
             continue
         why = None
         outs = None

@@ -1,4 +1,4 @@
-# Fixture: a float input and an index input (variants change the floats, never the indices); log
+# Fixture: a float input and an index input (variants change the floats and shuffle the indices); log
 # needs positive values, so a shift must keep them positive.
 import torch
 import torch.nn as nn
