@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from .numerics import is_oom
+from .numerics import MIN_FLOOR_SCALE, is_oom
 from .tasks import TaskError, reference_mode
 
 # torch.compile costs seconds of CPU per task, the other checks milliseconds: it runs last, and only
@@ -15,8 +15,14 @@ from .tasks import TaskError, reference_mode
 # input_sensitive and well_conditioned are the load's measurements (numerics: detect_insensitive,
 # detect_ill_conditioned): a reference a constant answer would match under the published bound, or
 # one whose own fp32 error against float64 is over the cap of every bound, can judge no candidate.
+# not_diluted keeps out of the training set the tasks where the calibrated bound is weakest: an output
+# mostly the same on every draw (the load's varying fraction under MIN_FLOOR_SCALE, where the floor
+# is a share of the whole output, not of the part the inputs move) whose params are a real part of
+# what a call moves. There, weights kept in fewer bits (int8 beside int16, red team R11) stay within
+# the bound and read half the bytes; a policy trained on such tasks would learn to do it.
 ORDER = ["runs_eager", "deterministic", "no_nan_inf", "not_constant", "input_dependent", "input_sensitive",
-         "well_conditioned", "eager_time_ms", "runs_compile"]
+         "well_conditioned", "not_diluted", "eager_time_ms", "runs_compile"]
+DILUTED_PARAM_SHARE = 0.25  # params' share of a call's bytes (params + inputs + outputs) that counts
 
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -163,6 +169,7 @@ def _run_once(worker, req):
 
         v["input_sensitive"] = _sensitivity_verdict(task.sensitivity)
         v["well_conditioned"] = _conditioning_verdict(task.conditioning)
+        v["not_diluted"] = _dilution_verdict(task, inputs0, out_a)
 
         if not on_gpu:
             v["eager_time_ms"] = _skipped("skipped on CPU: eager time is measured on a GPU only")
@@ -241,6 +248,27 @@ def _conditioning_verdict(rec):
                         % (_num(worst), rec["cap_rel_l2"]), fp32_err_rel_l2=worst)
     return _verdict(True, "the fp32 reference is %s (relative L2) from float64, under the cap %g"
                     % (_num(worst), rec["cap_rel_l2"]), fp32_err_rel_l2=worst)
+
+
+def _nbytes(values):
+    return sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
+
+
+def _dilution_verdict(task, inputs, outputs):
+    """not_diluted from the load's varying fractions and the bytes a call moves."""
+    varying = getattr(task, "varying", None) or {}
+    if not varying:
+        return _skipped("not measured: the load has no varying fraction (%s)" % task.sensitivity.get("error", "no floating output"))
+    name, f = min(varying.items(), key=lambda kv: kv[1])
+    params = _nbytes(task.initial_state.values())
+    moved = params + _nbytes(inputs) + _nbytes(outputs)
+    share = params / moved if moved else 0.0
+    detail = "%s varies by %s of its norm between draws; params are %.0f%% of the bytes a call moves" % (name, _num(f), 100 * share)
+    if f < MIN_FLOOR_SCALE and share >= DILUTED_PARAM_SHARE:
+        return _verdict(False, detail + ": under %g and over %.0f%%, weights stored in fewer bits would pass the "
+                                        "calibrated bound (its floor is a share of the whole output there)"
+                        % (MIN_FLOOR_SCALE, 100 * DILUTED_PARAM_SHARE), varying_fraction=f, param_share=share)
+    return _verdict(True, detail, varying_fraction=f, param_share=share)
 
 
 def _answer(v, load):
