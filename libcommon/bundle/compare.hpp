@@ -35,8 +35,12 @@ namespace ca::bundle {
 //   be 8% off (red team R10's H3). A tenth of it stays relative to the whole norm (kMinFloorScale):
 //   honest per-element rounding is relative to each value, whatever part of it the inputs move
 //   (below). So a constant part dilutes the floor at most tenfold: below f ~ 0.03 (a bias some 700
-//   times the rest) bf16-truncated weights would pass again; 8-bit formats need f < ~0.003. The
-//   K * error part needs no such scale: the reference's own error is measured on the same output.
+//   times the rest) bf16-truncated weights would pass again; 8-bit formats need f < ~0.003 (red
+//   team R11: int8 weights on columns with a bias of 6000 beside int16 on the rest, f ~ 1e-4, pass
+//   at 0.12-0.34 of the bound). That residual is kept out of training sets, not closed here:
+//   ops-synth's filter drops a task with f under 0.1 whose params are a quarter of the bytes a call
+//   moves (not_diluted, filters.py). The K * error part needs no such scale: the reference's own
+//   error is measured on the same output.
 //   and, as a second gate, the published elementwise allclose (atol = rtol = 1e-2 for floats,
 //   exact for integers). Integer outputs are compared exactly and have no calibration.
 // - "published": atol = rtol = 1e-2 elementwise and the 5e-2 relative-norm bound, for every dtype
