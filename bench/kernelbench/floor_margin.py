@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """How low could the calibrated bound's floor go? For each judged record of kernel-check (the
 toolchain stage's toolchain.jsonl, or any check records), the trial closest to its bound, and the
-floor that trial needs: (measured - K * max(errors)) / max(varying_fraction, 0.1), the smallest floor with
-which it still passes (0 when K times the reference's error alone covers it). A floor is safe for
+floor that trial needs: the smallest floor F with which K * max(errors) + max(F * f, floor_min) still
+covers it, i.e. 0 when K times the reference's error plus floor_min (the part relative to the whole
+output, the calibration's floor_min, else a tenth of its floor) covers it, else
+(measured - K * max(errors)) / f. A floor is safe for
 honest bundles when it is above every passed record's need; an exploit fails once the floor is
 below its need (red team R10's H2: 16-bit fixed-point weights, ~1.5e-5 relative on a Linear, under
 the fp32 floor of 3e-5). compare.hpp's calibration_rule has the rule.
@@ -13,7 +15,7 @@ Standard library only.
 import json
 import sys
 
-MIN_FLOOR_SCALE = 0.1  # compare.hpp's kMinFloorScale: the floor is scaled by max(varying_fraction, this)
+MIN_FLOOR_SCALE = 0.1  # compare.hpp's kMinFloorScale: floor_min is a tenth of the floor where a record has none
 
 
 def worst_trial(check):
@@ -35,8 +37,11 @@ def need_of(check, output, measured):
     errs = [e for e in (entry.get("ref_err_rel_l2"), entry.get("fp32_err_rel_l2")) if e is not None]
     if not errs or "k" not in entry:
         return None, entry
-    scale = max(entry.get("varying_fraction", 1.0), MIN_FLOOR_SCALE)
-    return max(0.0, measured - entry["k"] * max(errs)) / scale, entry
+    excess = measured - entry["k"] * max(errs)
+    floor_min = entry.get("floor_min", entry.get("floor", 0.0) * MIN_FLOOR_SCALE)
+    if excess <= floor_min:
+        return 0.0, entry
+    return excess / max(entry.get("varying_fraction", 1.0), 1e-12), entry
 
 
 def main(paths):

@@ -15,11 +15,11 @@ namespace ca::bundle {
 CalibrationRule calibration_rule(const std::string& precision) {
   // compare.hpp says why these numbers; numerics.py's CALIBRATE_DEFAULTS repeats them for clients
   // that send none (kernel-check sends these with every request).
-  if (precision == "fp32") return {"fp32", 8, 3e-5};
-  if (precision == "tf32") return {"tf32", 4, 3e-5};
-  if (precision == "fp16") return {"fp16", 4, 1e-4};
-  if (precision == "bf16") return {"bf16", 4, 1e-4};
-  if (precision == "int8" || precision == "fp8") return {"bf16", 16, 1e-3};
+  if (precision == "fp32") return {"fp32", 8, 5e-6, 3e-6};
+  if (precision == "tf32") return {"tf32", 4, 3e-5, 3e-5 * kMinFloorScale};
+  if (precision == "fp16") return {"fp16", 4, 1e-4, 1e-4 * kMinFloorScale};
+  if (precision == "bf16") return {"bf16", 4, 1e-4, 1e-4 * kMinFloorScale};
+  if (precision == "int8" || precision == "fp8") return {"bf16", 16, 1e-3, 1e-3 * kMinFloorScale};
   throw ca::InputError("compare: no calibration rule for precision '" + precision +
                        "' (fp32, tf32, fp16, bf16, int8, fp8)");
 }
@@ -104,7 +104,7 @@ Tolerances Tolerances::calibrated(const std::string& precision, const ca::Json& 
     tol.varying_fraction = varying_fraction_of(entry, name);
     const double bound =
         rule.k * std::max(tol.ref_err_rel_l2, tol.fp32_err_rel_l2) +
-        rule.floor * std::max(tol.varying_fraction, kMinFloorScale);
+        std::max(rule.floor * tol.varying_fraction, rule.floor_min);
     tol.rel_norm = std::min(bound, kPublishedRelL2);  // never looser than published; inf -> published
     t.calibrated_[name] = tol;
   }
@@ -288,11 +288,10 @@ void judge_output(const std::string& name, const std::vector<int64_t>& shape, co
         r.reason = name + ": relative error norm ||out - ref|| / ||ref|| = " + num(rel) + " is over the calibrated bound " +
                    num(tol.rel_norm) + " for " + tol.precision + " (" + num(rule.k) + " x max(" +
                    rule.reference_precision + " reference's error against float64 " + num(tol.ref_err_rel_l2) +
-                   ", fp32's " + num(tol.fp32_err_rel_l2) + ") + " + num(rule.floor) +
-                   (tol.varying_fraction < 1 ? " x " + num(std::max(tol.varying_fraction, kMinFloorScale)) +
-                                                   " (the part of the output's norm the inputs move, " +
-                                                   num(tol.varying_fraction) + ", at least " + num(kMinFloorScale) + ")"
-                                             : std::string()) +
+                   ", fp32's " + num(tol.fp32_err_rel_l2) + ") + " +
+                   (tol.varying_fraction < 1 ? "max(" + num(rule.floor) + " x " + num(tol.varying_fraction) +
+                                                   " (the part of the output's norm the inputs move), " + num(rule.floor_min) + ")"
+                                             : "max(" + num(rule.floor) + ", " + num(rule.floor_min) + ")") +
                    "): a record read as " + tol.precision + " must be as accurate as " + rule.reference_precision +
                    " is on this task (half-precision storage, a partial or sampled reduction, an approximation?)";
       } else {

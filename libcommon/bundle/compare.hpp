@@ -26,13 +26,14 @@ namespace ca::bundle {
 //   reference in float64 and the reference at that precision, and returns per output the error of
 //   that reference against float64 (ref_err_rel_l2) and of the fp32 reference (fp32_err_rel_l2).
 //   The candidate, compared with the fp32 reference, must meet
-//       ||out - ref|| / ||ref|| <= min(K * max(ref_err_rel_l2, fp32_err_rel_l2) + floor * max(f, 0.1), 5e-2)
+//       ||out - ref|| / ||ref|| <= min(K * max(ref_err_rel_l2, fp32_err_rel_l2) + max(floor * f, floor_min), 5e-2)
 //   where f (varying_fraction, at most 1) is ||o0 - o1|| / (sqrt(2) ||o1||) of two plain draws at
 //   load: the part of the output's norm the inputs move, about 1 for most outputs. Most
 //   of the floor is relative to that part, not to the whole norm, which a constant part would
 //   dilute: a Linear with a bias of 200 (f = 3e-3) let int8 weights (3.5e-3 off the product) pass
 //   at 1.2e-5 and bf16 weights at 4e-6 to 9e-6; a block of 1000s beside computed values let those
-//   be 8% off (red team R10's H3). A tenth of it stays relative to the whole norm (kMinFloorScale):
+//   be 8% off (red team R10's H3). floor_min stays relative to the whole norm (a tenth of the floor,
+//   kMinFloorScale, but for fp32's: 3e-6, the tenth of its floor before session 22):
 //   honest per-element rounding is relative to each value, whatever part of it the inputs move
 //   (below). So a constant part dilutes the floor at most tenfold: below f ~ 0.03 (a bias some 700
 //   times the rest) bf16-truncated weights would pass again; 8-bit formats need f < ~0.003 (red
@@ -48,16 +49,22 @@ namespace ca::bundle {
 // - "strict": 1e-4 elementwise and a 1e-3 norm for fp32/fp64 (KernelBench's), 1e-2 for half types.
 //
 // K and the floor, per claimed precision (calibration_rule), and why:
-// - fp32: K = 8, floor = 3e-5. Honest fp32 kernels differ from the reference by their own rounding,
+// - fp32: K = 8, floor = 5e-6, floor_min = 3e-6. (The floor was 3e-5 until session 22: 16-bit
+//   fixed-point weights with a scale per row, widened with integer instructions so the record reads
+//   fp32, are 1.54e-5 off on a Linear(4096, 2048) and passed it at half the bytes; red team R11, on
+//   the H100. With 5e-6 their bound is 6.8e-6. Every honest bundle judged on the device, 5 of level 1
+//   and 39 of level 3, needs none of the floor: K times the reference's error covers its error.)
+//   Honest fp32 kernels differ from the reference by their own rounding,
 //   which is about as large as the reference's error against float64: another summation order,
 //   split-K partial sums and tree reductions land within 1-3x that error, and K = 8 leaves room
 //   for a draw's noise. The floor covers what the reference's error does not predict: fast-math
 //   intrinsics (__expf, __fdividef, rsqrtf: a few ulp, ~1e-6 relative for moderate arguments) and a
 //   naive serial accumulation (a sum of 16,384 randn values left to right in fp32 is ~3e-6 off)
 //   where the reference's tree summation has ~1e-7. Against it: storing values in fp16 costs
-//   ~2.5e-4 (10x the floor), bf16-rounded weights ~1e-3, a reduction over half the row ~5e-3, a
-//   sampled reduction of 15/16 of it ~1e-3: all fail. Where most of an output is the same on every
-//   draw the floor is at least a tenth (3e-6 for fp32), which honest per-element rounding needs:
+//   ~2.5e-4, bf16-rounded weights ~1e-3, 16-bit fixed-point weights ~1.5e-5, a reduction over half
+//   the row ~5e-3, a sampled reduction of 15/16 of it ~1e-3: all fail. Where most of an output is
+//   the same on every draw the floor term is at least floor_min (3e-6 for fp32), which honest
+//   per-element rounding needs:
 //   on the row means of torch.rand (0.5 give or take 0.002, f ~ 5e-3) a serial chain of 16,384
 //   additions is 1.7e-6 off (blocked reductions, chains of up to ~1,000 then a tree: 5e-8 to
 //   1.2e-7; pairwise, as the reference: 5e-8), and on KernelBench's cumsums of torch.rand over
@@ -76,13 +83,14 @@ namespace ca::bundle {
 // precision, or the reference is stochastic) is judged by the published bound, and says so.
 struct CalibrationRule {
   std::string reference_precision;  // the precision whose reference error calibrates the claim
-  double k = 8, floor = 3e-5;
+  double k = 8, floor = 5e-6;
+  double floor_min = 3e-6;  // the part relative to the whole output: the floor term is max(floor * f, floor_min)
 };
 // The rule for a claimed precision (fp32, tf32, fp16, bf16, int8, fp8); InputError otherwise.
 CalibrationRule calibration_rule(const std::string& precision);
 constexpr double kPublishedTolerance = 1e-2;  // atol = rtol, elementwise
 constexpr double kPublishedRelL2 = 5e-2;      // ||out - ref|| / ||ref||, and the cap of every calibrated bound
-constexpr double kMinFloorScale = 0.1;        // the floor's scale is max(varying fraction, this): see above
+constexpr double kMinFloorScale = 0.1;        // floor_min = floor x this, but for fp32's (see above)
 
 struct Tolerance {
   double atol = kPublishedTolerance, rtol = kPublishedTolerance;

@@ -76,6 +76,7 @@ Json reference(const std::string& task_id, const std::string& inputs_key, const 
     req["calibrate"] = calibrate->precision;
     req["calibrate_k"] = calibrate->k;
     req["calibrate_floor"] = calibrate->floor;
+    req["calibrate_floor_min"] = calibrate->floor_min;
   }
   return req;
 }

@@ -42,7 +42,7 @@ Json inputs(const std::string& task_id, uint64_t seed, const std::string& keep, 
 // calibration_rule), so the answer's bound_rel_l2 is the one the judge applies.
 struct Calibrate {
   std::string precision;  // fp32, tf32, fp16, bf16, int8, fp8
-  double k = 8, floor = 3e-5;
+  double k = 8, floor = 5e-6, floor_min = 3e-6;
 };
 // `reference`: the task's forward on the kept inputs `inputs_key`, its output kept under `keep`;
 // with `params_keep`, the Model's parameters are kept too (answer: "params").

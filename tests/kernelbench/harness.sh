@@ -50,7 +50,7 @@ fi
 grep -q 'uses.txt:2: no file not_there.cu' "$T/o4.err" || fail "make_candidates' message: $(cat "$T/o4.err")"
 pass "a uses.txt line naming a missing file: make_candidates stops naming uses.txt:2"
 
-# 5. floor_margin.py: the floor each judged record needs, (measured - K * error) / max(f, 0.1),
+# 5. floor_margin.py: the floor each judged record needs, 0 within K * error + floor_min, else (measured - K * error) / f,
 # from the trial closest to its bound; passed records only in the summary; a broken line skipped.
 "$PY" - "$T/fm.jsonl" <<'PY'
 import json, sys
@@ -71,8 +71,8 @@ PY
 grep -q '^honest .*shift_scale .*floor needed 8.40e-06' "$T/fm.txt" || fail "floor_margin: the honest record's need: $(cat "$T/fm.txt")"
 grep -q '^under-k .*floor needed 0.00e+00' "$T/fm.txt" || fail "floor_margin: K * error alone: $(cat "$T/fm.txt")"
 grep -q '^exploit .*floor needed 7.84e-05' "$T/fm.txt" || fail "floor_margin: the exploit's need: $(cat "$T/fm.txt")"
-grep -q '^low-f .*floor needed 1.00e-05' "$T/fm.txt" || fail "floor_margin: a varying fraction under 0.1 counts as 0.1: $(cat "$T/fm.txt")"
-"$PY" -c 'import json,sys; s=json.loads(open(sys.argv[1]).read().splitlines()[-1])["floor_needed_by_passed"]["fp32"]; assert s["passed"] == 3 and s["of"] == "low-f" and abs(s["largest_need"] - 1e-5) < 1e-12, s' "$T/fm.txt" ||
+grep -q '^low-f .*floor needed 0.00e+00' "$T/fm.txt" || fail "floor_margin: within floor_min (a tenth of the floor here) needs none: $(cat "$T/fm.txt")"
+"$PY" -c 'import json,sys; s=json.loads(open(sys.argv[1]).read().splitlines()[-1])["floor_needed_by_passed"]["fp32"]; assert s["passed"] == 3 and s["of"] == "honest" and abs(s["largest_need"] - 8.4e-6) < 1e-12, s' "$T/fm.txt" ||
   fail "floor_margin: summary $(tail -1 "$T/fm.txt")"
 grep -q ':5: not JSON, skipped' "$T/fm.err" || fail "floor_margin: the broken line: $(cat "$T/fm.err")"
 pass "floor_margin.py: each record's floor need, the passed records' largest in the summary, a broken line named and skipped"

@@ -272,7 +272,7 @@ struct GpuStage::Judgment {
     claimed = check.value("precision", std::string("fp32"));
     if (calibrated) {
       const ca::bundle::CalibrationRule rule = ca::bundle::calibration_rule(claimed);
-      calibrate = ca::worker::request::Calibrate{claimed, rule.k, rule.floor};
+      calibrate = ca::worker::request::Calibrate{claimed, rule.k, rule.floor, rule.floor_min};
     }
     trial_tolerances = ca::bundle::Tolerances::by_mode(calibrated ? "published" : options_.tolerance, options_.atol, options_.rtol);
   }

@@ -211,7 +211,7 @@ class FreshInputs : public CallInputs {
   void judge_as(const std::string& precision) {
     if (mode() != "calibrated") return;
     const bundle::CalibrationRule rule = bundle::calibration_rule(precision);
-    calibrate_ = worker::request::Calibrate{precision, rule.k, rule.floor};
+    calibrate_ = worker::request::Calibrate{precision, rule.k, rule.floor, rule.floor_min};
   }
   ~FreshInputs() override {
     release();

@@ -21,8 +21,14 @@ from .tasks import TaskError, precision, stage
 # int8/fp8 have no autocast of their own: they are calibrated by bf16's error, with a looser K and
 # floor (their unit roundoff is 16x (fp8 e4m3) bf16's).
 CALIBRATE_REFERENCE = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "int8": "bf16", "fp8": "bf16"}
-CALIBRATE_DEFAULTS = {"fp32": (8.0, 3e-5), "tf32": (4.0, 3e-5), "fp16": (4.0, 1e-4), "bf16": (4.0, 1e-4),
+CALIBRATE_DEFAULTS = {"fp32": (8.0, 5e-6), "tf32": (4.0, 3e-5), "fp16": (4.0, 1e-4), "bf16": (4.0, 1e-4),
                       "int8": (16.0, 1e-3), "fp8": (16.0, 1e-3)}
+# The floor's part relative to the whole output (compare.hpp's floor_min): a tenth of the floor, but
+# fp32's, which is the tenth of its old 3e-5 (the honest serial chains of low varying fraction need it).
+FLOOR_MIN_DEFAULTS = {"fp32": 3e-6}
+# insensitive_on_own_draws' fp32 floor: the one before session 22 (3e-5), at least the judge's floor
+# term at any varying fraction, so the tasks it flags stay the ones it flagged.
+OWN_DRAWS_FLOOR = 3e-5
 PUBLISHED_REL_L2 = 5e-2  # a calibrated bound is never looser than the published one
 
 _HOLDER64 = [None]  # the one task whose float64 model is kept (a model in double is twice its size)
@@ -153,11 +159,13 @@ def _errors(out, out64):
 MIN_FLOOR_SCALE = 0.1  # compare.hpp's kMinFloorScale
 
 
-def calibrated_bound(err, k, floor, varying=1.0):
+def calibrated_bound(err, k, floor, varying=1.0, floor_min=None):
     """compare.hpp's calibration_rule: K times the reference's error against float64, plus the floor
     scaled by the output's varying fraction (varying_fractions; at least MIN_FLOOR_SCALE), at most
     the published relative L2."""
-    return min(k * err + floor * max(varying, MIN_FLOOR_SCALE), PUBLISHED_REL_L2)
+    if floor_min is None:
+        floor_min = floor * MIN_FLOOR_SCALE
+    return min(k * err + max(floor * varying, floor_min), PUBLISHED_REL_L2)
 
 
 def varying_fractions(sensitivity):
@@ -175,7 +183,7 @@ def varying_fractions(sensitivity):
     return dict(checks[0].get("varying_fraction") or {})
 
 
-def calibrate(task, inputs, ref_outs, claim, k=None, floor=None):
+def calibrate(task, inputs, ref_outs, claim, k=None, floor=None, floor_min=None):
     """Per floating output, the error of the reference at the claimed precision (and of the fp32
     reference) against float64 on these inputs, and the bound K * max(both) + floor (at most the
     published 5e-2). `inputs` are device inputs (not changed: each run gets a copy); `ref_outs`
@@ -186,6 +194,9 @@ def calibrate(task, inputs, ref_outs, claim, k=None, floor=None):
     dk, dfloor = CALIBRATE_DEFAULTS[claim]
     k = dk if k is None else float(k)
     floor = dfloor if floor is None else float(floor)
+    if floor_min is None:
+        floor_min = FLOOR_MIN_DEFAULTS.get(claim, floor * MIN_FLOOR_SCALE) if floor == dfloor else floor * MIN_FLOOR_SCALE
+    floor_min = float(floor_min)
     ref_prec = CALIBRATE_REFERENCE[claim]
     out64 = forward64(task, inputs)
     if ref_prec == "fp32":
@@ -205,11 +216,11 @@ def calibrate(task, inputs, ref_outs, claim, k=None, floor=None):
         e32, m32, n32 = _errors(o32, o64)
         ep, mp, np_ = (e32, m32, n32) if op is o32 else _errors(op, o64)
         varying = float((getattr(task, "varying", None) or {}).get("outputs.%d" % i, 1.0))
-        bound = calibrated_bound(max(ep, e32), k, floor, varying)
+        bound = calibrated_bound(max(ep, e32), k, floor, varying, floor_min)
         entry = {"precision": claim, "reference_precision": ref_prec,
                  "ref_err_rel_l2": ep, "ref_err_max_abs_rel": mp,
                  "fp32_err_rel_l2": e32, "fp32_err_max_abs_rel": m32,
-                 "k": k, "floor": floor, "varying_fraction": varying, "bound_rel_l2": bound}
+                 "k": k, "floor": floor, "floor_min": floor_min, "varying_fraction": varying, "bound_rel_l2": bound}
         if n32 or np_:
             entry["finite_mismatch"] = max(n32, np_)  # elements finite in float64 and not here, or back
         if task.device.type == "cpu" and ref_prec == "fp16":
@@ -558,9 +569,9 @@ def insensitive_on_own_draws(sensitivity, conditioning):
     checks = sensitivity.get("checks") or []
     if not checks or checks[0].get("against") != "seed 1" or not checks[0].get("within"):
         return sensitivity
-    k, floor = CALIBRATE_DEFAULTS["fp32"]
+    k, floor = CALIBRATE_DEFAULTS["fp32"][0], OWN_DRAWS_FLOOR
     outs = (conditioning or {}).get("outputs") or {}
-    # The floor unscaled (varying fraction 1): the judge's bound (floor * max(f, 0.1) <= floor) is
+    # The floor unscaled (varying fraction 1): the judge's bound (max(floor * f, floor_min) <= floor) is
     # within this one, so every task a constant passes is flagged, and those whose draws differ by less than the
     # floor with it (nearly constant outputs: nothing an honest kernel's reward should hang on).
     bound = min([calibrated_bound(o["fp32_err_rel_l2"], k, floor) for o in outs.values()] or [0.0])

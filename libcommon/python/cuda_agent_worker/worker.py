@@ -298,12 +298,12 @@ class Worker(object):
         from . import numerics
         if t.stochastic["stochastic"]:
             return {}, "the reference is stochastic (another RNG state gives other outputs): no calibration"
-        for key in ("calibrate_k", "calibrate_floor"):
+        for key in ("calibrate_k", "calibrate_floor", "calibrate_floor_min"):
             if key in req and (not isinstance(req[key], (int, float)) or isinstance(req[key], bool) or req[key] < 0):
                 raise BadRequest("'reference': field '%s' must be a number >= 0" % key)
         try:
             return numerics.calibrate(t, t.to_device(inputs), outs, claim, req.get("calibrate_k"),
-                                      req.get("calibrate_floor")), None
+                                      req.get("calibrate_floor"), req.get("calibrate_floor_min")), None
         except self.tasks_mod.TaskError as e:
             return {}, "%s: %s" % (e.stage, e.detail)
         except RuntimeError as e:  # out of memory for the float64 copy, an op without a float64 kernel
