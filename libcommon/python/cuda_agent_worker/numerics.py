@@ -161,8 +161,8 @@ MIN_FLOOR_SCALE = 0.1  # compare.hpp's kMinFloorScale
 
 def calibrated_bound(err, k, floor, varying=1.0, floor_min=None):
     """compare.hpp's calibration_rule: K times the reference's error against float64, plus the floor
-    scaled by the output's varying fraction (varying_fractions; at least MIN_FLOOR_SCALE), at most
-    the published relative L2."""
+    scaled by the output's varying fraction (varying_fractions) but at least floor_min (a tenth of
+    the floor when not given), at most the published relative L2."""
     if floor_min is None:
         floor_min = floor * MIN_FLOOR_SCALE
     return min(k * err + max(floor * varying, floor_min), PUBLISHED_REL_L2)
@@ -194,8 +194,9 @@ def calibrate(task, inputs, ref_outs, claim, k=None, floor=None, floor_min=None)
     dk, dfloor = CALIBRATE_DEFAULTS[claim]
     k = dk if k is None else float(k)
     floor = dfloor if floor is None else float(floor)
-    if floor_min is None:
-        floor_min = FLOOR_MIN_DEFAULTS.get(claim, floor * MIN_FLOOR_SCALE) if floor == dfloor else floor * MIN_FLOOR_SCALE
+    if floor_min is None:  # the claim's default with its default floor, else a tenth of the floor asked
+        floor_min = FLOOR_MIN_DEFAULTS.get(claim) if floor == dfloor else None
+        floor_min = floor * MIN_FLOOR_SCALE if floor_min is None else floor_min
     floor_min = float(floor_min)
     ref_prec = CALIBRATE_REFERENCE[claim]
     out64 = forward64(task, inputs)
