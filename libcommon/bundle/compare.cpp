@@ -77,6 +77,16 @@ static double varying_fraction_of(const ca::Json& entry, const std::string& name
   return v.get<double>();
 }
 
+// Elements the reference missed the elementwise gate on against float64: an integer >= 0; absent
+// (a worker or record from before it) is 0, no allowance.
+static int64_t misses_of(const ca::Json& entry, const std::string& name, const char* key) {
+  if (!entry.contains(key)) return 0;
+  const ca::Json& v = entry[key];
+  if (!v.is_number_integer() || v.get<int64_t>() < 0)
+    throw ca::InputError("compare: calibration of " + name + ": '" + key + "' is not an integer >= 0");
+  return v.get<int64_t>();
+}
+
 Tolerances Tolerances::calibrated(const std::string& precision, const ca::Json& calibration,
                                   const std::string& calibration_error, double atol_o, double rtol_o) {
   const CalibrationRule rule = calibration_rule(precision);
@@ -102,6 +112,9 @@ Tolerances Tolerances::calibrated(const std::string& precision, const ca::Json& 
     tol.ref_err_rel_l2 = calibration_error_of(entry, name, "ref_err_rel_l2");
     tol.fp32_err_rel_l2 = calibration_error_of(entry, name, "fp32_err_rel_l2");
     tol.varying_fraction = varying_fraction_of(entry, name);
+    tol.ref_elementwise_misses =
+        std::max(misses_of(entry, name, "ref_elementwise_misses"), misses_of(entry, name, "fp32_elementwise_misses"));
+    tol.allowed_misses = static_cast<int64_t>(rule.k * static_cast<double>(tol.ref_elementwise_misses));
     const double bound =
         rule.k * std::max(tol.ref_err_rel_l2, tol.fp32_err_rel_l2) +
         std::max(rule.floor * tol.varying_fraction, rule.floor_min);
@@ -148,6 +161,8 @@ Tolerance Tolerances::for_output(const std::string& name, const std::string& dty
     t.ref_err_rel_l2 = it->second.ref_err_rel_l2;
     t.fp32_err_rel_l2 = it->second.fp32_err_rel_l2;
     t.varying_fraction = it->second.varying_fraction;
+    t.ref_elementwise_misses = it->second.ref_elementwise_misses;
+    t.allowed_misses = it->second.allowed_misses;
   } else {
     t.mode = "published";
     t.fallback = calibration_error_.empty() ? "no calibration for " + name : calibration_error_;
@@ -176,6 +191,10 @@ ca::Json CompareResult::to_json() const {
   for (const auto& [name, o] : outputs)
     if (!o.fallback.empty() && fallback.empty()) fallback = name + " judged by the published bound: " + o.fallback;
   if (!fallback.empty()) tol["fallback"] = fallback;
+  // Outputs the reference itself cannot judge elementwise on every element: how many the candidate
+  // missed, of how many allowed (compare.hpp's kMaxElementwiseMissFraction).
+  for (const auto& [name, o] : outputs)
+    if (o.allowed_misses > 0) tol["elementwise_allowance"][name] = {{"misses", o.misses}, {"allowed", o.allowed_misses}};
   if (outputs.size() > 1) {
     ca::Json per = ca::Json::object();
     for (const auto& [name, o] : outputs)
@@ -269,18 +288,25 @@ void judge_output(const std::string& name, const std::vector<int64_t>& shape, co
                   CompareResult& r) {
   r.max_abs_err = std::max(r.max_abs_err, st.max_abs);
   r.max_rel_err = std::max(r.max_rel_err, st.max_rel);
-  if (st.bad > 0 && r.ok) {
+  // Calibrated: the elements the reference itself cannot judge to the published tolerance (compare.hpp).
+  const int64_t allowed =
+      std::min(tol.allowed_misses, static_cast<int64_t>(kMaxElementwiseMissFraction * static_cast<double>(st.n)));
+  if (st.bad > allowed && r.ok) {
     r.ok = false;
     const double a = st.first_got, b = st.first_want;
     std::string got_text = std::isnan(a) ? "nan" : num(a);
     r.reason = name + index_text(st.first_bad, shape) + ": expected " + num(b) + ", got " + got_text +
                " (atol " + num(tol.atol) + ", rtol " + num(tol.rtol) + ")";
+    if (allowed > 0)
+      r.reason += "; " + std::to_string(st.bad) + " of " + std::to_string(st.n) + " elements of " + name +
+                  " miss it, more than the " + std::to_string(allowed) + " allowed (" + num(calibration_rule(tol.precision).k) +
+                  " x the " + std::to_string(tol.ref_elementwise_misses) + " the reference itself misses against float64)";
   }
   if (st.ref2 > 0) {
     const double rel = std::sqrt(st.diff2 / st.ref2);
     r.rel_l2_err = std::max(r.rel_l2_err, std::isfinite(rel) ? rel : INFINITY);
     if (tol.mode != "exact")
-      r.outputs[name] = OutputJudgement{tol.mode, tol.rel_norm, std::isfinite(rel) ? rel : INFINITY, tol.fallback};
+      r.outputs[name] = OutputJudgement{tol.mode, tol.rel_norm, std::isfinite(rel) ? rel : INFINITY, tol.fallback, st.bad, allowed};
     if (rel > tol.rel_norm && r.ok) {
       r.ok = false;
       if (tol.mode == "calibrated") {

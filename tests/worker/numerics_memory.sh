@@ -45,11 +45,17 @@ out64 = torch.randn(n, dtype=torch.float64) * 3
 out = (out64 + 1e-4 * torch.randn(n, dtype=torch.float64)).float()
 out[17] = float("nan")           # finite in float64, not here
 out64[99999] = float("inf")      # and the other way
+out[5] += 1.0                    # three elements off by more than 1e-2 + 1e-2 |float64|, across chunks
+out[2500] -= 1.0
+out[99000] += 1.0
 numerics._CHUNK = 1000
 got, want = numerics._errors(out, out64), errors_whole(out, out64)
 assert got[2] == want[2] == 2, (got, want)
 assert close(got[0], want[0]) and close(got[1], want[1]), (got, want)
-assert numerics._errors(out[:0], out64[:0]) == (0.0, 0.0, 0)
+both = torch.isfinite(out.double()) & torch.isfinite(out64)
+misses_whole = int(((out.double() - out64).abs() > 1e-2 + 1e-2 * out64.abs())[both].sum())
+assert got[3] == misses_whole == 3, (got, misses_whole)
+assert numerics._errors(out[:0], out64[:0]) == (0.0, 0.0, 0, 0)
 # _rel_diff: equal to the whole-tensor value; inf where finiteness differs.
 a = torch.randn(n)
 b = a + 1e-3 * torch.randn(n)

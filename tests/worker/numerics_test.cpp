@@ -129,6 +129,33 @@ TEST_CASE("numerics: calibrate fp32 on a mean over 16,384 columns; half the row 
   CHECK_MESSAGE(chain.ok, chain.reason);
 }
 
+TEST_CASE("numerics: the elements the fp32 reference itself misses against float64 are counted; an exact kernel passes by them") {
+  auto& c = shared();
+  load("numerics_fixtures", "cancel_sum");
+  auto in = c.temp_path("in"), out = c.temp_path("out");
+  draw("cancel_sum", 3, in);
+  Json a = c.request({{"op", "reference"}, {"task_id", "cancel_sum"}, {"inputs", in}, {"out", out}, {"calibrate", "fp32"}});
+  REQUIRE_MESSAGE(a.value("ok", false), str(a));
+  const Json& cal = a["calibration"]["outputs.0"];
+  const int64_t misses = cal["fp32_elementwise_misses"].get<int64_t>();
+  MESSAGE("fp32 reference: ", misses, " of 1048576 elements off float64 by more than 1e-2 + 1e-2 |x|");
+  CHECK(misses > 0);
+  CHECK(misses * 8 < 104);  // inside the 1e-4 cap, so the whole allowance applies
+  CHECK(cal["ref_elementwise_misses"] == misses);  // fp32 is the claim's own reference
+  // The exact answer (y, what float64 computes) against the fp32 reference: the published gate fails
+  // it; the calibration's allowance (8 x the reference's misses) lets it pass.
+  TensorMap exact{{"outputs.0", read_safetensors(in).tensors.at("inputs.1")}};
+  TensorMap want = read_safetensors(out).tensors;
+  auto published = bundle::compare_outputs(exact, want, "published", -1, -1);
+  CHECK_FALSE(published.ok);
+  MESSAGE("the exact answer against the fp32 reference: ", published.reason);
+  auto calibrated = bundle::compare_outputs(exact, want, bundle::Tolerances::calibrated("fp32", a["calibration"]));
+  CHECK_MESSAGE(calibrated.ok, calibrated.reason);
+  CHECK(calibrated.to_json()["tolerance"]["elementwise_allowance"]["outputs.0"]["allowed"] == 8 * misses);
+  // The fp32 reference itself as a candidate passes, with no allowance used.
+  CHECK(bundle::compare_outputs(want, want, bundle::Tolerances::calibrated("fp32", a["calibration"])).ok);
+}
+
 TEST_CASE("numerics: calibrate per precision on a Linear; defaults without k and floor; bad values refused") {
   auto& c = shared();
   load("numerics_fixtures", "linear_tanh");
