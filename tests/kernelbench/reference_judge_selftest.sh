@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The independent judge's own CPU checks (bench/kernelbench/reference_judge.py --selftest): its YAML
+# and plan reader, expressions, views and repeats, the launch paths against stand-ins, the library
+# steps on small tasks, and the elementwise allowance (an exact answer passes where the fp32
+# reference itself misses the gate against float64; past the cap and without the allowance it fails).
+set -u
+. "$(dirname "$0")/../lib.sh"
+"$PY" "$CA_SRC/bench/kernelbench/reference_judge.py" --selftest > "$T/selftest.log" 2>&1
+rc=$?
+grep '^FAIL' "$T/selftest.log" >&2
+[ $rc -eq 0 ] || fail "reference_judge.py --selftest exited $rc: $(tail -3 "$T/selftest.log")"
+n=$(grep -c '^ok' "$T/selftest.log")
+[ "$n" -ge 500 ] || fail "only $n checks ran (expected 500 or more): $(tail -3 "$T/selftest.log")"
+for want in "cpu cancel_exact: passed" "cpu cancel_past_cap: incorrect" "cpu cancel_exact with --no-elementwise-allowance: incorrect"; do
+  grep -q "^ok   $want" "$T/selftest.log" || fail "missing: $want"
+done
+pass "reference_judge.py --selftest: $n checks, 0 failed"
