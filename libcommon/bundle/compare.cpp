@@ -114,7 +114,9 @@ Tolerances Tolerances::calibrated(const std::string& precision, const ca::Json& 
     tol.varying_fraction = varying_fraction_of(entry, name);
     tol.ref_elementwise_misses =
         std::max(misses_of(entry, name, "ref_elementwise_misses"), misses_of(entry, name, "fp32_elementwise_misses"));
-    tol.allowed_misses = static_cast<int64_t>(rule.k * static_cast<double>(tol.ref_elementwise_misses));
+    // (capped here only so that a hostile count cannot overflow; judge_output caps it at a fraction of the output)
+    tol.allowed_misses =
+        static_cast<int64_t>(std::min(rule.k * static_cast<double>(tol.ref_elementwise_misses), 1e18));
     const double bound =
         rule.k * std::max(tol.ref_err_rel_l2, tol.fp32_err_rel_l2) +
         std::max(rule.floor * tol.varying_fraction, rule.floor_min);

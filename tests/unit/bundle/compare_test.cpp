@@ -363,6 +363,8 @@ TEST_CASE("calibrated: the elementwise gate allows K x the elements the referenc
   auto norm = compare_outputs({{"outputs.0", f32(zeroed)}}, want, Tolerances::calibrated("fp32", c));
   CHECK_FALSE(norm.ok);
   CHECK(norm.reason.find("calibrated bound") != std::string::npos);
+  // A count near int64's limit (a hostile record) is still capped, not overflowed.
+  CHECK(compare_outputs(cand, want, with_misses(INT64_MAX, 0)).to_json()["tolerance"]["elementwise_allowance"]["outputs.0"]["allowed"] == 20);
   // Malformed counts are bad input.
   ca::Json bad = fp32_calibration(1e-7);
   bad["outputs.0"]["ref_elementwise_misses"] = -1;
