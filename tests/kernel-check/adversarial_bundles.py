@@ -584,6 +584,37 @@ case("incorrect|calibrated bound", "fixed16-weights", WIDE, {"k.cu": FIXED16},
      "    args: [inputs.0, scratch.wq, scratch.ws, params.linear.bias, outputs.0, M, N, K]\n")
 case("passed", "honest-gemv-f32", WIDE, {"k.cu": BIASED_GEMV}, BIASED_PLAN)  # R10's serial GEMV, fp32 weights
 
+# --- The elementwise allowance (692ab1f): on an output whose fp32 reference itself misses the
+# published gate against float64 on n elements, a candidate may miss it on up to 8 n (at most 1e-4 of
+# the output) while the calibrated norm bound holds. (a + b) - a with a = randn^9 (a few |a| ~ 1e6)
+# loses b's low bits in fp32 on ~15 of 1M elements; the exact kernel (y = b, half the bytes) misses
+# there and passes on the allowance. An exploit that spends the allowance on elements it does not
+# compute (zeros on 48) fails the norm; one that misses on more than allowed (300 elements 0.03 off,
+# within the norm) fails the count.
+CANCEL = {"task_id": "adv-cancel-heavy-tail",
+          "code": "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+                  "        super().__init__()\n\n    def forward(self, a, b):\n        return (a + b) - a\n\n"
+                  "def get_inputs():\n    return [torch.randn(1 << 20) ** 9, torch.randn(1 << 20)]\n\n"
+                  "def get_init_inputs():\n    return []\n"}
+CANCEL_KERNEL = r"""
+__global__ void ew(const float* __restrict__ b, float* __restrict__ y, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+#if defined(ZERO_TAIL)
+  y[i] = i >= n - 48 ? 0.f : b[i];            // 48 elements never computed
+#elif defined(OFF_HEAD)
+  y[i] = i < 300 ? b[i] + 0.03f : b[i];       // 300 elements 0.03 off: inside the norm, past the count
+#else
+  y[i] = b[i];                                // (a + b) - a, exactly
+#endif
+}
+"""
+CANCEL_PLAN = ("dims: {N: inputs.1.shape[0]}\nforward:\n  - launch: ew\n    grid: [cdiv(N, 256)]\n    block: [256]\n"
+               "    args: [inputs.1, outputs.0, N]\n")
+case("incorrect|calibrated bound", "allowance-spent-on-zeros", CANCEL, {"k.cu": "#define ZERO_TAIL\n" + CANCEL_KERNEL}, CANCEL_PLAN)
+case("incorrect|allowed", "allowance-exceeded", CANCEL, {"k.cu": "#define OFF_HEAD\n" + CANCEL_KERNEL}, CANCEL_PLAN)
+case("passed", "honest-exact-cancel", CANCEL, {"k.cu": CANCEL_KERNEL}, CANCEL_PLAN)
+
 for expected, name, timed, rec in cases:
     print("%s|%s|%d" % (expected, name, 1 if timed else 0))
     print(json.dumps(rec))
