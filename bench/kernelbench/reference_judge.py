@@ -2552,19 +2552,24 @@ def compare(got, want, atol, rtol, max_rel_l2, chunk=1 << 27):
 
 ELEMENTWISE_K = 8             # kernel-check's K for fp32 (libcommon/bundle/compare.hpp)
 MAX_MISS_FRACTION = 1e-4      # compare.hpp's kMaxElementwiseMissFraction
+SOFT_MISS_FRACTION = 1e-2     # compare.hpp's kMaxSoftMissFraction
 
 
 def elementwise_allowance(want, want64, atol, rtol, chunk=1 << 24):
-    """(allowed, n): n, the elements (finite in both) where the fp32 reference `want` misses
+    """(allowed, n, slack): n, the elements (finite in both) where the fp32 reference `want` misses
     atol + rtol |want64| against the float64 one; allowed, how many a candidate may then miss:
-    ELEMENTWISE_K x n, at most MAX_MISS_FRACTION of the output's elements."""
+    ELEMENTWISE_K x n, at most MAX_MISS_FRACTION of the output's elements; slack, what the gate's
+    atol is widened by: ELEMENTWISE_K x the reference's largest absolute error against float64 (a
+    kernel that sums in another order is off the fp32 reference by about what fp32 is off float64)."""
     w, w64 = want.reshape(-1), want64.reshape(-1)
-    n = 0
+    n, worst = 0, 0.0
     for s in range(0, w.numel(), chunk):
         a, b = w[s:s + chunk].double(), w64[s:s + chunk].double()
         both = torch.isfinite(a) & torch.isfinite(b)
-        n += int((((a - b).abs() > atol + rtol * b.abs()) & both).sum())
-    return min(ELEMENTWISE_K * n, int(MAX_MISS_FRACTION * w.numel())), n
+        d = torch.where(both, (a - b).abs(), torch.zeros_like(a))
+        n += int(((d > atol + rtol * b.abs()) & both).sum())
+        worst = max(worst, float(d.max())) if d.numel() else worst
+    return min(ELEMENTWISE_K * n, int(MAX_MISS_FRACTION * w.numel())), n, ELEMENTWISE_K * worst
 
 
 def fingerprint(t):
@@ -2726,14 +2731,24 @@ class Judge(object):
                     if ref64 is None:
                         ref64 = T.forward64(inputs) or []
                     if i < len(ref64) and list(ref64[i].shape) == list(w.shape):
-                        allowed, n_ref = elementwise_allowance(w, ref64[i], o.atol, o.rtol)
+                        allowed, n_ref, slack = elementwise_allowance(w, ref64[i], o.atol, o.rtol)
+                        # Up to `allowed` misses past atol + slack; and misses of atol alone within it on at
+                        # most SOFT_MISS_FRACTION of the output besides (kernel-check's kMaxSoftMissFraction).
+                        _, wide = compare(g, w, o.atol + slack, o.rtol, o.max_rel_l2)
+                        hard, soft = wide.get("mismatches", nums["mismatches"]), nums["mismatches"]
+                        soft_allowed = allowed + (int(SOFT_MISS_FRACTION * w.numel()) if slack > 0 else 0)
                         row[("out%d_" % i if i else "") + "elementwise_allowance"] = {
-                            "misses": nums["mismatches"], "allowed": allowed, "reference_misses": n_ref}
-                        if nums["mismatches"] <= allowed:
-                            bad = None
+                            "misses": hard, "allowed": allowed, "reference_misses": n_ref, "slack": slack,
+                            "soft_misses": soft, "soft_allowed": soft_allowed}
+                        if hard > allowed:
+                            bad += ("; %d miss atol %.3g + %.3g (8 x the fp32 reference's largest error against float64), "
+                                    "more than the %d allowed (8 x the %d the fp32 reference misses against float64)") % (
+                                hard, o.atol, slack, allowed, n_ref)
+                        elif soft > soft_allowed:
+                            bad += "; more than the %d allowed within atol %.3g + %.3g (1%% of the output)" % (
+                                soft_allowed, o.atol, slack)
                         else:
-                            bad += "; more than the %d allowed (8 x the %d the fp32 reference misses against float64)" % (
-                                allowed, n_ref)
+                            bad = None
                 if bad:
                     raise Verdict("incorrect", "%s (seed %d): outputs.%d: %s" % (what, seed, i, bad))
             for i, v in enumerate(inputs):
@@ -2929,10 +2944,12 @@ def _small_variants(small):
     v["view_past_end"] = (small["concat_views"][0], small["concat_views"][1].replace("+ K1 * H * W]", "+ K3 * H * W]"), "plan_error")
     v["gemm_views_no_k"] = (small["weight_split"][0], small["weight_split"][1].replace(", k: K}\n  - gemm", "}\n  - gemm", 1), "plan_error")
     v["gemm_c_key"] = (small["trans_a"][0], small["trans_a"][1].replace("out: outputs.0", "c: outputs.0"), "plan_error")
-    # the cap: columns 0..199 doubled, the fp32 reference misses ~400 elements; 8 x that is past 1e-4 of
-    # the output (104), so the exact answer's ~400 misses fail though the norm holds
+    # columns 0..199 doubled: the fp32 reference misses the published gate on ~400 elements, past the
+    # count's cap (1e-4 of the output, 104); the exact answer is off the reference by no more than the
+    # reference is off float64, so the widened atol (8 x that) passes it: a kernel more accurate than
+    # PyTorch is never failed for it. (Misses past the slack and the cap fail: the direct checks in 9.)
     v["cancel_past_cap"] = (small["cancel_exact"][0].replace("torch.eye(1024)]", "torch.eye(1024) + torch.diag((torch.arange(1024) < 200).float())]"),
-                            small["cancel_exact"][1], "incorrect")
+                            small["cancel_exact"][1], "passed")
     return v
 
 
@@ -3244,8 +3261,17 @@ def selftest(opt):
         want, want64 = T.forward(ins)[0], T.forward64(ins)
         ok(want64 is not None and want64[0].dtype == torch.float64
            and float((want64[0] - ins[1].double()).abs().max()) < 1e-9, "forward64: the task in float64 (y, to 1e-9)")
-        allowed, n_ref = elementwise_allowance(want, want64[0], 1e-2, 1e-2)
+        allowed, n_ref, slack = elementwise_allowance(want, want64[0], 1e-2, 1e-2)
         ok(0 < n_ref and allowed == min(8 * n_ref, 104), "allowance: the fp32 reference misses %d, %d allowed" % (n_ref, allowed))
+        worst = float((want.double() - want64[0]).abs().max())
+        ok(abs(slack - 8 * worst) <= 1e-12 and 0 < slack < 1, "slack: 8 x the fp32 reference's largest error %.3g: %.3g" % (worst, slack))
+        near = ins[1].clone().reshape(-1)
+        near[:200] += slack / 2  # 200 elements off by half the slack: inside the widened gate, within the norm
+        _, nums = compare(near.reshape(ins[1].shape), want, 1e-2 + slack, 1e-2, 5e-2)
+        ok(nums["mismatches"] <= allowed, "half the slack off on 200 elements: %d miss the widened gate" % nums["mismatches"])
+        _, nums = compare(near.reshape(ins[1].shape), want, 1e-2, 1e-2, 5e-2)
+        ok(allowed < nums["mismatches"] <= allowed + int(SOFT_MISS_FRACTION * want.numel()),
+           "atol alone: within the 1%% the slack allows (%d misses)" % nums["mismatches"])
         bad, nums = compare(ins[1], want, 1e-2, 1e-2, 5e-2)
         ok(bad is not None and 0 < nums["mismatches"] <= allowed,
            "the exact answer misses the gate on %d (within the allowance): %s" % (nums.get("mismatches", -1), bad))
@@ -3255,7 +3281,7 @@ def selftest(opt):
         ok(bad is not None and nums["mismatches"] > allowed and nums["rel_l2_err"] <= 5e-2,
            "200 wrong elements: %d misses, over the allowance, within the norm" % nums["mismatches"])
         exact = elementwise_allowance(want, want.double(), 1e-2, 1e-2)
-        ok(exact == (0, 0), "an exact reference allows nothing")
+        ok(exact == (0, 0, 0.0), "an exact reference allows nothing")
 
     # 7. the library steps on the CPU, judged against small tasks (views, repeats, N-d and transposed convs)
     opt.device, opt.no_timing, opt.trials = "cpu", True, min(opt.trials, 2)

@@ -77,6 +77,16 @@ static double varying_fraction_of(const ca::Json& entry, const std::string& name
   return v.get<double>();
 }
 
+// The reference's largest absolute error against float64: a number >= 0; absent (a worker or record
+// from before it) or null is 0, no slack.
+static double max_abs_error_of(const ca::Json& entry, const std::string& name, const char* key) {
+  if (!entry.contains(key) || entry[key].is_null()) return 0;
+  const ca::Json& v = entry[key];
+  if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>()))
+    throw ca::InputError("compare: calibration of " + name + ": '" + key + "' is not a finite number >= 0");
+  return v.get<double>();
+}
+
 // Elements the reference missed the elementwise gate on against float64: an integer >= 0; absent
 // (a worker or record from before it) is 0, no allowance.
 static int64_t misses_of(const ca::Json& entry, const std::string& name, const char* key) {
@@ -117,6 +127,8 @@ Tolerances Tolerances::calibrated(const std::string& precision, const ca::Json& 
     // (capped here only so that a hostile count cannot overflow; judge_output caps it at a fraction of the output)
     tol.allowed_misses =
         static_cast<int64_t>(std::min(rule.k * static_cast<double>(tol.ref_elementwise_misses), 1e18));
+    tol.elementwise_slack =
+        rule.k * std::max(max_abs_error_of(entry, name, "ref_err_max_abs"), max_abs_error_of(entry, name, "fp32_err_max_abs"));
     const double bound =
         rule.k * std::max(tol.ref_err_rel_l2, tol.fp32_err_rel_l2) +
         std::max(rule.floor * tol.varying_fraction, rule.floor_min);
@@ -152,7 +164,7 @@ Tolerances Tolerances::from_check(const ca::Json& check) {
 
 Tolerance Tolerances::for_output(const std::string& name, const std::string& dtype) const {
   if (mode_ != "calibrated") return Tolerance::for_dtype(mode_, dtype, atol_, rtol_);
-  // The elementwise gate stays the published one; the norm bound is the calibrated one.
+  // The elementwise gate is the published one, with the calibrated slack and allowance; the norm bound is the calibrated one.
   Tolerance t = Tolerance::for_dtype("published", dtype, atol_, rtol_);
   if (!is_float_dtype(dtype)) return t;  // exact: nothing to calibrate
   t.mode = "calibrated";
@@ -165,6 +177,7 @@ Tolerance Tolerances::for_output(const std::string& name, const std::string& dty
     t.varying_fraction = it->second.varying_fraction;
     t.ref_elementwise_misses = it->second.ref_elementwise_misses;
     t.allowed_misses = it->second.allowed_misses;
+    t.elementwise_slack = it->second.elementwise_slack;
   } else {
     t.mode = "published";
     t.fallback = calibration_error_.empty() ? "no calibration for " + name : calibration_error_;
@@ -197,6 +210,9 @@ ca::Json CompareResult::to_json() const {
   // missed, of how many allowed (compare.hpp's kMaxElementwiseMissFraction).
   for (const auto& [name, o] : outputs)
     if (o.allowed_misses > 0) tol["elementwise_allowance"][name] = {{"misses", o.misses}, {"allowed", o.allowed_misses}};
+  for (const auto& [name, o] : outputs)
+    if (o.elementwise_slack > 0)
+      tol["elementwise_slack"][name] = {{"slack", o.elementwise_slack}, {"misses", o.soft_misses}, {"allowed", o.soft_allowed}};
   if (outputs.size() > 1) {
     ca::Json per = ca::Json::object();
     for (const auto& [name, o] : outputs)
@@ -231,9 +247,11 @@ namespace {
 
 // What one output's comparison comes to, wherever its bytes were.
 struct OutputStats {
-  int64_t n = 0, bad = 0;
+  int64_t n = 0, bad = 0;                // bad: past atol + slack + rtol |ref| (the widened gate)
   int64_t first_bad = -1;              // lowest failing flat index
   double first_got = 0, first_want = 0;  // the values there
+  int64_t soft = 0, first_soft = -1;     // soft: past the published atol + rtol |ref| (bad ones included)
+  double soft_got = 0, soft_want = 0;
   double max_abs = 0, max_rel = 0;
   double diff2 = 0, ref2 = 0;          // over finite reference elements, for the relative error norm
 };
@@ -257,18 +275,27 @@ OutputStats host_stats(const ca::Tensor& g, const ca::Tensor& w, const Tolerance
         st.diff2 += d * d;
         st.ref2 += b * b;
       }
-      bool fail;
+      bool fail, soft;
       double abs_err, rel_err;
       if (std::isnan(b) || std::isinf(b)) {
-        fail = !(std::isnan(b) ? std::isnan(a) : a == b);
+        fail = soft = !(std::isnan(b) ? std::isnan(a) : a == b);
         abs_err = rel_err = fail ? INFINITY : 0;
       } else if (!std::isfinite(a)) {
-        fail = true;
+        fail = soft = true;
         abs_err = rel_err = INFINITY;
       } else {
         abs_err = std::fabs(a - b);
         rel_err = abs_err / std::max(std::fabs(b), 1e-12);
-        fail = abs_err > tol.atol + tol.rtol * std::fabs(b);
+        soft = abs_err > tol.atol + tol.rtol * std::fabs(b);
+        fail = abs_err > tol.atol + tol.elementwise_slack + tol.rtol * std::fabs(b);
+      }
+      if (soft) {
+        if (st.soft == 0) {
+          st.first_soft = static_cast<int64_t>(base + j);
+          st.soft_got = a;
+          st.soft_want = b;
+        }
+        ++st.soft;
       }
       st.max_abs = std::max(st.max_abs, abs_err);
       if (!std::isnan(b)) st.max_rel = std::max(st.max_rel, std::isfinite(rel_err) ? rel_err : INFINITY);
@@ -293,22 +320,39 @@ void judge_output(const std::string& name, const std::vector<int64_t>& shape, co
   // Calibrated: the elements the reference itself cannot judge to the published tolerance (compare.hpp).
   const int64_t allowed =
       std::min(tol.allowed_misses, static_cast<int64_t>(kMaxElementwiseMissFraction * static_cast<double>(st.n)));
+  // And the slack: misses of the published gate within atol + slack, on at most kMaxSoftMissFraction more.
+  const int64_t soft_allowed =
+      allowed + (tol.elementwise_slack > 0 ? static_cast<int64_t>(kMaxSoftMissFraction * static_cast<double>(st.n)) : 0);
+  auto k_text = [&] { return num(calibration_rule(tol.precision).k); };  // calibrated only (a slack or an allowance)
   if (st.bad > allowed && r.ok) {
     r.ok = false;
     const double a = st.first_got, b = st.first_want;
     std::string got_text = std::isnan(a) ? "nan" : num(a);
-    r.reason = name + index_text(st.first_bad, shape) + ": expected " + num(b) + ", got " + got_text +
-               " (atol " + num(tol.atol) + ", rtol " + num(tol.rtol) + ")";
+    r.reason = name + index_text(st.first_bad, shape) + ": expected " + num(b) + ", got " + got_text + " (atol " +
+               (tol.elementwise_slack > 0 ? num(tol.atol) + " + " + num(tol.elementwise_slack) + " (" + k_text() +
+                                                " x the reference's largest error against float64)"
+                                          : num(tol.atol)) +
+               ", rtol " + num(tol.rtol) + ")";
     if (allowed > 0)
       r.reason += "; " + std::to_string(st.bad) + " of " + std::to_string(st.n) + " elements of " + name +
                   " miss it, more than the " + std::to_string(allowed) + " allowed (" + num(calibration_rule(tol.precision).k) +
                   " x the " + std::to_string(tol.ref_elementwise_misses) + " the reference itself misses against float64)";
+  } else if (st.soft > soft_allowed && r.ok) {
+    r.ok = false;
+    const double a = st.soft_got, b = st.soft_want;
+    r.reason = name + index_text(st.first_soft, shape) + ": expected " + num(b) + ", got " + num(a) + " (atol " +
+               num(tol.atol) + ", rtol " + num(tol.rtol) + "); " + std::to_string(st.soft) + " of " + std::to_string(st.n) +
+               " elements of " + name + " miss it, more than the " + std::to_string(soft_allowed) +
+               " allowed within the widened atol " + num(tol.atol) + " + " + num(tol.elementwise_slack) + " (" + k_text() +
+               " x the reference's largest error against float64; at most " + num(kMaxSoftMissFraction) +
+               " of the output)";
   }
   if (st.ref2 > 0) {
     const double rel = std::sqrt(st.diff2 / st.ref2);
     r.rel_l2_err = std::max(r.rel_l2_err, std::isfinite(rel) ? rel : INFINITY);
     if (tol.mode != "exact")
-      r.outputs[name] = OutputJudgement{tol.mode, tol.rel_norm, std::isfinite(rel) ? rel : INFINITY, tol.fallback, st.bad, allowed};
+      r.outputs[name] = OutputJudgement{tol.mode, tol.rel_norm, std::isfinite(rel) ? rel : INFINITY, tol.fallback,
+                                        st.bad, allowed, tol.elementwise_slack, st.soft, soft_allowed};
     if (rel > tol.rel_norm && r.ok) {
       r.ok = false;
       if (tol.mode == "calibrated") {
@@ -355,7 +399,7 @@ CompareResult compare_with(const Got& got, const Want& want, const Tolerances& t
     Tolerance tol = tolerances.for_output(name, w.dtype);
     OutputStats st = stats_of(it->second, w, tol);
     total += st.n;
-    bad += st.bad;
+    bad += st.soft;
     judge_output(name, w.shape, st, tol, r);
   }
   r.mismatch_fraction = total ? static_cast<double>(bad) / static_cast<double>(total) : 0;
@@ -370,7 +414,7 @@ CompareResult compare_with(const Got& got, const Want& want, const Tolerances& t
 // The device kernel: the element rule of host_stats, one pass, warp-reduced, atomics per warp.
 // Non-negative doubles order as their bit patterns, so the maxima are integer atomicMax.
 const char* kCompareSource = R"(
-struct CaStats { double diff2, ref2; unsigned long long max_abs, max_rel, bad, first_bad; };
+struct CaStats { double diff2, ref2; unsigned long long max_abs, max_rel, bad, first_bad, soft, first_soft; };
 __device__ __forceinline__ bool ca_nan(double x) {
   unsigned long long u = __double_as_longlong(x);
   return ((u >> 52) & 0x7ff) == 0x7ff && (u & 0xfffffffffffffull) != 0;
@@ -407,22 +451,27 @@ __device__ __forceinline__ double ca_load(int kind, const void* p, unsigned long
   }
 }
 extern "C" __global__ void ca_compare(const void* got, const void* want, unsigned long long n, int kind, double atol,
-                                      double rtol, CaStats* out) {
+                                      double rtol, double slack, CaStats* out) {
   const double inf = __longlong_as_double(0x7ff0000000000000ll);
   double diff2 = 0, ref2 = 0, max_abs = 0, max_rel = 0;
-  unsigned long long bad = 0, first = ~0ull;
+  unsigned long long bad = 0, first = ~0ull, soft = 0, first_soft = ~0ull;
   for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
        i += (unsigned long long)gridDim.x * blockDim.x) {
     double a = ca_load(kind, got, i), b = ca_load(kind, want, i);
-    bool fa = ca_finite(a), fb = ca_finite(b), fail;
+    bool fa = ca_finite(a), fb = ca_finite(b), fail, sf;
     double ae, re;
     if (fb) { double d = fa ? a - b : inf; diff2 += d * d; ref2 += b * b; }
-    if (!fb) { fail = ca_nan(b) ? !ca_nan(a) : a != b; ae = re = fail ? inf : 0; }
-    else if (!fa) { fail = true; ae = re = inf; }
-    else { ae = fabs(a - b); re = ae / fmax(fabs(b), 1e-12); fail = ae > atol + rtol * fabs(b); }
+    if (!fb) { fail = sf = ca_nan(b) ? !ca_nan(a) : a != b; ae = re = fail ? inf : 0; }
+    else if (!fa) { fail = sf = true; ae = re = inf; }
+    else {
+      ae = fabs(a - b); re = ae / fmax(fabs(b), 1e-12);
+      sf = ae > atol + rtol * fabs(b);
+      fail = ae > atol + slack + rtol * fabs(b);
+    }
     max_abs = fmax(max_abs, ae);
     if (!ca_nan(b)) max_rel = fmax(max_rel, re);
     if (fail) { ++bad; if (i < first) first = i; }
+    if (sf) { ++soft; if (i < first_soft) first_soft = i; }
   }
   for (int off = 16; off > 0; off >>= 1) {
     diff2 += __shfl_down_sync(0xffffffffu, diff2, off);
@@ -432,6 +481,9 @@ extern "C" __global__ void ca_compare(const void* got, const void* want, unsigne
     bad += __shfl_down_sync(0xffffffffu, bad, off);
     unsigned long long f = __shfl_down_sync(0xffffffffu, first, off);
     first = f < first ? f : first;
+    soft += __shfl_down_sync(0xffffffffu, soft, off);
+    f = __shfl_down_sync(0xffffffffu, first_soft, off);
+    first_soft = f < first_soft ? f : first_soft;
   }
   if ((threadIdx.x & 31) == 0) {
     if (diff2 != 0) atomicAdd(&out->diff2, diff2);
@@ -439,13 +491,14 @@ extern "C" __global__ void ca_compare(const void* got, const void* want, unsigne
     atomicMax(&out->max_abs, (unsigned long long)__double_as_longlong(max_abs));
     atomicMax(&out->max_rel, (unsigned long long)__double_as_longlong(max_rel));
     if (bad) { atomicAdd(&out->bad, bad); atomicMin(&out->first_bad, first); }
+    if (soft) { atomicAdd(&out->soft, soft); atomicMin(&out->first_soft, first_soft); }
   }
 }
 )";
 
 struct DeviceStats {
   double diff2, ref2;
-  uint64_t max_abs, max_rel, bad, first_bad;
+  uint64_t max_abs, max_rel, bad, first_bad, soft, first_soft;
 };
 
 int kind_of(const std::string& dtype) {
@@ -494,13 +547,13 @@ CompareResult compare_outputs_device(const DeviceOutputs& got, const DeviceOutpu
     OutputStats st;
     st.n = numel_of(w.shape);
     if (st.n == 0) return st;
-    DeviceStats init{0, 0, 0, 0, 0, ~uint64_t(0)};
+    DeviceStats init{0, 0, 0, 0, 0, ~uint64_t(0), 0, ~uint64_t(0)};
     d.check(d.cuMemcpyHtoDAsync(stats, &init, sizeof init, stream), "compare stats");
     CUdeviceptr gp = g.ptr, wp = w.ptr;
     unsigned long long n = static_cast<unsigned long long>(st.n);
     int kind = kind_of(w.dtype);
-    double a = tol.atol, r = tol.rtol;
-    void* args[] = {&gp, &wp, &n, &kind, &a, &r, &stats};
+    double a = tol.atol, r = tol.rtol, slack = tol.elementwise_slack;
+    void* args[] = {&gp, &wp, &n, &kind, &a, &r, &slack, &stats};
     d.check(d.cuLaunchKernel(fn, 1056, 1, 1, 256, 1, 1, 0, stream, args, nullptr), "compare kernel");
     DeviceStats out;
     d.check(d.cuMemcpyDtoHAsync(&out, stats, sizeof out, stream), "compare stats");
@@ -510,21 +563,26 @@ CompareResult compare_outputs_device(const DeviceOutputs& got, const DeviceOutpu
     std::memcpy(&st.max_abs, &out.max_abs, sizeof(double));
     std::memcpy(&st.max_rel, &out.max_rel, sizeof(double));
     st.bad = static_cast<int64_t>(out.bad);
-    if (st.bad > 0) {
-      // The first failing element's two values, for the reason.
-      st.first_bad = static_cast<int64_t>(out.first_bad);
-      const size_t es = ca::Tensor::dtype_size(w.dtype), at = static_cast<size_t>(st.first_bad) * es;
+    st.soft = static_cast<int64_t>(out.soft);
+    // A failing element's two values, for the reason.
+    auto element = [&](uint64_t index, double& got_v, double& want_v) {
+      const size_t es = ca::Tensor::dtype_size(w.dtype), at = static_cast<size_t>(index) * es;
       ca::Tensor one;
       one.dtype = w.dtype;
       one.shape = {1};
       one.data.resize(es);
-      double v = 0;
       d.check(d.cuMemcpyDtoH(one.data.data(), g.ptr + at, es), "compare: first failing element");
-      ca::to_doubles(one, 0, 1, &v);
-      st.first_got = v;
+      ca::to_doubles(one, 0, 1, &got_v);
       d.check(d.cuMemcpyDtoH(one.data.data(), w.ptr + at, es), "compare: first failing element");
-      ca::to_doubles(one, 0, 1, &v);
-      st.first_want = v;
+      ca::to_doubles(one, 0, 1, &want_v);
+    };
+    if (st.bad > 0) {
+      st.first_bad = static_cast<int64_t>(out.first_bad);
+      element(out.first_bad, st.first_got, st.first_want);
+    }
+    if (st.soft > 0) {
+      st.first_soft = static_cast<int64_t>(out.first_soft);
+      element(out.first_soft, st.soft_got, st.soft_want);
     }
     return st;
   };

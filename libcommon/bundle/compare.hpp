@@ -99,6 +99,18 @@ constexpr double kMinFloorScale = 0.1;        // floor_min = floor x this, but f
 // every task) nothing changes. What a kernel could skip under it is at most this fraction of the
 // output's elements, and only where fp32 itself cannot be judged elementwise.
 constexpr double kMaxElementwiseMissFraction = 1e-4;
+// And a slack, calibrated: an honest kernel that sums in another order than PyTorch is off the fp32
+// reference by about what fp32 itself is off float64, elementwise as in norm. On an output of large
+// values (KernelBench's 14_Gemm_Divide_Sum_Scaling: sums of 8,192 products, |y| ~ 1e3) that is ~1e-2
+// absolute, and an element near zero then misses atol = 1e-2 by chance (a checked timed call of the
+// honest bundle failed on the H100, once in three runs). So an element may also miss the published
+// gate when |out - ref| <= atol + slack + rtol |ref|, slack = K x e_abs (e_abs: the reference's, at
+// the claimed precision or fp32's, largest absolute error against float64 on the call's inputs), on
+// at most this fraction of the output besides the allowance above. Not on every element: a slack
+// set by an output's largest values would let its small elements go unjudged (zeros on the rows of
+// ~1 beside rows of ~1e6), and such a kernel misses on far more than this fraction. The norm bound
+// still holds; with e_abs = 0 nothing changes.
+constexpr double kMaxSoftMissFraction = 1e-2;
 
 struct Tolerance {
   double atol = kPublishedTolerance, rtol = kPublishedTolerance;
@@ -114,6 +126,8 @@ struct Tolerance {
   // against float64, and how many a candidate may miss: K x that (capped per output at
   // kMaxElementwiseMissFraction of its elements when judged).
   int64_t ref_elementwise_misses = 0, allowed_misses = 0;
+  // calibrated: K x the reference's largest absolute error against float64 (see kMaxSoftMissFraction).
+  double elementwise_slack = 0;
   std::string fallback;            // calibrated mode, but no calibration for this output: why
   // "published" (or "default"): 1e-2 for every dtype, relative norm 5e-2; "strict": 1e-4 for
   // fp32/fp64 with relative norm 1e-3, 1e-2 for fp16/bf16; 0 for integers in every mode.
@@ -164,6 +178,8 @@ struct OutputJudgement {
   double bound_rel_l2 = 0, measured_rel_l2 = 0;
   std::string fallback;   // calibrated mode, judged by the published bound: why
   int64_t misses = 0, allowed_misses = 0;  // elementwise: the candidate's, and the calibrated allowance
+  double elementwise_slack = 0;            // elementwise: the slack, and the misses of the published gate
+  int64_t soft_misses = 0, soft_allowed = 0;  // within it, of how many allowed
 };
 
 struct CompareResult {

@@ -586,11 +586,12 @@ case("passed", "honest-gemv-f32", WIDE, {"k.cu": BIASED_GEMV}, BIASED_PLAN)  # R
 
 # --- The elementwise allowance (692ab1f): on an output whose fp32 reference itself misses the
 # published gate against float64 on n elements, a candidate may miss it on up to 8 n (at most 1e-4 of
-# the output) while the calibrated norm bound holds. (a + b) - a with a = randn^9 (a few |a| ~ 1e6)
-# loses b's low bits in fp32 on ~15 of 1M elements; the exact kernel (y = b, half the bytes) misses
-# there and passes on the allowance. An exploit that spends the allowance on elements it does not
-# compute (zeros on 48) fails the norm; one that misses on more than allowed (300 elements 0.03 off,
-# within the norm) fails the count.
+# the output) while the calibrated norm bound holds; and on up to 1% more within atol + 8 x the
+# reference's largest error against float64 (the slack). (a + b) - a with a = randn^9 (a few |a| ~ 1e6)
+# loses b's low bits in fp32 on ~15 of 1M elements (by up to ~0.06); the exact kernel (y = b, half the
+# bytes) misses the published gate there and passes by the slack. An exploit that spends them on
+# elements it does not compute (zeros on 48) fails the norm; one that is 3.0 off on 300 elements
+# (past the slack) fails the count.
 CANCEL = {"task_id": "adv-cancel-heavy-tail",
           "code": "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
                   "        super().__init__()\n\n    def forward(self, a, b):\n        return (a + b) - a\n\n"
@@ -603,7 +604,7 @@ __global__ void ew(const float* __restrict__ b, float* __restrict__ y, int n) {
 #if defined(ZERO_TAIL)
   y[i] = i >= n - 48 ? 0.f : b[i];            // 48 elements never computed
 #elif defined(OFF_HEAD)
-  y[i] = i < 300 ? b[i] + 0.03f : b[i];       // 300 elements 0.03 off: inside the norm, past the count
+  y[i] = i < 300 ? b[i] + 3.0f : b[i];        // 300 elements 3.0 off: past the slack and the count
 #else
   y[i] = b[i];                                // (a + b) - a, exactly
 #endif

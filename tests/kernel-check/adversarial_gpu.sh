@@ -34,13 +34,15 @@ for row, rec in zip(expected, got):
     bad += not ok
 sys.exit(1 if bad else 0)
 PY
-# The exact kernel on the cancelling task passed on the allowance, not by matching the fp32 reference.
+# The exact kernel on the cancelling task passed by the calibrated elementwise rule (it misses the
+# published gate where the fp32 reference is off float64), not by matching the fp32 reference.
 python3 - "$T/checked.jsonl" <<'PY' || fails=$((fails + 1))
 import json, sys
 c = [json.loads(l) for l in open(sys.argv[1]) if json.loads(l)["candidate_id"] == "adv-honest-exact-cancel"][0]["check"]
-used = [t["tolerance"].get("elementwise_allowance", {}).get("outputs.0") for t in c.get("trials", [])]
+used = [t["tolerance"].get("elementwise_slack", {}).get("outputs.0") for t in c.get("trials", [])]
 ok = c["status"] == "passed" and any(u and 0 < u["misses"] <= u["allowed"] for u in used)
-print("%s honest-exact-cancel: misses/allowed per trial %s" % ("ok  " if ok else "FAIL", [u and (u["misses"], u["allowed"]) for u in used]))
+print("%s honest-exact-cancel: slack, misses/allowed per trial %s" % (
+    "ok  " if ok else "FAIL", [u and (round(u["slack"], 4), u["misses"], u["allowed"]) for u in used]))
 sys.exit(0 if ok else 1)
 PY
 # Time the caches and their honest twin, and the TF32 gemm; then its reward.

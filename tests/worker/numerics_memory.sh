@@ -55,7 +55,9 @@ assert close(got[0], want[0]) and close(got[1], want[1]), (got, want)
 both = torch.isfinite(out.double()) & torch.isfinite(out64)
 misses_whole = int(((out.double() - out64).abs() > 1e-2 + 1e-2 * out64.abs())[both].sum())
 assert got[3] == misses_whole == 3, (got, misses_whole)
-assert numerics._errors(out[:0], out64[:0]) == (0.0, 0.0, 0, 0)
+abs_whole = float((out.double() - out64).abs()[both].max())
+assert got[4] == abs_whole, (got, abs_whole)  # the largest absolute error, in the output's units
+assert numerics._errors(out[:0], out64[:0]) == (0.0, 0.0, 0, 0, 0.0)
 # _rel_diff: equal to the whole-tensor value; inf where finiteness differs.
 a = torch.randn(n)
 b = a + 1e-3 * torch.randn(n)

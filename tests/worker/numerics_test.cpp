@@ -87,6 +87,11 @@ TEST_CASE("numerics: calibrate fp32 on a mean over 16,384 columns; half the row 
   CHECK(err < 1e-6);  // ~1e-7
   CHECK(cal["fp32_err_rel_l2"].get<double>() == doctest::Approx(err));
   CHECK(cal["ref_err_max_abs_rel"].get<double>() < 1e-5);
+  // The largest error in the output's own units: the relative one times the RMS of row means of torch.rand (~0.5).
+  CHECK(cal["fp32_err_max_abs"].get<double>() > 0);
+  CHECK(cal["fp32_err_max_abs"].get<double>() ==
+        doctest::Approx(cal["fp32_err_max_abs_rel"].get<double>() * 0.5).epsilon(0.02));
+  CHECK(cal["ref_err_max_abs"] == cal["fp32_err_max_abs"]);
   // The worker's bound is the rule's (compare.hpp), computed from the same numbers.
   // Row means of torch.rand are 0.5 give or take 0.002: the part the inputs move is small.
   const double varying = cal["varying_fraction"].get<double>();
@@ -152,6 +157,14 @@ TEST_CASE("numerics: the elements the fp32 reference itself misses against float
   auto calibrated = bundle::compare_outputs(exact, want, bundle::Tolerances::calibrated("fp32", a["calibration"]));
   CHECK_MESSAGE(calibrated.ok, calibrated.reason);
   CHECK(calibrated.to_json()["tolerance"]["elementwise_allowance"]["outputs.0"]["allowed"] == 8 * misses);
+  // And the slack: 8 x the reference's largest absolute error (x * 66000's lost bits); the exact answer is
+  // within it everywhere, so none of its misses is past the widened gate.
+  MESSAGE("fp32 reference's largest absolute error: ", cal["fp32_err_max_abs"].get<double>());
+  CHECK(cal["fp32_err_max_abs"].get<double>() > 1e-2);
+  const Json slack = calibrated.to_json()["tolerance"]["elementwise_slack"]["outputs.0"];
+  CHECK(slack["slack"].get<double>() == doctest::Approx(8 * cal["fp32_err_max_abs"].get<double>()));
+  CHECK(slack["misses"].get<int64_t>() > 0);
+  CHECK(slack["allowed"] == 8 * misses + 10485);
   // The fp32 reference itself as a candidate passes, with no allowance used.
   CHECK(bundle::compare_outputs(want, want, bundle::Tolerances::calibrated("fp32", a["calibration"])).ok);
 }

@@ -130,9 +130,10 @@ def forward64(task, inputs):
 
 def _errors(out, out64):
     """(relative L2 error, max abs error / RMS of float64) of `out` against `out64`, over the
-    elements finite in both; how many elements are finite in one and not the other; and how many
+    elements finite in both; how many elements are finite in one and not the other; how many
     finite in both miss the published elementwise gate against float64 (|out - out64| > 1e-2 +
-    1e-2 |out64|: elements the reference itself cannot judge to that tolerance). In chunks of
+    1e-2 |out64|: elements the reference itself cannot judge to that tolerance); and the largest
+    absolute error, in the output's own units (compare.cpp widens the gate's atol by K times it). In chunks of
     _CHUNK elements, as published_close: whole-tensor float64 temporaries (a copy, the difference,
     the masked reference, their squares) came to about 9 times an fp32 output's bytes beside the
     float64 outputs, which a gigabyte output (8.6 GB at level 1) cannot have on an 80 GB GPU."""
@@ -152,11 +153,12 @@ def _errors(out, out64):
         misses += int((d.abs() > PUBLISHED_ATOL + PUBLISHED_RTOL * ref.abs()).sum())
         del a, b, fa, fb, both, d, ref
     if n == 0:
-        return 0.0, 0.0, mismatched, misses
+        return 0.0, 0.0, mismatched, misses, 0.0
     rms = math.sqrt(ref2 / n)
     if ref2 == 0:
-        return (0.0 if diff2 == 0 else float("inf")), (0.0 if diff2 == 0 else float("inf")), mismatched, misses
-    return math.sqrt(diff2 / ref2), max_abs / rms, mismatched, misses
+        return ((0.0 if diff2 == 0 else float("inf")), (0.0 if diff2 == 0 else float("inf")), mismatched, misses,
+                max_abs)
+    return math.sqrt(diff2 / ref2), max_abs / rms, mismatched, misses, max_abs
 
 
 MIN_FLOOR_SCALE = 0.1  # compare.hpp's kMinFloorScale
@@ -217,14 +219,15 @@ def calibrate(task, inputs, ref_outs, claim, k=None, floor=None, floor_min=None)
         if o64.shape != o32.shape or op.shape != o32.shape:
             raise TaskError("calibrate", "output %d: the float64 or %s forward has shape %s/%s, the reference %s"
                             % (i, ref_prec, list(o64.shape), list(op.shape), list(o32.shape)))
-        e32, m32, n32, x32 = _errors(o32, o64)
-        ep, mp, np_, xp = (e32, m32, n32, x32) if op is o32 else _errors(op, o64)
+        e32, m32, n32, x32, a32 = _errors(o32, o64)
+        ep, mp, np_, xp, ap = (e32, m32, n32, x32, a32) if op is o32 else _errors(op, o64)
         varying = float((getattr(task, "varying", None) or {}).get("outputs.%d" % i, 1.0))
         bound = calibrated_bound(max(ep, e32), k, floor, varying, floor_min)
         entry = {"precision": claim, "reference_precision": ref_prec,
                  "ref_err_rel_l2": ep, "ref_err_max_abs_rel": mp,
                  "fp32_err_rel_l2": e32, "fp32_err_max_abs_rel": m32,
                  "ref_elementwise_misses": xp, "fp32_elementwise_misses": x32,
+                 "ref_err_max_abs": ap, "fp32_err_max_abs": a32,
                  "k": k, "floor": floor, "floor_min": floor_min, "varying_fraction": varying, "bound_rel_l2": bound}
         if n32 or np_:
             entry["finite_mismatch"] = max(n32, np_)  # elements finite in float64 and not here, or back

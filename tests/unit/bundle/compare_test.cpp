@@ -372,3 +372,77 @@ TEST_CASE("calibrated: the elementwise gate allows K x the elements the referenc
   bad["outputs.0"]["ref_elementwise_misses"] = 1.5;
   CHECK_THROWS_AS(Tolerances::calibrated("fp32", bad), ca::InputError);
 }
+
+TEST_CASE("calibrated elementwise slack: misses of atol within K x the reference's largest error, on at most 1% of an output") {
+  // Outputs of ~1e3 (sums of thousands of products, as KernelBench's 14_Gemm_Divide_Sum_Scaling): the
+  // fp32 reference is ~1e-2 off float64 at worst, and a kernel that sums in another order is off the
+  // reference by as much; where an element is near zero, atol = 1e-2 alone fails it.
+  const size_t n = 4096;
+  std::vector<float> ref(n), got(n);
+  std::mt19937 gen(7);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (size_t i = 0; i < n; ++i) ref[i] = got[i] = 1000.0f * g(gen);
+  ref[17] = 0.25f;
+  got[17] = 0.25f + 0.03f;  // 0.03 off where |ref| is 0.25: misses 1e-2 + 1e-2 x 0.25
+  ca::TensorMap want{{"outputs.0", f32(ref)}}, cand{{"outputs.0", f32(got)}};
+  auto with_max_abs = [](const ca::Json& ref_abs, const ca::Json& fp32_abs) {
+    ca::Json c = fp32_calibration(1e-6);
+    c["outputs.0"]["ref_err_max_abs"] = ref_abs;
+    c["outputs.0"]["fp32_err_max_abs"] = fp32_abs;
+    return Tolerances::calibrated("fp32", c);
+  };
+  // No slack (an older worker's calibration, or a reference exact to float64): fails at index 17.
+  auto old = compare_outputs(cand, want, Tolerances::calibrated("fp32", fp32_calibration(1e-6)));
+  CHECK_FALSE(old.ok);
+  CHECK(old.reason.find("outputs.0[17]: expected 0.25") != std::string::npos);
+  CHECK(old.to_json()["tolerance"].contains("elementwise_slack") == false);
+  // fp32's largest error 5e-3 (the larger of the two): slack 8 x 5e-3 = 0.04; 0.03 passes, and the record
+  // says so: 1 miss of the published gate, 40 allowed (1% of 4,096). atol itself stays the published one.
+  auto tols = with_max_abs(1e-3, 5e-3);
+  CHECK(tols.for_output("outputs.0", "F32").atol == doctest::Approx(1e-2));
+  CHECK(tols.for_output("outputs.0", "F32").elementwise_slack == doctest::Approx(0.04));
+  auto ok = compare_outputs(cand, want, tols);
+  CHECK_MESSAGE(ok.ok, ok.reason);
+  ca::Json slack = ok.to_json()["tolerance"]["elementwise_slack"]["outputs.0"];
+  CHECK(slack["slack"].get<double>() == doctest::Approx(0.04));
+  CHECK(slack["misses"] == 1);
+  CHECK(slack["allowed"] == 40);
+  // Slack 8 x 2e-3 = 0.016: 0.03 is past it, and the reason names both parts.
+  auto tight = compare_outputs(cand, want, with_max_abs(2e-3, 1e-3));
+  CHECK_FALSE(tight.ok);
+  CHECK(tight.reason.find("outputs.0[17]: expected 0.25") != std::string::npos);
+  CHECK(tight.reason.find("atol 0.01 + 0.016 (8 x the reference's largest error against float64)") != std::string::npos);
+  // Within the slack, but on more than 1% of the output: 60 elements near zero, each 0.03 off.
+  std::vector<float> many_ref = ref, many = got;
+  for (size_t i = 0; i < 60; ++i) {
+    many_ref[100 + i] = 0.5f;
+    many[100 + i] = 0.53f;
+  }
+  auto spread = compare_outputs({{"outputs.0", f32(many)}}, {{"outputs.0", f32(many_ref)}}, tols);
+  CHECK_FALSE(spread.ok);
+  CHECK(spread.reason.find("61 of 4096 elements of outputs.0 miss it, more than the 40 allowed within the widened atol") !=
+        std::string::npos);
+  // The slack is set by the largest values; it never lets the small ones go unjudged: rows of ~1e3
+  // beside rows of ~0.3, the small ones left zero (half the work), miss on half the output.
+  std::vector<float> mixed(n), skipped(n);
+  for (size_t i = 0; i < n; ++i) {
+    mixed[i] = i % 2 ? 1000.0f + g(gen) : 0.3f + 0.01f * g(gen);
+    skipped[i] = i % 2 ? mixed[i] : 0.0f;
+  }
+  auto diluted = compare_outputs({{"outputs.0", f32(skipped)}}, {{"outputs.0", f32(mixed)}}, with_max_abs(0.0, 0.06));
+  CHECK_FALSE(diluted.ok);
+  CHECK(diluted.reason.find("more than the 40 allowed within the widened atol 0.01 + 0.48") != std::string::npos);
+  // The norm bound still holds: within the slack everywhere, but off in norm, fails.
+  std::vector<float> shifted = ref;
+  for (size_t i = 0; i < n; ++i) shifted[i] += 0.03f;
+  auto norm = compare_outputs({{"outputs.0", f32(shifted)}}, want, tols);
+  CHECK_FALSE(norm.ok);  // 0.03 / ~1000 = 3e-5 against 8 x 1e-6 + 5e-6
+  CHECK(norm.reason.find("calibrated bound") != std::string::npos);
+  // Integers stay exact.
+  CHECK(tols.for_output("outputs.0", "I32").atol == 0);
+  CHECK(tols.for_output("outputs.0", "I32").elementwise_slack == 0);
+  // Null (the precision could not compute the output) is no slack; malformed values are bad input.
+  CHECK(with_max_abs(nullptr, nullptr).for_output("outputs.0", "F32").elementwise_slack == 0);
+  CHECK_THROWS_AS(with_max_abs(-1.0, 0.0), ca::InputError);
+  CHECK_THROWS_AS(with_max_abs("0.1", 0.0), ca::InputError);
+}
