@@ -134,6 +134,52 @@ TEST_CASE("device tensors: kept inputs, references and params are the bytes of t
   CHECK(gone.value("error", std::string()) == "bad_request");
 }
 
+TEST_CASE("device comparison with a calibrated slack and allowance agrees with the host one (fresh random values)") {
+  // Outputs of ~1e3 with elements near zero, perturbed by up to `off`: under the slack (8 x the
+  // reference's largest error against float64) the misses of atol = 1e-2 within it are counted apart
+  // from those past it, on the device as on the host (compare.hpp's kMaxSoftMissFraction).
+  auto& d = cuda::Driver::get();
+  d.primary_context(0);
+  std::random_device rd;
+  std::mt19937 rng(rd());
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (int round = 0; round < 6; ++round) {
+    const size_t n = 50000 + rng() % 200000;
+    std::vector<float> want(n), got(n);
+    for (size_t i = 0; i < n; ++i) want[i] = (i % 97 == 0 ? 0.2f : 1000.0f) * g(rng);  // ~1% near zero
+    const float off = round < 2 ? 0.02f : round < 4 ? 0.06f : 0.5f;
+    for (size_t i = 0; i < n; ++i) got[i] = want[i] + off * g(rng);
+    Json cal = {{"outputs.0", {{"precision", "fp32"}, {"ref_err_rel_l2", 1e-4}, {"fp32_err_rel_l2", 1e-4},
+                               {"fp32_err_max_abs", 5e-3}, {"fp32_elementwise_misses", round % 2 ? 3 : 0}}}};
+    const auto tols = bundle::Tolerances::calibrated("fp32", cal);
+    Tensor tw, tg;
+    tw.dtype = tg.dtype = "F32";
+    tw.shape = tg.shape = {static_cast<int64_t>(n)};
+    tw.data.resize(n * 4);
+    tg.data.resize(n * 4);
+    std::memcpy(tw.data.data(), want.data(), n * 4);
+    std::memcpy(tg.data.data(), got.data(), n * 4);
+    auto host = bundle::compare_outputs(TensorMap{{"outputs.0", tg}}, TensorMap{{"outputs.0", tw}}, tols);
+    DeviceCopy dg(tg), dw(tw);
+    bundle::DeviceOutputs gd{{"outputs.0", {"F32", tg.shape, dg.p}}}, wd{{"outputs.0", {"F32", tw.shape, dw.p}}};
+    auto dev = bundle::compare_outputs_device(gd, wd, tols, nullptr);
+    INFO("round ", round, " n ", n, " off ", off, ": host ", host.reason, " | device ", dev.reason);
+    CHECK(host.ok == dev.ok);
+    CHECK(host.reason == dev.reason);
+    CHECK(host.mismatch_fraction == dev.mismatch_fraction);
+    // The same record but for the norm's last digits (the device sums its squares in another order).
+    Json th = host.to_json()["tolerance"], td = dev.to_json()["tolerance"];
+    CHECK(th["measured_rel_l2"].get<double>() == doctest::Approx(td["measured_rel_l2"].get<double>()).epsilon(1e-9));
+    th.erase("measured_rel_l2");
+    td.erase("measured_rel_l2");
+    CHECK(th == td);
+    CHECK(host.to_json()["tolerance"]["elementwise_slack"]["outputs.0"]["slack"].get<double>() == doctest::Approx(0.04));
+    // 0.02 off: near-zero elements miss atol within the slack, on ~1% or less (passes or fails by the
+    // count of those); 0.5 off: past the slack on many elements, fails.
+    if (off > 0.4f) CHECK_FALSE(dev.ok);
+  }
+}
+
 TEST_CASE("device comparison agrees with the host one (fresh random perturbations, every float dtype)") {
   auto& d = cuda::Driver::get();
   d.primary_context(0);
