@@ -1,7 +1,11 @@
 // Mamba-2 SSD (chunked state-space duality), KernelBench level3 48 (returns Y) and 49 (returns the
 // final state), one block per (batch row b, head h), the chunks in order:
 //   per chunk c (rows l, s in 0..Lc-1 of the chunk, t = c * Lc + l):
-//     Acs[l] = cumsum of A[b, t, h] within the chunk (sequential, as torch.cumsum of 64 values);
+//     Acs[l] = cumsum of A[b, t, h] within the chunk, accumulated in double and rounded once (as
+//       torch.cumsum of fp32 on the CPU accumulates; on the GPU it is a parallel scan): exp() turns a
+//       prefix's rounding into relative error of everything after it, and at |cumsum| ~ 46 (49's
+//       largest row, which carries the whole output's norm) a serial fp32 prefix left the final state
+//       4.6x as far from float64 as PyTorch's (6.3e-6 against 1.4e-6; incorrect by the calibrated bound);
 //     st[c][n][p] = sum_l B[l, n] * exp(Acs[Lc-1] - Acs[l]) * X[l, p]      (the chunk's state)
 //     S_in(c) = sum_{c'=1..c} exp(cs[c] - cs[c']) * st[c'-1]               (new_states[:, c])
 //       with cs = cumsum([0, Acs_last(0), Acs_last(1), ...]) (the padded segsum of the reference;
@@ -29,15 +33,17 @@ __global__ void tf_mamba2_ssd(const float* X, const float* A, const float* Bm, c
   const int h = blockIdx.x % H;
   const int tid = threadIdx.x;
   if (tid == 0) sCs[0] = 0.0f;
+  double cs = 0.0;  // the padded cumsum of the chunks' totals, in double as well (thread 0 only)
   for (int c = 0; c < NC; ++c) {
     const long long t0 = b * T + (long long)c * Lc;  // first row of the chunk in [Bsz * T]
     if (tid == 0) {
-      float acc = 0.0f;
+      double acc = 0.0;
       for (int l = 0; l < Lc; ++l) {
-        acc += A[(t0 + l) * H + h];
-        sAcs[l] = acc;
+        acc += (double)A[(t0 + l) * H + h];
+        sAcs[l] = (float)acc;
       }
-      sCs[c + 1] = sCs[c] + acc;
+      cs += (double)sAcs[Lc - 1];
+      sCs[c + 1] = (float)cs;
     }
     for (int e = tid; e < Lc * P; e += BLOCK) {
       const int l = e / P, p = e % P;
