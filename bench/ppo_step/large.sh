@@ -17,8 +17,10 @@
 # Cases: lora-7b lora-14b lora-32b (rank 64, every linear layer, --checkpointing) and full-1.5b (full
 # fine-tuning; --checkpointing from 16k tokens), each :TOKENS for one trajectory of that length
 # (two episodes of one group with rewards 0 and 1 so GRPO's advantages are not zero: 2 x TOKENS).
-# Disk: a 7B base is 15 GB in bf16, 14B 30 GB, 32B 65 GB (more than a 64 GiB device disk: run 32B on a
-# machine with more disk, or leave it out). Bases are made once per OUT and removed with KEEP=0.
+# Disk: a 7B base is 15 GB in bf16, 14B 30 GB, 32B 65.5 GB (more than a 64 GiB device disk: run 32B on
+# a machine with more disk, or put the bases where there is room: BASES=/dev/shm/ppo_bases on a host
+# whose shared memory holds them; the step streams the base, so the process's own memory stays small).
+# Bases are made once per BASES (default: OUT) and removed with KEEP=0.
 set -euo pipefail
 BIN=${BIN:-build/bin}
 OUT=${OUT:-/tmp/ppo_large}
@@ -40,8 +42,11 @@ shape() {  # name -> config.json
   esac
 }
 
+BASES=${BASES:-$OUT}
+mkdir -p "$BASES"
+
 base() {  # shape -> a base folder (made once)
-  local d=$OUT/base_$1
+  local d=$BASES/base_$1
   if [ ! -f "$d/config.json" ]; then
     shape "$1" > "$OUT/config_$1.json"
     /usr/bin/time -f "init $1: %e s, max RSS %M KiB" "$BIN/ppo-step" init --model-config "$OUT/config_$1.json" --out "$d" \
@@ -114,4 +119,4 @@ for case in dict.fromkeys(r["case"] for r in rows):
         case, statistics.median(t), min(t), max(t), statistics.median(r["dense_peak_fraction"] for r in ok),
         max(r["peak_device_gib"] for r in ok), max(r["host_max_rss_gib"] for r in ok)), file=sys.stderr)
 PY
-[ "$KEEP" = 1 ] || rm -rf "$OUT"/base_*
+[ "$KEEP" = 1 ] || rm -rf "$BASES"/base_*
