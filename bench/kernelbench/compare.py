@@ -103,7 +103,9 @@ def main():
                      fmt(med((base.get("eager") or {}).get("time_us"))), fmt(med(rb.get("eager"))),
                      fmt(med((base.get("compile") or {}).get("time_us"))), fmt(med(rb.get("compile")))))
         if not (tpass and rpass) and not (ts == rs):
-            reason_t = (ck.get("reason") or pf.get("reason") or "")[:160]
+            # prof_failed: the check passed, so its reason ("all 6 calls match") says nothing; kernel-prof's does.
+            reason_t = ((pf.get("reason") if ts == "prof_failed" else None) or ck.get("reason") or pf.get("reason")
+                        or "")[:160]
             reason_r = (j.get("reason") or "")[:160]
             rows.append(("  reasons", "tc: " + reason_t, "ref: " + reason_r) + ("",) * 10)
     widths = [max(len(str(x[i])) for x in rows + [head]) if i < 3 else max(len(str(x[i])) for x in
