@@ -2736,7 +2736,7 @@ class Judge(object):
                         # most SOFT_MISS_FRACTION of the output besides (kernel-check's kMaxSoftMissFraction).
                         _, wide = compare(g, w, o.atol + slack, o.rtol, o.max_rel_l2)
                         hard, soft = wide.get("mismatches", nums["mismatches"]), nums["mismatches"]
-                        soft_allowed = allowed + (int(SOFT_MISS_FRACTION * w.numel()) if slack > 0 else 0)
+                        soft_allowed = allowed + (max(1, int(SOFT_MISS_FRACTION * w.numel())) if slack > 0 else 0)
                         row[("out%d_" % i if i else "") + "elementwise_allowance"] = {
                             "misses": hard, "allowed": allowed, "reference_misses": n_ref, "slack": slack,
                             "soft_misses": soft, "soft_allowed": soft_allowed}

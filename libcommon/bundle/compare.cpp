@@ -320,9 +320,12 @@ void judge_output(const std::string& name, const std::vector<int64_t>& shape, co
   // Calibrated: the elements the reference itself cannot judge to the published tolerance (compare.hpp).
   const int64_t allowed =
       std::min(tol.allowed_misses, static_cast<int64_t>(kMaxElementwiseMissFraction * static_cast<double>(st.n)));
-  // And the slack: misses of the published gate within atol + slack, on at most kMaxSoftMissFraction more.
+  // And the slack: misses of the published gate within atol + slack, on at most kMaxSoftMissFraction more
+  // (at least one: an output of fewer than 100 elements has a near-zero element as often as any).
   const int64_t soft_allowed =
-      allowed + (tol.elementwise_slack > 0 ? static_cast<int64_t>(kMaxSoftMissFraction * static_cast<double>(st.n)) : 0);
+      allowed + (tol.elementwise_slack > 0
+                     ? std::max<int64_t>(1, static_cast<int64_t>(kMaxSoftMissFraction * static_cast<double>(st.n)))
+                     : 0);
   auto k_text = [&] { return num(calibration_rule(tol.precision).k); };  // calibrated only (a slack or an allowance)
   if (st.bad > allowed && r.ok) {
     r.ok = false;

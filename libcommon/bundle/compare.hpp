@@ -106,10 +106,10 @@ constexpr double kMaxElementwiseMissFraction = 1e-4;
 // honest bundle failed on the H100, once in three runs). So an element may also miss the published
 // gate when |out - ref| <= atol + slack + rtol |ref|, slack = K x e_abs (e_abs: the reference's, at
 // the claimed precision or fp32's, largest absolute error against float64 on the call's inputs), on
-// at most this fraction of the output besides the allowance above. Not on every element: a slack
-// set by an output's largest values would let its small elements go unjudged (zeros on the rows of
-// ~1 beside rows of ~1e6), and such a kernel misses on far more than this fraction. The norm bound
-// still holds; with e_abs = 0 nothing changes.
+// at most this fraction of the output (at least one element) besides the allowance above. Not on
+// every element: a slack set by an output's largest values would let its small elements go unjudged
+// (zeros on the rows of ~1 beside rows of ~1e6), and such a kernel misses on far more than this
+// fraction. The norm bound still holds; with e_abs = 0 nothing changes.
 constexpr double kMaxSoftMissFraction = 1e-2;
 
 struct Tolerance {

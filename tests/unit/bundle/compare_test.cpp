@@ -422,6 +422,19 @@ TEST_CASE("calibrated elementwise slack: misses of atol within K x the reference
   CHECK_FALSE(spread.ok);
   CHECK(spread.reason.find("61 of 4096 elements of outputs.0 miss it, more than the 40 allowed within the widened atol") !=
         std::string::npos);
+  // A small output (16 elements: 1% is none of them) still gets one element within the slack, not two.
+  std::vector<float> small_ref(16), small_got(16);
+  for (size_t i = 0; i < 16; ++i) small_ref[i] = small_got[i] = 1000.0f * g(gen);
+  small_ref[3] = 0.25f;
+  small_got[3] = 0.28f;
+  auto one = compare_outputs({{"outputs.0", f32(small_got)}}, {{"outputs.0", f32(small_ref)}}, tols);
+  CHECK_MESSAGE(one.ok, one.reason);
+  CHECK(one.to_json()["tolerance"]["elementwise_slack"]["outputs.0"]["allowed"] == 1);
+  small_ref[9] = -0.5f;
+  small_got[9] = -0.53f;
+  auto two = compare_outputs({{"outputs.0", f32(small_got)}}, {{"outputs.0", f32(small_ref)}}, tols);
+  CHECK_FALSE(two.ok);
+  CHECK(two.reason.find("2 of 16 elements of outputs.0 miss it, more than the 1 allowed") != std::string::npos);
   // The slack is set by the largest values; it never lets the small ones go unjudged: rows of ~1e6
   // (fp32 is ~0.06 off there: slack 0.48) beside rows of ~0.3, the small ones left zero (half the
   // work). The norm does not see them (3e-7 against the bound 1.3e-5), and each is within atol +
