@@ -247,7 +247,7 @@ namespace {
 
 // What one output's comparison comes to, wherever its bytes were.
 struct OutputStats {
-  int64_t n = 0, bad = 0;                // bad: past atol + slack + rtol |ref| (the widened gate)
+  int64_t n = 0, bad = 0;                // bad: past atol + slack + rtol |ref|
   int64_t first_bad = -1;              // lowest failing flat index
   double first_got = 0, first_want = 0;  // the values there
   int64_t soft = 0, first_soft = -1;     // soft: past the published atol + rtol |ref| (bad ones included)
@@ -346,7 +346,7 @@ void judge_output(const std::string& name, const std::vector<int64_t>& shape, co
     r.reason = name + index_text(st.first_soft, shape) + ": expected " + num(b) + ", got " + num(a) + " (atol " +
                num(tol.atol) + ", rtol " + num(tol.rtol) + "); " + std::to_string(st.soft) + " of " + std::to_string(st.n) +
                " elements of " + name + " miss it, more than the " + std::to_string(soft_allowed) +
-               " allowed within the widened atol " + num(tol.atol) + " + " + num(tol.elementwise_slack) + " (" + k_text() +
+               " allowed within atol " + num(tol.atol) + " + " + num(tol.elementwise_slack) + " (" + k_text() +
                " x the reference's largest error against float64; at most " + num(kMaxSoftMissFraction) +
                " of the output)";
   }

@@ -38,7 +38,7 @@ PY
 # published gate where the fp32 reference is off float64), not by matching the fp32 reference.
 python3 - "$T/checked.jsonl" <<'PY' || fails=$((fails + 1))
 import json, sys
-c = [json.loads(l) for l in open(sys.argv[1]) if json.loads(l)["candidate_id"] == "adv-honest-exact-cancel"][0]["check"]
+c = next(r for r in map(json.loads, open(sys.argv[1])) if r["candidate_id"] == "adv-honest-exact-cancel")["check"]
 used = [t["tolerance"].get("elementwise_slack", {}).get("outputs.0") for t in c.get("trials", [])]
 ok = c["status"] == "passed" and any(u and 0 < u["misses"] <= u["allowed"] for u in used)
 print("%s honest-exact-cancel: slack, misses/allowed per trial %s" % (

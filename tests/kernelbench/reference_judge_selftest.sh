@@ -2,7 +2,7 @@
 # The independent judge's own CPU checks (bench/kernelbench/reference_judge.py --selftest): its YAML
 # and plan reader, expressions, views and repeats, the launch paths against stand-ins, the library
 # steps on small tasks, and the elementwise allowance (an exact answer passes where the fp32
-# reference itself misses the gate against float64, even past the count's cap, by the widened atol;
+# reference itself misses the gate against float64, even past the count's cap, within atol + slack;
 # without the allowance it fails; elements off by more than the slack, past the count, fail).
 set -u
 . "$(dirname "$0")/../lib.sh"

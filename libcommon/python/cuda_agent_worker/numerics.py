@@ -133,7 +133,7 @@ def _errors(out, out64):
     elements finite in both; how many elements are finite in one and not the other; how many
     finite in both miss the published elementwise gate against float64 (|out - out64| > 1e-2 +
     1e-2 |out64|: elements the reference itself cannot judge to that tolerance); and the largest
-    absolute error, in the output's own units (compare.cpp widens the gate's atol by K times it). In chunks of
+    absolute error, in the output's own units (compare.cpp's slack is K times it). In chunks of
     _CHUNK elements, as published_close: whole-tensor float64 temporaries (a copy, the difference,
     the masked reference, their squares) came to about 9 times an fp32 output's bytes beside the
     float64 outputs, which a gigabyte output (8.6 GB at level 1) cannot have on an 80 GB GPU."""
