@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Large policies on one GPU (issue 34): one GRPO ppo-step per case on synthetic episodes, at the shapes
-# of Qwen2.5-1.5B, -7B, -14B and -32B (random weights, bf16 on disk), printing per case: tokens/s
+# of Qwen2.5-1.5B, -7B, -14B and -32B (random weights: bf16 on disk, or dummy), printing per case: tokens/s
 # (forward + backward tokens over the scoring and update time), the fraction of the H200's dense bf16
 # peak (989 TFLOP/s) that means, the peak device memory (the trainer's allocator), the process's max
 # host RSS (/usr/bin/time), and the step's seconds in all. Each case runs REPS times; medians and
@@ -17,16 +17,22 @@
 # Cases: lora-7b lora-14b lora-32b (rank 64, every linear layer, --checkpointing) and full-1.5b (full
 # fine-tuning; --checkpointing from 16k tokens), each :TOKENS for one trajectory of that length
 # (two episodes of one group with rewards 0 and 1 so GRPO's advantages are not zero: 2 x TOKENS).
-# Disk: a 7B base is 15 GB in bf16, 14B 30 GB, 32B 65.5 GB (more than a 64 GiB device disk: run 32B on
-# a machine with more disk, or put the bases where there is room: BASES=/dev/shm/ppo_bases on a host
-# whose shared memory holds them; the step streams the base, so the process's own memory stays small).
-# Bases are made once per BASES (default: OUT) and removed with KEEP=0.
+# Disk: a 7B base is 15 GB in bf16, 14B 30 GB, 32B 65.5 GB, more than a 64 GiB device disk. So the 32B
+# base is "dummy" by default: its folder holds config.json only and the step runs with --load-format
+# dummy, drawing the weights as it loads them, exactly those `ppo-step init --seed 1 --dtype bf16` would
+# have written (the step's --seed is 1 too), never on disk (vLLM's --load-format dummy). DUMMY=1 does
+# the same for every shape, DUMMY=0 for none (32B then needs the disk, e.g. BASES=/dev/shm/ppo_bases
+# on a host whose shared memory holds it; the step streams the base, so the process's memory stays
+# small). A dummy case's row says "weights": "dummy"; its load draws ~33 G normals on the host (minutes
+# at 32B, in "seconds", not in tokens/s). Bases are made once per BASES (default: OUT), KEEP=0 removes them.
+#   DEVICE=cpu DUMMY=1 CASES="lora-tiny:64" REPS=1 bash bench/ppo_step/large.sh
 set -euo pipefail
 BIN=${BIN:-build/bin}
 OUT=${OUT:-/tmp/ppo_large}
 PY=${CUDA_AGENT_PYTHON:-python3}
 REPS=${REPS:-2}
 KEEP=${KEEP:-1}
+DUMMY=${DUMMY:-}   # "": 32B only; 1: every shape; 0: none
 CASES=${CASES:-"full-1.5b:4096 full-1.5b:8192 full-1.5b:32768 lora-7b:4096 lora-7b:32768 lora-14b:4096 lora-14b:32768 lora-32b:4096 lora-32b:32768"}
 PEAK_TFLOPS=${PEAK_TFLOPS:-989}
 mkdir -p "$OUT"
@@ -45,9 +51,17 @@ shape() {  # name -> config.json
 BASES=${BASES:-$OUT}
 mkdir -p "$BASES"
 
+dummy() {  # shape -> true when its base is dummy (config.json only, --load-format dummy)
+  case $DUMMY in 1) return 0 ;; 0) return 1 ;; *) [ "$1" = 32b ] ;; esac
+}
+
 base() {  # shape -> a base folder (made once)
   local d=$BASES/base_$1
-  if [ ! -f "$d/config.json" ]; then
+  if dummy "$1"; then
+    d=${d}_dummy
+    mkdir -p "$d"
+    shape "$1" > "$d/config.json"  # torch_dtype bfloat16: the weights init --dtype bf16 writes
+  elif [ ! -f "$d/config.json" ]; then
     shape "$1" > "$OUT/config_$1.json"
     /usr/bin/time -f "init $1: %e s, max RSS %M KiB" "$BIN/ppo-step" init --model-config "$OUT/config_$1.json" --out "$d" \
       --dtype bf16 --seed 1 -q
@@ -75,6 +89,7 @@ for i in range(2):
                                             {"role": "assistant", "token_ids": a, "logprobs": [-11.9] * len(a)}]}}))
 PY
   args=(--mode ppo --policy "$b" --config "$OUT/grpo.yaml" --device "${DEVICE:-cuda}" --dtype bf16 --seed 1 --no-store -q)
+  if dummy "$size"; then args+=(--load-format dummy); fi
   if [ "$mode" = lora ]; then args+=(--lora-rank "${RANK:-64}" --checkpointing)
   elif [ "$T" -ge 16384 ]; then args+=(--checkpointing); fi
   for rep in $(seq 1 "$REPS"); do
@@ -97,7 +112,8 @@ N = V * C * (1 if c["tie_word_embeddings"] else 2) + L * (C * (H * D) * 2 + C * 
 T = int(case.split(":")[1])
 per_token = (6 if mode == "full" else 4) * N + 12 * L * T * C / 2
 tps = m["tokens_per_s"]
-print(json.dumps({"case": case, "rep": rep, "params_billion": round(N / 1e9, 2), "tokens_per_s": round(tps),
+print(json.dumps({"case": case, "rep": rep, "weights": m.get("load_format", "safetensors"),
+                  "params_billion": round(N / 1e9, 2), "tokens_per_s": round(tps),
                   "dense_peak_fraction": round(tps * per_token / (peak * 1e12), 3),
                   "peak_device_gib": round(m["device"].get("peak_bytes", 0) / 2**30, 1),
                   "host_max_rss_gib": round(rss_kib / 2**20, 1), "seconds": round(m["seconds"], 1),
@@ -115,8 +131,9 @@ for case in dict.fromkeys(r["case"] for r in rows):
         print("%-20s failed: %s" % (case, [r for r in rows if r["case"] == case][0]["error"][-120:]), file=sys.stderr)
         continue
     t = [r["tokens_per_s"] for r in ok]
-    print("%-20s %8d (%d..%d)            %.3f           %6.1f       %5.1f" % (
+    print("%-20s %8d (%d..%d)            %.3f           %6.1f       %5.1f%s" % (
         case, statistics.median(t), min(t), max(t), statistics.median(r["dense_peak_fraction"] for r in ok),
-        max(r["peak_device_gib"] for r in ok), max(r["host_max_rss_gib"] for r in ok)), file=sys.stderr)
+        max(r["peak_device_gib"] for r in ok), max(r["host_max_rss_gib"] for r in ok),
+        "   dummy weights" if ok[0]["weights"] == "dummy" else ""), file=sys.stderr)
 PY
 [ "$KEEP" = 1 ] || rm -rf "$BASES"/base_*

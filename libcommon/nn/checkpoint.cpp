@@ -260,7 +260,11 @@ void CheckpointReader::read(const std::string& name, std::size_t begin, std::siz
   read_range(*maps_[e.file], e.offset, e.info, name, begin, count, out);
 }
 
-template <class T> void CheckpointReader::read_parallel(const std::vector<Request<T>>& requests, int threads) const {
+template <class T> void WeightSource::read_parallel(const std::vector<Request<T>>& requests, int threads) const {
+  if (sequential()) {  // one stream: the requests one after another, as given
+    for (auto& r : requests) read(r.name, r.begin, r.count, r.out);
+    return;
+  }
   std::vector<Request<T>> chunks;  // 16M elements at most each, so one big tensor spreads over the threads
   const std::size_t per = std::size_t(16) << 20;
   for (auto& r : requests)
@@ -273,8 +277,8 @@ template <class T> void CheckpointReader::read_parallel(const std::vector<Reques
   });
 }
 
-template void CheckpointReader::read_parallel<float>(const std::vector<Request<float>>&, int) const;
-template void CheckpointReader::read_parallel<double>(const std::vector<Request<double>>&, int) const;
+template void WeightSource::read_parallel<float>(const std::vector<Request<float>>&, int) const;
+template void WeightSource::read_parallel<double>(const std::vector<Request<double>>&, int) const;
 
 // ---------------------------------------------------------------------------------------------
 // Writer
@@ -640,26 +644,118 @@ InitNormalStream::InitNormalStream(uint64_t seed, double std, int threads)
 InitNormalStream::~InitNormalStream() = default;
 void InitNormalStream::next(float* out, std::size_t n) { impl_->next(out, n); }
 
-void init_random_checkpoint(const Config& config, uint64_t seed, double std, const std::string& dir, WriteOptions options) {
+// ---------------------------------------------------------------------------------------------
+// The random init drawn as it is read
+
+struct RandomInitWeights::Impl {
+  enum Kind { kDrawn, kOnes, kZeros };  // as Model::init_random decides: norms 1, biases 0, the rest drawn
+  struct Tensor {
+    std::size_t size;
+    Kind kind;
+  };
+  std::vector<Tensor> tensors;  // layout order
+  std::map<std::string, std::size_t> index;
+  uint64_t seed;
+  double std;
+  int threads;
+  std::string dtype;
+  std::unique_ptr<InitNormalStream> stream;  // made at the first draw: a source never read starts no thread
+  std::size_t at = 0, pos = 0;               // the stream stands at element `pos` of tensor `at`
+  std::vector<float> scratch;
+  std::vector<uint8_t> disk;
+  static constexpr std::size_t kBlock = std::size_t(1) << 20;  // elements skipped or rounded at a time
+
+  // `count` elements of tensor `i` from where the stream stands (the caller moved it there).
+  void draw(std::size_t i, std::size_t count, float* out) {
+    if (tensors[i].kind == kDrawn) {
+      if (!stream) stream = std::make_unique<InitNormalStream>(seed, std, threads);
+      stream->next(out, count);
+    } else {
+      std::fill_n(out, count, tensors[i].kind == kOnes ? 1.0f : 0.0f);
+    }
+    pos += count;
+    if (pos == tensors[i].size) ++at, pos = 0;
+  }
+  // As the writer stores them and a reader reads them back: rounded to the disk dtype (nearest even).
+  void round(float* out, std::size_t count) {
+    if (dtype == "F32") return;
+    for (std::size_t b = 0; b < count; b += kBlock) {
+      const std::size_t k = std::min(kBlock, count - b);
+      disk.resize(k * 2);
+      convert_floats(out + b, k, dtype, disk.data());
+      convert_elements(disk.data(), dtype, k, out + b);
+    }
+  }
+  void read(const std::string& name, std::size_t begin, std::size_t count, float* out) {
+    auto it = index.find(name);
+    if (it == index.end()) throw InternalError("random init: no tensor '" + name + "'");
+    const std::size_t i = it->second;
+    if (begin > tensors[i].size || count > tensors[i].size - begin)
+      throw InternalError("random init: read of '" + name + "' [" + std::to_string(begin) + ", +" + std::to_string(count) +
+                          ") is outside its " + std::to_string(tensors[i].size) + " elements");
+    if (count == 0) return;
+    if (i < at || (i == at && begin < pos))
+      throw InternalError("random init: '" + name + "' read from element " + std::to_string(begin) +
+                          " behind the stream (its elements come once, in layout order)");
+    while (at < i || pos < begin) {  // what the caller skips is drawn and dropped
+      const std::size_t end = at < i ? tensors[at].size : begin;
+      const std::size_t k = std::min(kBlock, end - pos);
+      scratch.resize(k);
+      draw(at, k, scratch.data());
+    }
+    draw(i, count, out);
+    round(out, count);
+  }
+};
+
+RandomInitWeights::RandomInitWeights(const Config& config, uint64_t seed, double std, const std::string& disk_dtype,
+                                     std::string dir, int threads)
+    : dir_(std::move(dir)), impl_(std::make_unique<Impl>()) {
   config.validate();
-  std::vector<TensorSpec> specs;
-  std::vector<int> kind;  // 0 drawn, 1 norm (ones), 2 bias (zeros): as Model::init_random decides
+  torch_dtype_for(disk_dtype);  // F32, BF16 or F16 only
+  impl_->seed = seed;
+  impl_->std = std;
+  impl_->threads = threads;
+  impl_->dtype = disk_dtype;
   for_each_param(config, [&](const std::string& name, const std::vector<int64_t>& shape) {
-    specs.push_back({name, shape});
     const bool is_norm = name.find("norm.weight") != std::string::npos;
     const bool is_bias = name.size() > 5 && name.substr(name.size() - 5) == ".bias";
-    kind.push_back(is_norm ? 1 : is_bias ? 2 : 0);
+    impl_->index[name] = impl_->tensors.size();
+    impl_->tensors.push_back({std::size_t(numel_of(shape)), is_norm ? Impl::kOnes : is_bias ? Impl::kZeros : Impl::kDrawn});
     return true;
   });
-  InitNormalStream stream(seed, std, options.threads);
-  options.ordered = true;
+}
+
+RandomInitWeights::~RandomInitWeights() = default;
+
+bool RandomInitWeights::has(const std::string& name) const { return impl_->index.count(name) > 0; }
+
+void RandomInitWeights::read(const std::string& name, std::size_t begin, std::size_t count, float* out) const {
+  impl_->read(name, begin, count, out);
+}
+
+void RandomInitWeights::read(const std::string& name, std::size_t begin, std::size_t count, double* out) const {
+  std::vector<float> f;
+  for (std::size_t b = 0; b < count; b += Impl::kBlock) {
+    f.resize(std::min(Impl::kBlock, count - b));
+    impl_->read(name, begin + b, f.size(), f.data());
+    std::copy(f.begin(), f.end(), out + b);
+  }
+}
+
+void init_random_checkpoint(const Config& config, uint64_t seed, double std, const std::string& dir, WriteOptions options) {
+  // F32 here: the writer rounds to options.dtype as it stores.
+  RandomInitWeights weights(config, seed, std, "F32", dir, options.threads);
+  std::vector<TensorSpec> specs;
+  for_each_param(config, [&](const std::string& name, const std::vector<int64_t>& shape) {
+    specs.push_back({name, shape});
+    return true;
+  });
+  options.ordered = true;  // the stream's order
   fs::create_directories(dir);
   write_checkpoint_tensors(
       dir, specs,
-      [&](std::size_t i, std::size_t, std::size_t count, float* out) {
-        if (kind[i] == 0) stream.next(out, count);
-        else std::fill_n(out, count, kind[i] == 1 ? 1.0f : 0.0f);
-      },
+      [&](std::size_t i, std::size_t begin, std::size_t count, float* out) { weights.read(specs[i].name, begin, count, out); },
       options);
   write_checkpoint_config(dir, config, options.dtype);
 }

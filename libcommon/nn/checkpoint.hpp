@@ -1,7 +1,8 @@
 // Checkpoints larger than memory: a reader that maps a Hugging Face folder (one model.safetensors, or
 // model.safetensors.index.json and its shards, or several *.safetensors) and converts one tensor, or a
 // range of it, at a time; a writer that streams tensors into HF-style shards from several threads; and
-// the random init written tensor by tensor. load_model / save_model (model.hpp) are built on these.
+// the random init, written tensor by tensor or drawn as it is loaded (--load-format dummy).
+// load_model / save_model (model.hpp) are built on these.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -23,22 +24,47 @@ std::string torch_dtype_for(const std::string& disk_dtype);
 // model loaded from `dir` in, to keep its precision on disk.
 std::string checkpoint_disk_dtype(const std::string& dir);
 
+// Where a model's weights come from as it is loaded: a checkpoint's files (CheckpointReader) or init's
+// random draw (RandomInitWeights, for --load-format dummy). Tensors by their Hugging Face name, ranges
+// of their elements as floats; a loader (load_model, nn_cuda's streaming CudaModel) reads through this
+// and does not know which it has.
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual const std::string& dir() const = 0;  // the checkpoint folder, for messages
+  virtual bool has(const std::string& name) const = 0;
+  // Elements [begin, begin + count) of `name` converted into `out`.
+  virtual void read(const std::string& name, std::size_t begin, std::size_t count, float* out) const = 0;
+  virtual void read(const std::string& name, std::size_t begin, std::size_t count, double* out) const = 0;
+  // True when reads must come in layout order, each tensor's ranges in order (a random stream).
+  virtual bool sequential() const { return false; }
+
+  // Several reads at once: over `threads` threads (0: the machine's cores, at most 16) in chunks, or
+  // one after another in the order given for a sequential source.
+  template <class T> struct Request {
+    std::string name;
+    std::size_t begin = 0, count = 0;
+    T* out = nullptr;
+  };
+  template <class T> void read_parallel(const std::vector<Request<T>>& requests, int threads = 0) const;
+};
+
 // Reads a checkpoint folder's weights through memory maps. The constructor reads every header and
 // checks it (sizes, ranges inside the file, no overlaps, no tensor in two files); with an index the
 // index decides which files belong (each named once, a plain file name in the folder: never a path
 // with '/' or '..', so nothing outside the folder is opened), every tensor must be in the file the
 // index names, and a *.safetensors in the folder that the index does not name is refused (a stale
 // shard). InputError naming the file and tensor for every refusal. Thread-safe for reads.
-class CheckpointReader {
+class CheckpointReader final : public WeightSource {
  public:
   explicit CheckpointReader(const std::string& dir);
-  ~CheckpointReader();
+  ~CheckpointReader() override;
   CheckpointReader(const CheckpointReader&) = delete;
   CheckpointReader& operator=(const CheckpointReader&) = delete;
 
-  const std::string& dir() const { return dir_; }
+  const std::string& dir() const override { return dir_; }
   const std::vector<std::string>& files() const { return file_paths_; }  // the weight files read
-  bool has(const std::string& name) const;
+  bool has(const std::string& name) const override;
   const TensorInfo& info(const std::string& name) const;  // InternalError when absent (ask has() first)
   const std::string& file_of(const std::string& name) const;
   std::vector<std::string> names() const;
@@ -50,18 +76,10 @@ class CheckpointReader {
   // Elements [begin, begin + count) of `name` converted into `out`, through the map; the pages read
   // are given back as it goes, so resident memory stays about one chunk. InternalError when the range
   // is outside the tensor.
-  void read(const std::string& name, std::size_t begin, std::size_t count, float* out) const;
-  void read(const std::string& name, std::size_t begin, std::size_t count, double* out) const;
+  void read(const std::string& name, std::size_t begin, std::size_t count, float* out) const override;
+  void read(const std::string& name, std::size_t begin, std::size_t count, double* out) const override;
   // The tensor's bytes as stored (its dtype: info(name).dtype), for a caller converting itself.
   const uint8_t* raw(const std::string& name) const;
-
-  // Several reads at once over `threads` threads (0: the machine's cores, at most 16), split in chunks.
-  template <class T> struct Request {
-    std::string name;
-    std::size_t begin = 0, count = 0;
-    T* out = nullptr;
-  };
-  template <class T> void read_parallel(const std::vector<Request<T>>& requests, int threads = 0) const;
 
  private:
   struct Entry;
@@ -72,15 +90,40 @@ class CheckpointReader {
   std::unique_ptr<std::map<std::string, Entry>> entries_;
 };
 
+// The weights `ppo-step init --seed seed --std std` writes for `config` in `disk_dtype` (init_random_checkpoint),
+// as a CheckpointReader reads them back (each value rounded to disk_dtype: F32, BF16 or F16), drawn as
+// they are read, never on disk: --load-format dummy. One stream in layout order (InitNormalStream;
+// norms 1, biases 0), so reads must come in layout order, each tensor's ranges in order; a tensor or
+// range skipped is drawn and dropped, a read behind the stream is an InternalError. Host memory: the
+// stream's buffers (a few hundred MB at most) and what the caller reads into. Not thread-safe.
+class RandomInitWeights final : public WeightSource {
+ public:
+  RandomInitWeights(const Config& config, uint64_t seed, double std, const std::string& disk_dtype, std::string dir,
+                    int threads = 0);
+  ~RandomInitWeights() override;
+  const std::string& dir() const override { return dir_; }
+  bool has(const std::string& name) const override;
+  void read(const std::string& name, std::size_t begin, std::size_t count, float* out) const override;
+  void read(const std::string& name, std::size_t begin, std::size_t count, double* out) const override;
+  bool sequential() const override { return true; }
+
+ private:
+  struct Impl;
+  std::string dir_;
+  std::unique_ptr<Impl> impl_;  // the stream's state, advanced by reads (hence mutable through const reads)
+};
+
 // A checkpoint folder opened for loading as load_model opens it: its config (value_head set when a causal
 // LM is opened as a critic's starting point, whose score head then starts at zero and may be missing)
-// and a reader whose headers were checked against that layout. InputError for a critic opened as a
-// policy, a missing tensor, a wrong shape.
+// and the source of its weights: a reader whose headers were checked against that layout, or with
+// format.dummy the random init of the folder's config.json in its torch_dtype (the folder's weight
+// files, if any, are not read). InputError for a critic opened as a policy, a missing tensor, a wrong
+// shape.
 struct OpenCheckpoint {
   Config config;
-  std::unique_ptr<CheckpointReader> reader;
+  std::unique_ptr<WeightSource> reader;
 };
-OpenCheckpoint open_checkpoint(const std::string& dir, bool as_critic);
+OpenCheckpoint open_checkpoint(const std::string& dir, bool as_critic, const LoadFormat& format = {});
 
 // What the writer writes and how.
 struct WriteOptions {
@@ -118,8 +161,8 @@ void write_checkpoint_config(const std::string& dir, const Config& config, const
 template <class T> void save_model(const Model<T>& model, const std::string& dir, const WriteOptions& options);
 
 // The weights Model<float>::init_random(seed, std) gives, bit for bit (one mt19937_64 stream in
-// layout order; norms 1, biases 0), written tensor by tensor without holding the model: for shapes
-// larger than this machine's memory. config.json is written too.
+// layout order; norms 1, biases 0: RandomInitWeights' draw), written tensor by tensor without holding
+// the model: for shapes larger than this machine's memory. config.json is written too.
 void init_random_checkpoint(const Config& config, uint64_t seed, double std, const std::string& dir, WriteOptions options);
 
 // The values std::normal_distribution<double>(0, std) draws from std::mt19937_64(seed), rounded to

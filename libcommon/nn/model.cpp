@@ -540,29 +540,38 @@ template <class T> std::string first_non_finite(const Model<T>& model) {
   return "";
 }
 
-OpenCheckpoint open_checkpoint(const std::string& dir, bool as_critic) {
+OpenCheckpoint open_checkpoint(const std::string& dir, bool as_critic, const LoadFormat& format) {
   namespace fs = std::filesystem;
-  if (!fs::is_directory(dir)) throw InputError("checkpoint '" + dir + "' is not a folder (config.json + model.safetensors)");
+  if (!fs::is_directory(dir))
+    throw InputError("checkpoint '" + dir + "' is not a folder (config.json" + (format.dummy ? "" : " + model.safetensors") + ")");
   OpenCheckpoint ck;
   ck.config = read_checkpoint_config(dir);
   // Headers first (CheckpointReader): every tensor the config implies must be in the files with its
   // shape before one byte is allocated for the model (a config of 10^9 hidden units or 100,000 layers
   // against a small file fails here); a tensor in two files, or a shard the index does not name, is
-  // refused: a stale shard must not silently win over new weights.
-  ck.reader = std::make_unique<CheckpointReader>(dir);
+  // refused: a stale shard must not silently win over new weights. Dummy: the folder's own config is
+  // what init would have drawn for (a causal LM opened as a critic: the LM's draw, its value head zero).
+  CheckpointReader* files = nullptr;
+  if (format.dummy) {
+    ck.reader = std::make_unique<RandomInitWeights>(ck.config, format.seed, format.std, checkpoint_disk_dtype(dir), dir);
+  } else {
+    auto reader = std::make_unique<CheckpointReader>(dir);
+    files = reader.get();
+    ck.reader = std::move(reader);
+  }
   const bool has_score = ck.reader->has("score.weight");
   if (as_critic && !has_score) ck.config.value_head = true;  // a causal LM as the critic's starting point
   if (!as_critic && ck.config.value_head) throw InputError("checkpoint '" + dir + "' is a critic (score head), not a policy");
-  ck.reader->check_layout(ck.config, dir + "/config.json", {"score.weight", "score.bias"});  // a fresh value head is zero
+  if (files) files->check_layout(ck.config, dir + "/config.json", {"score.weight", "score.bias"});  // a fresh value head is zero
   return ck;
 }
 
-template <class T> Model<T> load_model(const std::string& dir, bool as_critic) {
-  auto [config, reader_ptr] = open_checkpoint(dir, as_critic);
-  const CheckpointReader& reader = *reader_ptr;
+template <class T> Model<T> load_model(const std::string& dir, bool as_critic, const LoadFormat& format) {
+  auto [config, reader_ptr] = open_checkpoint(dir, as_critic, format);
+  const WeightSource& reader = *reader_ptr;
   const bool has_score = reader.has("score.weight");
   Model<T> model(config);
-  std::vector<CheckpointReader::Request<T>> requests;
+  std::vector<WeightSource::Request<T>> requests;
   for (auto& p : model.params())
     if (reader.has(p.name)) requests.push_back({p.name, 0, p.size, model.weights.data() + p.offset});
   reader.read_parallel(requests);
@@ -721,8 +730,8 @@ template <class To, class From> Model<To> convert_model(const Model<From>& from)
 
 template class Model<float>;
 template class Model<double>;
-template Model<float> load_model<float>(const std::string&, bool);
-template Model<double> load_model<double>(const std::string&, bool);
+template Model<float> load_model<float>(const std::string&, bool, const LoadFormat&);
+template Model<double> load_model<double>(const std::string&, bool, const LoadFormat&);
 template void save_model<float>(const Model<float>&, const std::string&);
 template void save_model<double>(const Model<double>&, const std::string&);
 template void save_model<float>(const Model<float>&, const std::string&, const WriteOptions&);

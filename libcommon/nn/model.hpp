@@ -46,6 +46,9 @@ struct Config {
 // stop. The one description of the layout: the model's offsets and the checkpoint checks both use it.
 void for_each_param(const Config& c, const std::function<bool(const std::string&, const std::vector<int64_t>&)>& f);
 
+// The standard deviation of the random init (Model::init_random, ppo-step init's --std default).
+inline constexpr double kInitStd = 0.02;
+
 // Where a named tensor lives in the flat parameter vector.
 struct ParamInfo {
   std::string name;  // Hugging Face name, e.g. model.layers.0.self_attn.q_proj.weight
@@ -98,7 +101,7 @@ template <class T> class Model {
   const ParamInfo& param(const std::string& name) const;  // throws InternalError when unknown
 
   // Normal(0, std) weights (norms set to 1, biases 0), seeded: for tests and toy tasks.
-  void init_random(uint64_t seed, double std = 0.02);
+  void init_random(uint64_t seed, double std = kInitStd);
 
   // Forward over one sequence (positions 0..T-1); fills `acts` (logits for a policy, values for a critic).
   // With an adapter (lora.hpp) its sites add to the base's linear layers, and a critic adapter's score
@@ -131,6 +134,17 @@ template <class T> class Model {
   std::vector<ParamInfo> params_;
 };
 
+// How load_model and open_checkpoint (checkpoint.hpp) get a folder's weights. By default its
+// *.safetensors are read. dummy (vLLM's --load-format dummy): only config.json is read and the weights
+// are those `ppo-step init --seed seed --std std` writes for that config in its torch_dtype (F32 when
+// it names none), as read back, bit for bit, drawn as they are loaded and never on disk: benchmarks at
+// shapes whose weights the disk cannot hold.
+struct LoadFormat {
+  bool dummy = false;
+  uint64_t seed = 0;
+  double std = kInitStd;
+};
+
 // config.json of a checkpoint folder; InputError naming the file and the key otherwise.
 Config read_checkpoint_config(const std::string& dir);
 
@@ -140,7 +154,8 @@ Config read_checkpoint_config(const std::string& dir);
 // Before allocating, the files' headers are checked against config.json (every tensor there, with
 // its shape; none in two files); after reading, every weight must be finite. InputError naming the
 // file and tensor otherwise.
-template <class T> Model<T> load_model(const std::string& dir, bool as_critic = false);
+// With format.dummy only config.json is read (see LoadFormat).
+template <class T> Model<T> load_model(const std::string& dir, bool as_critic = false, const LoadFormat& format = {});
 // save: config.json (+ architectures, torch_dtype float32) and model.safetensors in F32, each written
 // whole (AtomicFile). A non-finite weight is an InputError and nothing is written.
 template <class T> void save_model(const Model<T>& model, const std::string& dir);

@@ -23,7 +23,7 @@ CudaModel::CudaModel(Gpu& gpu, const nn::Model<float>& model, CudaModelOptions o
   zero_grad();
 }
 
-CudaModel::CudaModel(Gpu& gpu, const nn::Config& config, const nn::CheckpointReader& reader, CudaModelOptions options)
+CudaModel::CudaModel(Gpu& gpu, const nn::Config& config, const nn::WeightSource& reader, CudaModelOptions options)
     : gpu_(gpu), config_(config), opt_(options) {
   const nn::Model<float> layout(config, /*allocate=*/false);
   init_layout(layout);

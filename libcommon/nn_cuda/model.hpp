@@ -53,11 +53,12 @@ struct TokenLogprobs {
 class CudaModel {
  public:
   CudaModel(Gpu& gpu, const nn::Model<float>& model, CudaModelOptions options = {});
-  // A model read tensor by tensor from a checkpoint folder (a frozen base, or a model to train): host
-  // memory stays at one 64 Mi-float chunk, never the model's fp32 copy. A tensor the reader lacks (a
+  // A model read tensor by tensor from a checkpoint folder, or drawn as init draws it (--load-format
+  // dummy; both read in layout order), a frozen base or a model to train: host memory stays at one
+  // 64 Mi-float chunk, never the model's fp32 copy. A tensor the reader lacks (a
   // critic's fresh value head, which check_layout let through) starts at zero. InputError naming a
   // non-finite weight.
-  CudaModel(Gpu& gpu, const nn::Config& config, const nn::CheckpointReader& reader, CudaModelOptions options);
+  CudaModel(Gpu& gpu, const nn::Config& config, const nn::WeightSource& reader, CudaModelOptions options);
 
   const nn::Config& config() const { return config_; }
   DType dtype() const { return opt_.dtype; }

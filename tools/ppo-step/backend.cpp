@@ -169,8 +169,9 @@ class CpuLoraModel final : public TrainModel {
 // whole when they live on the GPU.
 class GpuModel final : public TrainModel {
  public:
-  GpuModel(nn_cuda::Gpu& gpu, const std::string& dir, bool as_critic, nn_cuda::CudaModelOptions options)
-      : GpuModel(gpu, nn::open_checkpoint(dir, as_critic), options) {}
+  GpuModel(nn_cuda::Gpu& gpu, const std::string& dir, bool as_critic, nn_cuda::CudaModelOptions options,
+           const nn::LoadFormat& format)
+      : GpuModel(gpu, nn::open_checkpoint(dir, as_critic, format), options) {}
   const nn::Config& config() const override { return m_.config(); }
   std::size_t num_parameters() const override { return layout_.num_parameters(); }
 
@@ -233,8 +234,8 @@ class GpuModel final : public TrainModel {
 // An adapter on a frozen base on the GPU (shared with the other models of the step on the same base).
 class GpuLoraModel final : public TrainModel {
  public:
-  GpuLoraModel(std::shared_ptr<nn_cuda::CudaModel> base, nn::Adapter<float> host, std::string base_dir)
-      : base_(std::move(base)), host_(std::move(host)), ad_(*base_, host_), base_dir_(std::move(base_dir)) {
+  GpuLoraModel(std::shared_ptr<nn_cuda::CudaModel> base, nn::Adapter<float> host, std::string base_dir, nn::LoadFormat format)
+      : base_(std::move(base)), host_(std::move(host)), ad_(*base_, host_), base_dir_(std::move(base_dir)), format_(format) {
     host_.grads.clear();
     host_.grads.shrink_to_fit();
   }
@@ -272,7 +273,7 @@ class GpuLoraModel final : public TrainModel {
   }
   void save_merged(const std::string& dir) override {
     ad_.download(host_);
-    nn::Model<float> merged = nn::load_model<float>(base_dir_, host_.config().value_head);
+    nn::Model<float> merged = nn::load_model<float>(base_dir_, host_.config().value_head, format_);
     merged.release_gradients();
     nn::merge_adapter(merged, host_);
     nn::save_model(merged, dir);
@@ -288,11 +289,16 @@ class GpuLoraModel final : public TrainModel {
   nn::Adapter<float> host_;
   nn_cuda::CudaAdapter ad_;
   std::string base_dir_;
+  nn::LoadFormat format_;  // the base's (save_merged reads it again on the host)
 };
 
 }  // namespace
 
 Backend::Backend(DeviceOptions options) : options_(std::move(options)) {
+  if (options_.load_format != "safetensors" && options_.load_format != "dummy")
+    throw UsageError("--load-format '" + options_.load_format + "': expected safetensors or dummy");
+  format_.dummy = options_.load_format == "dummy";
+  format_.seed = options_.seed;
   const int ordinal = nn_cuda::parse_device(options_.device);
   cuda_ = ordinal >= 0;
   ordinal_ = cuda_ ? ordinal : 0;
@@ -310,7 +316,8 @@ std::shared_ptr<nn::Model<float>> Backend::base(const std::string& dir) {
   const std::string key = std::filesystem::absolute(dir).lexically_normal().string();
   auto it = bases_.find(key);
   if (it != bases_.end()) return it->second;
-  auto m = std::make_shared<nn::Model<float>>(nn::load_model<float>(key));
+  say_dummy(key);
+  auto m = std::make_shared<nn::Model<float>>(nn::load_model<float>(key, false, format_));
   m->release_gradients();  // frozen: no gradient is ever kept for it
   bases_.emplace(key, m);
   return m;
@@ -325,15 +332,26 @@ std::shared_ptr<nn_cuda::CudaModel> Backend::gpu_base(const std::string& dir) {
   o.dtype = nn_cuda::parse_dtype(options_.dtype);
   o.checkpointing = options_.checkpointing;
   o.frozen = true;
-  // Streamed tensor by tensor from the checkpoint's maps: no host copy of the model (a 32B base is 128 GB
-  // in fp32), and a frozen base is never written back.
+  // Streamed tensor by tensor from the checkpoint's maps (or init's draw): no host copy of the model (a
+  // 32B base is 128 GB in fp32), and a frozen base is never written back.
   const nn::Config config = nn::read_checkpoint_config(key);
   if (config.value_head) throw InputError("checkpoint '" + key + "' is a critic (score head): a LoRA base is a causal LM");
-  nn::CheckpointReader reader(key);
-  reader.check_layout(config, key + "/config.json");
-  auto m = std::make_shared<nn_cuda::CudaModel>(*gpu_, config, reader, o);
+  say_dummy(key);
+  const nn::OpenCheckpoint ck = nn::open_checkpoint(key, false, format_);
+  auto m = std::make_shared<nn_cuda::CudaModel>(*gpu_, ck.config, *ck.reader, o);
   gpu_bases_.emplace(key, m);
   return m;
+}
+
+void Backend::say_dummy(const std::string& dir) {
+  if (!format_.dummy || !dummy_said_.insert(std::filesystem::absolute(dir).lexically_normal().string()).second) return;
+  bool files = false;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+    files = files || it->path().extension() == ".safetensors";
+  log::warn("--load-format dummy: the weights of '", dir, "' are random (ppo-step init's draw with --seed ", format_.seed,
+            ", in its config's torch_dtype)", files ? "; its .safetensors files are not read" : "",
+            ": a benchmark, not training");
 }
 
 void Backend::open_gpu() {
@@ -346,6 +364,11 @@ void Backend::open_gpu() {
 std::unique_ptr<TrainModel> Backend::load(const std::string& dir, bool as_critic) {
   const LoraOptions& lo = options_.lora;
   const bool adapter_dir = nn::is_adapter_dir(dir);
+  // Random weights have nothing to continue: no adapter on them, no optimizer state or step count for them.
+  if (format_.dummy && (adapter_dir || std::filesystem::exists(std::filesystem::path(dir) / "trainer_state")))
+    throw UsageError("--load-format dummy: '" + dir + "' is " +
+                     (adapter_dir ? "a LoRA adapter folder" : "a trained step's checkpoint (trainer_state/)") +
+                     "; a dummy step starts afresh from a config.json: random weights are not continued");
   if (adapter_dir || lo.rank > 0) {
     // The adapter's shape: an adapter folder's own, else the options'.
     nn::LoraConfig lc;
@@ -385,16 +408,17 @@ std::unique_ptr<TrainModel> Backend::load(const std::string& dir, bool as_critic
       if (as_critic) std::fill_n(ad.weights.begin() + ad.score_weight, base_config.hidden_size + 1, 0.0f);
     }
     ad.set_base_path(base_dir);
-    if (cuda_) return std::make_unique<GpuLoraModel>(gb, std::move(ad), base_dir);
+    if (cuda_) return std::make_unique<GpuLoraModel>(gb, std::move(ad), base_dir, format_);
     return std::make_unique<CpuLoraModel>(b, std::move(ad), base_dir);
   }
-  if (!cuda_) return std::make_unique<CpuModel>(nn::load_model<float>(dir, as_critic));
+  say_dummy(dir);
+  if (!cuda_) return std::make_unique<CpuModel>(nn::load_model<float>(dir, as_critic, format_));
   open_gpu();
   nn_cuda::CudaModelOptions o;
   o.dtype = nn_cuda::parse_dtype(options_.dtype);
   o.checkpointing = options_.checkpointing;
   o.host_optimizer = options_.host_optimizer;
-  return std::make_unique<GpuModel>(*gpu_, dir, as_critic, o);
+  return std::make_unique<GpuModel>(*gpu_, dir, as_critic, o, format_);
 }
 
 Json Backend::describe() const {

@@ -5,6 +5,7 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,11 @@ struct DeviceOptions {
   bool checkpointing = false;  // cuda: keep each layer's input only and recompute the layer in the backward
   bool host_optimizer = false; // cuda: AdamW's moments in host memory, streamed through the GPU at each step
   LoraOptions lora;
+  // --load-format: "safetensors" reads every full checkpoint's weights; "dummy" reads only its config.json
+  // and draws the weights as `ppo-step init --seed S` would have written them (nn::LoadFormat; S = the
+  // run's --seed): benchmarks at shapes whose weights the disk cannot hold, never training.
+  std::string load_format = "safetensors";
+  uint64_t seed = 0;  // the run's --seed (the dummy weights')
 };
 
 // A model being trained or scored, on one sequence at a time. Positions p = 0..T-1 of `inputs`;
@@ -74,8 +80,10 @@ class Backend {
   explicit Backend(DeviceOptions options);
   ~Backend();
   // A full checkpoint, an adapter folder (on its base), or, with options.lora.rank > 0, a new adapter
-  // on the full checkpoint `dir`.
+  // on the full checkpoint `dir`. With load_format dummy the full checkpoint's weights are random (said
+  // on stderr) and an adapter folder is a UsageError.
   std::unique_ptr<TrainModel> load(const std::string& dir, bool as_critic = false);
+  bool dummy() const { return format_.dummy; }
   // For the metrics: {"device": "cuda:0", "name": "NVIDIA H200", "dtype": "bf16", "peak_bytes": ...}.
   Json describe() const;
 
@@ -83,7 +91,10 @@ class Backend {
   std::shared_ptr<nn::Model<float>> base(const std::string& dir);  // a frozen base, loaded once per folder
   std::shared_ptr<nn_cuda::CudaModel> gpu_base(const std::string& dir);  // the same on the GPU
   void open_gpu();
+  void say_dummy(const std::string& dir);  // once per folder, on stderr
   DeviceOptions options_;
+  nn::LoadFormat format_;  // options_.load_format and seed
+  std::set<std::string> dummy_said_;
   std::map<std::string, std::shared_ptr<nn::Model<float>>> bases_;
   bool cuda_ = false;
   int ordinal_ = 0;

@@ -66,7 +66,7 @@ int run_tokenize(const CommonOptions& options, const EpisodeFields& fields);
 struct InitSettings {
   std::string config_path, out;
   bool critic = false;
-  double std = 0.02;
+  double std = nn::kInitStd;  // --std (--load-format dummy draws with this default)
   uint64_t seed = 0;
   std::string dtype;                    // bf16 | f32; "" = the config's torch_dtype (f32 when it names none)
   std::string max_shard_size = "5GB";  // as Hugging Face's max_shard_size

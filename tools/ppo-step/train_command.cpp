@@ -39,6 +39,11 @@ void add_train_options(CLI::App& app, TrainSettings& t) {
                  "LoRA target modules: all-linear, or a comma list of q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
       ->capture_default_str();
   app.add_option("--merge", paths.merged, "Also write the policy with its adapter merged into the base, as a full checkpoint folder");
+  app.add_option("--load-format", device.load_format,
+                 "safetensors: read the checkpoints' weights; dummy: read only their config.json and draw the weights "
+                 "as `ppo-step init --seed S` would (S: this run's --seed), for benchmarks at shapes the disk cannot hold")
+      ->check(CLI::IsMember({"safetensors", "dummy"}))
+      ->capture_default_str();
   app.add_flag("--optimizer-on-host", device.host_optimizer,
                "cuda: AdamW's moments in host memory, streamed through the GPU each step (full fine-tuning of a 7B shape on one GPU)");
   app.add_flag("--checkpointing", device.checkpointing, "cuda: recompute each layer in the backward instead of keeping its activations");
@@ -86,6 +91,7 @@ int run_train(const CommonOptions& opt, TrainSettings& t, uint64_t seed) {
   ca::ppo_step::TrainConfig config;
   if (!config_path.empty()) config.apply_yaml(ca::read_file(config_path), config_path);
   device.lora.seed = seed;
+  device.seed = seed;
   if (device.lora.rank == 0 && (device.lora.alpha > 0 || device.lora.targets != "all-linear"))
     throw ca::UsageError("--lora-alpha and --lora-targets need --lora-rank");
   if (device.lora.rank > 0) ca::nn::LoraConfig::parse_targets(device.lora.targets);  // a bad list fails before the input
@@ -124,7 +130,8 @@ int run_train(const CommonOptions& opt, TrainSettings& t, uint64_t seed) {
                   " left out); --empty-ok: no checkpoint written");
     ca::RecordWriter(opt.output).write(ca::Json{{"mode", paths.mode}, {"trained", false}, {"reason", e.what()},
                                                   {"policy", paths.policy}, {"episodes", 0},
-                                                  {"episodes_skipped", e.episodes_skipped}, {"bad_records", bad}});
+                                                  {"episodes_skipped", e.episodes_skipped}, {"bad_records", bad},
+                                                  {"load_format", device.load_format}});
     return path.end(ca::kExitOk, "", ca::Json{{"done", 0}});
   } catch (const ca::Error& e) {
     path.end(e.exit_code, "", ca::Json{{"done", 0}});
@@ -138,7 +145,8 @@ int run_train(const CommonOptions& opt, TrainSettings& t, uint64_t seed) {
   path.end(ca::kExitOk, "", ca::Json{{"done", metrics["episodes"]}});
   ca::log::info(paths.mode, " step ", metrics["step"], ": ", metrics["episodes"], " episodes, ", metrics["tokens"],
                 " tokens, ", bad, " bad records, reward mean ", metrics["reward_mean"], ", ",
-                metrics["tokens_per_s"].get<double>(), " tokens/s");
+                metrics["tokens_per_s"].get<double>(), " tokens/s",
+                metrics["load_format"] == "dummy" ? " (dummy weights: random, not read; a benchmark, not training)" : "");
   return ca::kExitOk;
 }
 

@@ -610,6 +610,7 @@ Json Trainer::step_metrics(const RunPlan& p, const std::vector<Trajectory>& batc
   metrics["tokens_per_s"] = compute_s > 0 ? double(st.trained_tokens) / compute_s : 0.0;
   metrics["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   metrics["device"] = backend_.describe();
+  metrics["load_format"] = backend_.dummy() ? "dummy" : "safetensors";
   if (policy && !policy->lora().is_null()) metrics["lora"]["policy"] = policy->lora();
   if (critic && !critic->lora().is_null()) metrics["lora"]["critic"] = critic->lora();
   if (!paths_.merged.empty() && policy) metrics["merged"] = paths_.merged;

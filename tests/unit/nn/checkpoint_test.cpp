@@ -200,6 +200,48 @@ TEST_CASE("checkpoint: bf16 on disk rounds to nearest even and says so in config
     REQUIRE(back.weights[i] == ca::bf16_to_float(ca::float_to_bf16(ref.weights[i])));
 }
 
+TEST_CASE("load format dummy: the folder's config.json alone gives init's weights in its dtype, bit for bit") {
+  ca::PrivateTempDir dir("ckpt");
+  for (const char* dtype : {"F32", "BF16", "F16"})
+    for (bool critic : {false, true}) {
+      CAPTURE(dtype);
+      CAPTURE(critic);
+      const Config c = small("qwen2", false, critic);
+      const std::string init = dir.path() + "/init_" + dtype + std::to_string(critic), dummy = init + "_dummy";
+      WriteOptions o;
+      o.dtype = dtype;
+      init_random_checkpoint(c, 11, kInitStd, init, o);
+      fs::create_directories(dummy);
+      fs::copy_file(init + "/config.json", dummy + "/config.json");
+      LoadFormat f;
+      f.dummy = true;
+      f.seed = 11;
+      CHECK(load_model<float>(dummy, critic, f).weights == load_model<float>(init, critic).weights);
+      CHECK(load_model<double>(dummy, critic, f).weights == load_model<double>(init, critic).weights);
+      if (critic) continue;
+      // A causal LM opened as a critic: the LM's draw (its head skipped), the value head zero.
+      CHECK(load_model<float>(dummy, true, f).weights == load_model<float>(init, true).weights);
+      f.seed = 12;
+      CHECK(load_model<float>(dummy, false, f).weights != load_model<float>(init).weights);
+    }
+  // Read in layout order; a skipped range is drawn and dropped, a read behind the stream refused.
+  const Config c = small("llama", true);
+  Model<float> ref(c);
+  ref.init_random(3, kInitStd);
+  RandomInitWeights w(c, 3, kInitStd, "F32", "mem");
+  CHECK(w.sequential());
+  CHECK_FALSE(w.has("lm_head.weight"));  // tied
+  const auto& q = ref.param("model.layers.1.self_attn.q_proj.weight");
+  std::vector<float> got(5);
+  w.read(q.name, 7, 5, got.data());
+  CHECK(std::equal(got.begin(), got.end(), ref.weights.begin() + std::ptrdiff_t(q.offset + 7)));
+  CHECK_THROWS_AS(w.read(q.name, 0, 1, got.data()), ca::InternalError);
+  const auto& k = ref.param("model.layers.1.self_attn.k_proj.weight");
+  w.read(k.name, 0, 2, got.data());
+  CHECK(std::equal(got.begin(), got.begin() + 2, ref.weights.begin() + std::ptrdiff_t(k.offset)));
+  CHECK_THROWS_AS(w.read(k.name, 2, k.size, got.data()), ca::InternalError);  // past its end
+}
+
 TEST_CASE("checkpoint reader: ranges of a tensor through the map, in float and double, any float dtype") {
   ca::PrivateTempDir dir("ckpt");
   const std::string d = dir.path() + "/r";
