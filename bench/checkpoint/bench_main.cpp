@@ -4,6 +4,9 @@
 //       the page cache (posix_fadvise on the clean pages: no root needed).
 //   checkpoint-bench write CONFIG OUT DTYPE [THREADS]   the config's tensors written by the sharded writer
 //       from a 64 MB source buffer (a host copy of device memory, as a GPU save downloads them).
+//   checkpoint-bench dummy CONFIG DTYPE [THREADS]   every tensor of the config drawn through
+//       RandomInitWeights (--load-format dummy: init's stream, rounded to DTYPE) in the ranges and the
+//       order nn_cuda's streaming CudaModel reads them (64M floats, layout order).
 // One JSON line on stdout: seconds, bytes on disk, GB/s.
 #include <fcntl.h>
 #include <unistd.h>
@@ -21,7 +24,7 @@ using namespace ca;
 int main(int argc, char** argv) {
   try {
     if (argc < 3) {
-      std::cerr << "usage: checkpoint-bench read DIR [THREADS] [cold] | write CONFIG OUT DTYPE [THREADS]\n";
+      std::cerr << "usage: checkpoint-bench read DIR [THREADS] [cold] | write CONFIG OUT DTYPE [THREADS] | dummy CONFIG DTYPE [THREADS]\n";
       return 1;
     }
     const std::string mode = argv[1];
@@ -48,6 +51,18 @@ int main(int argc, char** argv) {
         for (std::size_t b = 0; b < n; b += range) r.read_parallel<float>({{name, b, std::min(range, n - b), buffer.data()}}, threads);
       }
       (void)t_open;
+    } else if (mode == "dummy" && argc >= 4) {
+      const nn::Config c = nn::Config::from_json(parse_json(read_file(argv[2]), argv[2]));
+      nn::RandomInitWeights w(c, 1, nn::kInitStd, argv[3], "dummy", argc > 4 ? std::atoi(argv[4]) : 0);
+      const std::size_t range = std::size_t(64) << 20;
+      std::vector<float> buffer(range);
+      nn::for_each_param(c, [&](const std::string& name, const std::vector<int64_t>& shape) {
+        std::size_t n = 1;
+        for (auto d : shape) n *= std::size_t(d);
+        bytes += n * 4;  // floats handed to the loader
+        for (std::size_t b = 0; b < n; b += range) w.read(name, b, std::min(range, n - b), buffer.data());
+        return true;
+      });
     } else if (mode == "write" && argc >= 5) {
       Json j = parse_json(read_file(argv[2]), argv[2]);
       nn::Config c = nn::Config::from_json(j);

@@ -6,6 +6,8 @@
 #   load_cold  reused buffer (what the GPU upload does; a CPU Model<float> of 7B needs 28 GB plus its
 #              gradients, more than this host); cold: the files dropped from the page cache first
 #   save       the sharded writer alone, from a 64 MB source buffer (as a GPU save downloads tensors)
+#   dummy      --load-format dummy's source alone: init's draw, rounded to DTYPE, read in the GPU
+#              loader's ranges and order (nothing on disk; what a dummy step adds to its load)
 # Prints each run, then the median, min and max of each. Each checkpoint folder is deleted right after
 # it is measured: at most one on disk at a time (7B in bf16 is 15.2 GB).
 #   BIN=build/bin OUT=/tmp/ckpt_bench RUNS=3 bash bench/checkpoint/run.sh "7b 1.5b" bf16
@@ -53,6 +55,7 @@ for shape in $SHAPES; do
     measure "$shape" "$run" load_warm "$BIN/checkpoint-bench" read "$ck" "$THREADS"
     measure "$shape" "$run" load_cold "$BIN/checkpoint-bench" read "$ck" "$THREADS" cold
     rm -rf "$ck"
+    measure "$shape" "$run" dummy "$BIN/checkpoint-bench" dummy "$OUT/config_$shape.json" "$ST" "$THREADS"
     measure "$shape" "$run" save "$BIN/checkpoint-bench" write "$OUT/config_$shape.json" "$ck" "$ST" "$THREADS"
     rm -rf "$ck"
   done

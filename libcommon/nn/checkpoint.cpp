@@ -553,6 +553,7 @@ struct InitNormalStream::Impl {
   };
   static constexpr std::size_t kBlocks = 4096;  // a segment: 4096 x 312 words (10 MB raw)
   double std = 0;
+  std::string round_to;  // F32: as drawn; BF16, F16: rounded there and back by the workers
   Mt64 engine;
   std::mutex engine_m, m;
   std::condition_variable cv;
@@ -562,7 +563,8 @@ struct InitNormalStream::Impl {
   bool stop = false;
   std::vector<std::thread> workers;
 
-  Impl(uint64_t seed, double s, int threads) : std(s), engine(seed), slots(std::size_t(threads) + 2) {
+  Impl(uint64_t seed, double s, int threads, std::string r)
+      : std(s), round_to(std::move(r)), engine(seed), slots(std::size_t(threads) + 2) {
     for (int w = 0; w < threads; ++w) workers.emplace_back([this] { work(); });
   }
   ~Impl() {
@@ -605,6 +607,10 @@ struct InitNormalStream::Impl {
         slot->out[c++] = float(y * mult * std + 0.0);
         slot->out[c++] = float(x * mult * std + 0.0);
       }
+      if (round_to != "F32") {  // as stored on disk and read back; the raw words' room holds the 16-bit copy
+        convert_floats(slot->out.data(), c, round_to, slot->raw.data());
+        convert_elements(slot->raw.data(), round_to, c, slot->out.data());
+      }
       {
         std::lock_guard<std::mutex> lock(m);
         slot->count = c;
@@ -639,8 +645,8 @@ struct InitNormalStream::Impl {
   }
 };
 
-InitNormalStream::InitNormalStream(uint64_t seed, double std, int threads)
-    : impl_(std::make_unique<Impl>(seed, std, thread_count(threads, 64))) {}
+InitNormalStream::InitNormalStream(uint64_t seed, double std, int threads, std::string round_to)
+    : impl_(std::make_unique<Impl>(seed, std, thread_count(threads, 64), std::move(round_to))) {}
 InitNormalStream::~InitNormalStream() = default;
 void InitNormalStream::next(float* out, std::size_t n) { impl_->next(out, n); }
 
@@ -658,33 +664,22 @@ struct RandomInitWeights::Impl {
   uint64_t seed;
   double std;
   int threads;
-  std::string dtype;
+  std::string dtype;  // the values as stored in it and read back (the stream's workers round them)
   std::unique_ptr<InitNormalStream> stream;  // made at the first draw: a source never read starts no thread
   std::size_t at = 0, pos = 0;               // the stream stands at element `pos` of tensor `at`
   std::vector<float> scratch;
-  std::vector<uint8_t> disk;
-  static constexpr std::size_t kBlock = std::size_t(1) << 20;  // elements skipped or rounded at a time
+  static constexpr std::size_t kBlock = std::size_t(1) << 20;  // elements skipped at a time
 
   // `count` elements of tensor `i` from where the stream stands (the caller moved it there).
   void draw(std::size_t i, std::size_t count, float* out) {
     if (tensors[i].kind == kDrawn) {
-      if (!stream) stream = std::make_unique<InitNormalStream>(seed, std, threads);
+      if (!stream) stream = std::make_unique<InitNormalStream>(seed, std, threads, dtype);  // rounded by its workers
       stream->next(out, count);
     } else {
       std::fill_n(out, count, tensors[i].kind == kOnes ? 1.0f : 0.0f);
     }
     pos += count;
     if (pos == tensors[i].size) ++at, pos = 0;
-  }
-  // As the writer stores them and a reader reads them back: rounded to the disk dtype (nearest even).
-  void round(float* out, std::size_t count) {
-    if (dtype == "F32") return;
-    for (std::size_t b = 0; b < count; b += kBlock) {
-      const std::size_t k = std::min(kBlock, count - b);
-      disk.resize(k * 2);
-      convert_floats(out + b, k, dtype, disk.data());
-      convert_elements(disk.data(), dtype, k, out + b);
-    }
   }
   void read(const std::string& name, std::size_t begin, std::size_t count, float* out) {
     auto it = index.find(name);
@@ -704,7 +699,6 @@ struct RandomInitWeights::Impl {
       draw(at, k, scratch.data());
     }
     draw(i, count, out);
-    round(out, count);
   }
 };
 

@@ -168,9 +168,11 @@ void init_random_checkpoint(const Config& config, uint64_t seed, double std, con
 // The values std::normal_distribution<double>(0, std) draws from std::mt19937_64(seed), rounded to
 // float, in order, bit for bit: the stream Model::init_random uses. The engine runs on one thread
 // (its words in blocks), the polar method's uniforms, logs and square roots on `threads` (0: the cores).
+// With `round_to` BF16 or F16 each value is also rounded to that dtype and back (as a writer stores it
+// and a reader reads it), on the same threads; F32 leaves them as drawn.
 class InitNormalStream {
  public:
-  InitNormalStream(uint64_t seed, double std, int threads = 0);
+  InitNormalStream(uint64_t seed, double std, int threads = 0, std::string round_to = "F32");
   ~InitNormalStream();
   void next(float* out, std::size_t n);
 
