@@ -5,6 +5,7 @@
 # return only a few files).
 #   OUT=/results BUDGET_S=560 bash scripts/device-session.sh gpu-tests nn-bench filter-throughput
 # Parts: gpu-tests (ctest -L gpu, the 50-task filter test excluded: filter-throughput measures it;
+# the gpu_shared ones first, GPU_SHARED_J at once (default 4), then the rest one at a time;
 # GPU_TESTS=REGEX runs only the tests it matches; GPU_TESTS_VERBOSE=1 keeps every test's output),
 # nn-tests (the native transformer's ops, model and Hugging Face parity), nn-bench (its benchmark
 # against PyTorch, with the per-kernel profile), ppo-bench (bench/ppo_step: ppo-step's own tokens/s
@@ -35,10 +36,16 @@ for part in "$@"; do
       # its output (--output-on-failure); the outer timeout, which kills ctest and leaves nothing of
       # the running test, is only the backstop.
       # --output-junit keeps every test's output, a passed one's too (its figures, for the note).
-      timeout "$l" ctest --test-dir build -L gpu -E ops_synth_filter_gpu ${GPU_TESTS:+-R "$GPU_TESTS"} --output-on-failure ${GPU_TESTS_VERBOSE:+-V} \
-        --output-junit "$R/gpu-tests.junit.xml" \
-        --stop-time "$(date -d "+$(( l > 40 ? l - 20 : l / 2 )) seconds" +%H:%M:%S)" > "$R/gpu-tests.log" 2>&1
-      echo "rc=$?"; grep -E "tests passed|Failed|Passed" "$R/gpu-tests.log" | tail -20 ;;
+      # Two passes: the gpu_shared tests (numbers only, little memory: tests/CMakeLists.txt) share the
+      # GPU, GPU_SHARED_J at a time (default 4; 1 runs them alone); then every other gpu test alone.
+      stop_at() { date -d "+$(( $1 > 40 ? $1 - 20 : $1 / 2 )) seconds" +%H:%M:%S; }
+      timeout "$l" ctest --test-dir build -L gpu_shared -j "${GPU_SHARED_J:-4}" ${GPU_TESTS:+-R "$GPU_TESTS"} --output-on-failure ${GPU_TESTS_VERBOSE:+-V} \
+        --output-junit "$R/gpu-tests-shared.junit.xml" --stop-time "$(stop_at "$l")" > "$R/gpu-tests-shared.log" 2>&1
+      echo "rc=$? (gpu_shared, -j ${GPU_SHARED_J:-4})"; grep -E "tests passed|Failed|Passed" "$R/gpu-tests-shared.log" | tail -12
+      l=$(left)
+      timeout "$l" ctest --test-dir build -L gpu -LE gpu_shared -E ops_synth_filter_gpu ${GPU_TESTS:+-R "$GPU_TESTS"} --output-on-failure ${GPU_TESTS_VERBOSE:+-V} \
+        --output-junit "$R/gpu-tests.junit.xml" --stop-time "$(stop_at "$l")" > "$R/gpu-tests.log" 2>&1
+      echo "rc=$? (the rest, one at a time)"; grep -E "tests passed|Failed|Passed" "$R/gpu-tests.log" | tail -20 ;;
     nn-tests)
       BIN=build/bin OUT=$R/nn bash tests/nn_cuda/run_device.sh ops model hf 2>&1 | grep -E "^==|SUCCESS|FAIL|hf_parity" ;;
     nn-bench)
