@@ -3,7 +3,7 @@
 # of Qwen2.5-1.5B, -7B, -14B and -32B (random weights: bf16 on disk, or dummy), printing per case: tokens/s
 # (forward + backward tokens over the scoring and update time), the fraction of the H200's dense bf16
 # peak (989 TFLOP/s) that means, the peak device memory (the trainer's allocator), the process's max
-# host RSS (/usr/bin/time), and the step's seconds in all. Each case runs REPS times; medians and
+# host RSS (/usr/bin/time), and the step's seconds in all (load_seconds: of them, loading the models). Each case runs REPS times; medians and
 # min..max spreads are printed at the end.
 #
 # FLOPs per token: full fine-tuning 6 N (forward 2N, input and weight gradients 4N); LoRA on a frozen
@@ -117,6 +117,7 @@ print(json.dumps({"case": case, "rep": rep, "weights": m.get("load_format", "saf
                   "dense_peak_fraction": round(tps * per_token / (peak * 1e12), 3),
                   "peak_device_gib": round(m["device"].get("peak_bytes", 0) / 2**30, 1),
                   "host_max_rss_gib": round(rss_kib / 2**20, 1), "seconds": round(m["seconds"], 1),
+                  "load_seconds": round(m.get("phase_seconds", {}).get("load", 0), 1),
                   "lora": m.get("lora", {}).get("policy", {}).get("trainable_parameters")}))
 PY
   done

@@ -97,6 +97,11 @@ print("grpo: pg_loss %.4f kl_loss %.5f entropy %.3f clip high %.3f low %.3f dual
 assert m["critic"] is None and m["optimizer_steps"] == {"actor": 9, "critic": 0}
 assert m["losses"]["kl_loss"] > 0            # the policy moved away from the reference within the step
 assert m["pg_clipfrac_high"] + m["pg_clipfrac_low"] > 0
+# where the seconds went: three phases, none negative, inside the step's seconds; the rate is the train phase's
+ph = m["phase_seconds"]
+assert sorted(ph) == ["load", "save", "train"] and min(ph.values()) >= 0, ph
+assert sum(ph.values()) <= m["seconds"] + 1e-6, (ph, m["seconds"])
+assert ph["train"] > 0 and abs(m["tokens_per_s"] - m["trained_tokens"] / ph["train"]) <= 1e-6 * m["tokens_per_s"], (ph, m["tokens_per_s"])
 PYEOF
 
 # The checkpoint, read by an independent safetensors reader: names, shapes, F32, config keys.

@@ -559,8 +559,7 @@ void Trainer::write_checkpoints(const RunPlan& p, TrainModel* policy, TrainModel
 // The step's metrics record (cuda-agent/ppo-metrics/v1): what was trained on and written, the batch's
 // rewards and advantages, the losses and clip fractions, throughput and the config.
 Json Trainer::step_metrics(const RunPlan& p, const std::vector<Trajectory>& batch, const Scores& sc,
-                           const UpdateStats& st, TrainModel* policy, TrainModel* critic, double compute_s,
-                           std::chrono::steady_clock::time_point t0) {
+                           const UpdateStats& st, TrainModel* policy, TrainModel* critic, const StepTimes& times) {
   const std::string& mode = p.mode;
   const std::size_t B = batch.size();
   Json metrics;
@@ -607,8 +606,9 @@ Json Trainer::step_metrics(const RunPlan& p, const std::vector<Trajectory>& batc
                               {"critic", p.use_critic ? st.critic_grad_norm.json() : Json(nullptr)}};
   metrics["optimizer_steps"] = Json{{"actor", st.actor_steps}, {"critic", st.critic_steps}};
   metrics["trained_tokens"] = st.trained_tokens;
-  metrics["tokens_per_s"] = compute_s > 0 ? double(st.trained_tokens) / compute_s : 0.0;
-  metrics["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  metrics["tokens_per_s"] = times.train_s > 0 ? double(st.trained_tokens) / times.train_s : 0.0;
+  metrics["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - times.t0).count();
+  metrics["phase_seconds"] = Json{{"load", times.load_s}, {"train", times.train_s}, {"save", times.save_s}};
   metrics["device"] = backend_.describe();
   metrics["load_format"] = backend_.dummy() ? "dummy" : "safetensors";
   if (policy && !policy->lora().is_null()) metrics["lora"]["policy"] = policy->lora();
@@ -705,8 +705,9 @@ Json Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
   progress_ = nullptr;
 
   write_checkpoints(p, policy.get(), critic.get());
-  const double compute_s = std::chrono::duration<double>(t_trained - t_loaded).count();
-  return step_metrics(p, batch, sc, st, policy.get(), critic.get(), compute_s, t0);
+  const auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  const StepTimes times{t0, secs(t0, t_loaded), secs(t_loaded, t_trained), secs(t_trained, std::chrono::steady_clock::now())};
+  return step_metrics(p, batch, sc, st, policy.get(), critic.get(), times);
 }
 
 }  // namespace ca::ppo_step

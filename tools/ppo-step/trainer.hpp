@@ -51,8 +51,13 @@ class Trainer {
   Scores score_batch(std::vector<Trajectory>& batch, const RunPlan& p, TrainModel* policy, TrainModel* critic,
                      TrainModel* ref, log::Progress& progress);
   void write_checkpoints(const RunPlan& p, TrainModel* policy, TrainModel* critic);
+  // Where a step's seconds went: loading its models, scoring and updates, writing its checkpoints.
+  struct StepTimes {
+    std::chrono::steady_clock::time_point t0;
+    double load_s = 0, train_s = 0, save_s = 0;
+  };
   Json step_metrics(const RunPlan& p, const std::vector<Trajectory>& batch, const Scores& sc, const UpdateStats& st,
-                    TrainModel* policy, TrainModel* critic, double compute_s, std::chrono::steady_clock::time_point t0);
+                    TrainModel* policy, TrainModel* critic, const StepTimes& times);
   void add_loss_metrics(const RunPlan& p, const UpdateStats& st, Json& metrics);
   void update_actor(TrainModel& policy, const std::vector<Trajectory>& batch,
                     const std::vector<std::vector<double>>& old_lp, const std::vector<std::vector<double>>& ref_lp,
