@@ -41,7 +41,7 @@ import json, sys
 a, b = (json.loads(open(p).readline()) for p in sys.argv[1:3])
 assert a["load_format"] == "safetensors" and b["load_format"] == "dummy", (a["load_format"], b["load_format"])
 def strip(m):
-    for k in ("step_id", "policy", "critic", "out", "critic_out", "merged", "seconds", "tokens_per_s", "load_format"):
+    for k in ("step_id", "policy", "critic", "out", "critic_out", "merged", "seconds", "phase_seconds", "tokens_per_s", "load_format"):
         m.pop(k, None)
     m.get("rollout_mismatch", {}).pop("extra_forward_seconds", None)
     for lo in m.get("lora", {}).values():
