@@ -646,7 +646,8 @@ struct InitNormalStream::Impl {
 };
 
 InitNormalStream::InitNormalStream(uint64_t seed, double std, int threads, std::string round_to)
-    : impl_(std::make_unique<Impl>(seed, std, thread_count(threads, 64), std::move(round_to))) {}
+    : impl_((torch_dtype_for(round_to),  // F32, BF16 or F16, refused here: the workers round and must not throw
+             std::make_unique<Impl>(seed, std, thread_count(threads, 64), std::move(round_to)))) {}
 InitNormalStream::~InitNormalStream() = default;
 void InitNormalStream::next(float* out, std::size_t n) { impl_->next(out, n); }
 

@@ -295,8 +295,8 @@ class GpuLoraModel final : public TrainModel {
 }  // namespace
 
 Backend::Backend(DeviceOptions options) : options_(std::move(options)) {
-  if (options_.load_format != "safetensors" && options_.load_format != "dummy")
-    throw UsageError("--load-format '" + options_.load_format + "': expected safetensors or dummy");
+  if (options_.load_format != "safetensors" && options_.load_format != "dummy")  // the option's own check refuses it first
+    throw InternalError("load format '" + options_.load_format + "' reached the backend");
   format_.dummy = options_.load_format == "dummy";
   format_.seed = options_.seed;
   const int ordinal = nn_cuda::parse_device(options_.device);

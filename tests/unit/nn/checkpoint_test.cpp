@@ -433,3 +433,19 @@ TEST_CASE("InitNormalStream: std::normal_distribution over std::mt19937_64, bit 
     CHECK(mismatches == 0);
   }
 }
+
+TEST_CASE("InitNormalStream: rounded to BF16 by its workers as a writer and reader would; a dtype it cannot round to is refused") {
+  InitNormalStream plain(7, 0.02, 2), rounded(7, 0.02, 2, "BF16");
+  std::vector<float> a(300001), b(a.size());
+  plain.next(a.data(), a.size());
+  rounded.next(b.data(), b.size());
+  std::vector<uint8_t> disk(a.size() * 2);
+  ca::convert_floats(a.data(), a.size(), "BF16", disk.data());
+  std::vector<float> want(a.size());
+  ca::convert_elements(disk.data(), "BF16", a.size(), want.data());
+  std::size_t mismatches = 0, changed = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) mismatches += b[i] != want[i], changed += b[i] != a[i];
+  CHECK(mismatches == 0);
+  CHECK(changed > a.size() / 2);  // bf16 keeps 8 bits of mantissa: most values move
+  CHECK_THROWS_AS(InitNormalStream(7, 0.02, 2, "F64"), ca::InputError);
+}
