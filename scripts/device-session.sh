@@ -9,7 +9,8 @@
 # GPU_TESTS=REGEX runs only the tests it matches; GPU_TESTS_VERBOSE=1 keeps every test's output),
 # nn-tests (the native transformer's ops, model and Hugging Face parity), nn-bench (its benchmark
 # against PyTorch, with the per-kernel profile), ppo-bench (bench/ppo_step: ppo-step's own tokens/s
-# on the ~100M config), judge-bench (bench/judge_latency.sh: verify and profile latency through the
+# on the ~100M config), ppo-large (bench/ppo_step/large.sh's LARGE_CASES, default lora-32b:4096 on a
+# dummy base), judge-bench (bench/judge_latency.sh: verify and profile latency through the
 # judge services against a process per call), filter-throughput (bench/ops_synth, -j 16 on cuda:0
 # for what time is left), ipc-probe (bench/ipc_probe.py), kb (bench/kernelbench/run.sh, stages
 # $KB_STAGES), worker-ops (bench/worker_ops.py: the worker's requests of a verify, profiled), kb-import (all 250 KernelBench tasks imported with -j 8). The archive is
@@ -69,6 +70,15 @@ for part in "$@"; do
       timeout 120 python3 bench/worker_ops.py --n "${WORKER_OPS_N:-20}" > "$R/worker-ops.log" 2>&1; echo "rc=$?"; head -60 "$R/worker-ops.log" | cut -c1-300 ;;
     ipc-probe)
       timeout 120 python3 bench/ipc_probe.py > "$R/ipc-probe.log" 2>&1; echo "rc=$?"; cat "$R/ipc-probe.log" | cut -c1-400 ;;
+    ppo-large)
+      # bench/ppo_step/large.sh, LARGE_CASES (default: the 32B LoRA step at 4k on a dummy base), one run
+      # each; its bases and checkpoints stay out of the archive, its rows and the step's stderr tail go in.
+      w=$(mktemp -d); mkdir -p "$R/ppo-large"
+      timeout "$(left)" env BIN=build/bin OUT="$w" CASES="${LARGE_CASES:-lora-32b:4096}" REPS=${LARGE_REPS:-1} KEEP=0 \
+        bash bench/ppo_step/large.sh > "$R/ppo-large/large.log" 2>&1
+      echo "rc=$?"; cat "$w/results.jsonl" 2>/dev/null | cut -c1-400
+      cp "$w/results.jsonl" "$R/ppo-large/" 2>/dev/null; tail -c 4000 "$w/err" > "$R/ppo-large/err.tail" 2>/dev/null
+      tail -3 "$R/ppo-large/err.tail"; rm -rf "$w" ;;
     kb)
       # bench/kernelbench (KB_STAGES, default: cands toolchain), task files from .kb/ (carried)
       mkdir -p "$R/kb"
@@ -79,7 +89,7 @@ for part in "$@"; do
       mkdir -p "$R/kb-import"
       timeout "$(left)" env BIN=build/bin OUT="$R/kb-import" bash bench/kernelbench/import_all.sh > "$R/kb-import.log" 2>&1
       echo "rc=$?"; tail -30 "$R/kb-import.log" | cut -c1-400 ;;
-    *) echo "unknown part $part (gpu-tests nn-tests nn-bench ppo-bench judge-bench filter-throughput worker-ops ipc-probe kb kb-import)" ;;
+    *) echo "unknown part $part (gpu-tests nn-tests nn-bench ppo-bench ppo-large judge-bench filter-throughput worker-ops ipc-probe kb kb-import)" ;;
   esac
 done
 tar czf "$OUT/results.tgz" -C "$R" .
