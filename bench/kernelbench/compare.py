@@ -10,7 +10,7 @@ by kernel-check's own measurement; reference_error: its worker could not compute
 a timeout in one is a runtime_error in the other). Rewards agree when equal; a difference where
 either side marked the margin decision within its measurement noise (reward-calc's within_noise,
 the judge's p10-p90 test) is counted apart as `noise`, not as a disagreement.
-The two times are not one metric: kernel-prof's default is the summed device time of the
+The two times are not one metric: kernel-prof's default is the device (busy) time of the
 candidate's kernels (CUPTI) over CUDA-graph replays, the judge's CUDA events around one eager
 launch of the steps (Python and launch overhead included); on millisecond kernels they are close.
 """

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <utility>
 
 #include "libcommon/cuda/dl.hpp"
 #include "libcommon/log.hpp"
@@ -207,20 +208,30 @@ std::vector<KernelActivity> CuptiTracer::end() {
 std::vector<double> device_time_per_call_us(const std::vector<KernelActivity>& records) {
   struct Call {
     uint64_t first_start = UINT64_MAX;
-    double sum_us = 0;
+    std::vector<std::pair<uint64_t, uint64_t>> spans;  // [start, end) of each kernel, ns
   };
   std::map<uint64_t, Call> calls;
   for (const auto& r : records) {
     // External ids (push_call) and correlation ids kept apart: the high bit marks the latter.
     Call& c = calls[r.external_id ? r.external_id : (uint64_t(1) << 63 | r.correlation_id)];
     c.first_start = std::min(c.first_start, r.start_ns);
-    c.sum_us += r.duration_us();
+    c.spans.emplace_back(r.start_ns, std::max(r.start_ns, r.end_ns));
   }
-  std::vector<Call> ordered;
-  for (auto& [id, c] : calls) ordered.push_back(c);
-  std::sort(ordered.begin(), ordered.end(), [](const Call& a, const Call& b) { return a.first_start < b.first_start; });
+  std::vector<Call*> ordered;
+  for (auto& [id, c] : calls) ordered.push_back(&c);
+  std::sort(ordered.begin(), ordered.end(), [](const Call* a, const Call* b) { return a->first_start < b->first_start; });
   std::vector<double> out;
-  for (const auto& c : ordered) out.push_back(c.sum_us);
+  for (Call* c : ordered) {
+    // The union's length: spans by start, each adding what reaches past the covered end so far.
+    std::sort(c->spans.begin(), c->spans.end());
+    uint64_t busy = 0, covered = 0;
+    for (const auto& [start, end] : c->spans) {
+      const uint64_t from = std::max(start, covered);
+      if (end > from) busy += end - from;
+      covered = std::max(covered, end);
+    }
+    out.push_back(double(busy) / 1e3);
+  }
   return out;
 }
 

@@ -69,8 +69,11 @@ class CuptiTracer {
 
 // Groups kernel records into calls: records sharing an external id (the API calls of one
 // push_call() region), else a correlation id (one graph launch or one kernel launch), form one
-// call, ordered by their first start. Returns per-call device time in us
-// (the sum of its kernels' durations, as the published profiler summed device time).
+// call, ordered by their first start. Returns per-call device time in us: the time at least one of
+// its kernels was running (the union of their [start, end) intervals). That is the sum of their
+// durations, the published profiler's device time, whenever no two overlap; where kernels do
+// overlap (a library's streams, a programmatic dependent launch) a sum would count the overlap
+// twice, making a call that overlaps look slower than its GPU was busy.
 std::vector<double> device_time_per_call_us(const std::vector<KernelActivity>& records);
 
 // Demangled name when the C++ runtime can ("void scale_add<float>(float const*, ...)"), else as is.

@@ -81,4 +81,46 @@ assert why == "warmup_s" and 1.0 <= t <= 1.1, (calls, why, t)
 calls, why, t = run(lambda t: 0.5, warmup_s=0.0)                     # slow calls: the warmup calls only
 assert calls == 3 and why == "warmup_s", (calls, why, t)
 PY
+# The baselines' device time (timing.range_busy_times) on Kineto-like raw events: a call's kernels
+# found through the ops that launched them, their overlap counted once, the flush's kernel (outside
+# the range) and another thread's op left out, and a kernel set that does not match torch's own
+# sum refused (the caller then reports the sum and says why).
+PYTHONPATH="$CA_SRC/libcommon/python" py - <<'PY' || fail "busy time"
+from cuda_agent_worker import timing as T
+CPU, GPU = "cpu", "cuda"
+class Ev:
+    def __init__(self, name, dev, start, end, corr=0, link=0, thread=1):
+        self.v = (name, dev, start, end, corr, link, thread)
+    def name(self): return self.v[0]
+    def device_type(self): return self.v[1]
+    def start_ns(self): return self.v[2]
+    def end_ns(self): return self.v[3]
+    def correlation_id(self): return self.v[4]
+    def linked_correlation_id(self): return self.v[5]
+    def start_thread_id(self): return self.v[6]
+R = T.TIMED_RANGE
+ev = [
+    Ev("aten::zero_", CPU, 0, 900, corr=1), Ev("fill", GPU, 1000, 2000, link=1),        # the flush
+    Ev(R, CPU, 3000, 90000, corr=2),
+    Ev("aten::_cudnn_rnn", CPU, 4000, 20000, corr=3),
+    Ev("fwd", GPU, 10000, 50000, link=3), Ev("bwd", GPU, 10000, 60000, link=3),         # at once: 50 us busy
+    Ev("triton_poi", GPU, 61000, 63000, link=2),                                        # launched by no op
+    Ev("aten::mm", CPU, 5000, 6000, corr=4, thread=2), Ev("other", GPU, 70000, 71000, link=4),  # another thread
+    Ev(R, CPU, 100000, 200000, corr=5),
+    Ev("aten::mm", CPU, 101000, 102000, corr=6), Ev("gemm", GPU, 110000, 113000, link=6),
+]
+busy = T.range_busy_times(ev, R, CPU, (GPU,), [92.0, 3.0])
+assert [round(b, 6) for b in busy] == [52.0, 3.0], busy
+assert T.busy_us([(0, 10), (5, 20), (30, 31)]) == 21 and T.busy_us([]) == 0
+try:
+    T.range_busy_times(ev, R, CPU, (GPU,), [93.0, 3.0])   # torch counted a kernel not found here
+    raise SystemExit("a kernel set unlike torch's was accepted")
+except ValueError as e:
+    assert "sum to 92.000 us" in str(e), e
+try:
+    T.range_busy_times(ev, R, CPU, (GPU,), [92.0])
+    raise SystemExit("a range count unlike torch's was accepted")
+except ValueError as e:
+    assert "2 timed ranges" in str(e), e
+PY
 echo "worker_cli: ok"

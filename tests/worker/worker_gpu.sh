@@ -69,6 +69,8 @@ def close(a, b, what):
     check(r < 0.05, "%s not repeatable within 5%% (%.2f%%)" % (what, 100 * r))
 for x, y, name in ((e1, e2, "eager"), (c1, c2, "compile")):
     check(x["value_metric"] == "device", "%s: no profiler device time: %s" % (name, x["method"]))
+    # This torch's raw events give the busy time (timing.range_busy_times), not the fallback sum.
+    check(x["method"]["device_time"] == "torch.profiler kernels, busy time per call", "%s: %s" % (name, x["method"]["device_time"]))
     close(x["value_us"], y["value_us"], name + " repeat (value_us, profiler device time)")
     # Reported, not asserted: CUDA events around one eager/compiled call include the host's launch
     # latency, which moved by 5-10% from request to request on the H200 (device time: 0.2%).
@@ -118,6 +120,45 @@ check(nmse < 1e-10, "GPU reference nmse %.3g" % nmse)
 if failures:
     sys.exit("worker_gpu: %d check(s) failed" % len(failures))
 print("worker_gpu: ok")
+PY
+
+# Kernels that overlap are counted once: two spin kernels of ~0.5 ms on two streams at once. Their sum
+# would be about twice the events around the call; the busy time is about the events' time.
+cat > "$T/two_streams.py" <<'PYT'
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.streams = None
+    def forward(self, x):
+        if self.streams is None:
+            self.streams = (torch.cuda.Stream(), torch.cuda.Stream())
+        cur = torch.cuda.current_stream()
+        for s in self.streams:
+            s.wait_stream(cur)
+            with torch.cuda.stream(s):
+                torch.cuda._sleep(1000000)
+        for s in self.streams:
+            cur.wait_stream(s)
+        return x * 2.0
+def get_inputs():
+    return [torch.randn(1024)]
+def get_init_inputs():
+    return []
+PYT
+{
+  echo "{\"op\":\"load\",\"task_id\":\"ts\",\"code_file\":\"$T/two_streams.py\"}"
+  echo '{"op":"time","task_id":"ts","mode":"eager","precision":"fp32","metric":"device","budget_s":2}'
+} | "$P" --device cuda:0 --write-dir "$T" --timeout-ms 120000 > "$T/ts_answers.jsonl"
+"$PY" - "$T/ts_answers.jsonl" <<'PY' || fail "overlapping kernels"
+import json, sys
+load, t = [json.loads(l) for l in open(sys.argv[1])]
+assert load["ok"] and t["ok"], (load, t)
+dev, ev = t["device_time_us"]["median"], t["time_us"]["median"]
+print("two streams: device (busy) %.1f us, events %.1f us, %s" % (dev, ev, t["method"]["device_time"]))
+assert t["method"]["device_time"] == "torch.profiler kernels, busy time per call", t["method"]
+assert 0.5 * ev < dev <= 1.15 * ev, "busy time %.1f us against %.1f us of events (a sum would be about twice)" % (dev, ev)
 PY
 
 # A task without parameters draws its inputs on the GPU (nothing of it runs under torch's

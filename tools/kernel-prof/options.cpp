@@ -9,8 +9,9 @@ namespace ca::kernel_prof {
 
 void ProfOptions::register_with(CLI::App& app) {
   app.add_option("--metric", metric,
-                 "What time_us and the speedups compare: 'device' = summed kernel time per call from CUPTI "
-                 "(the published profiler's number; baselines: torch.profiler kernel sums), 'wall' = CUDA events "
+                 "What time_us and the speedups compare: 'device' = the time per call at least one of its kernels "
+                 "ran, from CUPTI (the published profiler's kernel sum when no two overlap; baselines: the same "
+                 "from torch.profiler), 'wall' = CUDA events "
                  "around each call (the candidate's graph replay; eager's includes its Python launch overhead)")
       ->check(CLI::IsMember({"device", "wall"}))
       ->capture_default_str();

@@ -198,8 +198,9 @@ int open_decisions(const Json& d) {
 }
 
 // One passing record's profile as it is built (Profiler::profile's state): the candidate's timing,
-// the method, the baselines and the notes. One metric on both sides (DESIGN.md §7): CUPTI kernel
-// sums per call for the candidate against the profiler's kernel sums for the baselines ("device"),
+// the method, the baselines and the notes. One metric on both sides (DESIGN.md §7): the busy time of
+// the call's kernels (the union of their intervals: their sum when none overlap) from CUPTI for the
+// candidate against the same from torch.profiler for the baselines ("device"),
 // or CUDA events on both ("wall"). When the candidate's device time is missing, nothing is
 // compared: no speedup, and the record says why.
 struct ProfileRun {
@@ -239,7 +240,7 @@ struct ProfileRun {
 
   // The candidate's times (and the method's counts) as measured so far.
   void fill_times() {
-    method["device_timer"] = have_device() ? "cupti concurrent-kernel records, summed per call" : "none";
+    method["device_timer"] = have_device() ? "cupti concurrent-kernel records, busy time per call (the union of the kernels' intervals)" : "none";
     method["stop"] = measure::stop_reason_name(cand.loop.stop);
     method["calls"] = cand.loop.calls;
     method["checked_calls"] = cand.checked_calls;

@@ -79,15 +79,74 @@ def _device_time_of(event):
     return 0.0
 
 
+def busy_us(spans):
+    """The length of the union of [start, end) spans: the time at least one of them was running.
+    The spans' sum when none overlap; an overlap is counted once (kernel-prof's CUPTI side does the
+    same for the candidate: libcommon/cuda/cupti.cpp)."""
+    busy, covered = 0.0, None
+    for start, end in sorted(spans):
+        frm = start if covered is None else max(start, covered)
+        if end > frm:
+            busy += end - frm
+        covered = end if covered is None else max(covered, end)
+    return busy
+
+
+def _raw_ns(ev):
+    """(start, end) of a Kineto event in ns, across torch versions (start_ns/end_ns, else us)."""
+    if hasattr(ev, "start_ns") and hasattr(ev, "end_ns"):
+        return ev.start_ns(), ev.end_ns()
+    start = ev.start_us() * 1000
+    return start, start + ev.duration_us() * 1000
+
+
+def range_busy_times(raw_events, range_name, cpu_type, gpu_types, sums_us):
+    """Per timed range (in order), the busy time of its kernels (us), from Kineto's raw events: a
+    GPU kernel names the CPU op that launched it (linked_correlation_id, as torch.profiler itself
+    attributes kernels to ops), and an op belongs to the range that holds it on the same thread.
+    sums_us: torch.profiler's own kernel sum per range; the kernels found here must sum to it, so
+    the union is taken over exactly the kernels torch counted. Raises ValueError saying why not."""
+    ranges, ops, spans = [], [], {}
+    for ev in raw_events:
+        t = ev.device_type()
+        if t in gpu_types:
+            spans.setdefault(ev.linked_correlation_id(), []).append(_raw_ns(ev))
+        elif t == cpu_type:
+            if ev.name() == range_name:
+                ranges.append((_raw_ns(ev), ev.start_thread_id()))
+            if ev.linked_correlation_id() == 0:  # an op or a range (a kernel launched outside any op
+                ops.append((_raw_ns(ev), ev.start_thread_id(), ev.correlation_id()))  # names the range)
+    ranges.sort()
+    if len(ranges) != len(sums_us):
+        raise ValueError("%d timed ranges in the raw events, %d in the profiler's" % (len(ranges), len(sums_us)))
+    per_range = [[] for _ in ranges]
+    for (start, end), thread, corr in ops:
+        if corr not in spans:
+            continue
+        for i, ((r0, r1), rthread) in enumerate(ranges):
+            if thread == rthread and r0 <= start and end <= r1:
+                per_range[i].extend(spans[corr])
+                break
+    out = []
+    for i, mine in enumerate(per_range):
+        total = sum(e - s for s, e in mine) / 1000.0
+        if abs(total - sums_us[i]) > 1e-3 * max(1.0, sums_us[i]) + 0.01:
+            raise ValueError("call %d: the linked kernels sum to %.3f us, the profiler's sum is %.3f us"
+                             % (i, total, sums_us[i]))
+        out.append(busy_us(mine) / 1000.0)
+    return out
+
+
 def profiled_device_times(fn, sets, flush, calls):
-    """Summed kernel time (us) of each call, from torch.profiler: each call in a record_function
-    range whose device time counts the kernels launched inside it (the flush stays outside)."""
+    """Device time (us) of each call, from torch.profiler, each call in a record_function range (the
+    flush stays outside): the busy time of its kernels (range_busy_times), or, when this torch's raw
+    events do not give it, their sum. Returns (per_call, why_not_busy): None when busy times."""
     from torch.profiler import ProfilerActivity, profile, record_function
     try:
         from torch.autograd import DeviceType
         cpu_type = DeviceType.CPU
     except ImportError:
-        cpu_type = None
+        DeviceType, cpu_type = None, None
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for i in range(calls):
             if flush is not None:
@@ -95,14 +154,21 @@ def profiled_device_times(fn, sets, flush, calls):
             with record_function(TIMED_RANGE):
                 fn(*sets[i % len(sets)])
             torch.cuda.synchronize()
-    per_call = []
+    sums = []
     for e in prof.events():
         if e.name != TIMED_RANGE:
             continue
         if cpu_type is not None and getattr(e, "device_type", cpu_type) != cpu_type:
             continue
-        per_call.append(_device_time_of(e))
-    return per_call
+        sums.append(_device_time_of(e))
+    try:
+        if DeviceType is None:
+            raise ValueError("no torch.autograd.DeviceType")
+        raw = prof.profiler.kineto_results.events()
+        gpu_types = tuple(getattr(DeviceType, n) for n in ("CUDA", "HIP") if hasattr(DeviceType, n))
+        return range_busy_times(raw, TIMED_RANGE, cpu_type, gpu_types, sums), None
+    except (AttributeError, TypeError, ValueError) as e:
+        return sums, "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
 
 
 WARM_BATCH_S = 0.05   # each warm-up batch runs this long at least
@@ -186,6 +252,7 @@ def time_task(task, req, sets=None):
     times = []
     device_times = None
     device_error = None
+    not_busy = None
     stop = "max_runs"
     with precision(prec, task.device), torch.no_grad():
         t0 = time.perf_counter()
@@ -216,7 +283,7 @@ def time_task(task, req, sets=None):
                 calls = max(5, min(30, len(times)))
                 p0 = time.perf_counter()
                 try:
-                    device_times = profiled_device_times(fn, sets, flush, calls)
+                    device_times, not_busy = profiled_device_times(fn, sets, flush, calls)
                 except RuntimeError as e:  # no CUPTI, profiler busy: report events only, say why
                     device_error = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
                 phases["profiler"] = time.perf_counter() - p0
@@ -240,7 +307,8 @@ def time_task(task, req, sets=None):
                    "warmup_stop": warmup_stop, "min_runs": min_runs, "max_runs": max_runs, "budget_s": budget_s,
                    "rel_ci": target, "input_sets": input_sets, "flush_bytes": flush_bytes, "seed": seed,
                    "timer": "cuda_events" if on_gpu else "perf_counter", "stop": stop,
-                   "device_time": "torch.profiler kernel sum per call" if device_time_us else None,
+                   "device_time": (None if not device_time_us else "torch.profiler kernels, busy time per call"
+                                   if not_busy is None else "torch.profiler kernels, summed per call (no busy time: %s)" % not_busy),
                    "device_time_error": device_error,
                    "phase_s": {k: round(v, 4) for k, v in phases.items()}},
     }
