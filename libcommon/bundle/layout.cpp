@@ -84,4 +84,16 @@ bool may_overlap(const StridedView& a, const StridedView& b) {
   return delta < lo_len;
 }
 
+std::optional<RowRuns> row_runs(const StridedView& v) {
+  if (v.sizes.empty() || v.sizes.size() != v.strides.size() || v.sizes[0] < 2) return std::nullopt;
+  int64_t row = 1;
+  for (size_t i = v.sizes.size(); i-- > 1;) {
+    if (v.sizes[i] < 1) return std::nullopt;
+    if (v.sizes[i] != 1 && v.strides[i] != row) return std::nullopt;  // an inner stride of its own
+    row *= v.sizes[i];
+  }
+  if (v.strides[0] <= row) return std::nullopt;  // packed (==) or rows that overlap (<)
+  return RowRuns{v.sizes[0], row, v.strides[0]};
+}
+
 }  // namespace ca::bundle

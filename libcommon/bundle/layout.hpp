@@ -33,4 +33,14 @@ struct StridedView {
 // one period do not meet (channel slices of one concatenation, image by image).
 bool may_overlap(const StridedView& a, const StridedView& b);
 
+// A view as rows: `rows` contiguous runs of `row` elements, `pitch` elements apart (the outermost
+// index picks the row). Only for a view whose inner dimensions are packed and whose outermost stride
+// is wider than packed: a channel slice of a concatenation, image by image ([C_total*H*W, H*W, W, 1]
+// for [N, C, H, W]). nullopt for any other layout: packed already, inner strides of their own, rows
+// that would overlap, or one row. (The executor runs cuDNN on a packed copy of such a view.)
+struct RowRuns {
+  int64_t rows = 0, row = 0, pitch = 0;
+};
+std::optional<RowRuns> row_runs(const StridedView& v);
+
 }  // namespace ca::bundle

@@ -20,6 +20,9 @@ S=$B/scale_add
   echo "passed|tiled gemm kernel";      $MK $B/linear_relu_tiled
   echo "passed|two outputs";            $MK $TB/two_outputs
   echo "passed|conv step (cuDNN)";      $MK $TB/conv_bias
+  # Convs that write and read a concatenation's channel slices for the whole batch: staged through
+  # packed buffers by the executor (man kernel-check, conv); also among the graph replays below.
+  echo "passed|conv chain through staged x and out views"; $MK $TB/conv_chain_views
   # Issue 33's worked bundles (SKILL.md): a recurrence as a repeat with views, a cooperative
   # persistent kernel with grid.sync(), a cluster with distributed shared memory, a channel concat
   # of two convs written through views.
@@ -39,6 +42,7 @@ S=$B/scale_add
   echo "incorrect|x[:, 1:] read one element early"; $MK $TB/gemm_odd_offset --plan-replace '"inputs.0[1]"' '"inputs.0[0]"'
   echo "passed|gemm with the GELU_BIAS epilogue (fp32)"; $MK $TB/gemm_gelu
   echo "incorrect|strided view, wrong channel offset"; $MK $B/concat_strided --plan-replace "outputs.0[K1 * H * W]" "outputs.0[(K1 - 1) * H * W]"
+  echo "incorrect|staged out view one channel off"; $MK $TB/conv_chain_views --plan-replace 'out: "outputs.0[0]"' 'out: "outputs.0[H * W]"'
   echo "incorrect|repeat one step short"; $MK $B/rnn_recurrence --plan-replace "repeat: T - 1" "repeat: T - 2"
   echo "incorrect|writes zeros";        $MK $S --replace fused.cu "out[i] = a[i] * alpha + b[i];" "out[i] = 0.0f;"
   echo "incorrect|skips one element";   $MK $S --replace fused.cu "if (i < n)" "if (i < n && i != 4097)"
@@ -94,10 +98,10 @@ for line in open(sys.argv[1]):
 print("ok   passed records have a warm call and >= 5 fresh trials with distinct seeds")
 PY
 # The same good bundles as CUDA graph replays (how kernel-prof runs them).
-head -6 "$T/in.jsonl" > "$T/graph_in.jsonl"
+head -7 "$T/in.jsonl" > "$T/graph_in.jsonl"
 "$KC" --no-store --graph < "$T/graph_in.jsonl" > "$T/graph_out.jsonl" 2>> "$T/err.txt"
 g=$(python3 -c "import json,sys; print(' '.join(json.loads(l)['check']['status'] for l in open(sys.argv[1])))" "$T/graph_out.jsonl")
-[ "$g" = "passed passed passed passed passed passed" ] && echo "ok   --graph: $g" || { echo "FAIL --graph: $g"; fails=$((fails + 1)); }
+[ "$g" = "passed passed passed passed passed passed passed" ] && echo "ok   --graph: $g" || { echo "FAIL --graph: $g"; fails=$((fails + 1)); }
 if python3 -c "import jsonschema" 2>/dev/null; then
   CA_SRC="$CA_SRC" python3 "$CA_SRC/tests/validate_schema.py" check "$T/out.jsonl" && echo "ok   schema" || { echo "FAIL schema"; fails=$((fails + 1)); }
 else

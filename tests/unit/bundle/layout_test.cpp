@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 using ca::bundle::may_overlap;
+using ca::bundle::row_runs;
 using ca::bundle::StridedView;
 
 namespace {
@@ -53,4 +54,24 @@ TEST_CASE("strided views: two views of one buffer meet or are proven apart") {
   CHECK(may_overlap(reads, view(6 * hw, {3, 6, hw}, {period, hw, 1})));
   // Different outermost strides prove nothing: taken as meeting.
   CHECK(may_overlap(reads, view(6 * hw, {3, 2, hw}, {period + 1, hw, 1})));
+}
+
+TEST_CASE("strided views as rows: a concatenation's channel slice, and nothing else") {
+  // The 64-channel slice of a [128, 128, 256, 256] concatenation (17_SqueezeNetFireModule's expand).
+  auto r = row_runs(view(64 * 65536, {128, 64, 256, 256}, {128 * 65536, 65536, 256, 1}));
+  REQUIRE(r.has_value());
+  CHECK(r->rows == 128);
+  CHECK(r->row == 64 * 65536);
+  CHECK(r->pitch == 128 * 65536);
+  // A 1-d conv's [N, C, 1, L] with the inserted height's stride anything: still rows.
+  r = row_runs(view(0, {4, 3, 1, 10}, {50, 10, 999, 1}));
+  REQUIRE(r.has_value());
+  CHECK((r->rows == 4 && r->row == 30 && r->pitch == 50));
+  CHECK_FALSE(row_runs(view(0, {4, 3, 10}, {30, 10, 1})).has_value());      // packed: used in place
+  CHECK_FALSE(row_runs(view(0, {4, 3, 10}, {20, 10, 1})).has_value());      // rows would overlap
+  CHECK_FALSE(row_runs(view(0, {4, 3, 10}, {60, 20, 1})).has_value());      // an inner stride of its own
+  CHECK_FALSE(row_runs(view(0, {4, 3, 10}, {60, 10, 2})).has_value());
+  CHECK_FALSE(row_runs(view(0, {1, 3, 10}, {60, 10, 1})).has_value());      // one row
+  CHECK_FALSE(row_runs(view(0, {4, 0, 10}, {60, 10, 1})).has_value());      // empty
+  CHECK_FALSE(row_runs(view(0, {}, {})).has_value());
 }
