@@ -106,6 +106,7 @@ ev = [
     Ev("fwd", GPU, 10000, 50000, link=3), Ev("bwd", GPU, 10000, 60000, link=3),         # at once: 50 us busy
     Ev("triton_poi", GPU, 61000, 63000, link=2),                                        # launched by no op
     Ev("aten::mm", CPU, 5000, 6000, corr=4, thread=2), Ev("other", GPU, 70000, 71000, link=4),  # another thread
+    Ev(R, GPU, 10000, 63000, link=2),                                                  # the range mirrored on the GPU
     Ev(R, CPU, 100000, 200000, corr=5),
     Ev("aten::mm", CPU, 101000, 102000, corr=6), Ev("gemm", GPU, 110000, 113000, link=6),
 ]

@@ -110,7 +110,11 @@ def range_busy_times(raw_events, range_name, cpu_type, gpu_types, sums_us):
     for ev in raw_events:
         t = ev.device_type()
         if t in gpu_types:
-            spans.setdefault(ev.linked_correlation_id(), []).append(_raw_ns(ev))
+            # Kineto may mirror a record_function range on the GPU's timeline (a user annotation
+            # spanning the range's kernels and the gaps between them): not a kernel.
+            kind = ev.activity_type() if hasattr(ev, "activity_type") else ""
+            if ev.name() != range_name and "annotation" not in str(kind):
+                spans.setdefault(ev.linked_correlation_id(), []).append(_raw_ns(ev))
         elif t == cpu_type:
             if ev.name() == range_name:
                 ranges.append((_raw_ns(ev), ev.start_thread_id()))
