@@ -22,9 +22,12 @@
 #   STAGE_TIMEOUT=570      seconds each stage may take before it is stopped (and says so)
 #   JUDGE_ARGS=...         more options for the judge (e.g. --runs 100 --budget-s 8)
 #   TC_CHECK_ARGS, TC_PROF_ARGS, TC_REWARD_ARGS   more options for each tool
-#   KB_SHARED_COMPILE_CACHE=1   let both stages share torch.compile's on-disk caches (inductor,
-#                          Triton). By default each timed stage starts from empty ones of its own, so
-#                          the stage that runs second does not get the first one's compiled graphs.
+#   KB_SHARED_COMPILE_CACHE=1   let the stages share torch.compile's on-disk caches (inductor,
+#                          Triton: $TORCHINDUCTOR_CACHE_DIR and $TRITON_CACHE_DIR, by default under
+#                          $OUT/compile-cache-shared), so the judge reuses the graphs the toolchain's
+#                          worker compiled (minutes on large CNNs). By default each timed stage starts
+#                          from empty ones of its own, so the stage that runs second does not get the
+#                          first one's compiled graphs (which matters to the wall times, not the rewards).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/env.sh"
@@ -35,7 +38,14 @@ die() { echo "run.sh: $*" >&2; exit 1; }
 now() { date +%s.%N; }
 stages=("$@")
 fresh_compile_cache() {  # $1: the stage; a fresh inductor and Triton cache for it (see above)
-  [ "${KB_SHARED_COMPILE_CACHE:-0}" = 1 ] && return 0
+  if [ "${KB_SHARED_COMPILE_CACHE:-0}" = 1 ]; then
+    # One pair of folders for every stage. Unset, the worker would use one of its own per process
+    # and the judge torch's default, and nothing would be shared.
+    export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$OUT/compile-cache-shared/inductor}
+    export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$OUT/compile-cache-shared/triton}
+    mkdir -p "$TORCHINDUCTOR_CACHE_DIR" "$TRITON_CACHE_DIR"
+    return 0
+  fi
   rm -rf "$OUT/compile-cache-$1"; mkdir -p "$OUT/compile-cache-$1"
   export TORCHINDUCTOR_CACHE_DIR="$OUT/compile-cache-$1/inductor" TRITON_CACHE_DIR="$OUT/compile-cache-$1/triton"
 }
