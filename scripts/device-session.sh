@@ -80,9 +80,12 @@ for part in "$@"; do
       cp "$w/results.jsonl" "$R/ppo-large/" 2>/dev/null; tail -c 4000 "$w/err" > "$R/ppo-large/err.tail" 2>/dev/null
       tail -3 "$R/ppo-large/err.tail"; rm -rf "$w" ;;
     kb)
-      # bench/kernelbench (KB_STAGES, default: cands toolchain), task files from .kb/ (carried)
+      # bench/kernelbench (KB_STAGES, default: cands toolchain), task files from .kb/ (carried). The
+      # stages share one torch.compile cache (KB_SHARED_COMPILE_CACHE, default 1 here): the judge then
+      # reuses the toolchain worker's compiled graphs (session 26: its stage took 23-65 s a level-3
+      # batch instead of about as long as the toolchain's); 0 gives each stage its own, for wall times.
       mkdir -p "$R/kb"
-      timeout "$(left)" env BIN=build/bin OUT="$R/kb" STAGE_TIMEOUT=${KB_STAGE_TIMEOUT:-$(( $(left) - 15 ))} bash bench/kernelbench/run.sh ${KB_STAGES:-cands toolchain} \
+      timeout "$(left)" env BIN=build/bin OUT="$R/kb" KB_SHARED_COMPILE_CACHE=${KB_SHARED_COMPILE_CACHE:-1} STAGE_TIMEOUT=${KB_STAGE_TIMEOUT:-$(( $(left) - 15 ))} bash bench/kernelbench/run.sh ${KB_STAGES:-cands toolchain} \
         > "$R/kb.log" 2>&1
       echo "rc=$?"; tail -25 "$R/kb.log" | cut -c1-400; rm -rf "$R"/kb/compile-cache-* ;;
     kb-import)
