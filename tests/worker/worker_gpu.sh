@@ -10,6 +10,7 @@ T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 OUTDIR="${WORKER_GPU_OUT:-$T}"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 PY=$(command -v python3)
+ping_gpu() { "$P" --device cuda:0 --write-dir "$T" --timeout-ms "${1:-120000}"; }  # requests on stdin, answers on stdout
 
 {
   echo '{"op":"warm"}'   # kernel-prof sends it while its first record is on the way
@@ -32,7 +33,7 @@ PY=$(command -v python3)
   done
 } > "$T/requests.jsonl"
 start=$(date +%s)
-"$P" --device cuda:0 --write-dir "$T" --timeout-ms 300000 < "$T/requests.jsonl" > "$OUTDIR/gpu_answers.jsonl"
+ping_gpu 300000 < "$T/requests.jsonl" > "$OUTDIR/gpu_answers.jsonl"
 echo "worker_gpu: answers in $(( $(date +%s) - start )) s"
 
 "$PY" - "$OUTDIR/gpu_answers.jsonl" "$T" <<'PY'
@@ -150,7 +151,7 @@ PYT
 {
   echo "{\"op\":\"load\",\"task_id\":\"ts\",\"code_file\":\"$T/two_streams.py\"}"
   echo '{"op":"time","task_id":"ts","mode":"eager","precision":"fp32","metric":"device","budget_s":2}'
-} | "$P" --device cuda:0 --write-dir "$T" --timeout-ms 120000 > "$T/ts_answers.jsonl"
+} | ping_gpu > "$T/ts_answers.jsonl"
 "$PY" - "$T/ts_answers.jsonl" <<'PY' || fail "overlapping kernels"
 import json, sys
 load, t = [json.loads(l) for l in open(sys.argv[1])]
@@ -178,7 +179,7 @@ PYT
 {
   echo "{\"op\":\"load\",\"task_id\":\"np\",\"code_file\":\"$T/noparams.py\"}"
   echo "{\"op\":\"inputs\",\"task_id\":\"np\",\"seed\":11,\"out\":\"$T/np_in.safetensors\"}"
-} | "$P" --device cuda:0 --write-dir "$T" --timeout-ms 120000 > "$T/np_answers.jsonl"
+} | ping_gpu > "$T/np_answers.jsonl"
 PYTHONPATH="${CA_PYTHONPATH:-$CA_SRC/libcommon/python}" "$PY" - "$T/np_in.safetensors" "$T/np_answers.jsonl" <<'PY'
 import json, sys
 import torch
