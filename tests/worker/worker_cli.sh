@@ -123,5 +123,19 @@ try:
     raise SystemExit("a range count unlike torch's was accepted")
 except ValueError as e:
     assert "2 timed ranges" in str(e), e
+# And the caller fails closed: no busy time is no device time (a RuntimeError, which time_task
+# reports as device_time_error), never torch's sum, which would count an overlap twice.
+import torch
+torch.cuda.synchronize = lambda: None
+x = torch.ones(8, 8)
+assert T.profiled_device_times(lambda a: a @ a, [(x,)], None, 2) == [0.0, 0.0]   # CPU: no kernels, busy 0
+def refuse(*a):
+    raise ValueError("kernels unlike torch's")
+T.range_busy_times = refuse
+try:
+    T.profiled_device_times(lambda a: a @ a, [(x,)], None, 2)
+    raise SystemExit("a failed busy time fell back to something")
+except RuntimeError as e:
+    assert "no busy time" in str(e) and "kernels unlike torch's" in str(e), e
 PY
 echo "worker_cli: ok"

@@ -143,8 +143,9 @@ def range_busy_times(raw_events, range_name, cpu_type, gpu_types, sums_us):
 
 def profiled_device_times(fn, sets, flush, calls):
     """Device time (us) of each call, from torch.profiler, each call in a record_function range (the
-    flush stays outside): the busy time of its kernels (range_busy_times), or, when this torch's raw
-    events do not give it, their sum. Returns (per_call, why_not_busy): None when busy times."""
+    flush stays outside): the busy time of its kernels (range_busy_times). When this torch's raw
+    events do not give it, RuntimeError: no device time at all (kernel-prof then compares nothing),
+    never the kernels' sum, which counts an overlap twice where the candidate's side does not."""
     from torch.profiler import ProfilerActivity, profile, record_function
     try:
         from torch.autograd import DeviceType
@@ -170,9 +171,10 @@ def profiled_device_times(fn, sets, flush, calls):
             raise ValueError("no torch.autograd.DeviceType")
         raw = prof.profiler.kineto_results.events()
         gpu_types = tuple(getattr(DeviceType, n) for n in ("CUDA", "HIP") if hasattr(DeviceType, n))
-        return range_busy_times(raw, TIMED_RANGE, cpu_type, gpu_types, sums), None
+        return range_busy_times(raw, TIMED_RANGE, cpu_type, gpu_types, sums)
     except (AttributeError, TypeError, ValueError) as e:
-        return sums, "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        raise RuntimeError("no busy time from this torch's profiler events (%s: %s)"
+                           % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
 
 
 WARM_BATCH_S = 0.05   # each warm-up batch runs this long at least
@@ -256,7 +258,6 @@ def time_task(task, req, sets=None):
     times = []
     device_times = None
     device_error = None
-    not_busy = None
     stop = "max_runs"
     with precision(prec, task.device), torch.no_grad():
         t0 = time.perf_counter()
@@ -287,7 +288,7 @@ def time_task(task, req, sets=None):
                 calls = max(5, min(30, len(times)))
                 p0 = time.perf_counter()
                 try:
-                    device_times, not_busy = profiled_device_times(fn, sets, flush, calls)
+                    device_times = profiled_device_times(fn, sets, flush, calls)
                 except RuntimeError as e:  # no CUPTI, profiler busy: report events only, say why
                     device_error = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
                 phases["profiler"] = time.perf_counter() - p0
@@ -311,8 +312,7 @@ def time_task(task, req, sets=None):
                    "warmup_stop": warmup_stop, "min_runs": min_runs, "max_runs": max_runs, "budget_s": budget_s,
                    "rel_ci": target, "input_sets": input_sets, "flush_bytes": flush_bytes, "seed": seed,
                    "timer": "cuda_events" if on_gpu else "perf_counter", "stop": stop,
-                   "device_time": (None if not device_time_us else "torch.profiler kernels, busy time per call"
-                                   if not_busy is None else "torch.profiler kernels, summed per call (no busy time: %s)" % not_busy),
+                   "device_time": "torch.profiler kernels, busy time per call" if device_time_us else None,
                    "device_time_error": device_error,
                    "phase_s": {k: round(v, 4) for k, v in phases.items()}},
     }
