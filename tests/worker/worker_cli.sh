@@ -83,14 +83,17 @@ assert calls == 3 and why == "warmup_s", (calls, why, t)
 PY
 # The baselines' device time (timing.range_busy_times) on Kineto-like raw events: a call's kernels
 # found through the ops that launched them, their overlap counted once, the flush's kernel (outside
-# the range) and another thread's op left out, and a kernel set that does not match torch's own
-# sum refused (the caller then reports the sum and says why).
+# the range) and another thread's op left out, a kernel launched by no op (a graph replay,
+# torch.cuda._sleep: torch counts it nowhere) counted in the call during which it started, a GPU
+# user annotation left out, and a kernel set that does not match torch's own sum refused.
 PYTHONPATH="$CA_SRC/libcommon/python" py - <<'PY' || fail "busy time"
 from cuda_agent_worker import timing as T
 CPU, GPU = "cpu", "cuda"
 class Ev:
-    def __init__(self, name, dev, start, end, corr=0, link=0, thread=1):
+    def __init__(self, name, dev, start, end, corr=0, link=0, thread=1, note=False):
         self.v = (name, dev, start, end, corr, link, thread)
+        if note:
+            self.is_user_annotation = lambda: True
     def name(self): return self.v[0]
     def device_type(self): return self.v[1]
     def start_ns(self): return self.v[2]
@@ -109,9 +112,17 @@ ev = [
     Ev(R, GPU, 10000, 63000, link=2),                                                  # the range mirrored on the GPU
     Ev(R, CPU, 100000, 200000, corr=5),
     Ev("aten::mm", CPU, 101000, 102000, corr=6), Ev("gemm", GPU, 110000, 113000, link=6),
+    Ev("my_range", GPU, 101000, 200000, link=6, note=True),                           # an annotation
 ]
 busy = T.range_busy_times(ev, R, CPU, (GPU,), [92.0, 3.0])
 assert [round(b, 6) for b in busy] == [52.0, 3.0], busy
+# Kernels that name no op: one before the first call (no call's), two on two streams at once in
+# the second call's window (counted once, beside its gemm), one linked to nothing known.
+unl = ev + [Ev("early", GPU, 100, 500, link=0),
+            Ev("sleep", GPU, 120000, 170000, link=0), Ev("sleep", GPU, 121000, 171000, link=0),
+            Ev("graph_k", GPU, 180000, 182000, link=77)]
+busy = T.range_busy_times(unl, R, CPU, (GPU,), [92.0, 3.0])
+assert [round(b, 6) for b in busy] == [52.0, 3.0 + 51.0 + 2.0], busy
 assert T.busy_us([(0, 10), (5, 20), (30, 31)]) == 21 and T.busy_us([]) == 0
 try:
     T.range_busy_times(ev, R, CPU, (GPU,), [93.0, 3.0])   # torch counted a kernel not found here

@@ -1,6 +1,7 @@
 """The `time` op: kernel-prof's method applied to eager and torch.compile baselines (warm-up, L2
 flush before every timed call, CUDA events, input sets rotated, stop on a stable median, profiler
 device time)."""
+import bisect
 import math
 import time
 
@@ -100,21 +101,34 @@ def _raw_ns(ev):
     return start, start + ev.duration_us() * 1000
 
 
+def _is_annotation(ev, range_name):
+    """Kineto mirrors record_function ranges on the GPU's timeline (a span over the range's kernels
+    and the gaps between them): not a kernel. torch 2 says so (is_user_annotation); 1.13 does not,
+    and mirrors only the timed range, known by its name."""
+    if ev.name() == range_name:
+        return True
+    flag = getattr(ev, "is_user_annotation", None)
+    return bool(flag()) if callable(flag) else False
+
+
 def range_busy_times(raw_events, range_name, cpu_type, gpu_types, sums_us):
     """Per timed range (in order), the busy time of its kernels (us), from Kineto's raw events: a
     GPU kernel names the CPU op that launched it (linked_correlation_id, as torch.profiler itself
     attributes kernels to ops), and an op belongs to the range that holds it on the same thread.
-    sums_us: torch.profiler's own kernel sum per range; the kernels found here must sum to it, so
-    the union is taken over exactly the kernels torch counted. Raises ValueError saying why not."""
-    ranges, ops, spans = [], [], {}
+    sums_us: torch.profiler's own kernel sum per range; the kernels found through ops must sum to
+    it, so those are exactly the kernels torch counted. Raises ValueError saying why not.
+    A kernel that names no op seen (launched outside any op: a CUDA graph's replay, an extension's
+    own launch, torch.cuda._sleep) torch counts nowhere; it is the task's work all the same, and
+    belongs to the call during whose window it started on the device (the calls are serial: each
+    ends with a synchronize before the next one's flush and range)."""
+    ranges, ops, spans, gpu = [], [], {}, []
     for ev in raw_events:
         t = ev.device_type()
         if t in gpu_types:
-            # Kineto may mirror a record_function range on the GPU's timeline (a user annotation
-            # spanning the range's kernels and the gaps between them): not a kernel.
-            kind = ev.activity_type() if hasattr(ev, "activity_type") else ""
-            if ev.name() != range_name and "annotation" not in str(kind):
-                spans.setdefault(ev.linked_correlation_id(), []).append(_raw_ns(ev))
+            if not _is_annotation(ev, range_name):
+                span = _raw_ns(ev)
+                spans.setdefault(ev.linked_correlation_id(), []).append(span)
+                gpu.append((ev.linked_correlation_id(), span))
         elif t == cpu_type:
             if ev.name() == range_name:
                 ranges.append((_raw_ns(ev), ev.start_thread_id()))
@@ -125,7 +139,7 @@ def range_busy_times(raw_events, range_name, cpu_type, gpu_types, sums_us):
         raise ValueError("%d timed ranges in the raw events, %d in the profiler's" % (len(ranges), len(sums_us)))
     per_range = [[] for _ in ranges]
     for (start, end), thread, corr in ops:
-        if corr not in spans:
+        if corr == 0 or corr not in spans:  # 0: no op (the unlinked kernels' key)
             continue
         for i, ((r0, r1), rthread) in enumerate(ranges):
             if thread == rthread and r0 <= start and end <= r1:
@@ -137,8 +151,15 @@ def range_busy_times(raw_events, range_name, cpu_type, gpu_types, sums_us):
         if abs(total - sums_us[i]) > 1e-3 * max(1.0, sums_us[i]) + 0.01:
             raise ValueError("call %d: the linked kernels sum to %.3f us, the profiler's sum is %.3f us"
                              % (i, total, sums_us[i]))
-        out.append(busy_us(mine) / 1000.0)
-    return out
+    known = {corr for _, _, corr in ops} - {0}
+    starts = [r0 for (r0, _), _ in ranges]
+    for link, span in gpu:
+        if link in known:
+            continue
+        i = bisect.bisect_right(starts, span[0]) - 1
+        if i >= 0:
+            per_range[i].append(span)
+    return [busy_us(mine) / 1000.0 for mine in per_range]
 
 
 def profiled_device_times(fn, sets, flush, calls):
