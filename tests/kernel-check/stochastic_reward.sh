@@ -92,10 +92,10 @@ PY
 # Where the flag comes from: ops-synth import runs the reference from two RNG states (the CPU worker).
 # The same load measures whether a constant would pass (insensitive) and whether the fp32 reference
 # is over every bound from float64 (ill_conditioned), with the evidence.
-for f in stochastic_dropout linear_relu insensitive_bias ill_conditioned constant_on_draws no_float64 float32_spelled diluted_block; do cp "$CA_SRC/tests/worker/fixtures/$f.py" "$T/"; done
+for f in stochastic_dropout linear_relu insensitive_bias ill_conditioned constant_on_draws no_float64 float32_spelled diluted_block closure_submodule; do cp "$CA_SRC/tests/worker/fixtures/$f.py" "$T/"; done
 "$CA_BIN/ops-synth" import --no-store --device cpu "$T/stochastic_dropout.py" "$T/linear_relu.py" \
   "$T/insensitive_bias.py" "$T/ill_conditioned.py" "$T/constant_on_draws.py" "$T/no_float64.py" "$T/float32_spelled.py" \
-  "$T/diluted_block.py" \
+  "$T/diluted_block.py" "$T/closure_submodule.py" \
   > "$T/tasks.jsonl" 2> "$T/import.err" || { echo "FAIL ops-synth import: $(tail -3 "$T/import.err")"; fails=$((fails + 1)); }
 python3 - "$T/tasks.jsonl" <<'PY' || fails=$((fails + 1))
 import json, sys
@@ -103,12 +103,13 @@ recs = {json.loads(l)["name"]: json.loads(l) for l in open(sys.argv[1])}
 flags = {n: r.get("stochastic") for n, r in recs.items()}
 assert flags == {"stochastic_dropout": True, "linear_relu": False, "insensitive_bias": False,
                  "ill_conditioned": False, "constant_on_draws": False, "no_float64": False, "float32_spelled": False,
-                 "diluted_block": False}, flags
+                 "diluted_block": False, "closure_submodule": False}, flags
 print("ok   ops-synth import: stochastic %s" % flags)
 got = {n: (r["reference"].get("insensitive"), r["reference"].get("ill_conditioned")) for n, r in recs.items()}
 assert got == {"stochastic_dropout": (False, None), "linear_relu": (False, False), "insensitive_bias": (True, False),
                "ill_conditioned": (False, True), "constant_on_draws": (True, False), "no_float64": (False, None),
-               "float32_spelled": (False, False), "diluted_block": (False, False)}, got
+               "float32_spelled": (False, False), "diluted_block": (False, False),
+               "closure_submodule": (False, False)}, got
 assert recs["insensitive_bias"]["reference"]["insensitive_evidence"]["checks"][0]["within"] is True
 assert recs["ill_conditioned"]["reference"]["ill_conditioned_evidence"]["fp32_err_rel_l2"] > 0.05
 assert "stochastic" in recs["stochastic_dropout"]["reference"]["ill_conditioned_evidence"]["error"]
@@ -122,6 +123,9 @@ assert "float64" in err and "float32 inputs only" in err and "lifted" in err, er
 assert recs["no_float64"]["reference"]["ill_conditioned_evidence"]["out_of_memory"] is False  # the task's, not the node's
 # Code that names float32 is calibrated by the second run, with the dtypes it names lifted.
 assert recs["float32_spelled"]["reference"]["ill_conditioned_evidence"]["fp32_err_rel_l2"] >= 0
+# A lambda over a submodule: the float64 model is built again (a deep copy ran the original's layers).
+ev = recs["closure_submodule"]["reference"]["ill_conditioned_evidence"]
+assert "error" not in ev and ev["fp32_err_rel_l2"] < 1e-5, ev
 # The part of each output's norm the inputs move (the calibrated floor's scale): ~1 for a Linear +
 # ReLU, ~1e-4 beside a block of 1000s (0.1 * tanh on half the elements).
 vf = {n: recs[n]["reference"]["insensitive_evidence"]["checks"][0]["varying_fraction"]["outputs.0"]

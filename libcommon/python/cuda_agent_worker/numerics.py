@@ -5,7 +5,6 @@ and whether the reference is a random draw itself (stochastic). PROTOCOL.md, "re
 "inputs" and "load", says what the answers hold; libcommon/bundle/compare.hpp turns calibrations
 into bounds."""
 import contextlib
-import copy
 import hashlib
 import math
 
@@ -43,8 +42,8 @@ def _clone_inputs(values):
 
 
 def _model64(task):
-    """The task's model in float64 (a deep copy of its load-time state), kept for the last task
-    that asked."""
+    """The task's model in float64 (built again in its load-time state: Task.rebuild), kept for the
+    last task that asked."""
     m = getattr(task, "_model64", None)
     if m is None:
         holder = _HOLDER64[0]
@@ -53,14 +52,7 @@ def _model64(task):
             holder._state64 = None
         task.restore()
         with stage("calibrate: float64 copy of the model"):
-            try:
-                m = copy.deepcopy(task.model)
-            except Exception:  # a module that cannot be deep-copied: built again, same state
-                m = task.module.Model(*task.init_inputs).to(task.device)
-                m.load_state_dict(task.initial_state)
-                if not task.model.training:
-                    m.eval()
-            m = m.double()
+            m = task.rebuild().double()
         task._model64 = m
         task._state64 = {k: v.detach().clone() for k, v in m.state_dict().items()}
         _HOLDER64[0] = task

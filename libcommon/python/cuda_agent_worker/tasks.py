@@ -334,6 +334,7 @@ class Task(object):
         def build(device):  # the default-device mode places what Model builds
             torch.set_rng_state(cpu_rng)
             return self.module.Model(*self.init_inputs)
+        self._build = build
         with stage("init"):
             self.model = self._built(build)
             if not isinstance(self.model, torch.nn.Module):
@@ -477,6 +478,21 @@ class Task(object):
 
     def restore(self):
         self.model.load_state_dict(self.initial_state)
+
+    def rebuild(self):
+        """A second instance of the model, built by the task's code as at load and given the
+        load-time state: independent by construction. A deep copy is not: it copies the module tree
+        but shares what the model holds beside it (a lambda over a submodule, as minGPT's
+        `self.mlpf = lambda x: m.dropout(m.c_proj(...))`), so the copy would run the original's layers.
+        The RNG states are left as they were."""
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            m = self._built(self._build)
+        m = m.to(self.device)
+        m.load_state_dict(self.initial_state)
+        if not self.model.training:
+            m.eval()
+        return m
 
     def forward(self, inputs, fn=None, prec="fp32"):
         """Outputs (flattened) of one call on device inputs, from the load-time state."""
