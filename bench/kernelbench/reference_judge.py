@@ -1460,15 +1460,20 @@ class Task(object):
         return [o for o in (out if isinstance(out, (list, tuple)) else [out]) if isinstance(o, torch.Tensor)]
 
     def forward64(self, inputs):
-        """The reference in float64: a copy of the model in double, floating inputs in double,
-        torch's default dtype double while it runs (tensors the code makes itself). None when the
-        task cannot run so (an op without a float64 kernel, a dtype it spells out, no memory)."""
-        import copy
+        """The reference in float64: the model built again in double (not a deep copy, which shares
+        a lambda the model holds over a submodule, as minGPT's Block does, and so runs the original
+        float32 layers), floating inputs in double, torch's default dtype double while it runs
+        (tensors the code makes itself). None when the task cannot run so (an op without a float64
+        kernel, a dtype it spells out, no memory)."""
         saved = torch.get_default_dtype()
         m = None
         try:
-            m = copy.deepcopy(self.model)
+            with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []), self._on_device():
+                m = self.module.Model(*self.init_inputs)
+            m = m.to(self.device)
             m.load_state_dict(self.state)
+            if self.mode == "eval":
+                m.eval()
             m = m.double()
             ins = [v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in inputs]
             torch.set_default_dtype(torch.float64)
@@ -3273,6 +3278,18 @@ def selftest(opt):
         _, nums = compare(near.reshape(ins[1].shape), want, 1e-2, 1e-2, 5e-2)
         ok(allowed < nums["mismatches"] <= allowed + int(SOFT_MISS_FRACTION * want.numel()),
            "atol alone: within the 1%% the slack allows (%d misses)" % nums["mismatches"])
+    # A model that runs a submodule through a lambda it holds (minGPT's Block, level3/44): forward64
+    # builds it again (a deep copy shares the lambda and ran the float32 Linear on double inputs).
+    code = ("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self):\n"
+            "        super().__init__()\n        self.fc = nn.Linear(64, 32)\n        m = self.fc\n"
+            "        self.f = lambda x: torch.relu(m(x))\n    def forward(self, x):\n        return self.f(x)\n"
+            "def get_inputs():\n    return [torch.randn(16, 64)]\ndef get_init_inputs():\n    return []\n")
+    with tempfile.TemporaryDirectory() as wd:
+        Tc = Task({"task_id": "selftest-closure", "code": code}, "cpu", wd)
+        ins_c = Tc.inputs(1)
+        got32, got64 = Tc.forward(ins_c)[0], Tc.forward64(ins_c)
+        ok(got64 is not None and got64[0].dtype == torch.float64
+           and float((got64[0] - got32.double()).abs().max()) < 1e-5, "forward64: a lambda over a submodule runs in float64")
         bad, nums = compare(ins[1], want, 1e-2, 1e-2, 5e-2)
         ok(bad is not None and 0 < nums["mismatches"] <= allowed,
            "the exact answer misses the gate on %d (within the allowance): %s" % (nums.get("mismatches", -1), bad))
