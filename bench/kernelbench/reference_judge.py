@@ -1425,6 +1425,7 @@ class Task(object):
         exec(compile(task["code"], path, "exec"), self.module.__dict__)
         seed_all(0)
         self.init_inputs = list(self.module.get_init_inputs()) if hasattr(self.module, "get_init_inputs") else []
+        self.build_rng = self._rng()  # forward64 builds again from here: the same draws
         with self._on_device():
             self.model = self.module.Model(*self.init_inputs)
         self.model = self.model.to(self.device)
@@ -1440,6 +1441,20 @@ class Task(object):
             self.input_names = []
         self.baselines = {}
         self.compiled = None
+
+    def _rng(self, states=None):
+        """The generators' states (Python's, NumPy's, torch's CPU and CUDA ones); given states, put
+        them back."""
+        import random
+        cuda = [self.device] if self.device.type == "cuda" else []
+        if states is None:
+            return (random.getstate(), np.random.get_state(), torch.get_rng_state(),
+                    [torch.cuda.get_rng_state(d) for d in cuda])
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+        for d, st in zip(cuda, states[3]):
+            torch.cuda.set_rng_state(st, d)
 
     def _on_device(self):
         if self.device.type != "cpu" and hasattr(torch, "set_default_device"):
@@ -1468,8 +1483,13 @@ class Task(object):
         saved = torch.get_default_dtype()
         m = None
         try:
-            with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []), self._on_device():
-                m = self.module.Model(*self.init_inputs)
+            rng = self._rng()
+            try:
+                self._rng(self.build_rng)
+                with self._on_device():
+                    m = self.module.Model(*self.init_inputs)
+            finally:
+                self._rng(rng)
             m = m.to(self.device)
             m.load_state_dict(self.state)
             if self.mode == "eval":
@@ -3279,10 +3299,13 @@ def selftest(opt):
         ok(allowed < nums["mismatches"] <= allowed + int(SOFT_MISS_FRACTION * want.numel()),
            "atol alone: within the 1%% the slack allows (%d misses)" % nums["mismatches"])
     # A model that runs a submodule through a lambda it holds (minGPT's Block, level3/44): forward64
-    # builds it again (a deep copy shares the lambda and ran the float32 Linear on double inputs).
+    # builds it again (a deep copy shares the lambda and ran the float32 Linear on double inputs),
+    # from the generators' states of the first build (its plain attribute drawn again the same).
     code = ("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self):\n"
             "        super().__init__()\n        self.fc = nn.Linear(64, 32)\n        m = self.fc\n"
-            "        self.f = lambda x: torch.relu(m(x))\n    def forward(self, x):\n        return self.f(x)\n"
+            "        self.f = lambda x: torch.relu(m(x))\n"
+            "        import random\n        self.shift = torch.tensor([random.gauss(0.0, 1.0) for _ in range(32)])\n"
+            "    def forward(self, x):\n        return self.f(x) + self.shift\n"
             "def get_inputs():\n    return [torch.randn(16, 64)]\ndef get_init_inputs():\n    return []\n")
     with tempfile.TemporaryDirectory() as wd:
         Tc = Task({"task_id": "selftest-closure", "code": code}, "cpu", wd)

@@ -55,6 +55,30 @@ def seed_all(seed):
         pass
 
 
+def rng_states(device):
+    """The state of every generator a task's code may draw from (seed_all's: Python's, torch's CPU
+    one, the device's, NumPy's), for set_rng_states to put back."""
+    states = {"random": random.getstate(), "torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        states["cuda"] = torch.cuda.get_rng_state(device)
+    try:
+        import numpy
+        states["numpy"] = numpy.random.get_state()
+    except ImportError:
+        pass
+    return states
+
+
+def set_rng_states(states, device):
+    random.setstate(states["random"])
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states:
+        torch.cuda.set_rng_state(states["cuda"], device)
+    if "numpy" in states:
+        import numpy
+        numpy.random.set_state(states["numpy"])
+
+
 # ---- precision -------------------------------------------------------------------------------------
 
 def _has_new_precision_api():
@@ -329,10 +353,13 @@ class Task(object):
         if not isinstance(init_inputs, (list, tuple)):
             init_inputs = [init_inputs]
         self.init_inputs = list(init_inputs)
-        cpu_rng = torch.get_rng_state()
+        # Every build starts from the same generator states: the CPU retry of a device build draws
+        # what a CPU-only build would, and rebuild() makes the same model (plain tensor attributes
+        # that are not state, as 33_VanillaRNN's self.hidden = torch.randn(...), included).
+        init_rng = rng_states(self.device)
 
         def build(device):  # the default-device mode places what Model builds
-            torch.set_rng_state(cpu_rng)
+            set_rng_states(init_rng, self.device)
             return self.module.Model(*self.init_inputs)
         self._build = build
         with stage("init"):
@@ -484,10 +511,13 @@ class Task(object):
         load-time state: independent by construction. A deep copy is not: it copies the module tree
         but shares what the model holds beside it (a lambda over a submodule, as minGPT's
         `self.mlpf = lambda x: m.dropout(m.c_proj(...))`), so the copy would run the original's layers.
-        The RNG states are left as they were."""
-        devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
+        The generators start where the load's build started (so it draws what that one drew) and
+        are left as they were."""
+        saved = rng_states(self.device)
+        try:
             m = self._built(self._build)
+        finally:
+            set_rng_states(saved, self.device)
         m = m.to(self.device)
         m.load_state_dict(self.initial_state)
         if not self.model.training:
