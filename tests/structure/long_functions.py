@@ -22,15 +22,22 @@ signature, or in the block of `//` comment lines directly above it.
 files another change is rewriting. An entry that no longer names a long function fails the run,
 so the list only shrinks.
 
+Python sources (*.py: the reference worker under libcommon/python) by the same rule, read with
+Python's own parser: a function is a def at module or class scope (a def inside a function is part
+of it), from its `def` line to its last line; the comment is `# long: <reason>` on the `def` line or
+in the block of `#` comment lines directly above it (or above its decorators).
+
 Exit status: 0 all vouched for, 1 violations (listed on stdout), 2 bad usage or unreadable input.
 """
 import argparse
+import ast
 import os
 import re
 import sys
 
-EXTENSIONS = (".cpp", ".hpp", ".cu", ".cuh")
+EXTENSIONS = (".cpp", ".hpp", ".cu", ".cuh", ".py")
 LONG_COMMENT = re.compile(r"//\s*long:\s*\S")
+PY_LONG_COMMENT = re.compile(r"#\s*long:\s*\S")
 IDENT_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
@@ -377,6 +384,41 @@ class Scanner:
         return False
 
 
+class PyScanner(object):
+    """Python's functions, as Scanner gives C++'s: (first line, name, length, def node)."""
+
+    def __init__(self, text, path):
+        self.lines = text.split("\n")
+        try:
+            self.tree = ast.parse(text, filename=path)
+        except SyntaxError as e:
+            raise ValueError("line %s: %s" % (e.lineno, e.msg))
+
+    def scan(self):
+        out = []
+
+        def visit(body, prefix):
+            for n in body:
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    out.append((n.lineno, prefix + n.name, n.end_lineno - n.lineno + 1, n))
+                elif isinstance(n, ast.ClassDef):
+                    visit(n.body, prefix + n.name + ".")
+        visit(self.tree.body, "")
+        return out
+
+    def vouched(self, node):
+        """A `# long: reason` on the def line or in the comment block above it (and its decorators)."""
+        if PY_LONG_COMMENT.search(self.lines[node.lineno - 1]):
+            return True
+        top = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+        k = top - 1
+        while k >= 0 and self.lines[k].strip().startswith("#"):
+            if PY_LONG_COMMENT.search(self.lines[k]):
+                return True
+            k -= 1
+        return False
+
+
 def sources(root, dirs):
     for d in dirs:
         base = os.path.join(root, d)
@@ -424,7 +466,7 @@ def main(argv):
         try:
             with open(os.path.join(args.root, rel), encoding="utf-8") as f:
                 text = f.read()
-            sc = Scanner(text)
+            sc = PyScanner(text, rel) if rel.endswith(".py") else Scanner(text)
             functions = sc.scan()
         except (OSError, UnicodeDecodeError, ValueError) as e:
             print("long_functions: %s: %s" % (rel, e), file=sys.stderr)
@@ -454,7 +496,7 @@ def main(argv):
     for s in stale:
         print("%s: allowlist entry names no long function any more: remove it" % s)
     if bad:
-        print("long_functions: %d function(s) over %d lines without a `// long: <reason>` comment on "
+        print("long_functions: %d function(s) over %d lines without a `// long: <reason>` (`# long:`) comment on "
               "the signature's first line or just above it: cut them at their seams, or say why"
               % (len(bad), args.max), file=sys.stderr)
     return 1 if bad or stale else 0

@@ -24,6 +24,23 @@ diff -u "$T/want" "$T/out" || fail "fixtures: the checker's list differs (above)
 grep -q '7 function(s) over 80 lines' "$T/err" || fail "fixtures: no summary on stderr"
 pass "fixtures: seven long functions found (one a +[] lambda), vouched and short ones (80 lines, class bodies) not"
 
+# 1b. Python (the reference worker): defs at module and class scope, by Python's parser; a nested
+# def is its function's; `# long:` on the def line or above its decorators vouches.
+rc=0
+check --root "$HERE/fixtures" pyfuncs.py > "$T/out" 2> "$T/err" || rc=$?
+[[ $rc == 1 ]] || fail "python fixtures: exit $rc, expected 1 ($(cat "$T/err"))"
+cat > "$T/want" <<'WANT'
+pyfuncs.py:11:long_plain:85
+pyfuncs.py:270:long_empty_reason:83
+pyfuncs.py:355:Holder.method:82
+pyfuncs.py:438:outer:90
+WANT
+diff -u "$T/want" "$T/out" || fail "python fixtures: the checker's list differs (above)"
+printf 'def f(:\n' > "$T/bad.py"
+rc=0; check --root "$T" bad.py > /dev/null 2> "$T/err" || rc=$?
+[[ $rc == 2 ]] && grep -q 'bad.py' "$T/err" || fail "broken python: exit $rc, expected 2 naming the file"
+pass "python fixtures: four long defs found (a method, a def with a nested one), vouched and 80-line ones not"
+
 # 2. The allowlist: an entry excuses its function; one that names nothing long fails the run.
 printf '%s\n' 'kinds.cpp:Widget::method' 'kinds.cpp:handler' 'kinds.cpp:<lambda>' 'kinds.cpp:empty_reason' 'kinds.cpp:plus_lambda' \
   > "$T/allow"

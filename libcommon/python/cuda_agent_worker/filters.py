@@ -99,25 +99,93 @@ def run(worker, req):
     return ans
 
 
-def _run_once(worker, req):
-    lo, hi = req.get("eager_time_range_ms", [1, 100])
-    check_compile = bool(req.get("check_compile", True))
+def _filter_task(worker, req):
+    """(task, load error, unload after): the loaded task, or one loaded here from the request's code
+    (unloaded after the answer, as ops-synth sends thousands through one worker, unless the
+    request says keep_loaded)."""
     code = req.get("code")
     if code is None:
-        task = worker.task(req)  # the loaded one
-        load_err = None
-        temp = False
+        return worker.task(req), None, False
+    tid = req.get("task_id") or "filter-" + hashlib.sha1(code.encode("utf-8")).hexdigest()[:16]
+    temp = not req.get("keep_loaded", False)
+    try:
+        return worker.load(str(tid), code, req.get("init_inputs"), int(req.get("init_seed", 0)),
+                           reference_mode(req), keep_inputs=True, build_on_device=True), None, temp
+    except TaskError as e:
+        return None, e, temp
+
+
+def _output_verdicts(task, v, inputs0):
+    """runs_eager, deterministic, no_nan_inf, not_constant, on the seed-0 inputs; their outputs."""
+    out_a = task.forward(inputs0)
+    v["runs_eager"] = _verdict(True, "%d output(s)" % len(out_a))
+    out_b = task.forward(inputs0)
+    v["deterministic"] = _verdict(bit_equal(out_a, out_b),
+                                  "two runs on the same inputs are bit-equal" if bit_equal(out_a, out_b)
+                                  else "two runs on the same inputs differ (a stochastic op?)")
+    bad = [i for i, o in enumerate(out_a)
+           if (o.is_floating_point() or o.is_complex()) and o.numel() and not bool(torch.isfinite(o).all())]
+    v["no_nan_inf"] = _verdict(not bad, "all outputs finite" if not bad
+                               else "NaN or Inf in output(s) %s" % ",".join(map(str, bad)))
+    consts = [_constant(o) for o in out_a]
+    judged = [c for c in consts if c is not None]
+    if not judged:
+        v["not_constant"] = _verdict(True, "single-element outputs: judged by input_dependent only")
     else:
-        tid = req.get("task_id") or "filter-" + hashlib.sha1(code.encode("utf-8")).hexdigest()[:16]
-        # A task loaded here is unloaded after the answer (ops-synth sends thousands through one
-        # worker), unless the request says keep_loaded.
-        temp = not req.get("keep_loaded", False)
-        task, load_err = None, None
+        ok = not all(judged)
+        v["not_constant"] = _verdict(ok, "some output varies" if ok else "every output is one constant value")
+    return out_a
+
+
+def _dependence_verdicts(task, v, inputs0, out_a):
+    """input_dependent (seeds 0 and 1), input_sensitive, well_conditioned, not_diluted; the seed-1
+    inputs."""
+    seed1 = getattr(task, "load_seed1", None)  # the load's seed-1 draw and outputs (detect_insensitive)
+    task.load_seed1 = None
+    if seed1 is not None:
+        inputs1, out_1 = seed1
+    else:
+        inputs1 = task.make_inputs(1, stats=False, on_device=True)[0]
+        out_1 = task.forward(inputs1)
+    same_inputs = all(torch.equal(_bits(x), _bits(y)) for x, y in zip(inputs0, inputs1)
+                      if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
+                      and x.dtype == y.dtype)
+    dep = not bit_equal(out_a, out_1)
+    v["input_dependent"] = _verdict(dep, "outputs differ for seeds 0 and 1" if dep else
+                                    "outputs equal for seeds 0 and 1" +
+                                    (" (get_inputs gave the same inputs)" if same_inputs else ""))
+    v["input_sensitive"] = _sensitivity_verdict(task.sensitivity)
+    v["well_conditioned"] = _conditioning_verdict(task.conditioning)
+    v["not_diluted"] = _dilution_verdict(task, inputs0, out_a)
+    return inputs1
+
+
+def _compile_verdict(task, v, inputs0, out_a, check_compile):
+    """runs_compile: torch.compile runs the task (on a GPU, when every check before passed)."""
+    failed = next((name for name in ORDER if name in v and v[name]["pass"] is False), None)
+    if failed is not None:
+        v["runs_compile"] = _skipped("not run: %s failed" % failed)
+    elif not check_compile:
+        v["runs_compile"] = _skipped("not asked (check_compile false)")
+    elif task.device.type != "cuda":
+        v["runs_compile"] = _skipped("skipped on CPU: torch.compile is checked on a GPU only")
+    elif not hasattr(torch, "compile"):
+        v["runs_compile"] = _skipped("torch %s has no torch.compile" % torch.__version__)
+    else:
+        t0 = time.perf_counter()
         try:
-            task = worker.load(str(tid), code, req.get("init_inputs"), int(req.get("init_seed", 0)),
-                               reference_mode(req), keep_inputs=True, build_on_device=True)
+            out_c = task.forward(inputs0, fn=task.compiled_model("default"))
+            diff = max([float((c.double() - a.double()).abs().max()) if c.numel() else 0.0
+                        for c, a in zip(out_c, out_a)] or [0.0])
+            v["runs_compile"] = _verdict(True, "compiled and ran; max |compile - eager| = %.3g" % diff,
+                                         max_abs_diff=diff, seconds=round(time.perf_counter() - t0, 3))
         except TaskError as e:
-            load_err = e
+            v["runs_compile"] = _verdict(False, "%s: %s" % (e.stage, e.detail), traceback=e.traceback)
+
+
+def _run_once(worker, req):
+    lo, hi = req.get("eager_time_range_ms", [1, 100])
+    task, load_err, temp = _filter_task(worker, req)
     v = {}
     try:
         if load_err is not None:
@@ -130,74 +198,16 @@ def _run_once(worker, req):
         task.load_inputs = None
         if inputs0 is None:
             inputs0 = task.make_inputs(0, stats=False, on_device=True)[0]
-        out_a = task.forward(inputs0)
-        v["runs_eager"] = _verdict(True, "%d output(s)" % len(out_a))
-
-        on_gpu = task.device.type == "cuda"
-        out_b = task.forward(inputs0)
-        v["deterministic"] = _verdict(bit_equal(out_a, out_b),
-                                      "two runs on the same inputs are bit-equal" if bit_equal(out_a, out_b)
-                                      else "two runs on the same inputs differ (a stochastic op?)")
-
-        bad = [i for i, o in enumerate(out_a)
-               if (o.is_floating_point() or o.is_complex()) and o.numel() and not bool(torch.isfinite(o).all())]
-        v["no_nan_inf"] = _verdict(not bad, "all outputs finite" if not bad
-                                   else "NaN or Inf in output(s) %s" % ",".join(map(str, bad)))
-
-        consts = [_constant(o) for o in out_a]
-        judged = [c for c in consts if c is not None]
-        if not judged:
-            v["not_constant"] = _verdict(True, "single-element outputs: judged by input_dependent only")
-        else:
-            ok = not all(judged)
-            v["not_constant"] = _verdict(ok, "some output varies" if ok else "every output is one constant value")
-
-        seed1 = getattr(task, "load_seed1", None)  # the load's seed-1 draw and outputs (detect_insensitive)
-        task.load_seed1 = None
-        if seed1 is not None:
-            inputs1, out_1 = seed1
-        else:
-            inputs1 = task.make_inputs(1, stats=False, on_device=True)[0]
-            out_1 = task.forward(inputs1)
-        same_inputs = all(torch.equal(_bits(x), _bits(y)) for x, y in zip(inputs0, inputs1)
-                          if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
-                          and x.dtype == y.dtype)
-        dep = not bit_equal(out_a, out_1)
-        v["input_dependent"] = _verdict(dep, "outputs differ for seeds 0 and 1" if dep else
-                                        "outputs equal for seeds 0 and 1" +
-                                        (" (get_inputs gave the same inputs)" if same_inputs else ""))
-
-        v["input_sensitive"] = _sensitivity_verdict(task.sensitivity)
-        v["well_conditioned"] = _conditioning_verdict(task.conditioning)
-        v["not_diluted"] = _dilution_verdict(task, inputs0, out_a)
-
-        if not on_gpu:
+        out_a = _output_verdicts(task, v, inputs0)
+        inputs1 = _dependence_verdicts(task, v, inputs0, out_a)
+        if task.device.type != "cuda":
             v["eager_time_ms"] = _skipped("skipped on CPU: eager time is measured on a GPU only")
         else:
             from .timing import quick_eager_ms
             ms, _ = quick_eager_ms(task, [inputs0, inputs1])  # no third draw: values barely move the time
             v["eager_time_ms"] = _verdict(lo <= ms <= hi, "eager median %.4g ms, range [%g, %g]" % (ms, lo, hi),
                                           value=ms)
-        failed = next((name for name in ORDER if name in v and v[name]["pass"] is False), None)
-        if failed is not None:
-            v["runs_compile"] = _skipped("not run: %s failed" % failed)
-        elif not check_compile:
-            v["runs_compile"] = _skipped("not asked (check_compile false)")
-        elif not on_gpu:
-            v["runs_compile"] = _skipped("skipped on CPU: torch.compile is checked on a GPU only")
-        elif not hasattr(torch, "compile"):
-            v["runs_compile"] = _skipped("torch %s has no torch.compile" % torch.__version__)
-        else:
-            t0 = time.perf_counter()
-            try:
-                out_c = task.forward(inputs0, fn=task.compiled_model("default"))
-                diff = max([float((c.double() - a.double()).abs().max()) if c.numel() else 0.0
-                            for c, a in zip(out_c, out_a)] or [0.0])
-                v["runs_compile"] = _verdict(True, "compiled and ran; max |compile - eager| = %.3g" % diff,
-                                             max_abs_diff=diff, seconds=round(time.perf_counter() - t0, 3))
-            except TaskError as e:
-                v["runs_compile"] = _verdict(False, "%s: %s" % (e.stage, e.detail), traceback=e.traceback)
-
+        _compile_verdict(task, v, inputs0, out_a, bool(req.get("check_compile", True)))
         return _answer(v, task.load_answer())
     except TaskError as e:
         # A later stage raised (e.g. the second input draw): that verdict fails, the rest are skipped.

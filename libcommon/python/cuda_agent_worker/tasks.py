@@ -389,17 +389,7 @@ class Task(object):
         # variant within the published bound), and a reference whose own fp32 error against float64 is
         # over the cap of every bound. Judges have a rule for each (kernel-check: task_insensitive,
         # task_ill_conditioned; ops-synth filter drops them).
-        try:
-            self.sensitivity, inputs1, outs1 = numerics.detect_insensitive(self, inputs, outs, keep_seed1=keep_inputs)
-        except TaskError as e:
-            self.sensitivity, inputs1, outs1 = {"insensitive": None, "error": "%s: %s" % (e.stage, e.detail)}, None, None
-        except (RuntimeError, MemoryError) as e:
-            # Out of memory outside the task's code (the seed-1 draw's copy to the device, a variant's
-            # temporaries, the comparison): the measure is missing, the load is not lost with it (as
-            # detect_ill_conditioned answers a float64 run that ran out of memory).
-            text = str(e).splitlines()[0][:300] if str(e) else ""
-            self.sensitivity, inputs1, outs1 = ({"insensitive": None, "error": "%s: %s" % (type(e).__name__, text)},
-                                                None, None)
+        self.sensitivity, inputs1, outs1 = self._sensitivity(inputs, outs, keep_inputs)
         # Per output, the part of its norm the inputs move (the floor of every calibrated bound is
         # relative to it): from the two plain draws just compared, before the float64 run calibrates.
         self.varying = numerics.varying_fractions(self.sensitivity)
@@ -411,6 +401,20 @@ class Task(object):
         self.load_inputs = inputs if keep_inputs else None
         self.load_seed1 = (inputs1, outs1) if keep_inputs and inputs1 is not None else None
         self.output_specs = [dict(index=i, **tensor_spec(o)) for i, o in enumerate(outs)]
+
+    def _sensitivity(self, inputs, outs, keep_seed1):
+        """numerics.detect_insensitive's (evidence, seed-1 inputs, their outputs); the evidence says
+        why there is no measure when the task's code raised, or memory ran out outside it (the
+        seed-1 draw's copy to the device, a variant's temporaries, the comparison): the load is not
+        lost with it (as detect_ill_conditioned answers a float64 run that ran out of memory)."""
+        from . import numerics
+        try:
+            return numerics.detect_insensitive(self, inputs, outs, keep_seed1=keep_seed1)
+        except TaskError as e:
+            return {"insensitive": None, "error": "%s: %s" % (e.stage, e.detail)}, None, None
+        except (RuntimeError, MemoryError) as e:
+            text = str(e).splitlines()[0][:300] if str(e) else ""
+            return {"insensitive": None, "error": "%s: %s" % (type(e).__name__, text)}, None, None
 
     def _peak_bytes(self, inputs):
         """The reference's peak memory (peak.py) in one more forward run as the judge runs it (from the

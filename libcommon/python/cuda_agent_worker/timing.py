@@ -236,6 +236,47 @@ def warm_up(fn, sets, warmup, warmup_s, sync, clock=time.perf_counter):
     return i, "warmup_s"
 
 
+def _timed_fn(task, mode):
+    """(what a call runs, compiled by an earlier request or None for eager) for the mode."""
+    if mode == "eager":
+        return task.model, None
+    cmode = "default" if mode == "compile" else "max-autotune"
+    cached = cmode in task.compiled
+    with stage("compile"):
+        return task.compiled_model(cmode), cached
+
+
+def _timed_calls(fn, sets, flush, timer, min_runs, max_runs, budget_s, target):
+    """Timed calls, input sets rotated, until the median's relative CI is under target (after
+    min_runs), max_runs, or budget_s is spent (after 3): (times in us, why it stopped)."""
+    times, stop = [], "max_runs"
+    start = time.perf_counter()
+    while len(times) < max_runs:
+        times.append(timer(fn, sets[len(times) % len(sets)], flush))
+        if len(times) >= min_runs:
+            rc = median_rel_ci(sorted(times))
+            if rc is not None and rc < target:
+                stop = "rel_ci"
+                break
+        if time.perf_counter() - start > budget_s and len(times) >= 3:
+            stop = "budget"
+            break
+    return times, stop
+
+
+def _device_time(fn, sets, flush, n_timed):
+    """(summary of the per-call busy times, None) from a profiled pass of up to 30 calls, or (None,
+    why there is none)."""
+    try:
+        device_times = profiled_device_times(fn, sets, flush, max(5, min(30, n_timed)))
+    except RuntimeError as e:  # no CUPTI, profiler busy: report events only, say why
+        return None, "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+    summary = summarize(device_times) if device_times else None
+    if summary is None or summary["median"] <= 0:  # kernels not attributed to the range: say so
+        return None, "the profiler attributed no kernel time to the timed calls"
+    return summary, None
+
+
 def time_task(task, req, sets=None):
     """The `time` op. sets: input sets already on the device (default: input_sets fresh draws)."""
     mode = req.get("mode", "eager")
@@ -261,14 +302,7 @@ def time_task(task, req, sets=None):
     flush_bytes = default_flush_bytes(task.device) if flush_bytes is None else int(flush_bytes)
 
     compile_s = None
-    compile_cached = None
-    if mode == "eager":
-        fn = task.model
-    else:
-        cmode = "default" if mode == "compile" else "max-autotune"
-        compile_cached = cmode in task.compiled
-        with stage("compile"):
-            fn = task.compiled_model(cmode)
+    fn, compile_cached = _timed_fn(task, mode)
     if sets is None:
         sets = [task.make_inputs(seed + i, stats=False, on_device=True)[0] for i in range(input_sets)]
     task.restore()
@@ -276,10 +310,8 @@ def time_task(task, req, sets=None):
     sync = torch.cuda.synchronize if on_gpu else (lambda: None)
     timer = _event_time if on_gpu else _wall_time
 
-    times = []
-    device_times = None
+    device_time_us = None
     device_error = None
-    stop = "max_runs"
     with precision(prec, task.device), torch.no_grad():
         t0 = time.perf_counter()
         with stage("compile" if mode != "eager" else "forward"):
@@ -294,30 +326,13 @@ def time_task(task, req, sets=None):
             warmup_calls, warmup_stop = warm_up(fn, sets, warmup, warmup_s, sync)
             phases["warmup"] = time.perf_counter() - w0
             start = time.perf_counter()
-            while len(times) < max_runs:
-                times.append(timer(fn, sets[len(times) % len(sets)], flush))
-                if len(times) >= min_runs:
-                    rc = median_rel_ci(sorted(times))
-                    if rc is not None and rc < target:
-                        stop = "rel_ci"
-                        break
-                if time.perf_counter() - start > budget_s and len(times) >= 3:
-                    stop = "budget"
-                    break
+            times, stop = _timed_calls(fn, sets, flush, timer, min_runs, max_runs, budget_s, target)
             phases["timed"] = time.perf_counter() - start
             if on_gpu and metric == "device":
-                calls = max(5, min(30, len(times)))
                 p0 = time.perf_counter()
-                try:
-                    device_times = profiled_device_times(fn, sets, flush, calls)
-                except RuntimeError as e:  # no CUPTI, profiler busy: report events only, say why
-                    device_error = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+                device_time_us, device_error = _device_time(fn, sets, flush, len(times))
                 phases["profiler"] = time.perf_counter() - p0
     time_us = summarize(times)
-    device_time_us = summarize(device_times) if device_times else None
-    if device_time_us is not None and device_time_us["median"] <= 0:
-        device_time_us = None  # kernels not attributed to the range: say so rather than report 0
-        device_error = "the profiler attributed no kernel time to the timed calls"
     value = device_time_us["median"] if (metric == "device" and device_time_us) else time_us["median"]
     return {
         "time_us": time_us,

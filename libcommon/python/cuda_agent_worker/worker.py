@@ -13,7 +13,7 @@ import sys
 import tempfile
 import traceback
 
-PROTOCOL_OUT = None  # the real stdout, set by main()
+PROTOCOL_OUT = None  # the real stdout, set by _split_output()
 
 
 def emit(obj):
@@ -497,8 +497,61 @@ def start_reaper(work_dir, tool_pid):
         os._exit(0)
 
 
-def main(argv=None):
+def _split_output(log):
+    """The protocol gets a private copy of fd 1; fd 1 goes where fd 2 goes (the client's capped
+    reader, or `log`), so whatever task code prints (Python or C) never lands in the protocol stream."""
     global PROTOCOL_OUT
+    proto_fd = os.dup(1)
+    if log:
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(fd, 2)
+        os.close(fd)
+    os.dup2(2, 1)
+    PROTOCOL_OUT = os.fdopen(proto_fd, "w")
+    try:
+        sys.stdout.reconfigure(line_buffering=True)
+        sys.stderr.reconfigure(line_buffering=True)
+    except AttributeError:
+        pass
+
+
+def _open_device(torch, device, memory_mb):
+    """The device as "cuda:N" (its context made now, before the confinement: the driver opens its
+    device files, /proc/driver/nvidia and its libraries once, unconfined) or "cpu" (with the
+    address-space limit); None after a no_device hello when it is not available."""
+    if device == "cpu":
+        if memory_mb > 0:
+            # Address-space limit on CPU only: CUDA reserves far more virtual memory than it uses, so
+            # on a GPU the client's resident-set watch is the limit.
+            lim = memory_mb << 20
+            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+            if hard != resource.RLIM_INFINITY:
+                lim = min(lim, hard)
+            resource.setrlimit(resource.RLIMIT_AS, (lim, hard))
+        return device
+    ok = device.startswith("cuda") and torch.cuda.is_available()
+    idx = 0
+    if ok and ":" in device:
+        try:
+            idx = int(device.split(":", 1)[1])
+        except ValueError:
+            ok = False
+    if ok and idx >= torch.cuda.device_count():
+        ok = False
+    if not ok:
+        emit({"ok": False, "op": "hello", "error": "no_device",
+              "detail": "device %s is not available to torch %s (cuda available: %s, devices: %d)"
+                        % (device, torch.__version__, torch.cuda.is_available(),
+                           torch.cuda.device_count() if torch.cuda.is_available() else 0)})
+        return None
+    device = "cuda:%d" % idx
+    torch.cuda.set_device(idx)
+    torch.zeros(1, device=device)
+    torch.cuda.synchronize()
+    return device
+
+
+def main(argv=None):
     ap = argparse.ArgumentParser(prog="python3 -m cuda_agent_worker", description=__doc__)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--cpu-seconds", type=float, default=600)
@@ -516,21 +569,7 @@ def main(argv=None):
     if not args.unconfined and os.getpgid(0) == os.getpid():
         start_reaper(args.work_dir, args.parent_pid)
 
-    # The protocol gets a private copy of fd 1; fd 1 goes where fd 2 goes (the client's capped
-    # reader, or --log), so whatever task code prints (Python or C) never lands in the protocol stream.
-    proto_fd = os.dup(1)
-    if args.log:
-        fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.dup2(fd, 2)
-        os.close(fd)
-    os.dup2(2, 1)
-    PROTOCOL_OUT = os.fdopen(proto_fd, "w")
-    try:
-        sys.stdout.reconfigure(line_buffering=True)
-        sys.stderr.reconfigure(line_buffering=True)
-    except AttributeError:
-        pass
-
+    _split_output(args.log)
     try:
         import torch
     except Exception as e:  # ImportError, or a broken install
@@ -538,37 +577,9 @@ def main(argv=None):
               "detail": "%s cannot import torch (%s: %s); install PyTorch (Debian: python3-torch, "
                         "`make deps`) or set CUDA_AGENT_PYTHON" % (sys.executable, type(e).__name__, e)})
         return 3
-    device = args.device
-    if device != "cpu":
-        ok = device.startswith("cuda") and torch.cuda.is_available()
-        idx = 0
-        if ok and ":" in device:
-            try:
-                idx = int(device.split(":", 1)[1])
-            except ValueError:
-                ok = False
-        if ok and idx >= torch.cuda.device_count():
-            ok = False
-        if not ok:
-            emit({"ok": False, "op": "hello", "error": "no_device",
-                  "detail": "device %s is not available to torch %s (cuda available: %s, devices: %d)"
-                            % (device, torch.__version__, torch.cuda.is_available(),
-                               torch.cuda.device_count() if torch.cuda.is_available() else 0)})
-            return 3
-        device = "cuda:%d" % idx
-        torch.cuda.set_device(idx)
-        # The context made now, before the confinement: the driver opens its device files,
-        # /proc/driver/nvidia and its libraries once, unconfined.
-        torch.zeros(1, device=device)
-        torch.cuda.synchronize()
-    elif args.memory_mb > 0:
-        # Address-space limit on CPU only: CUDA reserves far more virtual memory than it uses, so on a
-        # GPU the client's resident-set watch is the limit.
-        lim = args.memory_mb << 20
-        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        if hard != resource.RLIM_INFINITY:
-            lim = min(lim, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (lim, hard))
+    device = _open_device(torch, args.device, args.memory_mb)
+    if device is None:
+        return 3
 
     io_dir = args.io_dir or args.work_dir
     own_dir = not io_dir
