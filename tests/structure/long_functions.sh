@@ -26,14 +26,30 @@ pass "fixtures: seven long functions found (one a +[] lambda), vouched and short
 
 # 1b. Python (the reference worker): defs at module and class scope, by Python's parser; a nested
 # def is its function's; `# long:` on the def line or above its decorators vouches.
+"$PY" - "$T/pyfuncs.py" <<'GEN'
+import sys
+L = ["import functools", ""]
+def add(head, n, indent="    "):  # a def of n lines in all: its head, then n - len(head) body lines
+    L.extend(head + [indent + "x = %d" % i for i in range(n - len(head))] + [""])
+add(["def short():"], 6)
+add(["def long_plain():"], 85)
+add(["# long: a reason, in the comment block above the decorators", "@functools.lru_cache(maxsize=None)",
+     "def long_vouched():"], 87)
+add(["def long_on_def_line():  # long: the reason on the def line"], 85)
+add(["def long_empty_reason():  # long:"], 84)
+add(["class Holder(object):", "    def method(self):"], 84, "        ")
+add(["def outer():", "    def inner():"] + ["        y = %d" % i for i in range(59)], 90)
+add(["def just_eighty():"], 80)
+open(sys.argv[1], "w").write("\n".join(L))
+GEN
 rc=0
-check --root "$HERE/fixtures" pyfuncs.py > "$T/out" 2> "$T/err" || rc=$?
+check --root "$T" pyfuncs.py > "$T/out" 2> "$T/err" || rc=$?
 [[ $rc == 1 ]] || fail "python fixtures: exit $rc, expected 1 ($(cat "$T/err"))"
 cat > "$T/want" <<'WANT'
-pyfuncs.py:11:long_plain:85
-pyfuncs.py:270:long_empty_reason:83
-pyfuncs.py:355:Holder.method:82
-pyfuncs.py:438:outer:90
+pyfuncs.py:10:long_plain:85
+pyfuncs.py:270:long_empty_reason:84
+pyfuncs.py:356:Holder.method:83
+pyfuncs.py:440:outer:90
 WANT
 diff -u "$T/want" "$T/out" || fail "python fixtures: the checker's list differs (above)"
 printf 'def f(:\n' > "$T/bad.py"
