@@ -76,3 +76,32 @@ grep -q '^low-f .*floor needed 0.00e+00' "$T/fm.txt" || fail "floor_margin: with
   fail "floor_margin: summary $(tail -1 "$T/fm.txt")"
 grep -q ':5: not JSON, skipped' "$T/fm.err" || fail "floor_margin: the broken line: $(cat "$T/fm.err")"
 pass "floor_margin.py: each record's floor need, the passed records' largest in the summary, a broken line named and skipped"
+
+# 6. batches.sh: each batch through cands, toolchain (60% of the seconds left) and judge compare (the
+# rest less 15 s), ONLY as given, one folder each, the shared compile caches exported; a batch that
+# would start with MIN_LEFT or less left is skipped and says so. run.sh is a stub here (KB_RUN_SH).
+cat > "$T/run_stub.sh" <<'STUB'
+echo "stages=$* ONLY=${ONLY:-} STAGE_TIMEOUT=${STAGE_TIMEOUT:-} shared=${KB_SHARED_COMPILE_CACHE:-} inductor=${TORCHINDUCTOR_CACHE_DIR:-}" >> "$OUT/calls.txt"
+case "$*" in
+  toolchain) echo 12.5 > "$OUT/toolchain.wall"; echo "reward-calc: 2 read" > "$OUT/reward.err"; sleep "${STUB_SLEEP:-0}" ;;
+  "judge compare") echo 7.5 > "$OUT/judge.wall"; printf 'candidate  verdict\nlevel3/x  agree\n  an indented note\n' > "$OUT/compare.txt" ;;
+esac
+STUB
+OUT=$T/b6 BUDGET=500 KB_RUN_SH=$T/run_stub.sh bash "$CA_SRC/bench/kernelbench/batches.sh" "level3/1_ level3/2_" "level3/3_" > "$T/b6.txt" 2> "$T/b6.err" ||
+  fail "batches.sh exited $?: $(cat "$T/b6.err")"
+[ "$(grep -c '^stages=' "$T/b6/kb1/calls.txt")" = 3 ] && [ "$(grep -c '^stages=' "$T/b6/kb2/calls.txt")" = 3 ] || fail "batches.sh: stages per batch: $(cat "$T"/b6/kb*/calls.txt)"
+grep -q '^stages=cands ONLY=level3/1_ level3/2_ ' "$T/b6/kb1/calls.txt" || fail "batches.sh: ONLY of batch 1: $(cat "$T/b6/kb1/calls.txt")"
+"$PY" - "$T/b6/kb1/calls.txt" "$T/b6" <<'PY' || fail "batches.sh: stage timeouts or caches: $(cat "$T/b6/kb1/calls.txt")"
+import re, sys
+lines = open(sys.argv[1]).read().splitlines()
+tc = int(re.search(r"STAGE_TIMEOUT=(\d+)", lines[1]).group(1)); jd = int(re.search(r"STAGE_TIMEOUT=(\d+)", lines[2]).group(1))
+assert lines[1].startswith("stages=toolchain") and 290 <= tc <= 300, lines[1]          # 60% of ~500 s
+assert lines[2].startswith("stages=judge compare") and 475 <= jd <= 485, lines[2]      # ~500 s less 15
+assert all("shared=1 inductor=%s/compile-cache/inductor" % sys.argv[2] in l for l in lines), lines
+PY
+grep -q '^batch 2 \[level3/3_\]: judge rc=0 7.5 s' "$T/b6.txt" && grep -q '^level3/x  agree' "$T/b6.txt" && ! grep -q 'indented' "$T/b6.txt" ||
+  fail "batches.sh: stdout: $(cat "$T/b6.txt")"
+OUT=$T/b7 BUDGET=62 MIN_LEFT=60 STUB_SLEEP=3 KB_RUN_SH=$T/run_stub.sh bash "$CA_SRC/bench/kernelbench/batches.sh" "level3/1_" "level3/2_" > "$T/b7.txt" 2>&1 ||
+  fail "batches.sh (short budget) exited $?"
+grep -q '^batch 2 \[level3/2_\]: skipped, [0-9]* s left' "$T/b7.txt" && [ ! -d "$T/b7/kb2" ] || fail "batches.sh: the batch past the budget: $(cat "$T/b7.txt")"
+pass "batches.sh: three stages a batch with ONLY, 60%/rest-15 s stage limits, shared caches; a batch past the budget skipped"
