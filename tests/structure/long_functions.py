@@ -35,7 +35,8 @@ import os
 import re
 import sys
 
-EXTENSIONS = (".cpp", ".hpp", ".cu", ".cuh", ".py")
+EXTENSIONS = (".cpp", ".hpp", ".cu", ".cuh")  # C++ (namespaces.py reads these too)
+PY_EXTENSIONS = (".py",)
 LONG_COMMENT = re.compile(r"//\s*long:\s*\S")
 PY_LONG_COMMENT = re.compile(r"#\s*long:\s*\S")
 IDENT_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
@@ -419,7 +420,7 @@ class PyScanner(object):
         return False
 
 
-def sources(root, dirs):
+def sources(root, dirs, extensions=EXTENSIONS):
     for d in dirs:
         base = os.path.join(root, d)
         if os.path.isfile(base):
@@ -428,7 +429,7 @@ def sources(root, dirs):
         for dirpath, dirnames, filenames in os.walk(base):
             dirnames.sort()
             for f in sorted(filenames):
-                if f.endswith(EXTENSIONS):
+                if f.endswith(extensions):
                     yield os.path.relpath(os.path.join(dirpath, f), root)
 
 
@@ -462,7 +463,7 @@ def main(argv):
     used = set()
     bad = []
     scanned = 0
-    for rel in sources(args.root, args.paths):
+    for rel in sources(args.root, args.paths, EXTENSIONS + PY_EXTENSIONS):
         try:
             with open(os.path.join(args.root, rel), encoding="utf-8") as f:
                 text = f.read()
