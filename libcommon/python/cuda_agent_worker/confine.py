@@ -62,6 +62,15 @@ def _drop_capabilities(libc):
     return None
 
 
+def lower_rlimit(which, limit, hard_too=False):
+    """Set the soft limit of resource `which` (and the hard one too, hard_too: for good) to `limit`,
+    never above the hard limit the process already has."""
+    soft, hard = resource.getrlimit(which)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(which, (limit, limit if hard_too else hard))
+
+
 def apply(landlock_fd=-1, seccomp_hex="", file_mb=0, skip=()):
     """Returns (applied, warnings). Must run while the main thread is the only Python thread: the
     Landlock domain is the calling thread's (every thread started later inherits it)."""
@@ -73,11 +82,7 @@ def apply(landlock_fd=-1, seccomp_hex="", file_mb=0, skip=()):
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if file_mb > 0:
-        lim = file_mb << 20
-        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-        if hard != resource.RLIM_INFINITY:
-            lim = min(lim, hard)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (lim, lim))
+        lower_rlimit(resource.RLIMIT_FSIZE, file_mb << 20, hard_too=True)
     applied.append("rlimit")
 
     if "caps" not in skip:

@@ -109,13 +109,9 @@ class Worker(object):
         """This request may use cpu_seconds more CPU time (all threads); then SIGXCPU ends us."""
         if self.cpu_seconds <= 0:
             return
+        from .confine import lower_rlimit
         ru = resource.getrusage(resource.RUSAGE_SELF)
-        used = ru.ru_utime + ru.ru_stime
-        soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-        want = int(math.ceil(used + self.cpu_seconds))
-        if hard != resource.RLIM_INFINITY:
-            want = min(want, hard)
-        resource.setrlimit(resource.RLIMIT_CPU, (want, hard))
+        lower_rlimit(resource.RLIMIT_CPU, int(math.ceil(ru.ru_utime + ru.ru_stime + self.cpu_seconds)))
 
     def handle(self, req):
         op = req.get("op")
@@ -523,11 +519,8 @@ def _open_device(torch, device, memory_mb):
         if memory_mb > 0:
             # Address-space limit on CPU only: CUDA reserves far more virtual memory than it uses, so
             # on a GPU the client's resident-set watch is the limit.
-            lim = memory_mb << 20
-            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-            if hard != resource.RLIM_INFINITY:
-                lim = min(lim, hard)
-            resource.setrlimit(resource.RLIMIT_AS, (lim, hard))
+            from .confine import lower_rlimit
+            lower_rlimit(resource.RLIMIT_AS, memory_mb << 20)
         return device
     ok = device.startswith("cuda") and torch.cuda.is_available()
     idx = 0
