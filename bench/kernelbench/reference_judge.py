@@ -3281,23 +3281,35 @@ def selftest(opt):
             "        return (x * 66000.0 + y) - x * 66000.0\n"
             "def get_inputs():\n    return [torch.randn(1024, 1024), torch.randn(1024, 1024)]\n"
             "def get_init_inputs():\n    return []\n")
-    with tempfile.TemporaryDirectory() as wd:
-        T = Task({"task_id": "selftest-cancel", "code": code}, "cpu", wd)
-        ins = T.inputs(3)
-        want, want64 = T.forward(ins)[0], T.forward64(ins)
-        ok(want64 is not None and want64[0].dtype == torch.float64
-           and float((want64[0] - ins[1].double()).abs().max()) < 1e-9, "forward64: the task in float64 (y, to 1e-9)")
-        allowed, n_ref, slack = elementwise_allowance(want, want64[0], 1e-2, 1e-2)
-        ok(0 < n_ref and allowed == min(8 * n_ref, 104), "allowance: the fp32 reference misses %d, %d allowed" % (n_ref, allowed))
-        worst = float((want.double() - want64[0]).abs().max())
-        ok(abs(slack - 8 * worst) <= 1e-12 and 0 < slack < 1, "slack: 8 x the fp32 reference's largest error %.3g: %.3g" % (worst, slack))
-        near = ins[1].clone().reshape(-1)
-        near[:200] += slack / 2  # 200 elements off by half the slack: within atol + slack, within the norm
-        _, nums = compare(near.reshape(ins[1].shape), want, 1e-2 + slack, 1e-2, 5e-2)
-        ok(nums["mismatches"] <= allowed, "half the slack off on 200 elements: %d miss atol + slack" % nums["mismatches"])
-        _, nums = compare(near.reshape(ins[1].shape), want, 1e-2, 1e-2, 5e-2)
-        ok(allowed < nums["mismatches"] <= allowed + int(SOFT_MISS_FRACTION * want.numel()),
-           "atol alone: within the 1%% the slack allows (%d misses)" % nums["mismatches"])
+    def both_forwards(task_id, code, seed):  # (inputs, the task's output, its float64 run's outputs)
+        with tempfile.TemporaryDirectory() as wd:
+            T = Task({"task_id": task_id, "code": code}, "cpu", wd)
+            ins = T.inputs(seed)
+            return ins, T.forward(ins)[0], T.forward64(ins)
+    ins, want, want64 = both_forwards("selftest-cancel", code, 3)
+    ok(want64 is not None and want64[0].dtype == torch.float64
+       and float((want64[0] - ins[1].double()).abs().max()) < 1e-9, "forward64: the task in float64 (y, to 1e-9)")
+    allowed, n_ref, slack = elementwise_allowance(want, want64[0], 1e-2, 1e-2)
+    ok(0 < n_ref and allowed == min(8 * n_ref, 104), "allowance: the fp32 reference misses %d, %d allowed" % (n_ref, allowed))
+    worst = float((want.double() - want64[0]).abs().max())
+    ok(abs(slack - 8 * worst) <= 1e-12 and 0 < slack < 1, "slack: 8 x the fp32 reference's largest error %.3g: %.3g" % (worst, slack))
+    near = ins[1].clone().reshape(-1)
+    near[:200] += slack / 2  # 200 elements off by half the slack: within atol + slack, within the norm
+    _, nums = compare(near.reshape(ins[1].shape), want, 1e-2 + slack, 1e-2, 5e-2)
+    ok(nums["mismatches"] <= allowed, "half the slack off on 200 elements: %d miss atol + slack" % nums["mismatches"])
+    _, nums = compare(near.reshape(ins[1].shape), want, 1e-2, 1e-2, 5e-2)
+    ok(allowed < nums["mismatches"] <= allowed + int(SOFT_MISS_FRACTION * want.numel()),
+       "atol alone: within the 1%% the slack allows (%d misses)" % nums["mismatches"])
+    bad, nums = compare(ins[1], want, 1e-2, 1e-2, 5e-2)
+    ok(bad is not None and 0 < nums["mismatches"] <= allowed,
+       "the exact answer misses the gate on %d (within the allowance): %s" % (nums.get("mismatches", -1), bad))
+    wrong = ins[1].clone().reshape(-1)
+    wrong[:200] += 1.0
+    bad, nums = compare(wrong.reshape(ins[1].shape), want, 1e-2, 1e-2, 5e-2)
+    ok(bad is not None and nums["mismatches"] > allowed and nums["rel_l2_err"] <= 5e-2,
+       "200 wrong elements: %d misses, over the allowance, within the norm" % nums["mismatches"])
+    exact = elementwise_allowance(want, want.double(), 1e-2, 1e-2)
+    ok(exact == (0, 0, 0.0), "an exact reference allows nothing")
     # A model that runs a submodule through a lambda it holds (minGPT's Block, level3/44): forward64
     # builds it again (a deep copy shares the lambda and ran the float32 Linear on double inputs),
     # from the generators' states of the first build (its plain attribute drawn again the same).
@@ -3307,22 +3319,9 @@ def selftest(opt):
             "        import random\n        self.shift = torch.tensor([random.gauss(0.0, 1.0) for _ in range(32)])\n"
             "    def forward(self, x):\n        return self.f(x) + self.shift\n"
             "def get_inputs():\n    return [torch.randn(16, 64)]\ndef get_init_inputs():\n    return []\n")
-    with tempfile.TemporaryDirectory() as wd:
-        Tc = Task({"task_id": "selftest-closure", "code": code}, "cpu", wd)
-        ins_c = Tc.inputs(1)
-        got32, got64 = Tc.forward(ins_c)[0], Tc.forward64(ins_c)
-        ok(got64 is not None and got64[0].dtype == torch.float64
-           and float((got64[0] - got32.double()).abs().max()) < 1e-5, "forward64: a lambda over a submodule runs in float64")
-        bad, nums = compare(ins[1], want, 1e-2, 1e-2, 5e-2)
-        ok(bad is not None and 0 < nums["mismatches"] <= allowed,
-           "the exact answer misses the gate on %d (within the allowance): %s" % (nums.get("mismatches", -1), bad))
-        wrong = ins[1].clone().reshape(-1)
-        wrong[:200] += 1.0
-        bad, nums = compare(wrong.reshape(ins[1].shape), want, 1e-2, 1e-2, 5e-2)
-        ok(bad is not None and nums["mismatches"] > allowed and nums["rel_l2_err"] <= 5e-2,
-           "200 wrong elements: %d misses, over the allowance, within the norm" % nums["mismatches"])
-        exact = elementwise_allowance(want, want.double(), 1e-2, 1e-2)
-        ok(exact == (0, 0, 0.0), "an exact reference allows nothing")
+    ins, want, want64 = both_forwards("selftest-closure", code, 1)
+    ok(want64 is not None and want64[0].dtype == torch.float64
+       and float((want64[0] - want.double()).abs().max()) < 1e-5, "forward64: a lambda over a submodule runs in float64")
 
     # 7. the library steps on the CPU, judged against small tasks (views, repeats, N-d and transposed convs)
     opt.device, opt.no_timing, opt.trials = "cpu", True, min(opt.trials, 2)
