@@ -32,6 +32,11 @@ flushed (a memset of twice its size) before every call, warm-up calls, the media
 (--launch graph, the default, as kernel-check and kernel-prof run it; the replay's outputs are
 checked first) or the steps launched one by one from Python (--launch eager). Baselines are
 measured once per task.
+Busy time (--busy-calls, default 15): each side is timed again, one torch.profiler session per call,
+as the union of the call's kernel (and copy, memset) intervals: DESIGN.md section 7's metric, the
+one kernel-prof's device time and the worker's baselines use, measured here apart from them;
+reward_busy is the reward on it. The reward on events (`reward`) also counts the gaps between
+eager's kernels, which the graph-replayed candidate does not have.
 Reward (milestone): -1 failed; 3 if more than 5% faster than both eager and compile; 2 if more
 than 5% faster than eager; 1 otherwise. within_noise says where a 5% margin falls inside the
 p10-p90 spread of the two sides.
@@ -1440,6 +1445,7 @@ class Task(object):
         except (TypeError, ValueError):
             self.input_names = []
         self.baselines = {}
+        self.busy = {}                             # the baselines by busy time (Judge.time)
         self.compiled = None
 
     def _rng(self, states=None):
@@ -2631,6 +2637,73 @@ def time_calls(fn, flush, warmup, runs, budget_s):
     return stats([s.elapsed_time(e) * 1000.0 for s, e in ev])
 
 
+def union_length(intervals):
+    """The length covered by a set of [start, end) intervals: overlapping ones counted once."""
+    total, end = 0, None
+    for s, e in sorted(intervals):
+        if end is None or s > end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
+def _device_intervals(prof):
+    """The GPU activities (kernels, copies, memsets) of a finished torch.profiler session, as
+    (start_ns, end_ns): GPU user annotations (record_function ranges mirrored on the GPU) left out."""
+    cuda = torch._C._autograd.DeviceType.CUDA
+    out = []
+    for e in prof.profiler.kineto_results.events():
+        if e.device_type() != cuda:
+            continue
+        if getattr(e, "is_user_annotation", None) is not None and e.is_user_annotation():
+            continue
+        if hasattr(e, "start_ns"):
+            s, d = e.start_ns(), e.duration_ns()
+        else:
+            s, d = e.start_us() * 1000, e.duration_us() * 1000
+        out.append((s, s + d))
+    return out
+
+
+def busy_calls(fn, flush, calls):
+    """DESIGN.md section 7's metric, measured apart from the toolchain: the busy time of each call's
+    device work (the union of its kernels', copies' and memsets' intervals, gaps between them not
+    counted), from a torch.profiler session (CUDA activities) around that one call alone, the L2
+    flushed before it outside the session; the statistics of `calls` calls, or {"error"} saying why
+    there are none (a call with no device work recorded, a profiler that fails): the events reward
+    stands alone then."""
+    from torch.profiler import profile, ProfilerActivity
+    us = []
+    try:
+        for _ in range(max(1, calls)):
+            flush.zero_()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as p:
+                fn()
+                torch.cuda.synchronize()
+            iv = _device_intervals(p)
+            if not iv:
+                return {"error": "torch.profiler recorded no device work in a call"}
+            us.append(union_length(iv) / 1000.0)
+    except Exception as e:
+        torch.cuda.synchronize()
+        return {"error": "%s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0][:300])}
+    return stats(us)
+
+
+def reward_of(t, eager, comp):
+    """milestone() with the compile baseline as measured: None (--no-compile) compares with eager
+    alone; a failed compile ({"error"}) compares nothing (1)."""
+    if comp is None:
+        return milestone(t, eager, None)
+    if "median" not in comp:
+        return 1, False
+    return milestone(t, eager, comp)
+
+
 def milestone(t, eager, comp, margin=0.05):
     """The published reward and whether either decision lies inside the p10-p90 spreads."""
     gain = lambda t0: (t0["median"] - t["median"]) / t0["median"]
@@ -2826,14 +2899,19 @@ class Judge(object):
             out["launch"] = "graph" if graph is not None else "eager"
             fn = graph.replay if graph is not None else (lambda: prog.call(inputs))
             out["time_us"] = time_calls(fn, self.flush, o.warmup, o.runs, o.budget_s)
+            if o.busy_calls:
+                out["busy_us"] = busy_calls(fn, self.flush, o.busy_calls)
             del fn, graph
             if "eager" not in T.baselines:
-                T.baselines["eager"] = time_calls(lambda: T.model(*inputs), self.flush, o.warmup, o.runs, o.budget_s)
+                eager = lambda: T.model(*inputs)
+                T.baselines["eager"] = time_calls(eager, self.flush, o.warmup, o.runs, o.budget_s)
+                T.busy["eager"] = busy_calls(eager, self.flush, o.busy_calls) if o.busy_calls else None
             if "compile" not in T.baselines and not o.no_compile:
                 try:
                     fn = torch.compile(T.model)
                     fn(*inputs)                      # compiling is not timed
                     T.baselines["compile"] = time_calls(lambda: fn(*inputs), self.flush, o.warmup, o.runs, o.budget_s)
+                    T.busy["compile"] = busy_calls(lambda: fn(*inputs), self.flush, o.busy_calls) if o.busy_calls else None
                 except Exception as e:
                     T.baselines["compile"] = {"error": "%s: %s" % (type(e).__name__, str(e)[:300])}
         self.prog = self.inputs = self.ref = None
@@ -2842,11 +2920,14 @@ class Judge(object):
         out["speedup_vs_eager"] = round(e["median"] / out["time_us"]["median"], 4)
         if c and "median" in c:
             out["speedup_vs_compile"] = round(c["median"] / out["time_us"]["median"], 4)
-            out["reward"], out["within_noise"] = milestone(out["time_us"], e, c)
-        elif c is None:
-            out["reward"], out["within_noise"] = milestone(out["time_us"], e, None)
-        else:
-            out["reward"], out["within_noise"] = 1, False   # no compile time: nothing is compared
+        out["reward"], out["within_noise"] = reward_of(out["time_us"], e, c)
+        if "busy_us" in out:
+            # The same reward on busy times (the toolchain's metric): both sides' kernel time, no gaps.
+            be, bc = T.busy.get("eager"), T.busy.get("compile")
+            out["busy_baselines"] = {"eager": be, "compile": bc}
+            have = lambda x: bool(x) and "median" in x
+            if have(out["busy_us"]) and have(be) and (have(bc) or not have(c)):
+                out["reward_busy"], out["within_noise_busy"] = reward_of(out["busy_us"], be, bc if have(bc) else c)
         out["timing_s"] = round(time.time() - t0, 3)
         out["gpu"] = self.gpu
 
@@ -3023,6 +3104,16 @@ def selftest(opt):
             ok(False, "expr %s: no error" % e[:40])
         except Verdict as v:
             ok(want in v.reason, "expr %s: %s" % (e[:40], v.reason[:120]))
+
+    # 1a. busy time: overlapping intervals counted once, gaps not at all; the reward on it as on events
+    for iv, want in (([], 0), ([(0, 10)], 10), ([(0, 10), (5, 15)], 15), ([(20, 30), (0, 10)], 20),
+                     ([(0, 100), (10, 20), (30, 40)], 100), ([(0, 10), (10, 20)], 20), ([(5, 6), (0, 10), (8, 12)], 12)):
+        ok(union_length(iv) == want, "union_length %s = %d (got %d)" % (iv, want, union_length(iv)))
+    st = lambda m: {"median": m, "p10": m, "p90": m}
+    for t, e, c, want in ((50, 100, 100, 3), (50, 100, {"error": "x"}, 1), (50, 100, None, 2), (99, 100, 100, 1),
+                          (50, 100, 52, 2)):
+        cc = st(c) if isinstance(c, int) else c
+        ok(reward_of(st(t), st(e), cc)[0] == want, "reward_of %s vs %s, %s = %d" % (t, e, c, want))
 
     # 1b. what a call finds in its outputs: bytes drawn for it (no NaN, -1 or true start), a bool 0 or 1
     f1, f2 = torch.empty(4099), torch.empty(4099)
@@ -3677,6 +3768,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--runs", type=int, default=50, help="timed calls per side at most")
     ap.add_argument("--budget-s", type=float, default=4.0, help="timed seconds per side at most (at least 5 calls)")
+    ap.add_argument("--busy-calls", type=int, default=15,
+                    help="calls per side timed again by busy time (torch.profiler, one session per call: the union of "
+                         "the call's kernel intervals, DESIGN.md section 7's metric) for reward_busy; 0: none")
     ap.add_argument("--no-compile", action="store_true", help="no torch.compile baseline (reward at most 2)")
     ap.add_argument("--no-timing", action="store_true", help="check only")
     ap.add_argument("--launch", choices=("graph", "eager"), default="graph",
@@ -3742,7 +3836,8 @@ def main():
             " %.1f us (eager %.1f, compile %s)" % (j["time_us"]["median"], j["baselines"]["eager"]["median"],
                                                    "%.1f" % j["baselines"]["compile"]["median"] if (j["baselines"].get("compile") or {}).get("median") else "-")
             if "time_us" in j else (": " + j.get("reason", "")[:200] if j["status"] != "passed" else ""),
-            j.get("reward"), j["wall_s"]), file=sys.stderr)
+            "%s%s" % (j.get("reward"), ", on busy time %s (%.1f us)" % (j["reward_busy"], j["busy_us"]["median"])
+                      if "reward_busy" in j else ""), j["wall_s"]), file=sys.stderr)
     summary = {"judge": "reference", "candidates": sum(counts.values()), "by_status": counts, "by_reward": rewards,
                "wall_s": round(time.time() - t0, 2)}
     print("reference_judge: " + json.dumps(summary), file=sys.stderr)
