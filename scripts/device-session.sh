@@ -19,6 +19,7 @@ set -u
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
 OUT=${OUT:?set OUT to the folder that comes back}
+mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-560}
 R=$(mktemp -d)
 left() { echo $((BUDGET_S - ($(date +%s) - t0))); }
