@@ -1396,9 +1396,13 @@ def blas_cublaslt(on):
 
 
 def set_tf32(on):
-    """TF32 for matmul and cuDNN conv (torch >= 2.9: fp32_precision; older: the allow_tf32 flags)."""
+    """TF32 for matmul, cuDNN conv and cuDNN RNNs, as the worker sets them (torch >= 2.9:
+    fp32_precision, RNNs with their own, which was left at its default here until session 28;
+    older: the allow_tf32 flags, cuDNN's covering conv and RNN alike)."""
+    cudnn = torch.backends.cudnn
     for obj, legacy, attr in ((torch.backends.cuda.matmul, torch.backends.cuda.matmul, "allow_tf32"),
-                              (getattr(torch.backends.cudnn, "conv", None), torch.backends.cudnn, "allow_tf32")):
+                              (getattr(cudnn, "conv", None), cudnn, "allow_tf32"),
+                              (getattr(cudnn, "rnn", None), cudnn, "allow_tf32")):
         try:
             if obj is not None and hasattr(obj, "fp32_precision"):
                 obj.fp32_precision = "tf32" if on else "ieee"
