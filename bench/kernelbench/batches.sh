@@ -7,7 +7,8 @@
 # ("Results") come from batches like these.
 #
 # usage: OUT=DIR BUDGET=560 bench/kernelbench/batches.sh "level3/33_ level3/37_" "level3/9_" ...
-#   each argument: one batch, ONLY words as run.sh takes them; batch k writes to $OUT/kbk
+#   each argument: one batch, ONLY words as run.sh takes them; batch k writes to $OUT/kbk, which must
+#   not hold an earlier run's records (exit 2)
 #   BUDGET (seconds, default 560): a batch starts only with more than MIN_LEFT (default 60) left
 #   TOOLCHAIN_SHARE (percent, default 60)
 # Other variables (BIN, KB, PYTHON, JUDGE_ARGS, ...) go to run.sh as they are (KB_RUN_SH: another
@@ -24,6 +25,17 @@ RUN=${KB_RUN_SH:-$HERE/run.sh}
 ROOT=$OUT
 t0=$(date +%s)
 left() { echo $((BUDGET - ($(date +%s) - t0))); }
+# A batch folder that holds an earlier run's records is refused before anything runs: run.sh would
+# overwrite some of its files and leave others (a stage that fails writes no compare.txt, and the old
+# one would be printed as this batch's).
+k=0
+for batch in "$@"; do
+  k=$((k + 1))
+  if [ -d "$ROOT/kb$k" ] && [ -n "$(ls -A "$ROOT/kb$k")" ]; then
+    echo "batches.sh: $ROOT/kb$k holds an earlier run's records: give a fresh OUT (nothing was run)" >&2
+    exit 2
+  fi
+done
 export KB_SHARED_COMPILE_CACHE=1
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$ROOT/compile-cache/inductor}
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$ROOT/compile-cache/triton}

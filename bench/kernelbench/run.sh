@@ -164,6 +164,7 @@ for line in open(sys.argv[1]):
     echo "run.sh: judge wall ${wall}s, $(wc -l < "$OUT/judge.jsonl") records in $OUT/judge.jsonl"
     ;;
   compare)
+    rm -f "$OUT/compare.txt"   # a compare that cannot run leaves none, never an earlier one
     for f in toolchain judge; do [ -s "$OUT/$f.jsonl" ] || die "no $OUT/$f.jsonl: run the $f stage first"; done
     "$PYTHON" "$HERE/compare.py" "$OUT/toolchain.jsonl" "$OUT/judge.jsonl" --cands "$OUT/cands.jsonl" \
       --toolchain-wall "$(cat "$OUT/toolchain.wall" 2>/dev/null || echo 0)" \

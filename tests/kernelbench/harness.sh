@@ -77,6 +77,16 @@ grep -q '^low-f .*floor needed 0.00e+00' "$T/fm.txt" || fail "floor_margin: with
 grep -q ':5: not JSON, skipped' "$T/fm.err" || fail "floor_margin: the broken line: $(cat "$T/fm.err")"
 pass "floor_margin.py: each record's floor need, the passed records' largest in the summary, a broken line named and skipped"
 
+# 5b. run.sh compare in a folder whose judge stage wrote nothing: exit 1 naming it, and an earlier
+# compare.txt is gone (batches.sh prints compare.txt as the batch's result).
+mkdir -p "$T/c5"; echo '{"candidate_id": "c"}' > "$T/c5/toolchain.jsonl"; : > "$T/c5/judge.jsonl"
+echo "level3/old  agree" > "$T/c5/compare.txt"
+OUT=$T/c5 PYTHON=$PY bash "$CA_SRC/bench/kernelbench/run.sh" compare > "$T/c5.txt" 2> "$T/c5.err"
+rc=$?
+[ "$rc" = 1 ] && grep -q "no $T/c5/judge.jsonl" "$T/c5.err" && [ ! -e "$T/c5/compare.txt" ] ||
+  fail "run.sh compare without judge records: rc=$rc $(cat "$T/c5.err"); compare.txt: $(cat "$T/c5/compare.txt" 2>&1)"
+pass "run.sh compare without judge records: exit 1, no earlier compare.txt left"
+
 # 6. batches.sh: each batch through cands, toolchain (60% of the seconds left) and judge compare (the
 # rest less 15 s), ONLY as given, one folder each, the shared compile caches exported; a batch that
 # would start with MIN_LEFT or less left is skipped and says so. run.sh is a stub here (KB_RUN_SH).
@@ -104,4 +114,9 @@ grep -q '^batch 2 \[level3/3_\]: judge rc=0 7.5 s' "$T/b6.txt" && grep -q '^leve
 OUT=$T/b7 BUDGET=62 MIN_LEFT=60 STUB_SLEEP=3 KB_RUN_SH=$T/run_stub.sh bash "$CA_SRC/bench/kernelbench/batches.sh" "level3/1_" "level3/2_" > "$T/b7.txt" 2>&1 ||
   fail "batches.sh (short budget) exited $?"
 grep -q '^batch 2 \[level3/2_\]: skipped, [0-9]* s left' "$T/b7.txt" && [ ! -d "$T/b7/kb2" ] || fail "batches.sh: the batch past the budget: $(cat "$T/b7.txt")"
-pass "batches.sh: three stages a batch with ONLY, 60%/rest-15 s stage limits, shared caches; a batch past the budget skipped"
+# The same OUT again: its batch folders hold the first run's records; refused before anything runs.
+OUT=$T/b6 BUDGET=500 KB_RUN_SH=$T/run_stub.sh bash "$CA_SRC/bench/kernelbench/batches.sh" "level3/1_" > "$T/b8.txt" 2> "$T/b8.err"
+rc=$?
+[ "$rc" = 2 ] && grep -q "kb1 holds an earlier run's records" "$T/b8.err" && [ "$(grep -c '^stages=' "$T/b6/kb1/calls.txt")" = 3 ] ||
+  fail "batches.sh over an earlier run: rc=$rc $(cat "$T/b8.err") $(cat "$T/b6/kb1/calls.txt")"
+pass "batches.sh: three stages a batch with ONLY, 60%/rest-15 s stage limits, shared caches; a batch past the budget skipped; an earlier run's folder refused"
