@@ -7,7 +7,8 @@
 # Parts: gpu-tests (ctest -L gpu, the 50-task filter test excluded unless GPU_TESTS names it:
 # filter-throughput measures it;
 # the gpu_shared ones first, GPU_SHARED_J at once (default 4), then the rest one at a time;
-# GPU_TESTS=REGEX runs only the tests it matches; GPU_TESTS_VERBOSE=1 keeps every test's output),
+# GPU_TESTS=REGEX runs only the tests it matches, GPU_PART=N the tests of part N of
+# scripts/gpu-parts.txt; GPU_TESTS_VERBOSE=1 keeps every test's output),
 # nn-tests (the native transformer's ops, model and Hugging Face parity), nn-bench (its benchmark
 # against PyTorch, with the per-kernel profile), ppo-bench (bench/ppo_step: ppo-step's own tokens/s
 # on the ~100M config), ppo-large (bench/ppo_step/large.sh's LARGE_CASES, default lora-32b:4096 on a
@@ -24,6 +25,9 @@ mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-560}
 R=$(mktemp -d)
 left() { echo $((BUDGET_S - ($(date +%s) - t0))); }
+if [ -n "${GPU_PART:-}" ]; then  # one part of scripts/gpu-parts.txt, as a GPU_TESTS regex
+  GPU_TESTS=$(bash scripts/gpu-part-regex.sh "$GPU_PART") || exit 1
+fi
 bash scripts/unpack-on-device.sh
 export CUDA_AGENT_CACHE=${CUDA_AGENT_CACHE:-$PWD/build/cache}
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
