@@ -2892,6 +2892,12 @@ class Judge(object):
             torch.cuda.synchronize()
             return None
 
+    def measure(self, fn):
+        """One side's statistics by both methods: CUDA events, then (--busy-calls) busy time, or None."""
+        o = self.opt
+        events = time_calls(fn, self.flush, o.warmup, o.runs, o.budget_s)
+        return events, (busy_calls(fn, self.flush, o.busy_calls) if o.busy_calls else None)
+
     def time(self, T, out):
         o = self.opt
         if self.device.type != "cuda" or o.no_timing:
@@ -2902,20 +2908,17 @@ class Judge(object):
             graph = self.graph_call(prog, inputs, ref, out) if o.launch == "graph" else None
             out["launch"] = "graph" if graph is not None else "eager"
             fn = graph.replay if graph is not None else (lambda: prog.call(inputs))
-            out["time_us"] = time_calls(fn, self.flush, o.warmup, o.runs, o.budget_s)
-            if o.busy_calls:
-                out["busy_us"] = busy_calls(fn, self.flush, o.busy_calls)
+            out["time_us"], busy = self.measure(fn)
+            if busy is not None:
+                out["busy_us"] = busy
             del fn, graph
             if "eager" not in T.baselines:
-                eager = lambda: T.model(*inputs)
-                T.baselines["eager"] = time_calls(eager, self.flush, o.warmup, o.runs, o.budget_s)
-                T.busy["eager"] = busy_calls(eager, self.flush, o.busy_calls) if o.busy_calls else None
+                T.baselines["eager"], T.busy["eager"] = self.measure(lambda: T.model(*inputs))
             if "compile" not in T.baselines and not o.no_compile:
                 try:
                     fn = torch.compile(T.model)
                     fn(*inputs)                      # compiling is not timed
-                    T.baselines["compile"] = time_calls(lambda: fn(*inputs), self.flush, o.warmup, o.runs, o.budget_s)
-                    T.busy["compile"] = busy_calls(lambda: fn(*inputs), self.flush, o.busy_calls) if o.busy_calls else None
+                    T.baselines["compile"], T.busy["compile"] = self.measure(lambda: fn(*inputs))
                 except Exception as e:
                     T.baselines["compile"] = {"error": "%s: %s" % (type(e).__name__, str(e)[:300])}
         self.prog = self.inputs = self.ref = None
