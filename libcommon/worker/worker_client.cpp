@@ -36,6 +36,21 @@ using namespace std::chrono;
 namespace ca::worker {
 namespace {
 
+// GPU memory ran out, in a worker's words: torch's OutOfMemoryError or "CUDA error: out of memory"
+// (a context that could not be made), a library's allocation failure, the driver's.
+bool says_out_of_memory(const std::string& text) {
+  for (const char* s : {"out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "ALLOC_FAILED", "OutOfMemoryError"})
+    if (text.find(s) != std::string::npos) return true;
+  return false;
+}
+
+// A worker that could not start on its GPU for want of memory (its CUDA context; the device shared
+// with other workers whose tasks hold it). Answered like a request that ran out of memory, so
+// WorkerClient::request starts it again when no other request runs.
+struct StartOutOfMemory : EnvironmentError {
+  using EnvironmentError::EnvironmentError;
+};
+
 // The worker's fd 1 and 2, read by us (ChildProcess's stderr sink): the first `cap` bytes go to
 // the log file, then one line saying the rest was cut; the last 16 KiB are kept in memory for error
 // details either way. Task code cannot reach the file (it is outside the folder it may write), so
@@ -343,14 +358,14 @@ struct WorkerClient::Impl {
 
   // one_task_per_process: a request that runs task code (load, filters) goes to a fresh worker when
   // this one has run other task code. What a task's code runs with is its code and init_inputs.
-  void isolate(const Json& req) {
-    if (!opt.one_task_per_process) return;
+  std::optional<Json> isolate(const Json& req) {
+    if (!opt.one_task_per_process) return std::nullopt;
     const std::string op = req.value("op", std::string());
-    if (op != "load" && op != "filters") return;  // the ops that run task code (similarity only parses it)
+    if (op != "load" && op != "filters") return std::nullopt;  // the ops that run task code (similarity only parses it)
     std::string key;
     for (const char* field : {"code", "code_file", "init_inputs"})
       if (req.contains(field)) key += std::string(field) + "=" + req[field].dump() + "\n";
-    if (key.empty()) return;
+    if (key.empty()) return std::nullopt;
     key = sha256_hex(key);
     if (child && !code_key.empty() && code_key != key) {
       stop();
@@ -362,11 +377,24 @@ struct WorkerClient::Impl {
       make_io_dir();
       fresh_start = true;  // the tasks it had loaded are loaded again when asked for (send's replay)
     }
-    if (!child || !child->running()) {
-      if (child) died(req, "worker_died", "the worker had exited");
-      start();
-    }
+    if (auto refused = ensure_running(req)) return refused;
     code_key = key;
+    return std::nullopt;
+  }
+
+  bool on_gpu() const { return opt.device.rfind("cuda", 0) == 0; }
+
+  // A worker to send `req` to: started (again) when there is none. A start refused for want of GPU
+  // memory is the answer instead (error start_out_of_memory), for request()'s admission to retry.
+  std::optional<Json> ensure_running(const Json& req) {
+    if (child && child->running()) return std::nullopt;
+    if (child) died(req, "worker_died", "the worker had exited");  // logs; the answer is for a later caller
+    try {
+      start();
+    } catch (const StartOutOfMemory& e) {
+      return failure(req, "start_out_of_memory", e.what());
+    }
+    return std::nullopt;
   }
 
   // The worker's command line and environment; `cache_dirs` gets the cache folders the user named.
@@ -466,9 +494,11 @@ struct WorkerClient::Impl {
       child->kill();
       std::string status = child->status_text();
       child.reset();
-      throw EnvironmentError("the reference worker (" + python + " -m cuda_agent_worker) did not start" +
-                             (status.empty() ? " within the start timeout" : ": " + status) +
-                             (tail.empty() ? "" : "; its log ends:\n" + tail));
+      std::string msg = "the reference worker (" + python + " -m cuda_agent_worker) did not start" +
+                        (status.empty() ? " within the start timeout" : ": " + status) +
+                        (tail.empty() ? "" : "; its log ends:\n" + tail);
+      if (on_gpu() && says_out_of_memory(tail)) throw StartOutOfMemory(msg);
+      throw EnvironmentError(msg);
     }
     Json h;
     try {
@@ -482,7 +512,9 @@ struct WorkerClient::Impl {
       child->kill();
       child.reset();
       std::string err = h.value("error", "?");
-      throw EnvironmentError("reference worker: " + err + ": " + h.value("detail", std::string("")));
+      std::string msg = "reference worker: " + err + ": " + h.value("detail", std::string(""));
+      if (on_gpu() && err == "out_of_memory") throw StartOutOfMemory(msg);
+      throw EnvironmentError(msg);
     }
     // What the client itself holds the worker to.
     if (!h.contains("confinement") || !h["confinement"].is_array()) h["confinement"] = Json::array();
@@ -539,11 +571,8 @@ struct WorkerClient::Impl {
   }
 
   Json exchange(Json req, milliseconds timeout) {
-    isolate(req);
-    if (!child || !child->running()) {
-      if (child) died(req, "worker_died", "the worker had exited");  // logs; the answer is for a later caller
-      start();
-    }
+    if (auto refused = isolate(req)) return *refused;
+    if (auto refused = ensure_running(req)) return *refused;
     // Task code may have kept running between requests (a thread of its own).
     if (auto over = over_memory(true)) return died(req, "memory_limit", *over);
     req["id"] = next_id++;
@@ -651,10 +680,8 @@ bool allocates_on_gpu(const std::string& op) {
 bool out_of_memory(const Json& a) {
   if (a.value("lost_to_memory", false)) return true;
   if (a.value("ok", true)) return false;
-  const std::string text = a.value("detail", std::string()) + "\n" + a.value("traceback", std::string());
-  for (const char* s : {"out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "ALLOC_FAILED", "OutOfMemoryError"})
-    if (text.find(s) != std::string::npos) return true;
-  return false;
+  if (a.value("error", std::string()) == "start_out_of_memory") return true;
+  return says_out_of_memory(a.value("detail", std::string()) + "\n" + a.value("traceback", std::string()));
 }
 
 }  // namespace
@@ -669,17 +696,27 @@ Json WorkerClient::request(const Json& request, milliseconds timeout) {
   Json req = request;
   req.erase("id");
   const std::string op = req.value("op", std::string());
-  if (impl_->opt.device.rfind("cuda", 0) != 0 || !allocates_on_gpu(op)) return impl_->send(req, timeout);
+  if (!impl_->on_gpu()) return impl_->send(req, timeout);
   MemoryGate& gate = memory_gate(impl_->opt.device);
-  {
+  if (allocates_on_gpu(op)) {
     std::shared_lock<MemoryGate> running(gate);
     Json a = impl_->send(req, timeout);
     if (!out_of_memory(a)) return a;
+  } else {  // outside the gate; only a worker (re)started for it can want memory
+    Json a = impl_->send(req, timeout);
+    if (a.value("error", std::string()) != "start_out_of_memory") return a;
   }
   log::verbose("reference worker: ", op, " ran out of GPU memory; waiting to run it alone on ", impl_->opt.device);
   std::unique_lock<MemoryGate> alone(gate);
   impl_->exchange(request::release({}, /*empty_cache=*/true), timeout);
   Json a = impl_->send(req, timeout);
+  // No worker of this process runs a request now: a context that still cannot be made says the
+  // device's memory is held outside this run (another job on the GPU). Every task would fail the
+  // same way, so the run stops (exit 3) instead of judging them all.
+  if (a.value("error", std::string()) == "start_out_of_memory")
+    throw EnvironmentError("no GPU memory on " + impl_->opt.device +
+                           " for a reference worker even with no other request of this run on it: " +
+                           a.value("detail", std::string()));
   a["memory_admission"] = "alone";  // it waited for the device to itself
   return a;
 }

@@ -12,7 +12,7 @@ J=${OPS_SYNTH_GPU_JOBS:-8}
 "$OS" generate -n "$N" --seed 2026 --gpu-profile h200 --no-store > "$T/gen.jsonl" 2>/dev/null
 start=$(date +%s.%N)
 "$OS" filter --device cuda:0 -j "$J" --keep-rejected --timeout 240 --no-store -i "$T/gen.jsonl" \
-  > "$T/out.jsonl" 2> "$T/err" || fail "filter: $(tail -5 "$T/err")"
+  > "$T/out.jsonl" 2> "$T/err" || fail "filter: $(grep -m3 -iE 'error|refus|stopp' "$T/err" | cut -c1-800; tail -2 "$T/err")"
 end=$(date +%s.%N)
 tail -1 "$T/err" >&2
 if [ -n "${OPS_SYNTH_KEEP:-}" ]; then cp "$T/gen.jsonl" "$T/out.jsonl" "$T/err" "$OPS_SYNTH_KEEP/"; fi

@@ -420,6 +420,58 @@ TEST_CASE("worker: out_of_memory_alone reads a failed answer that was retried al
   CHECK_FALSE(out_of_memory_alone(Json("alone")));
 }
 
+// A worker told it is on cuda:0 runs on the CPU (its --device rewritten), and the starts named in
+// `refused` answer the hello a worker gives when its CUDA context finds no memory.
+std::string python_on_a_full_gpu(const std::string& dir, const std::string& refused) {
+  const std::string path = dir + "/python-on-a-full-gpu";
+  std::ofstream f(path);
+  f << "#!/bin/bash\n"
+    << "if [ \"$3\" = cuda_agent_worker ]; then  # a worker's start (not the client's python -c probes)\n"
+    << "  n=$(( $(cat '" << dir << "/starts' 2>/dev/null || echo 0) + 1 )); echo $n > '" << dir << "/starts'\n"
+    << "  case ' " << refused << " ' in *\" $n \"*)\n"
+    << "    echo '{\"ok\":false,\"op\":\"hello\",\"error\":\"out_of_memory\",\"detail\":\"no memory on cuda:0 for a "
+       "CUDA context: CUDA error: out of memory\"}'; exit 3;;\n  esac\nfi\n"
+    << "a=(); for x in \"$@\"; do [ \"$x\" = cuda:0 ] && x=cpu; a+=(\"$x\"); done\n"
+    << "exec '" << WorkerClient::find_python() << "' \"${a[@]}\"\n";
+  f.close();
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  return path;
+}
+
+int starts_of(const std::string& dir) { return std::stoi(read_file(dir + "/starts")); }
+
+TEST_CASE("worker: a start refused for GPU memory runs again alone; refused alone too, the run stops (exit 3)") {
+  PrivateTempDir dir("worker-test");
+  WorkerOptions o;
+  o.device = "cuda:0";
+  o.one_task_per_process = true;  // each task's code in a fresh worker: a start per task
+  o.request_timeout = seconds(120);
+  {
+    o.python = python_on_a_full_gpu(dir.path(), "2");
+    WorkerClient c(o);  // start 1
+    auto first = load(c, "linear_relu");
+    REQUIRE_MESSAGE(first.value("ok", false), str(first));
+    CHECK_FALSE(first.contains("memory_admission"));
+    auto second = load(c, "conv_bn");  // start 2 refused; start 3 once no request runs
+    REQUIRE_MESSAGE(second.value("ok", false), str(second));
+    CHECK(second["memory_admission"] == "alone");
+    CHECK(starts_of(dir.path()) == 3);
+  }
+  std::filesystem::remove(dir.path() + "/starts");
+  o.python = python_on_a_full_gpu(dir.path(), "2 3 4 5 6");
+  WorkerClient c(o);
+  REQUIRE(load(c, "linear_relu").value("ok", false));
+  try {
+    load(c, "conv_bn");
+    FAIL("no exception");
+  } catch (const EnvironmentError& e) {
+    CHECK(std::string(e.what()).find("no GPU memory on cuda:0") != std::string::npos);
+    CHECK(std::string(e.what()).find("CUDA error: out of memory") != std::string::npos);
+    CHECK(e.exit_code == 3);
+  }
+  CHECK(starts_of(dir.path()) == 4);  // refused while shared, then once alone (and its release's start)
+}
+
 TEST_CASE("worker: memory shares divide a total among the workers") {
   CHECK(worker_memory_share_mb(8000, 4) == 2000);
   CHECK(worker_memory_share_mb(8000, 0) == 8000);

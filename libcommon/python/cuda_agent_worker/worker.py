@@ -538,9 +538,18 @@ def _open_device(torch, device, memory_mb):
                            torch.cuda.device_count() if torch.cuda.is_available() else 0)})
         return None
     device = "cuda:%d" % idx
-    torch.cuda.set_device(idx)
-    torch.zeros(1, device=device)
-    torch.cuda.synchronize()
+    try:
+        torch.cuda.set_device(idx)
+        torch.zeros(1, device=device)
+        torch.cuda.synchronize()
+    except RuntimeError as e:  # torch 2.x's AcceleratorError is one too
+        from .numerics import is_oom
+        if not is_oom(str(e)):
+            raise
+        # Other workers' tasks hold the device's memory: the client starts this one again when none runs.
+        emit({"ok": False, "op": "hello", "error": "out_of_memory",
+              "detail": "no memory on %s for a CUDA context: %s" % (device, str(e).splitlines()[0][:300])})
+        return None
     return device
 
 
