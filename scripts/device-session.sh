@@ -81,12 +81,13 @@ for part in "$@"; do
       timeout 120 python3 bench/ipc_probe.py > "$R/ipc-probe.log" 2>&1; echo "rc=$?"; cat "$R/ipc-probe.log" | cut -c1-400 ;;
     ppo-large)
       # bench/ppo_step/large.sh, LARGE_CASES (default: the 32B LoRA step at 4k on a dummy base), one run
-      # each; its bases and checkpoints stay out of the archive, its rows and the step's stderr tail go in.
+      # each; its bases and checkpoints stay out of the archive, its rows and the step's stderr tail go in
+      # (and with LARGE_PROFILE=1 the GPU time by kernel of each step, large.sh's PROFILE).
       w=$(mktemp -d); mkdir -p "$R/ppo-large"
-      timeout "$(left)" env BIN=build/bin OUT="$w" CASES="${LARGE_CASES:-lora-32b:4096}" REPS=${LARGE_REPS:-1} KEEP=0 \
+      timeout "$(left)" env BIN=build/bin OUT="$w" CASES="${LARGE_CASES:-lora-32b:4096}" REPS=${LARGE_REPS:-1} KEEP=0 PROFILE=${LARGE_PROFILE:-0} \
         bash bench/ppo_step/large.sh > "$R/ppo-large/large.log" 2>&1
       echo "rc=$?"; cat "$w/results.jsonl" 2>/dev/null | cut -c1-400
-      cp "$w/results.jsonl" "$R/ppo-large/" 2>/dev/null; tail -c 4000 "$w/err" > "$R/ppo-large/err.tail" 2>/dev/null
+      cp "$w/results.jsonl" "$w"/profile_*.txt "$R/ppo-large/" 2>/dev/null; tail -c 4000 "$w/err" > "$R/ppo-large/err.tail" 2>/dev/null
       tail -3 "$R/ppo-large/err.tail"; rm -rf "$w" ;;
     kb)
       # bench/kernelbench (KB_STAGES, default: cands toolchain), task files from .kb/ (carried). The

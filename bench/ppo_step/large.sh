@@ -26,6 +26,9 @@
 # small). A dummy case's row says "weights": "dummy"; its load draws ~33 G normals on the host (minutes
 # at 32B, in "seconds", not in tokens/s). Bases are made once per BASES (default: OUT), KEEP=0 removes them.
 #   DEVICE=cpu DUMMY=1 CASES="lora-tiny:64" REPS=1 bash bench/ppo_step/large.sh
+# PROFILE=1: each step runs with CA_NN_CUDA_PROFILE=1 (every launch and GEMM between CUDA events, a
+# few % slower; its rows say "profiled") and its GPU time by kernel over scoring and updates goes to
+# OUT/profile_CASE_REP.txt (the case's ':' as '_').
 set -euo pipefail
 BIN=${BIN:-build/bin}
 OUT=${OUT:-/tmp/ppo_large}
@@ -94,14 +97,17 @@ PY
   elif [ "$T" -ge 16384 ]; then args+=(--checkpointing); fi
   for rep in $(seq 1 "$REPS"); do
     rm -rf "$OUT/out"
-    if ! /usr/bin/time -f "%M" -o "$OUT/rss" "$BIN/ppo-step" "${args[@]}" --out "$OUT/out" < "$OUT/ep_$T.jsonl" \
-         > "$OUT/m.jsonl" 2> "$OUT/err"; then
+    if ! CA_NN_CUDA_PROFILE=${PROFILE:-0} /usr/bin/time -f "%M" -o "$OUT/rss" "$BIN/ppo-step" "${args[@]}" --out "$OUT/out" \
+         < "$OUT/ep_$T.jsonl" > "$OUT/m.jsonl" 2> "$OUT/err"; then
       echo "{\"case\": \"$case\", \"rep\": $rep, \"error\": $("$PY" -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read()[-400:]))' "$OUT/err")}" \
         | tee -a "$OUT/results.jsonl"
       continue
     fi
+    if [ "${PROFILE:-0}" = 1 ]; then
+      sed -n '/^nn_cuda profile: /,$p' "$OUT/err" | grep -E '^(nn_cuda profile: |  )' > "$OUT/profile_${case/:/_}_$rep.txt" || true
+    fi
     "$PY" - "$OUT/m.jsonl" "$OUT/config_$size.json" "$case" "$mode" "$rep" "$(tail -1 "$OUT/rss")" "$PEAK_TFLOPS" <<'PY' | tee -a "$OUT/results.jsonl"
-import json, sys
+import json, os, sys
 m = json.loads(open(sys.argv[1]).readline())
 c = json.load(open(sys.argv[2]))
 case, mode, rep, rss_kib, peak = sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), float(sys.argv[7])
@@ -118,7 +124,8 @@ print(json.dumps({"case": case, "rep": rep, "weights": m.get("load_format", "saf
                   "peak_device_gib": round(m["device"].get("peak_bytes", 0) / 2**30, 1),
                   "host_max_rss_gib": round(rss_kib / 2**20, 1), "seconds": round(m["seconds"], 1),
                   "load_seconds": round(m.get("phase_seconds", {}).get("load", 0), 1),
-                  "lora": m.get("lora", {}).get("policy", {}).get("trainable_parameters")}))
+                  "lora": m.get("lora", {}).get("policy", {}).get("trainable_parameters"),
+                  "profiled": os.environ.get("PROFILE", "0") == "1"}))
 PY
   done
 done

@@ -354,6 +354,14 @@ void Backend::say_dummy(const std::string& dir) {
             ": a benchmark, not training");
 }
 
+void Backend::profile_reset() {
+  if (gpu_) gpu_->profile_reset();
+}
+
+void Backend::profile_report(const std::string& title) {
+  if (gpu_) gpu_->profile_report(title);
+}
+
 void Backend::open_gpu() {
   if (gpu_) return;
   gpu_ = std::make_unique<nn_cuda::Gpu>(ordinal_);

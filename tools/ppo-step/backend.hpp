@@ -86,6 +86,10 @@ class Backend {
   bool dummy() const { return format_.dummy; }
   // For the metrics: {"device": "cuda:0", "name": "NVIDIA H200", "dtype": "bf16", "peak_bytes": ...}.
   Json describe() const;
+  // With CA_NN_CUDA_PROFILE=1 on a GPU: the kernels' time since the reset, by kernel, on stderr
+  // (nn_cuda::Gpu::profile_report); nothing otherwise.
+  void profile_reset();
+  void profile_report(const std::string& title);
 
  private:
   std::shared_ptr<nn::Model<float>> base(const std::string& dir);  // a frozen base, loaded once per folder

@@ -656,6 +656,7 @@ Json Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
   if (p.use_critic) critic = backend_.load(p.critic_in, /*as_critic=*/true);
   if (p.need_ref) ref = backend_.load(paths_.ref);
   const auto t_loaded = std::chrono::steady_clock::now();
+  backend_.profile_reset();  // CA_NN_CUDA_PROFILE=1: the kernels of the train phase alone
 
   const std::size_t B = batch.size();
   const bool scores = mode == "ppo" || p.use_critic;
@@ -701,6 +702,7 @@ Json Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
   if (mode == "ppo") update_actor(*policy, batch, sc.old_lp, sc.ref_lp, adv, config_.actor, false, paths_.policy, st);
   if (mode == "rft") update_actor(*policy, batch, sc.old_lp, sc.ref_lp, adv, config_.rft, true, paths_.policy, st);
   const auto t_trained = std::chrono::steady_clock::now();
+  backend_.profile_report("ppo-step " + mode + " step " + std::to_string(p.step) + ", scoring and updates");
   progress.finish();
   progress_ = nullptr;
 
