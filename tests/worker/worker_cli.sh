@@ -149,4 +149,31 @@ try:
 except RuntimeError as e:
     assert "no busy time" in str(e) and "kernels unlike torch's" in str(e), e
 PY
+# A CUDA context that finds no memory (other workers' tasks hold the device): the hello says
+# out_of_memory (the client starts the worker again when no other request runs); another error at
+# the device's opening is raised as before. torch's CUDA calls stood in for by a fake.
+PYTHONPATH="$CA_SRC/libcommon/python" py - <<'PY' || fail "the hello of a device without memory"
+import io, json
+from cuda_agent_worker import worker
+class Cuda:
+    def __init__(self, error): self.error = error
+    def is_available(self): return True
+    def device_count(self): return 1
+    def set_device(self, i): raise RuntimeError(self.error)
+    def synchronize(self): pass
+class Torch:
+    __version__ = "fake"
+    def __init__(self, error): self.cuda = Cuda(error)
+worker.PROTOCOL_OUT = io.StringIO()
+oom = "CUDA error: out of memory\nSearch for `cudaErrorMemoryAllocation' in https://docs.nvidia.com for more information."
+assert worker._open_device(Torch(oom), "cuda:0", 0) is None
+h = json.loads(worker.PROTOCOL_OUT.getvalue())
+assert h["ok"] is False and h["op"] == "hello" and h["error"] == "out_of_memory", h
+assert "cuda:0" in h["detail"] and "CUDA error: out of memory" in h["detail"], h
+try:
+    worker._open_device(Torch("CUDA error: an illegal memory access was encountered"), "cuda:0", 0)
+    raise SystemExit("another error at the opening was not raised")
+except RuntimeError as e:
+    assert "illegal memory access" in str(e)
+PY
 echo "worker_cli: ok"
