@@ -82,9 +82,9 @@ for part in "$@"; do
     ppo-large)
       # bench/ppo_step/large.sh, LARGE_CASES (default: the 32B LoRA step at 4k on a dummy base), one run
       # each; its bases and checkpoints stay out of the archive, its rows and the step's stderr tail go in
-      # (and with LARGE_PROFILE=1 the GPU time by kernel of each step, large.sh's PROFILE).
+      # (LARGE_PROFILE=1: the GPU time by kernel of each step, large.sh's PROFILE; LARGE_EPOCHS: its EPOCHS).
       w=$(mktemp -d); mkdir -p "$R/ppo-large"
-      timeout "$(left)" env BIN=build/bin OUT="$w" CASES="${LARGE_CASES:-lora-32b:4096}" REPS=${LARGE_REPS:-1} KEEP=0 PROFILE=${LARGE_PROFILE:-0} \
+      timeout "$(left)" env BIN=build/bin OUT="$w" CASES="${LARGE_CASES:-lora-32b:4096}" REPS=${LARGE_REPS:-1} KEEP=0 PROFILE=${LARGE_PROFILE:-0} EPOCHS=${LARGE_EPOCHS:-1} \
         bash bench/ppo_step/large.sh > "$R/ppo-large/large.log" 2>&1
       echo "rc=$?"; cat "$w/results.jsonl" 2>/dev/null | cut -c1-400
       cp "$w/results.jsonl" "$w"/profile_*.txt "$R/ppo-large/" 2>/dev/null; tail -c 4000 "$w/err" > "$R/ppo-large/err.tail" 2>/dev/null

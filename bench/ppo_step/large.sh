@@ -26,6 +26,10 @@
 # small). A dummy case's row says "weights": "dummy"; its load draws ~33 G normals on the host (minutes
 # at 32B, in "seconds", not in tokens/s). Bases are made once per BASES (default: OUT), KEEP=0 removes them.
 #   DEVICE=cpu DUMMY=1 CASES="lora-tiny:64" REPS=1 bash bench/ppo_step/large.sh
+# EPOCHS=N (default 1): the policy's update epochs over the same episodes; each epoch's tokens/s is in
+# the row (epochs_tokens_per_s) and the last one's fraction of peak (last_epoch_peak_fraction): an epoch
+# after the first runs the same shapes warm, as PyTorch's timed steps after a warm-up do
+# (torch_compare.py), where a single epoch also pays each GEMM's first plan and the buffers' growth.
 # PROFILE=1: each step runs with CA_NN_CUDA_PROFILE=1 (every launch and GEMM between CUDA events, a
 # few % slower; its rows say "profiled") and its GPU time by kernel over scoring and updates goes to
 # OUT/profile_CASE_REP.txt (the case's ':' as '_').
@@ -72,7 +76,7 @@ base() {  # shape -> a base folder (made once)
   echo "$d"
 }
 
-printf 'algorithm:\n  estimator: grpo\nactor:\n  lr: 1.0e-5\n  max_logprob_mismatch: 0\n' > "$OUT/grpo.yaml"
+printf 'algorithm:\n  estimator: grpo\nactor:\n  lr: 1.0e-5\n  max_logprob_mismatch: 0\n  epochs: %d\n' "${EPOCHS:-1}" > "$OUT/grpo.yaml"
 : > "$OUT/results.jsonl"
 for case in $CASES; do
   kind=${case%%:*} T=${case#*:}
@@ -118,9 +122,12 @@ N = V * C * (1 if c["tie_word_embeddings"] else 2) + L * (C * (H * D) * 2 + C * 
 T = int(case.split(":")[1])
 per_token = (6 if mode == "full" else 4) * N + 12 * L * T * C / 2
 tps = m["tokens_per_s"]
+epochs = m.get("actor_epochs", [])
 print(json.dumps({"case": case, "rep": rep, "weights": m.get("load_format", "safetensors"),
                   "params_billion": round(N / 1e9, 2), "tokens_per_s": round(tps),
                   "dense_peak_fraction": round(tps * per_token / (peak * 1e12), 3),
+                  "epochs_tokens_per_s": [round(e["tokens_per_s"]) for e in epochs],
+                  "last_epoch_peak_fraction": round(epochs[-1]["tokens_per_s"] * per_token / (peak * 1e12), 3) if epochs else None,
                   "peak_device_gib": round(m["device"].get("peak_bytes", 0) / 2**30, 1),
                   "host_max_rss_gib": round(rss_kib / 2**20, 1), "seconds": round(m["seconds"], 1),
                   "load_seconds": round(m.get("phase_seconds", {}).get("load", 0), 1),

@@ -88,6 +88,11 @@ lp = m["lora"]["policy"]
 assert lp["rank"] == 4 and lp["alpha"] == 8, lp
 assert lp["trainable_parameters"] == sum(len(x[1]) for x in ad.values()), lp
 assert m["merged"] == "merged1"
+# actor.epochs 2: each epoch's tokens and seconds, the same tokens twice, together all the policy's.
+ep = m["actor_epochs"]
+assert len(ep) == 2 and ep[0]["tokens"] == ep[1]["tokens"] > 0, ep
+assert sum(e["tokens"] for e in ep) == m["trained_tokens"], (ep, m["trained_tokens"])
+assert all(e["seconds"] > 0 and abs(e["tokens_per_s"] - e["tokens"] / e["seconds"]) < 1e-6 * e["tokens_per_s"] for e in ep), ep
 print("lora step 1: adapter of", lp["trainable_parameters"], "parameters; merged max |dW| %.2e" % moved)
 PYEOF
 

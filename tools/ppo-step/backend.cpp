@@ -362,6 +362,10 @@ void Backend::profile_report(const std::string& title) {
   if (gpu_) gpu_->profile_report(title);
 }
 
+void Backend::sync() {
+  if (gpu_) gpu_->sync();
+}
+
 void Backend::open_gpu() {
   if (gpu_) return;
   gpu_ = std::make_unique<nn_cuda::Gpu>(ordinal_);

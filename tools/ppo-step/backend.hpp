@@ -90,6 +90,8 @@ class Backend {
   // (nn_cuda::Gpu::profile_report); nothing otherwise.
   void profile_reset();
   void profile_report(const std::string& title);
+  // On a GPU: waits for the work launched so far (a phase's time then includes its kernels).
+  void sync();
 
  private:
   std::shared_ptr<nn::Model<float>> base(const std::string& dir);  // a frozen base, loaded once per folder

@@ -205,6 +205,9 @@ struct Trainer::UpdateStats {
   Mean vf_loss, vf_clipfrac, critic_grad_norm;
   double vf_loss_first = NAN, vf_loss_last = NAN, sft_loss_first = NAN, sft_loss_last = NAN;
   int64_t actor_steps = 0, critic_steps = 0, trained_tokens = 0;
+  // The policy's epochs, each its tokens and seconds: a later epoch runs the same shapes warm (GEMM
+  // plans, buffers, modules), the throughput a long-running trainer sees.
+  std::vector<std::pair<int64_t, double>> actor_epochs;
   RolloutCheck rollout;  // ppo: filled by update_actor before the policy's first optimizer step
 };
 
@@ -292,6 +295,8 @@ void Trainer::update_actor(TrainModel& policy, const std::vector<Trajectory>& ba
   for (int epoch = 0; epoch < mc.epochs; ++epoch) {
     const auto batches = mini_batches(batch.size(), mc.mini_batch_size);
     if (checking && epoch == 0) check_before_updates(policy, batch, batches, config_.temperature, config_.clip, old_lp, check);
+    const auto epoch_t0 = std::chrono::steady_clock::now();
+    const int64_t epoch_tokens0 = st.trained_tokens;
     for (auto& mb : batches) {
       double n_tokens = 0;
       for (auto i : mb) n_tokens += double(batch[i].model_tokens());
@@ -359,6 +364,9 @@ void Trainer::update_actor(TrainModel& policy, const std::vector<Trajectory>& ba
         if (kl_loss) st.kl_loss.add(kl.sum / double(kl.n));
       }
     }
+    backend_.sync();  // the epoch's last AdamW is still running on a GPU: its time is the epoch's
+    st.actor_epochs.emplace_back(st.trained_tokens - epoch_tokens0,
+                                 std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_t0).count());
   }
   // No mini-batch had model tokens: nothing was compared, but the unchecked episodes are still said.
   if (checking && !check.measured) judge_rollout(check, batch, config_.max_logprob_mismatch, step_, paths_.policy, config_.temperature);
@@ -607,6 +615,12 @@ Json Trainer::step_metrics(const RunPlan& p, const std::vector<Trajectory>& batc
   metrics["optimizer_steps"] = Json{{"actor", st.actor_steps}, {"critic", st.critic_steps}};
   metrics["trained_tokens"] = st.trained_tokens;
   metrics["tokens_per_s"] = times.train_s > 0 ? double(st.trained_tokens) / times.train_s : 0.0;
+  if (p.use_actor) {
+    Json epochs = Json::array();
+    for (const auto& [tokens, secs] : st.actor_epochs)
+      epochs.push_back(Json{{"tokens", tokens}, {"seconds", secs}, {"tokens_per_s", secs > 0 ? double(tokens) / secs : 0.0}});
+    metrics["actor_epochs"] = epochs;
+  }
   metrics["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - times.t0).count();
   metrics["phase_seconds"] = Json{{"load", times.load_s}, {"train", times.train_s}, {"save", times.save_s}};
   metrics["device"] = backend_.describe();
@@ -701,6 +715,7 @@ Json Trainer::run(std::vector<Trajectory>& batch, int64_t skipped) {
   if (p.use_critic) update_critic(*critic, batch, sc.values, returns, critic_has_state ? p.critic_in : "", st);
   if (mode == "ppo") update_actor(*policy, batch, sc.old_lp, sc.ref_lp, adv, config_.actor, false, paths_.policy, st);
   if (mode == "rft") update_actor(*policy, batch, sc.old_lp, sc.ref_lp, adv, config_.rft, true, paths_.policy, st);
+  backend_.sync();  // the last optimizer step's kernels count in the train phase, not in the save
   const auto t_trained = std::chrono::steady_clock::now();
   backend_.profile_report("ppo-step " + mode + " step " + std::to_string(p.step) + ", scoring and updates");
   progress.finish();
