@@ -99,23 +99,37 @@ if [[ ${CA_FORCE_CPU:-0} != 1 ]] && nvidia-smi -L >/dev/null 2>&1; then gpu=1; e
 ((gpu || cpu_proxy)) || die "no GPU: kernel-check cannot judge the episodes, so there is no reward to train on (--cpu-proxy runs the loop on compile-only proxy rewards)" 3
 run-store import -i "$tasks"
 
+# Where an iteration's time goes: `timed NAME CMD...` adds CMD's wall seconds to NAME's.
+declare -A secs=()
+timed() {  # NAME CMD...
+  local name=$1 t0=$EPOCHREALTIME; shift
+  "$@"
+  secs[$name]=$(awk -v a="${secs[$name]:-0}" -v t0="$t0" -v t1="$EPOCHREALTIME" 'BEGIN { printf "%.1f", a + t1 - t0 }')
+}
+say_seconds() {  # ITERATION: the seconds by stage, then forgotten
+  local line="" k
+  for k in sample check prof reward train; do [[ -n ${secs[$k]:-} ]] && line+=", $k ${secs[$k]}"; done
+  say "$1: seconds: ${line#, }"
+  secs=()
+}
+
 # ppo-step with an optional config; metrics appended to the iteration's file.
 train() {  # MODE CONFIG IN OUT-METRICS ARGS...
   local mode=$1 config=$2 in=$3 metrics=$4; shift 4
   local cfg=(); [[ -n $config ]] && cfg=(--config "$config")
   ((lora)) && cfg+=(--lora-rank "$lora")
-  ppo-step --mode "$mode" --device "$device" "${cfg[@]}" "$@" -i "$in" >> "$metrics"
+  timed train ppo-step --mode "$mode" --device "$device" "${cfg[@]}" "$@" -i "$in" >> "$metrics"
 }
 
 # Episodes -> judged, timed and rewarded records (or the CPU proxy).
 judge() {  # EPISODES OUT
   local in=$1 out=$2 base=${2%.jsonl}
   if ((gpu)); then
-    kernel-check --tasks "$tasks" -i "$in" -o "$base.checked.jsonl"
-    kernel-prof --tasks "$tasks" --baselines eager,compile -i "$base.checked.jsonl" -o "$base.profiled.jsonl"
-    reward-calc -i "$base.profiled.jsonl" -o "$out"
+    timed check kernel-check --tasks "$tasks" -i "$in" -o "$base.checked.jsonl"
+    timed prof kernel-prof --tasks "$tasks" --baselines eager,compile -i "$base.checked.jsonl" -o "$base.profiled.jsonl"
+    timed reward reward-calc -i "$base.profiled.jsonl" -o "$out"
   else
-    kernel-check --compile-only --arch "$arch" --tasks "$tasks" -i "$in" -o "$base.checked.jsonl"
+    timed check kernel-check --compile-only --arch "$arch" --tasks "$tasks" -i "$in" -o "$base.checked.jsonl"
     python3 - "$base.checked.jsonl" > "$out" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
@@ -165,6 +179,7 @@ if [[ -n $warmup ]]; then
   fi
   train rft "${warmup_config:-$rft_config}" "$work/warmup.rewarded.jsonl" "$work/warmup.metrics.jsonl" --policy "$ckpt" --out "$work/ckpt/warmup"
   python3 -c 'import json,sys; m=json.loads(open(sys.argv[1]).readlines()[-1]); print("rl-loop: warm-up: %s episodes, NLL per response token %s -> %s over %s updates" % (m.get("episodes"), m.get("sft_loss_first"), m.get("sft_loss_last"), (m.get("optimizer_steps") or {}).get("actor")))' "$work/warmup.metrics.jsonl" >&2
+  say_seconds warm-up
   ckpt=$work/ckpt/warmup
 fi
 
@@ -174,7 +189,7 @@ for ((i = 1; i <= iterations; i++)); do
   serve "$ckpt"
   say "$it: sampling $episodes episode(s) per task from $ckpt ($policy)"
   policy_args "$ckpt"
-  agent-run --tasks "$tasks" "${pargs[@]}" --episodes-per-task "$episodes" --seed "$i" \
+  timed sample agent-run --tasks "$tasks" "${pargs[@]}" --episodes-per-task "$episodes" --seed "$i" \
     "${agent_args[@]}" -o "$work/$it.episodes.jsonl"
   judge "$work/$it.episodes.jsonl" "$work/$it.rewarded.jsonl"
   out=$work/ckpt/$it
@@ -203,6 +218,7 @@ trained = ("%s step %s, losses %s" % (m.get("mode"), m.get("step"), json.dumps(m
 print("rl-loop: %s: %d episodes, %d passed, mean reward %s, %s" % (
     sys.argv[3], len(recs), passed, "%.3f" % (sum(vals) / len(vals)) if vals else "n/a", trained))
 PY
+  say_seconds "$it"
   if [[ -d $out ]]; then ckpt=$out; else say "$it: no new checkpoint; the next iteration samples $ckpt again"; fi
 done
 say "done: the last checkpoint is $ckpt; the store is $CUDA_AGENT_STORE"

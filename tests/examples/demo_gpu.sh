@@ -17,6 +17,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 start=$(date +%s)
 CA_BIN=$CA_BIN CA_OUT=$tmp/demo bash "$CA_SRC/examples/pipeline.sh" 2> "$tmp/demo.err" || { tail -40 "$tmp/demo.err"; fail "the demo"; }
+grep -E "^pipeline: [a-z]+: [0-9.]+ s$|rl-loop: warm-up: seconds" "$tmp/demo.err" || true  # where the demo's time goes
 grep "rl-loop: iter-" "$tmp/demo.err" || fail "no iteration lines"
 echo "demo: $(( $(date +%s) - start )) s"
 # The pipeline's own verdicts and rewards (its kernel-check run, the newest in the pipeline's store).

@@ -24,6 +24,11 @@ agent-run --policy "replay:$demo/replay.jsonl" --tasks "$tmp/tasks3.jsonl" --no-
 bash "$CA_SRC/examples/rl-loop.sh" --ckpt "$tmp/base" --tasks "$tmp/tasks3.jsonl" --warmup "$tmp/replay.jsonl" \
   --work "$tmp/run" --iterations 2 --rft 0 --episodes 1 --cpu-proxy --rft-config "$demo/loop/rft-cpu.yaml" \
   -- --max-turns 2 --max-tokens 16 2> "$tmp/loop.err" || { tail -30 "$tmp/loop.err"; fail "rl-loop.sh (native, CPU)"; }
+# Each iteration says where its time went (the CPU run has no kernel-prof or reward-calc stage).
+for it in iter-01 iter-02; do
+  grep -qE "^rl-loop: $it: seconds: sample [0-9]+\.[0-9], check [0-9]+\.[0-9], train [0-9]+\.[0-9]$" "$tmp/loop.err" \
+    || fail "no seconds line for $it: $(grep seconds "$tmp/loop.err")"
+done
 for f in warmup.metrics iter-01.episodes iter-01.rewarded iter-01.metrics iter-02.episodes iter-02.metrics; do
   [ -s "$tmp/run/$f.jsonl" ] || fail "no $f.jsonl"
 done

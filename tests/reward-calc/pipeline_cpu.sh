@@ -25,6 +25,9 @@ for want in "loop: rewards are a compile-only proxy" "rl-loop: iter-01: 8 episod
   grep -qF "$want" "$tmp/stderr" || { tail -30 "$tmp/stderr" >&2; fail "stderr lacks '$want'"; }
 done
 [[ $(grep -c '"scheme":"compile-proxy"' "$tmp/stderr") == 2 ]] || fail "expected two iteration rows (warm-up and iteration 1)"
+# Each stage says its seconds, in the order run.
+[[ $(grep -oE '^pipeline: [a-z]+: [0-9]+\.[0-9] s$' "$tmp/stderr" | cut -d' ' -f2 | tr -d ':' | tr '\n' ' ') == \
+   "tasks candidates check prof reward loop summary report " ]] || fail "stage seconds: $(grep -E '^pipeline: [a-z]+: ' "$tmp/stderr")"
 
 # The verdict per task, from the store the pipeline wrote.
 CUDA_AGENT_STORE="$tmp/run/run.db" "$CA_BIN/run-store" query \
