@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ops-synth filter on the GPU (label gpu): 50 gpu-sized tasks through every filter (eager,
+# ops-synth filter on the GPU (label gpu): 24 gpu-sized tasks through every filter (eager,
 # torch.compile, determinism, degenerate outputs, eager time 1-100 ms) with N workers on cuda:0.
 # Asserts every verdict ran (none skipped), kept tasks' measured eager times are in range, and
 # prints the drop counts by reason and the time per task (for the 6,000-tasks-per-hour figure).
@@ -7,7 +7,10 @@ source "$(dirname "$0")/lib.sh"
 PY=$(find_torch_python) || fail "no python with torch"
 export CUDA_AGENT_PYTHON="$PY"
 "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' || fail "no GPU visible to torch"
-N=${OPS_SYNTH_GPU_TASKS:-50}
+# 24: three rounds of the 8 workers (each task about 30 s of one worker on an H100, its torch.compile
+# most of it); 50 took about 220 s of a session's 1,800 device seconds. bench/ops_synth measures the
+# throughput at scale.
+N=${OPS_SYNTH_GPU_TASKS:-24}
 J=${OPS_SYNTH_GPU_JOBS:-8}
 "$OS" generate -n "$N" --seed 2026 --gpu-profile h200 --no-store > "$T/gen.jsonl" 2>/dev/null
 start=$(date +%s.%N)
