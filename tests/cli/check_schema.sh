@@ -6,7 +6,7 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 V="$CA_SRC/tests/validate_schema.py"
-$PY -c 'import jsonschema' 2>/dev/null || { echo "note: $PY has no jsonschema; skipped"; exit 0; }
+$PY -c 'import jsonschema' 2>/dev/null || { echo "$PY has no jsonschema (Debian: python3-jsonschema): skipped" >&2; exit 77; }
 export CUDA_AGENT_CACHE="$T/cache"
 $PY "$CA_SRC/tests/kernel-check/make_candidate.py" "$CA_SRC/datasets/skill/bundles/scale_add" > "$T/in.jsonl"
 "$CA_BIN/kernel-check" --compile-only --arch sm_90 --no-store < "$T/in.jsonl" > "$T/out.jsonl" 2> "$T/err" ||
