@@ -33,7 +33,7 @@ fi
 skipped=()
 
 for stage in "${stages[@]}"; do
-  stage_t0=$EPOCHREALTIME
+  stage_t0=${EPOCHREALTIME/,/.}
   case $stage in
     tasks)
       # The tasks: KernelBench-format records (ops-synth generate | ops-synth filter makes these at
@@ -131,7 +131,7 @@ for stage in "${stages[@]}"; do
       ;;
     *) say "unknown stage '$stage' (tasks candidates check prof reward loop summary report)"; exit 1 ;;
   esac
-  say "$stage: $(awk -v t0="$stage_t0" -v t1="$EPOCHREALTIME" 'BEGIN { printf "%.1f", t1 - t0 }') s"
+  say "$stage: $(LC_ALL=C awk -v t0="$stage_t0" -v t1="${EPOCHREALTIME/,/.}" 'BEGIN { printf "%.1f", t1 - t0 }') s"
 done
 
 if ((${#skipped[@]})); then

@@ -102,9 +102,9 @@ run-store import -i "$tasks"
 # Where an iteration's time goes: `timed NAME CMD...` adds CMD's wall seconds to NAME's.
 declare -A secs=()
 timed() {  # NAME CMD...
-  local name=$1 t0=$EPOCHREALTIME; shift
+  local name=$1 t0=${EPOCHREALTIME/,/.}; shift
   "$@"
-  secs[$name]=$(awk -v a="${secs[$name]:-0}" -v t0="$t0" -v t1="$EPOCHREALTIME" 'BEGIN { printf "%.1f", a + t1 - t0 }')
+  secs[$name]=$(LC_ALL=C awk -v a="${secs[$name]:-0}" -v t0="$t0" -v t1="${EPOCHREALTIME/,/.}" 'BEGIN { printf "%.1f", a + t1 - t0 }')
 }
 say_seconds() {  # ITERATION: the seconds by stage, then forgotten
   local line="" k
