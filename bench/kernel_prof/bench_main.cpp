@@ -54,28 +54,29 @@ int main(int argc, char** argv) {
     }
     std::printf("# %s %s, driver %s, CUPTI %s\n", id.name.c_str(), id.uuid.c_str(), id.driver.c_str(),
                 cuda::CuptiTracer::instance().available() ? "on" : cuda::CuptiTracer::instance().why().c_str());
-    // Flush methods: memset (kernel-prof's and the worker's), read (clean lines left in L2),
-    // none (a 1 MiB memset only: the previous call's data may still be in L2).
-    measure::L2Flusher tiny(0, 0.0);
-    kernel_prof::ReadFlush read_flush(2 * id.l2_bytes, id.arch);
+    // Flush methods: read (kernel-prof's and the worker's: clean lines left in L2), memset (the
+    // one before session 30: dirty lines the timed call writes back), none (a 1 MiB memset only:
+    // the previous call's data may still be in L2).
+    using Method = measure::L2Flusher::Method;
+    measure::L2Flusher memset_flusher(id.l2_bytes, 2.0, Method::memset);
+    measure::L2Flusher tiny(0, 0.0, Method::memset);
     std::printf("%-10s %-7s %10s %10s %10s %9s %6s %10s %8s\n", "n_floats", "flush", "median_us", "min_med",
                 "max_med", "spread_%", "calls", "events_us", "wall_s");
     std::string ncu_lines;
     for (std::size_t n : {std::size_t(5) << 20, std::size_t(54) << 20, std::size_t(540) << 20}) {
       kernel_prof::CopyKernelTarget t(n, 2, id.arch);
-      kernel_prof::ReadFlushedTarget rt(t, read_flush);
-      for (const char* mode : {"memset", "read", "none"}) {
+      for (const char* mode : {"read", "memset", "none"}) {
         measure::LoopOptions o;
         o.stop.min_runs = 20;
         o.stop.budget_s = 2;
-        measure::TimedTarget& target = std::string(mode) == "read" ? static_cast<measure::TimedTarget&>(rt) : t;
-        measure::L2Flusher& fl = std::string(mode) == "memset" ? flusher : tiny;
+        const std::string m = mode;
+        measure::L2Flusher& fl = m == "read" ? flusher : m == "memset" ? memset_flusher : tiny;
         std::vector<double> medians, events;
         int64_t calls = 0;
         auto t0 = std::chrono::steady_clock::now();
-        const int reps = std::string(mode) == "memset" ? repeats : 3;
+        const int reps = m == "read" ? repeats : 3;
         for (int r = 0; r < reps; ++r) {
-          auto res = measure::time_target(target, stream, fl, o);
+          auto res = measure::time_target(t, stream, fl, o);
           medians.push_back(res.device_us.empty() ? res.event.median : res.device.median);
           events.push_back(res.event.median);
           calls += res.calls;

@@ -4,8 +4,10 @@
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdio>
 
+#include "libcommon/bundle/compile.hpp"
 #include "libcommon/cuda/dl.hpp"
 #include "libcommon/cuda/driver.hpp"
 #include "libcommon/log.hpp"
@@ -119,21 +121,55 @@ std::optional<int> sm_clock_mhz(const std::string& pci_bus_id) {
   return int(mhz);
 }
 
-L2Flusher::L2Flusher(std::size_t l2_bytes, double factor) {
+// The read flush's kernel: every 16-byte word of the buffer loaded once, at normal priority. The
+// buffer holds one byte value throughout, so the xor of each word's four ints is 0 and the store
+// never happens; it keeps the loads from being dropped.
+const char* const kReadFlushSource = R"(
+extern "C" __global__ void ca_read_flush(const int4* __restrict__ p, unsigned long long n, int* sink) {
+  int acc = 0;
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    int4 v = p[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x7fffffff) *sink = acc;
+}
+)";
+
+L2Flusher::L2Flusher(std::size_t l2_bytes, double factor, Method method) : method_(method) {
   auto& drv = cuda::Driver::get();
   bytes_ = std::size_t(double(l2_bytes) * factor);
   if (bytes_ < (1u << 20)) bytes_ = 1u << 20;
+  bytes_ = (bytes_ + 15) / 16 * 16;
   drv.check(drv.cuMemAlloc(&buffer_, bytes_), "cuMemAlloc(L2 flush buffer)");
   reset_ = reinterpret_cast<CUresult (*)()>(driver_entry("cuCtxResetPersistingL2Cache", 11000));
+  if (method_ != Method::read) return;
+  drv.check(drv.cuMemsetD8(buffer_, 0x5a, bytes_), "cuMemsetD8(L2 flush buffer)");
+  drv.check(drv.cuMemAlloc(&sink_, 16), "cuMemAlloc(L2 flush sink)");
+  read_ = bundle::trusted_kernel("read_flush.cu", kReadFlushSource, "ca_read_flush");
+  CUdevice dev;
+  drv.check(drv.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+  int sms = 0;
+  drv.check(drv.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "SM count");
+  blocks_ = unsigned(std::max(1, sms) * 8);  // 8 x 256 threads per SM: a full SM's worth of loads in flight
+  drv.check(drv.cuCtxSynchronize(), "L2 flush buffer");  // filled before any stream reads it
 }
 
 L2Flusher::~L2Flusher() {
-  if (buffer_) cuda::Driver::get().cuMemFree(buffer_);
+  auto& drv = cuda::Driver::get();
+  if (buffer_) drv.cuMemFree(buffer_);
+  if (sink_) drv.cuMemFree(sink_);
 }
 
 void L2Flusher::flush(CUstream stream) {
   auto& drv = cuda::Driver::get();
   if (reset_) drv.check(reset_(), "cuCtxResetPersistingL2Cache");
+  if (method_ == Method::read) {
+    unsigned long long words = bytes_ / 16;
+    void* args[] = {&buffer_, &words, &sink_};
+    drv.check(drv.cuLaunchKernel(read_, blocks_, 1, 1, 256, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel(L2 flush)");
+    return;
+  }
   // A different byte each time, so no layer can skip a memset that changes nothing.
   drv.check(drv.cuMemsetD8Async(buffer_, (unsigned char)(++counter_), bytes_, stream), "cuMemsetD8Async(L2 flush)");
 }

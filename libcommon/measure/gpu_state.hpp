@@ -34,23 +34,34 @@ GpuIdentity identify_gpu(int ordinal);
 // Current SM clock in MHz through NVML (libnvidia-ml.so.1), or nullopt when NVML is absent.
 std::optional<int> sm_clock_mhz(const std::string& pci_bus_id);
 
-// Evicts the L2 before a timed call: a memset of a buffer twice the L2 (every line of it is then
-// someone else's), and resets persisting-L2 lines to normal (cuCtxResetPersistingL2Cache).
-// The current context must be the GPU's.
+// Evicts the L2 before a timed call and resets persisting-L2 lines to normal
+// (cuCtxResetPersistingL2Cache). The current context must be the GPU's.
+// `read` (what every timing uses, the worker's baselines alike): a kernel of the toolchain's own
+// reads a buffer twice the L2, so every line is then someone else's and clean. No call pays for
+// the flush's lines, and there is nothing a call could skip or discard: a memset flush leaves the
+// L2 full of dirty lines whose write-back the next call pays, and a kernel whose loads and stores
+// are marked evict-first recycles its own lines and leaves most of them in place, ~3% faster than
+// the same work with plain ones on a 32 us call (H100, kernel_prof_gpu_dirty_flush), a cost torch's
+// baselines kept paying. `memset`: that older flush, for the bench's comparison of the two.
 class L2Flusher {
  public:
-  L2Flusher(std::size_t l2_bytes, double factor = 2.0);
+  enum class Method { read, memset };
+  explicit L2Flusher(std::size_t l2_bytes, double factor = 2.0, Method method = Method::read);
   ~L2Flusher();
   L2Flusher(const L2Flusher&) = delete;
   L2Flusher& operator=(const L2Flusher&) = delete;
   void flush(CUstream stream);
   std::size_t bytes() const { return bytes_; }
+  const char* method_name() const { return method_ == Method::read ? "read" : "memset"; }
   bool resets_persisting() const { return reset_ != nullptr; }
 
  private:
-  CUdeviceptr buffer_ = 0;
+  Method method_;
+  CUdeviceptr buffer_ = 0, sink_ = 0;
   std::size_t bytes_ = 0;
   unsigned counter_ = 0;
+  CUfunction read_ = nullptr;
+  unsigned blocks_ = 0;
   CUresult (*reset_)() = nullptr;
 };
 

@@ -9,12 +9,13 @@ namespace ca::kernel_prof {
 
 std::string baseline_method(const std::string& mode, const std::string& precision, const std::string& metric,
                             int input_sets, double flush_factor) {
-  // L2 flush (memset) before every call, CUDA events around the call, input sets rotated, median
+  // L2 flush before every call, CUDA events around the call, input sets rotated, median
   // reported. v1: device metric = torch.profiler kernel sums per call; v2: their busy time (the
   // union of their intervals), as the candidate's; v3: with the kernels launched by no op (a CUDA
   // graph's replay, torch.cuda._sleep), which v2 missed, so such a baseline looked faster than it
-  // ran. A store's older baselines are not compared.
-  return log::cat(mode, "/", precision, "/", metric, "/sets=", input_sets, "/flush=", flush_factor, "xL2/v3");
+  // ran; v4: the flush reads its buffer (clean lines left) where v1-v3's memset left dirty lines
+  // whose write-back every call paid. A store's older baselines are not compared.
+  return log::cat(mode, "/", precision, "/", metric, "/sets=", input_sets, "/flush=", flush_factor, "xL2-read/v4");
 }
 
 Json BaselineTimer::load_task(const Json& task) {

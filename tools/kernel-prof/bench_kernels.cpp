@@ -19,18 +19,6 @@ extern "C" __global__ void copy_f4(const float4* __restrict__ src, float4* __res
 }
 )";
 
-const char* kReadSource = R"(
-extern "C" __global__ void read_flush(const int4* __restrict__ p, unsigned long long n4, int* sink) {
-  int acc = 0;
-  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n4;
-       i += (unsigned long long)gridDim.x * blockDim.x) {
-    int4 v = p[i];
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x7fffffff) *sink = acc;  // practically never: keeps the loads alive
-}
-)";
-
 std::vector<CUdeviceptr> alloc_filled(std::size_t bytes, int count, unsigned base) {
   auto& drv = cuda::Driver::get();
   std::vector<CUdeviceptr> out;
@@ -81,34 +69,6 @@ bool CopyKernelTarget::verify(int set) const {
   drv.check(drv.cuMemcpyDtoH(a.data(), src_[set] + off, 4096), "DtoH");
   drv.check(drv.cuMemcpyDtoH(b.data(), dst_[set] + off, 4096), "DtoH");
   return a == b;
-}
-
-ReadFlush::ReadFlush(std::size_t bytes, const std::string& arch) : bytes_(bytes) {
-  auto& drv = cuda::Driver::get();
-  bundle::CompileOptions opt;
-  opt.confined = false;  // the project's own kernels
-  opt.arch = arch;
-  auto r = bundle::compile_bundle({{"read.cu", kReadSource}}, {"read_flush"}, opt);
-  if (!r.ok) throw InternalError("read flush kernel: " + r.first_error);
-  drv.check(drv.cuModuleLoadData(&module_, r.cubin.data()), "cuModuleLoadData");
-  drv.check(drv.cuModuleGetFunction(&fn_, module_, "read_flush"), "cuModuleGetFunction");
-  drv.check(drv.cuMemAlloc(&buffer_, bytes_), "cuMemAlloc");
-  drv.check(drv.cuMemsetD8(buffer_, 1, bytes_), "cuMemsetD8");
-  drv.check(drv.cuMemAlloc(&sink_, 4), "cuMemAlloc");
-}
-
-ReadFlush::~ReadFlush() {
-  auto& drv = cuda::Driver::get();
-  drv.cuMemFree(buffer_);
-  drv.cuMemFree(sink_);
-  drv.cuModuleUnload(module_);
-}
-
-void ReadFlush::flush(CUstream stream) {
-  auto& drv = cuda::Driver::get();
-  unsigned long long n4 = bytes_ / 16;
-  void* args[] = {&buffer_, &n4, &sink_};
-  drv.check(drv.cuLaunchKernel(fn_, 132 * 8, 1, 1, 256, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel(read_flush)");
 }
 
 MemcpyTarget::MemcpyTarget(std::size_t n_floats, int sets) : n_(n_floats) {

@@ -41,36 +41,4 @@ class MemcpyTarget : public measure::TimedTarget {
   std::vector<CUdeviceptr> src_, dst_;
 };
 
-// An L2 flush by reading (a kernel summing a buffer twice the L2): leaves clean lines behind,
-// where the memset flush leaves dirty ones the timed kernel must write back. For the bench's
-// comparison of flush methods only; kernel-prof and the worker both use the memset flush.
-class ReadFlush {
- public:
-  ReadFlush(std::size_t bytes, const std::string& arch);
-  ~ReadFlush();
-  void flush(CUstream stream);
-
- private:
-  std::size_t bytes_;
-  CUmodule module_ = nullptr;
-  CUfunction fn_ = nullptr;
-  CUdeviceptr buffer_ = 0, sink_ = 0;
-};
-
-// `inner` with a ReadFlush before every call (in prepare, outside the timed window).
-class ReadFlushedTarget : public measure::TimedTarget {
- public:
-  ReadFlushedTarget(measure::TimedTarget& inner, ReadFlush& flush) : inner_(inner), flush_(flush) {}
-  int input_sets() const override { return inner_.input_sets(); }
-  void prepare(int set, CUstream stream) override {
-    inner_.prepare(set, stream);
-    flush_.flush(stream);
-  }
-  void enqueue(int set, CUstream stream) override { inner_.enqueue(set, stream); }
-
- private:
-  measure::TimedTarget& inner_;
-  ReadFlush& flush_;
-};
-
 }  // namespace ca::kernel_prof

@@ -233,6 +233,7 @@ struct ProfileRun {
     method["seed"] = options_.seed;
     method["seed_given"] = options_.seed_given;
     method["flush_bytes"] = g.flusher().bytes();
+    method["flush"] = g.flusher().method_name();
     method["persisting_l2_reset"] = g.flusher().resets_persisting();
     method["call_state_reset"] = "fresh inputs; outputs, forward scratch, library workspaces and the shared memory of every SM filled with bytes drawn for the call; module memory restored; before every call";
     method["timer"] = "cuda_events around cuGraphLaunch";
