@@ -140,6 +140,14 @@ import torch
 torch.cuda.synchronize = lambda: None
 x = torch.ones(8, 8)
 assert T.profiled_device_times(lambda a: a @ a, [(x,)], None, 2) == [0.0, 0.0]   # CPU: no kernels, busy 0
+# The flush (kernel-prof's read method) runs before every profiled call: none for 0 bytes, else a
+# read of a buffer of that size (its max is the fill value: read, never written).
+assert T.read_flush(0, torch.device("cpu")) is None
+flushed = []
+flush = T.read_flush(64, torch.device("cpu"))
+assert int(flush()) == 0x5A5A5A5A
+assert T.profiled_device_times(lambda a: a @ a, [(x,)], lambda: flushed.append(int(flush())), 3) == [0.0] * 3
+assert flushed == [0x5A5A5A5A] * 3, flushed
 def refuse(*a):
     raise ValueError("kernels unlike torch's")
 T.range_busy_times = refuse
