@@ -52,24 +52,24 @@ def rec(name, src, plan):
 def relu2(body):
     return ("__global__ void relu2(const float* __restrict__ x, float* __restrict__ y, int n) {\n"
             "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) " + body + "\n}\n")
+def add_task(task_id, init, forward, inputs):
+    """A task of the probe's own (a Model with `init` after super().__init__(), `forward`, and
+    get_inputs returning [`inputs`]), added to the tasks file."""
+    code = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+            "        super().__init__()\n" + init + "\n" + forward + "\n\n"
+            "def get_inputs():\n    return [" + inputs + "]\n\ndef get_init_inputs():\n    return []\n")
+    with open(T + "/tasks.jsonl", "a") as f:
+        f.write(json.dumps({"task_id": task_id, "code": code}) + "\n")
 plan = good["bundle"]["plan"]
 plain = relu2("y[i] = fmaxf(x[i], 0.0f) * 2.0f;")
 if what == "same":
-    code = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
-            "        super().__init__()\n\n    def forward(self, a, b):\n        return torch.matmul(a, b)\n\n"
-            "def get_inputs():\n    return [torch.randn(4096, 4096), torch.randn(4096, 4096)]\n\n"
-            "def get_init_inputs():\n    return []\n")
-    with open(T + "/tasks.jsonl", "a") as f:
-        f.write(json.dumps({"task_id": "kp-matmul", "code": code}) + "\n")
+    add_task("kp-matmul", "", "    def forward(self, a, b):\n        return torch.matmul(a, b)",
+             "torch.randn(4096, 4096), torch.randn(4096, 4096)")
     bundle = {"kernels": {}, "plan": {"forward": [{"gemm": {"a": "inputs.0", "b": "inputs.1", "out": "outputs.0"}}]}}
     recs = [dict(good, task_id="kp-matmul", name="same", bundle=bundle, candidate_id=cid("kp-matmul", bundle))]
 elif what == "last":
-    code = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
-            "        super().__init__()\n        self.linear = nn.Linear(1024, 8192, bias=False)\n\n"
-            "    def forward(self, x):\n        return self.linear(x)\n\n"
-            "def get_inputs():\n    return [torch.randn(4, 1024)]\n\ndef get_init_inputs():\n    return []\n")
-    with open(T + "/tasks.jsonl", "a") as f:
-        f.write(json.dumps({"task_id": "kp-matvec", "code": code}) + "\n")
+    add_task("kp-matvec", "        self.linear = nn.Linear(1024, 8192, bias=False)\n",
+             "    def forward(self, x):\n        return self.linear(x)", "torch.randn(4, 1024)")
     # One warp per weight row, four input rows; LOAD_W is how the weights are loaded.
     matvec = r"""
 __global__ void matvec(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, int M, int N, int K) {
