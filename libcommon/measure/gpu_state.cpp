@@ -143,6 +143,16 @@ L2Flusher::L2Flusher(std::size_t l2_bytes, double factor, Method method) : metho
   bytes_ = (bytes_ + 15) / 16 * 16;
   drv.check(drv.cuMemAlloc(&buffer_, bytes_), "cuMemAlloc(L2 flush buffer)");
   reset_ = reinterpret_cast<CUresult (*)()>(driver_entry("cuCtxResetPersistingL2Cache", 11000));
+  // No L2 set aside for persisting accesses: lines a kernel marks evict_last (createpolicy and
+  // a cache hint, an access policy window) then have no reserved share to outlast a flush in, and
+  // the reset before every flush demotes them. 0 is the context's default; made 0 here in case
+  // someone raised it, and read back for the record (-1: the device has no such limit).
+  std::size_t aside = 0;
+  if (drv.cuCtxGetLimit(&aside, CU_LIMIT_PERSISTING_L2_CACHE_SIZE) == CUDA_SUCCESS) {
+    if (aside != 0 && drv.cuCtxSetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0) == CUDA_SUCCESS)
+      drv.cuCtxGetLimit(&aside, CU_LIMIT_PERSISTING_L2_CACHE_SIZE);
+    persisting_set_aside_ = int64_t(aside);
+  }
   if (method_ != Method::read) return;
   drv.check(drv.cuMemsetD8(buffer_, 0x5a, bytes_), "cuMemsetD8(L2 flush buffer)");
   drv.check(drv.cuMemAlloc(&sink_, 16), "cuMemAlloc(L2 flush sink)");

@@ -4,6 +4,7 @@
 #pragma once
 #include <cuda.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -54,6 +55,8 @@ class L2Flusher {
   std::size_t bytes() const { return bytes_; }
   const char* method_name() const { return method_ == Method::read ? "read" : "memset"; }
   bool resets_persisting() const { return reset_ != nullptr; }
+  // The L2 set aside for persisting accesses in this context (made 0), or -1 where there is none.
+  int64_t persisting_set_aside() const { return persisting_set_aside_; }
 
  private:
   Method method_;
@@ -62,6 +65,7 @@ class L2Flusher {
   unsigned counter_ = 0;
   CUfunction read_ = nullptr;
   unsigned blocks_ = 0;
+  int64_t persisting_set_aside_ = -1;
   CUresult (*reset_)() = nullptr;
 };
 

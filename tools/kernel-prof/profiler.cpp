@@ -235,6 +235,7 @@ struct ProfileRun {
     method["flush_bytes"] = g.flusher().bytes();
     method["flush"] = g.flusher().method_name();
     method["persisting_l2_reset"] = g.flusher().resets_persisting();
+    if (g.flusher().persisting_set_aside() >= 0) method["persisting_l2_set_aside_bytes"] = g.flusher().persisting_set_aside();
     method["call_state_reset"] = "fresh inputs; outputs, forward scratch, library workspaces and the shared memory of every SM filled with bytes drawn for the call; module memory restored; before every call";
     method["timer"] = "cuda_events around cuGraphLaunch";
   }
