@@ -121,18 +121,41 @@ std::optional<int> sm_clock_mhz(const std::string& pci_bus_id) {
   return int(mhz);
 }
 
-// The read flush's kernel: every 16-byte word of the buffer loaded once, at normal priority. The
-// buffer holds one byte value throughout, so the xor of each word's four ints is 0 and the store
-// never happens; it keeps the loads from being dropped.
+// The read flush's kernels. ca_read_flush loads every 16-byte word of the buffer once, with an L2
+// evict_last policy: the top priority a line can have, so each fill's victim is the least recently
+// used line whatever its priority, and a buffer of twice the L2 displaces every line a call left
+// there, those it marked evict_last included (a kernel's lines at normal priority would otherwise
+// stay put under evict_last ones). ca_demote_flush then sets each of the buffer's lines back to
+// normal priority (applypriority, one 128-byte line per thread): the call finds the L2 full of
+// clean lines at normal priority, the same state whatever the call before it did. The buffer holds
+// one byte value throughout, so the xor of each word's four ints is 0 and the store never happens;
+// it keeps the loads from being dropped.
 const char* const kReadFlushSource = R"(
 extern "C" __global__ void ca_read_flush(const int4* __restrict__ p, unsigned long long n, int* sink) {
+#if __CUDA_ARCH__ >= 800
+  unsigned long long policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+#endif
   int acc = 0;
   for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
        i += (unsigned long long)gridDim.x * blockDim.x) {
-    int4 v = p[i];
+#if __CUDA_ARCH__ >= 800
+    int4 v;
+    asm volatile("ld.global.L2::cache_hint.v4.s32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p + i), "l"(policy));
+#else
+    int4 v = p[i];  // no L2 eviction priorities before sm_80
+#endif
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (acc == 0x7fffffff) *sink = acc;
+}
+extern "C" __global__ void ca_demote_flush(const char* p, unsigned long long lines) {
+#if __CUDA_ARCH__ >= 800
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < lines;
+       i += (unsigned long long)gridDim.x * blockDim.x)
+    asm volatile("applypriority.global.L2::evict_normal [%0], 128;" :: "l"(p + i * 128) : "memory");
+#endif
 }
 )";
 
@@ -140,7 +163,7 @@ L2Flusher::L2Flusher(std::size_t l2_bytes, double factor, Method method) : metho
   auto& drv = cuda::Driver::get();
   bytes_ = std::size_t(double(l2_bytes) * factor);
   if (bytes_ < (1u << 20)) bytes_ = 1u << 20;
-  bytes_ = (bytes_ + 15) / 16 * 16;
+  bytes_ = (bytes_ + 127) / 128 * 128;  // whole 128-byte lines, for the demotion
   drv.check(drv.cuMemAlloc(&buffer_, bytes_), "cuMemAlloc(L2 flush buffer)");
   reset_ = reinterpret_cast<CUresult (*)()>(driver_entry("cuCtxResetPersistingL2Cache", 11000));
   // No L2 set aside for persisting accesses: lines a kernel marks evict_last (createpolicy and
@@ -157,6 +180,7 @@ L2Flusher::L2Flusher(std::size_t l2_bytes, double factor, Method method) : metho
   drv.check(drv.cuMemsetD8(buffer_, 0x5a, bytes_), "cuMemsetD8(L2 flush buffer)");
   drv.check(drv.cuMemAlloc(&sink_, 16), "cuMemAlloc(L2 flush sink)");
   read_ = bundle::trusted_kernel("read_flush.cu", kReadFlushSource, "ca_read_flush");
+  demote_ = bundle::trusted_kernel("read_flush.cu", kReadFlushSource, "ca_demote_flush");
   CUdevice dev;
   drv.check(drv.cuCtxGetDevice(&dev), "cuCtxGetDevice");
   int sms = 0;
@@ -178,6 +202,10 @@ void L2Flusher::flush(CUstream stream) {
     unsigned long long words = bytes_ / 16;
     void* args[] = {&buffer_, &words, &sink_};
     drv.check(drv.cuLaunchKernel(read_, blocks_, 1, 1, 256, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel(L2 flush)");
+    unsigned long long lines = bytes_ / 128;
+    void* demote_args[] = {&buffer_, &lines};
+    drv.check(drv.cuLaunchKernel(demote_, blocks_, 1, 1, 256, 1, 1, 0, stream, demote_args, nullptr),
+              "cuLaunchKernel(L2 flush demotion)");
     return;
   }
   // A different byte each time, so no layer can skip a memset that changes nothing.

@@ -63,7 +63,7 @@ class L2Flusher {
   CUdeviceptr buffer_ = 0, sink_ = 0;
   std::size_t bytes_ = 0;
   unsigned counter_ = 0;
-  CUfunction read_ = nullptr;
+  CUfunction read_ = nullptr, demote_ = nullptr;
   unsigned blocks_ = 0;
   int64_t persisting_set_aside_ = -1;
   CUresult (*reset_)() = nullptr;
