@@ -54,7 +54,8 @@ int main(int argc, char** argv) {
     }
     std::printf("# %s %s, driver %s, CUPTI %s\n", id.name.c_str(), id.uuid.c_str(), id.driver.c_str(),
                 cuda::CuptiTracer::instance().available() ? "on" : cuda::CuptiTracer::instance().why().c_str());
-    // Flush methods: read (kernel-prof's and the worker's: clean lines left in L2), memset (the
+    // Flush methods: read (kernel-prof's: clean lines left in L2; read-demote on sm_80 and later,
+    // the worker's a plain read), memset (the
     // one before session 30: dirty lines the timed call writes back), none (a 1 MiB memset only:
     // the previous call's data may still be in L2).
     using Method = measure::L2Flusher::Method;

@@ -183,8 +183,10 @@ L2Flusher::L2Flusher(std::size_t l2_bytes, double factor, Method method) : metho
   demote_ = bundle::trusted_kernel("read_flush.cu", kReadFlushSource, "ca_demote_flush");
   CUdevice dev;
   drv.check(drv.cuCtxGetDevice(&dev), "cuCtxGetDevice");
-  int sms = 0;
+  int sms = 0, major = 0;
   drv.check(drv.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "SM count");
+  drv.check(drv.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "compute capability");
+  priorities_ = major >= 8;  // what the kernels' #if __CUDA_ARCH__ >= 800 compiled in
   blocks_ = unsigned(std::max(1, sms) * 8);  // 8 x 256 threads per SM: a full SM's worth of loads in flight
   drv.check(drv.cuCtxSynchronize(), "L2 flush buffer");  // filled before any stream reads it
 }

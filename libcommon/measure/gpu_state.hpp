@@ -35,15 +35,19 @@ GpuIdentity identify_gpu(int ordinal);
 // Current SM clock in MHz through NVML (libnvidia-ml.so.1), or nullopt when NVML is absent.
 std::optional<int> sm_clock_mhz(const std::string& pci_bus_id);
 
-// Evicts the L2 before a timed call and resets persisting-L2 lines to normal
-// (cuCtxResetPersistingL2Cache). The current context must be the GPU's.
-// `read` (what every timing uses, the worker's baselines alike): a kernel of the toolchain's own
-// reads a buffer twice the L2, so every line is then someone else's and clean. No call pays for
-// the flush's lines, and there is nothing a call could skip or discard: a memset flush leaves the
-// L2 full of dirty lines whose write-back the next call pays, and a kernel whose loads and stores
-// are marked evict-first recycles its own lines and leaves most of them in place, ~3% faster than
-// the same work with plain ones on a 32 us call (H100, kernel_prof_gpu_dirty_flush), a cost torch's
-// baselines kept paying. `memset`: that older flush, for the bench's comparison of the two.
+// Evicts the L2 before a timed call. The current context must be the GPU's.
+// `read` (what every candidate's timing uses): two kernels of the toolchain's own, in the stream.
+// The first reads a buffer twice the L2 with an evict_last policy (the top L2 priority: each fill
+// then evicts the least recently used line whatever its priority), the second sets the buffer's
+// lines back to normal priority (applypriority). Every call starts from an L2 of clean lines at
+// normal priority, none of them its own or the previous call's: nothing to write back (a memset
+// flush left the lines dirty), and nothing a call marked evict_last outlasts the flush (a read at
+// normal priority left such lines in place: kernel_prof_gpu_evict_last measured 9.1% on a matvec
+// whose weights, the same every call, a kernel loaded evict_last, H100). method_name() says
+// "read-demote"; "read" before sm_80 (no eviction priorities there: plain loads, no demotion).
+// The persisting-L2 lines are also reset (cuCtxResetPersistingL2Cache) and no L2 is set aside for
+// them, but the reset is a host call made while earlier calls are still queued: the kernels do
+// the work. `memset`: the older flush, for the bench's comparison.
 class L2Flusher {
  public:
   enum class Method { read, memset };
@@ -53,7 +57,9 @@ class L2Flusher {
   L2Flusher& operator=(const L2Flusher&) = delete;
   void flush(CUstream stream);
   std::size_t bytes() const { return bytes_; }
-  const char* method_name() const { return method_ == Method::read ? "read" : "memset"; }
+  const char* method_name() const {
+    return method_ == Method::memset ? "memset" : priorities_ ? "read-demote" : "read";
+  }
   bool resets_persisting() const { return reset_ != nullptr; }
   // The L2 set aside for persisting accesses in this context (made 0), or -1 where there is none.
   int64_t persisting_set_aside() const { return persisting_set_aside_; }
@@ -65,6 +71,7 @@ class L2Flusher {
   unsigned counter_ = 0;
   CUfunction read_ = nullptr, demote_ = nullptr;
   unsigned blocks_ = 0;
+  bool priorities_ = false;  // sm_80 and later: L2 eviction priorities, the flush's evict_last read and demotion
   int64_t persisting_set_aside_ = -1;
   CUresult (*reset_)() = nullptr;
 };

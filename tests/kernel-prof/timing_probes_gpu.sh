@@ -129,7 +129,7 @@ for r in range(1, rounds + 1):
     for rec in map(json.loads, open("%s/out%d.jsonl" % (T, r))):
         p = rec["prof"]
         assert p["status"] == "timed", (rec["name"], p.get("reason"))
-        assert p["method"].get("flush") == "read", ("candidate flush", p["method"].get("flush"))
+        assert p["method"].get("flush") == "read-demote", ("candidate flush", p["method"].get("flush"))
         assert p["method"].get("persisting_l2_set_aside_bytes", 0) == 0, p["method"]
         for side, b in p.get("baselines", {}).items():
             assert b.get("method", {}).get("flush") == "read", ("baseline flush", side, b)
