@@ -124,8 +124,9 @@ std::optional<int> sm_clock_mhz(const std::string& pci_bus_id) {
 // The read flush's kernels. ca_read_flush loads every 16-byte word of the buffer once, with an L2
 // evict_last policy: the top priority a line can have, so each fill's victim is the least recently
 // used line whatever its priority, and a buffer of twice the L2 displaces every line a call left
-// there, those it marked evict_last included (a kernel's lines at normal priority would otherwise
-// stay put under evict_last ones). ca_demote_flush then sets each of the buffer's lines back to
+// there, those it marked evict_last included, whatever the GPU's replacement policy does with lines
+// of a higher priority than a fill's (the H100 was not seen to keep them: bench/l2_hints_probe.cu).
+// ca_demote_flush then sets each of the buffer's lines back to
 // normal priority (applypriority, one 128-byte line per thread): the call finds the L2 full of
 // clean lines at normal priority, the same state whatever the call before it did. The buffer holds
 // one byte value throughout, so the xor of each word's four ints is 0 and the store never happens;

@@ -41,10 +41,11 @@ std::optional<int> sm_clock_mhz(const std::string& pci_bus_id);
 // then evicts the least recently used line whatever its priority), the second sets the buffer's
 // lines back to normal priority (applypriority). Every call starts from an L2 of clean lines at
 // normal priority, none of them its own or the previous call's: nothing to write back (a memset
-// flush left the lines dirty), and nothing a call marked evict_last outlasts the flush (a read at
-// normal priority left such lines in place: kernel_prof_gpu_evict_last measured 9.1% on a matvec
-// whose weights, the same every call, a kernel loaded evict_last, H100). method_name() says
-// "read-demote"; "read" before sm_80 (no eviction priorities there: plain loads, no demotion).
+// flush left the lines dirty), and nothing a call marked evict_last outlasts the flush by the
+// flush's own priority, not by the replacement policy of one GPU (on the H100 a read at normal
+// priority left none of them either: bench/l2_hints_probe.cu; kernel_prof_gpu_flush_clears holds
+// the flush to it). method_name() says "read-demote"; "read" before sm_80 (no eviction priorities
+// there: plain loads, no demotion).
 // The persisting-L2 lines are also reset (cuCtxResetPersistingL2Cache) and no L2 is set aside for
 // them, but the reset is a host call made while earlier calls are still queued: the kernels do
 // the work. `memset`: the older flush, for the bench's comparison.

@@ -5,17 +5,6 @@
 #     not fall below the work's alone, and its relu2 must have one record per timed call, unless
 #     kernel-prof voided the time (prof.no_speedup: records lost, 0df9ac4). A loss alike in every
 #     call is what no count across calls can see: this looks for one.
-#   last: the flush must leave nothing of what a call read in the L2 for the next call, however
-#     the call marked it. Params are the same in every call (inputs are fresh), so a kernel that
-#     loads the weights with an L2 evict_last policy (createpolicy + ld.L2::cache_hint, inline PTX
-#     the rules allow) would find them in the L2 at its next call if neither the persisting-L2
-#     reset nor the flush evicts such lines; torch's kernels load them at normal priority and read
-#     them from memory every call. A matvec of a 32 MB weight (8192x1024 fp32, in the L2 of the
-#     H100 and the H200) by four rows: the evict_last candidate must not be faster than the plain
-#     one by more than max(1 us, 5%) (about 10 us from memory; half that or less from the L2).
-#     The persisting-L2 reset did not do it (a host call, made while the calls before it are still
-#     queued): plain 16.4 us, evict_last 14.9 us (9.1%), H100 at 74234c9. Since session 31 the
-#     flush reads at evict_last priority itself, then demotes its own lines.
 #   same: the same work as eager must not read faster than eager. A bundle whose forward is one
 #     cuBLASLt gemm (what torch.matmul runs: cuBLAS) on a 4096^3 fp32 matmul (~2 ms, compute-bound,
 #     power-hungry) must not be more than 5% faster than eager (reward 2 for no work of its own).
@@ -23,12 +12,13 @@
 #     baselines' back to back: a GPU at its power limit clocks down under the latter, not the
 #     former. Failing it (look at prof.sm_clock_mhz and the kernels) means the sides need the same
 #     duty cycle: the baselines' calls spaced like the candidate's (fresh inputs per call there too).
-# Usage: timing_probes_gpu.sh cupti|same|last
-# (The flush's own probe, evict-first hints after the flush against a steady stream, is
-# kernel_prof_gpu_flush_hints in gpu_measure_test.cpp: it needs calls without a flush.)
+# Usage: timing_probes_gpu.sh cupti|same
+# (The flush's own probe, kernel_prof_gpu_flush_clears in gpu_measure_test.cpp, replaced the flush
+# and last probes in session 31: a kernel's cache hints gain what they gain after any flush; what
+# the flush must do is leave nothing of the call before it, which needs calls kernel-prof never makes.)
 set -euo pipefail
 : "${CA_BIN:?}" "${CA_SRC:?}"
-what=${1:?cupti, same or last}
+what=${1:?cupti or same}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export CUDA_AGENT_PYTHONPATH="${CUDA_AGENT_PYTHONPATH:-$CA_SRC/libcommon/python}"
@@ -63,49 +53,6 @@ if what == "same":
              "torch.randn(4096, 4096), torch.randn(4096, 4096)")
     bundle = {"kernels": {}, "plan": {"forward": [{"gemm": {"a": "inputs.0", "b": "inputs.1", "out": "outputs.0"}}]}}
     recs = [dict(good, task_id="kp-matmul", name="same", bundle=bundle, candidate_id=cid("kp-matmul", bundle))]
-elif what == "last":
-    add_task("kp-matvec", "        self.linear = nn.Linear(1024, 8192, bias=False)\n",
-             "    def forward(self, x):\n        return self.linear(x)", "torch.randn(4, 1024)")
-    # One warp per weight row, four input rows; LOAD_W is how the weights are loaded.
-    matvec = r"""
-__global__ void matvec(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, int M, int N, int K) {
-  const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-  if (row >= N || M != 4) return;
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  const float4* wr = reinterpret_cast<const float4*>(w + (size_t)row * K);
-  for (int k4 = lane; k4 < K / 4; k4 += 32) {
-    const float4 wv = LOAD_W(wr + k4);
-    for (int m = 0; m < 4; ++m) {
-      const float4 xv = reinterpret_cast<const float4*>(x + (size_t)m * K)[k4];
-      acc[m] += wv.x * xv.x + wv.y * xv.y + wv.z * xv.z + wv.w * xv.w;
-    }
-  }
-  for (int m = 0; m < 4; ++m) {
-    float v = acc[m];
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0) y[(size_t)m * N + row] = v;
-  }
-}
-"""
-    plain_w = "#define LOAD_W(p) (*(p))\n"
-    last_w = r"""
-__device__ __forceinline__ float4 load_evict_last(const float4* p) {
-  unsigned long long policy;
-  float4 v;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-  asm volatile("ld.global.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p), "l"(policy));
-  return v;
-}
-#define LOAD_W(p) load_evict_last(p)
-"""
-    mv_plan = {"dims": {"M": "inputs.0.shape[0]", "K": "inputs.0.shape[1]", "N": "params.linear.weight.shape[0]"},
-               "forward": [{"launch": "matvec", "grid": ["cdiv(N * 32, 256)"], "block": [256],
-                            "args": ["inputs.0", "params.linear.weight", "outputs.0", "M", "N", "K"]}]}
-    recs = []
-    for name, head in (("plain", plain_w), ("last", last_w)):
-        bundle = {"kernels": {"matvec.cu": head + matvec + "// " + name + "\n"}, "plan": mv_plan}
-        recs.append(dict(good, task_id="kp-matvec", name=name, bundle=bundle, candidate_id=cid("kp-matvec", bundle)))
 elif what == "cupti":
     many = dict(plan, forward=[{"repeat": 16383, "index": "t", "steps": [{"launch": "tick", "grid": [1], "block": [1], "args": ["t"]}]}]
                 + plan["forward"])
@@ -116,7 +63,7 @@ with open(T + "/probe.jsonl", "w") as f:
     for r in recs:
         f.write(json.dumps(r) + "\n")
 PY
-rounds=1; [[ $what == last ]] && rounds=3
+rounds=1
 for r in $(seq 1 $rounds); do
   "$CA_BIN/kernel-prof" --no-store --tasks "$T/tasks.jsonl" --baselines eager --budget-s 3 --baseline-budget-s 1 \
     < "$T/probe.jsonl" > "$T/out$r.jsonl" 2> "$T/err$r" || { rc=$?; tail -20 "$T/err$r"; fail "kernel-prof exit $rc"; }
@@ -155,10 +102,5 @@ elif what == "cupti":
     assert relu and relu[0]["launches"] == m["method"]["calls"], "relu2's records lost in every call alike"
     assert t["many"][0] >= t["plain"][0], "the many-launch call reads faster than its work alone"
     print("cupti: every kernel of every call counted at 16,384 launches")
-else:
-    plain, last = (statistics.median(t[k]) for k in ("plain", "last"))
-    print("evict_last weights save %.2f us (%.1f%%); eager %.2f us" %
-          (plain - last, 100 * (plain - last) / plain, profs["plain"]["baselines"]["eager"]["time_us"]["median"]))
-    assert plain - last <= max(1.0, 0.05 * plain), "weights loaded evict_last stay in the L2 across the flush"
 PY
 echo "kernel-prof timing probe $what: ok"
