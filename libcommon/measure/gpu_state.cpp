@@ -168,9 +168,11 @@ L2Flusher::L2Flusher(std::size_t l2_bytes, double factor, Method method) : metho
   drv.check(drv.cuMemAlloc(&buffer_, bytes_), "cuMemAlloc(L2 flush buffer)");
   reset_ = reinterpret_cast<CUresult (*)()>(driver_entry("cuCtxResetPersistingL2Cache", 11000));
   // No L2 set aside for persisting accesses: lines a kernel marks evict_last (createpolicy and
-  // a cache hint, an access policy window) then have no reserved share to outlast a flush in, and
-  // the reset before every flush demotes them. 0 is the context's default; made 0 here in case
-  // someone raised it, and read back for the record (-1: the device has no such limit).
+  // a cache hint, an access policy window) then have no reserved share to outlast a flush in (the
+  // flush's own evict_last read and demotion are what evict them; the reset before it is a host call
+  // that runs before the queued calls it should follow). Not 0 by default: a fresh context on the
+  // H100 of session 31 had 9,830,400 bytes set aside (bench/l2_hints_probe.cu prints it). Made 0
+  // here, and read back for the record (-1: the device has no such limit).
   std::size_t aside = 0;
   if (drv.cuCtxGetLimit(&aside, CU_LIMIT_PERSISTING_L2_CACHE_SIZE) == CUDA_SUCCESS) {
     if (aside != 0 && drv.cuCtxSetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0) == CUDA_SUCCESS)
