@@ -160,6 +160,8 @@ extern "C" __global__ void ca_demote_flush(const char* p, unsigned long long lin
 }
 )";
 
+const char* read_flush_source() { return kReadFlushSource; }
+
 L2Flusher::L2Flusher(std::size_t l2_bytes, double factor, Method method) : method_(method) {
   auto& drv = cuda::Driver::get();
   bytes_ = std::size_t(double(l2_bytes) * factor);

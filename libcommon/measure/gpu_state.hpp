@@ -49,6 +49,10 @@ std::optional<int> sm_clock_mhz(const std::string& pci_bus_id);
 // The persisting-L2 lines are also reset (cuCtxResetPersistingL2Cache) and no L2 is set aside for
 // them, but the reset is a host call made while earlier calls are still queued: the kernels do
 // the work. `memset`: the older flush, for the bench's comparison.
+// The source of the flush's two kernels (ca_read_flush, ca_demote_flush), for the unit test that
+// compiles it for each architecture without a GPU.
+const char* read_flush_source();
+
 class L2Flusher {
  public:
   enum class Method { read, memset };

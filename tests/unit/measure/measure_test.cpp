@@ -11,9 +11,12 @@
 #include <random>
 #include <thread>
 
+#include "libcommon/bundle/compile.hpp"
 #include "libcommon/cuda/cupti.hpp"
+#include "libcommon/cuda/nvrtc.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/measure/gpu_lock.hpp"
+#include "libcommon/measure/gpu_state.hpp"
 #include "libcommon/measure/stats.hpp"
 #include "libcommon/measure/stop_rule.hpp"
 #include "libcommon/measure/timing_loop.hpp"
@@ -353,4 +356,25 @@ TEST_CASE("margin decisions: the gain, its range from both CIs, and when it is o
   CHECK_FALSE(slow.ambiguous);
   auto point = decide_margin(95, std::nullopt, 100, std::nullopt, 0.05);  // no CI: the interval is the point
   CHECK_FALSE(point.ambiguous);
+}
+
+// The flush's kernels are compiled on the device at the first timing; a mistake in their source
+// would cost a device session to find. Compiled here for each architecture the flush distinguishes:
+// from sm_80 the evict_last read and the demotion are in the code, before it neither is.
+TEST_CASE("the L2 flush's kernels compile for sm_75, sm_80 and sm_90, with eviction priorities from sm_80") {
+  REQUIRE_MESSAGE(ca::cuda::Nvrtc::available(), "NVRTC (the CUDA toolkit the build uses) is needed");
+  for (std::string arch : {"sm_75", "sm_80", "sm_90"}) {
+    CAPTURE(arch);
+    ca::bundle::CompileOptions opt;
+    opt.arch = arch;
+    opt.confined = false;  // the toolchain's own source, as trusted_kernel compiles it
+    opt.use_cache = false;
+    auto r = ca::bundle::compile_bundle({{"read_flush.cu", read_flush_source()}}, {"ca_read_flush", "ca_demote_flush"}, opt);
+    REQUIRE_MESSAGE(r.ok, r.first_error);
+    CHECK(!r.cubin.empty());
+    const bool priorities = arch != "sm_75";
+    CHECK((r.ptx.find("createpolicy.fractional.L2::evict_last") != std::string::npos) == priorities);
+    CHECK((r.ptx.find("L2::cache_hint") != std::string::npos) == priorities);
+    CHECK((r.ptx.find("applypriority.global.L2::evict_normal") != std::string::npos) == priorities);
+  }
 }
