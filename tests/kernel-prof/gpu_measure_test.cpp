@@ -308,6 +308,11 @@ TEST_CASE("flush clears: the call after the flush runs alike whatever the call b
               lo - hot);
   CHECK_MESSAGE(lo - hot > 2 * bound, "the probe cannot see a weight found in the L2: it would pass whatever the flush");
   CHECK_MESSAGE(hi - lo <= bound, "the timed call's time depends on what the call before the flush left in the L2");
+  // The timed matvec did its work: x is 1.0 and w 2^-7 throughout, so every output is K / 128
+  // exactly (sums of powers of two, exact in fp32).
+  std::vector<float> out(4 * std::size_t(N));
+  drv.check(drv.cuMemcpyDtoH(out.data(), y, out.size() * 4), "download");
+  CHECK(std::count(out.begin(), out.end(), float(K) / 128.0f) == std::ptrdiff_t(out.size()));
   for (CUdeviceptr p : {x, w, y, dirty, sink}) drv.cuMemFree(p);
   drv.cuEventDestroy(a);
   drv.cuEventDestroy(b);
