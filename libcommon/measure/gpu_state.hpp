@@ -35,6 +35,10 @@ GpuIdentity identify_gpu(int ordinal);
 // Current SM clock in MHz through NVML (libnvidia-ml.so.1), or nullopt when NVML is absent.
 std::optional<int> sm_clock_mhz(const std::string& pci_bus_id);
 
+// The source of the flush's two kernels (ca_read_flush, ca_demote_flush), for the unit test that
+// compiles it for each architecture without a GPU.
+const char* read_flush_source();
+
 // Evicts the L2 before a timed call. The current context must be the GPU's.
 // `read` (what every candidate's timing uses): two kernels of the toolchain's own, in the stream.
 // The first reads a buffer twice the L2 with an evict_last policy (the top L2 priority: each fill
@@ -49,10 +53,6 @@ std::optional<int> sm_clock_mhz(const std::string& pci_bus_id);
 // The persisting-L2 lines are also reset (cuCtxResetPersistingL2Cache) and no L2 is set aside for
 // them, but the reset is a host call made while earlier calls are still queued: the kernels do
 // the work. `memset`: the older flush, for the bench's comparison.
-// The source of the flush's two kernels (ca_read_flush, ca_demote_flush), for the unit test that
-// compiles it for each architecture without a GPU.
-const char* read_flush_source();
-
 class L2Flusher {
  public:
   enum class Method { read, memset };

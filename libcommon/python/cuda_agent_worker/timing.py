@@ -53,11 +53,13 @@ def default_flush_bytes(device):
 
 
 def read_flush(nbytes, device):
-    """The L2 flush before every timed call, kernel-prof's own (libcommon/measure/gpu_state.hpp): a
-    read of a buffer `nbytes` long (twice the L2), after which the L2 holds clean lines only. A
-    memset leaves them dirty, and the timed call pays their write-back: a kernel whose loads and
-    stores are marked evict-first skips part of that where torch's kernels pay it whole. None for
-    no flush (nbytes 0, the CPU)."""
+    """The L2 flush before every timed baseline call: a read of a buffer `nbytes` long (twice the
+    L2) at normal priority, after which the L2 holds clean lines only (a memset left them dirty, a
+    write-back the timed call paid). kernel-prof's own flush (libcommon/measure/gpu_state.hpp,
+    "read-demote") reads at evict_last priority and then demotes its lines, so no line a call
+    marked evict_last can outlast it; this one has no raw kernel to do that, and on the H100 a
+    plain read was not seen to leave such lines (tools/kernel-prof/NOTES.md). None for no flush
+    (nbytes 0, the CPU)."""
     if nbytes <= 0:
         return None
     buf = torch.full((max(1, nbytes // 4),), 0x5A5A5A5A, dtype=torch.int32, device=device)
