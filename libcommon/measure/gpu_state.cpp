@@ -126,18 +126,23 @@ std::optional<int> sm_clock_mhz(const std::string& pci_bus_id) {
 // used line whatever its priority, and a buffer of twice the L2 displaces every line a call left
 // there, those it marked evict_last included, whatever the GPU's replacement policy does with lines
 // of a higher priority than a fill's (the H100 was not seen to keep them: bench/l2_hints_probe.cu).
-// ca_demote_flush then sets each of the buffer's lines back to
-// normal priority (applypriority, one 128-byte line per thread): the call finds the L2 full of
-// clean lines at normal priority, the same state whatever the call before it did. The buffer holds
-// one byte value throughout, so the xor of each word's four ints is 0 and the store never happens;
-// it keeps the loads from being dropped.
+// ca_demote_flush then sets each of the buffer's lines back to normal priority (applypriority, one
+// 128-byte line per thread): the call finds the L2 full of clean lines at normal priority, the same
+// state whatever the call before it did.
+// The buffer is the judge's and holds one pattern; a candidate's kernel that knows its address could
+// write into it (one address space: man kernel-prof, SECURITY), and what it wrote would be exactly
+// what the flush brings into the L2 before the timed call (a weight kept there would be read from
+// the L2 on every call). So the read puts the pattern back over every word that differs, before the
+// call: whatever the call finds of the buffer in the L2 is the pattern, by construction, not by a
+// check of a flag the candidate could clear. The count of words put back (`repaired`, 0 while
+// nothing writes there) is for the record; a call that stashed data there reads the pattern back.
 const char* const kReadFlushSource = R"(
-extern "C" __global__ void ca_read_flush(const int4* __restrict__ p, unsigned long long n, int* sink) {
+extern "C" __global__ void ca_read_flush(int4* p, unsigned long long n, int pattern, unsigned long long* repaired) {
 #if __CUDA_ARCH__ >= 800
   unsigned long long policy;
   asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
 #endif
-  int acc = 0;
+  unsigned long long bad = 0;
   for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
        i += (unsigned long long)gridDim.x * blockDim.x) {
 #if __CUDA_ARCH__ >= 800
@@ -147,9 +152,12 @@ extern "C" __global__ void ca_read_flush(const int4* __restrict__ p, unsigned lo
 #else
     int4 v = p[i];  // no L2 eviction priorities before sm_80
 #endif
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    if (((v.x ^ pattern) | (v.y ^ pattern) | (v.z ^ pattern) | (v.w ^ pattern)) != 0) {
+      p[i] = make_int4(pattern, pattern, pattern, pattern);
+      ++bad;
+    }
   }
-  if (acc == 0x7fffffff) *sink = acc;
+  if (bad != 0) atomicAdd(repaired, bad);
 }
 extern "C" __global__ void ca_demote_flush(const char* p, unsigned long long lines) {
 #if __CUDA_ARCH__ >= 800
@@ -182,8 +190,9 @@ L2Flusher::L2Flusher(std::size_t l2_bytes, double factor, Method method) : metho
     persisting_set_aside_ = int64_t(aside);
   }
   if (method_ != Method::read) return;
-  drv.check(drv.cuMemsetD8(buffer_, 0x5a, bytes_), "cuMemsetD8(L2 flush buffer)");
-  drv.check(drv.cuMemAlloc(&sink_, 16), "cuMemAlloc(L2 flush sink)");
+  drv.check(drv.cuMemsetD8(buffer_, kPatternByte, bytes_), "cuMemsetD8(L2 flush buffer)");
+  drv.check(drv.cuMemAlloc(&sink_, 16), "cuMemAlloc(L2 flush count)");
+  drv.check(drv.cuMemsetD8(sink_, 0, 16), "cuMemsetD8(L2 flush count)");
   read_ = bundle::trusted_kernel("read_flush.cu", kReadFlushSource, "ca_read_flush");
   demote_ = bundle::trusted_kernel("read_flush.cu", kReadFlushSource, "ca_demote_flush");
   CUdevice dev;
@@ -207,7 +216,8 @@ void L2Flusher::flush(CUstream stream) {
   if (reset_) drv.check(reset_(), "cuCtxResetPersistingL2Cache");
   if (method_ == Method::read) {
     unsigned long long words = bytes_ / 16;
-    void* args[] = {&buffer_, &words, &sink_};
+    int pattern = kPatternByte * 0x01010101;
+    void* args[] = {&buffer_, &words, &pattern, &sink_};
     drv.check(drv.cuLaunchKernel(read_, blocks_, 1, 1, 256, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel(L2 flush)");
     unsigned long long lines = bytes_ / 128;
     void* demote_args[] = {&buffer_, &lines};
@@ -215,8 +225,18 @@ void L2Flusher::flush(CUstream stream) {
               "cuLaunchKernel(L2 flush demotion)");
     return;
   }
-  // A different byte each time, so no layer can skip a memset that changes nothing.
+  // A different byte each time, so no layer can skip a memset that changes nothing (and whatever
+  // was written into the buffer is overwritten whole).
   drv.check(drv.cuMemsetD8Async(buffer_, (unsigned char)(++counter_), bytes_, stream), "cuMemsetD8Async(L2 flush)");
+}
+
+uint64_t L2Flusher::repaired_words() {
+  if (!sink_) return 0;
+  auto& drv = cuda::Driver::get();
+  unsigned long long n = 0;
+  drv.check(drv.cuCtxSynchronize(), "L2 flush count");
+  drv.check(drv.cuMemcpyDtoH(&n, sink_, sizeof n), "L2 flush count");
+  return n;
 }
 
 }  // namespace ca::measure

@@ -53,8 +53,11 @@ const char* read_flush_source();
 // The persisting-L2 lines are also reset (cuCtxResetPersistingL2Cache) and no L2 is set aside for
 // them, but the reset is a host call made while earlier calls are still queued: the kernels do
 // the work. `memset`: the older flush, for the bench's comparison.
+// The read flush also puts its pattern back over any word of the buffer it finds changed, before
+// the call: nothing written there reaches a timed call through the L2 (gpu_state.cpp says why).
 class L2Flusher {
  public:
+  static constexpr int kPatternByte = 0x5a;  // every byte of the buffer, as the read flush expects it
   enum class Method { read, memset };
   explicit L2Flusher(std::size_t l2_bytes, double factor = 2.0, Method method = Method::read);
   ~L2Flusher();
@@ -62,12 +65,17 @@ class L2Flusher {
   L2Flusher& operator=(const L2Flusher&) = delete;
   void flush(CUstream stream);
   std::size_t bytes() const { return bytes_; }
+  CUdeviceptr buffer() const { return buffer_; }  // the flush's own buffer (tests write into it)
   const char* method_name() const {
     return method_ == Method::memset ? "memset" : priorities_ ? "read-demote" : "read";
   }
   bool resets_persisting() const { return reset_ != nullptr; }
   // The L2 set aside for persisting accesses in this context (made 0), or -1 where there is none.
   int64_t persisting_set_aside() const { return persisting_set_aside_; }
+  // How many 16-byte words of the buffer the read flush has found changed and put back since the
+  // flusher was made (0 for `memset`, which overwrites it whole). Synchronizes the context. Only
+  // something with the buffer's address writes there: a candidate's kernel.
+  uint64_t repaired_words();
 
  private:
   Method method_;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -316,6 +317,39 @@ TEST_CASE("flush clears: the call after the flush runs alike whatever the call b
   for (CUdeviceptr p : {x, w, y, dirty, sink}) drv.cuMemFree(p);
   drv.cuEventDestroy(a);
   drv.cuEventDestroy(b);
+}
+
+// What a kernel writes into the flush's buffer (a candidate's kernel can reach it: one address space)
+// would be what the flush brings into the L2 before the timed call. The read flush puts the pattern
+// back over every changed word and counts them: after one flush the buffer is the pattern again,
+// wherever the writes were (its first and last lines, a run in the middle) and whatever they wrote
+// (a byte flipped in a word counts as that word), and a second flush finds nothing to put back.
+// Run with kernel_prof_gpu_flush_clears (its filter, "flush clears*").
+TEST_CASE("flush clears: a word written into the flush's buffer is put back by the next flush" * doctest::skip()) {
+  Gpu& g = gpu();
+  auto& drv = cuda::Driver::get();
+  measure::L2Flusher& f = *g.flusher;
+  REQUIRE(std::string(f.method_name()) != "memset");
+  const std::size_t words = f.bytes() / 16;
+  const uint64_t before = f.repaired_words();
+  // A weight-sized run of random words in the middle, the first and the last word, and one byte.
+  const std::size_t run_words = std::min<std::size_t>(words / 4, (8u << 20) / 16), run_at = words / 3;
+  std::vector<uint32_t> junk(run_words * 4);
+  std::mt19937 rng(std::random_device{}());
+  for (auto& w : junk) w = rng() | 1u;  // never the pattern's 0x5a5a5a5a (that is even)
+  drv.check(drv.cuMemcpyHtoD(f.buffer() + run_at * 16, junk.data(), junk.size() * 4), "stash");
+  drv.check(drv.cuMemsetD8(f.buffer(), 0x11, 16), "first word");
+  drv.check(drv.cuMemsetD8(f.buffer() + (words - 1) * 16, 0x22, 16), "last word");
+  drv.check(drv.cuMemsetD8(f.buffer() + (words / 8 * 7) * 16 + 7, 0x5b, 1), "one byte");
+  f.flush(g.stream);
+  drv.check(drv.cuStreamSynchronize(g.stream), "flush");
+  CHECK(f.repaired_words() - before == run_words + 3);
+  std::vector<unsigned char> back(f.bytes());
+  drv.check(drv.cuMemcpyDtoH(back.data(), f.buffer(), back.size()), "read back");
+  CHECK(std::count(back.begin(), back.end(), (unsigned char)measure::L2Flusher::kPatternByte) == std::ptrdiff_t(back.size()));
+  f.flush(g.stream);
+  drv.check(drv.cuStreamSynchronize(g.stream), "second flush");
+  CHECK(f.repaired_words() - before == run_words + 3);
 }
 
 // A probe, not a test (skipped; run it by hand: kernel_prof_gpu_test --no-skip -tc='probe*'): does a

@@ -438,6 +438,19 @@ std::string judge_without_candidate(std::unique_ptr<CandidateBench>& bench, Fres
                         "beside its references on this GPU");
 }
 
+// Nothing a call may not touch was touched, looked for once the timed calls are over: a cache kept
+// in the guard zones, params or init's scratch (they survive the reset between calls), or words
+// written into the flush's buffer (the flush put them back before each call, so nothing of them
+// reached a timed call; a kernel that writes into the judge's memory is still named for it).
+std::string after_timing_violation(CandidateBench& bench, measure::L2Flusher& flusher, uint64_t repaired_before) {
+  std::string why = bench.state_violation();
+  if (!why.empty()) return why;
+  if (uint64_t n = flusher.repaired_words() - repaired_before)
+    return log::cat("the candidate wrote into the judge's L2 flush buffer (", n,
+                    " 16-byte words, put back by the flush before each timed call)");
+  return "";
+}
+
 void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, const Json& task, const Json& loaded,
                const ProfOptions& options, int round) {
   const std::string task_id = task["task_id"].get<std::string>();
@@ -461,6 +474,7 @@ void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, con
   FreshInputs fresh(gpu, task_id, seed_base, record["check"], result);
   if (named_in("CA_KERNEL_PROF_INJECT_REF_OOM", cand)) fresh.inject_reference_oom();
   std::unique_ptr<CandidateBench> bench;
+  const uint64_t flush_repaired = gpu.flusher().repaired_words();  // before any of the candidate's code
   try {
     inject_fault_if_asked(cand, gpu.stream());
     bench = std::make_unique<CandidateBench>(std::move(sources), loaded, gpu.identity().arch, result.params, fresh,
@@ -511,9 +525,7 @@ void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, con
     throw_if_out_of_memory(e, "timed calls");
     return fail(std::string("timed calls: ") + e.what());
   }
-  // Nothing a call may not touch was touched (a cache kept in the guard zones, params or init's
-  // scratch survives the reset between calls, so it is looked for here).
-  std::string why = bench->state_violation();
+  std::string why = after_timing_violation(*bench, gpu.flusher(), flush_repaired);
   if (!why.empty()) return fail(log::cat("after ", result.loop.calls, " timed calls: ", why));
 }
 

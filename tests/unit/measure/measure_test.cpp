@@ -376,5 +376,8 @@ TEST_CASE("the L2 flush's kernels compile for sm_75, sm_80 and sm_90, with evict
     CHECK((r.ptx.find("createpolicy.fractional.L2::evict_last") != std::string::npos) == priorities);
     CHECK((r.ptx.find("L2::cache_hint") != std::string::npos) == priorities);
     CHECK((r.ptx.find("applypriority.global.L2::evict_normal") != std::string::npos) == priorities);
+    // The read puts the pattern back over a changed word (a 16-byte store) and counts it.
+    CHECK(r.ptx.find("st.global.v4") != std::string::npos);
+    CHECK((r.ptx.find("atom.global.add.u64") != std::string::npos || r.ptx.find("red.global.add.u64") != std::string::npos));
   }
 }
