@@ -360,7 +360,8 @@ TEST_CASE("margin decisions: the gain, its range from both CIs, and when it is o
 
 // The flush's kernels are compiled on the device at the first timing; a mistake in their source
 // would cost a device session to find. Compiled here for each architecture the flush distinguishes:
-// from sm_80 the evict_last read and the demotion are in the code, before it neither is.
+// from sm_80 the evict_last read and the demotion are in the code, before it neither is; the
+// repair of a changed word (a 16-byte store and a 64-bit count) is in it on every architecture.
 TEST_CASE("the L2 flush's kernels compile for sm_75, sm_80 and sm_90, with eviction priorities from sm_80") {
   REQUIRE_MESSAGE(ca::cuda::Nvrtc::available(), "NVRTC (the CUDA toolkit the build uses) is needed");
   for (std::string arch : {"sm_75", "sm_80", "sm_90"}) {
