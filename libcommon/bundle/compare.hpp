@@ -26,7 +26,14 @@ namespace ca::bundle {
 //   reference in float64 and the reference at that precision, and returns per output the error of
 //   that reference against float64 (ref_err_rel_l2) and of the fp32 reference (fp32_err_rel_l2).
 //   The candidate, compared with the fp32 reference, must meet
-//       ||out - ref|| / ||ref|| <= min(K * max(ref_err_rel_l2, fp32_err_rel_l2) + max(floor * f, floor_min), 5e-2)
+//       ||out - ref|| / ||ref|| <= min(8 * e32 + K * max(0, ep - e32) + max(floor * f, floor_min), 5e-2)
+//   with e32 = fp32_err_rel_l2 and ep = ref_err_rel_l2 (for an fp32 claim K = 8 and ep = e32: 8 * e32):
+//   fp32's own bound, plus K times what the reference at the claimed precision loses beyond fp32's
+//   (claim_term). A claim earns only what the baseline it is timed against actually loses on this
+//   task. Until session 33 the floor was the claim's (1e-4 for fp16/bf16, 1e-3 for int8/fp8) and K
+//   multiplied max(ep, e32): an unused scratch declared float8_e4m3fn made an fp32 kernel read as fp8
+//   and bought a flat ~1e-3 bound on reductions and norms autocast leaves in fp32 (ep = e32 there),
+//   200x fp32's, enough for a sampled norm (red team 33); the bar it is timed against did not move.
 //   where f (varying_fraction, at most 1) is ||o0 - o1|| / (sqrt(2) ||o1||) of two plain draws at
 //   load: the part of the output's norm the inputs move, about 1 for most outputs. Most
 //   of the floor is relative to that part, not to the whole norm, which a constant part would
@@ -70,15 +77,15 @@ namespace ca::bundle {
 //   1.2e-7; pairwise, as the reference: 5e-8), and on KernelBench's cumsums of torch.rand over
 //   32,768 columns (f ~ 3e-3) a sequential scan per row is 2.4e-6 off (blocked: 5e-8 to 1e-7), in
 //   numpy's float32 arithmetic. With the floor scaled by f alone both would fail.
-// - tf32: K = 4, floor = 3e-5. TF32's error is its 10-bit operand rounding, which an honest TF32
-//   kernel repeats (truncating instead of rounding doubles it at most); bf16 operands (8x TF32's
-//   unit roundoff) in a record read as tf32 fail.
-// - fp16, bf16: K = 4, floor = 1e-4, on the error of torch's autocast reference. A kernel that
-//   rounds where autocast rounds passes; one that rounds where autocast keeps fp32 (a softmax or a
-//   reduction autocast computes in fp32) does not: it is less accurate than the baseline it is
-//   timed against.
-// - int8, fp8: no autocast of their own: calibrated by bf16's error, K = 16, floor = 1e-3 (fp8
-//   e4m3's unit roundoff is 16x bf16's). The published elementwise gate still applies.
+// - Every other claim: fp32's floor, and K on the excess of its reference's error over fp32's.
+// - tf32: K = 4. TF32's error is its 10-bit operand rounding, which an honest TF32 kernel repeats
+//   (truncating instead of rounding doubles it at most); bf16 operands (8x TF32's unit roundoff) in
+//   a record read as tf32 fail.
+// - fp16, bf16: K = 4, on the error of torch's autocast reference. A kernel that rounds where
+//   autocast rounds passes; one that rounds where autocast keeps fp32 (a softmax or a reduction
+//   autocast computes in fp32) does not: it is less accurate than the baseline it is timed against.
+// - int8, fp8: no autocast of their own: calibrated by bf16's error, K = 16 (fp8 e4m3's unit
+//   roundoff is 16x bf16's). The published elementwise gate still applies.
 // An output without a calibration (the worker could not run the task in float64 or at that
 // precision, or the reference is stochastic) is judged by the published bound, and says so.
 struct CalibrationRule {
@@ -88,13 +95,18 @@ struct CalibrationRule {
 };
 // The rule for a claimed precision (fp32, tf32, fp16, bf16, int8, fp8); InputError otherwise.
 CalibrationRule calibration_rule(const std::string& precision);
+// What a claim of K earns from a measured error of the reference (rel L2, largest absolute, elements
+// missed): fp32's K times fp32's, plus K times what the claim's reference's exceeds it; infinite when
+// either is (the published bound then).
+double claim_term(double fp32_err, double claim_err, double k);
 constexpr double kPublishedTolerance = 1e-2;  // atol = rtol, elementwise
 constexpr double kPublishedRelL2 = 5e-2;      // ||out - ref|| / ||ref||, and the cap of every calibrated bound
-constexpr double kMinFloorScale = 0.1;        // floor_min = floor x this, but for fp32's (see above)
+constexpr double kMinFloorScale = 0.1;        // a floor's tenth (fp32's floor_min is the tenth of its floor before session 22)
 // The elementwise gate, calibrated: where the reference at the claimed precision (or fp32's) itself
 // misses the published elementwise gate against float64 on n elements of an output (cancellations
 // in a sum of large terms: KernelBench's Mamba2 tasks, 391 of 134M elements on the H100), a
-// candidate may miss it on up to K x n elements of that output (the claim's K), and never on more
+// candidate may miss it on up to claim_term(n32, np, K) elements of that output (8 x fp32's n, plus
+// the claim's K x what its reference misses beyond), and never on more
 // than this fraction of the output. The norm bound still holds on every element. With n = 0 (almost
 // every task) nothing changes. What a kernel could skip under it is at most this fraction of the
 // output's elements, and only where fp32 itself cannot be judged elementwise.
@@ -104,8 +116,8 @@ constexpr double kMaxElementwiseMissFraction = 1e-4;
 // values (KernelBench's 14_Gemm_Divide_Sum_Scaling: sums of 8,192 products, |y| ~ 1e3) that is ~1e-2
 // absolute, and an element near zero then misses atol = 1e-2 by chance (a checked timed call of the
 // honest bundle failed on the H100, once in three runs). So an element may also miss the published
-// gate when |out - ref| <= atol + slack + rtol |ref|, slack = K x e_abs (e_abs: the reference's, at
-// the claimed precision or fp32's, largest absolute error against float64 on the call's inputs), on
+// gate when |out - ref| <= atol + slack + rtol |ref|, slack = claim_term(a32, ap, K) (the fp32 and the
+// claimed precision's references' largest absolute errors against float64 on the call's inputs), on
 // at most this fraction of the output (at least one element) besides the allowance above. Not on
 // every element: a slack set by an output's largest values would let its small elements go unjudged
 // (zeros on the rows of ~1 beside rows of ~1e6), and such a kernel misses on far more than this
@@ -123,10 +135,10 @@ struct Tolerance {
   double ref_err_rel_l2 = 0, fp32_err_rel_l2 = 0;  // calibrated: the measured errors the bound is from
   double varying_fraction = 1;  // calibrated: the floor's scale (the part of ||ref|| the inputs move)
   // calibrated: elements the reference (claimed precision, or fp32) misses the elementwise gate on,
-  // against float64, and how many a candidate may miss: K x that (capped per output at
+  // against float64, and how many a candidate may miss: claim_term of the two counts (capped per output at
   // kMaxElementwiseMissFraction of its elements when judged).
   int64_t ref_elementwise_misses = 0, allowed_misses = 0;
-  // calibrated: K x the reference's largest absolute error against float64 (see kMaxSoftMissFraction).
+  // calibrated: claim_term of the references' largest absolute errors against float64 (see kMaxSoftMissFraction).
   double elementwise_slack = 0;
   std::string fallback;            // calibrated mode, but no calibration for this output: why
   // "published" (or "default"): 1e-2 for every dtype, relative norm 5e-2; "strict": 1e-4 for

@@ -97,6 +97,38 @@ expect(a_drop["status"] != "task_stochastic" and a_drop.get("task_stochastic") i
 expect(a_drop.get("reference", {}).get("rule") == "allow_stochastic", "its check.reference.rule: allow_stochastic", a_drop)
 sys.exit(1 if bad else 0)
 PY
+# A precision claim earns only what its reference loses on the task (red team 33): an unused scratch
+# declared float8_e4m3fn makes the record read as fp8; torch.mean stays in fp32 under autocast, so the
+# claim adds nothing to fp32's bound. The honest bundle with it passes; the mean scaled by 1 + 5e-5
+# (under the fp8 floor of before, 1e-4, over fp32's ~4e-6) fails, as it does read as fp32.
+FP8=(--plan-replace "forward:" "scratch:
+  tag: {dtype: float8_e4m3fn, shape: [1]}
+forward:")
+SCALED=(--replace k.cu "if (lane == 0) out[row] = s / (float)cols_read;" "if (lane == 0) out[row] = s / (float)cols_read * 1.00005f;")
+{
+  $MK "$M" "${FP8[@]}"
+  $MK "$M" "${FP8[@]}" "${SCALED[@]}"
+  $MK "$M" "${SCALED[@]}"
+} > "$T/claim_in.jsonl"
+"$CA_BIN/kernel-check" --no-store < "$T/claim_in.jsonl" > "$T/claim.jsonl" 2> "$T/claim.err" \
+  || { echo "FAIL kernel-check (claims) exit $?"; tail -20 "$T/claim.err"; fails=$((fails + 1)); }
+python3 - "$T/claim.jsonl" <<'PY' || fails=$((fails + 1))
+import json, sys
+honest8, scaled8, scaled32 = [json.loads(l)["check"] for l in open(sys.argv[1])]
+bad = 0
+def expect(cond, what, c):
+    global bad
+    print(("ok   " if cond else "FAIL ") + what + ": " + c["status"] + " " + str(c.get("precision")) + " | " + c["reason"][:300])
+    bad += not cond
+expect(honest8["status"] == "passed" and honest8["precision"] == "fp8", "honest row mean with an unused fp8 scratch: fp8, passes", honest8)
+bounds = [t["tolerance"]["bound_rel_l2"] for t in honest8.get("trials", []) if "bound_rel_l2" in t.get("tolerance", {})]
+expect(bounds and max(bounds) < 2e-5, "its bounds are fp32's (~4e-6), not fp8's floor (1e-4): %s" % bounds, honest8)
+expect(scaled8["status"] == "incorrect" and scaled8["precision"] == "fp8" and "calibrated bound" in scaled8["reason"],
+       "the mean 5e-5 off with the fp8 claim fails", scaled8)
+expect(scaled32["status"] == "incorrect" and scaled32["precision"] == "fp32", "the mean 5e-5 off read as fp32 fails", scaled32)
+sys.exit(1 if bad else 0)
+PY
+
 # reward-calc: task_stochastic is not the candidate's failure: no -1 (an error section instead).
 sed -n 4p "$T/calibrated.jsonl" | "$CA_BIN/reward-calc" --no-store > "$T/reward.jsonl" 2> "$T/reward.err"
 python3 - "$T/reward.jsonl" <<'PY' || fails=$((fails + 1))

@@ -17,14 +17,15 @@ from .tasks import TaskError, precision, stage
 # The claimed precision -> the precision whose reference error calibrates it, and the rule's defaults
 # (K, floor). Kept equal to compare.hpp's calibration_rule(), which sends its own K and floor with
 # every request (the answer's bound is then the C++ rule's; these are for other clients).
-# int8/fp8 have no autocast of their own: they are calibrated by bf16's error, with a looser K and
-# floor (their unit roundoff is 16x (fp8 e4m3) bf16's).
+# int8/fp8 have no autocast of their own: they are calibrated by bf16's error, with a looser K (their
+# unit roundoff is 16x (fp8 e4m3) bf16's). The floor is fp32's for every claim (session 33): a claim
+# earns K times what its reference loses beyond fp32's, nothing else (compare.hpp's claim_term).
 CALIBRATE_REFERENCE = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "int8": "bf16", "fp8": "bf16"}
-CALIBRATE_DEFAULTS = {"fp32": (8.0, 5e-6), "tf32": (4.0, 3e-5), "fp16": (4.0, 1e-4), "bf16": (4.0, 1e-4),
-                      "int8": (16.0, 1e-3), "fp8": (16.0, 1e-3)}
-# The floor's part relative to the whole output (compare.hpp's floor_min): a tenth of the floor, but
-# fp32's, which is the tenth of its old 3e-5 (the honest serial chains of low varying fraction need it).
-FLOOR_MIN_DEFAULTS = {"fp32": 3e-6}
+CALIBRATE_DEFAULTS = {"fp32": (8.0, 5e-6), "tf32": (4.0, 5e-6), "fp16": (4.0, 5e-6), "bf16": (4.0, 5e-6),
+                      "int8": (16.0, 5e-6), "fp8": (16.0, 5e-6)}
+# The floor's part relative to the whole output (compare.hpp's floor_min): fp32's, the tenth of its old
+# 3e-5 (the honest serial chains of low varying fraction need it), for every claim.
+FLOOR_MIN_DEFAULTS = {p: 3e-6 for p in CALIBRATE_DEFAULTS}
 # insensitive_on_own_draws' fp32 floor: the one before session 22 (3e-5), at least the judge's floor
 # term at any varying fraction, so the tasks it flags stay the ones it flagged.
 OWN_DRAWS_FLOOR = 3e-5
@@ -156,13 +157,17 @@ def _errors(out, out64):
 MIN_FLOOR_SCALE = 0.1  # compare.hpp's kMinFloorScale
 
 
-def calibrated_bound(err, k, floor, varying=1.0, floor_min=None):
-    """compare.hpp's calibration_rule: K times the reference's error against float64, plus the floor
-    scaled by the output's varying fraction (varying_fractions) but at least floor_min (a tenth of
-    the floor when not given), at most the published relative L2."""
+def calibrated_bound(e32, ep, k, floor, varying=1.0, floor_min=None):
+    """compare.hpp's bound: fp32's K times fp32's error against float64 (e32), plus the claim's K times
+    what its reference's error (ep) exceeds it (claim_term; for fp32, K = 8 and so 8 max(e32, ep)),
+    plus the floor scaled by the output's varying fraction (varying_fractions) but at least floor_min
+    (a tenth of the floor when not given), at most the published relative L2."""
     if floor_min is None:
         floor_min = floor * MIN_FLOOR_SCALE
-    return min(k * err + max(floor * varying, floor_min), PUBLISHED_REL_L2)
+    if math.isinf(e32) or math.isinf(ep):
+        return PUBLISHED_REL_L2
+    term = CALIBRATE_DEFAULTS["fp32"][0] * e32 + k * max(0.0, ep - e32)
+    return min(term + max(floor * varying, floor_min), PUBLISHED_REL_L2)
 
 
 def varying_fractions(sensitivity):
@@ -214,7 +219,7 @@ def calibrate(task, inputs, ref_outs, claim, k=None, floor=None, floor_min=None)
         e32, m32, n32, x32, a32 = _errors(o32, o64)
         ep, mp, np_, xp, ap = (e32, m32, n32, x32, a32) if op is o32 else _errors(op, o64)
         varying = float((getattr(task, "varying", None) or {}).get("outputs.%d" % i, 1.0))
-        bound = calibrated_bound(max(ep, e32), k, floor, varying, floor_min)
+        bound = calibrated_bound(e32, ep, k, floor, varying, floor_min)
         entry = {"precision": claim, "reference_precision": ref_prec,
                  "ref_err_rel_l2": ep, "ref_err_max_abs_rel": mp,
                  "fp32_err_rel_l2": e32, "fp32_err_max_abs_rel": m32,
@@ -574,7 +579,7 @@ def insensitive_on_own_draws(sensitivity, conditioning):
     # The floor unscaled (varying fraction 1): the judge's bound (max(floor * f, floor_min) <= floor) is
     # within this one, so every task a constant passes is flagged, and those whose draws differ by less than the
     # floor with it (nearly constant outputs: nothing an honest kernel's reward should hang on).
-    bound = min([calibrated_bound(o["fp32_err_rel_l2"], k, floor) for o in outs.values()] or [0.0])
+    bound = min([calibrated_bound(o["fp32_err_rel_l2"], o["fp32_err_rel_l2"], k, floor) for o in outs.values()] or [0.0])
     spread = checks[0]["rel_l2"]
     if spread <= bound:
         sensitivity["insensitive"] = True

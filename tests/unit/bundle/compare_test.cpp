@@ -65,7 +65,11 @@ TEST_CASE("calibrated: the rule per precision, capped by the published bound") {
   CHECK(calibration_rule("fp32").k == 8);
   CHECK(calibration_rule("fp32").floor == doctest::Approx(5e-6));
   CHECK(calibration_rule("fp32").floor_min == doctest::Approx(3e-6));
-  CHECK(calibration_rule("tf32").floor_min == doctest::Approx(3e-5 * kMinFloorScale));
+  // The floor is fp32's for every claim (a claim earns only what its reference loses: below).
+  for (const char* p : {"tf32", "fp16", "bf16", "int8", "fp8"}) {
+    CHECK(calibration_rule(p).floor == doctest::Approx(5e-6));
+    CHECK(calibration_rule(p).floor_min == doctest::Approx(3e-6));
+  }
   CHECK(calibration_rule("tf32").reference_precision == "tf32");
   CHECK(calibration_rule("int8").reference_precision == "bf16");
   CHECK(calibration_rule("fp8").k == 16);
@@ -74,9 +78,17 @@ TEST_CASE("calibrated: the rule per precision, capped by the published bound") {
   auto tol = Tolerances::calibrated("fp32", fp32_calibration(1e-7));
   CHECK(tol.for_output("outputs.0", "F32").rel_norm == doctest::Approx(8 * 1e-7 + 5e-6));
   CHECK(tol.for_output("outputs.0", "F32").atol == doctest::Approx(1e-2));  // the elementwise gate stays published
-  // The larger of the two errors: a claimed precision never gets a bound below fp32's own error.
+  // A claimed precision never gets a bound below fp32's own: 8 x fp32's error + K x what the claim's
+  // reference loses beyond it (nothing here) + fp32's floor.
   ca::Json c{{"outputs.0", {{"precision", "bf16"}, {"ref_err_rel_l2", 1e-9}, {"fp32_err_rel_l2", 1e-4}}}};
-  CHECK(Tolerances::calibrated("bf16", c).for_output("outputs.0", "F32").rel_norm == doctest::Approx(4 * 1e-4 + 1e-4));
+  CHECK(Tolerances::calibrated("bf16", c).for_output("outputs.0", "F32").rel_norm == doctest::Approx(8 * 1e-4 + 5e-6));
+  ca::Json c2{{"outputs.0", {{"precision", "bf16"}, {"ref_err_rel_l2", 2e-3}, {"fp32_err_rel_l2", 1e-7}}}};
+  CHECK(Tolerances::calibrated("bf16", c2).for_output("outputs.0", "F32").rel_norm ==
+        doctest::Approx(8 * 1e-7 + 4 * (2e-3 - 1e-7) + 5e-6));
+  CHECK(claim_term(1e-7, 2e-3, 16) == doctest::Approx(8 * 1e-7 + 16 * (2e-3 - 1e-7)));
+  CHECK(claim_term(1e-7, 1e-9, 16) == doctest::Approx(8 * 1e-7));
+  CHECK(claim_term(INFINITY, 1e-3, 4) == INFINITY);
+  CHECK(claim_term(1e-7, INFINITY, 4) == INFINITY);
   // Hostile or broken calibrations cannot loosen the bound past the published one: a huge error, an
   // infinite one (null in JSON), a missing one.
   CHECK(Tolerances::calibrated("fp32", fp32_calibration(10)).for_output("outputs.0", "F32").rel_norm == doctest::Approx(5e-2));
@@ -222,6 +234,37 @@ TEST_CASE("calibrated: bf16-rounded values in an fp32 record fail; fp16 storage 
   // bf16 buys no looser bound than the baseline it is timed against has.
   ca::Json bf_exact{{"outputs.0", {{"precision", "bf16"}, {"ref_err_rel_l2", 3e-8}, {"fp32_err_rel_l2", 3e-8}}}};
   CHECK_FALSE(compare_outputs({{"outputs.0", f32(bf16)}}, want, Tolerances::calibrated("bf16", bf_exact)).ok);
+}
+
+TEST_CASE("calibrated: a claim where the reference loses nothing earns nothing (red team 33: an unused fp8 scratch)") {
+  // x / ||x|| (a norm autocast computes in fp32): the fp8/bf16 reference is as exact as fp32's. A
+  // kernel that samples the norm is ~2e-4 off. Before session 33 an unused scratch declared
+  // float8_e4m3fn read the record as fp8 and bought 16 x 1e-7 + 1e-3: it passed. Now the claim adds
+  // K x (ep - e32) = 0 to fp32's bound: it fails, as the same kernel read as fp32 does.
+  std::mt19937 gen(5);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<float> ref(8192), sampled(8192);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ref[i] = n(gen);
+    sampled[i] = ref[i] * (1.0f + 2e-4f);  // the norm 2e-4 off: every element scaled by it
+  }
+  ca::TensorMap want{{"outputs.0", f32(ref)}};
+  for (const char* p : {"fp32", "tf32", "fp16", "bf16", "int8", "fp8"}) {
+    ca::Json same{{"outputs.0", {{"precision", p}, {"ref_err_rel_l2", 1e-7}, {"fp32_err_rel_l2", 1e-7}}}};
+    auto r = compare_outputs({{"outputs.0", f32(sampled)}}, want, Tolerances::calibrated(p, same));
+    CHECK_MESSAGE(!r.ok, p);
+    CHECK(r.reason.find("calibrated bound") != std::string::npos);
+    CHECK(Tolerances::calibrated(p, same).for_output("outputs.0", "F32").rel_norm == doctest::Approx(8e-7 + 5e-6));
+  }
+  // Where the claim's reference does lose (a GEMM autocast runs in bf16: 2e-3), the claim earns it.
+  ca::Json lossy{{"outputs.0", {{"precision", "fp8"}, {"ref_err_rel_l2", 2e-3}, {"fp32_err_rel_l2", 1e-7}}}};
+  auto ok = compare_outputs({{"outputs.0", f32(sampled)}}, want, Tolerances::calibrated("fp8", lossy));
+  CHECK(ok.ok);
+  // The reason names how the bound was made.
+  ca::Json same_bf{{"outputs.0", {{"precision", "bf16"}, {"ref_err_rel_l2", 1e-7}, {"fp32_err_rel_l2", 1e-7}}}};
+  auto r = compare_outputs({{"outputs.0", f32(sampled)}}, want, Tolerances::calibrated("bf16", same_bf));
+  CHECK(r.reason.find("8 x fp32's error against float64") != std::string::npos);
+  CHECK(r.reason.find("4 x what the bf16 reference's") != std::string::npos);
 }
 
 TEST_CASE("calibrated: the elementwise gate, integers, fallbacks, several outputs") {
