@@ -7,6 +7,7 @@
 #include <map>
 #include <tuple>
 
+#include "libcommon/bundle/compile.hpp"
 #include "libcommon/cuda/driver.hpp"
 #include "libcommon/log.hpp"
 
@@ -78,6 +79,24 @@ std::string incomplete_call_records(const std::vector<cuda::KernelActivity>& rec
   return "";
 }
 
+std::vector<double> host_floor_us(const std::vector<double>& host_us, const std::vector<double>& overhead_us, int64_t kernels) {
+  const double overhead = overhead_us.empty() ? 0.0 : summarize(overhead_us).median;
+  const double gaps = kHostGapUs * double(std::max<int64_t>(0, kernels - 1));
+  std::vector<double> out;
+  out.reserve(host_us.size());
+  for (double h : host_us) out.push_back(std::max(0.0, h - overhead - gaps));
+  return out;
+}
+
+std::string hold_to_host_floor(std::vector<double>& times, const std::vector<double>& floor, const std::string& timer) {
+  if (times.empty() || floor.size() != times.size()) return "";
+  const double got = summarize(times).median, least = summarize(floor).median;
+  if (got >= least * (1 - kHostSlack) - kHostSlackUs) return "";
+  times = floor;
+  return log::cat("the ", timer, " time's median (", got, " us) was under what the host clock saw of the calls less the launch "
+                  "overhead (", least, " us): the host's floor is the time (a GPU timer's records do not match the work)");
+}
+
 namespace {
 struct Events {
   std::vector<CUevent> start, end;
@@ -99,14 +118,48 @@ struct Events {
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
-}  // namespace
 
-LoopResult time_target(TimedTarget& target, CUstream stream, L2Flusher& flusher, const LoopOptions& options) {
+constexpr int kOverheadSamples = 32;
+
+// The host's bracket (us) of `n` launches of a graph of one empty kernel, each as time_target brackets
+// a call: the stream idle, then from before a start event to the completion the host sees.
+std::vector<double> empty_call_brackets(CUstream stream, int n) {
   auto& drv = cuda::Driver::get();
-  LoopResult result;
+  CUfunction empty = bundle::trusted_kernel("host_bound_empty.cu", "extern \"C\" __global__ void ca_host_bound_empty() {}",
+                                            "ca_host_bound_empty");
+  drv.check(drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+  CUresult launched = drv.cuLaunchKernel(empty, 1, 1, 1, 32, 1, 1, 0, stream, nullptr, nullptr);
+  CUgraph graph = nullptr;
+  CUresult ended = drv.cuStreamEndCapture(stream, &graph);
+  drv.check(launched, "empty kernel (capture)");
+  drv.check(ended, "cuStreamEndCapture");
+  CUgraphExec exec = nullptr;
+  CUresult r = drv.cuGraphInstantiateWithFlags(&exec, graph, 0);
+  drv.cuGraphDestroy(graph);
+  drv.check(r, "cuGraphInstantiate");
+  Events ev(1);
+  std::vector<double> out;
+  try {
+    for (int i = 0; i < n + 2; ++i) {  // the first two warm the launch path
+      drv.check(drv.cuStreamSynchronize(stream), "empty call");
+      const auto h0 = std::chrono::steady_clock::now();
+      drv.check(drv.cuEventRecord(ev.start[0], stream), "cuEventRecord");
+      drv.check(drv.cuGraphLaunch(exec, stream), "cuGraphLaunch (empty call)");
+      drv.check(drv.cuEventRecord(ev.end[0], stream), "cuEventRecord");
+      drv.check(drv.cuStreamSynchronize(stream), "empty call");
+      if (i >= 2) out.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count());
+    }
+  } catch (...) {
+    drv.cuGraphExecDestroy(exec);
+    throw;
+  }
+  drv.cuGraphExecDestroy(exec);
+  return out;
+}
+// Warm-up: the same sequence as a timed call, untimed; its seconds.
+double warm_up(TimedTarget& target, CUstream stream, L2Flusher& flusher, const LoopOptions& options) {
+  auto& drv = cuda::Driver::get();
   const int sets = std::max(1, target.input_sets());
-
-  // Warm-up: the same sequence as a timed call, untimed.
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < options.warmup_calls || seconds_since(t0) < options.warmup_min_s; ++i) {
     target.prepare(i % sets, stream);
@@ -115,7 +168,57 @@ LoopResult time_target(TimedTarget& target, CUstream stream, L2Flusher& flusher,
     drv.check(drv.cuStreamSynchronize(stream), "warm-up call");
     if (i > 10000) break;
   }
-  result.warmup_s = seconds_since(t0);
+  return seconds_since(t0);
+}
+
+// The host floor applied to one GPU timer's values (hold_to_host_floor), its text kept.
+void hold(LoopResult& result, std::vector<double>& times, const char* timer) {
+  std::string why = hold_to_host_floor(times, result.host_floor_us, timer);
+  if (!why.empty()) result.host_bound_note += (result.host_bound_note.empty() ? "" : "; ") + why;
+}
+
+// After the timed calls: the CUPTI records of the calls' kernels into the per-kernel statistics and
+// the device time per call (none when some call's records were lost), held to the host floor.
+void device_times(LoopResult& result, cuda::CuptiTracer& cupti, int64_t calls, const LoopOptions& options, bool host_bound) {
+  auto records = cupti.end();
+  // The call's kernels, by identity: launched from inside enqueue().
+  records.erase(std::remove_if(records.begin(), records.end(), [](const cuda::KernelActivity& a) { return a.external_id == 0; }),
+                records.end());
+  result.kernels = aggregate_kernels(records);
+  // A sum over some of a call's kernels is no device time: none then (the profile compares nothing).
+  if (std::string why = incomplete_call_records(records, calls); !why.empty()) {
+    result.cupti_note = why + (cupti.dropped_records() ? log::cat(" (", cupti.dropped_records(), " records dropped)") : "") +
+                        ": no device time";
+    return;
+  }
+  std::vector<double> per_call = cuda::device_time_per_call_us(records);
+  // The device-time sample keeps the calls whose events were kept, so both describe the same calls.
+  if (per_call.size() > result.event_us.size()) per_call.resize(result.event_us.size());
+  if (options.forged_records_scale != 1)
+    for (double& t : per_call) t *= options.forged_records_scale;
+  result.device_us = per_call;
+  // The kernels of a call (every call of a graph runs the same: incomplete_call_records), for the gaps
+  // its host bracket may hold between them.
+  result.kernels_per_call = calls > 0 ? int64_t(records.size()) / calls : 0;
+  if (host_bound) {
+    result.host_floor_us = host_floor_us(result.host_us, result.host_overhead_us, result.kernels_per_call);
+    hold(result, result.device_us, "device");
+  }
+  result.device = summarize(result.device_us);
+}
+}  // namespace
+
+LoopResult time_target(TimedTarget& target, CUstream stream, L2Flusher& flusher, const LoopOptions& options) {
+  auto& drv = cuda::Driver::get();
+  LoopResult result;
+  const int sets = std::max(1, target.input_sets());
+
+  result.warmup_s = warm_up(target, stream, flusher, options);
+
+  // The host's bracket of an empty call (a graph of one empty kernel, launched as the target's are):
+  // the launch overhead a call's bracket holds beyond its kernels. Before CUPTI begins: no records.
+  const bool host_bound = options.host_bound && options.batch == 1;
+  if (host_bound) result.host_overhead_us = empty_call_brackets(stream, kOverheadSamples);
 
   cuda::CuptiTracer* cupti = options.use_cupti ? &cuda::CuptiTracer::instance() : nullptr;
   const bool traced = cupti && cupti->available();
@@ -132,6 +235,11 @@ LoopResult time_target(TimedTarget& target, CUstream stream, L2Flusher& flusher,
       const int set = int(call % sets);
       target.prepare(set, stream);
       flusher.flush(stream);
+      std::chrono::steady_clock::time_point h0;
+      if (host_bound) {
+        drv.check(drv.cuStreamSynchronize(stream), "flush");
+        h0 = std::chrono::steady_clock::now();
+      }
       drv.check(drv.cuEventRecord(ev.start[b], stream), "cuEventRecord");
       if (traced) cupti->push_call(uint64_t(call) + 1);
       try {
@@ -142,6 +250,10 @@ LoopResult time_target(TimedTarget& target, CUstream stream, L2Flusher& flusher,
       }
       if (traced) cupti->pop_call();
       drv.check(drv.cuEventRecord(ev.end[b], stream), "cuEventRecord");
+      if (host_bound) {
+        drv.check(drv.cuStreamSynchronize(stream), "timed call");
+        result.host_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count());
+      }
     }
     drv.check(drv.cuStreamSynchronize(stream), "timed calls");
     StopReason stop = StopReason::none;
@@ -159,26 +271,16 @@ LoopResult time_target(TimedTarget& target, CUstream stream, L2Flusher& flusher,
   }
   result.timed_wall_s = seconds_since(start);
   result.calls = call;
-  result.event = summarize(result.event_us);
-
-  if (traced) {
-    auto records = cupti->end();
-    // The call's kernels, by identity: launched from inside enqueue().
-    records.erase(std::remove_if(records.begin(), records.end(), [](const cuda::KernelActivity& a) { return a.external_id == 0; }),
-                  records.end());
-    result.kernels = aggregate_kernels(records);
-    // A sum over some of a call's kernels is no device time: none then (the profile compares nothing).
-    if (std::string why = incomplete_call_records(records, call); !why.empty()) {
-      result.cupti_note = why + (cupti->dropped_records() ? log::cat(" (", cupti->dropped_records(), " records dropped)") : "") +
-                          ": no device time";
-      return result;
-    }
-    std::vector<double> per_call = cuda::device_time_per_call_us(records);
-    // The device-time sample keeps the calls whose events were kept, so both describe the same calls.
-    if (per_call.size() > result.event_us.size()) per_call.resize(result.event_us.size());
-    result.device_us = per_call;
-    result.device = summarize(per_call);
+  // The host brackets of the calls whose events were kept (a batch's later calls are dropped at a stop).
+  if (result.host_us.size() > result.event_us.size()) result.host_us.resize(result.event_us.size());
+  if (options.forged_records_scale != 1)
+    for (double& t : result.event_us) t *= options.forged_records_scale;
+  if (host_bound) {
+    result.host_floor_us = host_floor_us(result.host_us, result.host_overhead_us, 1);  // the events hold the gaps
+    hold(result, result.event_us, "event");
   }
+  result.event = summarize(result.event_us);
+  if (traced) device_times(result, *cupti, call, options, host_bound);
   return result;
 }
 

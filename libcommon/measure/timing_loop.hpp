@@ -34,6 +34,15 @@ struct LoopOptions {
   double warmup_min_s = 0.05;    // ... and at least this long, so the clocks have ramped
   int batch = 8;                 // calls enqueued before the host waits (the flush memset keeps the GPU behind)
   bool use_cupti = true;
+  // With batch 1: each timed call also bracketed by the host's clock (the flush waited for, then from
+  // before the start event to the call's completion seen by the host), and the loop's device and event
+  // times held to at least what that clock saw less the launch overhead (host_floor_us). The GPU
+  // writes its own timers' records (CUPTI's, the events') in memory of the candidate's context; the
+  // host clock is the one no kernel can write.
+  bool host_bound = false;
+  // Tests only: the GPU timers' per-call values multiplied by this before the host floor holds them, as
+  // a kernel that rewrote its timers' records would leave them (tests/kernel-prof/gpu_measure_test.cpp).
+  double forged_records_scale = 1;
   // Device time counts only the kernels launched from inside enqueue() (CUPTI external correlation
   // marks its API calls): what prepare(), the flush or any trusted code launches is left out by how
   // it was launched, whatever its kernels are named.
@@ -58,7 +67,33 @@ struct LoopResult {
   double timed_wall_s = 0, warmup_s = 0;
   std::string cupti_note;  // why device time is missing or approximate; empty when all is well
   int64_t calls = 0;       // timed calls made
+  // host_bound: per timed call, the host's bracket of it (us); the bracket of an empty graph of one
+  // empty kernel, timed the same way before the calls (the launch overhead); the kernels a call runs;
+  // and the host floor per call (host_us less the overhead's median and kHostGapUs per kernel after
+  // the first). host_bound_note: set when the GPU's own times were below that floor and were raised
+  // to it (device or event median under the host floor's median: records that do not match the work).
+  std::vector<double> host_us, host_overhead_us, host_floor_us;
+  int64_t kernels_per_call = 0;
+  std::string host_bound_note;
 };
+
+// The gap the host's bracket of a call may hold between two kernels of its graph beyond the launch
+// overhead, per kernel after the first (graph nodes start about 1 us apart on an H100): what a
+// call's host floor leaves for it.
+constexpr double kHostGapUs = 2.0;
+
+// The host clock's jitter a GPU timer's median may fall under the host floor's median by before it is
+// held to it (a forged record gains at most this): 2% and 1 us.
+constexpr double kHostSlack = 0.02, kHostSlackUs = 1.0;
+
+// Per call: host_us[i] - median(overhead) - kHostGapUs * (kernels - 1), at least 0.
+std::vector<double> host_floor_us(const std::vector<double>& host_us, const std::vector<double>& overhead_us, int64_t kernels);
+
+// Holds `times` (a GPU timer's per-call values, the same calls as `floor`) to the host floor: when
+// their median is under the floor's median (less kHostSlack), the floor's values replace them and the returned text
+// says by how much; else "" and `times` unchanged (an honest call's GPU time is the bracket less
+// overhead and gaps, so at least the floor up to the host clock's jitter).
+std::string hold_to_host_floor(std::vector<double>& times, const std::vector<double>& floor, const std::string& timer);
 
 // Times `target` on `stream` (the current context must be the GPU's; the caller holds the GPU lock).
 LoopResult time_target(TimedTarget& target, CUstream stream, L2Flusher& flusher, const LoopOptions& options);

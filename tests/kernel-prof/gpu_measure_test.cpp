@@ -123,6 +123,39 @@ TEST_CASE("CUPTI: one kernel per call, breakdown with its launch shape, device t
   CHECK(r.device.median >= r.event.median * 0.9);
 }
 
+// The host clock's floor (timing_loop.hpp): an honest kernel's GPU times are at least what the host
+// saw of its calls less the launch overhead, so nothing is held; records that say 1% of the work
+// (what a kernel that rewrote its CUPTI records or events would leave) are held to the floor, which
+// is then within 10% of the honest time, and the loop says so.
+TEST_CASE("host floor: honest times are kept; records forged to 1% are held to the host clock") {
+  Gpu& g = gpu();
+  for (std::size_t n : {std::size_t(4) << 20, std::size_t(48) << 20}) {  // ~10 us and ~100 us a call
+    kernel_prof::CopyKernelTarget copy(n, 2, g.id.arch);
+    measure::LoopOptions o = opts();
+    o.batch = 1;
+    o.host_bound = true;
+    auto honest = measure::time_target(copy, g.stream, *g.flusher, o);
+    const double floor = measure::summarize(honest.host_floor_us).median;
+    std::printf("n=%zuM: host %.2f us, overhead %.2f us (p90 %.2f), floor %.2f us, device %.2f us, events %.2f us, kernels %lld%s%s\n",
+                n >> 20, measure::summarize(honest.host_us).median, measure::summarize(honest.host_overhead_us).median,
+                measure::summarize(honest.host_overhead_us).p90, floor, honest.device.median, honest.event.median,
+                (long long)honest.kernels_per_call, honest.host_bound_note.empty() ? "" : ": ", honest.host_bound_note.c_str());
+    CHECK(honest.host_us.size() == honest.event_us.size());
+    CHECK(honest.host_overhead_us.size() == 32);
+    CHECK(honest.kernels_per_call == 1);
+    CHECK(honest.host_bound_note.empty());
+    CHECK(floor <= honest.device.median * 1.02 + 1);
+    CHECK(floor > 0.5 * honest.device.median);  // the floor is near the work, not a formality
+    o.forged_records_scale = 0.01;
+    auto forged = measure::time_target(copy, g.stream, *g.flusher, o);
+    std::printf("  forged to 1%%: device %.2f us, events %.2f us (honest %.2f): %s\n", forged.device.median, forged.event.median,
+                honest.device.median, forged.host_bound_note.c_str());
+    CHECK(forged.host_bound_note.find("host clock") != std::string::npos);
+    CHECK(forged.device.median >= 0.9 * honest.device.median - 1);
+    CHECK(forged.event.median >= 0.9 * honest.device.median - 1);
+  }
+}
+
 // What bench/smem_probe.py measured on the H200 (driver 580), with these kernels: a kernel's shared
 // memory holds what the previous kernel of the context left in it (all 7,670,784 words), a 2x-L2
 // memset between them leaves 1.6%, and the scrub leaves none. So a call could find a result an

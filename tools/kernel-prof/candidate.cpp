@@ -501,6 +501,7 @@ void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, con
   lo.warmup_calls = options.warmup;
   lo.use_cupti = !options.no_cupti;
   lo.batch = 1;  // every call waits for its fresh inputs
+  lo.host_bound = true;  // and its times are held to what the host's clock saw (timing_loop.hpp)
   auto finish = [&] {
     result.checked_calls = bench->checked_calls();
     result.draw_ms_per_call = fresh.draw_ms_per_call();

@@ -223,6 +223,7 @@ struct ProfileRun {
 
   void start_method() {
     if (!cand.loop.cupti_note.empty()) notes.push_back(cand.loop.cupti_note);
+    if (!cand.loop.host_bound_note.empty()) notes.push_back(cand.loop.host_bound_note);
     method = options_.stop.to_json();
     method["metric"] = metric_used;
     method["warmup_calls"] = options_.warmup;
@@ -247,6 +248,12 @@ struct ProfileRun {
     method["calls"] = cand.loop.calls;
     method["checked_calls"] = cand.checked_calls;
     method["timed_wall_s"] = cand.loop.timed_wall_s;
+    if (!cand.loop.host_us.empty())
+      method["host_bound"] = Json{{"host_us", measure::summarize(cand.loop.host_us).median},
+                                  {"overhead_us", measure::summarize(cand.loop.host_overhead_us).median},
+                                  {"kernels_per_call", cand.loop.kernels_per_call},
+                                  {"floor_us", measure::summarize(cand.loop.host_floor_us).median},
+                                  {"held", !cand.loop.host_bound_note.empty()}};
     prof["method"] = method;
     const bool comparable = metric_used == "wall" || have_device();
     prof["time_us"] = comparable ? chosen().to_json() : Json(nullptr);
@@ -297,6 +304,12 @@ struct ProfileRun {
       cand.loop.event = measure::summarize(cand.loop.event_us);
       cand.loop.device = measure::summarize(cand.loop.device_us);
       cand.loop.calls += more.loop.calls;
+      for (auto [to, from] : {std::pair{&cand.loop.host_us, &more.loop.host_us}, {&cand.loop.host_floor_us, &more.loop.host_floor_us}})
+        to->insert(to->end(), from->begin(), from->end());
+      if (!more.loop.host_bound_note.empty()) {
+        cand.loop.host_bound_note += (cand.loop.host_bound_note.empty() ? "" : "; ") + more.loop.host_bound_note;
+        notes.push_back(more.loop.host_bound_note);
+      }
       cand.checked_calls += more.checked_calls;
       cand.loop.timed_wall_s += more.loop.timed_wall_s;
       fill_times();

@@ -150,6 +150,42 @@ struct LockDir {
 };
 }  // namespace
 
+TEST_CASE("host floor: the host's bracket less the launch overhead and the gaps between a call's kernels") {
+  const std::vector<double> host{110, 120, 130}, overhead{9, 10, 11};
+  auto one = ca::measure::host_floor_us(host, overhead, 1);
+  REQUIRE(one.size() == 3);
+  CHECK(one[0] == doctest::Approx(100));  // 110 - median 10
+  CHECK(one[2] == doctest::Approx(120));
+  auto three = ca::measure::host_floor_us(host, overhead, 3);  // two gaps of kHostGapUs
+  CHECK(three[0] == doctest::Approx(100 - 2 * ca::measure::kHostGapUs));
+  CHECK(ca::measure::host_floor_us({5}, {10}, 1)[0] == 0);  // never negative
+  CHECK(ca::measure::host_floor_us(host, {}, 1)[1] == doctest::Approx(120));  // no overhead measured: the bracket
+
+  // An honest GPU time (at least the floor, or under it by the clock's jitter) is kept as it is.
+  const std::vector<double> floor{100, 110, 120};
+  std::vector<double> honest{105, 112, 125};
+  CHECK(ca::measure::hold_to_host_floor(honest, floor, "device").empty());
+  CHECK(honest[0] == 105);
+  std::vector<double> jitter{99, 108, 119};  // median 108 against 110: within 2% and 1 us
+  CHECK(ca::measure::hold_to_host_floor(jitter, floor, "device").empty());
+  CHECK(jitter[1] == 108);
+  // Records that say a tenth of what the host saw: the floor is the time, and the text says so.
+  std::vector<double> forged{10, 11, 12};
+  std::string why = ca::measure::hold_to_host_floor(forged, floor, "device");
+  CHECK(why.find("host clock") != std::string::npos);
+  CHECK(why.find("11 us") != std::string::npos);
+  CHECK(forged == floor);
+  // Under the slack by a little more than it: held.
+  std::vector<double> shaved{100, 107, 120};  // 107 < 110 * 0.98 - 1 = 106.8? no: kept
+  CHECK(ca::measure::hold_to_host_floor(shaved, floor, "device").empty());
+  std::vector<double> shaved_more{100, 106, 120};
+  CHECK_FALSE(ca::measure::hold_to_host_floor(shaved_more, floor, "device").empty());
+  // Nothing to hold to: different counts or no floor.
+  std::vector<double> other{1, 2};
+  CHECK(ca::measure::hold_to_host_floor(other, floor, "event").empty());
+  CHECK(other == std::vector<double>{1, 2});
+}
+
 TEST_CASE("GPU lock: path keyed by UUID, under CUDA_AGENT_LOCK_DIR") {
   LockDir d;
   CHECK(lock_path_for("GPU-1234-abcd") == d.dir + "/gpu-GPU-1234-abcd.lock");
