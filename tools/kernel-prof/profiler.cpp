@@ -311,6 +311,11 @@ struct ProfileRun {
         notes.push_back(more.loop.host_bound_note);
       }
       cand.checked_calls += more.checked_calls;
+      // The round's checked calls too, so outputs_check lists every call checked_calls counts.
+      for (Json entry : more.outputs_check) {
+        entry["round"] = rounds;
+        cand.outputs_check.push_back(std::move(entry));
+      }
       cand.loop.timed_wall_s += more.loop.timed_wall_s;
       fill_times();
     }
