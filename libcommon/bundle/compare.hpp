@@ -29,12 +29,8 @@ namespace ca::bundle {
 //       ||out - ref|| / ||ref|| <= min(8 * e32 + K * max(0, ep - e32) + max(floor * f, floor_min), 5e-2)
 //   with e32 = fp32_err_rel_l2 and ep = ref_err_rel_l2 (for an fp32 claim K = 8 and ep = e32: 8 * e32):
 //   fp32's own bound, plus K times what the reference at the claimed precision loses beyond fp32's
-//   (claim_term). A claim earns only what the baseline it is timed against actually loses on this
-//   task. Until session 33 the floor was the claim's (1e-4 for fp16/bf16, 1e-3 for int8/fp8) and K
-//   multiplied max(ep, e32): an unused scratch declared float8_e4m3fn made an fp32 kernel read as fp8
-//   and bought a flat ~1e-3 bound on reductions and norms autocast leaves in fp32 (ep = e32 there),
-//   200x fp32's, enough for a sampled norm (red team 33); the bar it is timed against did not move.
-//   where f (varying_fraction, at most 1) is ||o0 - o1|| / (sqrt(2) ||o1||) of two plain draws at
+//   (claim_term): a claim earns only what the baseline it is timed against actually loses on this
+//   task. f (varying_fraction, at most 1) is ||o0 - o1|| / (sqrt(2) ||o1||) of two plain draws at
 //   load: the part of the output's norm the inputs move, about 1 for most outputs. Most
 //   of the floor is relative to that part, not to the whole norm, which a constant part would
 //   dilute: a Linear with a bias of 200 (f = 3e-3) let int8 weights (3.5e-3 off the product) pass
@@ -42,14 +38,19 @@ namespace ca::bundle {
 //   be 8% off (red team R10's H3). floor_min stays relative to the whole norm (a tenth of the floor,
 //   kMinFloorScale, but for fp32's: 3e-6, the tenth of its floor before session 22):
 //   honest per-element rounding is relative to each value, whatever part of it the inputs move
-//   (below). So a constant part dilutes the floor at most tenfold: below f ~ 0.03 (a bias some 700
-//   times the rest) bf16-truncated weights would pass again; 8-bit formats need f < ~0.003 (red
-//   team R11: int8 weights on columns with a bias of 6000 beside int16 on the rest, f ~ 1e-4, pass
-//   at 0.12-0.34 of the bound). That residual is kept out of training sets, not closed here:
-//   ops-synth's filter drops a task with f under 0.1 whose params are a quarter of the bytes a call
-//   moves (not_diluted, filters.py). The K * error part needs no such scale: the reference's own
-//   error is measured on the same output.
-//   and, as a second gate, the published elementwise allclose (atol = rtol = 1e-2 for floats,
+//   (below). So a constant part dilutes the floor at most tenfold. The claims' own floors of before
+//   session 33 (below) let bf16-truncated weights pass there below f ~ 0.03 and 8-bit formats below
+//   f ~ 0.003 (red team R11: int8 weights on columns with a bias of 6000 beside int16 on the rest,
+//   f ~ 1e-4, passed at 0.12-0.34 of the bound); every claim now has fp32's floor, and ops-synth's
+//   filter still drops a task with f
+//   under 0.1 whose params are a quarter of the bytes a call moves (not_diluted, filters.py). The
+//   K * error part needs no such scale: the reference's own error is measured on the same output.
+//   Until session 33 each claim had its own floor (1e-4 for fp16/bf16, 1e-3 for int8/fp8) and K
+//   multiplied max(ep, e32): an unused scratch declared float8_e4m3fn made an fp32 kernel read as fp8
+//   and bought a flat ~1e-3 bound on reductions and norms autocast leaves in fp32 (ep = e32 there),
+//   200x fp32's, enough for a sampled norm (red team 33), while the bar it is timed against did not
+//   move.
+//   The candidate must also pass, as a second gate, the published elementwise allclose (atol = rtol = 1e-2 for floats,
 //   exact for integers). Integer outputs are compared exactly and have no calibration.
 // - "published": atol = rtol = 1e-2 elementwise and the 5e-2 relative-norm bound, for every dtype
 //   (as the CUDA Agent paper published; "default", its old name, is read as this).
