@@ -17,11 +17,12 @@ CalibrationRule calibration_rule(const std::string& precision) {
   // that send none (kernel-check sends these with every request).
   // The floor is fp32's for every claim: a claim below fp32 earns K times what its reference loses
   // against fp32's, and nothing else (claim_term).
-  if (precision == "fp32") return {"fp32", 8, 5e-6, 3e-6};
-  if (precision == "tf32") return {"tf32", 4, 5e-6, 3e-6};
-  if (precision == "fp16") return {"fp16", 4, 5e-6, 3e-6};
-  if (precision == "bf16") return {"bf16", 4, 5e-6, 3e-6};
-  if (precision == "int8" || precision == "fp8") return {"bf16", 16, 5e-6, 3e-6};
+  constexpr double floor = 5e-6, floor_min = 3e-6;
+  if (precision == "fp32") return {"fp32", 8, floor, floor_min};
+  if (precision == "tf32") return {"tf32", 4, floor, floor_min};
+  if (precision == "fp16") return {"fp16", 4, floor, floor_min};
+  if (precision == "bf16") return {"bf16", 4, floor, floor_min};
+  if (precision == "int8" || precision == "fp8") return {"bf16", 16, floor, floor_min};
   throw ca::InputError("compare: no calibration rule for precision '" + precision +
                        "' (fp32, tf32, fp16, bf16, int8, fp8)");
 }

@@ -98,6 +98,26 @@ std::string hold_to_host_floor(std::vector<double>& times, const std::vector<dou
 }
 
 namespace {
+void append_note(std::string& notes, const std::string& note) {
+  if (!note.empty()) notes += (notes.empty() ? "" : "; ") + note;
+}
+}  // namespace
+
+void append_round(LoopResult& into, const LoopResult& more) {
+  auto append = [](std::vector<double>& to, const std::vector<double>& from) { to.insert(to.end(), from.begin(), from.end()); };
+  append(into.event_us, more.event_us);
+  append(into.device_us, more.device_us);
+  if (more.device_us.empty()) into.device_us.clear();
+  append(into.host_us, more.host_us);
+  append(into.host_floor_us, more.host_floor_us);
+  into.event = summarize(into.event_us);
+  into.device = summarize(into.device_us);
+  into.calls += more.calls;
+  into.timed_wall_s += more.timed_wall_s;
+  append_note(into.host_bound_note, more.host_bound_note);
+}
+
+namespace {
 struct Events {
   std::vector<CUevent> start, end;
   explicit Events(int n) {
@@ -173,8 +193,7 @@ double warm_up(TimedTarget& target, CUstream stream, L2Flusher& flusher, const L
 
 // The host floor applied to one GPU timer's values (hold_to_host_floor), its text kept.
 void hold(LoopResult& result, std::vector<double>& times, const char* timer) {
-  std::string why = hold_to_host_floor(times, result.host_floor_us, timer);
-  if (!why.empty()) result.host_bound_note += (result.host_bound_note.empty() ? "" : "; ") + why;
+  append_note(result.host_bound_note, hold_to_host_floor(times, result.host_floor_us, timer));
 }
 
 // After the timed calls: the CUPTI records of the calls' kernels into the per-kernel statistics and

@@ -95,6 +95,11 @@ std::vector<double> host_floor_us(const std::vector<double>& host_us, const std:
 // overhead and gaps, so at least the floor up to the host clock's jitter).
 std::string hold_to_host_floor(std::vector<double>& times, const std::vector<double>& floor, const std::string& timer);
 
+// Appends a later round of the same target's timed calls to `into`: every timer's per-call values
+// and the host floor's, their summaries, the counts and the host-floor note. Device time stays only
+// while every round has it (a round without it leaves a sample of other calls: none then).
+void append_round(LoopResult& into, const LoopResult& more);
+
 // Times `target` on `stream` (the current context must be the GPU's; the caller holds the GPU lock).
 LoopResult time_target(TimedTarget& target, CUstream stream, L2Flusher& flusher, const LoopOptions& options);
 

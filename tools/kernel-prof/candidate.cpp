@@ -160,6 +160,15 @@ std::vector<InputSet> make_input_sets(GpuSession& gpu, const std::string& task_i
   return sets;
 }
 
+void CandidateTiming::append_round(const CandidateTiming& more, int round) {
+  measure::append_round(loop, more.loop);
+  checked_calls += more.checked_calls;
+  for (Json entry : more.outputs_check) {
+    entry["round"] = round;
+    outputs_check.push_back(std::move(entry));
+  }
+}
+
 void release_sets(GpuSession& gpu, const CandidateTiming& timing) {
   if (timing.keys.empty()) return;
   try {

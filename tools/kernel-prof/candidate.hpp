@@ -106,6 +106,9 @@ struct CandidateTiming {
   Json params;                         // the worker's device params (kept for --metrics' replay)
   std::vector<InputSet> sets;          // the set drawn with the params (kept for --metrics' replay)
   std::vector<std::string> keys;       // what the worker keeps for this timing, released by the caller
+  // A remeasure round's timed and checked calls added to these (its outputs_check entries tagged with
+  // `round`), so checked_calls and outputs_check keep describing the same calls.
+  void append_round(const CandidateTiming& more, int round);
 };
 
 // Asks the worker for the input sets (seeds options.seed + k) and their reference outputs, kept on

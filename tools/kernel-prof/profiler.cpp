@@ -298,25 +298,8 @@ struct ProfileRun {
         failed("wrong when timed (remeasure round " + std::to_string(rounds) + "): " + more.failure);
         return std::nullopt;
       }
-      cand.loop.event_us.insert(cand.loop.event_us.end(), more.loop.event_us.begin(), more.loop.event_us.end());
-      cand.loop.device_us.insert(cand.loop.device_us.end(), more.loop.device_us.begin(), more.loop.device_us.end());
-      if (more.loop.device_us.empty()) cand.loop.device_us.clear();  // one round without device time: none
-      cand.loop.event = measure::summarize(cand.loop.event_us);
-      cand.loop.device = measure::summarize(cand.loop.device_us);
-      cand.loop.calls += more.loop.calls;
-      for (auto [to, from] : {std::pair{&cand.loop.host_us, &more.loop.host_us}, {&cand.loop.host_floor_us, &more.loop.host_floor_us}})
-        to->insert(to->end(), from->begin(), from->end());
-      if (!more.loop.host_bound_note.empty()) {
-        cand.loop.host_bound_note += (cand.loop.host_bound_note.empty() ? "" : "; ") + more.loop.host_bound_note;
-        notes.push_back(more.loop.host_bound_note);
-      }
-      cand.checked_calls += more.checked_calls;
-      // The round's checked calls too, so outputs_check lists every call checked_calls counts.
-      for (Json entry : more.outputs_check) {
-        entry["round"] = rounds;
-        cand.outputs_check.push_back(std::move(entry));
-      }
-      cand.loop.timed_wall_s += more.loop.timed_wall_s;
+      cand.append_round(more, rounds);
+      if (!more.loop.host_bound_note.empty()) notes.push_back(more.loop.host_bound_note);
       fill_times();
     }
     return rounds;

@@ -186,6 +186,43 @@ TEST_CASE("host floor: the host's bracket less the launch overhead and the gaps 
   CHECK(other == std::vector<double>{1, 2});
 }
 
+TEST_CASE("append_round: a remeasure round's calls join every timer's sample, the floor and the notes") {
+  ca::measure::LoopResult a, b;
+  a.event_us = {10, 11};
+  a.device_us = {9, 10};
+  a.host_us = {20, 21};
+  a.host_floor_us = {9, 10};
+  a.calls = 2;
+  a.timed_wall_s = 1;
+  b.event_us = {12};
+  b.device_us = {11};
+  b.host_us = {22};
+  b.host_floor_us = {11};
+  b.calls = 1;
+  b.timed_wall_s = 0.5;
+  b.host_bound_note = "held";
+  ca::measure::append_round(a, b);
+  CHECK(a.event_us == std::vector<double>{10, 11, 12});
+  CHECK(a.device_us == std::vector<double>{9, 10, 11});
+  CHECK(a.host_us.size() == 3);
+  CHECK(a.host_floor_us.size() == 3);
+  CHECK(a.event.median == doctest::Approx(11));
+  CHECK(a.device.n == 3);
+  CHECK(a.calls == 3);
+  CHECK(a.timed_wall_s == doctest::Approx(1.5));
+  CHECK(a.host_bound_note == "held");
+  ca::measure::append_round(a, b);
+  CHECK(a.host_bound_note == "held; held");
+  // A round without device time: no device time for the whole (a sample of other calls only).
+  ca::measure::LoopResult c;
+  c.event_us = {13};
+  c.calls = 1;
+  ca::measure::append_round(a, c);
+  CHECK(a.device_us.empty());
+  CHECK(a.device.n == 0);
+  CHECK(a.event_us.size() == 5);
+}
+
 TEST_CASE("GPU lock: path keyed by UUID, under CUDA_AGENT_LOCK_DIR") {
   LockDir d;
   CHECK(lock_path_for("GPU-1234-abcd") == d.dir + "/gpu-GPU-1234-abcd.lock");
