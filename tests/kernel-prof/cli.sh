@@ -14,6 +14,15 @@ set +e; "$KP" --metric cycles < /dev/null 2>/dev/null; rc=$?; set -e
 [ "$rc" = 1 ] || fail "--metric cycles should be a usage error (1), got $rc"
 set +e; "$KP" --baselines eager,jit < /dev/null 2>/dev/null; rc=$?; set -e
 [ "$rc" = 1 ] || fail "--baselines jit should be a usage error (1), got $rc"
+# The rules it holds loaded code to again: a missing or malformed file is a usage error, named.
+set +e; "$KP" --rules "$T/no-such-rules.yaml" < /dev/null 2> "$T/err"; rc=$?; set -e
+[ "$rc" = 1 ] || fail "--rules with a missing file should be a usage error (1), got $rc"
+grep -q "no-such-rules.yaml" "$T/err" || fail "--rules: the message should name the file: $(cat "$T/err")"
+printf 'max_stack_bytes: [not, a, number]\n' > "$T/bad-rules.yaml"
+set +e; "$KP" --rules "$T/bad-rules.yaml" < /dev/null 2> "$T/err"; rc=$?; set -e
+[ "$rc" = 1 ] || fail "--rules with a malformed file should be a usage error (1), got $rc: $(cat "$T/err")"
+grep -q "max_stack_bytes" "$T/err" || fail "--rules: the message should name the key: $(cat "$T/err")"
+printf 'max_stack_bytes: 4096\n' > "$T/rules.yaml"
 
 # Failed checks and records without a check pass through untouched (same keys, order, values).
 cat > "$T/failed.jsonl" <<'J'
@@ -141,7 +150,7 @@ PY
   # (a run draws its own seeds: a profile timed under a known one is not one of those), another
   # bound in the record's check, another task content under the same ids: timed again.
   for opts in "--metric wall" "--margin 0.1" "--remeasure 0" "--no-cupti" "--input-sets 2" "--baseline-budget-s 5" \
-              "--baselines eager" "--metrics" ""; do
+              "--baselines eager" "--metrics" "--rules $T/rules.yaml" ""; do
     # shellcheck disable=SC2086
     if [ -n "$opts" ]; then kp_resume "$T/pass.jsonl" --seed 0 $opts; else kp_resume "$T/pass.jsonl"; fi
     [ "$rc" = 3 ] || fail "a profile timed otherwise must not be reused ('${opts:-no --seed}'; exit 3 without a GPU), got $rc: $(cat "$T/err")"

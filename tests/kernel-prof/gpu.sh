@@ -6,7 +6,8 @@
 # a tf32 candidate (read from its code) gets precision-matched baselines, an fp32 one whose record
 # claims tf32 does not; a candidate that kills the GPU context fails
 # alone (the records after it are timed by a fresh process); --resume reuses a profile timed alike
-# (prof.timed_by) and times again one timed under other options. Prints the wall time with cached baselines.
+# (prof.timed_by) and times again one timed under other options; a bundle that breaks the rules only
+# in this GPU's arch (checked for another) fails. Prints the wall time with cached baselines.
 set -euo pipefail
 KP="$CA_BIN/kernel-prof"
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -217,6 +218,30 @@ assert g["status"] == "node_error" and g["correct"] is None and "matched" in g["
 assert w["status"] == "failed" and w["correct"] is False, w
 assert any(not c["ok"] for c in w["outputs_check"]) if "outputs_check" in w else True
 print("reference without the candidate: kp-good node_error; kp-wrong failed (%s)" % w["reason"][:80])
+PY
+# The rules again on the code this GPU loads: a bundle that reads %globaltimer only under
+# `__CUDA_ARCH__ >= 900` passes kernel-check for sm_80 (its code has no clock) and fails here, the
+# rule named, with no timing; reward-calc gives it the failure value.
+"$CA_BIN/kernel-check" --compile-only --arch sm_80 --no-store < "$T/arch.jsonl" > "$T/arch80.jsonl" 2> "$T/erra" ||
+  { cat "$T/erra"; fail "kernel-check --compile-only --arch sm_80"; }
+grep -q '"status":"compiled"' "$T/arch80.jsonl" || fail "the sm_80 build should pass the rules: $(head -c 600 "$T/arch80.jsonl")"
+"$CA_BIN/kernel-check" --compile-only --arch sm_90 --no-store < "$T/arch.jsonl" > "$T/arch90.jsonl" 2> "$T/erra" || true
+grep -q '"status":"policy_violation"' "$T/arch90.jsonl" || fail "the sm_90 build should break the rules: $(head -c 600 "$T/arch90.jsonl")"
+rc=0
+timeout 240 "$KP" --tasks "$T/tasks.jsonl" --baselines eager --budget-s 1 --baseline-budget-s 1 --no-store \
+  < "$T/arch.jsonl" > "$T/out7.jsonl" 2> "$T/err7" || rc=$?
+[ "$rc" = 0 ] || { cat "$T/err7"; fail "a candidate that breaks the rules on this GPU: exit $rc"; }
+"$CA_BIN/reward-calc" --no-store --scheme speedup --speedup-baseline eager < "$T/out7.jsonl" > "$T/rew7.jsonl" 2> "$T/rerr7" ||
+  { cat "$T/rerr7"; fail "reward-calc on the arch record"; }
+$PY - "$T/out7.jsonl" "$T/rew7.jsonl" <<'PY' || { cat "$T/err7"; fail "the rules on the loaded code"; }
+import json, sys
+p = json.loads(open(sys.argv[1]).readline())["prof"]
+assert p["status"] == "failed" and p["correct"] is False, p
+assert "policy_violation" in p["reason"] and "globaltimer" in p["reason"], p["reason"]
+assert "time_us" not in p, p
+r = json.loads(open(sys.argv[2]).readline())
+assert r["reward"]["value"] < 0, r["reward"]
+print("rules on the loaded code: %s; reward %s" % (p["reason"][:120], r["reward"]["value"]))
 PY
 # KP_KEEP_DIR: keep the records (the stored sample for the CPU schema test came from here).
 if [ -n "${KP_KEEP_DIR:-}" ]; then cp "$T"/out*.jsonl "$KP_KEEP_DIR"/; fi

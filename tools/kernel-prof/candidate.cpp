@@ -26,13 +26,15 @@ double ms_since(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 CandidateBench::CandidateBench(bundle::BundleSources sources, const Json& loaded, const std::string& arch, const Json& params,
-                               CallInputs& inputs, uint32_t guard_seed, double check_fraction, uint64_t pick_seed)
+                               CallInputs& inputs, uint32_t guard_seed, double check_fraction, uint64_t pick_seed,
+                               const bundle::Rules* rules)
     : inputs_(inputs), guard_seed_(guard_seed), check_fraction_(check_fraction), pick_(pick_seed) {
   bundle::CandidateOptions copt;
   copt.arch = arch;
-  // No rules here, on purpose: kernel-prof times a record whose check passed, and kernel-check
-  // applied the rules to this bundle on the same path; the timing trusts that verdict.
-  copt.rules = nullptr;
+  // The rules again, on what this GPU compiles and loads: kernel-check's verdict may come from another
+  // arch (--arch, --compile-only on a CPU node, another GPU), where `#if __CUDA_ARCH__` hid a clock,
+  // the heap or a forbidden call from the code it checked. Milliseconds, against trusting a record.
+  copt.rules = rules;
   bundle::Candidate c = bundle::prepare_candidate(std::move(sources), nullptr, copt);
   if (c.refused) throw std::runtime_error(c.refused->status + ": " + c.refused->reason);
   const bundle::Binding binding =
@@ -487,7 +489,8 @@ void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, con
   try {
     inject_fault_if_asked(cand, gpu.stream());
     bench = std::make_unique<CandidateBench>(std::move(sources), loaded, gpu.identity().arch, result.params, fresh,
-                                             uint32_t(options.seed * 0x9e3779b9ULL >> 7), kCheckFraction, pick_seed);
+                                             uint32_t(options.seed * 0x9e3779b9ULL >> 7), kCheckFraction, pick_seed,
+                                             &options.rules);
     fresh.reserve_copies(bench->executor());
   } catch (const FieldError&) {
     throw;

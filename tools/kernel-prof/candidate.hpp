@@ -53,11 +53,13 @@ class CandidateBench : public measure::TimedTarget {
  public:
   // The bundle on the candidate path (libcommon/bundle/candidate.hpp) for `arch`, bound to the
   // tensors the worker loaded (`loaded`). Throws CudaError, or std::runtime_error with the path's
-  // refusal ("compile_error: ...", "plan_error: ...") when the bundle does not compile or bind.
+  // refusal ("compile_error: ...", "plan_error: ...", "policy_violation: ...") when the bundle does
+  // not compile, bind or keep `rules` (null: none applied; only the replay, whose parent applied them).
   // `guard_seed` fills the guard zones (as kernel-check does before each of its calls).
   // `params` are the worker's device tensors: copied in, then unmapped.
   CandidateBench(bundle::BundleSources sources, const Json& loaded, const std::string& arch, const Json& params,
-                 CallInputs& inputs, uint32_t guard_seed, double check_fraction, uint64_t pick_seed);
+                 CallInputs& inputs, uint32_t guard_seed, double check_fraction, uint64_t pick_seed,
+                 const bundle::Rules* rules);
   ~CandidateBench() override;
   int input_sets() const override { return 1; }  // one set of buffers, fresh values every call
   // Untimed, before every call: the previous call finished (and checked when drawn so), fresh

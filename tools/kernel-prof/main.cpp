@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   service.register_with(cli.app());
   auto& common = cli.options();
   return cli.run(argc, argv, [&]() -> int {
-    opt.validate();
+    opt.validate_and_load();
     opt.seed_given = common.seed.has_value();
     opt.seed = common.run_seed();
     if (!opt.replay_once.empty()) return ca::kernel_prof::replay_once(opt.replay_once, opt.gpus.front());

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "libcommon/errors.hpp"
+#include "libcommon/paths.hpp"
 
 namespace ca::kernel_prof {
 
@@ -58,16 +59,22 @@ void ProfOptions::register_with(CLI::App& app) {
   app.add_option("--margin", margin, "The 'more than m faster' threshold the remeasuring watches (reward-calc --margin)")
       ->check(CLI::Range(0.0, 0.99))
       ->capture_default_str();
+  app.add_option("--rules,--policy", rules_path,
+                 "Bundle rules YAML, applied again to the code this GPU loads (default: the shipped "
+                 "datasets/skill/rules.yaml; give kernel-check's file)");
   app.add_option("--replay-once", replay_once, "Run one record's forward once per input set (ncu's target)")->group("");
   app.add_option("--lock-timeout-s", lock_timeout_s, "Wait at most this long for a GPU another job is timing on")
       ->capture_default_str();
 }
 
-void ProfOptions::validate() const {
+void ProfOptions::validate_and_load() {
   if (stop.max_runs < stop.min_runs) throw UsageError("--max-runs must be >= --min-runs");
   if (gpus.empty()) throw UsageError("--gpus: need at least one ordinal");
   for (int g : gpus)
     if (g < 0) throw UsageError("--gpus: ordinals are >= 0");
+  rules = bundle::Rules::load(rules_path);
+  rules_file = rules_path.empty() ? std::string() : read_file(rules_path);
+  rules.scratch_cap_by_judge = true;
 }
 
 }  // namespace ca::kernel_prof

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "libcommon/bundle/rules.hpp"
 #include "libcommon/cli.hpp"
 #include "libcommon/measure/stop_rule.hpp"
 
@@ -32,9 +33,16 @@ struct ProfOptions {
   uint64_t seed = 0;
   bool seed_given = false;                                // --seed: reproduce a run
   std::string replay_once;                                // hidden: ncu's one-shot target
+  // The rules every candidate is held to again on the code this GPU loads (--rules, as kernel-check's):
+  // a check run for another arch, or on a CPU node, never saw the branch `__CUDA_ARCH__` picks here.
+  std::string rules_path;
+  bundle::Rules rules;     // loaded by validate_and_load()
+  std::string rules_file;  // the --rules file's text ("" for the default alone): in timed_by
 
   void register_with(CLI::App& app);
-  void validate() const;  // UsageError on bad combinations
+  // UsageError on bad combinations or a malformed --rules file; loads `rules` (the scratch cap left
+  // out: it is kernel-check's GPU judge's, from its worker's measurement of the reference).
+  void validate_and_load();
 };
 
 }  // namespace ca::kernel_prof

@@ -108,6 +108,9 @@ std::string timed_by(const ProfOptions& o, const std::string& task_key, const Js
                     {"check", {{"tolerance", field(check, "tolerance")},
                                {"calibration", field(check, "calibration")},
                                {"precision", field(check, "precision")}}},
+                    // The rules the loaded code is held to again (candidate.cpp): another rules file
+                    // may refuse what this one let through.
+                    {"rules", {{"default", bundle::Rules::default_text()}, {"file", o.rules_file}}},
                     {"metric", o.metric},
                     {"baselines", baselines},
                     {"stop", o.stop.to_json()},

@@ -24,7 +24,8 @@ int replay_once(const std::string& file, int gpu_ordinal) {
   } kept;
   for (auto& p : r["replay"]["inputs"]) kept.sets.push_back(Json(p));
   if (kept.sets.empty()) throw InputError("--replay-once: the record has no replay inputs");
-  CandidateBench bench(bundle::read_bundle(r), r["task"]["loaded"], gpu.identity().arch, Json(r["replay"]["params"]), kept, 0x5eedu, 0.0, 0);
+  CandidateBench bench(bundle::read_bundle(r), r["task"]["loaded"], gpu.identity().arch, Json(r["replay"]["params"]), kept, 0x5eedu, 0.0, 0,
+                       nullptr);  // no rules: the parent applied its own to this bundle before asking for the replay
   auto& drv = cuda::Driver::get();
   for (size_t k = 0; k < kept.sets.size(); ++k) {
     bench.prepare(0, gpu.stream());

@@ -220,7 +220,8 @@ bool score_profile_state(const Json& record, const Config& config, Json& r, Verd
   if ((prof_correct && !*prof_correct) || (prof_status && *prof_status == "failed")) {
     auto prof_reason = get_optional<std::string>(record, "/prof/reason");
     r["value"] = number(config.failure_value);
-    r["reason"] = "outputs of the timed calls were wrong" + (prof_reason ? ": " + *prof_reason : std::string());
+    // (prof.reason says which: a timed call's outputs, a state it left, or the rules on the code the GPU loaded)
+    r["reason"] = "the timing failed the candidate" + (prof_reason ? ": " + *prof_reason : std::string());
     out_verdict = Verdict::scored_failed;
     return true;
   }
