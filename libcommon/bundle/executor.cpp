@@ -18,6 +18,7 @@
 #include "libcommon/dtype.hpp"
 #include "libcommon/errors.hpp"
 #include "libcommon/ids.hpp"
+#include "libcommon/log.hpp"
 
 namespace ca::bundle {
 
@@ -107,6 +108,22 @@ extern "C" __global__ void ca_scrub_shared(unsigned words, unsigned long long se
   volatile unsigned* v = smem;
   for (unsigned i = threadIdx.x; i < words; i += blockDim.x)
     v[i] = (unsigned)(ca_mix64(seed + ((unsigned long long)blockIdx.x * words + i + 1) * 0x9E3779B97F4A7C15ull) >> 32);
+}
+)";
+
+// Local memory (each thread's stack window: spilled registers, per-thread arrays) is device memory
+// the context keeps for every thread the GPU can run at once, not cleared between kernels either: a
+// kernel could keep a word there (a call counter) that the next call's kernel on the same hardware
+// thread slot finds. Before every call a kernel whose own frame is the whole window runs at full
+// occupancy (every warp slot of every SM at once: the grid is what the GPU holds) and stores words
+// drawn afresh for the call into all of it. Generated per window size (the context's stack limit,
+// which the driver grows for a launch that needs more); the stores are volatile.
+const char* kScrubLocalSource = CA_MIX64_SOURCE R"(
+extern "C" __global__ void __launch_bounds__(256) CA_SCRUB_LOCAL_NAME(unsigned words, unsigned long long seed) {
+  volatile unsigned frame[CA_SCRUB_LOCAL_WORDS];  // `words` (= its size) from the host: not unrolled into registers
+  const unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+  for (unsigned i = 0; i < words; ++i)
+    frame[i] = (unsigned)(ca_mix64(seed + (t * words + i + 1) * 0x9E3779B97F4A7C15ull) >> 32);
 }
 )";
 
@@ -227,6 +244,49 @@ const SharedScrub& shared_scrub() {
   d.check(d.cuFuncSetAttribute(s.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optin), "scrub: dynamic shared memory");
   d.check(d.cuFuncSetAttribute(s.fn, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100), "scrub: carveout");
   return by_context.emplace(ctx, s).first->second;
+}
+
+// The seed of a scrub: the host's generator, never seen by a kernel before its call.
+uint64_t scrub_seed() {
+  static std::mutex mu;
+  static std::mt19937_64 rng{(uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()};
+  std::lock_guard<std::mutex> lock(mu);
+  return rng();
+}
+
+struct LocalScrub {
+  CUfunction fn = nullptr;
+  unsigned words = 0;  // the window, in 4-byte words: the kernel's frame
+  int blocks = 0;  // every block the GPU holds at once (occupancy x SMs), 256 threads each
+};
+
+// The local-memory scrub for a window of `bytes` per thread in the current context (compiled once
+// per context and size: the window grows rarely, to the largest frame a launch needed).
+const LocalScrub& local_scrub(size_t bytes) {
+  static std::mutex mu;
+  static std::map<std::pair<CUcontext, size_t>, LocalScrub> made;
+  auto& d = Driver::get();
+  CUcontext ctx = nullptr;
+  d.check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = made.find({ctx, bytes}); it != made.end()) return it->second;
+  const std::string name = std::string(kScrubLocalKernel) + "_" + std::to_string(bytes);
+  const std::string source = "#define CA_SCRUB_LOCAL_NAME " + name + "\n#define CA_SCRUB_LOCAL_WORDS " +
+                             std::to_string(bytes / 4) + "u\n" + kScrubLocalSource;
+  LocalScrub s;
+  s.fn = trusted_kernel("scrub_local.cu", source.c_str(), name);
+  int frame = 0;
+  d.check(d.cuFuncGetAttribute(&frame, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, s.fn), "scrub: local size");
+  if (size_t(frame) < bytes)
+    throw InternalError(log::cat("the local-memory scrub's frame is ", frame, " bytes, short of the ", bytes, "-byte window"));
+  s.words = unsigned(bytes / 4);
+  CUdevice dev;
+  d.check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+  int sms = 0, per_sm = 0;
+  d.check(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "SM count");
+  d.check(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, s.fn, 256, 0), "scrub: occupancy");
+  s.blocks = sms * std::max(1, per_sm);
+  return made.emplace(std::make_pair(ctx, bytes), s).first->second;
 }
 
 // The tool's own kernels that run beside a candidate (the shared-memory scrub, the fingerprint)
@@ -910,6 +970,7 @@ void Executor::reset_call_state(CUstream stream) {
   {
     InContext in(impl_->ctx);
     scrub_shared_memory(stream);
+    scrub_local_memory(stream);
   }
   for (int i : forward_scratch_)
     fill_unpredictable(base_[i] + options_.guard_bytes, size_t(plan_.buffers[i].bytes), plan_.buffers[i].dtype == "BOOL", stream);
@@ -924,15 +985,22 @@ void scrub_shared_memory(CUstream stream) {
   auto& d = Driver::get();
   const SharedScrub& s = shared_scrub();
   unsigned words = s.bytes / 4;
-  static std::mutex mu;
-  static std::mt19937_64 rng{(uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()};
-  unsigned long long seed;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    seed = rng();
-  }
+  unsigned long long seed = scrub_seed();
   void* args[] = {&words, &seed};
   d.check(d.cuLaunchKernel(s.fn, s.blocks, 1, 1, 1024, 1, 1, s.bytes, stream, args, nullptr), "scrub shared memory");
+}
+
+void scrub_local_memory(CUstream stream) {
+  auto& d = Driver::get();
+  size_t window = 0;
+  d.check(d.cuCtxGetLimit(&window, CU_LIMIT_STACK_SIZE), "the context's stack size");
+  window &= ~size_t(3);
+  if (window == 0) return;
+  const LocalScrub& s = local_scrub(window);
+  unsigned words = s.words;
+  unsigned long long seed = scrub_seed();
+  void* args[] = {&words, &seed};
+  d.check(d.cuLaunchKernel(s.fn, unsigned(s.blocks), 1, 1, 256, 1, 1, 0, stream, args, nullptr), "scrub local memory");
 }
 
 int64_t Executor::module_global_bytes() const {

@@ -88,7 +88,7 @@ class Executor {
   // Every output filled with bytes drawn afresh for this call (fill_unpredictable), on `stream`.
   void poison_outputs(CUstream stream);
   // Untimed, before every forward call, enqueued on `stream`: every SM's shared memory (the
-  // kernel kScrubSharedKernel), forward-only scratch and the cuBLASLt/cuDNN workspaces filled with
+  // kernel kScrubSharedKernel) and every thread's local memory (kScrubLocalKernel), forward-only scratch and the cuBLASLt/cuDNN workspaces filled with
   // fresh unpredictable bytes, module globals copied back from their load-time image.
   void reset_call_state(CUstream stream);
   // The scratch buffers init steps touch ("scratch.wt" -> sha256), taken after run_init().
@@ -153,6 +153,11 @@ struct InitChangedParams : std::runtime_error {
 inline constexpr const char* kScrubSharedKernel = "ca_scrub_shared";
 inline constexpr const char* kFillKernel = "ca_fill_unpredictable";
 void scrub_shared_memory(CUstream stream);
+// Fills every thread's local memory window (the current context's stack size, for every thread the
+// GPU holds at once) with words drawn afresh, in the current context: a kernel finds no word an
+// earlier kernel left in its stack. Named kScrubLocalKernel_<bytes> (one per window size).
+inline constexpr const char* kScrubLocalKernel = "ca_scrub_local";
+void scrub_local_memory(CUstream stream);
 
 // The context the tool's own kernels that judge run in beside a candidate (the fingerprint and
 // kernel-prof's compare), one per device in this process, created on first use for the current

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "libcommon/bundle/candidate.hpp"
@@ -35,6 +36,21 @@ size_t free_bytes() {
   size_t free = 0, total = 0;
   d.check(d.cuMemGetInfo(&free, &total), "cuMemGetInfo");
   return free;
+}
+
+// One kernel file and its plan, bound to `io` on GPU 0 (no rules), run_init done on a 4-float
+// input of ones: an executor ready for calls.
+std::unique_ptr<Executor> ready_executor(const std::string& kernel, const std::string& plan, const IoSpec& io) {
+  auto& d = ca::cuda::Driver::get();
+  Candidate c = prepare_candidate(BundleSources{{{"k.cu", kernel}}, ca::Json(plan)}, nullptr, no_rules());
+  REQUIRE_MESSAGE(!c.refused, (c.refused ? c.refused->reason : ""));
+  const Binding b = bind_candidate(c, io, LaunchLimits::for_arch(d.device_info(0).arch()), nullptr);
+  REQUIRE_MESSAGE(!b.refused, (b.refused ? b.refused->reason : ""));
+  auto ex = std::make_unique<Executor>(*b.bound, c.compiled->cubin);
+  std::vector<float> x(4, 1.0f);
+  ex->upload("inputs.0", x.data(), x.size() * 4);
+  ex->run_init();
+  return ex;
 }
 
 }  // namespace
@@ -136,14 +152,8 @@ TEST_CASE("executor: outputs, forward scratch and shared memory start unpredicta
   const IoSpec io = IoSpec::from_json(ca::Json::parse(
       R"({"inputs":[{"shape":[4],"dtype":"F32"}],"outputs":[{"shape":[1001],"dtype":"F32"},{"shape":[4099],"dtype":"BOOL"},)"
       R"({"shape":[2381],"dtype":"I32"}]})"));
-  Candidate c = prepare_candidate(BundleSources{{{"k.cu", kernel}}, ca::Json(plan)}, nullptr, no_rules());
-  REQUIRE_MESSAGE(!c.refused, (c.refused ? c.refused->reason : ""));
-  const Binding b = bind_candidate(c, io, LaunchLimits::for_arch(d.device_info(0).arch()), nullptr);
-  REQUIRE_MESSAGE(!b.refused, (b.refused ? b.refused->reason : ""));
-  Executor ex(*b.bound, c.compiled->cubin);
-  std::vector<float> x(4, 1.0f);
-  ex.upload("inputs.0", x.data(), x.size() * 4);
-  ex.run_init();
+  auto executor = ready_executor(kernel, plan, io);
+  Executor& ex = *executor;
   std::vector<std::vector<uint8_t>> o0, o1, o2;
   for (int call = 0; call < 2; ++call) {
     ex.reset_call_state(ex.stream());
@@ -203,4 +213,62 @@ TEST_CASE("executor: outputs, forward scratch and shared memory start unpredicta
   CHECK(ones > 4099 * 0.4);
   CHECK(ones < 4099 * 0.6);
   CHECK(bool_same < 4099 * 0.6);
+}
+
+// Local memory (a thread's stack window) outlives a kernel: a word one kernel stores in its frame is
+// what the next kernel on the same hardware thread slot finds in its own (red team, session 33: a
+// call counter kept there would tell kernel-check's few calls from kernel-prof's many). A kernel
+// that first counts the words of its 1 KiB frame holding its mark (0xA5C3 << 16 ^ i), then marks
+// them, launched twice in one call at full occupancy: the second launch finds the first's marks
+// (the control: the words outlive a kernel, and this test sees them), while the first launch of the
+// next call, after reset_call_state's local scrub, finds none.
+TEST_CASE("executor: local memory starts unpredictable every call (the stack window is scrubbed)") {
+  auto& d = ca::cuda::Driver::get();
+  d.primary_context(0);
+  const int blocks = d.device_info(0).sm_count * 8;  // 2048 threads per SM: every warp slot at once
+  const std::string kernel =
+      "__global__ void mark(int* o, int n) {\n"
+      "  volatile unsigned frame[256];\n"
+      "  __shared__ int found;\n"
+      "  if (threadIdx.x == 0) found = 0;\n"
+      "  __syncthreads();\n"
+      "  int h = 0;\n"
+      "  for (int i = 0; i < n; ++i) h += frame[i] == (0xA5C30000u ^ unsigned(i));\n"
+      "  atomicAdd(&found, h);\n"
+      "  for (int i = 0; i < n; ++i) frame[i] = 0xA5C30000u ^ unsigned(i);\n"
+      "  __syncthreads();\n"
+      "  if (threadIdx.x == 0) o[blockIdx.x] = found;\n"
+      "}\n";
+  const std::string grid = std::to_string(blocks);
+  const std::string plan =
+      "forward:\n"
+      "  - launch: mark\n    grid: [" + grid + "]\n    block: [256]\n    args: [outputs.0, 256]\n"
+      "  - launch: mark\n    grid: [" + grid + "]\n    block: [256]\n    args: [outputs.1, 256]\n";
+  const IoSpec io = IoSpec::from_json(ca::Json::parse(
+      R"({"inputs":[{"shape":[4],"dtype":"F32"}],"outputs":[{"shape":[)" + grid + R"(],"dtype":"I32"},{"shape":[)" + grid +
+      R"(],"dtype":"I32"}]})"));
+  auto executor = ready_executor(kernel, plan, io);
+  Executor& ex = *executor;
+  auto found = [&](const char* ref) {
+    const std::vector<uint8_t> v = ex.download(ref);
+    int64_t n = 0;
+    for (size_t i = 0; i + 4 <= v.size(); i += 4) {
+      int32_t w;
+      std::memcpy(&w, v.data() + i, 4);
+      n += w;
+    }
+    return n;
+  };
+  const int64_t words = int64_t(blocks) * 256 * 256;
+  for (int call = 0; call < 3; ++call) {
+    ex.reset_call_state(ex.stream());
+    ex.poison_outputs(ex.stream());
+    ex.forward(ex.stream());
+    ex.synchronize();
+    const int64_t first = found("outputs.0"), second = found("outputs.1");
+    MESSAGE("call " << call << ": the first launch found " << first << " and the second " << second << " of " << words
+                    << " marked words");
+    CHECK(first <= words / 100000);    // scrubbed: none (a drawn word equal to a mark: 256 in 2^32)
+    CHECK(second >= words * 9 / 10);  // the control: words outlive a kernel, and the test sees them
+  }
 }
