@@ -260,6 +260,14 @@ struct LocalScrub {
   int blocks = 0;  // every block the GPU holds at once (occupancy x SMs), 256 threads each
 };
 
+// The local memory window of every thread in the current context, in bytes (a multiple of 4).
+size_t local_window() {
+  auto& d = Driver::get();
+  size_t window = 0;
+  d.check(d.cuCtxGetLimit(&window, CU_LIMIT_STACK_SIZE), "the context's stack size");
+  return window & ~size_t(3);
+}
+
 // The local-memory scrub for a window of `bytes` per thread in the current context (compiled once
 // per context and size: the window grows rarely, to the largest frame a launch needed).
 const LocalScrub& local_scrub(size_t bytes) {
@@ -531,6 +539,16 @@ void Executor::load_module(const std::string& cubin) {
   // run (reset_call_state says why there).
   fill_function();
   shared_scrub();
+  // The local-memory scrub for the window this module's kernels run with: the driver grows the
+  // context's stack limit at the first launch of a kernel whose frame is larger than it; grown here
+  // instead, so the scrub for it is made once, at load, not in a call.
+  if (auto frames = cubin_local_bytes(cubin)) {
+    size_t most = 0, limit = 0;
+    for (const auto& [fn, bytes] : *frames) most = std::max(most, size_t(std::max<int64_t>(0, bytes)));
+    d.check(d.cuCtxGetLimit(&limit, CU_LIMIT_STACK_SIZE), "the context's stack size");
+    if (most > limit) d.check(d.cuCtxSetLimit(CU_LIMIT_STACK_SIZE, most), "the context's stack size");
+  }
+  if (const size_t window = local_window()) local_scrub(window);
   // The load-time image of every writable module-scope variable, restored before each call.
   for (const auto& [name, bytes] : cubin_writable_globals(cubin)) {
     GlobalImage g;
@@ -992,9 +1010,7 @@ void scrub_shared_memory(CUstream stream) {
 
 void scrub_local_memory(CUstream stream) {
   auto& d = Driver::get();
-  size_t window = 0;
-  d.check(d.cuCtxGetLimit(&window, CU_LIMIT_STACK_SIZE), "the context's stack size");
-  window &= ~size_t(3);
+  const size_t window = local_window();
   if (window == 0) return;
   const LocalScrub& s = local_scrub(window);
   unsigned words = s.words;
