@@ -161,8 +161,12 @@ void scan_body(const std::string& s, size_t b, size_t e, PtxFunction& f, Reading
     }
   }
   // Instructions, for the call targets and the rules' PTX patterns. call[.uni] [(ret),] target, ...
-  static const re2::RE2 call_re(R"((?:^|[^A-Za-z0-9_$%.])call(?:\.[A-Za-z0-9_]+)* ?(?:\([^)]*\) ?, ?)?([A-Za-z0-9_$%]+))",
-                                ca::byte_regex_options());
+  // The opcode ends at a space or the return list's parenthesis: a name that starts with "call"
+  // (a variable calls_made, a function callback) is no call (session 34: "calls_made" read as a
+  // call of "s_made", an extern the rules refuse, in an honest kernel).
+  static const re2::RE2 call_re(
+      R"((?:^|[^A-Za-z0-9_$%.])call(?:\.[A-Za-z0-9_]+)*(?: (?:\([^)]*\) ?, ?)?|\([^)]*\) ?, ?)([A-Za-z0-9_$%]+))",
+      ca::byte_regex_options());
   size_t pos = b;
   while (pos < e) {
     size_t semi = s.find(';', pos);

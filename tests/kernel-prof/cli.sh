@@ -23,6 +23,26 @@ set +e; "$KP" --rules "$T/bad-rules.yaml" < /dev/null 2> "$T/err"; rc=$?; set -e
 [ "$rc" = 1 ] || fail "--rules with a malformed file should be a usage error (1), got $rc: $(cat "$T/err")"
 grep -q "max_stack_bytes" "$T/err" || fail "--rules: the message should name the key: $(cat "$T/err")"
 printf 'max_stack_bytes: 4096\n' > "$T/rules.yaml"
+# What the gpu test's fixtures are held to, on the CPU (kernel-check --compile-only, the rules kernel-prof
+# applies again): every candidate of cands.jsonl keeps the rules for sm_90 (session 34: a module
+# variable calls_made was read as a call of "s_made"); arch.jsonl's keeps them for sm_80 and breaks
+# them for sm_90, where its branch reads %globaltimer.
+mkdir -p "$T/fx" && $PY "$CA_SRC/tests/kernel-prof/fixtures/make_records.py" "$T/fx"
+"$CA_BIN/kernel-check" --compile-only --arch sm_90 --no-store < "$T/fx/cands.jsonl" > "$T/fx/c90.jsonl" 2> "$T/err" ||
+  fail "kernel-check --compile-only on the fixtures: $(cat "$T/err")"
+for a in sm_80 sm_90; do
+  "$CA_BIN/kernel-check" --compile-only --arch $a --no-store < "$T/fx/arch.jsonl" > "$T/fx/a$a.jsonl" 2> "$T/err" || true
+done
+$PY - "$T/fx" <<'PY' || fail "the fixtures and the rules"
+import json, sys
+d = sys.argv[1]
+recs = [json.loads(l) for l in open(d + "/c90.jsonl")]
+assert len(recs) == 5 and all(r["check"]["status"] == "compiled" for r in recs), [(r["name"], r["check"]) for r in recs]
+a80 = json.loads(open(d + "/asm_80.jsonl").readline())["check"]
+a90 = json.loads(open(d + "/asm_90.jsonl").readline())["check"]
+assert a80["status"] == "compiled", a80
+assert a90["status"] == "policy_violation" and "globaltimer" in a90["reason"], a90
+PY
 
 # Failed checks and records without a check pass through untouched (same keys, order, values).
 cat > "$T/failed.jsonl" <<'J'

@@ -144,6 +144,37 @@ TEST_CASE("ptx scan: functions, the call graph, and kernels never launched") {
   CHECK(ptx_precision(kHandPtx) == "fp16");  // the whole text
 }
 
+TEST_CASE("ptx scan: a name that starts with call is no call") {
+  // Session 34: `[calls_made]` read as a call of "s_made" (an extern the rules refuse) in an honest
+  // kernel that counts in a module variable; the calls that are calls are still seen, with or
+  // without a return list, through a register too.
+  const std::string ptx = R"ptx(
+.version 8.0
+.target sm_90
+.address_size 64
+.global .align 4 .u32 calls_made;
+.func callback(.param .b32 x) { ret; }
+.func (.param .b32 r) callee2(.param .b32 x) { ret; }
+.visible .entry k(.param .u64 p) {
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<3>;
+  ld.global.u32 %r1, [calls_made];
+  add.s32 %r2, %r1, 1;
+  st.global.u32 [calls_made], %r2;
+  mov.u64 %rd1, callback;
+  { .param .b32 a; st.param.b32 [a], %r1; call.uni callback, (a); }
+  { .param .b32 a; .param .b32 r; st.param.b32 [a], %r1; call.uni(r), callee2, (a); }
+  { .param .b32 a; .param .b32 r; st.param.b32 [a], %r1; call (r), callee2, (a); }
+  ret;
+}
+)ptx";
+  PtxModule m = scan_ptx(ptx);
+  REQUIRE(m.functions.count("k"));
+  CHECK(m.functions.at("k").callees == std::set<std::string>{"callback", "callee2"});
+  CHECK_FALSE(m.functions.at("k").indirect_call);
+  CHECK(m.call_targets == std::set<std::string>{"callback", "callee2"});
+}
+
 TEST_CASE("ptx scan: an indirect call reaches every kernel's code, launched or not") {
   // A function's address plus an offset can land in any code of the module, a kernel's the plan
   // never launches included: a kernel that calls through a register counts the whole module.
