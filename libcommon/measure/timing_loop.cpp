@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "libcommon/bundle/compile.hpp"
@@ -141,41 +142,72 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 constexpr int kOverheadSamples = 32;
 
-// The host's bracket (us) of `n` launches of a graph of one empty kernel, each as time_target brackets
-// a call: the stream idle, then from before a start event to the completion the host sees.
-std::vector<double> empty_call_brackets(CUstream stream, int n) {
-  auto& drv = cuda::Driver::get();
-  CUfunction empty = bundle::trusted_kernel("host_bound_empty.cu", "extern \"C\" __global__ void ca_host_bound_empty() {}",
-                                            "ca_host_bound_empty");
-  drv.check(drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
-  CUresult launched = drv.cuLaunchKernel(empty, 1, 1, 1, 32, 1, 1, 0, stream, nullptr, nullptr);
-  CUgraph graph = nullptr;
-  CUresult ended = drv.cuStreamEndCapture(stream, &graph);
-  drv.check(launched, "empty kernel (capture)");
-  drv.check(ended, "cuStreamEndCapture");
-  CUgraphExec exec = nullptr;
-  CUresult r = drv.cuGraphInstantiateWithFlags(&exec, graph, 0);
-  drv.cuGraphDestroy(graph);
-  drv.check(r, "cuGraphInstantiate");
-  Events ev(1);
-  std::vector<double> out;
-  try {
-    for (int i = 0; i < n + 2; ++i) {  // the first two warm the launch path
-      drv.check(drv.cuStreamSynchronize(stream), "empty call");
-      const auto h0 = std::chrono::steady_clock::now();
-      drv.check(drv.cuEventRecord(ev.start[0], stream), "cuEventRecord");
-      drv.check(drv.cuGraphLaunch(exec, stream), "cuGraphLaunch (empty call)");
-      drv.check(drv.cuEventRecord(ev.end[0], stream), "cuEventRecord");
-      drv.check(drv.cuStreamSynchronize(stream), "empty call");
-      if (i >= 2) out.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count());
+// A graph of one empty kernel, launched and bracketed by the host's clock exactly as time_target
+// brackets a timed call (the stream idle; start event, the call's CUPTI correlation pushed, the
+// launch, popped, end event; to the completion the host sees): the launch overhead a call's bracket
+// holds beyond its kernels. Bracketed under the same tracing as the calls and once after each of
+// them (session 34, H100: 32 brackets before CUPTI began read 1.3 us less than the calls' own
+// overhead, and held an honest 9.7 us copy to a 11.0 us floor). Its kernel's records carry the
+// correlation 0, which device time leaves out (no call of the target's).
+class EmptyCall {
+ public:
+  // Made, then bracketed kOverheadSamples times into `samples` (after two that warm the launch path).
+  EmptyCall(CUstream timed, cuda::CuptiTracer* tracer, std::vector<double>& samples) {
+    make();
+    try {
+      for (int i = 0; i < kOverheadSamples + 2; ++i) {
+        const double us = bracket(timed, tracer);
+        if (i >= 2) samples.push_back(us);
+      }
+    } catch (...) {
+      cuda::Driver::get().cuGraphExecDestroy(exec_);  // no destructor runs for a constructor that throws
+      throw;
     }
-  } catch (...) {
-    drv.cuGraphExecDestroy(exec);
-    throw;
   }
-  drv.cuGraphExecDestroy(exec);
-  return out;
-}
+  ~EmptyCall() {
+    if (exec_) cuda::Driver::get().cuGraphExecDestroy(exec_);
+  }
+  EmptyCall(const EmptyCall&) = delete;
+  EmptyCall& operator=(const EmptyCall&) = delete;
+
+  double bracket(CUstream stream, cuda::CuptiTracer* traced) {
+    auto& drv = cuda::Driver::get();
+    drv.check(drv.cuStreamSynchronize(stream), "empty call");
+    const auto h0 = std::chrono::steady_clock::now();
+    drv.check(drv.cuEventRecord(ev_.start[0], stream), "cuEventRecord");
+    if (traced) traced->push_call(0);
+    CUresult launched = drv.cuGraphLaunch(exec_, stream);
+    if (traced) traced->pop_call();
+    drv.check(launched, "cuGraphLaunch (empty call)");
+    drv.check(drv.cuEventRecord(ev_.end[0], stream), "cuEventRecord");
+    drv.check(drv.cuStreamSynchronize(stream), "empty call");
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
+  }
+
+ private:
+  void make() {
+    auto& drv = cuda::Driver::get();
+    CUstream stream = nullptr;
+    drv.check(drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate (empty call)");
+    CUfunction empty = bundle::trusted_kernel("host_bound_empty.cu", "extern \"C\" __global__ void ca_host_bound_empty() {}",
+                                              "ca_host_bound_empty");
+    CUgraph graph = nullptr;
+    CUresult began = drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    CUresult launched = began == CUDA_SUCCESS ? drv.cuLaunchKernel(empty, 1, 1, 1, 32, 1, 1, 0, stream, nullptr, nullptr) : began;
+    CUresult ended = began == CUDA_SUCCESS ? drv.cuStreamEndCapture(stream, &graph) : began;
+    drv.cuStreamDestroy(stream);
+    drv.check(began, "cuStreamBeginCapture");
+    drv.check(launched, "empty kernel (capture)");
+    drv.check(ended, "cuStreamEndCapture");
+    CUresult r = drv.cuGraphInstantiateWithFlags(&exec_, graph, 0);
+    drv.cuGraphDestroy(graph);
+    drv.check(r, "cuGraphInstantiate");
+  }
+
+  CUgraphExec exec_ = nullptr;
+  Events ev_{1};
+};
+
 // Warm-up: the same sequence as a timed call, untimed; its seconds.
 double warm_up(TimedTarget& target, CUstream stream, L2Flusher& flusher, const LoopOptions& options) {
   auto& drv = cuda::Driver::get();
@@ -234,15 +266,15 @@ LoopResult time_target(TimedTarget& target, CUstream stream, L2Flusher& flusher,
 
   result.warmup_s = warm_up(target, stream, flusher, options);
 
-  // The host's bracket of an empty call (a graph of one empty kernel, launched as the target's are):
-  // the launch overhead a call's bracket holds beyond its kernels. Before CUPTI begins: no records.
   const bool host_bound = options.host_bound && options.batch == 1;
-  if (host_bound) result.host_overhead_us = empty_call_brackets(stream, kOverheadSamples);
-
   cuda::CuptiTracer* cupti = options.use_cupti ? &cuda::CuptiTracer::instance() : nullptr;
   const bool traced = cupti && cupti->available();
   if (!traced) result.cupti_note = cupti ? "CUPTI unavailable: " + cupti->why() : "CUPTI off (--no-cupti)";
   if (traced) cupti->begin();
+  cuda::CuptiTracer* tracer = traced ? cupti : nullptr;
+  // The host's bracket of an empty call (EmptyCall): the launch overhead a call's bracket holds.
+  std::optional<EmptyCall> empty;
+  if (host_bound) empty.emplace(stream, tracer, result.host_overhead_us);
 
   const int batch = std::max(1, options.batch);
   Events ev(batch);
@@ -272,6 +304,7 @@ LoopResult time_target(TimedTarget& target, CUstream stream, L2Flusher& flusher,
       if (host_bound) {
         drv.check(drv.cuStreamSynchronize(stream), "timed call");
         result.host_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count());
+        result.host_overhead_us.push_back(empty->bracket(stream, tracer));  // the overhead beside this call, untimed
       }
     }
     drv.check(drv.cuStreamSynchronize(stream), "timed calls");

@@ -68,7 +68,8 @@ struct LoopResult {
   std::string cupti_note;  // why device time is missing or approximate; empty when all is well
   int64_t calls = 0;       // timed calls made
   // host_bound: per timed call, the host's bracket of it (us); the bracket of an empty graph of one
-  // empty kernel, timed the same way before the calls (the launch overhead); the kernels a call runs;
+  // empty kernel, timed the same way under the same tracing, 32 times before the calls and once after
+  // each (the launch overhead); the kernels a call runs;
   // and the host floor per call (host_us less the overhead's median and kHostGapUs per kernel after
   // the first). host_bound_note: set when the GPU's own times were below that floor and were raised
   // to it (device or event median under the host floor's median: records that do not match the work).
