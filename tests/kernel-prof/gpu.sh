@@ -237,7 +237,7 @@ $PY - "$T/out7.jsonl" "$T/rew7.jsonl" <<'PY' || { cat "$T/err7"; fail "the rules
 import json, sys
 p = json.loads(open(sys.argv[1]).readline())["prof"]
 assert p["status"] == "failed" and p["correct"] is False, p
-assert "policy_violation" in p["reason"] and "globaltimer" in p["reason"], p["reason"]
+assert p["reason"].startswith("refused on this GPU (untimed): policy_violation") and "globaltimer" in p["reason"], p["reason"]
 assert p.get("time_us") is None and p["method"]["calls"] == 0, p  # untimed
 r = json.loads(open(sys.argv[2]).readline())
 assert r["reward"]["value"] < 0, r["reward"]

@@ -36,10 +36,10 @@ CandidateBench::CandidateBench(bundle::BundleSources sources, const Json& loaded
   // the heap or a forbidden call from the code it checked. Milliseconds, against trusting a record.
   copt.rules = rules;
   bundle::Candidate c = bundle::prepare_candidate(std::move(sources), nullptr, copt);
-  if (c.refused) throw std::runtime_error(c.refused->status + ": " + c.refused->reason);
+  if (c.refused) throw Refused(c.refused->status + ": " + c.refused->reason);
   const bundle::Binding binding =
       bundle::bind_candidate(c, bundle::IoSpec::from_json(loaded), bundle::LaunchLimits::for_arch(arch), copt.rules);
-  if (binding.refused) throw std::runtime_error(binding.refused->status + ": " + binding.refused->reason);
+  if (binding.refused) throw Refused(binding.refused->status + ": " + binding.refused->reason);
   precision_ = c.precision(&*binding.bound);
   auto& drv = cuda::Driver::get();
   executor_ = std::make_unique<bundle::Executor>(*binding.bound, c.compiled->cubin);
@@ -496,6 +496,9 @@ void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, con
     throw;
   } catch (const EnvironmentError&) {
     throw;  // the worker, the node: never the candidate's verdict
+  } catch (const CandidateBench::Refused& e) {
+    result.refused = true;
+    return fail(e.what());
   } catch (const cuda::CudaError& e) {
     if (e.sticky()) {
       gpu.mark_dead(e.what());

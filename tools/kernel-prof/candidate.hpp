@@ -52,7 +52,7 @@ class CallInputs {
 class CandidateBench : public measure::TimedTarget {
  public:
   // The bundle on the candidate path (libcommon/bundle/candidate.hpp) for `arch`, bound to the
-  // tensors the worker loaded (`loaded`). Throws CudaError, or std::runtime_error with the path's
+  // tensors the worker loaded (`loaded`). Throws CudaError, or Refused with the path's
   // refusal ("compile_error: ...", "plan_error: ...", "policy_violation: ...") when the bundle does
   // not compile, bind or keep `rules` (null: none applied; only the replay, whose parent applied them).
   // `guard_seed` fills the guard zones (as kernel-check does before each of its calls).
@@ -81,6 +81,11 @@ class CandidateBench : public measure::TimedTarget {
   struct CallFailed : std::runtime_error {
     using std::runtime_error::runtime_error;
   };
+  // The candidate path refused the bundle on this GPU ("policy_violation: ...", "compile_error: ...",
+  // "plan_error: ..."): nothing was timed.
+  struct Refused : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
 
  private:
   std::string finish_call(int64_t call, bool check);
@@ -102,6 +107,7 @@ struct CandidateTiming {
   int64_t checked_calls = 0;
   bool outputs_ok = true;
   std::string failure;  // what was wrong when timed
+  bool refused = false;  // the failure is the candidate path's refusal on this GPU: nothing was timed
   Json outputs_check = Json::array();  // per checked call: {call, seed, ok, max_abs_err, ...}
   double draw_ms_per_call = 0;         // the untimed fresh draw + copy + fingerprint, per call
   std::string precision;               // read from the compiled candidate (empty: its setup failed)

@@ -458,7 +458,7 @@ Outcome Profiler::profile_here(Json& record, const Json& task, const std::string
   run.fill_times();
 
   if (!cand.outputs_ok) {
-    const Outcome o = run.failed("wrong when timed: " + cand.failure);
+    const Outcome o = run.failed((cand.refused ? "refused on this GPU (untimed): " : "wrong when timed: ") + cand.failure);
     log::warn(record.value("candidate_id", task_id), ": ", prof["reason"].get<std::string>());
     return o;
   }
