@@ -462,6 +462,24 @@ std::string after_timing_violation(CandidateBench& bench, measure::L2Flusher& fl
   return "";
 }
 
+// The seeds of a timing: its inputs' (the run's seed, the candidate, the round and a count of timings
+// in this process, so a service timing the same candidate twice never repeats a set; without --seed
+// the run's seed is itself unpredictable; a domain word keeps them apart from kernel-check's) and
+// the checked calls' pick (drawn from the OS unless --seed, never seen by the kernel).
+struct TimingSeeds {
+  uint64_t inputs = 0, pick = 0;
+};
+TimingSeeds timing_seeds(const std::string& cand, const ProfOptions& options, int round) {
+  static std::atomic<uint64_t> timings{0};
+  uint64_t salt = 0;
+  for (char c : sha256_hex(cand + "/kernel-prof/inputs")) salt = salt * 31 + uint64_t(uint8_t(c));
+  TimingSeeds s;
+  s.inputs = ca::splitmix64(options.seed ^ salt ^ (uint64_t(round) << 48) ^ ca::splitmix64(++timings));
+  std::random_device rd;
+  s.pick = options.seed_given ? ca::splitmix64(s.inputs ^ 0x636865636bULL) : (uint64_t(rd()) << 32 | rd());
+  return s;
+}
+
 void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, const Json& task, const Json& loaded,
                const ProfOptions& options, int round) {
   const std::string task_id = task["task_id"].get<std::string>();
@@ -472,16 +490,9 @@ void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, con
     result.outputs_ok = false;
     result.failure = why;
   };
-  // The seeds of this timing: the run's seed, the candidate, the round and a count of timings in
-  // this process, so a service timing the same candidate twice never repeats a set; without --seed
-  // the run's seed is itself unpredictable. A domain word keeps them apart from kernel-check's.
-  static std::atomic<uint64_t> timings{0};
   const std::string cand = record.value("candidate_id", std::string());
-  uint64_t salt = 0;
-  for (char c : sha256_hex(cand + "/kernel-prof/inputs")) salt = salt * 31 + uint64_t(uint8_t(c));
-  const uint64_t seed_base = ca::splitmix64(options.seed ^ salt ^ (uint64_t(round) << 48) ^ ca::splitmix64(++timings));
-  std::random_device rd;
-  const uint64_t pick_seed = options.seed_given ? ca::splitmix64(seed_base ^ 0x636865636bULL) : (uint64_t(rd()) << 32 | rd());
+  const TimingSeeds seeds = timing_seeds(cand, options, round);
+  const uint64_t seed_base = seeds.inputs, pick_seed = seeds.pick;
   FreshInputs fresh(gpu, task_id, seed_base, record["check"], result);
   if (named_in("CA_KERNEL_PROF_INJECT_REF_OOM", cand)) fresh.inject_reference_oom();
   std::unique_ptr<CandidateBench> bench;
