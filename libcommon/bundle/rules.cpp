@@ -128,8 +128,11 @@ Rules Rules::parse(const std::string& yaml, const std::string& name) {
   apply(p, load_rules_yaml(default_text(), name), "default");
   if (name != "default") apply(p, load_rules_yaml(yaml, name), name);
   p.source = name;
+  if (name != "default") p.file_text = yaml;
   return p;
 }
+
+Json Rules::identity() const { return Json{{"default", default_text()}, {"file", file_text}}; }
 
 Rules Rules::load(const std::string& path) {
   if (path.empty()) return parse(default_text(), "default");

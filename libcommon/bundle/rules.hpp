@@ -64,11 +64,15 @@ struct Rules {
   int64_t max_scratch_slack_bytes = 16 << 20;
   int max_forward_steps = 16384, max_init_steps = 4096;  // per call, repeats unrolled
   std::string source = "default";  // "default" or the file path
+  std::string file_text;           // the file's text as parsed ("" for the default alone)
 
   static const std::string& default_text();
   // Default first, then the file's keys over it. Throws UsageError for a malformed file.
   static Rules load(const std::string& path);
   static Rules parse(const std::string& yaml, const std::string& name);
+  // What a verdict or a timing under these rules depends on: the shipped default's text and the
+  // file's (kernel-check's judged_by, kernel-prof's timed_by).
+  Json identity() const;
 
   // Source-level rules (headers, forbidden constructs) and plan-level rules (steps).
   std::optional<Violation> check_sources(const std::map<std::string, std::string>& kernels) const;

@@ -110,6 +110,7 @@ void append_round(LoopResult& into, const LoopResult& more) {
   append(into.device_us, more.device_us);
   if (more.device_us.empty()) into.device_us.clear();
   append(into.host_us, more.host_us);
+  append(into.host_overhead_us, more.host_overhead_us);
   append(into.host_floor_us, more.host_floor_us);
   into.event = summarize(into.event_us);
   into.device = summarize(into.device_us);

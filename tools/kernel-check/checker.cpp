@@ -32,12 +32,11 @@ namespace {
 // (--resume) only when this is the same: one judged under a lenient rules file, with the published
 // tolerance, --allow-stochastic, another --arch or an older release is judged again, never taken for
 // one of this run by its candidate id alone.
-std::string judged_by(const CheckOptions& o) {
+std::string judged_by(const CheckOptions& o, const ca::bundle::Rules& rules) {
   const ca::Json how = {{"tool", "kernel-check"},
                         {"version", ca::kVersion},
                         {"build", ca::build_identity()},
-                        {"rules_default", ca::bundle::Rules::default_text()},
-                        {"rules_file", o.rules_path.empty() ? std::string() : ca::read_file(o.rules_path)},
+                        {"rules", rules.identity()},
                         {"compile_only", o.compile_only},
                         {"arch", o.arch},
                         {"tolerance", o.tolerance},
@@ -70,7 +69,7 @@ Checker::Checker(CheckOptions& options, const ca::CommonOptions& common)
     throw ca::UsageError(std::string("--arch: ") + e.what());
   }
 
-  judged_by_ = judged_by(options_);
+  judged_by_ = judged_by(options_, rules_);
   candidate_.arch = options_.arch;
   candidate_.cache_dir = options_.cache_dir;
   candidate_.use_cache = !options_.no_cache;

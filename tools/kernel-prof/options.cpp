@@ -4,7 +4,6 @@
 #include <CLI/CLI.hpp>
 
 #include "libcommon/errors.hpp"
-#include "libcommon/paths.hpp"
 
 namespace ca::kernel_prof {
 
@@ -73,7 +72,6 @@ void ProfOptions::validate_and_load() {
   for (int g : gpus)
     if (g < 0) throw UsageError("--gpus: ordinals are >= 0");
   rules = bundle::Rules::load(rules_path);
-  rules_file = rules_path.empty() ? std::string() : read_file(rules_path);
   rules.scratch_cap_by_judge = true;
 }
 

@@ -36,8 +36,7 @@ struct ProfOptions {
   // The rules every candidate is held to again on the code this GPU loads (--rules, as kernel-check's):
   // a check run for another arch, or on a CPU node, never saw the branch `__CUDA_ARCH__` picks here.
   std::string rules_path;
-  bundle::Rules rules;     // loaded by validate_and_load()
-  std::string rules_file;  // the --rules file's text ("" for the default alone): in timed_by
+  bundle::Rules rules;  // loaded by validate_and_load(); its identity() is in timed_by
 
   void register_with(CLI::App& app);
   // UsageError on bad combinations or a malformed --rules file; loads `rules` (the scratch cap left

@@ -110,7 +110,7 @@ std::string timed_by(const ProfOptions& o, const std::string& task_key, const Js
                                {"precision", field(check, "precision")}}},
                     // The rules the loaded code is held to again (candidate.cpp): another rules file
                     // may refuse what this one let through.
-                    {"rules", {{"default", bundle::Rules::default_text()}, {"file", o.rules_file}}},
+                    {"rules", o.rules.identity()},
                     {"metric", o.metric},
                     {"baselines", baselines},
                     {"stop", o.stop.to_json()},

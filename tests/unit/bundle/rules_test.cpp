@@ -27,6 +27,12 @@ TEST_CASE("rules: comments stripped, lines kept; the default parses") {
   CHECK(v->line == 2);
   CHECK_FALSE(p.check_sources({{"k.cu", "#include <cuda_fp16.h>\n#include \"k.cuh\"\n"}, {"k.cuh", ""}}));
   CHECK_THROWS_AS(ca::bundle::Rules::parse("bogus_key: 1\n", "x.yaml"), ca::UsageError);
+  // The identity a verdict or a timing records: the default's text, and the file's when one was given.
+  CHECK(p.identity()["file"] == "");
+  CHECK(p.identity()["default"] == ca::bundle::Rules::default_text());
+  const ca::bundle::Rules f = ca::bundle::Rules::parse("max_stack_bytes: 4096\n", "x.yaml");
+  CHECK(f.identity()["file"] == "max_stack_bytes: 4096\n");
+  CHECK(f.identity() != p.identity());
 }
 
 TEST_CASE("rules: patterns run over bytes, in linear time, on text of any length") {

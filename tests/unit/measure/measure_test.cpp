@@ -192,12 +192,14 @@ TEST_CASE("append_round: a remeasure round's calls join every timer's sample, th
   a.device_us = {9, 10};
   a.host_us = {20, 21};
   a.host_floor_us = {9, 10};
+  a.host_overhead_us = {11, 11, 11};
   a.calls = 2;
   a.timed_wall_s = 1;
   b.event_us = {12};
   b.device_us = {11};
   b.host_us = {22};
   b.host_floor_us = {11};
+  b.host_overhead_us = {12, 12};
   b.calls = 1;
   b.timed_wall_s = 0.5;
   b.host_bound_note = "held";
@@ -206,6 +208,7 @@ TEST_CASE("append_round: a remeasure round's calls join every timer's sample, th
   CHECK(a.device_us == std::vector<double>{9, 10, 11});
   CHECK(a.host_us.size() == 3);
   CHECK(a.host_floor_us.size() == 3);
+  CHECK(a.host_overhead_us.size() == 5);  // each round's empty-call samples
   CHECK(a.event.median == doctest::Approx(11));
   CHECK(a.device.n == 3);
   CHECK(a.calls == 3);
