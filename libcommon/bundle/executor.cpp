@@ -541,12 +541,17 @@ void Executor::load_module(const std::string& cubin) {
   shared_scrub();
   // The local-memory scrub for the window this module's kernels run with: the driver grows the
   // context's stack limit at the first launch of a kernel whose frame is larger than it; grown here
-  // instead, so the scrub for it is made once, at load, not in a call.
+  // instead, so the scrub for it is made once, at load, not in a call. What the growth cannot have
+  // is the candidate's demand (LocalMemoryRefused), as it was at a launch.
   if (auto frames = cubin_local_bytes(cubin)) {
     size_t most = 0, limit = 0;
     for (const auto& [fn, bytes] : *frames) most = std::max(most, size_t(std::max<int64_t>(0, bytes)));
     d.check(d.cuCtxGetLimit(&limit, CU_LIMIT_STACK_SIZE), "the context's stack size");
-    if (most > limit) d.check(d.cuCtxSetLimit(CU_LIMIT_STACK_SIZE, most), "the context's stack size");
+    if (most > limit)
+      if (CUresult r = d.cuCtxSetLimit(CU_LIMIT_STACK_SIZE, most); r != CUDA_SUCCESS)
+        throw LocalMemoryRefused(log::cat("the candidate's kernels need ", most, " bytes of local memory per thread, held for every "
+                                          "thread the GPU can run, which the GPU could not give (the context's stack size: ",
+                                          d.error_text(r), ")"));
   }
   if (const size_t window = local_window()) local_scrub(window);
   // The load-time image of every writable module-scope variable, restored before each call.

@@ -145,6 +145,14 @@ struct InitChangedParams : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The load's refusal of the module's local memory: the context's stack could not grow to its largest
+// frame (for every thread the GPU can run). The candidate's own demand, as a launch's would be (a
+// runtime_error, never the node's out of memory: red team R6, kernel_check_dodge_gpu); not a
+// CudaError, so no caller reads it as the judge's memory.
+struct LocalMemoryRefused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // Fills the shared memory of every SM of the current context's device with words drawn afresh
 // (a host seed per scrub): one block per SM, each taking the most a block may. The executor
 // launches it in the candidate's context before every call (a scrub from another context does not

@@ -18,6 +18,8 @@
 #      worker too little memory for the next trial's draw, which was reference_error (no verdict).
 #      The draw is made again with the candidate's runner ended (check.redrawn_alone) and the
 #      candidate loaded again: every record of the sweep has a verdict (correct true or false).
+#      Since the load grows the context's stack to the module's largest frame (session 34, the local
+#      scrub), sizes past what the GPU holds fail at load: runtime_error, the candidate's (session 35).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 T=$(mktemp -d)
