@@ -127,6 +127,32 @@ extern "C" __global__ void __launch_bounds__(256) CA_SCRUB_LOCAL_NAME(unsigned w
 }
 )";
 
+// Registers are not cleared between kernels either: a kernel that reads a register it never wrote
+// (inline PTX may) finds what the last warp on that slot of the register file left there. Before
+// every call a kernel whose every thread keeps CA_SCRUB_REGISTERS_LIVE values drawn for the call live
+// at once (a chain no compiler can fold or recompute, held to a store that never runs) runs at the
+// occupancy its register count allows: checked at compile to be exactly the register file (registers
+// per thread x threads resident per SM = the SM's registers, nothing spilled to local memory), so
+// every warp's rows of every SM are allocated to it and written.
+const char* kScrubRegistersSource = R"(
+extern "C" __global__ void __launch_bounds__(256, CA_SCRUB_REGISTERS_BLOCKS)
+ca_scrub_registers(unsigned long long seed, volatile unsigned* never) {
+  unsigned r[CA_SCRUB_REGISTERS_LIVE];
+  unsigned x = (unsigned)(seed >> 32) ^ ((unsigned)seed * 0x9E3779B1u) ^ (blockIdx.x * blockDim.x + threadIdx.x);
+#pragma unroll
+  for (int i = 0; i < CA_SCRUB_REGISTERS_LIVE; ++i) {
+    x ^= x >> 15;
+    x *= 0x2C1B3C6Du;
+    x ^= x >> 12;
+    r[i] = x;
+  }
+  if (x == 0x5EED5EEDu && never) {  // (about never; and then into the null pointer's argument: no store)
+#pragma unroll
+    for (int i = CA_SCRUB_REGISTERS_LIVE - 1; i >= 0; --i) *never = r[i];
+  }
+}
+)";
+
 // What a call finds in its outputs, forward's scratch and the library workspaces: bytes drawn
 // afresh before every call (a seed from the host's generator, splitmix64 per 8-byte word), so no
 // kernel knows them before it reads them. A fixed fill (0xFF bytes, before session 20) was a free
@@ -295,6 +321,40 @@ const LocalScrub& local_scrub(size_t bytes) {
   d.check(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, s.fn, 256, 0), "scrub: occupancy");
   s.blocks = sms * std::max(1, per_sm);
   return made.emplace(std::make_pair(ctx, bytes), s).first->second;
+}
+
+struct RegisterScrub {
+  CUfunction fn = nullptr;
+  int blocks = 0;  // occupancy x SMs blocks of 256: the whole register file of every SM at once
+};
+
+// The register scrub of the current context's device, compiled once per context: 64 registers per
+// thread, 4 blocks of 256 per SM on a 65,536-register SM (sm_70 and later). What the compiler made is
+// checked against the register file, never assumed: InternalError if it falls short of it or spills.
+const RegisterScrub& register_scrub() {
+  static std::mutex mu;
+  static std::map<CUcontext, RegisterScrub> by_context;
+  auto& d = Driver::get();
+  CUcontext ctx = nullptr;
+  d.check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = by_context.find(ctx); it != by_context.end()) return it->second;
+  const std::string source = "#define CA_SCRUB_REGISTERS_BLOCKS 4\n#define CA_SCRUB_REGISTERS_LIVE 58\n" + std::string(kScrubRegistersSource);
+  RegisterScrub s;
+  s.fn = trusted_kernel("scrub_registers.cu", source.c_str(), kScrubRegistersKernel);
+  CUdevice dev;
+  d.check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+  int sms = 0, file = 0, regs = 0, local = 0, per_sm = 0;
+  d.check(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "SM count");
+  d.check(d.cuDeviceGetAttribute(&file, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, dev), "registers per SM");
+  d.check(d.cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, s.fn), "scrub: registers");
+  d.check(d.cuFuncGetAttribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, s.fn), "scrub: local size");
+  d.check(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, s.fn, 256, 0), "scrub: occupancy");
+  if (int64_t(regs) * 256 * per_sm != file || local != 0)
+    throw InternalError(log::cat("the register scrub covers ", int64_t(regs) * 256 * per_sm, " of the SM's ", file, " registers (",
+                                 regs, " per thread, ", per_sm, " blocks of 256 per SM) with ", local, " bytes of local memory"));
+  s.blocks = sms * per_sm;
+  return by_context.emplace(ctx, s).first->second;
 }
 
 // The tool's own kernels that run beside a candidate (the shared-memory scrub, the fingerprint)
@@ -539,6 +599,7 @@ void Executor::load_module(const std::string& cubin) {
   // run (reset_call_state says why there).
   fill_function();
   shared_scrub();
+  register_scrub();
   // The local-memory scrub for the window this module's kernels run with: the driver grows the
   // context's stack limit at the first launch of a kernel whose frame is larger than it; grown here
   // instead, so the scrub for it is made once, at load, not in a call. What the growth cannot have
@@ -994,6 +1055,7 @@ void Executor::reset_call_state(CUstream stream) {
     InContext in(impl_->ctx);
     scrub_shared_memory(stream);
     scrub_local_memory(stream);
+    scrub_registers(stream);
   }
   for (int i : forward_scratch_)
     fill_unpredictable(base_[i] + options_.guard_bytes, size_t(plan_.buffers[i].bytes), plan_.buffers[i].dtype == "BOOL", stream);
@@ -1022,6 +1084,15 @@ void scrub_local_memory(CUstream stream) {
   unsigned long long seed = scrub_seed();
   void* args[] = {&words, &seed};
   d.check(d.cuLaunchKernel(s.fn, unsigned(s.blocks), 1, 1, 256, 1, 1, 0, stream, args, nullptr), "scrub local memory");
+}
+
+void scrub_registers(CUstream stream) {
+  auto& d = Driver::get();
+  const RegisterScrub& s = register_scrub();
+  unsigned long long seed = scrub_seed();
+  CUdeviceptr never = 0;
+  void* args[] = {&seed, &never};
+  d.check(d.cuLaunchKernel(s.fn, unsigned(s.blocks), 1, 1, 256, 1, 1, 0, stream, args, nullptr), "scrub registers");
 }
 
 int64_t Executor::module_global_bytes() const {

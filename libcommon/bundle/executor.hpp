@@ -88,7 +88,8 @@ class Executor {
   // Every output filled with bytes drawn afresh for this call (fill_unpredictable), on `stream`.
   void poison_outputs(CUstream stream);
   // Untimed, before every forward call, enqueued on `stream`: every SM's shared memory (the
-  // kernel kScrubSharedKernel) and every thread's local memory (kScrubLocalKernel), forward-only scratch and the cuBLASLt/cuDNN workspaces filled with
+  // kernel kScrubSharedKernel), every thread's local memory (kScrubLocalKernel) and every register
+  // (kScrubRegistersKernel), forward-only scratch and the cuBLASLt/cuDNN workspaces filled with
   // fresh unpredictable bytes, module globals copied back from their load-time image.
   void reset_call_state(CUstream stream);
   // The scratch buffers init steps touch ("scratch.wt" -> sha256), taken after run_init().
@@ -166,6 +167,11 @@ void scrub_shared_memory(CUstream stream);
 // earlier kernel left in its stack. Named kScrubLocalKernel_<bytes> (one per window size).
 inline constexpr const char* kScrubLocalKernel = "ca_scrub_local";
 void scrub_local_memory(CUstream stream);
+// Writes every register of every SM (a kernel whose register count and occupancy are the register
+// file: checked when it is compiled) with words drawn afresh, in the current context: a kernel that
+// reads a register it never wrote finds nothing an earlier kernel left.
+inline constexpr const char* kScrubRegistersKernel = "ca_scrub_registers";
+void scrub_registers(CUstream stream);
 
 // The context the tool's own kernels that judge run in beside a candidate (the fingerprint and
 // kernel-prof's compare), one per device in this process, created on first use for the current
