@@ -141,6 +141,20 @@ no_leak timer_concat policy_violation
 no_leak clock_paste policy_violation
 grep -q 'globaltimer' "$T/timer_concat.out" && pass "timer_concat: rule globaltimer" || fail "timer rule" "$(head -c 300 "$T/timer_concat.out")"
 grep -q '"rule":"clock"' "$T/clock_paste.out" && pass "clock_paste: rule clock" || fail "clock rule" "$(head -c 300 "$T/clock_paste.out")"
+# The special registers that count or tell apart what ran, each spelled so the source scan misses it:
+# the PTX names it (rules grid_counter, launch_mode, perf_counters).
+for spec in "gridid grid_counter u64 l %%grid id" "graph launch_mode u64 l %%current_gr aph_exec" \
+            "pm perf_counters u32 r %%p m3"; do
+  read -r name rule width constraint head tail <<< "$spec"
+  ctype="unsigned"; [ "$width" = u64 ] && ctype="unsigned long long"
+  cand "sreg_$name" "__device__ unsigned long long t() { $ctype v = 0; asm volatile(\"mov.$width %0, $head\" \"$tail;\" : \"=$constraint\"(v)); return v; }
+__global__ void scale_add(const float* a, const float* b, float* out, int n, float alpha) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] * alpha + b[i] + float(t() & 0);
+}"
+  no_leak "sreg_$name" policy_violation
+  grep -q "\"rule\":\"$rule\"" "$T/sreg_$name.out" && pass "sreg_$name: rule $rule" || fail "sreg_$name rule" "$(head -c 400 "$T/sreg_$name.out")"
+done
 
 # 4. Precision from the PTX: dp4a is int8.
 cand dp4a '__global__ void scale_add(const float* a, const float* b, float* out, int n, float alpha) {
