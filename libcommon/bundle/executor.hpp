@@ -169,7 +169,8 @@ inline constexpr const char* kScrubLocalKernel = "ca_scrub_local";
 void scrub_local_memory(CUstream stream);
 // Writes every register of every SM (a kernel whose register count and occupancy are the register
 // file: checked when it is compiled) with words drawn afresh, in the current context: a kernel that
-// reads a register it never wrote finds nothing an earlier kernel left.
+// reads a register it never wrote finds nothing an earlier kernel left. Named
+// kScrubRegistersKernel_<values kept live> (the first count whose kernel covers the file).
 inline constexpr const char* kScrubRegistersKernel = "ca_scrub_registers";
 void scrub_registers(CUstream stream);
 
