@@ -1,0 +1,59 @@
+// The grid workspace a cooperative launch finds through %envreg1/2 (the driver's: cooperative_groups'
+// grid barrier, {wsSize, barrier} in cooperative_groups/details/driver_abi.h). The rules leave
+// %envreg legal, since grid.sync reads it; so a candidate's cooperative kernel can reach this memory,
+// which no buffer of the plan holds and the executor's reset does not touch. The questions: is it the
+// same memory every launch (and on another stream), how large, and does a word written there outlive
+// the launch (a call counter)? Four launches write (the barrier's low bits, the word past it), two
+// read; then a plain launch shows what %envreg1/2 hold outside a cooperative one.
+//   nvcc -arch=sm_90 -o envreg_probe bench/envreg_probe.cu && ./envreg_probe
+// (scripts/device-session.sh envreg-probe). Session 35 wrote it; it has not run yet.
+#include <cstdio>
+#include <cuda_runtime.h>
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+__global__ void probe(unsigned long long* out, int write, int sync) {
+  unsigned lo, hi;
+  asm volatile("mov.u32 %0, %%envreg1;" : "=r"(lo));
+  asm volatile("mov.u32 %0, %%envreg2;" : "=r"(hi));
+  unsigned long long p = ((unsigned long long)hi << 32) | lo;
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    out[0] = p;
+    if (p) {
+      volatile unsigned* w = (volatile unsigned*)p;
+      out[1] = w[0];  // wsSize
+      out[2] = w[1];  // barrier
+      unsigned n = w[0] / 4;
+      out[3] = n > 2 ? w[2] : 0xFFFFFFFFull;      // a word past the barrier, if any
+      out[4] = n > 3 ? w[n - 1] : 0xFFFFFFFFull;  // the last word
+      if (write) {
+        atomicAdd((unsigned*)p + 1, 1u);           // the barrier's low bits
+        if (n > 2) w[2] = w[2] + 1;
+      }
+    }
+  }
+  if (sync) cg::this_grid().sync();
+}
+int main() {
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  unsigned long long* out;
+  cudaMallocManaged(&out, 64);
+  cudaStream_t s2;
+  cudaStreamCreate(&s2);
+  for (int i = 0; i < 6; ++i) {
+    int write = i < 4;
+    int sync = 1;
+    void* args[] = {&out, &write, &sync};
+    cudaStream_t s = i == 5 ? s2 : 0;
+    cudaError_t e = cudaLaunchCooperativeKernel((void*)probe, dim3(sms), dim3(128), args, 0, s);
+    cudaDeviceSynchronize();
+    printf("launch %d (%s, stream %s): %s ptr=%#llx wsSize=%llu barrier=%#llx word2=%#llx last=%#llx\n", i,
+           write ? "writes" : "reads", i == 5 ? "2" : "0", cudaGetErrorString(e), out[0], out[1], out[2], out[3], out[4]);
+  }
+  // A plain (non-cooperative) launch: what %envreg1/2 hold there.
+  int write = 0;
+  probe<<<1, 32>>>(out, write, 0);
+  cudaError_t e = cudaDeviceSynchronize();
+  printf("plain launch: %s ptr=%#llx\n", cudaGetErrorString(e), out[0]);
+  return 0;
+}
