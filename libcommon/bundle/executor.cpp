@@ -243,6 +243,20 @@ ConvPlan::Stage conv_stage(const std::vector<int>& dims, const std::vector<int>&
   return st;
 }
 
+// What `make` builds for the current context, built once per context (the tool's kernels are loaded
+// into each context they run in) and kept for the process.
+template <class T, class Make>
+const T& once_per_context(Make make) {
+  static std::mutex mu;
+  static std::map<CUcontext, T> made;
+  auto& d = Driver::get();
+  CUcontext ctx = nullptr;
+  d.check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = made.find(ctx); it != made.end()) return it->second;
+  return made.emplace(ctx, make()).first->second;
+}
+
 struct SharedScrub {
   CUfunction fn = nullptr;
   int blocks = 0;       // one per SM: a block of this size leaves no room for a second
@@ -251,25 +265,21 @@ struct SharedScrub {
 
 // The scrub of the current context's device, set up once per context (a one-time cost).
 const SharedScrub& shared_scrub() {
-  static std::mutex mu;
-  static std::map<CUcontext, SharedScrub> by_context;
-  auto& d = Driver::get();
-  CUcontext ctx = nullptr;
-  d.check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = by_context.find(ctx); it != by_context.end()) return it->second;
-  SharedScrub s;
-  CUdevice dev;
-  d.check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice");
-  int sms = 0, optin = 0;
-  d.check(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "SM count");
-  d.check(d.cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev), "shared memory per block");
-  s.fn = trusted_kernel("scrub_shared.cu", kScrubSharedSource, kScrubSharedKernel);
-  s.blocks = sms;
-  s.bytes = static_cast<unsigned>(optin);
-  d.check(d.cuFuncSetAttribute(s.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optin), "scrub: dynamic shared memory");
-  d.check(d.cuFuncSetAttribute(s.fn, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100), "scrub: carveout");
-  return by_context.emplace(ctx, s).first->second;
+  return once_per_context<SharedScrub>([] {
+    auto& d = Driver::get();
+    SharedScrub s;
+    CUdevice dev;
+    d.check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+    int sms = 0, optin = 0;
+    d.check(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "SM count");
+    d.check(d.cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev), "shared memory per block");
+    s.fn = trusted_kernel("scrub_shared.cu", kScrubSharedSource, kScrubSharedKernel);
+    s.blocks = sms;
+    s.bytes = static_cast<unsigned>(optin);
+    d.check(d.cuFuncSetAttribute(s.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optin), "scrub: dynamic shared memory");
+    d.check(d.cuFuncSetAttribute(s.fn, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100), "scrub: carveout");
+    return s;
+  });
 }
 
 // The seed of a scrub: the host's generator, never seen by a kernel before its call.
@@ -334,36 +344,32 @@ struct RegisterScrub {
 // a few (ptxas 13 gives 64 registers and no spill for 56-59 of them) whose kernel covers the file
 // exactly and spills nothing; InternalError when none does.
 const RegisterScrub& register_scrub() {
-  static std::mutex mu;
-  static std::map<CUcontext, RegisterScrub> by_context;
-  auto& d = Driver::get();
-  CUcontext ctx = nullptr;
-  d.check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = by_context.find(ctx); it != by_context.end()) return it->second;
-  CUdevice dev;
-  d.check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice");
-  int sms = 0, file = 0;
-  d.check(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "SM count");
-  d.check(d.cuDeviceGetAttribute(&file, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, dev), "registers per SM");
-  std::string tried;
-  for (int live : {58, 56, 59, 57, 54}) {
-    const std::string name = std::string(kScrubRegistersKernel) + "_" + std::to_string(live);
-    const std::string source = "#define CA_SCRUB_REGISTERS_NAME " + name + "\n#define CA_SCRUB_REGISTERS_BLOCKS 4\n" +
-                               "#define CA_SCRUB_REGISTERS_LIVE " + std::to_string(live) + "\n" + kScrubRegistersSource;
-    RegisterScrub s;
-    s.fn = trusted_kernel("scrub_registers.cu", source.c_str(), name);
-    int regs = 0, local = 0, per_sm = 0;
-    d.check(d.cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, s.fn), "scrub: registers");
-    d.check(d.cuFuncGetAttribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, s.fn), "scrub: local size");
-    d.check(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, s.fn, 256, 0), "scrub: occupancy");
-    if (int64_t(regs) * 256 * per_sm == file && local == 0) {
-      s.blocks = sms * per_sm;
-      return by_context.emplace(ctx, s).first->second;
+  return once_per_context<RegisterScrub>([] {
+    auto& d = Driver::get();
+    CUdevice dev;
+    d.check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+    int sms = 0, file = 0;
+    d.check(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "SM count");
+    d.check(d.cuDeviceGetAttribute(&file, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, dev), "registers per SM");
+    std::string tried;
+    for (int live : {58, 56, 59, 57, 54}) {
+      const std::string name = std::string(kScrubRegistersKernel) + "_" + std::to_string(live);
+      const std::string source = "#define CA_SCRUB_REGISTERS_NAME " + name + "\n#define CA_SCRUB_REGISTERS_BLOCKS 4\n" +
+                                 "#define CA_SCRUB_REGISTERS_LIVE " + std::to_string(live) + "\n" + kScrubRegistersSource;
+      RegisterScrub s;
+      s.fn = trusted_kernel("scrub_registers.cu", source.c_str(), name);
+      int regs = 0, local = 0, per_sm = 0;
+      d.check(d.cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, s.fn), "scrub: registers");
+      d.check(d.cuFuncGetAttribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, s.fn), "scrub: local size");
+      d.check(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, s.fn, 256, 0), "scrub: occupancy");
+      if (int64_t(regs) * 256 * per_sm == file && local == 0) {
+        s.blocks = sms * per_sm;
+        return s;
+      }
+      tried += log::cat(tried.empty() ? "" : "; ", live, " live: ", regs, " registers x 256 x ", per_sm, " blocks, ", local, " bytes local");
     }
-    tried += log::cat(tried.empty() ? "" : "; ", live, " live: ", regs, " registers x 256 x ", per_sm, " blocks, ", local, " bytes local");
-  }
-  throw InternalError(log::cat("no register scrub covers the SM's ", file, " registers without local memory (", tried, ")"));
+    throw InternalError(log::cat("no register scrub covers the SM's ", file, " registers without local memory (", tried, ")"));
+  });
 }
 
 // The tool's own kernels that run beside a candidate (the shared-memory scrub, the fingerprint)

@@ -53,6 +53,18 @@ std::unique_ptr<Executor> ready_executor(const std::string& kernel, const std::s
   return ex;
 }
 
+// The sum of an I32 buffer's elements (the blocks' counts of a probe).
+int64_t sum_of_i32(Executor& ex, const char* ref) {
+  const std::vector<uint8_t> v = ex.download(ref);
+  int64_t n = 0;
+  for (size_t i = 0; i + 4 <= v.size(); i += 4) {
+    int32_t w;
+    std::memcpy(&w, v.data() + i, 4);
+    n += w;
+  }
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("executor: a constructor that throws frees the buffers it allocated") {
@@ -249,16 +261,7 @@ TEST_CASE("executor: local memory starts unpredictable every call (the stack win
       R"(],"dtype":"I32"}]})"));
   auto executor = ready_executor(kernel, plan, io);
   Executor& ex = *executor;
-  auto found = [&](const char* ref) {
-    const std::vector<uint8_t> v = ex.download(ref);
-    int64_t n = 0;
-    for (size_t i = 0; i + 4 <= v.size(); i += 4) {
-      int32_t w;
-      std::memcpy(&w, v.data() + i, 4);
-      n += w;
-    }
-    return n;
-  };
+  auto found = [&](const char* ref) { return sum_of_i32(ex, ref); };
   const int64_t words = int64_t(blocks) * 256 * 256;
   for (int call = 0; call < 3; ++call) {
     ex.reset_call_state(ex.stream());
@@ -323,16 +326,7 @@ TEST_CASE("executor: registers start unpredictable every call (the register file
       R"(],"dtype":"I32"}]})"));
   auto executor = ready_executor(look + mark, plan, io);
   Executor& ex = *executor;
-  auto found = [&](const char* ref) {
-    const std::vector<uint8_t> v = ex.download(ref);
-    int64_t n = 0;
-    for (size_t i = 0; i + 4 <= v.size(); i += 4) {
-      int32_t w;
-      std::memcpy(&w, v.data() + i, 4);
-      n += w;
-    }
-    return n;
-  };
+  auto found = [&](const char* ref) { return sum_of_i32(ex, ref); };
   const int64_t reads = int64_t(blocks) * 256 * 96;
   for (int call = 0; call < 4; ++call) {
     // Call 1 starts with the other scrubs alone (shared and local memory, then the outputs' fill): what
