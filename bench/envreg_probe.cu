@@ -6,8 +6,10 @@
 // the launch (a call counter)? Four launches write (the barrier's low bits, the word past it), two
 // read; then a plain launch shows what %envreg1/2 hold outside a cooperative one.
 //   nvcc -arch=sm_90 -o envreg_probe bench/envreg_probe.cu && ./envreg_probe
-// (scripts/device-session.sh envreg-probe). Session 35 wrote it; it has not run yet.
+// (scripts/device-session.sh envreg-probe). Session 35 wrote it; it has not run yet. It first says
+// whether a kernel can reach pageable host memory (HMM), below.
 #include <cstdio>
+#include <cstdlib>
 #include <cuda_runtime.h>
 #include <cooperative_groups.h>
 namespace cg = cooperative_groups;
@@ -33,7 +35,24 @@ __global__ void probe(unsigned long long* out, int write, int sync) {
   }
   if (sync) cg::this_grid().sync();
 }
+// Host memory a kernel can reach: with HMM (open kernel modules, CUDA 12.2+) a kernel may dereference
+// any pageable address of its process. The executor keeps what must outlive a call's kernels (the
+// module globals' load-time images) in host memory on the premise that it cannot.
+__global__ void poke(unsigned* host) { host[0] = 0xC0FFEEu; }
+
 int main() {
+  int pageable = -1, host_tables = -1;
+  cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, 0);
+  cudaDeviceGetAttribute(&host_tables, cudaDevAttrPageableMemoryAccessUsesHostPageTables, 0);
+  printf("pageable memory access: %d (uses host page tables: %d)\n", pageable, host_tables);
+  if (pageable == 1) {
+    unsigned* h = (unsigned*)malloc(4096);
+    h[0] = 0;
+    poke<<<1, 1>>>(h);
+    cudaError_t pe = cudaDeviceSynchronize();
+    printf("a kernel wrote a malloc'd host word: %s, it holds %#x\n", cudaGetErrorString(pe), h[0]);
+    if (pe != cudaSuccess) return 0;  // the context is gone
+  }
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   unsigned long long* out;

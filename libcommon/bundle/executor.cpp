@@ -630,16 +630,19 @@ void Executor::load_module(const std::string& cubin) {
                                           d.error_text(r), ")"));
   }
   if (const size_t window = local_window()) local_scrub(window);
-  // The load-time image of every writable module-scope variable, restored before each call.
+  // The load-time image of every writable module-scope variable, restored before each call. Kept in
+  // this process's host memory, which no kernel can address: in device memory (until session 35) it
+  // was an allocation of the candidate's own context, which a kernel that found it (a scan of the
+  // pages beside its small buffers for its global's initial bytes) could rewrite, and every call's
+  // restore would then have carried what it wrote (a call counter) into the next.
   for (const auto& [name, bytes] : cubin_writable_globals(cubin)) {
     GlobalImage g;
     g.name = name;
     size_t size = 0;
     if (d.cuModuleGetGlobal(&g.ptr, &size, module_, name.c_str()) != CUDA_SUCCESS || size == 0) continue;
-    g.bytes = size;
-    d.check(d.cuMemAlloc(&g.image, size), "cuMemAlloc(image of " + name + ")");
-    d.check(d.cuMemcpyDtoD(g.image, g.ptr, size), "copy of " + name);
-    globals_.push_back(g);
+    g.image.resize(size);
+    d.check(d.cuMemcpyDtoH(g.image.data(), g.ptr, size), "copy of " + name);
+    globals_.push_back(std::move(g));
   }
 }
 
@@ -887,7 +890,6 @@ void Executor::free_resources_or_throw() {
     } catch (const std::exception&) {  // the tool's context could not be made current
     }
   }
-  for (auto& g : globals_) d.cuMemFree(g.image);
   for (auto p : base_) d.cuMemFree(p);
   if (stream_) d.cuStreamDestroy(stream_);
   // Nothing is freed twice.
@@ -1078,7 +1080,8 @@ void Executor::reset_call_state(CUstream stream) {
   if (impl_->conv_workspace) fill_unpredictable(impl_->conv_workspace, impl_->conv_workspace_bytes, false, stream);
   if (impl_->stage_x) fill_unpredictable(impl_->stage_x, impl_->stage_x_bytes, false, stream);
   if (impl_->stage_y) fill_unpredictable(impl_->stage_y, impl_->stage_y_bytes, false, stream);
-  for (const auto& g : globals_) d.check(d.cuMemcpyDtoDAsync(g.ptr, g.image, g.bytes, stream), "restore " + g.name);
+  for (const auto& g : globals_)
+    d.check(d.cuMemcpyHtoDAsync(g.ptr, g.image.data(), g.image.size(), stream), "restore " + g.name);
 }
 
 void scrub_shared_memory(CUstream stream) {
@@ -1112,7 +1115,7 @@ void scrub_registers(CUstream stream) {
 
 int64_t Executor::module_global_bytes() const {
   int64_t n = 0;
-  for (const auto& g : globals_) n += int64_t(g.bytes);
+  for (const auto& g : globals_) n += int64_t(g.image.size());
   return n;
 }
 

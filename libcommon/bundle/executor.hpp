@@ -133,8 +133,8 @@ class Executor {
   std::vector<int> init_scratch_, forward_scratch_;
   struct GlobalImage {
     std::string name;
-    CUdeviceptr ptr = 0, image = 0;  // the variable, and a copy of its load-time bytes
-    size_t bytes = 0;
+    CUdeviceptr ptr = 0;           // the variable
+    std::vector<uint8_t> image;    // its load-time bytes, in host memory (load_module says why)
   };
   std::vector<GlobalImage> globals_;
   std::vector<CUfunction> functions_;  // per step, init then forward
