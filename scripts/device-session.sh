@@ -14,7 +14,7 @@
 # on the ~100M config), ppo-large (bench/ppo_step/large.sh's LARGE_CASES, default lora-32b:4096 on a
 # dummy base), judge-bench (bench/judge_latency.sh: verify and profile latency through the
 # judge services against a process per call), filter-throughput (bench/ops_synth, -j 16 on cuda:0
-# for what time is left), ipc-probe (bench/ipc_probe.py), envreg-probe (bench/envreg_probe.cu), kb (bench/kernelbench/run.sh, stages
+# for what time is left), ipc-probe (bench/ipc_probe.py), state-probe (bench/state_probe.cu), kb (bench/kernelbench/run.sh, stages
 # $KB_STAGES), worker-ops (bench/worker_ops.py: the worker's requests of a verify, profiled), kb-import (all 250 KernelBench tasks imported with -j 8). The archive is
 # $OUT/results.tgz; a summary is printed.
 set -u
@@ -95,11 +95,12 @@ PY
       timeout 120 python3 bench/worker_ops.py --n "${WORKER_OPS_N:-20}" > "$R/worker-ops.log" 2>&1; echo "rc=$?"; head -60 "$R/worker-ops.log" | cut -c1-300 ;;
     ipc-probe)
       timeout 120 python3 bench/ipc_probe.py > "$R/ipc-probe.log" 2>&1; echo "rc=$?"; cat "$R/ipc-probe.log" | cut -c1-400 ;;
-    envreg-probe)
-      # bench/envreg_probe.cu: the cooperative grid workspace behind %envreg1/2 (built here with nvcc).
+    state-probe)
+      # bench/state_probe.cu (built here with nvcc): kernel parameters written between graph replays,
+      # pageable host memory from a kernel (HMM), the cooperative grid workspace behind %envreg1/2.
       cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
-      { timeout 120 nvcc -arch="sm_$cc" -o "$R/envreg_probe" bench/envreg_probe.cu && timeout 60 "$R/envreg_probe"; } > "$R/envreg-probe.log" 2>&1
-      echo "rc=$?"; cut -c1-400 "$R/envreg-probe.log" ;;
+      { timeout 120 nvcc -arch="sm_$cc" -o "$R/state_probe" bench/state_probe.cu && timeout 60 "$R/state_probe"; } > "$R/state-probe.log" 2>&1
+      echo "rc=$?"; cut -c1-400 "$R/state-probe.log" ;;
     ppo-large)
       # bench/ppo_step/large.sh, LARGE_CASES (default: the 32B LoRA step at 4k on a dummy base), one run
       # each; its bases and checkpoints stay out of the archive, its rows and the step's stderr tail go in

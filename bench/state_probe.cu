@@ -1,13 +1,17 @@
-// The grid workspace a cooperative launch finds through %envreg1/2 (the driver's: cooperative_groups'
-// grid barrier, {wsSize, barrier} in cooperative_groups/details/driver_abi.h). The rules leave
-// %envreg legal, since grid.sync reads it; so a candidate's cooperative kernel can reach this memory,
-// which no buffer of the plan holds and the executor's reset does not touch. The questions: is it the
-// same memory every launch (and on another stream), how large, and does a word written there outlive
-// the launch (a call counter)? Four launches write (the barrier's low bits, the word past it), two
-// read; then a plain launch shows what %envreg1/2 hold outside a cooperative one.
-//   nvcc -arch=sm_90 -o envreg_probe bench/envreg_probe.cu && ./envreg_probe
-// (scripts/device-session.sh envreg-probe). Session 35 wrote it; it has not run yet. It first says
-// whether a kernel can reach pageable host memory (HMM), below.
+// State a kernel might keep between calls where the executor's reset does not reach; three probes,
+// in this order:
+// 1. kernel parameters written through their address (cvta.param, as __grid_constant__ gives it):
+//    does a graph's next replay, or the next launch, find what the kernel wrote there?
+// 2. pageable host memory (HMM): can a kernel write a malloc'd word of its process? The executor
+//    keeps the module globals' load-time images in host memory on the premise that it cannot.
+// 3. the grid workspace a cooperative launch finds through %envreg1/2 (the driver's: cooperative
+//    groups' grid barrier, {wsSize, barrier} in cooperative_groups/details/driver_abi.h). The rules
+//    leave %envreg legal, since grid.sync reads it, so a candidate's cooperative kernel reaches memory
+//    no buffer of the plan holds: the same memory every launch (and on another stream)? how large?
+//    does a word written there outlive the launch? Four launches write (the barrier's low bits, the
+//    word past it), two read; then a plain launch shows what %envreg1/2 hold outside a cooperative one.
+//   nvcc -arch=sm_90 -o state_probe bench/state_probe.cu && ./state_probe
+// (scripts/device-session.sh state-probe). Session 35 wrote it; it has not run yet.
 #include <cstdio>
 #include <cstdlib>
 #include <cuda_runtime.h>
@@ -40,7 +44,42 @@ __global__ void probe(unsigned long long* out, int write, int sync) {
 // module globals' load-time images) in host memory on the premise that it cannot.
 __global__ void poke(unsigned* host) { host[0] = 0xC0FFEEu; }
 
+// A kernel's parameters are addressable (cvta.param; __grid_constant__ takes their address): a write
+// there that a graph's next replay finds would be a slot of state between calls outside the reset.
+__global__ void bump(unsigned* out, const __grid_constant__ unsigned slot) {
+  const unsigned i = atomicAdd(out, 1u);
+  out[1 + i] = slot;
+  *(volatile unsigned*)&slot = slot + 1;
+}
+
+void params_between_replays() {
+  unsigned* out;
+  cudaMallocManaged(&out, 64);
+  for (int graph = 0; graph < 2; ++graph) {
+    for (int i = 0; i < 16; ++i) out[i] = 0;
+    cudaStream_t s;
+    cudaStreamCreate(&s);
+    cudaError_t e = cudaSuccess;
+    if (graph) {
+      cudaGraph_t g;
+      cudaGraphExec_t ge;
+      cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+      bump<<<1, 1, 0, s>>>(out, 0u);
+      cudaStreamEndCapture(s, &g);
+      cudaGraphInstantiate(&ge, g, 0);
+      for (int r = 0; r < 4 && e == cudaSuccess; ++r) e = cudaGraphLaunch(ge, s);
+    } else {
+      for (int r = 0; r < 4; ++r) bump<<<1, 1, 0, s>>>(out, 0u);
+    }
+    cudaError_t se = cudaStreamSynchronize(s);
+    printf("param slot, %s: %s/%s: the launches saw %u %u %u %u (0 0 0 0: nothing carried)\n", graph ? "4 graph replays" : "4 launches",
+           cudaGetErrorString(e), cudaGetErrorString(se), out[1], out[2], out[3], out[4]);
+    if (se != cudaSuccess) return;
+  }
+}
+
 int main() {
+  params_between_replays();
   int pageable = -1, host_tables = -1;
   cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, 0);
   cudaDeviceGetAttribute(&host_tables, cudaDevAttrPageableMemoryAccessUsesHostPageTables, 0);
