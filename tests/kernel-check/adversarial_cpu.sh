@@ -141,6 +141,15 @@ no_leak timer_concat policy_violation
 no_leak clock_paste policy_violation
 grep -q 'globaltimer' "$T/timer_concat.out" && pass "timer_concat: rule globaltimer" || fail "timer rule" "$(head -c 300 "$T/timer_concat.out")"
 grep -q '"rule":"clock"' "$T/clock_paste.out" && pass "clock_paste: rule clock" || fail "clock rule" "$(head -c 300 "$T/clock_paste.out")"
+# A kernel parameter's address (cvta.param): spelled in inline PTX split so the source scan misses it.
+cand param_addr '__global__ void scale_add(const float* a, const float* b, float* out, int n, float alpha) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  unsigned long long g;
+  asm volatile("{ .reg .u64 q; mov.u64 q, _Z9scale_addPKfS0_Pfif_param_3; cvta.par" "am.u64 %0, q; }" : "=l"(g));
+  if (i < n) out[i] = a[i] * alpha + b[i] + float(g & 0);
+}'
+no_leak param_addr policy_violation
+grep -q '"rule":"param_address"' "$T/param_addr.out" && pass "param_addr: rule param_address" || fail "param_addr rule" "$(head -c 400 "$T/param_addr.out")"
 # The special registers that count or tell apart what ran, each spelled so the source scan misses it:
 # the PTX names it (rules grid_counter, launch_mode, perf_counters).
 for spec in "gridid grid_counter u64 l %%grid id" "graph launch_mode u64 l %%current_gr aph_exec" \
