@@ -1,5 +1,5 @@
-// State a kernel might keep between calls where the executor's reset does not reach; three probes,
-// in this order:
+// State a kernel might keep between calls where the executor's reset does not reach; four probes
+// (the reserved shared memory's, 4, is described where it is written and runs second):
 // 1. kernel parameters written through their address (cvta.param, as __grid_constant__ gives it):
 //    does a graph's next replay, or the next launch, find what the kernel wrote there?
 // 2. pageable host memory (HMM): can a kernel write a malloc'd word of its process? The executor
@@ -78,8 +78,64 @@ void params_between_replays() {
   }
 }
 
+// 4. The shared memory a block reserves for the system (sm_80 and later: %reserved_smem_offset_begin
+//    to _end, 1 KiB), which the shared-memory scrub (one block per SM taking the most dynamic shared
+//    memory a block may) never writes: does a tag written there by one kernel reach the next, also
+//    across a kernel shaped like the scrub?
+__device__ void reserved_range(unsigned& b, unsigned& e) {
+  asm volatile("mov.u32 %0, %%reserved_smem_offset_begin;" : "=r"(b));
+  asm volatile("mov.u32 %0, %%reserved_smem_offset_end;" : "=r"(e));
+}
+__global__ void reserved_write(unsigned tag) {
+  unsigned b, e;
+  reserved_range(b, e);
+  for (unsigned off = b + 4 * threadIdx.x; off + 4 <= e; off += 4 * blockDim.x)
+    asm volatile("st.volatile.shared.u32 [%0], %1;" ::"r"(off), "r"(tag ^ off));
+}
+__global__ void reserved_read(unsigned tag, unsigned long long* kept, unsigned* range) {
+  unsigned b, e;
+  reserved_range(b, e);
+  if (blockIdx.x == 0 && threadIdx.x == 0) { range[0] = b; range[1] = e; }
+  unsigned c = 0;
+  for (unsigned off = b + 4 * threadIdx.x; off + 4 <= e; off += 4 * blockDim.x) {
+    unsigned v;
+    asm volatile("ld.volatile.shared.u32 %0, [%1];" : "=r"(v) : "r"(off));
+    c += v == (tag ^ off);
+  }
+  atomicAdd(kept, (unsigned long long)c);
+}
+__global__ void like_the_scrub(unsigned words) {
+  extern __shared__ unsigned sm[];
+  volatile unsigned* v = sm;
+  for (unsigned i = threadIdx.x; i < words; i += blockDim.x) v[i] = 0x5C4B0000u ^ i;
+}
+void reserved_shared(int sms) {
+  int optin = 0;
+  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
+  cudaFuncSetAttribute(like_the_scrub, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+  unsigned long long* kept;
+  unsigned* range;
+  cudaMallocManaged(&kept, 8);
+  cudaMallocManaged(&range, 8);
+  for (int scrub = 0; scrub < 2; ++scrub) {
+    *kept = 0;
+    reserved_write<<<sms * 8, 256>>>(0xAB120000u);
+    if (scrub) like_the_scrub<<<sms, 1024, optin>>>(unsigned(optin / 4));
+    reserved_read<<<sms * 8, 256>>>(0xAB120000u, kept, range);
+    cudaError_t e = cudaDeviceSynchronize();
+    printf("reserved shared memory [%u, %u) x %d blocks%s: %s, %llu words still tagged\n", range[0], range[1], sms * 8,
+           scrub ? ", a scrub-shaped kernel between" : "", cudaGetErrorString(e), *kept);
+    if (e != cudaSuccess) return;
+  }
+}
+
 int main() {
   params_between_replays();
+  {
+    int n = 0;
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0);
+    reserved_shared(n);
+  }
   int pageable = -1, host_tables = -1;
   cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, 0);
   cudaDeviceGetAttribute(&host_tables, cudaDevAttrPageableMemoryAccessUsesHostPageTables, 0);
