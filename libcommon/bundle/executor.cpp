@@ -634,7 +634,9 @@ void Executor::load_module(const std::string& cubin) {
   // this process's host memory, which no kernel can address: in device memory (until session 35) it
   // was an allocation of the candidate's own context, which a kernel that found it (a scan of the
   // pages beside its small buffers for its global's initial bytes) could rewrite, and every call's
-  // restore would then have carried what it wrote (a call counter) into the next.
+  // restore would then have carried what it wrote (a call counter) into the next. (Where the GPU
+  // reaches pageable host memory, HMM or ATS, the wall is ASLR instead: kernel-prof's
+  // gpu.pageable_memory_access says so; the H100s of sessions 34-35 report "Addressing Mode: None".)
   for (const auto& [name, bytes] : cubin_writable_globals(cubin)) {
     GlobalImage g;
     g.name = name;
