@@ -1,7 +1,8 @@
 // State a kernel might keep between calls where the executor's reset does not reach; four probes
 // (the reserved shared memory's, 4, is described where it is written and runs second):
 // 1. kernel parameters written through their address (cvta.param, as __grid_constant__ gives it):
-//    does a graph's next replay, or the next launch, find what the kernel wrote there?
+//    does a graph's next replay, or the next launch, find what the kernel wrote there? And (1b) found
+//    by a scan of device memory instead, without an address?
 // 2. pageable host memory (HMM): can a kernel write a malloc'd word of its process? The executor
 //    keeps the module globals' load-time images in host memory on the premise that it cannot.
 // 3. the grid workspace a cooperative launch finds through %envreg1/2 (the driver's: cooperative
@@ -50,6 +51,41 @@ __global__ void bump(unsigned* out, const __grid_constant__ unsigned slot) {
   const unsigned i = atomicAdd(out, 1u);
   out[1 + i] = slot;
   *(volatile unsigned*)&slot = slot + 1;
+}
+
+// 1b. The same slot found without an address: a graph's kernel parameters sit in device memory the
+//    driver keeps for the graph; a kernel that scans the 2 MiB region around a small buffer of its
+//    own (mapped whole) for its own 64-bit argument, and rewrites what it finds, would reach them
+//    if the driver keeps them there.
+__global__ void hunt(unsigned long long* buf, unsigned long long magic, unsigned long long* out) {
+  const unsigned long long base = (unsigned long long)buf & ~((1ull << 21) - 1);
+  volatile unsigned long long* p = (volatile unsigned long long*)base;
+  if (blockIdx.x == 0 && threadIdx.x == 0) out[1 + atomicAdd((unsigned*)out, 1u)] = magic;
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < (1u << 21) / 8; i += gridDim.x * blockDim.x)
+    if (p[i] == magic) {
+      p[i] = magic + 1;
+      atomicAdd(out + 15, 1ull);
+    }
+}
+
+void params_found_by_scan() {
+  unsigned long long *buf, *out;
+  cudaMalloc(&buf, 256);
+  cudaMallocManaged(&out, 16 * 8);
+  for (int i = 0; i < 16; ++i) out[i] = 0;
+  cudaStream_t s;
+  cudaStreamCreate(&s);
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+  hunt<<<64, 256, 0, s>>>(buf, 0x5CA7C0DE00000000ull, out);
+  cudaStreamEndCapture(s, &g);
+  cudaGraphInstantiate(&ge, g, 0);
+  cudaError_t e = cudaSuccess;
+  for (int r = 0; r < 4 && e == cudaSuccess; ++r) e = cudaGraphLaunch(ge, s);
+  cudaError_t se = cudaStreamSynchronize(s);
+  printf("param slot by scan, 4 graph replays: %s/%s: copies of the argument rewritten %llu; the replays saw %#llx %#llx %#llx %#llx\n",
+         cudaGetErrorString(e), cudaGetErrorString(se), out[15], out[1], out[2], out[3], out[4]);
 }
 
 void params_between_replays() {
@@ -131,6 +167,7 @@ void reserved_shared(int sms) {
 
 int main() {
   params_between_replays();
+  params_found_by_scan();
   {
     int n = 0;
     cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0);
