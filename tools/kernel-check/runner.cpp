@@ -222,7 +222,10 @@ int runner_main(int gpu) {
       send(error_answer("incorrect", e.what(), false));
     } catch (const std::exception& e) {
       if (op == "load") state.drop();
-      send(error_answer("runtime_error", e.what(), false));
+      // The runner's own fault or its environment's (a scrub that cannot cover this GPU) is never a verdict.
+      const auto* own = dynamic_cast<const ca::Error*>(&e);
+      const bool node = own && (own->exit_code == ca::kExitInternal || own->exit_code == ca::kExitEnvironment);
+      send(error_answer(node ? "node_failure" : "runtime_error", e.what(), false));
     }
   }
   return 0;
