@@ -341,7 +341,8 @@ struct RegisterScrub {
 // The register scrub of the current context's device, compiled once per context: 64 registers per
 // thread, 4 blocks of 256 per SM on a 65,536-register SM (sm_70 and later). What the compiler made is
 // checked against the register file, never assumed: the number of values kept live is the first of
-// a few (ptxas 13 gives 64 registers and no spill for 56-59 of them) whose kernel covers the file
+// a few (ptxas 13 gives 64 registers and no spill for 56-59 of them; the others are for a compiler
+// that allocates differently) whose kernel covers the file
 // exactly and spills nothing; InternalError when none does.
 const RegisterScrub& register_scrub() {
   return once_per_context<RegisterScrub>([] {
@@ -352,7 +353,7 @@ const RegisterScrub& register_scrub() {
     d.check(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "SM count");
     d.check(d.cuDeviceGetAttribute(&file, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, dev), "registers per SM");
     std::string tried;
-    for (int live : {58, 56, 59, 57, 54}) {
+    for (int live : {58, 56, 59, 57, 54, 60, 61, 52}) {
       const std::string name = std::string(kScrubRegistersKernel) + "_" + std::to_string(live);
       const std::string source = "#define CA_SCRUB_REGISTERS_NAME " + name + "\n#define CA_SCRUB_REGISTERS_BLOCKS 4\n" +
                                  "#define CA_SCRUB_REGISTERS_LIVE " + std::to_string(live) + "\n" + kScrubRegistersSource;
