@@ -11,11 +11,14 @@
 //    no buffer of the plan holds: the same memory every launch (and on another stream)? how large?
 //    does a word written there outlive the launch? Four launches write (the barrier's low bits, the
 //    word past it), two read; then a plain launch shows what %envreg1/2 hold outside a cooperative one.
-//   nvcc -arch=sm_90 -o state_probe bench/state_probe.cu && ./state_probe
+// 5. (described where it is written, and run first) which module variables cuModuleGetGlobal finds.
+//   nvcc -arch=sm_90 -o state_probe bench/state_probe.cu -L$CUDA/lib64/stubs -lcuda -lnvrtc && ./state_probe
 // (scripts/device-session.sh state-probe). Session 35 wrote it; it has not run yet.
 #include <cstdio>
 #include <cstdlib>
+#include <cuda.h>
 #include <cuda_runtime.h>
+#include <nvrtc.h>
 #include <cooperative_groups.h>
 namespace cg = cooperative_groups;
 __global__ void probe(unsigned long long* out, int write, int sync) {
@@ -165,7 +168,42 @@ void reserved_shared(int sms) {
   }
 }
 
+// 5. Which module variables cuModuleGetGlobal finds by the name the cubin's symbol table gives (the
+//    executor restores every writable one before each call and skips one it cannot find): a static
+//    one (internal linkage, a local ELF symbol), a namespace-scope one, and the table sinf's slow path
+//    brings in (__cudart_i2opi_f).
+void module_variables_by_name() {
+  const char* src =
+      "static __device__ int s_counter;\n__device__ int g_counter;\n"
+      "extern \"C\" __global__ void k(float* x) { s_counter++; g_counter++; x[0] = sinf(x[0] * 1e6f); }\n";
+  nvrtcProgram prog;
+  nvrtcCreateProgram(&prog, src, "m.cu", 0, nullptr, nullptr);
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  char arch[32];
+  snprintf(arch, sizeof arch, "-arch=sm_%d%d", major, minor);
+  const char* opts[] = {arch};
+  nvrtcResult r = nvrtcCompileProgram(prog, 1, opts);
+  size_t n = 0;
+  nvrtcGetCUBINSize(prog, &n);
+  char* cubin = (char*)malloc(n);
+  nvrtcGetCUBIN(prog, cubin);
+  cudaFree(0);  // the runtime's primary context, current
+  CUmodule m;
+  CUresult lr = cuModuleLoadData(&m, cubin);
+  printf("module variables: nvrtc %d, load %d\n", (int)r, (int)lr);
+  if (lr != CUDA_SUCCESS) return;
+  for (const char* name : {"_ZL9s_counter", "s_counter", "g_counter", "__cudart_i2opi_f"}) {
+    CUdeviceptr p = 0;
+    size_t size = 0;
+    CUresult gr = cuModuleGetGlobal(&p, &size, m, name);
+    printf("  cuModuleGetGlobal(%s): %d, %zu bytes\n", name, (int)gr, size);
+  }
+}
+
 int main() {
+  module_variables_by_name();
   params_between_replays();
   params_found_by_scan();
   {
