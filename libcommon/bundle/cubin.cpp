@@ -96,9 +96,10 @@ std::set<std::string> cubin_undefined_functions(const std::string& elf) {
 namespace {
 
 // Every sized STT_OBJECT symbol in module data, with its size and its section's name.
+// Throws when the ELF cannot be read (the callers choose what that means).
 std::map<std::string, std::pair<int64_t, std::string>> module_objects(const std::string& elf) {
   std::map<std::string, std::pair<int64_t, std::string>> out;
-  try {
+  {
     Elf64View v(elf);
     std::vector<std::string> names(v.shnum);
     for (uint64_t i = 0; i < v.shnum; ++i) names[i] = v.section_name(i);
@@ -112,7 +113,6 @@ std::map<std::string, std::pair<int64_t, std::string>> module_objects(const std:
         if (!name.empty()) out[name] = {static_cast<int64_t>(sym_size), names[shndx]};
       }
     }
-  } catch (const std::exception&) {
   }
   return out;
 }
@@ -121,13 +121,22 @@ std::map<std::string, std::pair<int64_t, std::string>> module_objects(const std:
 
 std::map<std::string, std::string> cubin_object_sections(const std::string& elf) {
   std::map<std::string, std::string> out;
-  for (const auto& [name, o] : module_objects(elf)) out[name] = o.second;
+  try {
+    for (const auto& [name, o] : module_objects(elf)) out[name] = o.second;
+  } catch (const std::exception&) {  // a report's detail: none
+  }
   return out;
 }
 
 std::map<std::string, int64_t> cubin_writable_globals(const std::string& elf) {
   std::map<std::string, int64_t> out;
-  for (const auto& [name, o] : module_objects(elf)) out[name] = o.first;
+  try {
+    for (const auto& [name, o] : module_objects(elf)) out[name] = o.first;
+  } catch (const std::exception& e) {
+    // What the executor restores before every call: a module it cannot read is not run (an empty list
+    // would leave every module variable unrestored between calls).
+    throw std::runtime_error(std::string("the module's symbol table could not be read: ") + e.what());
+  }
   return out;
 }
 

@@ -339,6 +339,10 @@ TEST_CASE("module globals: the writable __device__ and __constant__ variables of
   REQUIRE_MESSAGE(r.ok, r.log);
   auto globals = cubin_writable_globals(r.cubin);
   CHECK(globals.size() == 3);
+  // A module whose symbol table cannot be read is not run (its variables would go unrestored).
+  CHECK_THROWS_WITH_AS(cubin_writable_globals(r.cubin.substr(0, 64)), doctest::Contains("symbol table could not be read"),
+                       std::runtime_error);
+  CHECK(cubin_object_sections(r.cubin.substr(0, 64)).empty());
   CHECK(globals["g_calls"] == 4);
   CHECK(globals["g_table"] == 16);
   // __constant__ too: a kernel writes it through the generic address of its symbol, so the executor
