@@ -12,10 +12,11 @@
 //    does a word written there outlive the launch? Four launches write (the barrier's low bits, the
 //    word past it), two read; then a plain launch shows what %envreg1/2 hold outside a cooperative one.
 // 5. (described where it is written, and run first) which module variables cuModuleGetGlobal finds.
-//   nvcc -arch=sm_90 -o state_probe bench/state_probe.cu -L$CUDA/lib64/stubs -lcuda -lnvrtc && ./state_probe
+//   nvcc -arch=sm_90 -o state_probe bench/state_probe.cu -L$CUDA/lib64/stubs -lcuda -lnvrtc && ./state_probe [N]
 // (scripts/device-session.sh state-probe). Session 35 wrote it; it has not run yet.
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <nvrtc.h>
@@ -202,15 +203,7 @@ void module_variables_by_name() {
   }
 }
 
-int main() {
-  module_variables_by_name();
-  params_between_replays();
-  params_found_by_scan();
-  {
-    int n = 0;
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0);
-    reserved_shared(n);
-  }
+void host_memory() {
   int pageable = -1, host_tables = -1;
   cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, 0);
   cudaDeviceGetAttribute(&host_tables, cudaDevAttrPageableMemoryAccessUsesHostPageTables, 0);
@@ -221,8 +214,10 @@ int main() {
     poke<<<1, 1>>>(h);
     cudaError_t pe = cudaDeviceSynchronize();
     printf("a kernel wrote a malloc'd host word: %s, it holds %#x\n", cudaGetErrorString(pe), h[0]);
-    if (pe != cudaSuccess) return 0;  // the context is gone
   }
+}
+
+void grid_workspace() {
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   unsigned long long* out;
@@ -244,5 +239,31 @@ int main() {
   probe<<<1, 32>>>(out, write, 0);
   cudaError_t e = cudaDeviceSynchronize();
   printf("plain launch: %s ptr=%#llx\n", cudaGetErrorString(e), out[0]);
+}
+
+// One probe per process (a probe that kills its context leaves the others theirs): `state_probe N`
+// runs probe N (5, 1, 1b, 4, 2, 3); no argument runs each in a child of its own, in that order.
+int main(int argc, char** argv) {
+  const char* order[] = {"5", "1", "1b", "4", "2", "3"};
+  if (argc < 2) {
+    for (const char* p : order) {
+      printf("== probe %s\n", p);
+      fflush(stdout);
+      const std::string cmd = std::string("\"") + argv[0] + "\" " + p;
+      const int rc = system(cmd.c_str());
+      printf("== probe %s: exit %d\n", p, rc);
+    }
+    return 0;
+  }
+  const std::string which = argv[1];
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  if (which == "5") module_variables_by_name();
+  else if (which == "1") params_between_replays();
+  else if (which == "1b") params_found_by_scan();
+  else if (which == "4") reserved_shared(sms);
+  else if (which == "2") host_memory();
+  else if (which == "3") grid_workspace();
+  else return 1;
   return 0;
 }
