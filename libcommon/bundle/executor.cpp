@@ -613,9 +613,7 @@ void Executor::load_module(const std::string& cubin) {
   }
   // The fill's and the scrub's one-time compile and load, in the candidate's context, where they
   // run (reset_call_state says why there).
-  fill_function();
-  shared_scrub();
-  register_scrub();
+  prepare_call_scrubs();
   // The local-memory scrub for the window this module's kernels run with: the driver grows the
   // context's stack limit at the first launch of a kernel whose frame is larger than it; grown here
   // instead, so the scrub for it is made once, at load, not in a call. What the growth cannot have
@@ -1105,6 +1103,12 @@ void scrub_local_memory(CUstream stream) {
   unsigned long long seed = scrub_seed();
   void* args[] = {&words, &seed};
   d.check(d.cuLaunchKernel(s.fn, unsigned(s.blocks), 1, 1, 256, 1, 1, 0, stream, args, nullptr), "scrub local memory");
+}
+
+void prepare_call_scrubs() {
+  fill_function();
+  shared_scrub();
+  register_scrub();
 }
 
 void scrub_registers(CUstream stream) {

@@ -173,6 +173,10 @@ void scrub_local_memory(CUstream stream);
 // kScrubRegistersKernel_<values kept live> (the first count whose kernel covers the file).
 inline constexpr const char* kScrubRegistersKernel = "ca_scrub_registers";
 void scrub_registers(CUstream stream);
+// The kernels reset_call_state runs whatever the candidate (the fill, the shared and the register
+// scrub), compiled and checked for the current context now. A tool calls it when it starts, so that a
+// GPU it cannot scrub (InternalError) stops the tool there and never reads as a candidate's failure.
+void prepare_call_scrubs();
 
 // The context the tool's own kernels that judge run in beside a candidate (the fingerprint and
 // kernel-prof's compare), one per device in this process, created on first use for the current

@@ -310,7 +310,7 @@ struct GpuStage::Judgment {
 
   static bool node_failed(const ca::Json& a) {
     const std::string err = a.value("error", "");
-    return err == "out_of_memory" || err == "node_failure" || (err == "crashed" && a.value("killed_from_outside", false));
+    return err == "out_of_memory" || (err == "crashed" && a.value("killed_from_outside", false));
   }
 
   void runner_failed(const ca::Json& a, const std::string& during) {
@@ -322,9 +322,8 @@ struct GpuStage::Judgment {
     else if (err == "incorrect") set_verdict(check, "incorrect", during + ": " + a.value("detail", ""));
     else if (node_failed(a)) {
       // The node, not the candidate (issue 32: environment failures are never verdicts): the GPU could
-      // not hold the candidate's buffers (within the scratch cap) beside the reference's, the runner
-      // was killed from outside (SIGKILL that was not the watchdog's: the host's OOM killer, an operator),
-      // or the runner's own code failed (node_failure: an internal or environment error).
+      // not hold the candidate's buffers (within the scratch cap) beside the reference's, or the runner
+      // was killed from outside (SIGKILL that was not the watchdog's: the host's OOM killer, an operator).
       set_verdict(check, "node_error", during + ": " + a.value("detail", err));
       check["node_error"] = true;
     } else set_verdict(check, "runtime_error", during + ": " + a.value("detail", err));

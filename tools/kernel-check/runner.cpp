@@ -167,6 +167,9 @@ int runner_main(int gpu) {
     auto& d = ca::cuda::Driver::get();
     auto info = d.device_info(gpu);
     d.primary_context(gpu);
+    // The kernels every call runs beside a candidate, compiled and checked now: a GPU this judge cannot
+    // scrub stops the runner here, before any candidate (a failure at a load would be that candidate's).
+    ca::bundle::prepare_call_scrubs();
     send({{"ok", true}, {"op", "hello"}, {"gpu", gpu}, {"name", info.name}, {"arch", info.arch()}, {"pid", getpid()}});
   } catch (const std::exception& e) {
     send(error_answer("no_device", e.what(), true));
@@ -222,10 +225,7 @@ int runner_main(int gpu) {
       send(error_answer("incorrect", e.what(), false));
     } catch (const std::exception& e) {
       if (op == "load") state.drop();
-      // The runner's own fault or its environment's (a scrub that cannot cover this GPU) is never a verdict.
-      const auto* own = dynamic_cast<const ca::Error*>(&e);
-      const bool node = own && (own->exit_code == ca::kExitInternal || own->exit_code == ca::kExitEnvironment);
-      send(error_answer(node ? "node_failure" : "runtime_error", e.what(), false));
+      send(error_answer("runtime_error", e.what(), false));
     }
   }
   return 0;

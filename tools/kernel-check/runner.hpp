@@ -7,9 +7,8 @@
 //       -> {"ok":true,"init_ms":x}
 //   {"op":"run","inputs":F,"out":F,"guard_seed":N}
 //       -> {"ok":true,"forward_ms":x,"inputs_changed":["inputs.0"],"guards":["wrote past the end of outputs.0 ..."]}
-//   failures -> {"ok":false,"error":"runtime_error"|"plan_error"|"out_of_memory"|"node_failure"|"bad_request","detail":"...","sticky":bool}
+//   failures -> {"ok":false,"error":"runtime_error"|"plan_error"|"out_of_memory"|"bad_request","detail":"...","sticky":bool}
 //   out_of_memory: the load could not have the memory the judge serves (load_failure_error).
-//   node_failure: the runner's own fault or its environment's (InternalError, EnvironmentError), never the candidate's.
 //   after a sticky fault the runner answers and exits: its context is gone.
 #pragma once
 #include <chrono>

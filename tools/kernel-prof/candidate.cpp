@@ -507,8 +507,6 @@ void time_into(CandidateTiming& result, GpuSession& gpu, const Json& record, con
     throw;
   } catch (const EnvironmentError&) {
     throw;  // the worker, the node: never the candidate's verdict
-  } catch (const InternalError&) {
-    throw;  // the tool's own fault (a scrub that cannot cover the GPU): never the candidate's verdict
   } catch (const CandidateBench::Refused& e) {
     result.refused = true;
     return fail(e.what());
