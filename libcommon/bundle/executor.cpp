@@ -243,18 +243,18 @@ ConvPlan::Stage conv_stage(const std::vector<int>& dims, const std::vector<int>&
   return st;
 }
 
-// What `make` builds for the current context, built once per context (the tool's kernels are loaded
-// into each context they run in) and kept for the process.
-template <class T, class Make>
-const T& once_per_context(Make make) {
+// What `make` builds for the current context (and `key`), built once per context and key (the tool's
+// kernels are loaded into each context they run in) and kept for the process.
+template <class T, class Key = int, class Make>
+const T& once_per_context(Make make, const Key& key = Key()) {
   static std::mutex mu;
-  static std::map<CUcontext, T> made;
+  static std::map<std::pair<CUcontext, Key>, T> made;
   auto& d = Driver::get();
   CUcontext ctx = nullptr;
   d.check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
   std::lock_guard<std::mutex> lock(mu);
-  if (auto it = made.find(ctx); it != made.end()) return it->second;
-  return made.emplace(ctx, make()).first->second;
+  if (auto it = made.find({ctx, key}); it != made.end()) return it->second;
+  return made.emplace(std::make_pair(ctx, key), make()).first->second;
 }
 
 struct SharedScrub {
@@ -307,30 +307,28 @@ size_t local_window() {
 // The local-memory scrub for a window of `bytes` per thread in the current context (compiled once
 // per context and size: the window grows rarely, to the largest frame a launch needed).
 const LocalScrub& local_scrub(size_t bytes) {
-  static std::mutex mu;
-  static std::map<std::pair<CUcontext, size_t>, LocalScrub> made;
-  auto& d = Driver::get();
-  CUcontext ctx = nullptr;
-  d.check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = made.find({ctx, bytes}); it != made.end()) return it->second;
-  const std::string name = std::string(kScrubLocalKernel) + "_" + std::to_string(bytes);
-  const std::string source = "#define CA_SCRUB_LOCAL_NAME " + name + "\n#define CA_SCRUB_LOCAL_WORDS " +
-                             std::to_string(bytes / 4) + "u\n" + kScrubLocalSource;
-  LocalScrub s;
-  s.fn = trusted_kernel("scrub_local.cu", source.c_str(), name);
-  int frame = 0;
-  d.check(d.cuFuncGetAttribute(&frame, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, s.fn), "scrub: local size");
-  if (size_t(frame) < bytes)
-    throw InternalError(log::cat("the local-memory scrub's frame is ", frame, " bytes, short of the ", bytes, "-byte window"));
-  s.words = unsigned(bytes / 4);
-  CUdevice dev;
-  d.check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice");
-  int sms = 0, per_sm = 0;
-  d.check(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "SM count");
-  d.check(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, s.fn, 256, 0), "scrub: occupancy");
-  s.blocks = sms * std::max(1, per_sm);
-  return made.emplace(std::make_pair(ctx, bytes), s).first->second;
+  return once_per_context<LocalScrub, size_t>(
+      [bytes] {
+        auto& d = Driver::get();
+        const std::string name = std::string(kScrubLocalKernel) + "_" + std::to_string(bytes);
+        const std::string source = "#define CA_SCRUB_LOCAL_NAME " + name + "\n#define CA_SCRUB_LOCAL_WORDS " +
+                                   std::to_string(bytes / 4) + "u\n" + kScrubLocalSource;
+        LocalScrub s;
+        s.fn = trusted_kernel("scrub_local.cu", source.c_str(), name);
+        int frame = 0;
+        d.check(d.cuFuncGetAttribute(&frame, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, s.fn), "scrub: local size");
+        if (size_t(frame) < bytes)
+          throw InternalError(log::cat("the local-memory scrub's frame is ", frame, " bytes, short of the ", bytes, "-byte window"));
+        s.words = unsigned(bytes / 4);
+        CUdevice dev;
+        d.check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+        int sms = 0, per_sm = 0;
+        d.check(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "SM count");
+        d.check(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, s.fn, 256, 0), "scrub: occupancy");
+        s.blocks = sms * std::max(1, per_sm);
+        return s;
+      },
+      bytes);
 }
 
 struct RegisterScrub {
