@@ -199,7 +199,23 @@ void module_variables_by_name() {
     CUdeviceptr p = 0;
     size_t size = 0;
     CUresult gr = cuModuleGetGlobal(&p, &size, m, name);
-    printf("  cuModuleGetGlobal(%s): %d, %zu bytes\n", name, (int)gr, size);
+    // Where the variable's memory ends (the executor restores a section whole, to its sh_size; the
+    // bytes after the section up to the allocation's end are reachable by writing past the last one).
+    CUdeviceptr base = 0;
+    size_t range = 0;
+    CUresult ar = gr == CUDA_SUCCESS ? cuMemGetAddressRange(&base, &range, p) : gr;
+    printf("  cuModuleGetGlobal(%s): %d, %zu bytes at 0x%llx; cuMemGetAddressRange %d: +%lld of %zu bytes\n", name, (int)gr, size,
+           (unsigned long long)p, (int)ar, (long long)(p - base), range);
+  }
+  // A second module: do its variables follow the first's in the same allocation?
+  CUmodule m2;
+  if (cuModuleLoadData(&m2, cubin) == CUDA_SUCCESS) {
+    CUdeviceptr p = 0, base = 0;
+    size_t size = 0, range = 0;
+    cuModuleGetGlobal(&p, &size, m2, "g_counter");
+    CUresult ar = cuMemGetAddressRange(&base, &range, p);
+    printf("  a second load's g_counter at 0x%llx; cuMemGetAddressRange %d: +%lld of %zu bytes\n", (unsigned long long)p, (int)ar,
+           (long long)(p - base), range);
   }
 }
 

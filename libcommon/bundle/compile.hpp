@@ -92,6 +92,20 @@ std::map<std::string, int64_t> cubin_sections(const std::string& cubin);
 // ones too) and __constant__ ones (.nv.constant3 and any other bank but the parameters' bank 0): a
 // kernel writes a constant table through the generic address of its symbol.
 std::map<std::string, int64_t> cubin_writable_globals(const std::string& cubin);
+// The same variables by section: each section's size (sh_size) and its variables' offsets in it (the
+// symbols' values), so the executor restores a section whole, the bytes between and after its
+// variables included (a kernel may write past its variable into padding). Throws when the ELF
+// cannot be read.
+struct ModuleObject {
+  std::string name;
+  int64_t offset = 0, bytes = 0;
+};
+struct ModuleSection {
+  std::string name;
+  int64_t bytes = 0;
+  std::vector<ModuleObject> objects;
+};
+std::vector<ModuleSection> cubin_writable_sections(const std::string& cubin);
 // The section of each of those variables ({"g_table": ".nv.global.init", "c_k": ".nv.constant3"}).
 std::map<std::string, std::string> cubin_object_sections(const std::string& cubin);
 // The functions a cubin calls but does not define (undefined FUNC symbols: malloc, free, vprintf, ...).

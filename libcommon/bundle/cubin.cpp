@@ -95,25 +95,29 @@ std::set<std::string> cubin_undefined_functions(const std::string& elf) {
 
 namespace {
 
-// Every sized STT_OBJECT symbol in module data, with its size and its section's name.
+// Every sized STT_OBJECT symbol in module data, grouped by its section (with the section's size).
 // Throws when the ELF cannot be read (the callers choose what that means).
-std::map<std::string, std::pair<int64_t, std::string>> module_objects(const std::string& elf) {
-  std::map<std::string, std::pair<int64_t, std::string>> out;
-  {
-    Elf64View v(elf);
-    std::vector<std::string> names(v.shnum);
-    for (uint64_t i = 0; i < v.shnum; ++i) names[i] = v.section_name(i);
-    for (uint64_t i = 0; i < v.shnum; ++i) {
-      if (!v.is_symtab(i)) continue;
-      const Elf64View::Symbols syms(v, i);
-      for (uint64_t k = 0; k < syms.count(); ++k) {
-        const uint64_t sym = syms.entry(k), shndx = v.read(sym + 6, 2), info = v.read(sym + 4, 1), sym_size = v.read(sym + 16, 8);
-        if ((info & 0xf) != 1 /* STT_OBJECT */ || shndx >= v.shnum || !module_data_section(names[shndx]) || sym_size == 0) continue;
-        std::string name = syms.name(k);
-        if (!name.empty()) out[name] = {static_cast<int64_t>(sym_size), names[shndx]};
-      }
+std::vector<ModuleSection> module_sections(const std::string& elf) {
+  Elf64View v(elf);
+  std::vector<std::string> names(v.shnum);
+  for (uint64_t i = 0; i < v.shnum; ++i) names[i] = v.section_name(i);
+  std::map<uint64_t, ModuleSection> by_index;
+  for (uint64_t i = 0; i < v.shnum; ++i) {
+    if (!v.is_symtab(i)) continue;
+    const Elf64View::Symbols syms(v, i);
+    for (uint64_t k = 0; k < syms.count(); ++k) {
+      const uint64_t sym = syms.entry(k), shndx = v.read(sym + 6, 2), info = v.read(sym + 4, 1), sym_size = v.read(sym + 16, 8);
+      if ((info & 0xf) != 1 /* STT_OBJECT */ || shndx >= v.shnum || !module_data_section(names[shndx]) || sym_size == 0) continue;
+      std::string name = syms.name(k);
+      if (name.empty()) continue;
+      ModuleSection& sec = by_index[shndx];
+      sec.name = names[shndx];
+      sec.bytes = static_cast<int64_t>(v.section(shndx, 0x20, 8));  // sh_size (NOBITS .nv.global too)
+      sec.objects.push_back({std::move(name), static_cast<int64_t>(v.read(sym + 8, 8)), static_cast<int64_t>(sym_size)});
     }
   }
+  std::vector<ModuleSection> out;
+  for (auto& [index, sec] : by_index) out.push_back(std::move(sec));
   return out;
 }
 
@@ -122,21 +126,27 @@ std::map<std::string, std::pair<int64_t, std::string>> module_objects(const std:
 std::map<std::string, std::string> cubin_object_sections(const std::string& elf) {
   std::map<std::string, std::string> out;
   try {
-    for (const auto& [name, o] : module_objects(elf)) out[name] = o.second;
+    for (const auto& sec : module_sections(elf))
+      for (const auto& o : sec.objects) out[o.name] = sec.name;
   } catch (const std::exception&) {  // a report's detail: none
   }
   return out;
 }
 
-std::map<std::string, int64_t> cubin_writable_globals(const std::string& elf) {
-  std::map<std::string, int64_t> out;
+std::vector<ModuleSection> cubin_writable_sections(const std::string& elf) {
   try {
-    for (const auto& [name, o] : module_objects(elf)) out[name] = o.first;
+    return module_sections(elf);
   } catch (const std::exception& e) {
     // What the executor restores before every call: a module it cannot read is not run (an empty list
     // would leave every module variable unrestored between calls).
     throw std::runtime_error(std::string("the module's symbol table could not be read: ") + e.what());
   }
+}
+
+std::map<std::string, int64_t> cubin_writable_globals(const std::string& elf) {
+  std::map<std::string, int64_t> out;
+  for (const auto& sec : cubin_writable_sections(elf))
+    for (const auto& o : sec.objects) out[o.name] = o.bytes;
   return out;
 }
 

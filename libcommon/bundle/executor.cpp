@@ -101,13 +101,22 @@ CUfunction fingerprint_function() { return trusted_kernel("fingerprint.cu", kFin
 // block and fills it with words drawn afresh for the call (a host seed, hashed with the block and
 // the word), so a kernel finds neither an earlier call's values nor a start it could rely on (the
 // 0xFF of before session 20 was a free -1 / NaN start of every shared array). The stores are
-// volatile: nothing reads them, and they must stay.
+// volatile: nothing reads them, and they must stay. The block's window below its dynamic array (the
+// system's reserve, %reserved_smem_offset_begin/_end, 288 bytes on the H100 of session 36, and any
+// gap up to the array) is filled too, word by word through its shared address: a tag written there
+// by one kernel reached the next across a dynamic-only fill (bench/state_probe.cu 4: 9,504 of 76,032
+// words), and a kernel can address it with a literal shared offset whatever the rules refuse.
 const char* kScrubSharedSource = CA_MIX64_SOURCE R"(
 extern "C" __global__ void ca_scrub_shared(unsigned words, unsigned long long seed) {
   extern __shared__ unsigned smem[];
   volatile unsigned* v = smem;
   for (unsigned i = threadIdx.x; i < words; i += blockDim.x)
     v[i] = (unsigned)(ca_mix64(seed + ((unsigned long long)blockIdx.x * words + i + 1) * 0x9E3779B97F4A7C15ull) >> 32);
+  unsigned below;  // bytes of the window before the array: its shared address
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(below) : "l"(smem));
+  for (unsigned off = 4 * threadIdx.x; off + 4 <= below; off += 4 * blockDim.x)
+    asm volatile("st.volatile.shared.u32 [%0], %1;" ::"r"(off),
+                 "r"((unsigned)(ca_mix64(seed ^ (0xA5A5ull << 48) ^ ((unsigned long long)blockIdx.x << 20) ^ off) >> 32)));
 }
 )";
 
@@ -634,13 +643,28 @@ void Executor::load_module(const std::string& cubin) {
   // restore would then have carried what it wrote (a call counter) into the next. (Where the GPU
   // reaches pageable host memory, HMM or ATS, the wall is ASLR instead: kernel-prof's
   // gpu.pageable_memory_access says so; the H100s of sessions 34-35 report "Addressing Mode: None".)
-  for (const auto& [name, bytes] : cubin_writable_globals(cubin)) {
+  // Each writable section is kept whole, found through its variables (each one's address less its
+  // offset in the section: they must agree), so the bytes between and after the variables, which a
+  // kernel reaches by writing past one, are restored too. A variable the driver cannot find by its
+  // symbol's name is refused, not skipped: skipped, it would keep what a call wrote into the next.
+  for (const ModuleSection& sec : cubin_writable_sections(cubin)) {
     GlobalImage g;
-    g.name = name;
-    size_t size = 0;
-    if (d.cuModuleGetGlobal(&g.ptr, &size, module_, name.c_str()) != CUDA_SUCCESS || size == 0) continue;
-    g.image.resize(size);
-    d.check(d.cuMemcpyDtoH(g.image.data(), g.ptr, size), "copy of " + name);
+    g.name = sec.name;
+    for (const ModuleObject& o : sec.objects) {
+      CUdeviceptr ptr = 0;
+      size_t size = 0;
+      if (d.cuModuleGetGlobal(&ptr, &size, module_, o.name.c_str()) != CUDA_SUCCESS || size != size_t(o.bytes))
+        throw std::runtime_error("the module variable " + o.name + " (" + sec.name + ", " + std::to_string(o.bytes) +
+                                 " bytes) is not one the driver finds by that name with that size, so it could not be "
+                                 "restored between calls");
+      const CUdeviceptr base = ptr - CUdeviceptr(o.offset);
+      if (g.ptr != 0 && base != g.ptr)
+        throw std::runtime_error("the module's " + sec.name + " is not laid out as its symbol table says (" + o.name +
+                                 "), so it could not be restored whole between calls");
+      g.ptr = base;
+    }
+    g.image.resize(size_t(sec.bytes));
+    d.check(d.cuMemcpyDtoH(g.image.data(), g.ptr, g.image.size()), "copy of " + sec.name);
     globals_.push_back(std::move(g));
   }
 }

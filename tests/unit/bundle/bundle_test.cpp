@@ -349,6 +349,21 @@ TEST_CASE("module globals: the writable __device__ and __constant__ variables of
   // restores it before every call, and the module cap counts it.
   CHECK(globals["c_k"] == 8);
   CHECK(r.module_constant_bytes >= 8);
+  // By section, for the executor's whole-section restore: every variable inside its section, the
+  // sections' sizes covering them (g_calls and g_table in .nv.global and .nv.global.init).
+  int64_t objects = 0;
+  for (const ModuleSection& sec : cubin_writable_sections(r.cubin)) {
+    CHECK(sec.bytes > 0);
+    for (const ModuleObject& o : sec.objects) {
+      ++objects;
+      CHECK(o.offset >= 0);
+      CHECK(o.offset + o.bytes <= sec.bytes);
+      CHECK(cubin_object_sections(r.cubin).at(o.name) == sec.name);
+    }
+  }
+  CHECK(objects == 3);
+  CHECK_THROWS_WITH_AS(cubin_writable_sections(r.cubin.substr(0, 64)), doctest::Contains("symbol table could not be read"),
+                       std::runtime_error);
 }
 
 TEST_CASE("launch sizes are checked against the target arch's limits, before and at binding") {
