@@ -12,8 +12,11 @@
 //    does a word written there outlive the launch? Four launches write (the barrier's low bits, the
 //    word past it), two read; then a plain launch shows what %envreg1/2 hold outside a cooperative one.
 // 5. (described where it is written, and run first) which module variables cuModuleGetGlobal finds.
+// 6. predicate registers (7 per thread): the register scrub fills the general registers only; does a
+//    kernel that reads predicates it never wrote find what the last kernel on that slot left?
 //   nvcc -arch=sm_90 -o state_probe bench/state_probe.cu -L$CUDA/lib64/stubs -lcuda -lnvrtc && ./state_probe [N]
-// (scripts/device-session.sh state-probe). Session 35 wrote it; it has not run yet.
+// (scripts/device-session.sh state-probe). Session 35 wrote 1-5; session 36 ran them on an H100 (1, 1b:
+// nothing carried; 2: no HMM; 4: the reserve kept tags, now scrubbed; 5: every name found) and added 6.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -259,8 +262,65 @@ void grid_workspace() {
 
 // One probe per process (a probe that kills its context leaves the others theirs): `state_probe N`
 // runs probe N (5, 1, 1b, 4, 2, 3); no argument runs each in a child of its own, in that order.
+
+// 6. Predicate registers. pred_mark sets seven predicates from the bits of `pattern`, all live at once
+//    (each used after all are set), and leaves them at exit; pred_look sets its seven only under a
+//    predicate that is false at run time (flag 0), so it reads what its slot's predicates held, and
+//    counts the threads whose seven bits equal `pattern`. Chance: 1 in 128. Between them, optionally,
+//    a kernel shaped like the register scrub (64 registers, a few predicates of its own).
+__global__ void pred_mark(unsigned pattern, unsigned* never) {
+  unsigned v = 0;
+  asm volatile(
+      "{\n\t.reg .pred m<7>;\n\t.reg .b32 t;\n\t"
+      "and.b32 t, %1, 1;\n\tsetp.ne.u32 m0, t, 0;\n\tand.b32 t, %1, 2;\n\tsetp.ne.u32 m1, t, 0;\n\t"
+      "and.b32 t, %1, 4;\n\tsetp.ne.u32 m2, t, 0;\n\tand.b32 t, %1, 8;\n\tsetp.ne.u32 m3, t, 0;\n\t"
+      "and.b32 t, %1, 16;\n\tsetp.ne.u32 m4, t, 0;\n\tand.b32 t, %1, 32;\n\tsetp.ne.u32 m5, t, 0;\n\t"
+      "and.b32 t, %1, 64;\n\tsetp.ne.u32 m6, t, 0;\n\t"
+      "@m6 add.u32 %0, %0, 64;\n\t@m5 add.u32 %0, %0, 32;\n\t@m4 add.u32 %0, %0, 16;\n\t@m3 add.u32 %0, %0, 8;\n\t"
+      "@m2 add.u32 %0, %0, 4;\n\t@m1 add.u32 %0, %0, 2;\n\t@m0 add.u32 %0, %0, 1;\n\t}"
+      : "+r"(v) : "r"(pattern));
+  if (v != pattern && never) *never = v;  // never: v is pattern
+}
+__global__ void pred_look(unsigned pattern, unsigned flag, unsigned long long* equal) {
+  unsigned v = 0;
+  asm volatile(
+      "{\n\t.reg .pred m<7>, q;\n\tsetp.ne.u32 q, %1, 0;\n\t"
+      "@q setp.eq.u32 m0, %1, 3;\n\t@q setp.eq.u32 m1, %1, 5;\n\t@q setp.eq.u32 m2, %1, 7;\n\t@q setp.eq.u32 m3, %1, 9;\n\t"
+      "@q setp.eq.u32 m4, %1, 11;\n\t@q setp.eq.u32 m5, %1, 13;\n\t@q setp.eq.u32 m6, %1, 15;\n\t"
+      "@m6 add.u32 %0, %0, 64;\n\t@m5 add.u32 %0, %0, 32;\n\t@m4 add.u32 %0, %0, 16;\n\t@m3 add.u32 %0, %0, 8;\n\t"
+      "@m2 add.u32 %0, %0, 4;\n\t@m1 add.u32 %0, %0, 2;\n\t@m0 add.u32 %0, %0, 1;\n\t}"
+      : "+r"(v) : "r"(flag));
+  atomicAdd(equal, (unsigned long long)(v == pattern));
+}
+__global__ void __launch_bounds__(256, 4) like_the_register_scrub(unsigned long long seed, volatile unsigned* never) {
+  unsigned r[58];
+  unsigned x = (unsigned)seed ^ (blockIdx.x * blockDim.x + threadIdx.x);
+#pragma unroll
+  for (int i = 0; i < 58; ++i) { x ^= x >> 15; x *= 0x2C1B3C6Du; x ^= x >> 12; r[i] = x; }
+  if (x == 0x5EED5EEDu && never) {
+#pragma unroll
+    for (int i = 57; i >= 0; --i) *never = r[i];
+  }
+}
+void predicates(int sms) {
+  unsigned long long* equal;
+  cudaMallocManaged(&equal, 8);
+  const unsigned long long threads = (unsigned long long)sms * 8 * 256;
+  for (int between = 0; between < 2; ++between)
+    for (unsigned pattern : {0x5Au, 0x25u}) {
+      *equal = 0;
+      pred_mark<<<sms * 8, 256>>>(pattern, nullptr);
+      if (between) like_the_register_scrub<<<sms * 4, 256>>>(0x1234567ull, nullptr);
+      pred_look<<<sms * 8, 256>>>(pattern, 0, equal);
+      cudaError_t e = cudaDeviceSynchronize();
+      printf("predicates, pattern 0x%02x%s: %s, %llu of %llu threads read it (chance: %llu)\n", pattern,
+             between ? ", a register-scrub-shaped kernel between" : "", cudaGetErrorString(e), *equal, threads, threads / 128);
+      if (e != cudaSuccess) return;
+    }
+}
+
 int main(int argc, char** argv) {
-  const char* order[] = {"5", "1", "1b", "4", "2", "3"};
+  const char* order[] = {"5", "6", "1", "1b", "4", "2", "3"};
   if (argc < 2) {
     for (const char* p : order) {
       printf("== probe %s\n", p);
@@ -280,6 +340,7 @@ int main(int argc, char** argv) {
   else if (which == "4") reserved_shared(sms);
   else if (which == "2") host_memory();
   else if (which == "3") grid_workspace();
+  else if (which == "6") predicates(sms);
   else return 1;
   return 0;
 }
