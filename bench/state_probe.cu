@@ -9,9 +9,11 @@
 //    groups' grid barrier, {wsSize, barrier} in cooperative_groups/details/driver_abi.h). The rules
 //    leave %envreg legal, since grid.sync reads it, so a candidate's cooperative kernel reaches memory
 //    no buffer of the plan holds: the same memory every launch (and on another stream)? how large?
-//    does a word written there outlive the launch? Four launches write (the barrier's low bits, the
-//    word past it), two read; then a plain launch shows what %envreg1/2 hold outside a cooperative one.
+//    does a word written there outlive the launch, and does the barrier word itself count launches
+//    (a counter a kernel could read)? Four launches write the word past the barrier, two read;
+//    then a plain launch shows what %envreg1/2 hold outside a cooperative one.
 // 5. (described where it is written, and run first) which module variables cuModuleGetGlobal finds.
+// 7. every %envreg across launches, cooperative launches and graph replays: a counter among them?
 // 6. predicate registers (7 per thread): the register scrub fills the general registers only; does a
 //    kernel that reads predicates it never wrote find what the last kernel on that slot left?
 //   nvcc -arch=sm_90 -o state_probe bench/state_probe.cu -L$CUDA/lib64/stubs -lcuda -lnvrtc && ./state_probe [N]
@@ -26,9 +28,9 @@
 #include <cooperative_groups.h>
 namespace cg = cooperative_groups;
 __global__ void probe(unsigned long long* out, int write, int sync) {
-  unsigned lo, hi;
-  asm volatile("mov.u32 %0, %%envreg1;" : "=r"(lo));
-  asm volatile("mov.u32 %0, %%envreg2;" : "=r"(hi));
+  unsigned lo, hi;  // cooperative_groups' driver_abi.h: %envreg1 the high half, %envreg2 the low (session 35 had them swapped)
+  asm volatile("mov.u32 %0, %%envreg1;" : "=r"(hi));
+  asm volatile("mov.u32 %0, %%envreg2;" : "=r"(lo));
   unsigned long long p = ((unsigned long long)hi << 32) | lo;
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     out[0] = p;
@@ -39,10 +41,8 @@ __global__ void probe(unsigned long long* out, int write, int sync) {
       unsigned n = w[0] / 4;
       out[3] = n > 2 ? w[2] : 0xFFFFFFFFull;      // a word past the barrier, if any
       out[4] = n > 3 ? w[n - 1] : 0xFFFFFFFFull;  // the last word
-      if (write) {
-        atomicAdd((unsigned*)p + 1, 1u);           // the barrier's low bits
-        if (n > 2) w[2] = w[2] + 1;
-      }
+      if (write && n > 2) w[2] = w[2] + 1;  // a word past the barrier (the barrier itself is read, never written:
+                                             // a write there breaks the grid.sync below)
     }
   }
   if (sync) cg::this_grid().sync();
@@ -319,8 +319,64 @@ void predicates(int sms) {
     }
 }
 
+// 7. Every %envreg (0-31; the rules leave them legal, since grid.sync reads 1 and 2): does any differ
+//    from one launch to the next (a launch counter, as %gridid was), or between a launch, a graph
+//    replay and a cooperative launch?
+#define CA_ENVREG(N) asm volatile("mov.u32 %0, %%envreg" #N ";" : "=r"(r[N]))
+__global__ void envregs(unsigned* out) {
+  unsigned r[32];
+  CA_ENVREG(0); CA_ENVREG(1); CA_ENVREG(2); CA_ENVREG(3); CA_ENVREG(4); CA_ENVREG(5); CA_ENVREG(6); CA_ENVREG(7);
+  CA_ENVREG(8); CA_ENVREG(9); CA_ENVREG(10); CA_ENVREG(11); CA_ENVREG(12); CA_ENVREG(13); CA_ENVREG(14); CA_ENVREG(15);
+  CA_ENVREG(16); CA_ENVREG(17); CA_ENVREG(18); CA_ENVREG(19); CA_ENVREG(20); CA_ENVREG(21); CA_ENVREG(22); CA_ENVREG(23);
+  CA_ENVREG(24); CA_ENVREG(25); CA_ENVREG(26); CA_ENVREG(27); CA_ENVREG(28); CA_ENVREG(29); CA_ENVREG(30); CA_ENVREG(31);
+  if (blockIdx.x == 0 && threadIdx.x == 0)
+    for (int i = 0; i < 32; ++i) out[i] = r[i];
+}
+void envreg_values(int sms) {
+  unsigned* out;
+  cudaMallocManaged(&out, 32 * 4 * 8);
+  const char* how[8] = {"launch", "launch", "launch", "coop", "coop", "graph", "graph", "launch, stream 2"};
+  cudaStream_t s2;
+  cudaStreamCreate(&s2);
+  cudaGraphExec_t exec = nullptr;
+  for (int i = 0; i < 8; ++i) {
+    unsigned* o = out + 32 * i;
+    cudaError_t e = cudaSuccess;
+    if (i < 3) envregs<<<sms, 128>>>(o);
+    else if (i < 5) {
+      void* args[] = {&o};
+      e = cudaLaunchCooperativeKernel((void*)envregs, dim3(sms), dim3(128), args, 0, 0);
+    } else if (i < 7) {
+      if (!exec) {
+        cudaGraph_t g;
+        cudaStreamBeginCapture(s2, cudaStreamCaptureModeGlobal);
+        unsigned* og = out + 32 * 5;
+        envregs<<<sms, 128, 0, s2>>>(og);
+        cudaStreamEndCapture(s2, &g);
+        cudaGraphInstantiate(&exec, g, 0);
+      }
+      e = cudaGraphLaunch(exec, s2);
+      cudaStreamSynchronize(s2);
+      if (i == 5) memcpy(out + 32 * 6, out + 32 * 5, 128);  // the first replay's, kept; the second overwrites slot 5
+    } else {
+      envregs<<<sms, 128, 0, s2>>>(o);
+    }
+    cudaError_t se = cudaDeviceSynchronize();
+    printf("envregs, %s: %s/%s\n", how[i], cudaGetErrorString(e), cudaGetErrorString(se));
+    if (se != cudaSuccess) return;
+  }
+  for (int r = 0; r < 32; ++r) {
+    bool same = true;
+    for (int i = 1; i < 8; ++i) same = same && out[32 * i + r] == out[r];
+    printf("  %%envreg%d:%s", r, same ? " same" : "");
+    if (!same)
+      for (int i = 0; i < 8; ++i) printf(" %s=%#x", how[i], out[32 * i + r]);
+    printf("\n");
+  }
+}
+
 int main(int argc, char** argv) {
-  const char* order[] = {"5", "6", "1", "1b", "4", "2", "3"};
+  const char* order[] = {"5", "6", "7", "1", "1b", "4", "2", "3"};
   if (argc < 2) {
     for (const char* p : order) {
       printf("== probe %s\n", p);
@@ -341,6 +397,7 @@ int main(int argc, char** argv) {
   else if (which == "2") host_memory();
   else if (which == "3") grid_workspace();
   else if (which == "6") predicates(sms);
+  else if (which == "7") envreg_values(sms);
   else return 1;
   return 0;
 }

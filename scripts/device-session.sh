@@ -99,7 +99,7 @@ PY
       # bench/state_probe.cu (built here with nvcc): kernel parameters written between graph replays,
       # pageable host memory from a kernel (HMM), the cooperative grid workspace behind %envreg1/2.
       cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
-      { timeout 120 nvcc -arch="sm_$cc" -o "$R/state_probe" bench/state_probe.cu -L"$(dirname "$(command -v nvcc)")/../lib64/stubs" -lcuda -lnvrtc && for p in 5 6 1 1b 4 2 3; do echo "== probe $p"; timeout 30 "$R/state_probe" "$p"; echo "== probe $p: exit $?"; done; } > "$R/state-probe.log" 2>&1
+      { timeout 120 nvcc -arch="sm_$cc" -o "$R/state_probe" bench/state_probe.cu -L"$(dirname "$(command -v nvcc)")/../lib64/stubs" -lcuda -lnvrtc && for p in 5 6 7 1 1b 4 2 3; do echo "== probe $p"; timeout 30 "$R/state_probe" "$p"; echo "== probe $p: exit $?"; done; } > "$R/state-probe.log" 2>&1
       echo "rc=$?"; cut -c1-400 "$R/state-probe.log" ;;
     ppo-large)
       # bench/ppo_step/large.sh, LARGE_CASES (default: the 32B LoRA step at 4k on a dummy base), one run
