@@ -276,6 +276,45 @@ TEST_CASE("executor: local memory starts unpredictable every call (the stack win
   }
 }
 
+// Module variables are put back before every call, each section whole: several variables share
+// .nv.global (found through each one's address less its offset: they must agree, or the module is
+// refused), an initialized table in .nv.global.init, __constant__ ones. A kernel that reads them and
+// then changes them, run in three calls, must read the load-time values every time.
+TEST_CASE("executor: module variables start from their load-time values every call (sections restored whole)") {
+  auto& d = ca::cuda::Driver::get();
+  d.primary_context(0);
+  const std::string kernel =
+      "__device__ int g_a;\n__device__ float g_t[3] = {1.0f, 2.0f, 3.0f};\n__device__ int g_b;\n__device__ char g_c;\n"
+      "__constant__ float c_k[2] = {4.0f, 5.0f};\n__constant__ int c_n = 11;\n"
+      "__global__ void count(int* o) {\n"
+      "  if (blockIdx.x != 0 || threadIdx.x != 0) return;\n"
+      "  o[0] = g_a; o[1] = g_b; o[2] = (int)(g_t[0] + g_t[1] + g_t[2]); o[3] = (int)(c_k[0] + c_k[1]) + c_n + g_c;\n"
+      "  g_a += 1; g_b += 7; g_c += 3; g_t[1] += 10.0f;\n"
+      "  *(volatile int*)&c_n += 5; *(volatile float*)&c_k[1] += 1.0f;\n"
+      "}\n";
+  const std::string plan = "forward:\n  - launch: count\n    grid: [1]\n    block: [32]\n    args: [outputs.0]\n";
+  const IoSpec io = IoSpec::from_json(
+      ca::Json::parse(R"({"inputs":[{"shape":[4],"dtype":"F32"}],"outputs":[{"shape":[4],"dtype":"I32"}]})"));
+  auto executor = ready_executor(kernel, plan, io);
+  Executor& ex = *executor;
+  CHECK(ex.module_global_bytes() >= 4 + 12 + 4 + 1 + 8 + 4);
+  for (int call = 0; call < 3; ++call) {
+    ex.reset_call_state(ex.stream());
+    ex.poison_outputs(ex.stream());
+    ex.forward(ex.stream());
+    ex.synchronize();
+    const std::vector<uint8_t> v = ex.download("outputs.0");
+    REQUIRE(v.size() == 16);
+    int32_t o[4];
+    std::memcpy(o, v.data(), 16);
+    MESSAGE("call " << call << ": g_a " << o[0] << ", g_b " << o[1] << ", sum of g_t " << o[2] << ", c_k + c_n + g_c " << o[3]);
+    CHECK(o[0] == 0);
+    CHECK(o[1] == 0);
+    CHECK(o[2] == 6);
+    CHECK(o[3] == 20);
+  }
+}
+
 // Registers outlive a kernel too: a warp that reads a register it never wrote (inline PTX may read
 // an undefined register, and ptxas gives it a physical one) finds what the last warp on those rows
 // of the register file left. `look` counts, in 96 registers it never writes, the words holding
