@@ -142,12 +142,24 @@ extern "C" __global__ void __launch_bounds__(256) CA_SCRUB_LOCAL_NAME(unsigned w
 // at once (a chain no compiler can fold or recompute, held to a store that never runs) runs at the
 // occupancy its register count allows: checked at compile to be exactly the register file (registers
 // per thread x threads resident per SM = the SM's registers, nothing spilled to local memory), so
-// every warp's rows of every SM are allocated to it and written.
+// every warp's rows of every SM are allocated to it and written. It sets the seven predicate
+// registers from the draw as well (whether they outlive a kernel: bench/state_probe.cu 6).
 const char* kScrubRegistersSource = R"(
 extern "C" __global__ void __launch_bounds__(256, CA_SCRUB_REGISTERS_BLOCKS)
 CA_SCRUB_REGISTERS_NAME(unsigned long long seed, volatile unsigned* never) {
   unsigned r[CA_SCRUB_REGISTERS_LIVE];
   unsigned x = (unsigned)(seed >> 32) ^ ((unsigned)seed * 0x9E3779B1u) ^ (blockIdx.x * blockDim.x + threadIdx.x);
+  // The seven predicate registers too: set from the draw's bits, all live at once, used after.
+  unsigned pbits = 0;
+  asm volatile(
+      "{\n\t.reg .pred m<7>;\n\t.reg .b32 t;\n\t"
+      "and.b32 t, %1, 1;\n\tsetp.ne.u32 m0, t, 0;\n\tand.b32 t, %1, 2;\n\tsetp.ne.u32 m1, t, 0;\n\t"
+      "and.b32 t, %1, 4;\n\tsetp.ne.u32 m2, t, 0;\n\tand.b32 t, %1, 8;\n\tsetp.ne.u32 m3, t, 0;\n\t"
+      "and.b32 t, %1, 16;\n\tsetp.ne.u32 m4, t, 0;\n\tand.b32 t, %1, 32;\n\tsetp.ne.u32 m5, t, 0;\n\t"
+      "and.b32 t, %1, 64;\n\tsetp.ne.u32 m6, t, 0;\n\t"
+      "@m6 add.u32 %0, %0, 64;\n\t@m5 add.u32 %0, %0, 32;\n\t@m4 add.u32 %0, %0, 16;\n\t@m3 add.u32 %0, %0, 8;\n\t"
+      "@m2 add.u32 %0, %0, 4;\n\t@m1 add.u32 %0, %0, 2;\n\t@m0 add.u32 %0, %0, 1;\n\t}"
+      : "+r"(pbits) : "r"(x >> 7));
 #pragma unroll
   for (int i = 0; i < CA_SCRUB_REGISTERS_LIVE; ++i) {
     x ^= x >> 15;
@@ -155,7 +167,7 @@ CA_SCRUB_REGISTERS_NAME(unsigned long long seed, volatile unsigned* never) {
     x ^= x >> 12;
     r[i] = x;
   }
-  if (x == 0x5EED5EEDu && never) {  // (about never; and then into the null pointer's argument: no store)
+  if ((x ^ pbits) == 0x5EED5EEDu && never) {  // (about never; and then into the null pointer's argument: no store)
 #pragma unroll
     for (int i = CA_SCRUB_REGISTERS_LIVE - 1; i >= 0; --i) *never = r[i];
   }
