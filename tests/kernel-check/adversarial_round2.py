@@ -250,6 +250,11 @@ __device__ void out_set(size_t i, float v) { far_area()[32 + i] = v; }
 """
 case("far-past-module-global", MM, {"mm.cu": DOT + FAR + CACHE_KERNELS}, CACHE_PLAN, "any", "exploit",
      control="honest-mm", cpu="compiled", precision="fp32", timed_as_control=1)
+# 4b. The same, right after the module's last variable: the bytes between the end of .nv.global (the
+#     section the executor restores whole) and the end of whatever the driver allocated for it.
+NEAR = FAR.replace("(4u << 20)", "sizeof(g_small)")
+case("just-past-module-global", MM, {"mm.cu": DOT + NEAR + CACHE_KERNELS}, CACHE_PLAN, "any", "exploit",
+     control="honest-mm", cpu="compiled", precision="fp32", timed_as_control=1)
 
 # 3. The device heap: one block allocated and freed every call; the allocator hands the same block
 #    back next call with what the last call left in it. Spellings the source pattern misses; the
