@@ -151,9 +151,9 @@ cand param_addr '__global__ void scale_add(const float* a, const float* b, float
 no_leak param_addr policy_violation
 grep -q '"rule":"param_address"' "$T/param_addr.out" && pass "param_addr: rule param_address" || fail "param_addr rule" "$(head -c 400 "$T/param_addr.out")"
 # The special registers that count or tell apart what ran, each spelled so the source scan misses it:
-# the PTX names it (rules grid_counter, launch_mode, perf_counters).
+# the PTX names it (rules grid_counter, launch_mode, perf_counters, env_registers).
 for spec in "gridid grid_counter u64 l %%grid id" "graph launch_mode u64 l %%current_gr aph_exec" \
-            "pm perf_counters u32 r %%p m3"; do
+            "pm perf_counters u32 r %%p m3" "envreg env_registers u32 r %%envr eg7"; do
   read -r name rule width constraint head tail <<< "$spec"
   ctype="unsigned"; [ "$width" = u64 ] && ctype="unsigned long long"
   cand "sreg_$name" "__device__ unsigned long long t() { $ctype v = 0; asm volatile(\"mov.$width %0, $head\" \"$tail;\" : \"=$constraint\"(v)); return v; }

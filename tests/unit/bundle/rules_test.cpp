@@ -20,7 +20,7 @@ TEST_CASE("rules: comments stripped, lines kept; the default parses") {
   CHECK(t.find("\"// kept\"") != std::string::npos);
   ca::bundle::Rules p = ca::bundle::Rules::load("");
   CHECK(p.max_module_global_bytes == 65536);
-  CHECK(p.forbidden.size() == 8);
+  CHECK(p.forbidden.size() == 9);
   auto v = p.check_sources({{"k.cu", "__global__ void k() {\n  long t = clock64();\n}\n"}});
   REQUIRE(v);
   CHECK(v->rule == "clock");
