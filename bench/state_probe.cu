@@ -1,5 +1,5 @@
-// State a kernel might keep between calls where the executor's reset does not reach; four probes
-// (the reserved shared memory's, 4, is described where it is written and runs second):
+// State a kernel might keep between calls where the executor's reset does not reach; eight probes
+// (4, 6 and 8 are described where they are written; `state_probe` alone runs 5 6 8 7 1 1b 4 2 3):
 // 1. kernel parameters written through their address (cvta.param, as __grid_constant__ gives it):
 //    does a graph's next replay, or the next launch, find what the kernel wrote there? And (1b) found
 //    by a scan of device memory instead, without an address?
@@ -13,6 +13,7 @@
 //    (a counter a kernel could read)? Four launches write the word past the barrier, two read;
 //    then a plain launch shows what %envreg1/2 hold outside a cooperative one.
 // 5. (described where it is written, and run first) which module variables cuModuleGetGlobal finds.
+// 8. uniform registers (UR0-63 per warp): does a kernel read what the last warp left?
 // 7. every %envreg across launches, cooperative launches and graph replays: a counter among them?
 // 6. predicate registers (7 per thread): the register scrub fills the general registers only; does a
 //    kernel that reads predicates it never wrote find what the last kernel on that slot left?
@@ -261,7 +262,7 @@ void grid_workspace() {
 }
 
 // One probe per process (a probe that kills its context leaves the others theirs): `state_probe N`
-// runs probe N (5, 1, 1b, 4, 2, 3); no argument runs each in a child of its own, in that order.
+// runs probe N; no argument runs each in a child of its own, in the order below.
 
 // 6. Predicate registers. pred_mark sets seven predicates from the bits of `pattern`, all live at once
 //    (each used after all are set), and leaves them at exit; pred_look sets its seven only under a
@@ -317,6 +318,61 @@ void predicates(int sms) {
              between ? ", a register-scrub-shaped kernel between" : "", cudaGetErrorString(e), *equal, threads, threads / 128);
       if (e != cudaSuccess) return;
     }
+}
+
+// 8. Uniform registers (UR0-UR63 per warp, sm_75 and later), which PTX cannot name and the register
+//    scrub does not aim at: ur_mark keeps 24 tagged values computed only from a parameter (warp-
+//    uniform work ptxas gives the uniform datapath) live to a store that never runs; ur_look moves a
+//    parameter into 24 registers only under a uniform predicate that is false at run time and counts
+//    the tags it reads. Whether either lands in uniform registers is ptxas's choice: the SASS
+//    (state_probe.sass, cuobjdump) says. Chance: about 0.
+__global__ void ur_mark(unsigned a, unsigned* never) {
+  unsigned v[24];
+  unsigned x = a;
+#pragma unroll
+  for (int i = 0; i < 24; ++i) {
+    x = (x * 0x2C1B3C6Du + 0x1234567u) ^ (x >> 13);
+    v[i] = 0xB7E10000u | (x & 0xFFFFu);
+  }
+  if (x == 0x5EED5EEDu && never) {
+#pragma unroll
+    for (int i = 23; i >= 0; --i) *(volatile unsigned*)never = v[i];
+  }
+}
+__global__ void ur_look(unsigned flag, unsigned a, unsigned long long* tagged) {
+  unsigned n = 0;
+  asm volatile(
+      "{\n\t.reg .b32 u<24>;\n\t.reg .b32 t;\n\t.reg .pred p, q;\n\tsetp.ne.u32 q, %1, 0;\n\t"
+      "@q mov.u32 u0, %2;\n\t@q mov.u32 u1, %2;\n\t@q mov.u32 u2, %2;\n\t@q mov.u32 u3, %2;\n\t"
+      "@q mov.u32 u4, %2;\n\t@q mov.u32 u5, %2;\n\t@q mov.u32 u6, %2;\n\t@q mov.u32 u7, %2;\n\t"
+      "@q mov.u32 u8, %2;\n\t@q mov.u32 u9, %2;\n\t@q mov.u32 u10, %2;\n\t@q mov.u32 u11, %2;\n\t"
+      "@q mov.u32 u12, %2;\n\t@q mov.u32 u13, %2;\n\t@q mov.u32 u14, %2;\n\t@q mov.u32 u15, %2;\n\t"
+      "@q mov.u32 u16, %2;\n\t@q mov.u32 u17, %2;\n\t@q mov.u32 u18, %2;\n\t@q mov.u32 u19, %2;\n\t"
+      "@q mov.u32 u20, %2;\n\t@q mov.u32 u21, %2;\n\t@q mov.u32 u22, %2;\n\t@q mov.u32 u23, %2;\n\t"
+#define CA_UR_COUNT(I) "shr.u32 t, u" #I ", 16;\n\tsetp.eq.u32 p, t, 0xB7E1;\n\t@p add.u32 %0, %0, 1;\n\t"
+      CA_UR_COUNT(0) CA_UR_COUNT(1) CA_UR_COUNT(2) CA_UR_COUNT(3) CA_UR_COUNT(4) CA_UR_COUNT(5) CA_UR_COUNT(6) CA_UR_COUNT(7)
+      CA_UR_COUNT(8) CA_UR_COUNT(9) CA_UR_COUNT(10) CA_UR_COUNT(11) CA_UR_COUNT(12) CA_UR_COUNT(13) CA_UR_COUNT(14)
+      CA_UR_COUNT(15) CA_UR_COUNT(16) CA_UR_COUNT(17) CA_UR_COUNT(18) CA_UR_COUNT(19) CA_UR_COUNT(20) CA_UR_COUNT(21)
+      CA_UR_COUNT(22) CA_UR_COUNT(23)
+#undef CA_UR_COUNT
+      "}"
+      : "+r"(n) : "r"(flag), "r"(a));
+  atomicAdd(tagged, (unsigned long long)n);
+}
+void uniform_registers(int sms) {
+  unsigned long long* tagged;
+  cudaMallocManaged(&tagged, 8);
+  const unsigned long long reads = (unsigned long long)sms * 8 * 256 * 24;
+  for (int between = 0; between < 2; ++between) {
+    *tagged = 0;
+    ur_mark<<<sms * 8, 256>>>(0x9E3779B9u, nullptr);
+    if (between) like_the_register_scrub<<<sms * 4, 256>>>(0x1234567ull, nullptr);
+    ur_look<<<sms * 8, 256>>>(0, 0, tagged);
+    cudaError_t e = cudaDeviceSynchronize();
+    printf("uniform registers%s: %s, %llu tagged words in %llu reads\n", between ? ", a register-scrub-shaped kernel between" : "",
+           cudaGetErrorString(e), *tagged, reads);
+    if (e != cudaSuccess) return;
+  }
 }
 
 // 7. Every %envreg (0-31; the rules leave them legal, since grid.sync reads 1 and 2): does any differ
@@ -376,7 +432,7 @@ void envreg_values(int sms) {
 }
 
 int main(int argc, char** argv) {
-  const char* order[] = {"5", "6", "7", "1", "1b", "4", "2", "3"};
+  const char* order[] = {"5", "6", "8", "7", "1", "1b", "4", "2", "3"};
   if (argc < 2) {
     for (const char* p : order) {
       printf("== probe %s\n", p);
@@ -398,6 +454,7 @@ int main(int argc, char** argv) {
   else if (which == "3") grid_workspace();
   else if (which == "6") predicates(sms);
   else if (which == "7") envreg_values(sms);
+  else if (which == "8") uniform_registers(sms);
   else return 1;
   return 0;
 }
