@@ -1145,6 +1145,15 @@ void prepare_call_scrubs() {
   register_scrub();
 }
 
+void start_call_scrubs() {
+  prepare_call_scrubs();
+  auto& d = Driver::get();
+  scrub_shared_memory(nullptr);
+  scrub_registers(nullptr);
+  if (const CUresult r = d.cuCtxSynchronize(); r != CUDA_SUCCESS)
+    throw InternalError("the call scrubs do not run on this GPU: " + d.error_text(r));
+}
+
 void scrub_registers(CUstream stream) {
   auto& d = Driver::get();
   const RegisterScrub& s = register_scrub();

@@ -177,6 +177,10 @@ void scrub_registers(CUstream stream);
 // scrub), compiled and checked for the current context now. A tool calls it when it starts, so that a
 // GPU it cannot scrub (InternalError) stops the tool there and never reads as a candidate's failure.
 void prepare_call_scrubs();
+// What a tool calls when it starts: prepare_call_scrubs, then the shared and the register scrub run
+// once in the current context and waited for, so that a scrub this GPU compiles but cannot run (a
+// fault, a refused launch) stops the tool there too, instead of failing every candidate's call.
+void start_call_scrubs();
 
 // The context the tool's own kernels that judge run in beside a candidate (the fingerprint and
 // kernel-prof's compare), one per device in this process, created on first use for the current

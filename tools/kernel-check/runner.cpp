@@ -167,9 +167,10 @@ int runner_main(int gpu) {
     auto& d = ca::cuda::Driver::get();
     auto info = d.device_info(gpu);
     d.primary_context(gpu);
-    // The kernels every call runs beside a candidate, compiled and checked now: a GPU this judge cannot
-    // scrub stops the runner here, before any candidate (a failure at a load would be that candidate's).
-    ca::bundle::prepare_call_scrubs();
+    // The kernels every call runs beside a candidate, compiled, checked and run once now: a GPU this
+    // judge cannot scrub stops the runner here, before any candidate (a failure at a load or in a call
+    // would be that candidate's).
+    ca::bundle::start_call_scrubs();
     send({{"ok", true}, {"op", "hello"}, {"gpu", gpu}, {"name", info.name}, {"arch", info.arch()}, {"pid", getpid()}});
   } catch (const std::exception& e) {
     send(error_answer("no_device", e.what(), true));

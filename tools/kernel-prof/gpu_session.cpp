@@ -23,7 +23,7 @@ GpuSession::GpuSession(int ordinal, bool trace) {
   drv.check(drv.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   make_current();
   trusted_ = bundle::tool_context();  // made now, for this device; leaves ctx_ current
-  bundle::prepare_call_scrubs();       // in ctx_: a GPU the judge cannot scrub stops here, not at a candidate
+  bundle::start_call_scrubs();         // in ctx_: a GPU the judge cannot scrub stops here, not at a candidate
   flusher_ = std::make_unique<measure::L2Flusher>(id_.l2_bytes, 2.0);
   log::verbose("GPU ", ordinal, ": ", id_.name, " ", id_.uuid, ", driver ", id_.driver, ", L2 ", id_.l2_bytes >> 20,
                " MiB, flush buffer ", flusher_->bytes() >> 20, " MiB");
