@@ -103,7 +103,9 @@ PY
       { timeout 120 nvcc -arch="sm_$cc" -o "$R/state_probe" bench/state_probe.cu -L"$(dirname "$(command -v nvcc)")/../lib64/stubs" -lcuda -lnvrtc && for p in 5 6 8 7 1 1b 4 2 3; do echo "== probe $p"; timeout 30 "$R/state_probe" "$p"; echo "== probe $p: exit $?"; done; } > "$R/state-probe.log" 2>&1
       echo "rc=$?"; cut -c1-400 "$R/state-probe.log"
       # The probes' SASS (which physical, predicate and uniform registers their reads landed on).
-      cuobjdump -sass "$R/state_probe" > "$R/state_probe.sass" 2>&1 || echo "no cuobjdump: $(command -v nvcc)" ;;
+      cuobjdump -sass "$R/state_probe" > "$R/state_probe.sass" 2>&1 || echo "no cuobjdump: $(command -v nvcc)"
+      # And executor_gpu's register probe (bench/register_probe.cu): do look's reads land on 48 registers?
+      { nvcc -arch="sm_$cc" -cubin -Xptxas -v -o "$R/register_probe.cubin" bench/register_probe.cu && cuobjdump -sass "$R/register_probe.cubin"; } > "$R/register_probe.sass" 2>&1 || echo "register_probe.cu: no SASS" ;;
     ppo-large)
       # bench/ppo_step/large.sh, LARGE_CASES (default: the 32B LoRA step at 4k on a dummy base), one run
       # each; its bases and checkpoints stay out of the archive, its rows and the step's stderr tail go in

@@ -648,20 +648,34 @@ void Executor::load_module(const std::string& cubin) {
                                           d.error_text(r), ")"));
   }
   if (const size_t window = local_window()) local_scrub(window);
-  // The load-time image of every writable module-scope variable, restored before each call. Kept in
-  // this process's host memory, which no kernel can address: in device memory (until session 35) it
-  // was an allocation of the candidate's own context, which a kernel that found it (a scan of the
-  // pages beside its small buffers for its global's initial bytes) could rewrite, and every call's
-  // restore would then have carried what it wrote (a call counter) into the next. (Where the GPU
-  // reaches pageable host memory, HMM or ATS, the wall is ASLR instead: kernel-prof's
-  // gpu.pageable_memory_access says so; the H100s of sessions 34-35 report "Addressing Mode: None".)
-  // Each writable section is kept whole, found through its variables (each one's address less its
-  // offset in the section: they must agree), so the bytes between and after the variables, which a
-  // kernel reaches by writing past one, are restored too. A variable the driver cannot find by its
-  // symbol's name is refused, not skipped: skipped, it would keep what a call wrote into the next.
+  keep_module_images(cubin);
+}
+
+// The load-time image of every writable module-scope variable, restored before each call. Kept in
+// this process's host memory, which no kernel can address: in device memory (until session 35) it
+// was an allocation of the candidate's own context, which a kernel that found it (a scan of the
+// pages beside its small buffers for its global's initial bytes) could rewrite, and every call's
+// restore would then have carried what it wrote (a call counter) into the next. (Where the GPU
+// reaches pageable host memory, HMM or ATS, the wall is ASLR instead: kernel-prof's
+// gpu.pageable_memory_access says so; the H100s of sessions 34-35 report "Addressing Mode: None".)
+// A variable the driver cannot find by its symbol's name and size is refused, not skipped: skipped,
+// it would keep what a call wrote into the next.
+//
+// What is restored is the bytes a kernel reaches by writing past a variable too, as far as they are
+// the module's. A section whose variables keep the cubin's layout (each one's address less its
+// offset agrees: the constant banks, which kernels address by bank offset) is restored whole,
+// padding included. A section the driver does not lay out that way (the .nv.global sections: on the
+// H100 of session 37 it gave every variable its own 256-byte-aligned slot, the next variable, of
+// this module or another, at the next 256-byte boundary) is restored variable by variable, each with
+// the rest of its slot: up to the next 256-byte boundary when the variable starts on one (nothing
+// else can start before it), never past the next variable of this module.
+void Executor::keep_module_images(const std::string& cubin) {
+  auto& d = Driver::get();
+  constexpr CUdeviceptr kSlot = 256;
   for (const ModuleSection& sec : cubin_writable_sections(cubin)) {
-    GlobalImage g;
-    g.name = sec.name;
+    struct Found { std::string name; CUdeviceptr ptr; size_t size; int64_t offset; };
+    std::vector<Found> found;
+    bool one_block = true;
     for (const ModuleObject& o : sec.objects) {
       CUdeviceptr ptr = 0;
       size_t size = 0;
@@ -669,15 +683,29 @@ void Executor::load_module(const std::string& cubin) {
         throw std::runtime_error("the module variable " + o.name + " (" + sec.name + ", " + std::to_string(o.bytes) +
                                  " bytes) is not one the driver finds by that name with that size, so it could not be "
                                  "restored between calls");
-      const CUdeviceptr base = ptr - CUdeviceptr(o.offset);
-      if (g.ptr != 0 && base != g.ptr)
-        throw std::runtime_error("the module's " + sec.name + " is not laid out as its symbol table says (" + o.name +
-                                 "), so it could not be restored whole between calls");
-      g.ptr = base;
+      if (!found.empty() && ptr - CUdeviceptr(o.offset) != found.front().ptr - CUdeviceptr(found.front().offset))
+        one_block = false;
+      found.push_back({o.name, ptr, size, o.offset});
     }
-    g.image.resize(size_t(sec.bytes));
-    d.check(d.cuMemcpyDtoH(g.image.data(), g.ptr, g.image.size()), "copy of " + sec.name);
-    globals_.push_back(std::move(g));
+    if (found.empty()) continue;
+    std::vector<GlobalImage> images;
+    if (one_block) {
+      images.push_back({sec.name, found.front().ptr - CUdeviceptr(found.front().offset), std::vector<uint8_t>(size_t(sec.bytes))});
+    } else {
+      std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.ptr < b.ptr; });
+      for (size_t i = 0; i < found.size(); ++i) {
+        CUdeviceptr end = found[i].ptr + found[i].size;
+        if (found[i].ptr % kSlot == 0) end = std::max(end, (end + kSlot - 1) / kSlot * kSlot);
+        if (i + 1 < found.size()) end = std::min(end, found[i + 1].ptr);
+        end = std::max(end, found[i].ptr + found[i].size);  // overlapping variables: each whole all the same
+        images.push_back({sec.name + ":" + found[i].name, found[i].ptr, std::vector<uint8_t>(size_t(end - found[i].ptr))});
+      }
+    }
+    for (GlobalImage& g : images) {
+      if (g.image.empty()) continue;  // a variable of no bytes (a constexpr member cuda::std declares)
+      d.check(d.cuMemcpyDtoH(g.image.data(), g.ptr, g.image.size()), "copy of " + g.name);
+      globals_.push_back(std::move(g));
+    }
   }
 }
 

@@ -116,6 +116,7 @@ class Executor {
   struct Impl;
   void allocate_buffers();
   void load_module(const std::string& cubin);
+  void keep_module_images(const std::string& cubin);  // load_module's images of module variables
   CUfunction prepare_launch(const BoundStep& s, size_t si);
   void prepare_gemm(const BoundStep& s, size_t si);
   void prepare_conv(const BoundStep& s, size_t si);
@@ -132,7 +133,7 @@ class Executor {
   std::vector<size_t> after_bytes_;  // guard after each buffer: to the end of its allocation granule
   std::vector<int> init_scratch_, forward_scratch_;
   struct GlobalImage {
-    std::string name;              // the section (.nv.global, .nv.global.init, .nv.constant3, ...)
+    std::string name;              // the section (.nv.constant3), or section:variable (.nv.global:g_a)
     CUdeviceptr ptr = 0;           // its start
     std::vector<uint8_t> image;    // its load-time bytes, whole, in host memory (load_module says why)
   };
