@@ -148,10 +148,15 @@ __global__ void reserved_read(unsigned tag, unsigned long long* kept, unsigned* 
   }
   atomicAdd(kept, (unsigned long long)c);
 }
-__global__ void like_the_scrub(unsigned words) {
+__global__ void like_the_scrub(unsigned words, int below_too) {
   extern __shared__ unsigned sm[];
   volatile unsigned* v = sm;
   for (unsigned i = threadIdx.x; i < words; i += blockDim.x) v[i] = 0x5C4B0000u ^ i;
+  if (!below_too) return;  // since session 36 the scrub also fills its window below the array:
+  unsigned below;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(below) : "l"(sm));
+  for (unsigned off = 4 * threadIdx.x; off + 4 <= below; off += 4 * blockDim.x)
+    asm volatile("st.volatile.shared.u32 [%0], %1;" ::"r"(off), "r"(0x5C4B0000u ^ off));
 }
 void reserved_shared(int sms) {
   int optin = 0;
@@ -161,14 +166,16 @@ void reserved_shared(int sms) {
   unsigned* range;
   cudaMallocManaged(&kept, 8);
   cudaMallocManaged(&range, 8);
-  for (int scrub = 0; scrub < 2; ++scrub) {
+  const char* between[] = {"", ", a scrub-shaped kernel between (dynamic array only)",
+                           ", a scrub-shaped kernel between (dynamic array and the window below it)"};
+  for (int scrub = 0; scrub < 3; ++scrub) {
     *kept = 0;
     reserved_write<<<sms * 8, 256>>>(0xAB120000u);
-    if (scrub) like_the_scrub<<<sms, 1024, optin>>>(unsigned(optin / 4));
+    if (scrub) like_the_scrub<<<sms, 1024, optin>>>(unsigned(optin / 4), scrub == 2);
     reserved_read<<<sms * 8, 256>>>(0xAB120000u, kept, range);
     cudaError_t e = cudaDeviceSynchronize();
     printf("reserved shared memory [%u, %u) x %d blocks%s: %s, %llu words still tagged\n", range[0], range[1], sms * 8,
-           scrub ? ", a scrub-shaped kernel between" : "", cudaGetErrorString(e), *kept);
+           between[scrub], cudaGetErrorString(e), *kept);
     if (e != cudaSuccess) return;
   }
 }

@@ -98,9 +98,9 @@ PY
     state-probe)
       # bench/state_probe.cu (built here with nvcc): kernel parameters written between graph replays,
       # pageable host memory from a kernel (HMM), the cooperative grid workspace behind %envreg1/2,
-      # module variables, predicate and uniform registers, every %envreg (probes 1-8).
+      # module variables, predicate and uniform registers, every %envreg (probes 1-8; STATE_PROBES picks).
       cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
-      { timeout 120 nvcc -arch="sm_$cc" -o "$R/state_probe" bench/state_probe.cu -L"$(dirname "$(command -v nvcc)")/../lib64/stubs" -lcuda -lnvrtc && for p in 5 6 8 7 1 1b 4 2 3; do echo "== probe $p"; timeout 30 "$R/state_probe" "$p"; echo "== probe $p: exit $?"; done; } > "$R/state-probe.log" 2>&1
+      { timeout 120 nvcc -arch="sm_$cc" -o "$R/state_probe" bench/state_probe.cu -L"$(dirname "$(command -v nvcc)")/../lib64/stubs" -lcuda -lnvrtc && for p in ${STATE_PROBES:-5 6 8 7 1 1b 4 2 3}; do echo "== probe $p"; timeout 30 "$R/state_probe" "$p"; echo "== probe $p: exit $?"; done; } > "$R/state-probe.log" 2>&1
       echo "rc=$?"; cut -c1-400 "$R/state-probe.log"
       # The probes' SASS (which physical, predicate and uniform registers their reads landed on).
       cuobjdump -sass "$R/state_probe" > "$R/state_probe.sass" 2>&1 || echo "no cuobjdump: $(command -v nvcc)"

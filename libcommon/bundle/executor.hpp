@@ -133,9 +133,9 @@ class Executor {
   std::vector<size_t> after_bytes_;  // guard after each buffer: to the end of its allocation granule
   std::vector<int> init_scratch_, forward_scratch_;
   struct GlobalImage {
-    std::string name;              // the section (.nv.constant3), or section:variable (.nv.global:g_a)
-    CUdeviceptr ptr = 0;           // its start
-    std::vector<uint8_t> image;    // its load-time bytes, whole, in host memory (load_module says why)
+    std::string name;              // section:variable (.nv.global:g_a)
+    CUdeviceptr ptr = 0;           // its address
+    std::vector<uint8_t> image;    // its load-time bytes, in host memory (keep_module_images says why)
   };
   std::vector<GlobalImage> globals_;
   std::vector<CUfunction> functions_;  // per step, init then forward

@@ -230,14 +230,14 @@ TEST_CASE("shared memory outlives a kernel; scrub_shared_memory leaves none of i
   drv.cuMemFree(kept);
 }
 
-// The block's window below its dynamic array (the system's reserve, which bench/state_probe.cu 4 saw
-// keep 9,504 of 76,032 tagged words across a dynamic-only fill in session 36: one block's reserve
-// per SM, the fill's own), eight blocks of 256 per SM write it by shared offset, then a kernel of the
-// scrub's shape (one block per SM, the most dynamic shared memory) that fills only its dynamic array
-// (the control: what the scrub left before session 36), or the scrub itself, then the eight blocks
-// read it. Straight from writer to reader the words are mostly rewritten by the blocks' start (none
-// kept on the H100 of session 37), so that count is printed, not checked.
-TEST_CASE("the shared window below the dynamic array outlives a kernel; the scrub leaves none of it") {
+// The block's system reserve of shared memory (bench/state_probe.cu 4 saw it keep 9,504 of 76,032
+// tagged words across a dynamic-only fill in sessions 36 and 37: one block's reserve per SM, the
+// fill's own): eight blocks of 256 per SM write it by shared offset, then a kernel of the scrub's
+// shape (one block per SM, the most dynamic shared memory) that fills only its dynamic array (the
+// control: what the scrub left before session 36), or the scrub itself, then the eight blocks read
+// it. Straight from writer to reader most of it is rewritten by the blocks' start: that count is
+// printed, not checked.
+TEST_CASE("the shared memory reserve outlives a kernel; the scrub leaves none of it") {
   Gpu& g = gpu();
   auto& drv = cuda::Driver::get();
   CUfunction writer = smem_probe_kernel("ca_probe_reserve_writer"), reader = smem_probe_kernel("ca_probe_reserve_reader");
@@ -269,7 +269,7 @@ TEST_CASE("the shared window below the dynamic array outlives a kernel; the scru
   const auto [plain, read] = kept_of(nothing, 0x7E5E0001u);
   const auto [control, read1] = kept_of(dynamic_only, 0x7E5E0002u);
   const auto [scrubbed, read2] = kept_of(scrub, 0x7E5E0003u);
-  std::printf("shared window below the dynamic array (%llu words read): %llu kept from one kernel to the next, %llu across a "
+  std::printf("shared memory reserve (%llu words read): %llu kept from one kernel to the next, %llu across a "
               "dynamic-only fill of the scrub's shape, %llu past the scrub\n", read, plain, control, scrubbed);
   CHECK(read > 0);
   CHECK(read1 == read);
