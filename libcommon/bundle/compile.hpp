@@ -93,9 +93,9 @@ std::map<std::string, int64_t> cubin_sections(const std::string& cubin);
 // kernel writes a constant table through the generic address of its symbol.
 std::map<std::string, int64_t> cubin_writable_globals(const std::string& cubin);
 // The same variables by section: each section's size (sh_size) and its variables' offsets in it (the
-// symbols' values), so the executor can restore a section whole, the bytes between and after its
-// variables included (a kernel may write past its variable into padding), where the driver keeps
-// that layout (Executor::keep_module_images). Throws when the ELF cannot be read.
+// symbols' values): the compile report's module-byte cap counts sections; the executor restores
+// each variable (the driver does not keep a section's layout: Executor::keep_module_images). Throws
+// when the ELF cannot be read.
 struct ModuleObject {
   std::string name;
   int64_t offset = 0, bytes = 0;

@@ -235,8 +235,7 @@ TEST_CASE("shared memory outlives a kernel; scrub_shared_memory leaves none of i
 // fill's own): eight blocks of 256 per SM write it by shared offset, then a kernel of the scrub's
 // shape (one block per SM, the most dynamic shared memory) that fills only its dynamic array (the
 // control: what the scrub left before session 36), or the scrub itself, then the eight blocks read
-// it. Straight from writer to reader most of it is rewritten by the blocks' start: that count is
-// printed, not checked.
+// it. Straight from writer to reader most of it is rewritten by the blocks' start, not all.
 TEST_CASE("the shared memory reserve outlives a kernel; the scrub leaves none of it") {
   Gpu& g = gpu();
   auto& drv = cuda::Driver::get();
@@ -274,7 +273,11 @@ TEST_CASE("the shared memory reserve outlives a kernel; the scrub leaves none of
   CHECK(read > 0);
   CHECK(read1 == read);
   CHECK(read2 == read);
-  CHECK(control > 0);  // the channel (a GPU that cleared it would make this case moot, and say so here)
+  // The channel, by either path (a GPU that cleared it would make this case moot, and say so here).
+  // On the H100 of session 37 this pair found 1,152 kept straight from writer to reader and none
+  // across the dynamic-only fill, where bench/state_probe.cu 4 (nvcc, the runtime API) found 2,232
+  // and 9,504: which blocks land on which reserve is the hardware's business.
+  CHECK(plain + control > 0);
   CHECK(scrubbed == 0);
   drv.cuMemFree(counts);
 }
