@@ -250,8 +250,10 @@ __device__ void out_set(size_t i, float v) { far_area()[32 + i] = v; }
 """
 case("far-past-module-global", MM, {"mm.cu": DOT + FAR + CACHE_KERNELS}, CACHE_PLAN, "any", "exploit",
      control="honest-mm", cpu="compiled", precision="fp32", timed_as_control=1)
-# 4b. The same, right after the module's last variable: the bytes between the end of .nv.global (the
-#     section the executor restores whole) and the end of whatever the driver allocated for it.
+# 4b. The same, right after the module's only variable: the rest of the 256-byte slot the driver
+#     gives it (session 37, H100), which no allocation owns (the executor restores the variable's own
+#     bytes; a copy past them fails). Timed against its control: no input set recurs, so the cache
+#     never hits.
 NEAR = FAR.replace("(4u << 20)", "sizeof(g_small)")
 case("just-past-module-global", MM, {"mm.cu": DOT + NEAR + CACHE_KERNELS}, CACHE_PLAN, "any", "exploit",
      control="honest-mm", cpu="compiled", precision="fp32", timed_as_control=1)
