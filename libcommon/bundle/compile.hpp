@@ -66,6 +66,10 @@ struct CompileResult {
   Json resources_json() const;
 };
 
+// The compiler's warnings in a compile's log (a compile that succeeded may still warn of code it
+// compiled to a trap: a store through a __constant__ variable's address), for the check record.
+std::vector<std::string> compile_warnings(const std::string& log);
+
 std::string default_cache_dir();
 // The main translation unit includes every .cu/.cpp file of the bundle in name order; .cuh/.h files
 // are headers only. Never throws for a compile error (r.ok = false); EnvironmentError without NVRTC.

@@ -2,6 +2,7 @@
 // first error (in the sources or in a plan's name expression), and the log quoting only the bundle.
 #include <algorithm>
 #include <cctype>
+#include <sstream>
 
 #include "libcommon/bundle/compile.hpp"
 #include "libcommon/bundle/compile_detail.hpp"
@@ -43,6 +44,24 @@ std::string first_error_of(const std::string& log) {
 }
 
 }  // namespace
+
+// The compiler's warnings in a log (the front end's "file(line): warning #N-D: ..." and NVVM's
+// "Warning: ..."), ptxas's resource lines left out: at most kMaxWarnings, each cut at kMaxChars.
+std::vector<std::string> compile_warnings(const std::string& log) {
+  constexpr size_t kMaxWarnings = 20, kMaxChars = 300;
+  std::vector<std::string> out;
+  std::istringstream in(log);
+  std::string line;
+  while (out.size() < kMaxWarnings && std::getline(in, line)) {
+    // "file(line): warning ...", or a line NVVM opens with "warning: " (ptxas's lines open with "ptxas").
+    const bool warning = line.rfind("warning: ", 0) == 0 || line.find("): warning") != std::string::npos ||
+                         line.find("): Warning") != std::string::npos;
+    if (!warning) continue;
+    if (line.size() > kMaxChars) line = line.substr(0, kMaxChars) + "...";
+    out.push_back(line);
+  }
+  return out;
+}
 
 namespace detail {
 
@@ -133,7 +152,8 @@ void explain_failure(CompileResult& r) {
 // the confined compiler cannot open another file in the first place.
 std::string quote_only_bundle(const std::string& log, const std::map<std::string, std::string>& kernels,
                               const std::vector<std::string>& include_dirs) {
-  static const re2::RE2 located(R"(^(.+?)\((\d+)\): )", ca::byte_regex_options());
+  // NVVM's messages come as "warning: fused.cu(2): Warning: ...": the file after that prefix.
+  static const re2::RE2 located(R"(^(?:(?:warning|error): )?(.+?)\((\d+)\): )", ca::byte_regex_options());
   auto allowed = [&](const std::string& file) {
     if (file == "bundle_main.cu" || file.rfind("__nv_name_map", 0) == 0 || kernels.count(file) || c_header_shims().count(file)) return true;
     for (const auto& d : include_dirs)

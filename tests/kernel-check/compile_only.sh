@@ -35,6 +35,7 @@ expect() {
 $MK "$B/scale_add" > "$T/good.jsonl"
 expect "design example compiles" compiled "compile-only" < "$T/good.jsonl"
 [ "$(field "$T/out.jsonl" compiled)" = "true" ] && pass "compiled=true" || fail "compiled" "$(field "$T/out.jsonl" compiled)"
+[ "$(field "$T/out.jsonl" compile_warnings)" = "null" ] && pass "no compile_warnings on a clean compile" || fail "clean compile_warnings" "$(field "$T/out.jsonl" compile_warnings)"
 ms=$(field "$T/out.jsonl" compile_ms)
 python3 -c "import sys; assert float(sys.argv[1]) > 0" "$ms" && pass "compile_ms=$ms" || fail "compile_ms" "$ms"
 [ "$(field "$T/out.jsonl" cached)" = "false" ] && pass "first compile not cached" || fail "cached" "first compile cached"
@@ -55,6 +56,17 @@ expect "repaired cache entry" compiled "" < "$T/good.jsonl"
 [ "$(field "$T/out.jsonl" cached)" = "true" ] && pass "entry rewritten" || fail "rewrite" "not cached after repair"
 expect "--no-cache" compiled "" --no-cache < "$T/good.jsonl"
 [ "$(field "$T/out.jsonl" cached)" = "false" ] && pass "--no-cache compiles" || fail "--no-cache" "cached"
+
+# 2b. A compile that succeeds can still warn: a store through a __constant__ variable's address is
+#     compiled to a trap (NVVM's "Cannot store to pointer that points to constant memory space"),
+#     which the policy sees in check.compile_warnings instead of a runtime_error it cannot explain.
+$MK "$B/scale_add" --replace fused.cu "__global__ void scale_add" "__constant__ float c_w = 1.0f;
+__global__ void scale_add" --replace fused.cu "out[i] = a[i] * alpha + b[i];" "out[i] = a[i] * alpha + b[i] + c_w; *(volatile float*)&c_w += 1.0f;" \
+  | expect "store to a __constant__ compiles" compiled "compile-only"
+python3 -c "
+import json,sys; c=json.loads(open(sys.argv[1]).readline())['check']
+w=c.get('compile_warnings') or []; assert any('constant memory space' in x and 'fused.cu(' in x for x in w), w" "$T/out.jsonl" \
+  && pass "compile_warnings names the store to constant memory" || fail "compile_warnings" "$(field "$T/out.jsonl" compile_warnings)"
 
 # 3. Compile errors carry NVRTC's message.
 $MK "$B/scale_add" --replace fused.cu "out[i] = a[i] * alpha + b[i];" "out[i] = a[i] * alpha + b[i]" \

@@ -41,6 +41,7 @@ void candidate_fields(ca::Json& check, const ca::bundle::Candidate& c) {
   if (!r.confinement.empty()) check["compile_confinement"] = r.confinement;
   if (!r.ok) return;
   check["compiled"] = true;
+  if (auto warnings = ca::bundle::compile_warnings(r.log); !warnings.empty()) check["compile_warnings"] = warnings;
   check["resources"] = r.resources_json();
   check["precision"] = c.precision(nullptr);
   if (auto per_kernel = c.kernel_precisions(); !per_kernel.empty()) check["kernel_precision"] = per_kernel;
