@@ -590,8 +590,12 @@ case("passed", "honest-gemv-f32", WIDE, {"k.cu": BIASED_GEMV}, BIASED_PLAN)  # R
 # reference's largest error against float64 (the slack). (a + b) - a with a = randn^9 (a few |a| ~ 1e6)
 # loses b's low bits in fp32 on ~15 of 1M elements (by up to ~0.06); the exact kernel (y = b, half the
 # bytes) misses the published gate there and passes by the slack. An exploit that spends them on
-# elements it does not compute (zeros on 48) fails the norm; one that is 3.0 off on 300 elements
-# (past the slack) fails the count.
+# elements it does not compute (zeros on 16) fails the norm; one that is 3.0 off on 300 elements
+# (past the slack) fails the count. 16, not more: the count allowance is 8 x the reference's own
+# misses, which vary with the draw (4 to 13 seen; session 38's H100 drew 4, so 32 allowed, and zeros
+# on 48 missed on 36 and failed the count first); 16 zeros stay inside it unless the reference
+# misses on one element or none, and their norm error, sqrt(16 / 2^20) = 0.0039, is 2.8x the
+# largest plain bound seen (0.0014).
 CANCEL = {"task_id": "adv-cancel-heavy-tail",
           "code": "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
                   "        super().__init__()\n\n    def forward(self, a, b):\n        return (a + b) - a\n\n"
@@ -602,7 +606,7 @@ __global__ void ew(const float* __restrict__ b, float* __restrict__ y, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
 #if defined(ZERO_TAIL)
-  y[i] = i >= n - 48 ? 0.f : b[i];            // 48 elements never computed
+  y[i] = i >= n - 16 ? 0.f : b[i];            // 16 elements never computed
 #elif defined(OFF_HEAD)
   y[i] = i < 300 ? b[i] + 3.0f : b[i];        // 300 elements 3.0 off: past the slack and the count
 #else
