@@ -59,20 +59,26 @@ for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
         print("\n".join(((out.text or "") if out is not None else "").splitlines()[-25:]))
 PY
       }
+      # What the budget left out, said as such (scripts/gpu-budget-cut.sh): the test ctest's stop
+      # time ended (reported "Timeout") and the ones it never started.
+      cut_by_budget() { bash scripts/gpu-budget-cut.sh build "$@" || true; }
       mkdir -p "$R/files"
       timeout "$l" env OUT="$R/files" ctest --test-dir build -L gpu_shared -j "${GPU_SHARED_J:-4}" ${GPU_TESTS:+-R "$GPU_TESTS"} --output-on-failure ${GPU_TESTS_VERBOSE:+-V} \
         --output-junit "$R/gpu-tests-shared.junit.xml" --stop-time "$(stop_at "$l")" > "$R/gpu-tests-shared.log" 2>&1
       rc=$?; echo "rc=$rc (gpu_shared, -j ${GPU_SHARED_J:-4})"; grep -E "tests passed|Failed|Passed" "$R/gpu-tests-shared.log" | tail -12
       [ "$rc" -eq 0 ] || failures "$R/gpu-tests-shared.junit.xml"
+      cut_by_budget "$R/gpu-tests-shared.log" "$R/gpu-tests-shared.junit.xml" -L gpu_shared ${GPU_TESTS:+-R "$GPU_TESTS"}
       l=$(left)
-      [ "$l" -gt 30 ] || { echo "== the rest of gpu-tests skipped: $l s left"; continue; }
       # The filter test is left out of a whole run (filter-throughput measures it), not out of one
       # that names its tests.
       excl=(-E ops_synth_filter_gpu); [ -n "${GPU_TESTS:-}" ] && excl=()
+      [ "$l" -gt 30 ] || { echo "== the rest of gpu-tests skipped: $l s left"
+        cut_by_budget "" "" -L gpu -LE gpu_shared "${excl[@]}" ${GPU_TESTS:+-R "$GPU_TESTS"}; continue; }
       timeout "$l" env OUT="$R/files" ctest --test-dir build -L gpu -LE gpu_shared "${excl[@]}" ${GPU_TESTS:+-R "$GPU_TESTS"} --output-on-failure ${GPU_TESTS_VERBOSE:+-V} \
         --output-junit "$R/gpu-tests.junit.xml" --stop-time "$(stop_at "$l")" > "$R/gpu-tests.log" 2>&1
       rc=$?; echo "rc=$rc (the rest, one at a time)"; grep -E "tests passed|Failed|Passed" "$R/gpu-tests.log" | tail -20
-      [ "$rc" -eq 0 ] || failures "$R/gpu-tests.junit.xml" ;;
+      [ "$rc" -eq 0 ] || failures "$R/gpu-tests.junit.xml"
+      cut_by_budget "$R/gpu-tests.log" "$R/gpu-tests.junit.xml" -L gpu -LE gpu_shared "${excl[@]}" ${GPU_TESTS:+-R "$GPU_TESTS"} ;;
     nn-tests)
       BIN=build/bin OUT=$R/nn bash tests/nn_cuda/run_device.sh ops model hf 2>&1 | grep -E "^==|SUCCESS|FAIL|hf_parity" ;;
     nn-bench)
