@@ -121,6 +121,7 @@ PY
         bash bench/ppo_step/large.sh > "$R/ppo-large/large.log" 2>&1
       echo "rc=$?"; cat "$w/results.jsonl" 2>/dev/null | cut -c1-400
       cp "$w/results.jsonl" "$w"/profile_*.txt "$R/ppo-large/" 2>/dev/null; tail -c 4000 "$w/err" > "$R/ppo-large/err.tail" 2>/dev/null
+      cat "$R"/ppo-large/profile_*_summary.txt 2>/dev/null | head -40
       tail -3 "$R/ppo-large/err.tail"; rm -rf "$w" ;;
     kb)
       # bench/kernelbench (KB_STAGES, default: cands toolchain), task files from .kb/ (carried). The

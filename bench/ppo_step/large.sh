@@ -32,7 +32,8 @@
 # (torch_compare.py), where a single epoch also pays each GEMM's first plan and the buffers' growth.
 # PROFILE=1: each step runs with CA_NN_CUDA_PROFILE=1 (every launch and GEMM between CUDA events, a
 # few % slower; its rows say "profiled") and its GPU time by kernel over scoring and updates goes to
-# OUT/profile_CASE_REP.txt (the case's ':' as '_').
+# OUT/profile_CASE_REP.txt (the case's ':' as '_'), and by family with the GEMMs' and attention's
+# TFLOP/s (bench/ppo_step/profile_summary.py) in OUT/profile_CASE_REP_summary.txt.
 set -euo pipefail
 BIN=${BIN:-build/bin}
 OUT=${OUT:-/tmp/ppo_large}
@@ -108,7 +109,11 @@ PY
       continue
     fi
     if [ "${PROFILE:-0}" = 1 ]; then
-      sed -n '/^nn_cuda profile: /,$p' "$OUT/err" | grep -E '^(nn_cuda profile: |  )' > "$OUT/profile_${case/:/_}_$rep.txt" || true
+      prof="$OUT/profile_${case/:/_}_$rep.txt"
+      sed -n '/^nn_cuda profile: /,$p' "$OUT/err" | grep -E '^(nn_cuda profile: |  )' > "$prof" || true
+      # By family, with the GEMMs' and attention's TFLOP/s (profile_summary.py), beside the table.
+      [ -s "$prof" ] && "$PY" "$(dirname "$0")/profile_summary.py" "$prof" --config "$OUT/config_$size.json" --tokens "$T" \
+        --peak "$PEAK_TFLOPS" > "${prof%.txt}_summary.txt" 2>&1 || true
     fi
     "$PY" - "$OUT/m.jsonl" "$OUT/config_$size.json" "$case" "$mode" "$rep" "$(tail -1 "$OUT/rss")" "$PEAK_TFLOPS" <<'PY' | tee -a "$OUT/results.jsonl"
 import json, os, sys
