@@ -595,7 +595,8 @@ case("passed", "honest-gemv-f32", WIDE, {"k.cu": BIASED_GEMV}, BIASED_PLAN)  # R
 # misses, which vary with the draw (4 to 13 seen; session 38's H100 drew 4, so 32 allowed, and zeros
 # on 48 missed on 36 and failed the count first); 16 zeros stay inside it unless the reference
 # misses on one element or none, and their norm error, sqrt(16 / 2^20) = 0.0039, is 2.8x the
-# largest plain bound seen (0.0014).
+# largest plain bound seen (0.0014). Which gate the reason names depends on the draw, so the verdict
+# is asserted here and the norm's catch in adversarial_gpu.sh (a trial over its calibrated bound).
 CANCEL = {"task_id": "adv-cancel-heavy-tail",
           "code": "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
                   "        super().__init__()\n\n    def forward(self, a, b):\n        return (a + b) - a\n\n"
@@ -616,7 +617,7 @@ __global__ void ew(const float* __restrict__ b, float* __restrict__ y, int n) {
 """
 CANCEL_PLAN = ("dims: {N: inputs.1.shape[0]}\nforward:\n  - launch: ew\n    grid: [cdiv(N, 256)]\n    block: [256]\n"
                "    args: [inputs.1, outputs.0, N]\n")
-case("incorrect|calibrated bound", "allowance-spent-on-zeros", CANCEL, {"k.cu": "#define ZERO_TAIL\n" + CANCEL_KERNEL}, CANCEL_PLAN)
+case("incorrect|outputs.0", "allowance-spent-on-zeros", CANCEL, {"k.cu": "#define ZERO_TAIL\n" + CANCEL_KERNEL}, CANCEL_PLAN)
 case("incorrect|allowed", "allowance-exceeded", CANCEL, {"k.cu": "#define OFF_HEAD\n" + CANCEL_KERNEL}, CANCEL_PLAN)
 case("passed", "honest-exact-cancel", CANCEL, {"k.cu": CANCEL_KERNEL}, CANCEL_PLAN)
 

@@ -45,6 +45,19 @@ print("%s honest-exact-cancel: slack, misses/allowed per trial %s" % (
     "ok  " if ok else "FAIL", [u and (round(u["slack"], 4), u["misses"], u["allowed"]) for u in used]))
 sys.exit(0 if ok else 1)
 PY
+# Zeros spent on the allowance are caught by the calibrated norm whichever gate the reason names (the
+# count fires first when the draw's reference missed on few elements): some trial's relative error
+# norm is over its bound.
+python3 - "$T/checked.jsonl" <<'PY' || fails=$((fails + 1))
+import json, sys
+c = next(r for r in map(json.loads, open(sys.argv[1])) if r["candidate_id"] == "adv-allowance-spent-on-zeros")["check"]
+tol = [t["tolerance"] for t in c.get("trials", [])]
+over = [(round(t["measured_rel_l2"], 5), round(t["bound_rel_l2"], 5)) for t in tol if "bound_rel_l2" in t]
+ok = c["status"] == "incorrect" and any(m > b for m, b in over)
+print("%s allowance-spent-on-zeros: the norm catches it, (rel l2, bound) per trial %s; count %s" % (
+    "ok  " if ok else "FAIL", over, [t.get("elementwise_allowance", {}).get("outputs.0") for t in tol]))
+sys.exit(0 if ok else 1)
+PY
 # Time the caches and their honest twin, and the TF32 gemm; then its reward.
 python3 - "$T/expected.txt" "$T/checked.jsonl" > "$T/to_time.jsonl" <<'PY'
 import json, sys
