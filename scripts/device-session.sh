@@ -47,38 +47,25 @@ for part in "$@"; do
       # GPU, GPU_SHARED_J at a time (default 4; 1 runs them alone); then every other gpu test alone.
       # Tests that keep files for the note write them under $OUT: here that is inside results.tgz,
       # since at most 8 files come back from a call (session 30 lost results.tgz behind eight).
-      # A failed pass also prints its failures' last lines, which come back in the call's output.
       stop_at() { date -d "+$(( $1 > 40 ? $1 - 20 : $1 / 2 )) seconds" +%H:%M:%S; }
-      failures() {  # the last 25 lines of each failed test's output, from ctest's JUnit file
-        python3 - "$1" <<'PY' || true
-import sys, xml.etree.ElementTree as ET
-for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
-    if case.get("status") == "fail" or case.find("failure") is not None:
-        out = case.find("system-out")
-        print("--- %s failed; its last lines:" % case.get("name"))
-        print("\n".join(((out.text or "") if out is not None else "").splitlines()[-25:]))
-PY
-      }
-      # What the budget left out, said as such (scripts/gpu-budget-cut.sh): the test ctest's stop
-      # time ended (reported "Timeout") and the ones it never started.
-      cut_by_budget() { bash scripts/gpu-budget-cut.sh build "$@" || true; }
+      # After each pass, what it left to read (scripts/gpu-pass-report.sh): its failures' last lines,
+      # the test the budget's stop time ended (ctest says "Timeout") and the tests it never started.
+      report() { bash scripts/gpu-pass-report.sh build "$@" || true; }
       mkdir -p "$R/files"
       timeout "$l" env OUT="$R/files" ctest --test-dir build -L gpu_shared -j "${GPU_SHARED_J:-4}" ${GPU_TESTS:+-R "$GPU_TESTS"} --output-on-failure ${GPU_TESTS_VERBOSE:+-V} \
         --output-junit "$R/gpu-tests-shared.junit.xml" --stop-time "$(stop_at "$l")" > "$R/gpu-tests-shared.log" 2>&1
       rc=$?; echo "rc=$rc (gpu_shared, -j ${GPU_SHARED_J:-4})"; grep -E "tests passed|Failed|Passed" "$R/gpu-tests-shared.log" | tail -12
-      [ "$rc" -eq 0 ] || failures "$R/gpu-tests-shared.junit.xml"
-      cut_by_budget "$R/gpu-tests-shared.log" "$R/gpu-tests-shared.junit.xml" -L gpu_shared ${GPU_TESTS:+-R "$GPU_TESTS"}
+      report "$R/gpu-tests-shared.log" "$R/gpu-tests-shared.junit.xml" -L gpu_shared ${GPU_TESTS:+-R "$GPU_TESTS"}
       l=$(left)
       # The filter test is left out of a whole run (filter-throughput measures it), not out of one
       # that names its tests.
       excl=(-E ops_synth_filter_gpu); [ -n "${GPU_TESTS:-}" ] && excl=()
       [ "$l" -gt 30 ] || { echo "== the rest of gpu-tests skipped: $l s left"
-        cut_by_budget "" "" -L gpu -LE gpu_shared "${excl[@]}" ${GPU_TESTS:+-R "$GPU_TESTS"}; continue; }
+        report "" "" -L gpu -LE gpu_shared "${excl[@]}" ${GPU_TESTS:+-R "$GPU_TESTS"}; continue; }
       timeout "$l" env OUT="$R/files" ctest --test-dir build -L gpu -LE gpu_shared "${excl[@]}" ${GPU_TESTS:+-R "$GPU_TESTS"} --output-on-failure ${GPU_TESTS_VERBOSE:+-V} \
         --output-junit "$R/gpu-tests.junit.xml" --stop-time "$(stop_at "$l")" > "$R/gpu-tests.log" 2>&1
       rc=$?; echo "rc=$rc (the rest, one at a time)"; grep -E "tests passed|Failed|Passed" "$R/gpu-tests.log" | tail -20
-      [ "$rc" -eq 0 ] || failures "$R/gpu-tests.junit.xml"
-      cut_by_budget "$R/gpu-tests.log" "$R/gpu-tests.junit.xml" -L gpu -LE gpu_shared "${excl[@]}" ${GPU_TESTS:+-R "$GPU_TESTS"} ;;
+      report "$R/gpu-tests.log" "$R/gpu-tests.junit.xml" -L gpu -LE gpu_shared "${excl[@]}" ${GPU_TESTS:+-R "$GPU_TESTS"} ;;
     nn-tests)
       BIN=build/bin OUT=$R/nn bash tests/nn_cuda/run_device.sh ops model hf 2>&1 | grep -E "^==|SUCCESS|FAIL|hf_parity" ;;
     nn-bench)

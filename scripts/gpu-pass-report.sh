@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# What one ctest pass of a device call left to read (device-session.sh's gpu-tests), from its log and
+# JUnit file, which come back only as the call's output:
+#   scripts/gpu-pass-report.sh BUILD LOG JUNIT [ctest selection args: -L gpu -R REGEX ...]
+# - each failed test's last 25 lines;
+# - the test ctest's --stop-time ended, named as the budget's, not a failure of its own (ctest reports
+#   it "Timeout", as if it had hung: session 38's ops_synth_filter_gpu);
+# - the selected tests ctest never started (it names none of them).
+# LOG or JUNIT may be "" or missing (a pass the budget skipped: every selected test is named).
+# Prints nothing for a pass that ran whole and passed.
+set -euo pipefail
+[ $# -ge 3 ] || { echo "usage: $0 BUILD LOG JUNIT [ctest selection args]" >&2; exit 1; }
+build=$1 log=$2 junit=$3; shift 3
+listed=$(ctest --test-dir "$build" -N "$@") || { echo "gpu-pass-report.sh: ctest -N failed in $build" >&2; exit 3; }
+exec python3 - "$log" "$junit" "$listed" <<'PY'
+import re, sys, xml.etree.ElementTree as ET
+log, junit, listed = sys.argv[1:4]
+selected = re.findall(r"Test\s+#\d+: (\S+)", listed)
+try:
+    cases = list(ET.parse(junit).getroot().iter("testcase"))
+except (OSError, ET.ParseError):
+    cases = []
+try:
+    text = open(log, errors="replace").read()
+except OSError:
+    text = ""
+cut = None
+if "The stop time has been passed" in text:
+    ended = re.findall(r"Test\s+#\d+: (\S+) \.+\s*\*+Timeout", text)
+    cut = ended[-1] if ended else None
+for case in cases:
+    if case.get("status") == "fail" or case.find("failure") is not None:
+        out = case.find("system-out")
+        how = "was ended by the budget (ctest's stop time)" if case.get("name") == cut else "failed"
+        print("--- %s %s; its last lines:" % (case.get("name"), how))
+        print("\n".join(((out.text or "") if out is not None else "").splitlines()[-25:]))
+if cut:
+    print("budget: ctest's stop time ended %s (reported as Timeout: not a hang, nor a failure of its own)" % cut)
+ran = {c.get("name") for c in cases}
+missing = [n for n in selected if n not in ran]
+if missing:
+    print("budget: not run, the stop time came first: %s" % " ".join(missing))
+PY
