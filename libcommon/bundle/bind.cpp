@@ -13,6 +13,7 @@
 #include "libcommon/bundle/layout.hpp"
 #include "libcommon/byte_regex.hpp"
 #include "libcommon/dtype.hpp"
+#include "libcommon/errors.hpp"
 
 namespace ca::bundle {
 
@@ -572,13 +573,19 @@ class Binder {
     return c;
   }
 
+  // The bound buffer a reference names. The parse-time check (buffer_dtype) lets a reference into a list
+  // the task left empty pass, as a task that carries only its code does; binding needs the buffer itself.
   int index_of(const BufferRef& templ, const std::string& where = "") {
     int idx = -1;
     const BufferRef ref = concrete(templ, where);
-    if (ref.space == Space::scratch) return bp.buffer_index(ref.text());
-    io.find(ref, &idx);
-    std::string key = ref.space == Space::param ? io.params[idx].name : std::to_string(idx);
-    return bp.buffer_index(std::string(space_name(ref.space)) + "." + key);
+    if (ref.space != Space::scratch && !io.find(ref, &idx))
+      throw PlanError(where + ": " + ref.text() + " does not exist (the task has no " + space_name(ref.space) + ")");
+    const std::string name = ref.space == Space::scratch ? ref.text()
+                             : std::string(space_name(ref.space)) + "." +
+                                   (ref.space == Space::param ? io.params[idx].name : std::to_string(idx));
+    const int b = bp.buffer_index(name);
+    if (b < 0) throw InternalError("plan binding: no bound buffer for " + name + " (" + where + ")");
+    return b;
   }
 
   // A view's offset in bytes, checked against its buffer: 0 <= offset, and `need` elements from it
