@@ -117,6 +117,9 @@ RenderedEpisode render_episode(const Tokenizer& tok, const Json& episode) {
   for (std::size_t i = 0; i < turns.size(); ++i) {
     const std::string where = "episode.turns[" + std::to_string(i) + "]";
     const Json& a = field(turns[i], "assistant", where);
+    if (!a.is_object()) throw FieldError(where + ".assistant", std::string("expected an object, got ") + a.type_name());
+    if (a.contains("finish_reason") && !a["finish_reason"].is_null() && !a["finish_reason"].is_string())
+      throw FieldError(where + ".assistant.finish_reason", std::string("expected a string, got ") + a["finish_reason"].type_name());
     std::string content = a.contains("content") && a["content"].is_string() ? a["content"].get<std::string>() : "";
     std::vector<RenderedCall> calls;
     if (a.contains("tool_calls") && !a["tool_calls"].is_null()) {
@@ -136,7 +139,7 @@ RenderedEpisode render_episode(const Tokenizer& tok, const Json& episode) {
     auto fed = ctx.prompt(messages, tools);
     out.tokens.insert(out.tokens.end(), fed.begin(), fed.end());
     out.mask.insert(out.mask.end(), fed.size(), 0.0);
-    auto sampled = ctx.assistant_ids(content, calls, a.value("finish_reason", std::string()) == "length");
+    auto sampled = ctx.assistant_ids(content, calls, a.contains("finish_reason") && a["finish_reason"] == "length");
     if (out.response_start < 0 && !sampled.empty()) out.response_start = int(out.tokens.size());
     ctx.complete(sampled);
     out.tokens.insert(out.tokens.end(), sampled.begin(), sampled.end());

@@ -82,6 +82,23 @@ bool has_token_ids(const Json& turns) {
   return false;
 }
 
+// Whether agent-run marked one of a turn's tool results malformed (a call it could not parse); a mark that
+// is not a boolean is a bad record naming it.
+bool malformed_tool_result(const Json& turn, const std::string& where) {
+  if (!turn.is_object() || !turn.contains("tool_results") || !turn["tool_results"].is_array()) return false;
+  const Json& results = turn["tool_results"];
+  bool any = false;
+  for (std::size_t j = 0; j < results.size(); ++j) {
+    if (!results[j].is_object() || !results[j].contains("malformed") || results[j]["malformed"].is_null()) continue;
+    const Json& mark = results[j]["malformed"];
+    if (!mark.is_boolean())
+      throw FieldError(where + ".tool_results[" + std::to_string(j) + "].malformed",
+                       std::string("expected a boolean, got ") + mark.type_name());
+    any = mark.get<bool>() || any;
+  }
+  return any;
+}
+
 // Turns recorded without token ids (the replay policy; a server that returned none): rendered with the
 // policy's tokenizer and chat template exactly as the native policy would have been fed them and would
 // have had to sample them (libcommon/tokenizer/agent_chat). Tool output is masked; there are no old
@@ -94,10 +111,9 @@ void render_agent_run_turns(const Json& episode, const tokenizer::Tokenizer& tok
   tr.response_start = r.response_start;
   tr.has_old_logprobs = false;
   tr.rendered = true;
-  for (const auto& turn : episode["turns"])
-    if (turn.contains("tool_results") && turn["tool_results"].is_array())
-      for (auto& x : turn["tool_results"])
-        if (x.is_object() && x.value("malformed", false)) tr.clean_tool_use = false;
+  const Json& turns = episode["turns"];
+  for (std::size_t i = 0; i < turns.size(); ++i)
+    if (malformed_tool_result(turns[i], "episode.turns[" + std::to_string(i) + "]")) tr.clean_tool_use = false;
   for (int t : tr.tokens)
     if (t >= tok.vocab_size()) throw FieldError("episode.turns", "rendered a token id past the tokenizer's vocabulary");
 }
@@ -127,9 +143,7 @@ void parse_agent_run_turns(const Json& turns, Trajectory& tr) {
   for (int i = 0; i <= last; ++i) {
     const Json& turn = turns[i];
     const std::string where = "episode.turns[" + std::to_string(i) + "]";
-    if (turn.contains("tool_results") && turn["tool_results"].is_array())
-      for (auto& r : turn["tool_results"])
-        if (r.is_object() && r.value("malformed", false)) tr.clean_tool_use = false;
+    if (malformed_tool_result(turn, where)) tr.clean_tool_use = false;
     if (!turn.contains("assistant") || !turn["assistant"].contains("token_ids") || turn["assistant"]["token_ids"].empty())
       continue;
     if (!turn.contains("prompt_token_ids")) throw FieldError(where + ".prompt_token_ids", "missing");
