@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);
   app.fallthrough();  // -v/-q and the shared options work after a subcommand too
   ca::ppo_step::TrainSettings train;  // the training step: no subcommand
-  ca::ppo_step::add_train_options(app, train);
+  const auto train_only = ca::ppo_step::add_train_options(app, train);
   cli.add_io_options();
   cli.add_store_options();
   cli.add_record_options();
@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   ca::ppo_step::add_subcommands(cli, sub, train.fields);
 
   return cli.run(argc, argv, [&]() -> int {
+    ca::ppo_step::refuse_train_options(app, train_only);
     const auto& opt = cli.options();
     opt.resume_does_nothing("a step starts from the checkpoint it is given (--policy)");
     const uint64_t seed = opt.run_seed();

@@ -17,8 +17,9 @@
 
 namespace ca::ppo_step {
 
-void add_train_options(CLI::App& app, TrainSettings& t) {
+std::vector<CLI::Option*> add_train_options(CLI::App& app, TrainSettings& t) {
   auto& [paths, config_path, fields, device, empty_ok] = t;
+  const std::size_t before = app.get_options().size();
   app.add_option("--mode", paths.mode, "ppo | rft | value-pretrain")->check(CLI::IsMember({"ppo", "rft", "value-pretrain"}));
   app.add_option("--policy", paths.policy, "Policy checkpoint: an HF folder (config.json + safetensors, sharded or not) or a PEFT adapter folder on its base");
   app.add_option("--critic", paths.critic, "Critic checkpoint or critic adapter (a policy folder starts a critic with a zero value head)");
@@ -52,6 +53,20 @@ void add_train_options(CLI::App& app, TrainSettings& t) {
   app.add_option("--config", config_path, "YAML coefficients (ppo-step config prints every key and default)");
   app.add_option("--reward-field", fields.reward_pointer, "JSON pointer of the reward (default /reward if a number, else /reward/value)");
   app.add_option("--group-field", fields.group_pointer, "JSON pointer of the group key (GRPO)")->capture_default_str();
+  std::vector<CLI::Option*> added = app.get_options();
+  added.erase(added.begin(), added.begin() + long(before));
+  return added;
+}
+
+void refuse_train_options(const CLI::App& app, const std::vector<CLI::Option*>& train_options) {
+  const auto subs = app.get_subcommands();  // the ones on the command line
+  if (subs.empty()) return;
+  for (const CLI::Option* o : train_options)
+    if (o->count() > 0)
+      throw UsageError("ppo-step " + subs.front()->get_name() + ": " + o->get_name() +
+                       " is an option of the training step (ppo-step without a subcommand); " +
+                       subs.front()->get_name() + " does not read it (ppo-step " + subs.front()->get_name() +
+                       " --help lists its own)");
 }
 
 std::optional<tokenizer::Tokenizer> render_tokenizer(const StepPaths& paths) {
@@ -87,7 +102,7 @@ void set_vocabulary(const StepPaths& p, EpisodeFields& f) {
 
 int run_train(const CommonOptions& opt, TrainSettings& t, uint64_t seed) {
   auto& [paths, config_path, fields, device, empty_ok] = t;
-  if (paths.mode.empty()) throw ca::UsageError("give --mode ppo|rft|value-pretrain, or a subcommand (advantages, sample, init, config)");
+  if (paths.mode.empty()) throw ca::UsageError("give --mode ppo|rft|value-pretrain, or a subcommand (advantages, sample, tokenize, init, config)");
   ca::ppo_step::TrainConfig config;
   if (!config_path.empty()) config.apply_yaml(ca::read_file(config_path), config_path);
   device.lora.seed = seed;
