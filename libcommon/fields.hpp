@@ -29,14 +29,17 @@ template <class T> bool has_type(const Json& v) {
 }
 }  // namespace detail
 
-// The value at `pointer` if present (std::nullopt when absent or null); FieldError when mistyped.
-template <class T> std::optional<T> get_optional(const Json& record, const std::string& pointer) {
+// The value at `pointer` if present (std::nullopt when absent or null); FieldError when mistyped. The
+// error names the field by `name` when given (a value read from inside a record: "episode.turns[2]..."),
+// else by the pointer.
+template <class T>
+std::optional<T> get_optional(const Json& record, const std::string& pointer, const std::string& name = "") {
   const auto ptr = Json::json_pointer(pointer);
   if (!record.contains(ptr) || record.at(ptr).is_null()) return std::nullopt;
   const Json& v = record.at(ptr);
   if (!detail::has_type<T>(v))
-    throw FieldError(field_name(pointer), std::string("expected ") + detail::type_name<T>() + ", got " + v.type_name() +
-                                              " " + v.dump().substr(0, 40));
+    throw FieldError(name.empty() ? field_name(pointer) : name, std::string("expected ") + detail::type_name<T>() +
+                                                                    ", got " + v.type_name() + " " + v.dump().substr(0, 40));
   if constexpr (std::is_same_v<T, Json>) return v;
   else return v.template get<T>();
 }

@@ -2,6 +2,7 @@
 #include "libcommon/tokenizer/agent_chat.hpp"
 
 #include "libcommon/errors.hpp"
+#include "libcommon/fields.hpp"
 
 namespace ca::tokenizer {
 
@@ -118,8 +119,7 @@ RenderedEpisode render_episode(const Tokenizer& tok, const Json& episode) {
     const std::string where = "episode.turns[" + std::to_string(i) + "]";
     const Json& a = field(turns[i], "assistant", where);
     if (!a.is_object()) throw FieldError(where + ".assistant", std::string("expected an object, got ") + a.type_name());
-    if (a.contains("finish_reason") && !a["finish_reason"].is_null() && !a["finish_reason"].is_string())
-      throw FieldError(where + ".assistant.finish_reason", std::string("expected a string, got ") + a["finish_reason"].type_name());
+    const bool cut = get_optional<std::string>(a, "/finish_reason", where + ".assistant.finish_reason") == "length";
     std::string content = a.contains("content") && a["content"].is_string() ? a["content"].get<std::string>() : "";
     std::vector<RenderedCall> calls;
     if (a.contains("tool_calls") && !a["tool_calls"].is_null()) {
@@ -139,7 +139,7 @@ RenderedEpisode render_episode(const Tokenizer& tok, const Json& episode) {
     auto fed = ctx.prompt(messages, tools);
     out.tokens.insert(out.tokens.end(), fed.begin(), fed.end());
     out.mask.insert(out.mask.end(), fed.size(), 0.0);
-    auto sampled = ctx.assistant_ids(content, calls, a.contains("finish_reason") && a["finish_reason"] == "length");
+    auto sampled = ctx.assistant_ids(content, calls, cut);
     if (out.response_start < 0 && !sampled.empty()) out.response_start = int(out.tokens.size());
     ctx.complete(sampled);
     out.tokens.insert(out.tokens.end(), sampled.begin(), sampled.end());

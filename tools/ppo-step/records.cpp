@@ -88,14 +88,9 @@ bool malformed_tool_result(const Json& turn, const std::string& where) {
   if (!turn.is_object() || !turn.contains("tool_results") || !turn["tool_results"].is_array()) return false;
   const Json& results = turn["tool_results"];
   bool any = false;
-  for (std::size_t j = 0; j < results.size(); ++j) {
-    if (!results[j].is_object() || !results[j].contains("malformed") || results[j]["malformed"].is_null()) continue;
-    const Json& mark = results[j]["malformed"];
-    if (!mark.is_boolean())
-      throw FieldError(where + ".tool_results[" + std::to_string(j) + "].malformed",
-                       std::string("expected a boolean, got ") + mark.type_name());
-    any = mark.get<bool>() || any;
-  }
+  for (std::size_t j = 0; j < results.size(); ++j)
+    any = get_optional<bool>(results[j], "/malformed", where + ".tool_results[" + std::to_string(j) + "].malformed")
+              .value_or(false) || any;
   return any;
 }
 
