@@ -20,7 +20,7 @@ template <class T> constexpr const char* type_name() {
   else if constexpr (std::is_same_v<T, std::string>) return "a string";
   else return "a JSON value";
 }
-template <class T> bool has_type(const Json& v) {
+template <class T, class J> bool has_type(const J& v) {
   if constexpr (std::is_same_v<T, bool>) return v.is_boolean();
   else if constexpr (std::is_integral_v<T>) return v.is_number_integer();
   else if constexpr (std::is_floating_point_v<T>) return v.is_number();
@@ -32,15 +32,16 @@ template <class T> bool has_type(const Json& v) {
 // The value at `pointer` if present (std::nullopt when absent or null); FieldError when mistyped. The
 // error names the field by `name` when given (a value read from inside a record: "episode.turns[2]..."),
 // else by the pointer.
-template <class T>
-std::optional<T> get_optional(const Json& record, const std::string& pointer, const std::string& name = "") {
-  const auto ptr = Json::json_pointer(pointer);
+// Any nlohmann JSON type: records are ordered, tokenizer.json is read sorted.
+template <class T, class J = Json>
+std::optional<T> get_optional(const J& record, const std::string& pointer, const std::string& name = "") {
+  const auto ptr = typename J::json_pointer(pointer);
   if (!record.contains(ptr) || record.at(ptr).is_null()) return std::nullopt;
-  const Json& v = record.at(ptr);
+  const J& v = record.at(ptr);
   if (!detail::has_type<T>(v))
     throw FieldError(name.empty() ? field_name(pointer) : name, std::string("expected ") + detail::type_name<T>() +
                                                                     ", got " + v.type_name() + " " + v.dump().substr(0, 40));
-  if constexpr (std::is_same_v<T, Json>) return v;
+  if constexpr (std::is_same_v<T, J>) return v;
   else return v.template get<T>();
 }
 
@@ -48,6 +49,18 @@ template <class T> T get_required(const Json& record, const std::string& pointer
   auto v = get_optional<T>(record, pointer);
   if (!v) throw FieldError(field_name(pointer), "missing");
   return *v;
+}
+
+// A setting read from a file (config.json, adapter_config.json, tokenizer.json): the value at `pointer`,
+// `fallback` when absent or null (as Hugging Face and PEFT write unset settings); a mistyped one is an
+// InputError naming the file and the setting (exit 2), since no record is there to carry a FieldError.
+template <class T, class J = Json>
+T get_setting(const J& file, const std::string& pointer, T fallback, const std::string& origin) {
+  try {
+    return get_optional<T>(file, pointer).value_or(std::move(fallback));
+  } catch (const FieldError& e) {
+    throw InputError(origin + ": " + e.what());
+  }
 }
 
 // A number that must also be finite and > 0 (times, sizes).

@@ -121,9 +121,9 @@ Tolerances Tolerances::calibrated(const std::string& precision, const ca::Json& 
   if (!calibration.is_object()) throw ca::InputError("compare: a calibration is an object of outputs");
   for (const auto& [name, entry] : calibration.items()) {
     if (!entry.is_object()) throw ca::InputError("compare: calibration of " + name + " is not an object");
-    if (entry.value("precision", std::string()) != precision)
-      throw ca::InputError("compare: calibration of " + name + " is for precision '" +
-                           entry.value("precision", std::string("?")) + "', the claim is " + precision);
+    const ca::Json& of = entry.contains("precision") ? entry["precision"] : ca::Json();
+    if (of != precision)
+      throw ca::InputError("compare: calibration of " + name + " is for precision " + of.dump() + ", the claim is " + precision);
     Tolerance tol;
     tol.mode = "calibrated";
     tol.precision = precision;

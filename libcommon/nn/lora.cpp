@@ -10,6 +10,7 @@
 
 #include "libcommon/atomic_file.hpp"
 #include "libcommon/errors.hpp"
+#include "libcommon/fields.hpp"
 #include "libcommon/nn/ops.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/safetensors.hpp"
@@ -96,18 +97,19 @@ std::vector<LoraModule> LoraConfig::parse_targets(const std::string& spec) {
 LoraConfig LoraConfig::from_json(const Json& j, const std::string& origin) {
   auto bad = [&](const std::string& why) { return InputError("'" + origin + "': " + why); };
   if (!j.is_object()) throw bad("not a JSON object");
+  const std::string where = "'" + origin + "'";
   LoraConfig c;
-  if (j.value("peft_type", std::string()) != "LORA") throw bad("peft_type must be \"LORA\", got " + j.value("peft_type", Json()).dump());
+  if (!j.contains("peft_type") || j["peft_type"] != "LORA") throw bad("peft_type must be \"LORA\", got " + j.value("peft_type", Json()).dump());
   if (!j.contains("r") || !j["r"].is_number_integer() || j["r"].get<int64_t>() < 1 || j["r"].get<int64_t>() > 65536)
     throw bad("'r' must be an integer from 1 to 65536");
   c.r = j["r"].get<int>();
   if (!j.contains("lora_alpha") || !j["lora_alpha"].is_number() || !std::isfinite(j["lora_alpha"].get<double>()))
     throw bad("'lora_alpha' must be a finite number");
   c.alpha = j["lora_alpha"].get<double>();
-  if (j.value("use_dora", false)) throw bad("use_dora is not computed by the native model");
-  if (j.value("use_rslora", false)) throw bad("use_rslora is not computed by the native model");
+  if (get_setting(j, "/use_dora", false, where)) throw bad("use_dora is not computed by the native model");
+  if (get_setting(j, "/use_rslora", false, where)) throw bad("use_rslora is not computed by the native model");
   if (j.contains("bias") && j["bias"] != "none") throw bad("bias must be \"none\", got " + j["bias"].dump());
-  if (j.value("fan_in_fan_out", false)) throw bad("fan_in_fan_out must be false");
+  if (get_setting(j, "/fan_in_fan_out", false, where)) throw bad("fan_in_fan_out must be false");
   for (const char* key : {"rank_pattern", "alpha_pattern", "layers_to_transform"})
     if (j.contains(key) && !j[key].is_null() && !(j[key].is_object() && j[key].empty()))
       throw bad(std::string("'") + key + "' is not supported (one rank and alpha for every site)");
@@ -132,8 +134,9 @@ LoraConfig LoraConfig::from_json(const Json& j, const std::string& origin) {
   } else {
     throw bad("'target_modules' must be a list of module names or \"all-linear\"");
   }
-  c.base_model_name_or_path = j.value("base_model_name_or_path", std::string());
-  const std::string task = j.value("task_type", std::string("CAUSAL_LM"));
+  // PEFT writes null for a setting it was not given (task_type, base_model_name_or_path): the default.
+  c.base_model_name_or_path = get_setting<std::string>(j, "/base_model_name_or_path", "", where);
+  const std::string task = get_setting<std::string>(j, "/task_type", "CAUSAL_LM", where);
   if (task == "TOKEN_CLS") {
     c.value_head = true;
     // PeftModelForTokenClassification adds "classifier" and "score" (its head names) to modules_to_save and

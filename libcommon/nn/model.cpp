@@ -23,6 +23,7 @@
 
 #include "libcommon/atomic_file.hpp"
 #include "libcommon/errors.hpp"
+#include "libcommon/fields.hpp"
 #include "libcommon/log.hpp"
 #include "libcommon/nn/checkpoint.hpp"
 #include "libcommon/nn/lora.hpp"
@@ -60,8 +61,9 @@ const char* kKnownKeys[] = {"model_type", "vocab_size", "hidden_size", "intermed
 }  // namespace
 
 Config Config::from_json(const Json& j) {
+  if (!j.is_object()) throw InputError("config.json: not a JSON object");
   Config c;
-  c.model_type = j.value("model_type", std::string("qwen2"));
+  c.model_type = get_setting<std::string>(j, "/model_type", "qwen2", "config.json");
   if (c.model_type != "qwen2" && c.model_type != "llama")
     throw InputError("config.json: model_type '" + c.model_type + "' is not supported (qwen2, llama)");
   c.vocab_size = get_int(j, "vocab_size");
@@ -78,13 +80,13 @@ Config Config::from_json(const Json& j) {
   // ("default") RoPE is supported, anything else is refused rather than silently mis-rotated.
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
     const Json& rp = j["rope_parameters"];
-    std::string type = rp.value("rope_type", std::string("default"));
+    std::string type = get_setting<std::string>(rp, "/rope_type", "default", "config.json: rope_parameters");
     if (type != "default")
       throw InputError("config.json: rope_parameters.rope_type '" + type + "' is not supported by the native model");
     c.rope_theta = get_double(rp, "rope_theta", c.rope_theta);
   }
-  c.tie_word_embeddings = j.value("tie_word_embeddings", false);
-  c.attention_bias = c.model_type == "qwen2" ? true : j.value("attention_bias", false);
+  c.tie_word_embeddings = get_setting(j, "/tie_word_embeddings", false, "config.json");
+  c.attention_bias = c.model_type == "qwen2" ? true : get_setting(j, "/attention_bias", false, "config.json");
   if (j.contains("hidden_act") && j["hidden_act"] != "silu")
     throw InputError("config.json: hidden_act must be silu (SwiGLU), got " + j["hidden_act"].dump());
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())

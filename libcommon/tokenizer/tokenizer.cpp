@@ -6,6 +6,7 @@
 #include <climits>
 
 #include "libcommon/errors.hpp"
+#include "libcommon/fields.hpp"
 #include "libcommon/paths.hpp"
 #include "libcommon/tokenizer/unicode.hpp"
 
@@ -91,9 +92,11 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& j, const std::string& origi
   }
   if (!j.contains("model") || !j["model"].is_object()) throw bad("no 'model'");
   const nlohmann::json& m = j["model"];
-  if (m.value("type", std::string("BPE")) != "BPE") throw bad("model type '" + m.value("type", std::string()) + "' is not BPE");
+  const std::string where = "'" + origin + "'";
+  const std::string type = get_setting<std::string>(m, "/type", "BPE", where + ": model");
+  if (type != "BPE") throw bad("model type '" + type + "' is not BPE");
   if (!m.contains("vocab") || !m["vocab"].is_object()) throw bad("model.vocab missing");
-  t.ignore_merges_ = m.value("ignore_merges", false);
+  t.ignore_merges_ = get_setting(m, "/ignore_merges", false, where + ": model");
   int max_id = t.read_vocab_and_merges(m, origin);
   max_id = t.read_added_tokens(j, origin, max_id);
   // Longest first, so "<|im_start|>" wins over a shorter token that is its prefix.
@@ -105,7 +108,7 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& j, const std::string& origi
 
   t.read_pre_tokenizer(j, origin);
   if (j.contains("normalizer") && j["normalizer"].is_object()) {
-    std::string type = j["normalizer"].value("type", std::string());
+    const std::string type = get_setting<std::string>(j["normalizer"], "/type", "", where + ": normalizer");
     if (type != "NFC") throw bad("normalizer '" + type + "' is not supported (none or NFC)");
   }
   return t;
@@ -125,7 +128,7 @@ int Tokenizer::read_vocab_and_merges(const nlohmann::json& m, const std::string&
       std::string key;
       if (mg.is_string()) {
         key = mg.get<std::string>();
-      } else if (mg.is_array() && mg.size() == 2) {
+      } else if (mg.is_array() && mg.size() == 2 && mg[0].is_string() && mg[1].is_string()) {
         key = mg[0].get<std::string>() + " " + mg[1].get<std::string>();
       } else {
         throw tokenizer_error(origin, "model.merges entry " + std::to_string(rank) + " is neither \"a b\" nor [a, b]");
@@ -154,17 +157,23 @@ int Tokenizer::read_added_tokens(const nlohmann::json& j, const std::string& ori
 
 // The pre-tokenizer: ByteLevel (with its own GPT-2 regex) or Sequence[Split(regex), ByteLevel].
 void Tokenizer::read_pre_tokenizer(const nlohmann::json& j, const std::string& origin) {
+  const std::string where = "'" + origin + "': pre_tokenizer";
   const nlohmann::json pre = j.value("pre_tokenizer", nlohmann::json());
+  if (!pre.is_null() && !pre.is_object()) throw tokenizer_error(origin, "pre_tokenizer is not an object");
   std::vector<nlohmann::json> steps;
-  if (pre.is_object() && pre.value("type", std::string()) == "Sequence")
+  if (pre.is_object() && get_setting<std::string>(pre, "/type", "", where) == "Sequence") {
+    if (!pre.contains("pretokenizers") || !pre["pretokenizers"].is_array())
+      throw tokenizer_error(origin, "pre_tokenizer.pretokenizers is not a list");
     steps.assign(pre["pretokenizers"].begin(), pre["pretokenizers"].end());
-  else if (pre.is_object())
+  } else if (pre.is_object()) {
     steps.push_back(pre);
+  }
   bool have_split = false, have_bytelevel = false;
   for (auto& s : steps) {
-    std::string type = s.value("type", std::string());
+    if (!s.is_object()) throw tokenizer_error(origin, "a pre-tokenizer step is not an object: " + s.dump().substr(0, 40));
+    const std::string type = get_setting<std::string>(s, "/type", "", where);
     if (type == "Split") {
-      std::string pattern = s.contains("pattern") && s["pattern"].contains("Regex") ? s["pattern"]["Regex"].get<std::string>() : "";
+      const std::string pattern = get_setting<std::string>(s, "/pattern/Regex", "", where + " (Split)");
       if (pattern == kQwen2Pattern)
         split_ = Split::Qwen2;
       else if (pattern == kLlama3Pattern)
@@ -176,8 +185,8 @@ void Tokenizer::read_pre_tokenizer(const nlohmann::json& j, const std::string& o
       have_split = true;
     } else if (type == "ByteLevel") {
       have_bytelevel = true;
-      add_prefix_space_ = s.value("add_prefix_space", false);
-      if (!have_split && s.value("use_regex", true)) {
+      add_prefix_space_ = get_setting(s, "/add_prefix_space", false, where + " (ByteLevel)");
+      if (!have_split && get_setting(s, "/use_regex", true, where + " (ByteLevel)")) {
         split_ = Split::Gpt2;
         have_split = true;
       }

@@ -10,7 +10,8 @@ exact wire format (tool_calls with JSON-string arguments, usage, logprobs with t
 prompt_token_ids when the request asks return_token_ids;
 "reasoning" adds reasoning_content, "no_usage" / "no_logprobs" leave those out).
 POST /update_weights_from_disk {"model_path": DIR} (SGLang's weight reload) makes DIR the served
-weights when DIR holds a config.json ({"success": true}; else HTTP 400 and {"success": false});
+weights when DIR holds a config.json ({"success": true}; else HTTP 400 and {"success": false}; a DIR
+holding answer.json gets HTTP 200 and that file's JSON, the weights unchanged);
 GET /v1/models lists the model with "root" = the served weights (as vLLM does), and every request's
 log entry carries "weights", the weights served when it was answered (SCRIPT "model_path" at start).
 Every request is checked (the tools offered, the tool answers to every earlier call); a violation
@@ -248,7 +249,9 @@ class Handler(BaseHTTPRequestHandler):
                 status, obj, text = admin
             elif self.path.rstrip("/") == "/update_weights_from_disk":
                 path = (body or {}).get("model_path") if isinstance(body, dict) else None
-                if isinstance(path, str) and os.path.isfile(os.path.join(path, "config.json")):
+                if isinstance(path, str) and os.path.isfile(os.path.join(path, "answer.json")):
+                    status, obj = 200, json.load(open(os.path.join(path, "answer.json")))  # a scripted odd answer
+                elif isinstance(path, str) and os.path.isfile(os.path.join(path, "config.json")):
                     STATE["weights"] = path
                     status, obj = 200, {"success": True, "message": "Succeeded to update model weights.",
                                         "num_paused_requests": 0}

@@ -43,6 +43,15 @@ n_before=$(wc -l < "$TMP/requests.jsonl")
 [ $rc = 3 ] && [ ! -s "$TMP/o.jsonl" ] || fail "--load-weights of a missing folder: rc $rc, $(wc -l < "$TMP/o.jsonl") records"
 grep -q "did not load $TMP/missing" "$TMP/err.txt" || fail "the refusal is not named: $(cat "$TMP/err.txt")"
 [ "$(tail -n +$((n_before + 1)) "$TMP/requests.jsonl" | grep -c chat/completions)" = 0 ] || fail "sampled after a refused reload"
+# HTTP 200 with a "success" that is not true (null, "true"): not loaded, exit 3 (it was exit 4, an
+# internal error, from the JSON library's type check).
+for answer in '{"success": null}' '{"success": "true"}'; do
+  mkdir -p "$TMP/odd" && echo '{"model_type": "qwen2"}' > "$TMP/odd/config.json" && echo "$answer" > "$TMP/odd/answer.json"
+  "$CA_BIN/agent-run" --policy "openai:http://127.0.0.1:$PORT/v1" --load-weights "$TMP/odd" --no-store \
+    --tasks "$TMP/task.jsonl" > "$TMP/o.jsonl" 2> "$TMP/err.txt"; rc=$?
+  [ $rc = 3 ] && [ ! -s "$TMP/o.jsonl" ] || fail "--load-weights answered $answer: rc $rc, $(wc -l < "$TMP/o.jsonl") records"
+  grep -q "did not load $TMP/odd" "$TMP/err.txt" || fail "the odd answer $answer is not named: $(cat "$TMP/err.txt")"
+done
 # --load-weights with a policy that is not served: a usage error.
 "$CA_BIN/agent-run" --policy "replay:$TMP/none.jsonl" --load-weights "$TMP/step-1" --no-store --tasks "$TMP/task.jsonl" \
   > /dev/null 2> "$TMP/err.txt"; rc=$?

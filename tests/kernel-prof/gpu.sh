@@ -243,6 +243,18 @@ r = json.loads(open(sys.argv[2]).readline())
 assert r["reward"]["value"] < 0, r["reward"]
 print("rules on the loaded code: %s; reward %s" % (p["reason"][:120], r["reward"]["value"]))
 PY
+# A mistyped entry in a record's check.calibration: that record is bad (named), the run goes on (exit 0).
+rc=0
+timeout 240 "$KP" --tasks "$T/tasks.jsonl" --baselines eager --budget-s 1 --baseline-budget-s 1 --no-store \
+  < "$T/badcal.jsonl" > "$T/out8.jsonl" 2> "$T/err8" || rc=$?
+[ "$rc" = 0 ] || { cat "$T/err8"; fail "a record with a mistyped calibration: exit $rc"; }
+$PY - "$T/out8.jsonl" <<'PY' || { cat "$T/err8"; fail "the mistyped calibration"; }
+import json, sys
+bad, after = map(json.loads, open(sys.argv[1]))
+assert bad["error"]["field"] == "check.calibration" and "precision" in bad["error"]["reason"], bad.get("error")
+assert after["name"] == "kp-after-badcal" and after["prof"]["status"] == "timed", after.get("prof")
+print("mistyped calibration: %s; the next record timed" % bad["error"]["reason"][:100])
+PY
 # KP_KEEP_DIR: keep the records (the stored sample for the CPU schema test came from here).
 if [ -n "${KP_KEEP_DIR:-}" ]; then cp "$T"/out*.jsonl "$KP_KEEP_DIR"/; fi
 echo "kernel-prof gpu e2e: ok"

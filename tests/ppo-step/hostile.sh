@@ -42,6 +42,27 @@ mk_tok tadd '{"a":0}' '[{"content":"<x>","id":18446744073709551615,"special":tru
 expect 2 "added_tokens\[0\].id is 18446744073709551615" $PPO --mode rft --policy tadd --out o1 --no-store < good.jsonl
 [ ! -e o1 ] || fail "a refused tokenizer still wrote a checkpoint"
 
+# --- Mistyped settings in tokenizer.json and config.json: bad input naming the file and the key (a
+# type_error from the JSON library ended these as internal errors, exit 4).
+mkdir -p tmis && cp policy/config.json policy/model.safetensors tmis/
+for t in '"ignore_merges":1}}|model: ignore_merges: expected a boolean' \
+         '"merges":[[1,2]]}}|model.merges entry 0 is neither' \
+         '"merges":[]},"pre_tokenizer":{"type":7}}|pre_tokenizer: type: expected a string' \
+         '"merges":[]},"pre_tokenizer":{"type":"Sequence","pretokenizers":[3]}}|a pre-tokenizer step is not an object' \
+         '"merges":[]},"pre_tokenizer":{"type":"Split","pattern":{"Regex":5}}}|pre_tokenizer \(Split\): pattern.Regex: expected a string'; do
+  printf '{"model":{"type":"BPE","vocab":{"a":0},%s\n' "${t%%|*}" > tmis/tokenizer.json
+  expect 2 "tmis/tokenizer.json': ${t#*|}" $PPO --mode rft --policy tmis --out o1 --no-store < good.jsonl
+done
+for c in '"model_type": 5|model_type: expected a string, got number 5' '"tie_word_embeddings": "yes"|tie_word_embeddings: expected a boolean' \
+         '"rope_parameters": {"rope_type": 1}|rope_parameters: rope_type: expected a string'; do
+  $PY - "$HERE/toy_model.json" "{${c%%|*}}" <<'PY' > mistyped.json
+import json, sys; c = json.load(open(sys.argv[1])); c.update(json.loads(sys.argv[2])); print(json.dumps(c))
+PY
+  expect 2 "${c#*|}" $PPO init --model-config mistyped.json --out o2 -q
+done
+echo '[1]' > mistyped.json
+expect 2 "not a JSON object" $PPO init --model-config mistyped.json --out o2 -q
+
 # --- Config sizes past 32 bits: 2^32 + 5 must not train as 5.
 $PY - "$HERE/toy_model.json" <<'PY' > big_vocab.json
 import json, sys; c = json.load(open(sys.argv[1])); c["vocab_size"] = 2**32 + 5; print(json.dumps(c))

@@ -168,5 +168,20 @@ expect 1 $PPO --mode ppo --policy orphan --out x3 --config grpo.yaml --no-store
 grep -q "/nonexistent/base" bad.err || fail "the missing base is not named"
 expect 2 $PPO --mode ppo --policy gae1/critic --out x4 --config grpo.yaml --no-store
 grep -q "critic adapter" bad.err || fail "a critic adapter as policy is not named"
-[ ! -e x1 ] && [ ! -e x2 ] && [ ! -e x3 ] && [ ! -e x4 ] || fail "a refused step wrote a checkpoint"
+# PEFT writes null for a setting it was not given (task_type): the default, a policy. A mistyped setting
+# is bad input naming the file and the key, not an internal error (it was exit 4).
+mkdir -p peftnull mistyped && cp step1/adapter_* peftnull/ && cp step1/adapter_* mistyped/
+$PY - peftnull/adapter_config.json mistyped/adapter_config.json <<'PYEOF'
+import json, sys
+c = json.load(open(sys.argv[1])); c["task_type"] = None
+json.dump(c, open(sys.argv[1], "w"))
+c["use_dora"] = "no"
+json.dump(c, open(sys.argv[2], "w"))
+PYEOF
+$PPO --mode ppo --policy peftnull --out x5 --config grpo.yaml --no-store -q < episodes2.jsonl > /dev/null \
+  || fail "a step from an adapter with task_type null failed"
+[ -f x5/adapter_config.json ] || fail "a step from an adapter with task_type null wrote no adapter"
+expect 2 $PPO --mode ppo --policy mistyped --out x6 --config grpo.yaml --no-store
+grep -q "mistyped/adapter_config.json': use_dora: expected a boolean, got string \"no\"" bad.err || fail "the mistyped use_dora is not named: $(cat bad.err)"
+[ ! -e x1 ] && [ ! -e x2 ] && [ ! -e x3 ] && [ ! -e x4 ] && [ ! -e x6 ] || fail "a refused step wrote a checkpoint"
 echo "ok"

@@ -265,7 +265,8 @@ class OpenAIPolicy : public Policy {
     } catch (const InputError&) {
       answer = r.body.substr(0, 300);
     }
-    const bool ok = r.status == 200 && (!answer.is_object() || answer.value("success", true));
+    // Loaded: HTTP 200 and no "success" other than true (a null or "true" is not a yes).
+    const bool ok = r.status == 200 && (!answer.is_object() || !answer.contains("success") || answer["success"] == true);
     if (!ok)
       throw EnvironmentError("--load-weights: the server did not load " + dir + " (HTTP " + std::to_string(r.status) +
                              " from " + url + ": " + r.body.substr(0, 300) + ")" +

@@ -316,7 +316,20 @@ class FreshInputs : public CallInputs {
     if (!calibrate_) return bundle::Tolerances::by_mode(mode());
     Json cal = answer.contains("calibration") && answer["calibration"].is_object() ? answer["calibration"] : Json::object();
     std::string err = answer.value("calibration_error", std::string());
-    if (check_.contains("calibration")) bundle::Tolerances::fill_calibration(cal, err, check_["calibration"]);
+    if (check_.contains("calibration") && !check_["calibration"].is_null()) {
+      // The record's calibration bounds only the outputs this call could not calibrate, and a fault in
+      // those entries is the record's: a bad record naming check.calibration, not the end of the run.
+      if (!check_["calibration"].is_object()) throw FieldError("check.calibration", "expected an object");
+      Json used = Json::object();
+      for (const auto& [name, entry] : check_["calibration"].items())
+        if (!cal.contains(name)) used[name] = entry;
+      try {
+        bundle::Tolerances::calibrated(calibrate_->precision, used, "");
+      } catch (const InputError& e) {
+        throw FieldError("check.calibration", e.what());
+      }
+      bundle::Tolerances::fill_calibration(cal, err, used);
+    }
     return bundle::Tolerances::calibrated(calibrate_->precision, cal, err);
   }
 

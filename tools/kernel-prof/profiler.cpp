@@ -28,7 +28,9 @@ namespace ca::kernel_prof {
 bool check_passed(const Json& record) {
   if (!record.contains("check") || record["check"].is_null()) return false;
   if (!record["check"].is_object()) throw FieldError("check", "expected an object, got " + std::string(record["check"].type_name()));
-  return get_required<bool>(record, "/check/correct");
+  const bool correct = get_required<bool>(record, "/check/correct");
+  if (correct) get_optional<std::string>(record, "/check/precision");  // read when it is timed: refused mistyped here
+  return correct;
 }
 
 Profiler::Profiler(const ProfOptions& options, const CommonOptions& common, Store* store)
@@ -180,7 +182,7 @@ Outcome Profiler::profile_in_child(Json& record, const std::string& task_id) {
   if (task_added) answer.erase("task");
   record = std::move(answer);
   if (!record.contains("prof")) return Outcome::passed;
-  return record["prof"].value("status", std::string()) == "failed" ? Outcome::failed : Outcome::done;
+  return get_optional<std::string>(record, "/prof/status") == "failed" ? Outcome::failed : Outcome::done;
 }
 
 namespace {
@@ -415,7 +417,7 @@ Outcome Profiler::profile_here(Json& record, const Json& task, const std::string
   g.make_current();
   // The precision the record's check claims; the timing goes by the one read from the compiled
   // candidate (the baselines it is compared with follow it), and says so when they differ.
-  const std::string claimed = record["check"].value("precision", std::string("fp32"));
+  const std::string claimed = get_optional<std::string>(record, "/check/precision").value_or("fp32");
 
   const auto started = std::chrono::steady_clock::now();
   measure::StageClock stages;  // where this record's time goes: prof.stage_s, and -v
