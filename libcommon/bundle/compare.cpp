@@ -163,16 +163,6 @@ std::string Tolerances::fill_calibration(ca::Json& calibration, std::string& err
   return note;
 }
 
-Tolerances Tolerances::from_check(const ca::Json& check) {
-  std::string mode = "published";
-  if (check.contains("tolerance") && check["tolerance"].is_string()) mode = check["tolerance"].get<std::string>();
-  if (mode != "calibrated") return by_mode(mode);
-  const std::string precision = check.value("precision", std::string("fp32"));
-  const ca::Json calibration = check.contains("calibration") ? check["calibration"] : ca::Json();
-  std::string why = check.value("calibration_error", std::string());
-  return calibrated(precision, calibration, why);
-}
-
 Tolerance Tolerances::for_output(const std::string& name, const std::string& dtype) const {
   if (mode_ != "calibrated") return Tolerance::for_dtype(mode_, dtype, atol_, rtol_);
   // The elementwise gate is the published one, with the calibrated slack and allowance; the norm bound is the calibrated one.

@@ -165,11 +165,6 @@ class Tolerances {
   static Tolerances calibrated(const std::string& precision, const ca::Json& calibration,
                                const std::string& calibration_error = "", double atol_override = -1,
                                double rtol_override = -1);
-  // What a kernel-check record says judged it: check.tolerance (a mode) and, when calibrated,
-  // check.calibration (the calibration of the warm call's inputs) and check.precision. For
-  // kernel-prof's outputs check: a timed call's outputs judged by the same bounds as the check's.
-  // Records of before calibration ("default", or no tolerance) read as published.
-  static Tolerances from_check(const ca::Json& check);
   // A call's calibration with the outputs it could not calibrate taken from `fallback` (the warm
   // call's, drawn before the candidate was loaded: a candidate that makes the worker's float64 run
   // fail gets no looser bound for it). `error` is cleared when a fallback filled the gap. Returns ""

@@ -2,7 +2,6 @@
 // first error (in the sources or in a plan's name expression), and the log quoting only the bundle.
 #include <algorithm>
 #include <cctype>
-#include <sstream>
 
 #include "libcommon/bundle/compile.hpp"
 #include "libcommon/bundle/compile_detail.hpp"
@@ -29,15 +28,19 @@ Json CompileResult::resources_json() const {
 
 namespace {
 
-std::string first_error_of(const std::string& log) {
+// The log's lines, split at each '\n': n newlines make n + 1 lines (the last one empty after a final
+// newline), so a text put back together with '\n' after each but the last is the log again.
+std::vector<std::string> lines_of(const std::string& log) {
+  std::vector<std::string> lines;
   size_t pos = 0;
-  while (pos < log.size()) {
-    size_t end = log.find('\n', pos);
-    std::string line = log.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+  for (size_t end; (end = log.find('\n', pos)) != std::string::npos; pos = end + 1) lines.push_back(log.substr(pos, end - pos));
+  lines.push_back(log.substr(pos));
+  return lines;
+}
+
+std::string first_error_of(const std::string& log) {
+  for (const std::string& line : lines_of(log))
     if (line.find("error") != std::string::npos) return line;
-    if (end == std::string::npos) break;
-    pos = end + 1;
-  }
   // No "error" line: the first non-empty line that is not a ptxas report.
   std::string s = log.substr(0, log.find('\n'));
   return s.empty() ? "compilation failed" : s;
@@ -50,9 +53,8 @@ std::string first_error_of(const std::string& log) {
 std::vector<std::string> compile_warnings(const std::string& log) {
   constexpr size_t kMaxWarnings = 20, kMaxChars = 300;
   std::vector<std::string> out;
-  std::istringstream in(log);
-  std::string line;
-  while (out.size() < kMaxWarnings && std::getline(in, line)) {
+  for (std::string line : lines_of(log)) {
+    if (out.size() == kMaxWarnings) break;
     // "file(line): warning ...", or a line NVVM opens with "warning: " (ptxas's lines open with "ptxas").
     const bool warning = line.rfind("warning: ", 0) == 0 || line.find("): warning") != std::string::npos ||
                          line.find("): Warning") != std::string::npos;
@@ -74,10 +76,7 @@ void parse_ptxas_report(const std::string& log, CompileResult& r) {
   static const re2::RE2 used(R"(Used (\d{1,9}) registers)", ca::byte_regex_options());
   static const re2::RE2 smem(R"((\d{1,9}) bytes smem)", ca::byte_regex_options());
   std::string current;
-  size_t pos = 0;
-  while (pos < log.size()) {
-    size_t end = log.find('\n', pos);
-    std::string line = log.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+  for (const std::string& line : lines_of(log)) {
     std::string name;
     int64_t a = 0, b = 0, c = 0;
     if (re2::RE2::PartialMatch(line, entry, &name)) {
@@ -95,8 +94,6 @@ void parse_ptxas_report(const std::string& log, CompileResult& r) {
         if (re2::RE2::PartialMatch(line, smem, &b)) k.static_shared_bytes = b;
       }
     }
-    if (end == std::string::npos) break;
-    pos = end + 1;
   }
 }
 
@@ -131,14 +128,8 @@ void explain_failure(CompileResult& r) {
   // Errors in the synthesized name map come from the plan's kernel names, not the sources.
   static const re2::RE2 name_err(R"re(__nv_name_map.*\n\s*#pragma nv_mangled_name (.+))re", ca::byte_regex_options());
   bool all_in_map = true;
-  size_t pos = 0;
-  while (pos < r.log.size()) {
-    size_t end = r.log.find('\n', pos);
-    std::string line = r.log.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+  for (const std::string& line : lines_of(r.log))
     if (line.find(": error") != std::string::npos && line.rfind("__nv_name_map", 0) != 0) all_in_map = false;
-    if (end == std::string::npos) break;
-    pos = end + 1;
-  }
   std::string failed;
   if (all_in_map && re2::RE2::PartialMatch(r.log, name_err, &failed)) {
     r.name_error = true;
@@ -162,10 +153,7 @@ std::string quote_only_bundle(const std::string& log, const std::map<std::string
   };
   std::string out;
   bool withholding = false;
-  size_t pos = 0;
-  while (pos <= log.size()) {
-    size_t end = log.find('\n', pos);
-    std::string line = log.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+  for (std::string line : lines_of(log)) {
     std::string file;
     if (re2::RE2::PartialMatch(line, located, &file)) {
       withholding = !allowed(file);
@@ -175,8 +163,6 @@ std::string quote_only_bundle(const std::string& log, const std::map<std::string
       out += line + "\n";
       if (line.empty()) withholding = false;
     }
-    if (end == std::string::npos) break;
-    pos = end + 1;
   }
   while (!out.empty() && out.back() == '\n') out.pop_back();
   return out;

@@ -294,7 +294,7 @@ struct GpuStage::Judgment {
     reference_ms = std::max(reference_ms, d.forward_ms);
     if (calibrated) {
       trial_calibration_note.clear();
-      if (with_params) {  // the warm call's: what kernel-prof's outputs check reads (Tolerances::from_check)
+      if (with_params) {  // the warm call's: kernel-prof's bound for an output a timed call cannot calibrate (fill_calibration)
         if (!d.calibration.is_null()) check["calibration"] = d.calibration;
         if (!d.calibration_error.empty()) check["calibration_error"] = d.calibration_error;
       } else if (check.contains("calibration")) {

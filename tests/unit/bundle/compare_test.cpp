@@ -315,18 +315,13 @@ TEST_CASE("published and strict modes are unchanged; records of before calibrati
   CHECK_FALSE(compare_outputs(got, want, "strict", -1, -1).ok);
   CHECK(Tolerances::by_mode("published").for_output("outputs.0", "F32").rel_norm == doctest::Approx(5e-2));
   CHECK(Tolerances::by_mode("strict").for_output("outputs.0", "F32").rel_norm == doctest::Approx(1e-3));
-
-  // from_check: what kernel-prof reads from a check section.
-  CHECK(Tolerances::from_check(ca::Json{{"tolerance", "default"}}).mode() == "published");
-  CHECK(Tolerances::from_check(ca::Json::object()).mode() == "published");
-  CHECK(Tolerances::from_check(ca::Json{{"tolerance", "strict"}}).mode() == "strict");
-  ca::Json check{{"tolerance", "calibrated"}, {"precision", "fp32"}, {"calibration", fp32_calibration(1e-7)}};
-  auto t = Tolerances::from_check(check);
-  CHECK(t.mode() == "calibrated");
-  CHECK(t.for_output("outputs.0", "F32").rel_norm == doctest::Approx(8e-7 + 5e-6));
-  // A calibrated check without its calibration: published, with the reason.
-  ca::Json lost{{"tolerance", "calibrated"}, {"precision", "fp32"}, {"calibration_error", "the reference is stochastic"}};
-  CHECK(Tolerances::from_check(lost).for_output("outputs.0", "F32").fallback == "the reference is stochastic");
+  // A calibration without its entries (the reference is stochastic): published, with the reason.
+  CHECK(Tolerances::calibrated("fp32", ca::Json(), "the reference is stochastic").for_output("outputs.0", "F32").fallback ==
+        "the reference is stochastic");
+  // An entry's precision of another type (a record's check.calibration, read by kernel-prof) is bad
+  // input naming the output, never the JSON library's type error (an internal error, exit 4).
+  CHECK_THROWS_WITH_AS(Tolerances::calibrated("fp32", ca::Json::parse(R"({"outputs.0": {"precision": 7}})")),
+                       doctest::Contains("calibration of outputs.0 is for precision 7"), ca::InputError);
 }
 
 TEST_CASE("fill_calibration: an output a call could not calibrate takes the warm call's bound, never the published one") {
