@@ -2,12 +2,13 @@
 """A stand-in judge service for agent-run's --judge tests (the protocol of
 tools/kernel-check/SERVICE.md, without a GPU): GET /v1/health and POST /v1/check or /v1/profile.
 
-usage: fake_judge.py TOOL PORT_FILE LOG [--queue N] [--delay S] [--status CODE]
+usage: fake_judge.py TOOL PORT_FILE LOG [--queue N] [--delay S] [--status CODE] [--health-tool JSON]
 
 TOOL kernel-check answers every record with a passing check; kernel-prof adds a timed prof section
 with timing seeds (which agent-run must not show the model). --queue N is the queue health
 reports; --delay S sleeps before each answer; --status CODE answers every POST with that HTTP
-status and an {"error": ...} body. Each POST is appended to LOG as {"tool", "path", "records"}.
+status and an {"error": ...} body; --health-tool JSON is what health reports as "tool" (a service of
+no tool agent-run knows: null, 7). Each POST is appended to LOG as {"tool", "path", "records"}.
 Standard library only.
 """
 import json
@@ -21,6 +22,7 @@ opts = sys.argv[4:]
 QUEUE = int(opts[opts.index("--queue") + 1]) if "--queue" in opts else 0
 DELAY = float(opts[opts.index("--delay") + 1]) if "--delay" in opts else 0.0
 STATUS = int(opts[opts.index("--status") + 1]) if "--status" in opts else 200
+HEALTH_TOOL = json.loads(opts[opts.index("--health-tool") + 1]) if "--health-tool" in opts else TOOL
 LOCK = threading.Lock()
 SERVED = [0]
 
@@ -54,7 +56,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path != "/v1/health":
             return self.answer(404, json.dumps({"error": "no such endpoint", "exit_code": 1}), "application/json")
-        h = {"ok": True, "tool": TOOL, "version": "fake", "gpus": [], "queue": QUEUE, "served": SERVED[0], "uptime_s": 1.0}
+        h = {"ok": True, "tool": HEALTH_TOOL, "version": "fake", "gpus": [], "queue": QUEUE, "served": SERVED[0], "uptime_s": 1.0}
         self.answer(200, json.dumps(h) + "\n", "application/json")
 
     def do_POST(self):

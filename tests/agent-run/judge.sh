@@ -64,9 +64,12 @@ echo "ok: the service served verify and profile's check; compile ran kernel-chec
 "$PY" "$HERE/fake_judge.py" kernel-check "$TMP/busy.port" "$TMP/busy.log" --queue 7 & PIDS+=($!)
 "$PY" "$HERE/fake_judge.py" kernel-check "$TMP/idle.port" "$TMP/idle.log" --queue 0 & PIDS+=($!)
 "$PY" "$HERE/fake_judge.py" kernel-prof "$TMP/prof.port" "$TMP/prof.log" & PIDS+=($!)
-BUSY=$(wait_port "$TMP/busy.port"); IDLE=$(wait_port "$TMP/idle.port"); PROF=$(wait_port "$TMP/prof.port")
+# A service whose health names its tool as null: not a service of either tool, skipped (its mistyped
+# "tool" failed every episode, the JSON library's type error).
+"$PY" "$HERE/fake_judge.py" kernel-check "$TMP/odd.port" "$TMP/odd.log" --health-tool null & PIDS+=($!)
+BUSY=$(wait_port "$TMP/busy.port"); IDLE=$(wait_port "$TMP/idle.port"); PROF=$(wait_port "$TMP/prof.port"); ODD=$(wait_port "$TMP/odd.port")
 "$CA_BIN/agent-run" --policy "replay:$TMP/script.jsonl" --no-store --tasks "$TMP/task.jsonl" \
-  --judge "$BUSY,$PROF,http://$IDLE/" > "$TMP/fake.jsonl" 2> "$TMP/fake.err" || fail "agent-run (fake judges): $(tail -3 "$TMP/fake.err")"
+  --judge "$ODD,$BUSY,$PROF,http://$IDLE/" > "$TMP/fake.jsonl" 2> "$TMP/fake.err" || fail "agent-run (fake judges): $(tail -3 "$TMP/fake.err")"
 "$PY" - "$TMP/fake.jsonl" <<'PY' || fail "fake judges"
 import json, sys
 e = json.loads(open(sys.argv[1]).readline())["episode"]
@@ -81,6 +84,7 @@ assert full["prof"]["method"]["seed"] == 987654321, full["prof"]
 print("fake judges: verify passed, profile timed, the timing seeds kept in the record and not shown")
 PY
 [ ! -s "$TMP/busy.log" ] || fail "the busy kernel-check service was asked: $(cat "$TMP/busy.log")"
+[ ! -s "$TMP/odd.log" ] || fail "the service of tool null was asked: $(cat "$TMP/odd.log")"
 [ "$(wc -l < "$TMP/idle.log")" = 2 ] || fail "the idle kernel-check service got $(wc -l < "$TMP/idle.log") requests, expected 2"
 [ "$(wc -l < "$TMP/prof.log")" = 1 ] || fail "kernel-prof got $(wc -l < "$TMP/prof.log") requests, expected 1"
 "$PY" -c "

@@ -183,6 +183,14 @@ $PPO --mode rft --policy policy --out o7 --no-store < good.jsonl > out.txt 2> er
 grep -q "put back the checkpoint 'o7'" err.txt || fail "the moved-aside checkpoint was not put back: $(cat err.txt)"
 [ -f o7/config.json ] && [ ! -e ".o7.old-$dead-5" ] || fail "o7 not restored: $(ls -a)"
 
+# --- A trainer state whose step is mistyped or negative: bad input naming the file and the key (any
+# error here used to read "not JSON").
+for st in '{"step": "3"}|step: expected an integer' '{"step": -4}|step -4 is negative' '{"step": |not JSON|parse'; do
+  rm -rf ostate && cp -r o7 ostate && mkdir -p ostate/trainer_state && printf '%s\n' "${st%%|*}" > ostate/trainer_state/state.json
+  expect 2 "ostate/trainer_state/state.json'.*(${st#*|})" $PPO --mode rft --policy ostate --out o11 --no-store < good.jsonl
+done
+[ ! -e o11 ] || fail "a refused trainer state still wrote a checkpoint"
+
 # --- A full disk (EFBIG under ulimit -f, SIGXFSZ ignored as a full disk does not signal): exit 3,
 # no checkpoint at all, and an earlier checkpoint at --out left as it was.
 expect 3 "cannot write '.*': write failed: File too large" \

@@ -103,7 +103,7 @@ bool JudgePool::ask_health(const std::string& tool, std::size_t start,
         mark_down(i);
         continue;
       }
-      if (!health.is_object() || health.value("tool", std::string()) != tool) {
+      if (!health.is_object() || !health.contains("tool") || health["tool"] != tool) {  // any type: not this tool
         if (health.is_object() && health.contains("tool") && health["tool"].is_string() && pass == 0)
           notes.push_back(urls_[i] + " is a " + health["tool"].get<std::string>() + " service");
         continue;

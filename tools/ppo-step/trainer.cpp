@@ -12,6 +12,7 @@
 
 #include "libcommon/atomic_file.hpp"
 #include "libcommon/errors.hpp"
+#include "libcommon/fields.hpp"
 #include "libcommon/ids.hpp"
 #include "libcommon/log.hpp"
 #include "libcommon/nn/optim.hpp"
@@ -48,11 +49,10 @@ bool is_critic_checkpoint(const std::string& dir) {
 int64_t read_step(const std::string& ckpt) {
   std::string path = ckpt + "/trainer_state/state.json";
   if (!fs::exists(path)) return 0;
-  try {
-    return parse_json(read_file(path), path).value("step", int64_t(0));
-  } catch (const std::exception&) {
-    throw InputError("'" + path + "': not JSON");
-  }
+  const Json state = parse_json(read_file(path), "'" + path + "'");  // InputError naming the file when not JSON
+  const int64_t step = get_setting<int64_t>(state, "/step", 0, "'" + path + "'");
+  if (step < 0) throw InputError("'" + path + "': step " + std::to_string(step) + " is negative");
+  return step;
 }
 
 void write_state(const std::string& ckpt, int64_t step, const std::string& mode) {
