@@ -29,6 +29,19 @@ template <class T, class J> bool has_type(const J& v) {
 }
 }  // namespace detail
 
+// Whether `pointer` names a value in `j`: false, not the library's out_of_range, for an array index too
+// large for any array ("/group/99999999999999999999999" in a user's --group-field).
+template <class J> bool has_pointer(const J& j, const typename J::json_pointer& pointer) {
+  try {
+    return j.contains(pointer);
+  } catch (const typename J::out_of_range&) {
+    return false;
+  }
+}
+// For an option that names a field by JSON pointer: "" when `text` is one, else why not (a CLI11 check,
+// so a malformed pointer is a usage error at the start, not an error inside the first record).
+std::string json_pointer_error(const std::string& text);
+
 // The value at `pointer` if present (std::nullopt when absent or null); FieldError when mistyped. The
 // error names the field by `name` when given (a value read from inside a record: "episode.turns[2]..."),
 // else by the pointer.
@@ -36,7 +49,7 @@ template <class T, class J> bool has_type(const J& v) {
 template <class T, class J = Json>
 std::optional<T> get_optional(const J& record, const std::string& pointer, const std::string& name = "") {
   const auto ptr = typename J::json_pointer(pointer);
-  if (!record.contains(ptr) || record.at(ptr).is_null()) return std::nullopt;
+  if (!has_pointer(record, ptr) || record.at(ptr).is_null()) return std::nullopt;
   const J& v = record.at(ptr);
   if (!detail::has_type<T>(v))
     throw FieldError(name.empty() ? field_name(pointer) : name, std::string("expected ") + detail::type_name<T>() +
@@ -62,6 +75,11 @@ T get_setting(const J& file, const std::string& pointer, T fallback, const std::
     throw InputError(origin + ": " + e.what());
   }
 }
+
+// The string at `key`, or "" when `j` is not an object or the key is absent or holds another type. For
+// reading the store's own rows leniently (a stored verdict that does not say is judged again, a report
+// shows a blank), never a record's field: a record's mistyped field is a FieldError (get_optional).
+std::string string_or_empty(const Json& j, const std::string& key);
 
 // A number that must also be finite and > 0 (times, sizes).
 double get_positive(const Json& record, const std::string& pointer);

@@ -13,6 +13,10 @@
 
 namespace ca {
 
+void json_precondition_failed(const char* check) {
+  throw InternalError(std::string("JSON library precondition failed: ") + check + " (a read of a key or index that is not there)");
+}
+
 RecordReader::RecordReader(const std::string& path) : path_(path) {
   if (path == "-" || path.empty()) {
     in_ = &std::cin;

@@ -351,6 +351,22 @@ PY
   ! grep -q "1 skipped" "$T/err3.txt" && [ "$(field "$T/again.jsonl" status)" = compile_error ] \
     && pass "--resume judges a stored $st again" || fail "--resume after $st" "$(cat "$T/err3.txt") $(cat "$T/again.jsonl")"
 done
+# A stored row whose status or judged_by is not a string (run-store import stores a record's check as it
+# came) is no verdict to reuse: judged again, never the JSON library's type error (exit 4).
+for bad in '{"status": 5}' '{"judged_by": ["x"]}'; do
+  python3 - "$T/s.db" "$bad" <<'PY'
+import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+for rowid, body in db.execute("SELECT rowid, body FROM checks").fetchall():
+    b = json.loads(body)
+    b.update(json.loads(sys.argv[2]))
+    db.execute("UPDATE checks SET body = ? WHERE rowid = ?", (json.dumps(b), rowid))
+db.commit()
+PY
+  rc=0; "$KC" --compile-only --store "$T/s.db" --resume < "$T/bad_syntax.jsonl" > "$T/again.jsonl" 2> "$T/err3.txt" || rc=$?
+  [ "$rc" = 0 ] && ! grep -q "1 skipped" "$T/err3.txt" && [ "$(field "$T/again.jsonl" status)" = compile_error ] \
+    && pass "--resume judges a stored row with $bad again" || fail "--resume after $bad (exit $rc)" "$(cat "$T/err3.txt")"
+done
 # A stored verdict is reused only when judged alike (check.judged_by: the rules' content, the judging
 # options, the build): a verdict stored under one rules file, or with another --arch, or a row from
 # before judged_by, is judged again, never taken by its candidate id alone.

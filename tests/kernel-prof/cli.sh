@@ -165,6 +165,12 @@ PY
     fail "import: $(cat "$T/err")"
   kp_resume "$T/pass.jsonl" --seed 0
   [ "$rc" = 3 ] || fail "a profile whose timed_by is not that of its GPU must not be reused, got $rc: $(cat "$T/err")"
+  # A stored row whose status is not a string (run-store import stores a record's prof as it came) is
+  # timed again (exit 3 here), never the JSON library's type error (exit 4).
+  profile_row "$C2" "$H" | sed 's/"status": "timed"/"status": 5/' | "$CA_BIN/run-store" import --store "$T/s.db" 2> "$T/err" ||
+    fail "import: $(cat "$T/err")"
+  kp_resume "$T/pass.jsonl" --seed 0
+  [ "$rc" = 3 ] || fail "a stored profile whose status is 5 must be timed again (exit 3 without a GPU), got $rc: $(cat "$T/err")"
   profile_row "$C2" "$H" | "$CA_BIN/run-store" import --store "$T/s.db" 2> "$T/err" || fail "import: $(cat "$T/err")"
   # Timed otherwise: another option (each one the old method comparison let through), no --seed
   # (a run draws its own seeds: a profile timed under a known one is not one of those), another

@@ -187,4 +187,15 @@ r = [json.loads(l) for l in sys.stdin][-1]
 assert abs(r["geomean_vs_eager_precision_matched"] - 1.2) < 1e-9, r
 assert abs(r["geomean_vs_compile_precision_matched"] - 0.9) < 1e-9, r
 ' || fail "precision-matched speedups: the bar is the faster of the matched and the plain baseline"
+# A check that gave no verdict (compile-only: correct null, a NULL column) is no pass, and the report
+# reads its row without the absent key (a const read of it was a read past the row's object, found under
+# valgrind; jsonl.hpp's JSON_ASSERT now makes such a read exit 4).
+printf '%s\n' '{"candidate_id":"v1","task_id":"tv","check":{"status":"compiled","correct":null}}' \
+  '{"candidate_id":"v2","task_id":"tw","check":{"status":"passed","correct":true}}' > "$T/noverdict.jsonl"
+"$RS" import --store "$T/noverdict.db" -i "$T/noverdict.jsonl" 2> /dev/null || fail "import of the no-verdict record"
+"$RS" report --store "$T/noverdict.db" --json 2> "$T/noverdict.err" | python3 -c '
+import json, sys
+r = [json.loads(l) for l in sys.stdin][-1]
+assert r["tasks"] == 2 and r["passed"] == 1, r
+' || fail "a check without a verdict: $(cat "$T/noverdict.err")"
 echo "run_store_report: ok"

@@ -118,9 +118,10 @@ bool Checker::resume(Item& item, const std::string& judged_by) {
   std::lock_guard<std::mutex> lock(path_->store_mutex());
   auto prev = store_->latest("checks", item.record["candidate_id"].get<std::string>());
   if (!prev) return false;
-  std::string st = prev->value("status", "");
-  if (st == "no_device" || st == "compiled" || st == "reference_error" || st == "node_error") return false;
-  if (prev->value("judged_by", std::string()) != judged_by) {
+  // A stored row that does not say (a status or judged_by missing or of another type) is judged again.
+  const std::string st = string_or_empty(*prev, "status");
+  if (st.empty() || st == "no_device" || st == "compiled" || st == "reference_error" || st == "node_error") return false;
+  if (string_or_empty(*prev, "judged_by") != judged_by) {
     ca::log::verbose(item.where, ": the stored verdict (", st, ") was judged otherwise (the task's content, rules, options or release): judged again");
     return false;
   }

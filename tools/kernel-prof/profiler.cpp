@@ -147,7 +147,7 @@ std::optional<Json> Profiler::stored_profile(const Json& record, const std::stri
   if (!common_.resume || !store_ || candidate_id.empty()) return std::nullopt;
   auto prev = store_->latest("profiles", candidate_id);
   if (!prev || !prev->is_object()) return std::nullopt;
-  const std::string status = prev->value("status", "");
+  const std::string status = string_or_empty(*prev, "status");  // a row that does not say is timed again
   if (status != "timed" && status != "failed") return std::nullopt;
   // Timed as this run would time it: the same task content, candidate, check's bound, options, kind
   // of GPU and release. On a host without a GPU nothing could be timed again: the stored profile is
@@ -155,7 +155,7 @@ std::optional<Json> Profiler::stored_profile(const Json& record, const std::stri
   Json kind = gpu_kind();
   if (kind.is_null()) kind = gpu_kind_of(prev->value("gpu", Json(nullptr)));
   const std::string want = timed_by(options_, task_key, record, kind);
-  const std::string had = prev->contains("timed_by") && (*prev)["timed_by"].is_string() ? (*prev)["timed_by"].get<std::string>() : "";
+  const std::string had = string_or_empty(*prev, "timed_by");
   if (had != want) {
     log::verbose(candidate_id, ": the stored profile (", status, ") was timed otherwise (timed_by ",
                  had.empty() ? std::string("none") : had, ", this run's ", want,

@@ -103,8 +103,9 @@ Peaks device_peaks(int ordinal) {
 }
 
 Json roofline(const Json& estimates, double time_us, const Peaks& peaks) {
-  if (!estimates.is_object() || !estimates.contains("flops") || !estimates.contains("bytes") || time_us <= 0)
-    return nullptr;
+  if (!estimates.is_object() || !estimates.contains("flops") || !estimates["flops"].is_number() || !estimates.contains("bytes") ||
+      !estimates["bytes"].is_number() || time_us <= 0)
+    return nullptr;  // the task gives no estimates (or none that are numbers): no roofline
   const double flops = estimates["flops"].get<double>(), bytes = estimates["bytes"].get<double>();
   if (bytes <= 0 || peaks.fp32_flops <= 0 || peaks.dram_bytes_per_s <= 0) return nullptr;
   const double t = time_us * 1e-6;

@@ -99,10 +99,7 @@ std::vector<Json> Sampler::responses(const Json& prompt) {
   if (!prompt.contains("prompt_token_ids") || !prompt["prompt_token_ids"].is_array() || prompt["prompt_token_ids"].empty())
     throw FieldError("prompt_token_ids", "missing or not a non-empty array of token ids");
   std::vector<int> ids;
-  for (auto& v : prompt["prompt_token_ids"]) {
-    if (!v.is_number_integer()) throw FieldError("prompt_token_ids", "expected integers");
-    ids.push_back(v.get<int>());
-  }
+  for (auto& v : prompt["prompt_token_ids"]) ids.push_back(token_id(v, "prompt_token_ids"));
   if (int64_t(ids.size()) + 1 > model_.config().max_position_embeddings)
     throw FieldError("prompt_token_ids", log::cat(ids.size(), " tokens: the model's window is ",
                                                   model_.config().max_position_embeddings));
@@ -299,7 +296,7 @@ void add_subcommands(Cli& cli, Subcommands& s, EpisodeFields& fields) {
   // tokenize
   s.tokenize = app.add_subcommand("tokenize", "Add the tokens a step would train on to episode records (training_tokens: ids, mask)");
   s.tokenize->add_option("--policy", s.tok_policy, "Policy checkpoint whose tokenizer.json renders turns without token ids")->required();
-  s.tokenize->add_option("--group-field", fields.group_pointer, "JSON pointer of the group key")->capture_default_str();
+  s.tokenize->add_option("--group-field", fields.group_pointer, "JSON pointer of the group key")->capture_default_str()->check(json_pointer_error);
   cli.add_io_options(s.tokenize);
   cli.add_record_options(s.tokenize);
 

@@ -28,14 +28,14 @@ std::vector<double> number_array(const Json& record, const std::string& key) {
 
 std::string key_text(const Json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
-// A token id read at full width: get<int>() would train 2^32 + 5 as token 5.
+}  // namespace
+
 int token_id(const Json& v, const std::string& where) {
   if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
     throw FieldError(where, "expected a non-negative integer token id, got " + v.dump());
   if (v.get<uint64_t>() > uint64_t(INT32_MAX)) throw FieldError(where, "token id " + v.dump() + " does not fit 32 bits");
   return v.get<int>();
 }
-}  // namespace
 
 namespace {
 // Turns as ppo-step sample (and a tokenizing policy) writes them: {role, token_ids, logprobs, error}.
@@ -211,10 +211,10 @@ Trajectory parse_episode(const Json& record, const EpisodeFields& fields) {
     }
   if (tr.id.empty()) tr.id = content_id(record);
   const auto group_ptr = Json::json_pointer(fields.group_pointer);
-  tr.group = record.contains(group_ptr) ? key_text(record.at(group_ptr)) : tr.id;
+  tr.group = has_pointer(record, group_ptr) ? key_text(record.at(group_ptr)) : tr.id;
 
   if (!fields.need_reward && !(fields.reward_pointer.empty() ? record.contains("reward")
-                                                             : record.contains(Json::json_pointer(fields.reward_pointer)))) {
+                                                             : has_pointer(record, Json::json_pointer(fields.reward_pointer)))) {
     tr.reward = 0;
   } else if (!fields.reward_pointer.empty()) {
     tr.reward = get_required<double>(record, fields.reward_pointer);

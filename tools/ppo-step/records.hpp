@@ -30,6 +30,9 @@ struct Trajectory {
   std::size_t model_tokens() const;
 };
 
+// A token id read at full width (FieldError naming `where`): get<int>() would read 2^32 + 5 as token 5.
+int token_id(const Json& v, const std::string& where);
+
 struct EpisodeFields {
   std::string reward_pointer;          // empty: `reward` (a number) or `reward.value` (reward-calc)
   std::string group_pointer = "/task_id";

@@ -51,8 +51,9 @@ std::vector<CLI::Option*> add_train_options(CLI::App& app, TrainSettings& t) {
   app.add_flag("--empty-ok", empty_ok, "Nothing to train on (rft: no trajectory kept) is not an error: a metrics line "
                                        "with trained false and no --out checkpoint (a loop keeps its policy)");
   app.add_option("--config", config_path, "YAML coefficients (ppo-step config prints every key and default)");
-  app.add_option("--reward-field", fields.reward_pointer, "JSON pointer of the reward (default /reward if a number, else /reward/value)");
-  app.add_option("--group-field", fields.group_pointer, "JSON pointer of the group key (GRPO)")->capture_default_str();
+  app.add_option("--reward-field", fields.reward_pointer, "JSON pointer of the reward (default /reward if a number, else /reward/value)")
+      ->check(ca::json_pointer_error);
+  app.add_option("--group-field", fields.group_pointer, "JSON pointer of the group key (GRPO)")->capture_default_str()->check(ca::json_pointer_error);
   std::vector<CLI::Option*> added = app.get_options();
   added.erase(added.begin(), added.begin() + long(before));
   return added;

@@ -1,17 +1,15 @@
 // Run lineage: the runs other runs started (agent-run's locked tool calls), and the summary folded by it.
 #include "tools/run-store/lineage.hpp"
 
+#include "libcommon/fields.hpp"
+
 namespace ca::run_store {
 namespace {
-
-std::string text(const Json& row, const char* key) {
-  return row.contains(key) && row[key].is_string() ? row[key].get<std::string>() : std::string();
-}
 
 bool has_column(Store& store, const std::string& table, const std::string& column) {
   bool found = false;
   store.query("PRAGMA table_info(" + table + ")", [&](const Json& row) {
-    if (text(row, "name") == column) found = true;
+    if (string_or_empty(row, "name") == column) found = true;
   });
   return found;
 }
@@ -25,12 +23,12 @@ std::vector<RunInfo> read_runs(Store& store) {
                   (recorded_parent ? ", parent_run_id" : "") + " FROM runs ORDER BY started_at, rowid",
               [&](const Json& row) {
                 RunInfo r;
-                r.run_id = text(row, "run_id");
-                r.tool = text(row, "tool");
-                r.host = text(row, "host");
-                r.started_at = text(row, "started_at");
-                r.ended_at = text(row, "ended_at");
-                r.parent_run_id = text(row, "parent_run_id");
+                r.run_id = string_or_empty(row, "run_id");
+                r.tool = string_or_empty(row, "tool");
+                r.host = string_or_empty(row, "host");
+                r.started_at = string_or_empty(row, "started_at");
+                r.ended_at = string_or_empty(row, "ended_at");
+                r.parent_run_id = string_or_empty(row, "parent_run_id");
                 if (row.contains("counts") && row["counts"].is_object() && row["counts"].contains("read") &&
                     row["counts"]["read"].is_number_integer())
                   r.records_read = row["counts"]["read"].get<int64_t>();

@@ -1,6 +1,8 @@
 // run-store report: reads stores as one, selects a candidate per task, and folds tasks into levels.
 #include "tools/run-store/report.hpp"
 
+#include "libcommon/fields.hpp"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -58,10 +60,6 @@ struct CandidateState {
   Seq newest;  // of any of its rows
   bool any = false;
 };
-
-std::string text(const Json& row, const char* key) {
-  return row.contains(key) && row[key].is_string() ? row[key].get<std::string>() : std::string();
-}
 
 std::optional<double> number(const Json& j, const char* key) {
   if (!j.is_object() || !j.contains(key)) return std::nullopt;
@@ -234,7 +232,7 @@ std::optional<double> matched_speedup(const Json& prof, const std::string& mode)
 
 ProfSummary summarize_prof(const Json& prof) {
   ProfSummary p;
-  p.status = text(prof, "status");
+  p.status = string_or_empty(prof, "status");
   p.incorrect = prof.contains("correct") && prof["correct"].is_boolean() && !prof["correct"].get<bool>();
   p.vs_eager = positive(number(prof, "speedup_vs_eager"));
   p.vs_compile = positive(number(prof, "speedup_vs_compile"));
@@ -244,7 +242,7 @@ ProfSummary summarize_prof(const Json& prof) {
   if (prof.contains("metrics") && prof["metrics"].is_object() && prof["metrics"].contains("roofline") &&
       prof["metrics"]["roofline"].is_object()) {
     p.floor_us = positive(number(prof["metrics"]["roofline"], "floor_us"));
-    p.bound = text(prof["metrics"]["roofline"], "bound");
+    p.bound = string_or_empty(prof["metrics"]["roofline"], "bound");
   }
   return p;
 }
@@ -300,9 +298,9 @@ StoreRows read_stores(const std::vector<std::string>& store_paths) {
     if (!r.contains("ok") || !r["ok"].is_number_integer() || r["ok"].get<int64_t>() != 0) return true;
     if (++skipped_rows <= kShownSkips)
       log::warn("report: '", terminal_safe(path), "': ", table, " row ", r.value("seq", int64_t(0)),
-                terminal_safe(table == "tasks" ? " (task " + text(r, "task_id") + ")"
-                              : table == "ppo_steps" ? " (step " + text(r, "step_id") + ", run " + text(r, "run_id") + ")"
-                                                     : " (candidate " + text(r, "candidate_id") + ", run " + text(r, "run_id") + ")"),
+                terminal_safe(table == "tasks" ? " (task " + string_or_empty(r, "task_id") + ")"
+                              : table == "ppo_steps" ? " (step " + string_or_empty(r, "step_id") + ", run " + string_or_empty(r, "run_id") + ")"
+                                                     : " (candidate " + string_or_empty(r, "candidate_id") + ", run " + string_or_empty(r, "run_id") + ")"),
                 ": body is not valid JSON (truncated?): row skipped");
     return false;
   };
@@ -322,7 +320,7 @@ StoreRows read_stores(const std::vector<std::string>& store_paths) {
                  "AS n_ops FROM tasks",
                  [&](const Json& r) {
                    if (!valid_body(store_paths[s], "tasks", r)) return;
-                   in.tasks.emplace(text(r, "task_id"), r);
+                   in.tasks.emplace(string_or_empty(r, "task_id"), r);
                  });
     const std::string prof_fields = [] {
       std::string f;
@@ -350,8 +348,8 @@ StoreRows read_stores(const std::vector<std::string>& store_paths) {
       store->query(sql, [&](const Json& r) {
         if (!valid_body(store_paths[s], table, r)) return;
         // candidates are keyed by candidate_id alone; the per-run tables by (id, run).
-        std::string key = table == "ppo_steps" ? text(r, "step_id") : text(r, "candidate_id");
-        if (table != "candidates") key += "\x1f" + text(r, "run_id");
+        std::string key = table == "ppo_steps" ? string_or_empty(r, "step_id") : string_or_empty(r, "candidate_id");
+        if (table != "candidates") key += "\x1f" + string_or_empty(r, "run_id");
         if (!keep(table, key)) return;
         // A row keeps only what the report reads of it (its run, store and rowid are in Row): the
         // profile's fields as one small body, not each besides as its JSON text.
@@ -360,7 +358,7 @@ StoreRows read_stores(const std::vector<std::string>& store_paths) {
           if (r.contains(k) && !r[k].is_null()) data[k] = r[k];
         std::shared_ptr<const ProfSummary> prof;
         if (table == "profiles") prof = std::make_shared<const ProfSummary>(summarize_prof(profile_body(r)));
-        in.rows[table].push_back(Row{text(r, "run_id"), s, r.value("seq", int64_t(0)), std::move(data), std::move(prof)});
+        in.rows[table].push_back(Row{string_or_empty(r, "run_id"), s, r.value("seq", int64_t(0)), std::move(data), std::move(prof)});
       });
     }
   }
@@ -375,8 +373,8 @@ std::map<std::string, CandidateState> candidate_states(StoreRows& in) {
   auto& rows = in.rows;
   std::map<std::string, CandidateState> cands;
   auto touch = [&](const Row& r) -> CandidateState& {
-    CandidateState& c = cands[text(r.data, "candidate_id")];
-    if (c.task_id.empty()) c.task_id = text(r.data, "task_id");
+    CandidateState& c = cands[string_or_empty(r.data, "candidate_id")];
+    if (c.task_id.empty()) c.task_id = string_or_empty(r.data, "task_id");
     Seq q = seq_of(r);
     if (!c.any || c.newest < q) c.newest = q, c.any = true;
     return c;
@@ -386,7 +384,7 @@ std::map<std::string, CandidateState> candidate_states(StoreRows& in) {
     CandidateState& c = touch(r);
     Seq q = seq_of(r);
     if (newer(c.candidate_seq, q)) c.candidate_seq = q;
-    if (c.data_source.empty()) c.data_source = text(r.data, "data_source");
+    if (c.data_source.empty()) c.data_source = string_or_empty(r.data, "data_source");
   }
   for (const auto& r : rows["episodes"]) {
     CandidateState& c = touch(r);
@@ -396,8 +394,9 @@ std::map<std::string, CandidateState> candidate_states(StoreRows& in) {
     CandidateState& c = touch(r);
     if (Seq q = seq_of(r); newer(c.check_seq, q)) {
       c.check_seq = q;
-      c.check_correct = r.data["correct"].is_number() ? std::optional<bool>(r.data["correct"].get<int64_t>() != 0)
-                                                      : std::nullopt;
+      // The column is NULL for a check that gave no verdict (compile-only, no device): then absent from data.
+      const auto it = r.data.find("correct");
+      c.check_correct = it != r.data.end() && it->is_number() ? std::optional<bool>(it->get<int64_t>() != 0) : std::nullopt;
     }
   }
   // Each table's rows are let go once folded (rewards are read again by add_iterations).
@@ -442,8 +441,8 @@ TaskResult task_result(const std::string& task_id, const std::vector<std::pair<s
   t.candidates = static_cast<int>(list.size());
   auto meta = tasks.find(task_id);
   if (meta != tasks.end()) {
-    t.name = text(meta->second, "name");
-    t.level = text(meta->second, "data_source");
+    t.name = string_or_empty(meta->second, "name");
+    t.level = string_or_empty(meta->second, "data_source");
   }
   for (const auto& e : list)
     if (t.level.empty()) t.level = e.second->data_source;
@@ -489,7 +488,7 @@ void add_iterations(Report& report, StoreRows& in, const std::map<std::string, C
     auto& acc = per_run[r.run_id];
     acc.first += 1;
     acc.second.first += *v;
-    auto c = cands.find(text(r.data, "candidate_id"));
+    auto c = cands.find(string_or_empty(r.data, "candidate_id"));
     acc.second.second += c != cands.end() && passed(c->second);
   }
   for (const auto& run : in.all_runs) {
@@ -513,7 +512,7 @@ void add_ppo_steps(Report& report, StoreRows& in) {
     const Json& body = r.data["body"];
     PpoStep p;
     p.run_id = r.run_id;
-    p.mode = text(body, "mode");
+    p.mode = string_or_empty(body, "mode");
     p.step = body.contains("step") && body["step"].is_number_integer() ? body["step"].get<int64_t>() : 0;
     p.reward_mean = number(body, "reward_mean");
     if (body.contains("losses") && body["losses"].is_object()) p.losses = Json(body["losses"]);
